@@ -1,0 +1,72 @@
+# Nalar build.  `make` builds the engine library, build/nalar and (when the
+# nginx source tree is installed) the nginx module; `make test` installs what
+# is missing, builds and runs every test; `make run` serves conf.example.
+
+CC       ?= cc
+OPT      ?= -O3 -march=native
+WARN     = -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread -Isrc -Ikernels $(WARN)
+CFLAGS   = $(CFLAGS_COMMON) $(OPT) -fPIC
+SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN)
+LDLIBS   = -lm -pthread
+
+ENGINE_SRC = $(wildcard src/*.c) $(wildcard kernels/*.c)
+ENGINE_OBJ = $(patsubst %.c,build/obj/%.o,$(ENGINE_SRC))
+ASAN_OBJ   = $(patsubst %.c,build/asan/obj/%.o,$(ENGINE_SRC))
+TEST_SRC   = $(wildcard t/c/*.c)
+TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
+HDRS       = $(wildcard src/*.h) $(wildcard kernels/*.h) $(wildcard t/c/*.h)
+
+.PHONY: all test run deps clean module fuzz bench
+
+all: build/nalar build/asan/nalar $(TEST_BIN) module
+
+build/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+build/asan/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) -c $< -o $@
+
+build/libnalar.a: $(ENGINE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+build/asan/libnalar.a: $(ASAN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+build/nalar: cli/nalar.c build/libnalar.a $(HDRS)
+	$(CC) $(CFLAGS) cli/nalar.c build/libnalar.a -o $@ $(LDLIBS)
+
+build/asan/nalar: cli/nalar.c build/asan/libnalar.a $(HDRS)
+	$(CC) $(ASAN_CFLAGS) cli/nalar.c build/asan/libnalar.a -o $@ $(LDLIBS)
+
+build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
+	@mkdir -p build/t
+	$(CC) $(ASAN_CFLAGS) -It/c $< build/asan/libnalar.a -o $@ $(LDLIBS)
+
+# libFuzzer target for the GGUF reader (clang only).
+fuzz: build/fuzz_gguf
+build/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c $(HDRS)
+	@mkdir -p build
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
+	    fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c -o $@ -lm
+
+include module.mk
+
+deps:
+	@sh scripts/deps.sh
+
+test: deps
+	$(MAKE) all fuzz
+	prove -v t/ 2>&1 | tail -n 400
+
+run: deps
+	$(MAKE) all
+	sh scripts/run.sh
+
+clean:
+	rm -rf build

@@ -1,0 +1,3 @@
+# nginx module rules (filled in by the module work)
+module:
+	@true

@@ -1,0 +1,50 @@
+/*
+ * Backend interface: where a model's forward pass runs.
+ *
+ * A backend instance is bound to one model: it prepares the weights (the
+ * CPU backend uses the mmapped file in place; a GPU backend uploads them),
+ * allocates the KV pool's storage, and runs forward passes over batches.
+ * The engine above it owns scheduling, sampling and KV bookkeeping; the
+ * backend owns arithmetic and memory placement.
+ */
+#ifndef NALAR_BACKEND_H
+#define NALAR_BACKEND_H
+
+#include "kv.h"
+#include "model.h"
+#include "nalar_err.h"
+
+typedef struct nalar_backend nalar_backend;
+
+typedef struct {
+    const char *name;
+    /* number of worker threads (CPU) or device index (GPU), -1 = default */
+    int         n_threads;
+    int         device;
+} nalar_backend_opts;
+
+struct nalar_backend {
+    const char  *name;
+    nalar_model *model;
+    /* attach storage for `pool` (already initialised with its counts) */
+    int  (*kv_alloc)(nalar_backend *be, nalar_kv_pool *pool, nalar_err *err);
+    void (*kv_free)(nalar_backend *be, nalar_kv_pool *pool);
+    /* logits: (batch->n_logits, n_vocab) host floats */
+    int  (*forward)(nalar_backend *be, nalar_kv_pool *pool,
+                    const nalar_batch *batch, float *logits, nalar_err *err);
+    void (*destroy)(nalar_backend *be);
+    void *impl;
+};
+
+/* "cpu" or "cuda" (when built with CUDA). */
+nalar_backend *nalar_backend_create(nalar_model *m,
+                                    const nalar_backend_opts *o,
+                                    nalar_err *err);
+
+nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
+                                        nalar_err *err);
+
+/* Bytes of KV storage one block takes for this model (for sizing pools). */
+int64_t nalar_kv_block_bytes(const nalar_model *m);
+
+#endif

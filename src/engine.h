@@ -1,0 +1,146 @@
+/*
+ * The serving engine: one model, one backend, one KV pool, and an engine
+ * thread that runs continuous batching.
+ *
+ * Request lifecycle (nalar_req_state):
+ *   QUEUED -> PREFILL -> DECODE -> FINISHED
+ *                ^          |
+ *                +- PREEMPTED (KV ran out: blocks freed, recomputed later)
+ * A request is refcounted: the submitter holds one reference, the engine
+ * holds one while the request is queued or running.  Output accumulates in
+ * the request under its mutex; the engine calls `notify` (from the engine
+ * thread) whenever new output or the finish is there, and the consumer
+ * drains it with nalar_request_take() on its own thread.
+ *
+ * Each step: every running sequence contributes its next token (decode), and
+ * waiting prompts contribute prefill chunks while the step's token budget
+ * (max_batch_tokens) lasts; admission is FCFS.
+ */
+#ifndef NALAR_ENGINE_H
+#define NALAR_ENGINE_H
+
+#include <stdint.h>
+
+#include "nalar_err.h"
+#include "sampler.h"
+
+typedef struct nalar_engine  nalar_engine;
+typedef struct nalar_request nalar_request;
+typedef struct nalar_model   nalar_model;
+
+typedef struct {
+    const char *model_path;
+    const char *model_name;      /* public name; NULL = from the file */
+    const char *backend;         /* "cpu" (default) or "cuda" */
+    int         n_threads;       /* backend worker threads; <=0: cores */
+    int64_t     kv_bytes;        /* KV pool size; <=0: enough for 16 full
+                                    contexts, capped at 1 GiB */
+    int32_t     max_batch_tokens;/* per-step token budget; <=0: 512 */
+    int32_t     max_queue;       /* waiting requests; <=0: 1024 */
+    int32_t     max_running;     /* running sequences; <=0: 64 */
+    int         load_async;      /* 1: load on the engine thread */
+} nalar_engine_opts;
+
+typedef enum {
+    NALAR_FINISH_NONE = 0,
+    NALAR_FINISH_STOP,       /* EOS / stop token / stop sequence */
+    NALAR_FINISH_LENGTH,     /* max_tokens or context full */
+    NALAR_FINISH_CANCELLED,
+    NALAR_FINISH_ERROR
+} nalar_finish;
+
+typedef struct {
+    const int32_t *prompt;       /* copied at create */
+    int32_t        n_prompt;
+    nalar_sampling sampling;
+    int32_t        max_tokens;   /* <=0: until the context is full */
+    const char   **stop;         /* stop strings, copied */
+    int32_t        n_stop;
+    const int32_t *stop_ids;     /* extra stop tokens, copied */
+    int32_t        n_stop_ids;
+    int            ignore_eos;
+} nalar_request_params;
+
+typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
+
+/* What nalar_request_take() hands over: everything since the last take. */
+typedef struct {
+    char          *text;        /* complete UTF-8, NUL-terminated; malloc'd */
+    size_t         text_len;
+    int32_t       *ids;         /* (n_ids) confirmed tokens; malloc'd */
+    int32_t        n_ids;
+    nalar_logprob *logprobs;    /* (n_ids, 1 + n_logprobs) or NULL */
+    nalar_finish   finish;      /* set once, with the last output */
+    char           error[256];  /* when finish == NALAR_FINISH_ERROR */
+    /* usage so far */
+    int32_t        n_prompt;
+    int32_t        n_cached;
+    int32_t        n_completion;
+    double         queue_ms;    /* submit -> first scheduled */
+    double         ttft_ms;     /* submit -> first token; <0 if none yet */
+} nalar_output;
+
+typedef struct {
+    int32_t  requests_running;
+    int32_t  requests_waiting;
+    uint64_t prompt_tokens_total;
+    uint64_t generation_tokens_total;
+    int32_t  kv_blocks_total;
+    int32_t  kv_blocks_free;
+    uint64_t preemptions_total;
+    uint64_t steps_total;
+    /* histograms: cumulative counts per bucket (le), sum, count */
+#define NALAR_HIST_BUCKETS 14
+    uint64_t ttft_buckets[NALAR_HIST_BUCKETS];
+    double   ttft_sum;
+    uint64_t ttft_count;
+    uint64_t itl_buckets[NALAR_HIST_BUCKETS];
+    double   itl_sum;
+    uint64_t itl_count;
+    uint64_t queue_buckets[NALAR_HIST_BUCKETS];
+    double   queue_sum;
+    uint64_t queue_count;
+} nalar_metrics;
+
+/* Upper bounds (seconds) of the histogram buckets; the last is +Inf. */
+extern const double nalar_hist_bounds[NALAR_HIST_BUCKETS];
+
+nalar_engine *nalar_engine_create(const nalar_engine_opts *o, nalar_err *err);
+/* Starts the engine thread (which loads the model when load_async). */
+int  nalar_engine_start(nalar_engine *e, nalar_err *err);
+/* Cancels everything, joins the thread, frees.  Safe on a never-started
+ * engine. */
+void nalar_engine_destroy(nalar_engine *e);
+
+/* 0 loading, 1 ready, -1 failed (message in err) */
+int  nalar_engine_state(nalar_engine *e, nalar_err *err);
+/* valid once ready */
+nalar_model *nalar_engine_model(nalar_engine *e);
+const char  *nalar_engine_model_name(nalar_engine *e);
+void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
+
+nalar_request *nalar_request_create(const nalar_request_params *p,
+                                    nalar_notify_fn notify, void *notify_ctx,
+                                    nalar_err *err);
+void nalar_request_ref(nalar_request *r);
+void nalar_request_unref(nalar_request *r);
+/* -1 with err when the queue is full, the engine is not ready, or the
+ * prompt does not fit the context. */
+int  nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err);
+/* Asynchronous: the engine drops the sequence (and its KV) at the next
+ * step boundary and finishes it with NALAR_FINISH_CANCELLED. */
+void nalar_request_cancel(nalar_request *r);
+/* Moves accumulated output into `out` (free with nalar_output_free).
+ * Returns 1 if anything (text, ids or finish) was handed over. */
+int  nalar_request_take(nalar_request *r, nalar_output *out);
+void nalar_output_free(nalar_output *out);
+
+/*
+ * Synchronous helper for the CLI and tests: run the given requests to
+ * completion on an engine that is NOT started (the caller's thread runs the
+ * steps).  Outputs (one per request) receive all text and ids.
+ */
+int nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
+                          nalar_err *err);
+
+#endif

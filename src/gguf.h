@@ -1,0 +1,126 @@
+/*
+ * GGUF reader (versions 2 and 3, little-endian, mmapped).
+ *
+ * Everything the file says is distrusted: counts, string lengths, offsets
+ * and tensor sizes are checked against the mapping before use, so a
+ * truncated or hostile file is refused with a message naming the file and
+ * the problem, never read past its end.
+ *
+ * Metadata values and tensor data point into the mapping; they live as long
+ * as the gguf_file.
+ */
+#ifndef NALAR_GGUF_H
+#define NALAR_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nalar_err.h"
+
+/* Metadata value types, as numbered by the GGUF spec. */
+typedef enum {
+    GGUF_T_UINT8 = 0, GGUF_T_INT8 = 1, GGUF_T_UINT16 = 2, GGUF_T_INT16 = 3,
+    GGUF_T_UINT32 = 4, GGUF_T_INT32 = 5, GGUF_T_FLOAT32 = 6, GGUF_T_BOOL = 7,
+    GGUF_T_STRING = 8, GGUF_T_ARRAY = 9, GGUF_T_UINT64 = 10, GGUF_T_INT64 = 11,
+    GGUF_T_FLOAT64 = 12,
+    GGUF_T_COUNT
+} gguf_vtype;
+
+/* Tensor element types (ggml numbering); only these are accepted. */
+typedef enum {
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8,
+    GGML_BF16 = 30
+} ggml_type;
+
+#define QK8_0 32  /* Q8_0 block: f16 scale + 32 int8 = 34 bytes */
+#define QK4_0 32  /* Q4_0 block: f16 scale + 16 bytes of nibbles = 18 bytes */
+
+typedef struct {
+    const char *ptr;  /* not NUL-terminated; points into the mapping */
+    uint64_t    len;
+} gguf_str;
+
+typedef struct {
+    gguf_str    key;
+    gguf_vtype  type;
+    /* scalar value (for arrays: the element type and count) */
+    union {
+        uint64_t u;     /* all unsigned ints and bool */
+        int64_t  i;     /* all signed ints */
+        double   f;     /* float32 and float64 */
+        gguf_str s;
+    } v;
+    gguf_vtype  arr_type;   /* GGUF_T_ARRAY only */
+    uint64_t    arr_len;    /* GGUF_T_ARRAY only */
+    const void *arr_data;   /* GGUF_T_ARRAY of fixed-size type: raw LE data */
+    gguf_str   *arr_strs;   /* GGUF_T_ARRAY of strings: arr_len entries */
+} gguf_kv;
+
+#define GGUF_MAX_DIMS 4
+
+typedef struct {
+    gguf_str    name;
+    uint32_t    n_dims;
+    uint64_t    ne[GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) length */
+    ggml_type   type;
+    uint64_t    offset;            /* relative to the data section */
+    uint64_t    nbytes;
+    const void *data;              /* into the mapping */
+} gguf_tensor;
+
+typedef struct {
+    char        *path;
+    const uint8_t *map;
+    size_t       map_size;
+    uint32_t     version;
+    uint64_t     alignment;
+    uint64_t     n_kv;
+    gguf_kv     *kv;
+    uint64_t     n_tensors;
+    gguf_tensor *tensors;
+    uint64_t     data_offset;
+} gguf_file;
+
+/* Open and validate; on failure returns NULL and err says "PATH: problem". */
+gguf_file *gguf_open(const char *path, nalar_err *err);
+
+/* Parse from memory the caller keeps alive (fuzzer, tests); `name` is used
+ * in messages. */
+gguf_file *gguf_open_mem(const void *buf, size_t size, const char *name,
+                         nalar_err *err);
+
+void gguf_close(gguf_file *f);
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key);
+const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name);
+
+/* Typed lookups; return `dflt` when absent or of a non-numeric type. */
+int64_t  gguf_get_int(const gguf_file *f, const char *key, int64_t dflt);
+double   gguf_get_float(const gguf_file *f, const char *key, double dflt);
+/* Returns a malloc'd NUL-terminated copy, or NULL when absent. */
+char    *gguf_get_str(const gguf_file *f, const char *key);
+
+/* Bytes needed for n elements of type t (n must be a multiple of the block
+ * size for quantized types); 0 for an unknown type. */
+uint64_t ggml_row_size(ggml_type t, uint64_t n);
+const char *ggml_type_name(ggml_type t);
+
+/* GGUF writer used by `nalar mkmodel` and tests. */
+typedef struct gguf_writer gguf_writer;
+gguf_writer *gguf_writer_create(void);
+void gguf_writer_destroy(gguf_writer *w);
+void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
+void gguf_w_f32(gguf_writer *w, const char *key, float v);
+void gguf_w_bool(gguf_writer *w, const char *key, int v);
+void gguf_w_str(gguf_writer *w, const char *key, const char *v);
+void gguf_w_arr_str(gguf_writer *w, const char *key, const char **v, size_t n);
+void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n);
+void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v,
+                    size_t n);
+/* data is copied; ne[0] is the row length. */
+void gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type,
+                   uint32_t n_dims, const uint64_t *ne, const void *data);
+int gguf_writer_save(gguf_writer *w, const char *path, nalar_err *err);
+
+#endif

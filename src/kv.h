@@ -1,0 +1,95 @@
+/*
+ * Paged KV cache: a pool of fixed-size blocks shared by all sequences.
+ *
+ * A block holds NALAR_KV_BLOCK consecutive positions of one sequence, for
+ * every layer, K and V.  A sequence owns a block table mapping position p to
+ * block table[p / NALAR_KV_BLOCK], slot p % NALAR_KV_BLOCK.
+ *
+ * Invariants (kept by kv.c, checked by nalar_kv_check):
+ *   - refcount[b] == number of block tables that list b; a block with
+ *     refcount 0 is on the free list exactly once.
+ *   - a block with refcount > 1 is never written: appending into a shared
+ *     partial block first copies it (copy-on-write).
+ *   - seq->n_pos <= seq->n_blocks * NALAR_KV_BLOCK.
+ *
+ * The pool's bookkeeping is host memory; the storage (K/V arrays) belongs to
+ * the backend (host RAM for the CPU backend, device memory for CUDA), which
+ * supplies the block copy used for copy-on-write.
+ *
+ * Not thread-safe: one engine thread owns a pool.  n_free is also published
+ * atomically for metrics readers.
+ */
+#ifndef NALAR_KV_H
+#define NALAR_KV_H
+
+#include <stdint.h>
+
+#include "nalar_err.h"
+
+#define NALAR_KV_BLOCK 16
+
+typedef struct nalar_kv_pool nalar_kv_pool;
+
+typedef void (*nalar_kv_copy_fn)(void *ctx, int32_t dst, int32_t src);
+
+struct nalar_kv_pool {
+    int32_t  n_blocks;
+    int32_t  n_layers;
+    int32_t  kv_dim;        /* n_kv_heads * head_dim */
+    /* storage, owned by the backend; for the CPU backend:
+     * k, v: (n_blocks, n_layers, NALAR_KV_BLOCK, kv_dim) floats */
+    float   *k;
+    float   *v;
+    int32_t *refcount;      /* (n_blocks) */
+    int32_t *free_list;     /* (n_blocks) stack of free block ids */
+    int32_t  n_free;
+    int32_t  n_free_published;  /* atomic copy of n_free for other threads */
+    nalar_kv_copy_fn copy;  /* copies one block (all layers, K and V) */
+    void    *copy_ctx;
+};
+
+typedef struct {
+    int32_t *blocks;        /* (cap) block ids, first n_blocks valid */
+    int32_t  n_blocks;
+    int32_t  cap;
+    int32_t  n_pos;         /* positions [0, n_pos) hold valid KV */
+} nalar_seq_kv;
+
+/* Bookkeeping only; storage is attached by the backend. */
+int  nalar_kv_pool_init(nalar_kv_pool *p, int32_t n_blocks, int32_t n_layers,
+                        int32_t kv_dim, nalar_err *err);
+void nalar_kv_pool_free(nalar_kv_pool *p);
+
+/* Offset (in floats) of position slot `slot` of layer `layer` in block b. */
+static inline int64_t
+nalar_kv_offset(const nalar_kv_pool *p, int32_t b, int32_t layer,
+                int32_t slot)
+{
+    return (((int64_t) b * p->n_layers + layer) * NALAR_KV_BLOCK + slot)
+           * p->kv_dim;
+}
+
+void nalar_seq_kv_init(nalar_seq_kv *s);
+/* Make positions [0, n_pos) writable-backed: allocate blocks as needed and
+ * copy-on-write a shared last block that will be appended to.  Does not
+ * change s->n_pos.  Returns -1 (nothing allocated) when the pool is short. */
+int  nalar_seq_kv_reserve(nalar_kv_pool *p, nalar_seq_kv *s, int32_t n_pos);
+/* Blocks that reserve(n_pos) would take from the pool. */
+int32_t nalar_seq_kv_blocks_needed(const nalar_kv_pool *p,
+                                   const nalar_seq_kv *s, int32_t n_pos);
+/* Forget positions >= pos and release blocks no longer needed. */
+void nalar_seq_kv_truncate(nalar_kv_pool *p, nalar_seq_kv *s, int32_t pos);
+/* dst (empty) shares src's first n_pos positions (refcount++ on blocks). */
+int  nalar_seq_kv_share(nalar_kv_pool *p, nalar_seq_kv *dst,
+                        const nalar_seq_kv *src, int32_t n_pos);
+/* Release every block and the table. */
+void nalar_seq_kv_release(nalar_kv_pool *p, nalar_seq_kv *s);
+
+/* Block-level references (the prefix cache holds blocks this way). */
+void    nalar_kv_block_ref(nalar_kv_pool *p, int32_t b);
+void    nalar_kv_block_unref(nalar_kv_pool *p, int32_t b);
+
+/* Consistency check for tests: returns 0 when the invariants hold. */
+int  nalar_kv_check(const nalar_kv_pool *p, nalar_err *err);
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * A loaded Llama-family model: configuration from GGUF metadata, weights
+ * carved out of the mmapped file (never copied), and its tokenizer.
+ *
+ * Matrices follow GGUF/ggml layout: a weight `W` applied as y = W x has
+ * rows = output features, cols = input features, and each row is contiguous
+ * (ggml ne[0] = cols).
+ */
+#ifndef NALAR_MODEL_H
+#define NALAR_MODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "kv.h"
+#include "nalar_err.h"
+#include "tokenizer.h"
+
+typedef enum { ARCH_LLAMA = 1, ARCH_QWEN2 = 2 } nalar_arch;
+
+typedef struct {
+    nalar_arch arch;
+    int32_t dim;          /* embedding width */
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;   /* GQA: n_heads % n_kv_heads == 0 */
+    int32_t head_dim;     /* dim / n_heads unless the file says otherwise */
+    int32_t ffn_dim;
+    int32_t n_vocab;
+    int32_t n_ctx;        /* training context length */
+    float   norm_eps;
+    float   rope_base;
+    int     rope_neox;    /* 0: pairs (x[2i], x[2i+1]); 1: (x[i], x[i+d/2]) */
+} nalar_config;
+
+typedef struct {
+    ggml_type   type;
+    int64_t     rows;     /* output features */
+    int64_t     cols;     /* input features (contiguous) */
+    const void *data;     /* rows * row_size(type, cols) bytes */
+} nalar_mat;
+
+typedef struct {
+    const float *attn_norm;  /* (dim) */
+    nalar_mat    wq;         /* (n_heads * head_dim, dim) */
+    nalar_mat    wk;         /* (n_kv_heads * head_dim, dim) */
+    nalar_mat    wv;         /* (n_kv_heads * head_dim, dim) */
+    const float *bq, *bk, *bv; /* qwen2 biases or NULL */
+    nalar_mat    wo;         /* (dim, n_heads * head_dim) */
+    const float *ffn_norm;   /* (dim) */
+    nalar_mat    w_gate;     /* (ffn_dim, dim)  "w1" */
+    nalar_mat    w_up;       /* (ffn_dim, dim)  "w3" */
+    nalar_mat    w_down;     /* (dim, ffn_dim)  "w2" */
+} nalar_layer;
+
+typedef struct nalar_model {
+    char           *path;
+    char           *name;        /* general.name or file name */
+    gguf_file      *gguf;
+    nalar_config    cfg;
+    nalar_tokenizer *tok;
+    nalar_mat       tok_embd;    /* (n_vocab, dim) */
+    const float    *out_norm;    /* (dim) */
+    nalar_mat       output;      /* (n_vocab, dim); = tok_embd when tied */
+    nalar_layer    *layers;      /* (n_layers) */
+    /* norm vectors stored as F16/BF16 in the file are widened here */
+    float          *owned_f32;
+    /* identity of the computation: hash of shapes, types, weights' bytes
+     * and tokenizer; the prefix cache keys on it */
+    uint8_t         identity[32];
+} nalar_model;
+
+/* Validate header, architecture, tensor table and vocabulary without
+ * touching weight bytes (for `nginx -t`). */
+int nalar_model_check(const char *path, nalar_err *err);
+
+nalar_model *nalar_model_load(const char *path, nalar_err *err);
+void nalar_model_destroy(nalar_model *m);
+
+/* One human-readable description (for `nalar inspect`); malloc'd. */
+char *nalar_model_describe(const nalar_model *m);
+
+/*
+ * A batch for one forward pass: tokens from many sequences at arbitrary
+ * positions.  Before the pass, each token's sequence must have KV reserved
+ * for pos + 1 positions; the pass writes K/V at (seq, pos) for every token
+ * and each token attends to positions [0, pos] of its own sequence, so
+ * several tokens of one sequence in one batch (a prefill chunk, speculative
+ * verification) are causal.  Logits are produced for tokens with
+ * want_logits set, in batch order.
+ */
+typedef struct {
+    int32_t        n_tokens;
+    int32_t       *tokens;      /* (n_tokens) */
+    int32_t       *pos;         /* (n_tokens) */
+    nalar_seq_kv **seq;         /* (n_tokens) */
+    int8_t        *want_logits; /* (n_tokens) */
+    int32_t        n_logits;    /* number of want_logits set */
+} nalar_batch;
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * Tokenizers built from GGUF metadata:
+ *   tokenizer.ggml.model = "llama": SentencePiece-style (scores, byte
+ *     fallback <0xXX>, dummy prefix "▁"), as llama.cpp's SPM tokenizer;
+ *   tokenizer.ggml.model = "gpt2": byte-level BPE with merges and the GPT-2
+ *     pre-tokenizer (tokenizer.ggml.pre selects other pre-tokenizers where
+ *     supported).
+ * Special and control tokens written literally in the text (e.g. "<s>") are
+ * NOT parsed as special unless the caller asks (parse_special).
+ */
+#ifndef NALAR_TOKENIZER_H
+#define NALAR_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "nalar_err.h"
+
+typedef enum { TOK_SPM = 1, TOK_BPE = 2 } nalar_tok_kind;
+
+/* token_type values from GGUF (llama.cpp numbering) */
+enum {
+    TOKT_NORMAL = 1, TOKT_UNKNOWN = 2, TOKT_CONTROL = 3,
+    TOKT_USER_DEFINED = 4, TOKT_UNUSED = 5, TOKT_BYTE = 6
+};
+
+typedef struct nalar_tokenizer nalar_tokenizer;
+
+/* Copies what it needs out of the file; the gguf_file may be closed after. */
+nalar_tokenizer *nalar_tokenizer_create(const gguf_file *f, nalar_err *err);
+void nalar_tokenizer_destroy(nalar_tokenizer *t);
+
+int32_t nalar_tok_n_vocab(const nalar_tokenizer *t);
+nalar_tok_kind nalar_tok_kind_of(const nalar_tokenizer *t);
+int32_t nalar_tok_bos(const nalar_tokenizer *t);   /* -1 if none */
+int32_t nalar_tok_eos(const nalar_tokenizer *t);   /* -1 if none */
+int     nalar_tok_add_bos(const nalar_tokenizer *t);
+/* 1 for tokens that end generation (EOS, EOT, <|im_end|>, <|eot_id|>...) */
+int     nalar_tok_is_eog(const nalar_tokenizer *t, int32_t id);
+int     nalar_tok_is_control(const nalar_tokenizer *t, int32_t id);
+/* the piece as stored in the vocabulary (NUL-terminated), or NULL */
+const char *nalar_tok_piece(const nalar_tokenizer *t, int32_t id);
+/* id of an exact vocabulary string, or -1 */
+int32_t nalar_tok_lookup(const nalar_tokenizer *t, const char *s, size_t len);
+
+/*
+ * Encode `len` bytes of text.  add_bos: prepend BOS.  parse_special: text
+ * like "<|im_start|>" that equals a control/user-defined token becomes that
+ * token.  Returns the number of ids (which may exceed `cap`: then only `cap`
+ * were written and the caller retries with a larger buffer), or -1 on error.
+ */
+int nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
+                   int add_bos, int parse_special, int32_t *out, int cap);
+
+/*
+ * The bytes a token contributes to the output text: byte tokens give their
+ * byte, "▁" becomes a space (SPM), byte-level BPE maps back to raw bytes,
+ * control tokens give nothing.  Returns bytes written (at most cap).
+ * The result may be an incomplete UTF-8 sequence: use nalar_detok below for
+ * streaming.  Leading-space removal after BOS is not done here.
+ */
+int nalar_token_bytes(const nalar_tokenizer *t, int32_t id, char *out,
+                      int cap);
+
+/*
+ * Streaming detokenizer: feed ids one at a time, get text that is always
+ * complete UTF-8; bytes of a character split across tokens are held back
+ * until the character is complete.  Invalid sequences are emitted as U+FFFD.
+ */
+typedef struct {
+    const nalar_tokenizer *tok;
+    char    pending[8];
+    int     n_pending;
+    int     strip_space;  /* SPM: drop the dummy-prefix space of the first
+                             piece when detokenizing a whole text */
+} nalar_detok;
+
+void nalar_detok_init(nalar_detok *d, const nalar_tokenizer *t);
+/* Appends complete UTF-8 to out (NUL-terminated); returns bytes written.
+ * out must hold at least 64 bytes + cap requirement of the piece. */
+int nalar_detok_feed(nalar_detok *d, int32_t id, char *out, int cap);
+/* Flushes what is held back (as U+FFFD if incomplete). */
+int nalar_detok_flush(nalar_detok *d, char *out, int cap);
+
+/* Convenience: decode a whole id sequence; malloc'd, NUL-terminated. */
+char *nalar_detokenize(const nalar_tokenizer *t, const int32_t *ids, int n);
+
+#endif
