@@ -52,7 +52,9 @@ typedef struct {
     } v;
     gguf_vtype  arr_type;   /* GGUF_T_ARRAY only */
     uint64_t    arr_len;    /* GGUF_T_ARRAY only */
-    const void *arr_data;   /* GGUF_T_ARRAY of fixed-size type: raw LE data */
+    const void *arr_data;   /* GGUF_T_ARRAY of fixed-size type: raw LE data,
+                               NOT aligned: read it with gguf_arr_int/_float
+                               or memcpy */
     gguf_str   *arr_strs;   /* GGUF_T_ARRAY of strings: arr_len entries */
 } gguf_kv;
 
@@ -100,6 +102,14 @@ double   gguf_get_float(const gguf_file *f, const char *key, double dflt);
 /* Returns a malloc'd NUL-terminated copy, or NULL when absent. */
 char    *gguf_get_str(const gguf_file *f, const char *key);
 
+/* Element i of a numeric array (any integer type or bool / any float type);
+ * the caller checks i < kv->arr_len and the element type. */
+int64_t  gguf_arr_int(const gguf_kv *kv, uint64_t i);
+double   gguf_arr_float(const gguf_kv *kv, uint64_t i);
+
+/* Size in bytes of one value of a fixed-size type; 0 for string/array. */
+size_t   gguf_type_size(gguf_vtype t);
+
 /* Bytes needed for n elements of type t (n must be a multiple of the block
  * size for quantized types); 0 for an unknown type. */
 uint64_t ggml_row_size(ggml_type t, uint64_t n);
@@ -109,6 +119,17 @@ const char *ggml_type_name(ggml_type t);
 typedef struct gguf_writer gguf_writer;
 gguf_writer *gguf_writer_create(void);
 void gguf_writer_destroy(gguf_writer *w);
+/* Setters never fail on the spot: an allocation failure or a bad argument
+ * (duplicate key or tensor name, unknown type, row length not a multiple of
+ * the block size) is remembered and reported by gguf_writer_save.
+ * A general.alignment set with gguf_w_u32 is honoured (default 32). */
+void gguf_w_u8(gguf_writer *w, const char *key, uint8_t v);
+void gguf_w_i8(gguf_writer *w, const char *key, int8_t v);
+void gguf_w_u16(gguf_writer *w, const char *key, uint16_t v);
+void gguf_w_i16(gguf_writer *w, const char *key, int16_t v);
+void gguf_w_u64(gguf_writer *w, const char *key, uint64_t v);
+void gguf_w_i64(gguf_writer *w, const char *key, int64_t v);
+void gguf_w_f64(gguf_writer *w, const char *key, double v);
 void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
 void gguf_w_f32(gguf_writer *w, const char *key, float v);
@@ -118,7 +139,12 @@ void gguf_w_arr_str(gguf_writer *w, const char *key, const char **v, size_t n);
 void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n);
 void gguf_w_arr_i32(gguf_writer *w, const char *key, const int32_t *v,
                     size_t n);
-/* data is copied; ne[0] is the row length. */
+/* Array of any fixed-size element type; data is n raw LE elements. */
+void gguf_w_arr(gguf_writer *w, const char *key, gguf_vtype elem_type,
+                const void *data, size_t n);
+/* Copy one parsed key/value (any type, arrays included) from a reader. */
+void gguf_w_kv(gguf_writer *w, const gguf_kv *kv);
+/* data is copied (NULL: zeros); ne[0] is the row length. */
 void gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type,
                    uint32_t n_dims, const uint64_t *ne, const void *data);
 int gguf_writer_save(gguf_writer *w, const char *path, nalar_err *err);
