@@ -59,6 +59,8 @@ typedef struct {
     const int32_t *stop_ids;     /* extra stop tokens, copied */
     int32_t        n_stop_ids;
     int            ignore_eos;
+    int            logprobs;     /* 1: report each token's logprob and
+                                    sampling.n_logprobs alternatives */
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);

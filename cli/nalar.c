@@ -1,0 +1,628 @@
+/*
+ * nalar: command-line tool over the engine.
+ *
+ *   nalar generate -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K]
+ *                  [--top-p P] [--min-p P] [--seed S] [--ids] [--ignore-eos]
+ *                  [--stop STR] [-t THREADS] [--chunk N] [--backend NAME]
+ *   nalar tokenize -m MODEL [--no-bos] [--special] TEXT
+ *   nalar inspect MODEL
+ *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
+ *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
+ *                  --bpe --vocab-from FILE] -o FILE
+ *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "gguf.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+
+static void
+usage(void)
+{
+    fprintf(stderr,
+        "usage:\n"
+        "  nalar generate -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K]"
+        " [--top-p P]\n"
+        "                 [--min-p P] [--seed S] [--ids] [--ignore-eos]"
+        " [--stop STR]\n"
+        "                 [-t THREADS] [--chunk N] [--backend cpu]\n"
+        "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
+        "  nalar inspect MODEL\n"
+        "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
+        " --vocab V\n"
+        "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
+        " --vocab-from FILE] -o FILE\n"
+        "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
+        " [--json]\n");
+}
+
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+
+/* Value of option argv[*i] (advancing *i), or NULL with a message. */
+static const char *
+optval(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "nalar: option %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+
+static int32_t *
+tokenize_text(const nalar_tokenizer *tok, const char *text, int add_bos,
+              int special, int *n)
+{
+    int      cap = (int) strlen(text) + 16;
+    int32_t *ids = malloc((size_t) cap * sizeof(int32_t));
+
+    if (ids == NULL) {
+        return NULL;
+    }
+    *n = nalar_tokenize(tok, text, strlen(text), add_bos, special, ids, cap);
+    if (*n > cap) {
+        int32_t *more = realloc(ids, (size_t) *n * sizeof(int32_t));
+
+        if (more == NULL) {
+            free(ids);
+            return NULL;
+        }
+        ids = more;
+        cap = *n;
+        *n = nalar_tokenize(tok, text, strlen(text), add_bos, special, ids,
+                            cap);
+    }
+    if (*n < 0) {
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+
+/* --- generate --- */
+
+typedef struct {
+    int print_ids;
+    int first_id;
+} gen_state;
+
+
+static void
+gen_notify(nalar_request *r, void *ctx)
+{
+    gen_state   *g = ctx;
+    nalar_output out;
+
+    if (!nalar_request_take(r, &out)) {
+        nalar_output_free(&out);
+        return;
+    }
+    if (g->print_ids) {
+        for (int32_t i = 0; i < out.n_ids; i++) {
+            printf(g->first_id ? "%d" : " %d", out.ids[i]);
+            g->first_id = 0;
+        }
+    } else {
+        fwrite(out.text, 1, out.text_len, stdout);
+    }
+    fflush(stdout);
+    if (out.finish == NALAR_FINISH_ERROR) {
+        fprintf(stderr, "nalar: %s\n", out.error);
+    }
+    nalar_output_free(&out);
+}
+
+
+static int
+cmd_generate(int argc, char **argv)
+{
+    const char          *model = NULL, *prompt = "", *v;
+    const char          *stops[16];
+    nalar_engine_opts    eo;
+    nalar_request_params rp;
+    nalar_engine        *e;
+    nalar_request       *r;
+    nalar_err            err;
+    nalar_model         *m;
+    gen_state            g = { 0, 1 };
+    int32_t             *ids;
+    int                  n_ids, n_stop = 0;
+
+    memset(&eo, 0, sizeof(eo));
+    memset(&rp, 0, sizeof(rp));
+    nalar_sampling_default(&rp.sampling);
+    rp.max_tokens = 128;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+#define VAL() do { if ((v = optval(argc, argv, &i)) == NULL) return 2; } \
+              while (0)
+        if (strcmp(a, "-m") == 0) { VAL(); model = v; }
+        else if (strcmp(a, "-p") == 0) { VAL(); prompt = v; }
+        else if (strcmp(a, "-n") == 0) { VAL(); rp.max_tokens = atoi(v); }
+        else if (strcmp(a, "--temp") == 0) {
+            VAL(); rp.sampling.temperature = (float) atof(v);
+        } else if (strcmp(a, "--top-k") == 0) {
+            VAL(); rp.sampling.top_k = atoi(v);
+        } else if (strcmp(a, "--top-p") == 0) {
+            VAL(); rp.sampling.top_p = (float) atof(v);
+        } else if (strcmp(a, "--min-p") == 0) {
+            VAL(); rp.sampling.min_p = (float) atof(v);
+        } else if (strcmp(a, "--seed") == 0) {
+            VAL(); rp.sampling.seed = strtoull(v, NULL, 10);
+        } else if (strcmp(a, "--stop") == 0) {
+            VAL();
+            if (n_stop < 16) stops[n_stop++] = v;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            VAL(); eo.n_threads = atoi(v);
+        } else if (strcmp(a, "--chunk") == 0) {
+            VAL(); eo.max_batch_tokens = atoi(v);
+        } else if (strcmp(a, "--backend") == 0) {
+            VAL(); eo.backend = v;
+        } else if (strcmp(a, "--ids") == 0) { g.print_ids = 1; }
+        else if (strcmp(a, "--ignore-eos") == 0) { rp.ignore_eos = 1; }
+        else {
+            fprintf(stderr, "nalar generate: unknown option '%s'\n", a);
+            usage();
+            return 2;
+        }
+#undef VAL
+    }
+    if (model == NULL) {
+        fprintf(stderr, "nalar generate: -m MODEL is required\n");
+        return 2;
+    }
+    eo.model_path = model;
+    e = nalar_engine_create(&eo, &err);
+    if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        nalar_engine_destroy(e);
+        return 1;
+    }
+    m = nalar_engine_model(e);
+    ids = tokenize_text(m->tok, prompt, nalar_tok_add_bos(m->tok), 0, &n_ids);
+    if (ids == NULL || n_ids == 0) {
+        fprintf(stderr, "nalar: the prompt tokenizes to nothing (and the "
+                "model adds no BOS)\n");
+        free(ids);
+        nalar_engine_destroy(e);
+        return 1;
+    }
+    rp.prompt = ids;
+    rp.n_prompt = n_ids;
+    rp.stop = stops;
+    rp.n_stop = n_stop;
+    r = nalar_request_create(&rp, gen_notify, &g, &err);
+    free(ids);
+    if (r == NULL || nalar_engine_run_sync(e, &r, 1, &err) != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        nalar_request_unref(r);
+        nalar_engine_destroy(e);
+        return 1;
+    }
+    gen_notify(r, &g);
+    printf("\n");
+    nalar_request_unref(r);
+    nalar_engine_destroy(e);
+    return 0;
+}
+
+
+/* --- tokenize / inspect --- */
+
+static int
+cmd_tokenize(int argc, char **argv)
+{
+    const char       *model = NULL, *text = NULL;
+    int               bos = 1, special = 0, n;
+    gguf_file        *f;
+    nalar_tokenizer  *tok;
+    nalar_err         err;
+    int32_t          *ids;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) {
+            model = argv[++i];
+        } else if (strcmp(argv[i], "--no-bos") == 0) {
+            bos = 0;
+        } else if (strcmp(argv[i], "--special") == 0) {
+            special = 1;
+        } else if (text == NULL) {
+            text = argv[i];
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (model == NULL || text == NULL) {
+        usage();
+        return 2;
+    }
+    /* the tokenizer alone: vocabulary-only files work too */
+    f = gguf_open(model, &err);
+    if (f == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    tok = nalar_tokenizer_create(f, &err);
+    gguf_close(f);
+    if (tok == NULL) {
+        fprintf(stderr, "nalar: %s: %s\n", model, err.msg);
+        return 1;
+    }
+    ids = tokenize_text(tok, text, bos && nalar_tok_add_bos(tok), special,
+                        &n);
+    if (ids == NULL) {
+        fprintf(stderr, "nalar: cannot tokenize\n");
+        nalar_tokenizer_destroy(tok);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        printf(i ? " %d" : "%d", ids[i]);
+    }
+    printf("\n");
+    free(ids);
+    nalar_tokenizer_destroy(tok);
+    return 0;
+}
+
+
+static int
+cmd_inspect(int argc, char **argv)
+{
+    nalar_model *m;
+    nalar_err    err;
+    char        *s;
+
+    if (argc != 2) {
+        usage();
+        return 2;
+    }
+    m = nalar_model_load(argv[1], &err);
+    if (m == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    s = nalar_model_describe(m);
+    if (s != NULL) {
+        fputs(s, stdout);
+    }
+    free(s);
+    nalar_model_destroy(m);
+    return 0;
+}
+
+
+/* --- mkmodel --- */
+
+static int
+cmd_mkmodel(int argc, char **argv)
+{
+    nalar_mkmodel_opts o;
+    const char        *out = NULL, *v;
+    nalar_err          err;
+
+    nalar_mkmodel_defaults(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+#define VAL() do { if ((v = optval(argc, argv, &i)) == NULL) return 2; } \
+              while (0)
+        if (strcmp(a, "--dim") == 0) { VAL(); o.dim = atoi(v); }
+        else if (strcmp(a, "--layers") == 0) { VAL(); o.n_layers = atoi(v); }
+        else if (strcmp(a, "--heads") == 0) { VAL(); o.n_heads = atoi(v); }
+        else if (strcmp(a, "--kv-heads") == 0) {
+            VAL(); o.n_kv_heads = atoi(v);
+        } else if (strcmp(a, "--ffn") == 0) { VAL(); o.ffn_dim = atoi(v); }
+        else if (strcmp(a, "--vocab") == 0) { VAL(); o.n_vocab = atoi(v); }
+        else if (strcmp(a, "--ctx") == 0) { VAL(); o.n_ctx = atoi(v); }
+        else if (strcmp(a, "--seed") == 0) {
+            VAL(); o.seed = strtoull(v, NULL, 10);
+        } else if (strcmp(a, "--bpe") == 0) { o.bpe = 1; }
+        else if (strcmp(a, "--vocab-from") == 0) { VAL(); o.vocab_from = v; }
+        else if (strcmp(a, "-o") == 0) { VAL(); out = v; }
+        else if (strcmp(a, "--type") == 0) {
+            VAL();
+            if (strcmp(v, "f32") == 0) o.type = GGML_F32;
+            else if (strcmp(v, "f16") == 0) o.type = GGML_F16;
+            else if (strcmp(v, "bf16") == 0) o.type = GGML_BF16;
+            else if (strcmp(v, "q8_0") == 0) o.type = GGML_Q8_0;
+            else {
+                fprintf(stderr, "nalar mkmodel: unknown type '%s' (f32, "
+                        "f16, bf16, q8_0)\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "nalar mkmodel: unknown option '%s'\n", a);
+            return 2;
+        }
+#undef VAL
+    }
+    if (out == NULL) {
+        fprintf(stderr, "nalar mkmodel: -o FILE is required\n");
+        return 2;
+    }
+    if (nalar_mkmodel(&o, out, &err) != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+
+/* --- bench --- */
+
+typedef struct {
+    nalar_model   *m;
+    nalar_backend *be;
+    nalar_kv_pool  kv;
+    nalar_batch    b;
+    float         *logits;
+} bench_ctx;
+
+
+static int
+bench_batch(bench_ctx *c, int32_t n, nalar_err *err)
+{
+    c->b.n_tokens = n;
+    return c->be->forward(c->be, &c->kv, &c->b, c->logits, err);
+}
+
+
+static int
+cmd_bench(int argc, char **argv)
+{
+    const char   *model = NULL, *v, *blist = "1,4,16";
+    int           p = 128, n = 128, threads = 0, json = 0;
+    int           bs[16], n_bs = 0, max_b = 1, vocab;
+    double        prefill_tps, decode_tps, batched[16];
+    bench_ctx     c;
+    nalar_err     err;
+    nalar_seq_kv *seqs;
+    int64_t       wbytes = 0;
+    char         *dup, *tokp;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+#define VAL() do { if ((v = optval(argc, argv, &i)) == NULL) return 2; } \
+              while (0)
+        if (strcmp(a, "-m") == 0) { VAL(); model = v; }
+        else if (strcmp(a, "-p") == 0) { VAL(); p = atoi(v); }
+        else if (strcmp(a, "-n") == 0) { VAL(); n = atoi(v); }
+        else if (strcmp(a, "-b") == 0) { VAL(); blist = v; }
+        else if (strcmp(a, "-t") == 0) { VAL(); threads = atoi(v); }
+        else if (strcmp(a, "--json") == 0) { json = 1; }
+        else {
+            fprintf(stderr, "nalar bench: unknown option '%s'\n", a);
+            return 2;
+        }
+#undef VAL
+    }
+    if (model == NULL || p < 1 || n < 1) {
+        usage();
+        return 2;
+    }
+    dup = strdup(blist);
+    for (tokp = strtok(dup, ","); tokp != NULL && n_bs < 16;
+         tokp = strtok(NULL, ","))
+    {
+        bs[n_bs] = atoi(tokp);
+        if (bs[n_bs] < 1) {
+            fprintf(stderr, "nalar bench: bad batch size '%s'\n", tokp);
+            free(dup);
+            return 2;
+        }
+        max_b = bs[n_bs] > max_b ? bs[n_bs] : max_b;
+        n_bs++;
+    }
+    free(dup);
+
+    memset(&c, 0, sizeof(c));
+    c.m = nalar_model_load(model, &err);
+    if (c.m == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    if (p + n > c.m->cfg.n_ctx) {
+        fprintf(stderr, "nalar bench: -p + -n = %d exceeds the context of "
+                "%d\n", p + n, c.m->cfg.n_ctx);
+        nalar_model_destroy(c.m);
+        return 2;
+    }
+    vocab = c.m->cfg.n_vocab;
+    c.be = nalar_cpu_backend_create(c.m, threads, &err);
+    if (c.be == NULL
+        || nalar_kv_pool_init(&c.kv, max_b * ((p + n) / NALAR_KV_BLOCK + 2),
+                              c.m->cfg.n_layers,
+                              c.m->cfg.n_kv_heads * c.m->cfg.head_dim,
+                              &err) != 0
+        || c.be->kv_alloc(c.be, &c.kv, &err) != 0)
+    {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    c.b.tokens = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
+    c.b.pos = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
+    c.b.seq = calloc((size_t) (p > max_b ? p : max_b), sizeof(*c.b.seq));
+    c.b.want_logits = calloc((size_t) (p > max_b ? p : max_b), 1);
+    c.logits = malloc((size_t) max_b * vocab * sizeof(float));
+    seqs = calloc((size_t) max_b, sizeof(*seqs));
+    if (c.b.tokens == NULL || c.b.pos == NULL || c.b.seq == NULL
+        || c.b.want_logits == NULL || c.logits == NULL || seqs == NULL)
+    {
+        fprintf(stderr, "nalar: out of memory\n");
+        return 1;
+    }
+
+    /* prefill: one p-token prompt in one pass (after a warm-up pass) */
+    for (int rep = 0; rep < 2; rep++) {
+        double t0;
+
+        nalar_seq_kv_release(&c.kv, &seqs[0]);
+        nalar_seq_kv_reserve(&c.kv, &seqs[0], p + n);
+        for (int i = 0; i < p; i++) {
+            c.b.tokens[i] = (int32_t) ((i * 7919 + 13) % vocab);
+            c.b.pos[i] = i;
+            c.b.seq[i] = &seqs[0];
+            c.b.want_logits[i] = i == p - 1;
+        }
+        c.b.n_logits = 1;
+        t0 = now_s();
+        if (bench_batch(&c, p, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return 1;
+        }
+        prefill_tps = p / (now_s() - t0);
+    }
+
+    /* decode at batch 1, greedy, continuing that prompt */
+    {
+        double  t0 = now_s();
+        int32_t tok = nalar_argmax(c.logits, vocab);
+
+        c.b.n_logits = 1;
+        for (int i = 0; i < n; i++) {
+            c.b.tokens[0] = tok;
+            c.b.pos[0] = p + i;
+            c.b.seq[0] = &seqs[0];
+            c.b.want_logits[0] = 1;
+            if (bench_batch(&c, 1, &err) != 0) {
+                fprintf(stderr, "nalar: %s\n", err.msg);
+                return 1;
+            }
+            tok = nalar_argmax(c.logits, vocab);
+        }
+        decode_tps = n / (now_s() - t0);
+    }
+    nalar_seq_kv_release(&c.kv, &seqs[0]);
+
+    /* batched decode: b sequences, each with a 16-token context, step
+     * together for n tokens */
+    for (int k = 0; k < n_bs; k++) {
+        int    b = bs[k], ctx0 = 16;
+        double t0;
+
+        for (int s = 0; s < b; s++) {
+            nalar_seq_kv_reserve(&c.kv, &seqs[s], ctx0 + n);
+            for (int i = 0; i < ctx0; i++) {
+                c.b.tokens[0] = (int32_t) ((s * 31 + i * 7) % vocab);
+                c.b.pos[0] = i;
+                c.b.seq[0] = &seqs[s];
+                c.b.want_logits[0] = i == ctx0 - 1;
+                c.b.n_logits = i == ctx0 - 1;
+                bench_batch(&c, 1, &err);
+            }
+        }
+        t0 = now_s();
+        for (int i = 0; i < n; i++) {
+            for (int s = 0; s < b; s++) {
+                c.b.tokens[s] = nalar_argmax(c.logits + (size_t) s * vocab,
+                                             vocab);
+                if (i == 0) {
+                    c.b.tokens[s] = (int32_t) ((s * 17 + 5) % vocab);
+                }
+                c.b.pos[s] = ctx0 + i;
+                c.b.seq[s] = &seqs[s];
+                c.b.want_logits[s] = 1;
+            }
+            c.b.n_logits = b;
+            if (bench_batch(&c, b, &err) != 0) {
+                fprintf(stderr, "nalar: %s\n", err.msg);
+                return 1;
+            }
+        }
+        batched[k] = (double) b * n / (now_s() - t0);
+        for (int s = 0; s < b; s++) {
+            nalar_seq_kv_release(&c.kv, &seqs[s]);
+        }
+    }
+
+    for (uint64_t i = 0; i < c.m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &c.m->gguf->tensors[i];
+
+        if (t->name.len != 17
+            || memcmp(t->name.ptr, "token_embd.weight", 17) != 0
+            || c.m->output.data == c.m->tok_embd.data)
+        {
+            wbytes += (int64_t) t->nbytes;   /* the embedding is gathered */
+        }
+    }
+
+    if (json) {
+        printf("{\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
+               "%.1f, \"batched\": {", prefill_tps, decode_tps);
+        for (int k = 0; k < n_bs; k++) {
+            printf("%s\"%d\": %.1f", k ? ", " : "", bs[k], batched[k]);
+        }
+        printf("}, \"weight_bytes_per_s\": %.0f}\n",
+               (double) wbytes * decode_tps);
+    } else {
+        printf("model %s: %d threads\n", model, threads);
+        printf("prefill %d tokens: %.1f tokens/s\n", p, prefill_tps);
+        printf("decode %d tokens, batch 1: %.1f tokens/s (%.2f GB/s of "
+               "weights)\n", n, decode_tps, wbytes * decode_tps / 1e9);
+        for (int k = 0; k < n_bs; k++) {
+            printf("decode batch %d: %.1f tokens/s aggregate\n", bs[k],
+                   batched[k]);
+        }
+    }
+    free(seqs);
+    free(c.b.tokens);
+    free(c.b.pos);
+    free(c.b.seq);
+    free(c.b.want_logits);
+    free(c.logits);
+    c.be->kv_free(c.be, &c.kv);
+    nalar_kv_pool_free(&c.kv);
+    c.be->destroy(c.be);
+    nalar_model_destroy(c.m);
+    return 0;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
+    if (strcmp(argv[1], "generate") == 0) {
+        return cmd_generate(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "tokenize") == 0) {
+        return cmd_tokenize(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "inspect") == 0) {
+        return cmd_inspect(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "mkmodel") == 0) {
+        return cmd_mkmodel(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "bench") == 0) {
+        return cmd_bench(argc - 1, argv + 1);
+    }
+    usage();
+    return 2;
+}

@@ -1,0 +1,578 @@
+/*
+ * The CPU backend: a Llama forward pass over a batch of tokens from many
+ * sequences, reading K/V from the paged pool.
+ *
+ * The whole pass is one parallel region on the worker pool; phases that
+ * depend on each other are separated by barriers.  Work inside a phase is
+ * split by weight rows (matrix products), by token (norms, RoPE, KV store)
+ * or by (token, head) (attention), so no two threads write the same bytes.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_matmul.h"
+#include "threadpool.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+typedef struct {
+    nalar_model   *m;
+    nalar_pool    *pool;
+    int32_t        cap_tok;      /* scratch rows allocated */
+    int32_t        q_dim;        /* n_heads * head_dim */
+    int32_t        kv_dim;       /* n_kv_heads * head_dim */
+    float         *x;            /* (cap_tok, dim) residual stream */
+    float         *xb;           /* (cap_tok, dim) normalised input */
+    float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */
+    float         *att;          /* (cap_tok, q_dim) attention output */
+    float         *hg;           /* (cap_tok, ffn) gate, then silu(g) * u */
+    float         *hu;           /* (cap_tok, ffn) up */
+    float         *rope_cos;     /* (cap_tok, head_dim / 2) */
+    float         *rope_sin;     /* (cap_tok, head_dim / 2) */
+    float         *inv_freq;     /* (head_dim / 2) base^(-2i/head_dim) */
+    float         *scores;       /* (n_threads, n_ctx_max) */
+    int32_t        scores_cap;   /* per thread */
+    int32_t       *logit_rows;   /* (cap_tok) batch index of each logit */
+    /* the pass in flight */
+    nalar_kv_pool     *kv;
+    const nalar_batch *batch;
+    float             *logits;
+} cpu_backend;
+
+
+/* --- small vector helpers (fixed order of operations) --- */
+
+static inline float
+dot(const float *a, const float *b, int n)
+{
+#if defined(__AVX512F__)
+    __m512 acc = _mm512_setzero_ps();
+    int    i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i),
+                              acc);
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16) ((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i),
+                              _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float s = 0;
+    for (int i = 0; i < n; i++) {
+        s = fmaf(a[i], b[i], s);
+    }
+    return s;
+#endif
+}
+
+
+/* y += a * x */
+static inline void
+axpy(float *y, float a, const float *x, int n)
+{
+#if defined(__AVX512F__)
+    __m512 av = _mm512_set1_ps(a);
+    int    i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i),
+                                                _mm512_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) {
+        y[i] = fmaf(a, x[i], y[i]);
+    }
+#else
+    for (int i = 0; i < n; i++) {
+        y[i] = fmaf(a, x[i], y[i]);
+    }
+#endif
+}
+
+
+static void
+rmsnorm(float *o, const float *x, const float *w, int n, float eps)
+{
+    float ss = dot(x, x, n) / (float) n;
+    float s = 1.0f / sqrtf(ss + eps);
+
+    for (int i = 0; i < n; i++) {
+        o[i] = x[i] * s * w[i];
+    }
+}
+
+
+/* Rotate pairs of one head: normal pairing (x[2i], x[2i+1]) or NeoX
+ * pairing (x[i], x[i + hd/2]). */
+static void
+rope_head(float *x, const float *cs, const float *sn, int hd, int neox)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        int   a = neox ? i : 2 * i;
+        int   b = neox ? i + hd / 2 : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+
+        x[a] = x0 * cs[i] - x1 * sn[i];
+        x[b] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+
+/* Contiguous share [lo, hi) of n items for thread tid of nth, with the
+ * boundaries rounded to multiples of `align`. */
+static void
+split(int64_t n, int tid, int nth, int64_t align, int64_t *lo, int64_t *hi)
+{
+    int64_t units = (n + align - 1) / align;
+    int64_t a = units * tid / nth, b = units * (tid + 1) / nth;
+
+    *lo = a * align < n ? a * align : n;
+    *hi = b * align < n ? b * align : n;
+}
+
+
+/* --- the forward pass, run by every thread --- */
+
+static void
+attention(cpu_backend *be, int layer, int tid, int nth)
+{
+    const nalar_config *c = &be->m->cfg;
+    const nalar_batch  *bt = be->batch;
+    nalar_kv_pool      *kv = be->kv;
+    int                 hd = c->head_dim;
+    int                 group = c->n_heads / c->n_kv_heads;
+    int                 ldqkv = be->q_dim + 2 * be->kv_dim;
+    float               scale = 1.0f / sqrtf((float) hd);
+    float              *sc = be->scores + (int64_t) tid * be->scores_cap;
+    int64_t             lo, hi;
+
+    split((int64_t) bt->n_tokens * c->n_heads, tid, nth, 1, &lo, &hi);
+    for (int64_t item = lo; item < hi; item++) {
+        int                 t = (int) (item / c->n_heads);
+        int                 h = (int) (item % c->n_heads);
+        int                 g = h / group;
+        const nalar_seq_kv *s = bt->seq[t];
+        int32_t             n = bt->pos[t] + 1;
+        const float        *q = be->qkv + (int64_t) t * ldqkv + h * hd;
+        float              *out = be->att + (int64_t) t * be->q_dim + h * hd;
+        float               mx = -INFINITY, sum = 0;
+
+        for (int32_t j = 0; j < n; j++) {
+            int32_t b = s->blocks[j / NALAR_KV_BLOCK];
+            const float *k = kv->k + nalar_kv_offset(kv, b, layer,
+                                                     j % NALAR_KV_BLOCK)
+                             + g * hd;
+
+            sc[j] = dot(q, k, hd) * scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        for (int32_t j = 0; j < n; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        memset(out, 0, (size_t) hd * sizeof(float));
+        for (int32_t j = 0; j < n; j++) {
+            int32_t b = s->blocks[j / NALAR_KV_BLOCK];
+            const float *v = kv->v + nalar_kv_offset(kv, b, layer,
+                                                     j % NALAR_KV_BLOCK)
+                             + g * hd;
+
+            axpy(out, sc[j] / sum, v, hd);
+        }
+    }
+}
+
+
+static void
+forward_worker(void *arg, int tid, int nth)
+{
+    cpu_backend        *be = arg;
+    const nalar_model  *m = be->m;
+    const nalar_config *c = &m->cfg;
+    const nalar_batch  *bt = be->batch;
+    nalar_kv_pool      *kv = be->kv;
+    nalar_pool         *pool = be->pool;
+    int                 T = bt->n_tokens;
+    int                 dim = c->dim, hd = c->head_dim;
+    int                 ldqkv = be->q_dim + 2 * be->kv_dim;
+    int64_t             lo, hi;
+
+    /* embeddings and per-token RoPE angles */
+    split(T, tid, nth, 1, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        nalar_cpu_get_row(&m->tok_embd, bt->tokens[t], be->x + t * dim);
+        for (int i = 0; i < hd / 2; i++) {
+            float theta = (float) bt->pos[t] * be->inv_freq[i];
+
+            be->rope_cos[t * (hd / 2) + i] = cosf(theta);
+            be->rope_sin[t * (hd / 2) + i] = sinf(theta);
+        }
+    }
+    nalar_pool_barrier(pool);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const nalar_layer *L = &m->layers[l];
+
+        /* xb = rmsnorm(x) * attn_norm */
+        split(T, tid, nth, 1, &lo, &hi);
+        for (int64_t t = lo; t < hi; t++) {
+            rmsnorm(be->xb + t * dim, be->x + t * dim, L->attn_norm, dim,
+                    c->norm_eps);
+        }
+        nalar_pool_barrier(pool);
+
+        /* q, k, v = xb Wq^T, xb Wk^T, xb Wv^T: one row space of
+         * q_dim + 2 kv_dim rows split over threads */
+        split(ldqkv, tid, nth, 16, &lo, &hi);
+        {
+            int64_t qd = be->q_dim, kd = be->kv_dim;
+            int64_t a, b;
+
+            a = lo; b = hi < qd ? hi : qd;
+            if (a < b) {
+                nalar_cpu_matmul(&L->wq, be->xb, T, dim, be->qkv, ldqkv, a, b,
+                                 0);
+            }
+            a = lo > qd ? lo - qd : 0; b = hi - qd < kd ? hi - qd : kd;
+            if (a < b) {
+                nalar_cpu_matmul(&L->wk, be->xb, T, dim, be->qkv + qd, ldqkv,
+                                 a, b, 0);
+            }
+            a = lo > qd + kd ? lo - qd - kd : 0; b = hi - qd - kd;
+            if (a < b) {
+                nalar_cpu_matmul(&L->wv, be->xb, T, dim, be->qkv + qd + kd,
+                                 ldqkv, a, b, 0);
+            }
+        }
+        nalar_pool_barrier(pool);
+
+        /* biases, RoPE on q and k, then K/V into the sequence's blocks */
+        split(T, tid, nth, 1, &lo, &hi);
+        for (int64_t t = lo; t < hi; t++) {
+            float       *q = be->qkv + t * ldqkv;
+            float       *k = q + be->q_dim;
+            float       *v = k + be->kv_dim;
+            const float *cs = be->rope_cos + t * (hd / 2);
+            const float *sn = be->rope_sin + t * (hd / 2);
+            int32_t      p = bt->pos[t];
+            int32_t      b = bt->seq[t]->blocks[p / NALAR_KV_BLOCK];
+            int64_t      off = nalar_kv_offset(kv, b, l, p % NALAR_KV_BLOCK);
+
+            if (L->bq != NULL) {
+                for (int i = 0; i < be->q_dim; i++) q[i] += L->bq[i];
+                for (int i = 0; i < be->kv_dim; i++) k[i] += L->bk[i];
+                for (int i = 0; i < be->kv_dim; i++) v[i] += L->bv[i];
+            }
+            for (int h = 0; h < c->n_heads; h++) {
+                rope_head(q + h * hd, cs, sn, hd, c->rope_neox);
+            }
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                rope_head(k + h * hd, cs, sn, hd, c->rope_neox);
+            }
+            memcpy(kv->k + off, k, (size_t) be->kv_dim * sizeof(float));
+            memcpy(kv->v + off, v, (size_t) be->kv_dim * sizeof(float));
+        }
+        nalar_pool_barrier(pool);
+
+        attention(be, l, tid, nth);
+        nalar_pool_barrier(pool);
+
+        /* x += att Wo^T */
+        split(dim, tid, nth, 16, &lo, &hi);
+        if (lo < hi) {
+            nalar_cpu_matmul(&L->wo, be->att, T, be->q_dim, be->x, dim, lo,
+                             hi, 1);
+        }
+        nalar_pool_barrier(pool);
+
+        split(T, tid, nth, 1, &lo, &hi);
+        for (int64_t t = lo; t < hi; t++) {
+            rmsnorm(be->xb + t * dim, be->x + t * dim, L->ffn_norm, dim,
+                    c->norm_eps);
+        }
+        nalar_pool_barrier(pool);
+
+        /* h = silu(xb Wg^T) * (xb Wu^T); each thread owns the same rows of
+         * both products, so it can combine them without a barrier */
+        split(c->ffn_dim, tid, nth, 16, &lo, &hi);
+        if (lo < hi) {
+            nalar_cpu_matmul(&L->w_gate, be->xb, T, dim, be->hg, c->ffn_dim,
+                             lo, hi, 0);
+            nalar_cpu_matmul(&L->w_up, be->xb, T, dim, be->hu, c->ffn_dim,
+                             lo, hi, 0);
+            for (int t = 0; t < T; t++) {
+                float *g = be->hg + (int64_t) t * c->ffn_dim;
+                float *u = be->hu + (int64_t) t * c->ffn_dim;
+
+                for (int64_t i = lo; i < hi; i++) {
+                    g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                }
+            }
+        }
+        nalar_pool_barrier(pool);
+
+        /* x += h Wd^T */
+        split(dim, tid, nth, 16, &lo, &hi);
+        if (lo < hi) {
+            nalar_cpu_matmul(&L->w_down, be->hg, T, c->ffn_dim, be->x, dim,
+                             lo, hi, 1);
+        }
+        nalar_pool_barrier(pool);
+    }
+
+    /* final norm of the rows that want logits, then the output head */
+    split(bt->n_logits, tid, nth, 1, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t t = be->logit_rows[i];
+
+        rmsnorm(be->xb + i * dim, be->x + (int64_t) t * dim, m->out_norm, dim,
+                c->norm_eps);
+    }
+    nalar_pool_barrier(pool);
+
+    split(c->n_vocab, tid, nth, 16, &lo, &hi);
+    if (lo < hi) {
+        nalar_cpu_matmul(&m->output, be->xb, bt->n_logits, dim, be->logits,
+                         c->n_vocab, lo, hi, 0);
+    }
+}
+
+
+/* --- backend plumbing --- */
+
+static int
+grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
+{
+    const nalar_config *c = &be->m->cfg;
+    int                 nth = nalar_pool_size(be->pool);
+
+    if (n_tok > be->cap_tok) {
+        int32_t cap = be->cap_tok ? be->cap_tok : 16;
+        int     ok = 1;
+
+        while (cap < n_tok) {
+            cap *= 2;
+        }
+#define GROW(p, n) do {                                                     \
+            void *q_ = realloc(p, (size_t) (n) * sizeof(*(p)));              \
+            if (q_ == NULL) ok = 0; else p = q_;                             \
+        } while (0)
+        GROW(be->x, (int64_t) cap * c->dim);
+        GROW(be->xb, (int64_t) cap * c->dim);
+        GROW(be->qkv, (int64_t) cap * (be->q_dim + 2 * be->kv_dim));
+        GROW(be->att, (int64_t) cap * be->q_dim);
+        GROW(be->hg, (int64_t) cap * c->ffn_dim);
+        GROW(be->hu, (int64_t) cap * c->ffn_dim);
+        GROW(be->rope_cos, (int64_t) cap * (c->head_dim / 2));
+        GROW(be->rope_sin, (int64_t) cap * (c->head_dim / 2));
+        GROW(be->logit_rows, cap);
+        if (!ok) {
+            return nalar_fail(err, "cpu backend: out of memory for %d "
+                              "tokens", cap);
+        }
+        be->cap_tok = cap;
+    }
+    if (max_pos + 1 > be->scores_cap) {
+        int32_t cap = be->scores_cap ? be->scores_cap : 256;
+        int     ok = 1;
+
+        while (cap < max_pos + 1) {
+            cap *= 2;
+        }
+        GROW(be->scores, (int64_t) cap * nth);
+#undef GROW
+        if (!ok) {
+            return nalar_fail(err, "cpu backend: out of memory");
+        }
+        be->scores_cap = cap;
+    }
+    return 0;
+}
+
+
+static int
+cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
+            float *logits, nalar_err *err)
+{
+    cpu_backend *be = b->impl;
+    int32_t      max_pos = 0, n_logits = 0;
+
+    for (int32_t t = 0; t < batch->n_tokens; t++) {
+        const nalar_seq_kv *s = batch->seq[t];
+
+        if (batch->pos[t] < 0
+            || batch->pos[t] >= s->n_blocks * NALAR_KV_BLOCK
+            || batch->tokens[t] < 0
+            || batch->tokens[t] >= be->m->cfg.n_vocab)
+        {
+            return nalar_fail(err, "cpu backend: token %d (id %d, pos %d) "
+                              "outside its sequence's reserved KV or the "
+                              "vocabulary", t, batch->tokens[t],
+                              batch->pos[t]);
+        }
+        max_pos = batch->pos[t] > max_pos ? batch->pos[t] : max_pos;
+    }
+    if (grow(be, batch->n_tokens, max_pos, err) != 0) {
+        return -1;
+    }
+    for (int32_t t = 0; t < batch->n_tokens; t++) {
+        if (batch->want_logits[t]) {
+            be->logit_rows[n_logits++] = t;
+        }
+    }
+    if (n_logits != batch->n_logits) {
+        return nalar_fail(err, "cpu backend: batch says %d logits but marks "
+                          "%d", batch->n_logits, n_logits);
+    }
+    if (batch->n_tokens == 0) {
+        return 0;
+    }
+    be->kv = kv;
+    be->batch = batch;
+    be->logits = logits;
+    nalar_pool_run(be->pool, forward_worker, be);
+    return 0;
+}
+
+
+static void
+cpu_kv_copy(void *ctx, int32_t dst, int32_t src)
+{
+    nalar_kv_pool *p = ctx;
+    size_t n = (size_t) p->n_layers * NALAR_KV_BLOCK * p->kv_dim;
+
+    memcpy(p->k + nalar_kv_offset(p, dst, 0, 0),
+           p->k + nalar_kv_offset(p, src, 0, 0), n * sizeof(float));
+    memcpy(p->v + nalar_kv_offset(p, dst, 0, 0),
+           p->v + nalar_kv_offset(p, src, 0, 0), n * sizeof(float));
+}
+
+
+static int
+cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
+{
+    size_t n = (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK
+               * p->kv_dim;
+
+    p->k = calloc(n, sizeof(float));
+    p->v = calloc(n, sizeof(float));
+    if (p->k == NULL || p->v == NULL) {
+        free(p->k);
+        free(p->v);
+        p->k = p->v = NULL;
+        return nalar_fail(err, "cpu backend: cannot allocate %zu MiB of KV",
+                          2 * n * sizeof(float) >> 20);
+    }
+    p->copy = cpu_kv_copy;
+    p->copy_ctx = p;
+    return 0;
+}
+
+
+static void
+cpu_kv_free(nalar_backend *b, nalar_kv_pool *p)
+{
+    free(p->k);
+    free(p->v);
+    p->k = p->v = NULL;
+}
+
+
+static void
+cpu_destroy(nalar_backend *b)
+{
+    cpu_backend *be;
+
+    if (b == NULL) {
+        return;
+    }
+    be = b->impl;
+    if (be != NULL) {
+        if (be->pool != NULL) {
+            nalar_pool_destroy(be->pool);
+        }
+        free(be->x);
+        free(be->xb);
+        free(be->qkv);
+        free(be->att);
+        free(be->hg);
+        free(be->hu);
+        free(be->rope_cos);
+        free(be->rope_sin);
+        free(be->inv_freq);
+        free(be->scores);
+        free(be->logit_rows);
+        free(be);
+    }
+    free(b);
+}
+
+
+nalar_backend *
+nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
+{
+    nalar_backend      *b;
+    cpu_backend        *be;
+    const nalar_config *c = &m->cfg;
+
+    b = calloc(1, sizeof(*b));
+    be = calloc(1, sizeof(*be));
+    if (b == NULL || be == NULL) {
+        free(b);
+        free(be);
+        nalar_fail(err, "cpu backend: out of memory");
+        return NULL;
+    }
+    b->name = "cpu";
+    b->model = m;
+    b->kv_alloc = cpu_kv_alloc;
+    b->kv_free = cpu_kv_free;
+    b->forward = cpu_forward;
+    b->destroy = cpu_destroy;
+    b->impl = be;
+    be->m = m;
+    be->q_dim = c->n_heads * c->head_dim;
+    be->kv_dim = c->n_kv_heads * c->head_dim;
+    be->inv_freq = malloc((size_t) (c->head_dim / 2) * sizeof(float));
+    be->pool = nalar_pool_create(n_threads);
+    if (be->inv_freq == NULL || be->pool == NULL) {
+        cpu_destroy(b);
+        nalar_fail(err, "cpu backend: cannot start %d worker threads",
+                   n_threads);
+        return NULL;
+    }
+    for (int i = 0; i < c->head_dim / 2; i++) {
+        be->inv_freq[i] = powf(c->rope_base,
+                               -2.0f * (float) i / (float) c->head_dim);
+    }
+    return b;
+}
+
+
+nalar_backend *
+nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
+                     nalar_err *err)
+{
+    const char *name = o != NULL && o->name != NULL ? o->name : "cpu";
+
+    if (strcmp(name, "cpu") == 0) {
+        return nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
+    }
+    nalar_fail(err, "backend '%s' is not built into this binary (available: "
+               "cpu)", name);
+    return NULL;
+}
+
+
+int64_t
+nalar_kv_block_bytes(const nalar_model *m)
+{
+    return (int64_t) 2 * m->cfg.n_layers * NALAR_KV_BLOCK
+           * m->cfg.n_kv_heads * m->cfg.head_dim * (int64_t) sizeof(float);
+}

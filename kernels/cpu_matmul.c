@@ -1,0 +1,268 @@
+/*
+ * CPU matrix products.  See cpu_matmul.h for the contract.
+ *
+ * The kernel computes an R x C tile (R weight rows, C tokens) with R*C
+ * 16-lane accumulators; W's 16-column chunk is widened to float once and
+ * used for C tokens.  Rows and tokens outside full tiles use smaller tiles
+ * with the same per-element arithmetic.
+ */
+#include <string.h>
+
+#include "cpu_matmul.h"
+#include "fp16.h"
+
+#define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+
+typedef __m512 v16;
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* 16 weights of row `w` (raw bytes of one row) from column c, masked. */
+static ALWAYS_INLINE v16
+load_w(ggml_type type, const uint8_t *w, int64_t c, __mmask16 m)
+{
+    switch (type) {
+    case GGML_F32:
+        return _mm512_maskz_loadu_ps(m, (const float *) w + c);
+    case GGML_F16:
+        return _mm512_cvtph_ps(
+            _mm256_maskz_loadu_epi16(m, (const uint16_t *) w + c));
+    case GGML_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+            _mm256_maskz_loadu_epi16(m, (const uint16_t *) w + c)), 16));
+    default: {  /* GGML_Q8_0: cols are a multiple of 32, no mask needed */
+        const uint8_t *blk = w + (c / QK8_0) * 34;
+        uint16_t       d16;
+        __m512         q;
+
+        memcpy(&d16, blk, 2);
+        q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+            _mm_loadu_si128((const __m128i *) (blk + 2 + (c % QK8_0)))));
+        return _mm512_mul_ps(q, _mm512_set1_ps(nalar_f16_to_f32(d16)));
+    }
+    }
+}
+
+
+static ALWAYS_INLINE void
+tile(ggml_type type, const uint8_t *w, int64_t wstride, const float *x,
+     int ldx, float *y, int ldy, int64_t cols, int accumulate, const int R,
+     const int C)
+{
+    v16     acc[8][4];
+    int64_t c = 0;
+
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < C; j++) {
+            acc[i][j] = _mm512_setzero_ps();
+        }
+    }
+    for (; c + 16 <= cols; c += 16) {
+        v16 xv[4];
+
+        for (int j = 0; j < C; j++) {
+            xv[j] = _mm512_loadu_ps(x + (int64_t) j * ldx + c);
+        }
+        for (int i = 0; i < R; i++) {
+            v16 wv = load_w(type, w + i * wstride, c, 0xffff);
+
+            for (int j = 0; j < C; j++) {
+                acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+            }
+        }
+    }
+    if (c < cols) {
+        __mmask16 m = (__mmask16) ((1u << (cols - c)) - 1);
+        v16       xv[4];
+
+        for (int j = 0; j < C; j++) {
+            xv[j] = _mm512_maskz_loadu_ps(m, x + (int64_t) j * ldx + c);
+        }
+        for (int i = 0; i < R; i++) {
+            v16 wv = load_w(type, w + i * wstride, c, m);
+
+            for (int j = 0; j < C; j++) {
+                acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < C; j++) {
+            float s = _mm512_reduce_add_ps(acc[i][j]);
+            float *o = y + (int64_t) j * ldy + i;
+
+            *o = accumulate ? *o + s : s;
+        }
+    }
+}
+
+
+/* One type: the compiler specialises tile() per (type, R, C). */
+#define DEFINE_MATMUL(NAME, TYPE)                                             \
+static void                                                                   \
+NAME(const uint8_t *w, int64_t wstride, const float *x, int n_tok, int ldx,   \
+     float *y, int ldy, int64_t r0, int64_t r1, int64_t cols, int acc)        \
+{                                                                             \
+    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
+        int     tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;        \
+        int64_t r = r0;                                                       \
+                                                                              \
+        for (; r < r1; ) {                                                    \
+            const uint8_t *wr = w + r * wstride;                              \
+            float         *yr = y + (int64_t) t0 * ldy + r;                   \
+            const float   *xt = x + (int64_t) t0 * ldx;                       \
+            int            t = 0;                                             \
+                                                                              \
+            if (tn >= 4 && r + 4 <= r1) {                                     \
+                for (; t + 4 <= tn; t += 4) {                                 \
+                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
+                         yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);       \
+                }                                                             \
+                for (; t < tn; t++) {                                         \
+                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
+                         yr + (int64_t) t * ldy, ldy, cols, acc, 4, 1);       \
+                }                                                             \
+                r += 4;                                                       \
+            } else if (r + 8 <= r1) {                                         \
+                for (; t < tn; t++) {                                         \
+                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
+                         yr + (int64_t) t * ldy, ldy, cols, acc, 8, 1);       \
+                }                                                             \
+                r += 8;                                                       \
+            } else {                                                          \
+                for (; t < tn; t++) {                                         \
+                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
+                         yr + (int64_t) t * ldy, ldy, cols, acc, 1, 1);       \
+                }                                                             \
+                r += 1;                                                       \
+            }                                                                 \
+        }                                                                     \
+    }                                                                         \
+}
+
+DEFINE_MATMUL(matmul_f32, GGML_F32)
+DEFINE_MATMUL(matmul_f16, GGML_F16)
+DEFINE_MATMUL(matmul_bf16, GGML_BF16)
+DEFINE_MATMUL(matmul_q8_0, GGML_Q8_0)
+
+
+void
+nalar_cpu_matmul(const nalar_mat *W, const float *x, int n_tok, int ldx,
+                 float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    int64_t        wstride = (int64_t) ggml_row_size(W->type,
+                                                     (uint64_t) W->cols);
+    const uint8_t *w = W->data;
+
+    switch (W->type) {
+    case GGML_F32:
+        matmul_f32(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
+                   accumulate);
+        break;
+    case GGML_F16:
+        matmul_f16(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
+                   accumulate);
+        break;
+    case GGML_BF16:
+        matmul_bf16(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
+                    accumulate);
+        break;
+    default:
+        matmul_q8_0(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
+                    accumulate);
+        break;
+    }
+}
+
+#else  /* portable fallback: same 16-lane order of operations, scalar */
+
+#include <math.h>
+
+static float
+w_at(ggml_type type, const uint8_t *w, int64_t c)
+{
+    uint16_t h;
+
+    switch (type) {
+    case GGML_F32:
+        return ((const float *) w)[c];
+    case GGML_F16:
+        memcpy(&h, w + 2 * c, 2);
+        return nalar_f16_to_f32(h);
+    case GGML_BF16:
+        memcpy(&h, w + 2 * c, 2);
+        return nalar_bf16_to_f32(h);
+    default: {
+        const uint8_t *blk = w + (c / QK8_0) * 34;
+
+        memcpy(&h, blk, 2);
+        return (float) (int8_t) blk[2 + c % QK8_0] * nalar_f16_to_f32(h);
+    }
+    }
+}
+
+
+void
+nalar_cpu_matmul(const nalar_mat *W, const float *x, int n_tok, int ldx,
+                 float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
+
+    for (int t = 0; t < n_tok; t++) {
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *w = (const uint8_t *) W->data + r * wstride;
+            float          lane[16] = { 0 };
+            float          s;
+
+            for (int64_t c = 0; c < W->cols; c++) {
+                lane[c % 16] = fmaf(w_at(W->type, w, c),
+                                    x[(int64_t) t * ldx + c], lane[c % 16]);
+            }
+            s = 0;
+            for (int i = 0; i < 16; i++) {
+                s += lane[i];
+            }
+            y[(int64_t) t * ldy + r] = accumulate
+                                       ? y[(int64_t) t * ldy + r] + s : s;
+        }
+    }
+}
+
+#endif
+
+
+void
+nalar_cpu_get_row(const nalar_mat *W, int64_t row, float *out)
+{
+    int64_t        wstride = (int64_t) ggml_row_size(W->type,
+                                                     (uint64_t) W->cols);
+    const uint8_t *w = (const uint8_t *) W->data + row * wstride;
+
+    for (int64_t c = 0; c < W->cols; c++) {
+        uint16_t h;
+
+        switch (W->type) {
+        case GGML_F32:
+            memcpy(&out[c], w + 4 * c, 4);
+            break;
+        case GGML_F16:
+            memcpy(&h, w + 2 * c, 2);
+            out[c] = nalar_f16_to_f32(h);
+            break;
+        case GGML_BF16:
+            memcpy(&h, w + 2 * c, 2);
+            out[c] = nalar_bf16_to_f32(h);
+            break;
+        default: {
+            const uint8_t *blk = w + (c / QK8_0) * 34;
+
+            memcpy(&h, blk, 2);
+            out[c] = (float) (int8_t) blk[2 + c % QK8_0]
+                     * nalar_f16_to_f32(h);
+        }
+        }
+    }
+}

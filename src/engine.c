@@ -1,0 +1,1162 @@
+/*
+ * The serving engine: continuous batching over one model.  See engine.h for
+ * the request lifecycle.
+ *
+ * Threads: the engine thread (or the caller of nalar_engine_run_sync) owns
+ * the model, backend, KV pool, the running set and every request's engine
+ * state.  Other threads touch only: the waiting queue (under e->mu), a
+ * request's output buffer (under r->mu), the cancel flag and counters
+ * (atomics).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "kv.h"
+#include "model.h"
+#include "stop.h"
+#include "tokenizer.h"
+
+const double nalar_hist_bounds[NALAR_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, INFINITY
+};
+
+typedef enum {
+    REQ_NEW = 0,
+    REQ_WAITING,     /* in e->waiting (also after preemption) */
+    REQ_RUNNING,     /* in e->running; feeding tokens[n_computed..] */
+    REQ_FINISHED
+} req_state;
+
+struct nalar_request {
+    int              refs;            /* atomic */
+    int              cancelled;       /* atomic */
+    nalar_engine    *engine;          /* set at submit */
+    nalar_notify_fn  notify;
+    void            *notify_ctx;
+    nalar_request   *next;            /* waiting-queue link (under e->mu) */
+
+    /* parameters (owned copies) */
+    nalar_request_params p;
+    int32_t         *prompt;          /* (n_prompt) */
+    char           **stops;           /* (n_stop) */
+    int32_t         *stop_ids;        /* (n_stop_ids) */
+
+    /* engine state (engine thread only) */
+    req_state        state;
+    nalar_seq_kv     kv;
+    int32_t         *tokens;          /* (cap_tokens) prompt + generated */
+    int32_t          n_tokens;
+    int32_t          cap_tokens;
+    int32_t          n_computed;      /* positions with KV: [0, n_computed) */
+    int32_t          n_generated;
+    int32_t          max_tokens;
+    nalar_sampler    sampler;
+    int              sampler_ready;
+    nalar_detok      detok;
+    nalar_stop      *stop;
+    double           t_submit, t_sched, t_first, t_last;
+
+    /* output handed to the consumer (under mu) */
+    pthread_mutex_t  mu;
+    char            *out_text;
+    size_t           out_len, out_cap;
+    int32_t         *out_ids;
+    int32_t          out_n, out_idcap;
+    nalar_logprob   *out_lp;          /* (out_idcap, 1 + n_logprobs) */
+    nalar_finish     finish;
+    int              finish_taken;
+    char             error[256];
+    int32_t          n_cached;
+    double           queue_ms, ttft_ms;
+};
+
+struct nalar_engine {
+    nalar_engine_opts opts;
+    char             *model_path;
+    char             *model_name;
+    char             *backend_name;
+
+    nalar_model      *model;
+    nalar_backend    *be;
+    nalar_kv_pool     kv;
+    int               kv_ready;
+
+    pthread_t         thread;
+    int               started;
+    pthread_mutex_t   mu;
+    pthread_cond_t    cv;
+    int               stop;           /* under mu */
+    int               state;          /* atomic: 0 loading, 1 ready, -1 */
+    nalar_err         load_err;
+
+    /* waiting queue, FIFO (under mu) */
+    nalar_request    *wait_head, *wait_tail;
+    int32_t           n_waiting;
+
+    /* running set (engine thread) */
+    nalar_request   **running;        /* (max_running) in admission order */
+    int32_t           n_running;
+
+    /* batch scratch (engine thread) */
+    nalar_batch       batch;
+    nalar_request   **batch_req;      /* (max_batch) request of each token */
+    int32_t           batch_cap;
+    float            *logits;         /* (max_logits, n_vocab) */
+    int32_t           logits_cap;
+
+    /* metrics (under mu) */
+    nalar_metrics     m;
+};
+
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+
+static void
+hist_add(uint64_t *buckets, double *sum, uint64_t *count, double v)
+{
+    for (int i = 0; i < NALAR_HIST_BUCKETS; i++) {
+        if (v <= nalar_hist_bounds[i]) {
+            buckets[i]++;
+        }
+    }
+    *sum += v;
+    (*count)++;
+}
+
+
+/* --- requests --- */
+
+nalar_request *
+nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
+                     void *notify_ctx, nalar_err *err)
+{
+    nalar_request *r;
+
+    if (p->n_prompt <= 0) {
+        nalar_fail(err, "the prompt is empty");
+        return NULL;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        nalar_fail(err, "out of memory");
+        return NULL;
+    }
+    r->refs = 1;
+    r->notify = notify;
+    r->notify_ctx = notify_ctx;
+    r->p = *p;
+    pthread_mutex_init(&r->mu, NULL);
+    r->prompt = malloc((size_t) p->n_prompt * sizeof(int32_t));
+    r->stops = calloc((size_t) p->n_stop + 1, sizeof(char *));
+    r->stop_ids = malloc(((size_t) p->n_stop_ids + 1) * sizeof(int32_t));
+    if (r->prompt == NULL || r->stops == NULL || r->stop_ids == NULL) {
+        goto oom;
+    }
+    memcpy(r->prompt, p->prompt, (size_t) p->n_prompt * sizeof(int32_t));
+    for (int i = 0; i < p->n_stop; i++) {
+        r->stops[i] = strdup(p->stop[i]);
+        if (r->stops[i] == NULL) {
+            goto oom;
+        }
+    }
+    if (p->n_stop_ids > 0) {
+        memcpy(r->stop_ids, p->stop_ids,
+               (size_t) p->n_stop_ids * sizeof(int32_t));
+    }
+    r->p.prompt = r->prompt;
+    r->p.stop = (const char **) r->stops;
+    r->p.stop_ids = r->stop_ids;
+    if (r->p.sampling.n_logprobs < 0) {
+        r->p.sampling.n_logprobs = 0;
+    }
+    if (r->p.sampling.n_logprobs > 20) {
+        r->p.sampling.n_logprobs = 20;
+    }
+    r->stop = nalar_stop_create((const char **) r->stops, p->n_stop);
+    if (r->stop == NULL) {
+        goto oom;
+    }
+    nalar_seq_kv_init(&r->kv);
+    r->ttft_ms = -1;
+    return r;
+
+oom:
+    nalar_fail(err, "out of memory");
+    nalar_request_unref(r);
+    return NULL;
+}
+
+
+void
+nalar_request_ref(nalar_request *r)
+{
+    __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+}
+
+
+void
+nalar_request_unref(nalar_request *r)
+{
+    if (r == NULL || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+        return;
+    }
+    /* the KV was released by the engine when the request finished */
+    if (r->stops != NULL) {
+        for (int i = 0; i < r->p.n_stop; i++) {
+            free(r->stops[i]);
+        }
+    }
+    if (r->stop != NULL) {
+        nalar_stop_destroy(r->stop);
+    }
+    if (r->sampler_ready) {
+        nalar_sampler_free(&r->sampler);
+    }
+    free(r->kv.blocks);
+    free(r->stops);
+    free(r->stop_ids);
+    free(r->prompt);
+    free(r->tokens);
+    free(r->out_text);
+    free(r->out_ids);
+    free(r->out_lp);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+
+void
+nalar_request_cancel(nalar_request *r)
+{
+    nalar_engine *e;
+
+    __atomic_store_n(&r->cancelled, 1, __ATOMIC_RELEASE);
+    e = __atomic_load_n(&r->engine, __ATOMIC_ACQUIRE);
+    if (e != NULL) {
+        pthread_mutex_lock(&e->mu);
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+
+int
+nalar_request_take(nalar_request *r, nalar_output *out)
+{
+    int any;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&r->mu);
+    out->text = r->out_text != NULL ? r->out_text : strdup("");
+    out->text_len = r->out_len;
+    out->ids = r->out_ids;
+    out->n_ids = r->out_n;
+    out->logprobs = r->out_lp;
+    r->out_text = NULL;
+    r->out_len = r->out_cap = 0;
+    r->out_ids = NULL;
+    r->out_lp = NULL;
+    r->out_n = r->out_idcap = 0;
+    if (r->finish != NALAR_FINISH_NONE && !r->finish_taken) {
+        out->finish = r->finish;
+        r->finish_taken = 1;
+        memcpy(out->error, r->error, sizeof(out->error));
+    }
+    out->n_prompt = r->p.n_prompt;
+    out->n_cached = r->n_cached;
+    out->n_completion = r->n_generated;
+    out->queue_ms = r->queue_ms;
+    out->ttft_ms = r->ttft_ms;
+    any = out->text_len > 0 || out->n_ids > 0
+          || out->finish != NALAR_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
+
+void
+nalar_output_free(nalar_output *out)
+{
+    free(out->text);
+    free(out->ids);
+    free(out->logprobs);
+    memset(out, 0, sizeof(*out));
+}
+
+
+/* Append output under r->mu; called on the engine thread. */
+static int
+push_output(nalar_request *r, const char *text, size_t len, int32_t id,
+            const nalar_logprob *lp)
+{
+    int nlp = r->p.logprobs ? 1 + r->p.sampling.n_logprobs : 0;
+
+    pthread_mutex_lock(&r->mu);
+    if (r->out_len + len + 1 > r->out_cap) {
+        size_t cap = r->out_cap ? r->out_cap : 64;
+        char  *t;
+
+        while (cap < r->out_len + len + 1) {
+            cap *= 2;
+        }
+        t = realloc(r->out_text, cap);
+        if (t == NULL) {
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+        r->out_text = t;
+        r->out_cap = cap;
+    }
+    if (len > 0) {
+        memcpy(r->out_text + r->out_len, text, len);
+    }
+    r->out_len += len;
+    r->out_text[r->out_len] = '\0';
+    if (id >= 0) {
+        if (r->out_n == r->out_idcap) {
+            int32_t        cap = r->out_idcap ? r->out_idcap * 2 : 16;
+            int32_t       *ids = realloc(r->out_ids,
+                                         (size_t) cap * sizeof(int32_t));
+            nalar_logprob *lps;
+
+            if (ids == NULL) {
+                pthread_mutex_unlock(&r->mu);
+                return -1;
+            }
+            r->out_ids = ids;
+            if (nlp > 0) {
+                lps = realloc(r->out_lp,
+                              (size_t) cap * nlp * sizeof(nalar_logprob));
+                if (lps == NULL) {
+                    pthread_mutex_unlock(&r->mu);
+                    return -1;
+                }
+                r->out_lp = lps;
+            }
+            r->out_idcap = cap;
+        }
+        if (nlp > 0 && lp != NULL) {
+            memcpy(r->out_lp + (size_t) r->out_n * nlp, lp,
+                   (size_t) nlp * sizeof(nalar_logprob));
+        }
+        r->out_ids[r->out_n++] = id;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+
+/* --- the engine --- */
+
+static char *
+dup_or_null(const char *s)
+{
+    return s != NULL ? strdup(s) : NULL;
+}
+
+
+nalar_engine *
+nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
+{
+    nalar_engine *e;
+
+    if (o->model_path == NULL) {
+        nalar_fail(err, "engine: no model path");
+        return NULL;
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        nalar_fail(err, "engine: out of memory");
+        return NULL;
+    }
+    e->opts = *o;
+    e->model_path = strdup(o->model_path);
+    e->model_name = dup_or_null(o->model_name);
+    e->backend_name = strdup(o->backend != NULL ? o->backend : "cpu");
+    if (e->opts.max_batch_tokens <= 0) {
+        e->opts.max_batch_tokens = 512;
+    }
+    if (e->opts.max_queue <= 0) {
+        e->opts.max_queue = 1024;
+    }
+    if (e->opts.max_running <= 0) {
+        e->opts.max_running = 64;
+    }
+    if (e->opts.max_running > e->opts.max_batch_tokens) {
+        e->opts.max_running = e->opts.max_batch_tokens;
+    }
+    e->opts.model_path = e->model_path;
+    e->opts.model_name = e->model_name;
+    e->opts.backend = e->backend_name;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->running = calloc((size_t) e->opts.max_running, sizeof(*e->running));
+    if (e->model_path == NULL || e->backend_name == NULL
+        || e->running == NULL)
+    {
+        nalar_fail(err, "engine: out of memory");
+        nalar_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+
+/* Load the model, the backend and the KV pool. */
+static int
+engine_load(nalar_engine *e, nalar_err *err)
+{
+    nalar_backend_opts bo = { e->backend_name, e->opts.n_threads, 0 };
+    int64_t            block_bytes, kv_bytes;
+    int32_t            n_blocks;
+
+    e->model = nalar_model_load(e->model_path, err);
+    if (e->model == NULL) {
+        return -1;
+    }
+    if (e->model_name == NULL) {
+        e->model_name = strdup(e->model->name);
+        if (e->model_name == NULL) {
+            return nalar_fail(err, "engine: out of memory");
+        }
+    }
+    e->be = nalar_backend_create(e->model, &bo, err);
+    if (e->be == NULL) {
+        return -1;
+    }
+    block_bytes = nalar_kv_block_bytes(e->model);
+    kv_bytes = e->opts.kv_bytes;
+    if (kv_bytes <= 0) {
+        kv_bytes = 16 * block_bytes
+                   * ((e->model->cfg.n_ctx + NALAR_KV_BLOCK - 1)
+                      / NALAR_KV_BLOCK);
+        if (kv_bytes > (int64_t) 1 << 30) {
+            kv_bytes = (int64_t) 1 << 30;
+        }
+    }
+    n_blocks = (int32_t) (kv_bytes / block_bytes);
+    if (n_blocks < 1) {
+        return nalar_fail(err, "engine: KV cache of %lld bytes holds no "
+                          "block (one block takes %lld bytes)",
+                          (long long) kv_bytes, (long long) block_bytes);
+    }
+    if (nalar_kv_pool_init(&e->kv, n_blocks, e->model->cfg.n_layers,
+                           e->model->cfg.n_kv_heads * e->model->cfg.head_dim,
+                           err) != 0)
+    {
+        return -1;
+    }
+    if (e->be->kv_alloc(e->be, &e->kv, err) != 0) {
+        nalar_kv_pool_free(&e->kv);
+        return -1;
+    }
+    e->kv_ready = 1;
+    pthread_mutex_lock(&e->mu);
+    e->m.kv_blocks_total = n_blocks;
+    e->m.kv_blocks_free = n_blocks;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+
+int
+nalar_engine_state(nalar_engine *e, nalar_err *err)
+{
+    int s = __atomic_load_n(&e->state, __ATOMIC_ACQUIRE);
+
+    if (s < 0 && err != NULL) {
+        *err = e->load_err;
+    }
+    return s;
+}
+
+
+nalar_model *
+nalar_engine_model(nalar_engine *e)
+{
+    return nalar_engine_state(e, NULL) == 1 ? e->model : NULL;
+}
+
+
+const char *
+nalar_engine_model_name(nalar_engine *e)
+{
+    return nalar_engine_state(e, NULL) == 1 ? e->model_name : e->opts.model_name;
+}
+
+
+void
+nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
+{
+    pthread_mutex_lock(&e->mu);
+    *m = e->m;
+    m->requests_waiting = e->n_waiting;
+    if (e->kv_ready) {
+        m->kv_blocks_free = __atomic_load_n(&e->kv.n_free_published,
+                                            __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+
+int
+nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
+{
+    const nalar_config *c;
+    int32_t             need;
+
+    if (nalar_engine_state(e, NULL) != 1) {
+        return nalar_fail(err, "the model is still loading");
+    }
+    c = &e->model->cfg;
+    if (r->p.n_prompt >= c->n_ctx) {
+        return nalar_fail(err, "the prompt has %d tokens but the model's "
+                          "context is %d tokens", r->p.n_prompt, c->n_ctx);
+    }
+    for (int32_t i = 0; i < r->p.n_prompt; i++) {
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
+            return nalar_fail(err, "prompt token %d is outside the "
+                              "vocabulary (0..%d)", r->prompt[i],
+                              c->n_vocab - 1);
+        }
+    }
+    need = (r->p.n_prompt + 1 + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
+    if (need > e->kv.n_blocks) {
+        return nalar_fail(err, "the prompt needs %d KV blocks but the cache "
+                          "holds %d", need, e->kv.n_blocks);
+    }
+
+    pthread_mutex_lock(&e->mu);
+    if (e->n_waiting >= e->opts.max_queue) {
+        pthread_mutex_unlock(&e->mu);
+        return nalar_fail(err, "the queue is full (%d waiting)",
+                          e->n_waiting);
+    }
+    if (r->state != REQ_NEW) {
+        pthread_mutex_unlock(&e->mu);
+        return nalar_fail(err, "request submitted twice");
+    }
+    nalar_request_ref(r);
+    __atomic_store_n(&r->engine, e, __ATOMIC_RELEASE);
+    r->state = REQ_WAITING;
+    r->t_submit = now_s();
+    r->next = NULL;
+    if (e->wait_tail != NULL) {
+        e->wait_tail->next = r;
+    } else {
+        e->wait_head = r;
+    }
+    e->wait_tail = r;
+    e->n_waiting++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+
+/* Engine-side setup the first time a request is scheduled. */
+static int
+request_start(nalar_engine *e, nalar_request *r)
+{
+    const nalar_config *c = &e->model->cfg;
+
+    r->cap_tokens = c->n_ctx;
+    r->tokens = malloc((size_t) r->cap_tokens * sizeof(int32_t));
+    if (r->tokens == NULL
+        || nalar_sampler_init(&r->sampler, &r->p.sampling, c->n_vocab) != 0)
+    {
+        return -1;
+    }
+    r->sampler_ready = 1;
+    memcpy(r->tokens, r->prompt, (size_t) r->p.n_prompt * sizeof(int32_t));
+    r->n_tokens = r->p.n_prompt;
+    r->max_tokens = c->n_ctx - r->p.n_prompt;
+    if (r->p.max_tokens > 0 && r->p.max_tokens < r->max_tokens) {
+        r->max_tokens = r->p.max_tokens;
+    }
+    nalar_detok_init(&r->detok, e->model->tok);
+    r->t_sched = now_s();
+    r->queue_ms = (r->t_sched - r->t_submit) * 1e3;
+    pthread_mutex_lock(&e->mu);
+    hist_add(e->m.queue_buckets, &e->m.queue_sum, &e->m.queue_count,
+             r->t_sched - r->t_submit);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+
+/* Finish: release KV, publish the reason, notify.  The caller drops the
+ * engine's reference (finish_unref) once it no longer touches r. */
+static void
+request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
+               const char *error)
+{
+    const char *tail;
+    size_t      n;
+
+    if (e->kv_ready) {
+        nalar_seq_kv_release(&e->kv, &r->kv);
+    }
+    if (why != NALAR_FINISH_CANCELLED && why != NALAR_FINISH_ERROR
+        && r->stop != NULL)
+    {
+        /* text held back as a possible stop-string prefix is final now */
+        n = nalar_stop_flush(r->stop, &tail);
+        if (n > 0) {
+            push_output(r, tail, n, -1, NULL);
+        }
+    }
+    r->state = REQ_FINISHED;
+    pthread_mutex_lock(&r->mu);
+    r->finish = why;
+    if (error != NULL) {
+        size_t n = strlen(error);
+
+        n = n < sizeof(r->error) - 1 ? n : sizeof(r->error) - 1;
+        memcpy(r->error, error, n);
+        r->error[n] = '\0';
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (r->notify != NULL) {
+        r->notify(r, r->notify_ctx);
+    }
+}
+
+
+static void
+finish_unref(nalar_engine *e, nalar_request *r, nalar_finish why,
+             const char *error)
+{
+    request_finish(e, r, why, error);
+    nalar_request_unref(r);
+}
+
+
+static void
+running_remove(nalar_engine *e, int32_t i)
+{
+    memmove(&e->running[i], &e->running[i + 1],
+            (size_t) (e->n_running - i - 1) * sizeof(*e->running));
+    e->n_running--;
+}
+
+
+/* Preempt the most recently admitted running request: free its KV and put
+ * it back at the head of the queue; it recomputes its context later. */
+static void
+preempt_last(nalar_engine *e)
+{
+    nalar_request *r = e->running[e->n_running - 1];
+
+    e->n_running--;
+    nalar_seq_kv_release(&e->kv, &r->kv);
+    r->n_computed = 0;
+    r->state = REQ_WAITING;
+    pthread_mutex_lock(&e->mu);
+    r->next = e->wait_head;
+    e->wait_head = r;
+    if (e->wait_tail == NULL) {
+        e->wait_tail = r;
+    }
+    e->n_waiting++;
+    e->m.preemptions_total++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+
+static int
+batch_grow(nalar_engine *e, int32_t n)
+{
+    nalar_batch *b = &e->batch;
+
+    if (n <= e->batch_cap) {
+        return 0;
+    }
+#define GROW(p) do {                                                        \
+        void *q_ = realloc(p, (size_t) n * sizeof(*(p)));                   \
+        if (q_ == NULL) return -1;                                          \
+        p = q_;                                                             \
+    } while (0)
+    GROW(b->tokens);
+    GROW(b->pos);
+    GROW(b->seq);
+    GROW(b->want_logits);
+    GROW(e->batch_req);
+#undef GROW
+    e->batch_cap = n;
+    return 0;
+}
+
+
+/* Sample the next token of r from its logits row and emit it. */
+static void
+emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
+{
+    nalar_logprob lp[21];
+    char          piece[256];
+    const char   *safe;
+    int32_t       id;
+    int           n, stopped = 0, is_stop = 0;
+    size_t        ns;
+
+    id = nalar_sample(&r->sampler, row, r->p.logprobs ? lp : NULL);
+    nalar_sampler_accept(&r->sampler, id);
+    r->tokens[r->n_tokens++] = id;
+    r->n_generated++;
+
+    pthread_mutex_lock(&e->mu);
+    e->m.generation_tokens_total++;
+    if (r->n_generated == 1) {
+        hist_add(e->m.ttft_buckets, &e->m.ttft_sum, &e->m.ttft_count,
+                 t - r->t_submit);
+    } else {
+        hist_add(e->m.itl_buckets, &e->m.itl_sum, &e->m.itl_count,
+                 t - r->t_last);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (r->n_generated == 1) {
+        r->t_first = t;
+        pthread_mutex_lock(&r->mu);
+        r->ttft_ms = (t - r->t_submit) * 1e3;
+        pthread_mutex_unlock(&r->mu);
+    }
+    r->t_last = t;
+
+    if (!r->p.ignore_eos && nalar_tok_is_eog(e->model->tok, id)) {
+        is_stop = 1;
+    }
+    for (int i = 0; i < r->p.n_stop_ids; i++) {
+        is_stop |= r->stop_ids[i] == id;
+    }
+    if (is_stop) {
+        /* the stop token itself is confirmed but not shown as text */
+        push_output(r, "", 0, id, r->p.logprobs ? lp : NULL);
+        request_finish(e, r, NALAR_FINISH_STOP, NULL);
+        return;
+    }
+    n = nalar_detok_feed(&r->detok, id, piece, sizeof(piece));
+    ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe, &stopped);
+    push_output(r, safe, ns, id, r->p.logprobs ? lp : NULL);
+    if (stopped) {
+        request_finish(e, r, NALAR_FINISH_STOP, NULL);
+        return;
+    }
+    if (r->n_generated >= r->max_tokens) {
+        n = nalar_detok_flush(&r->detok, piece, sizeof(piece));
+        if (n > 0) {
+            ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe,
+                                 &stopped);
+            push_output(r, safe, ns, -1, NULL);
+        }
+        request_finish(e, r, stopped ? NALAR_FINISH_STOP
+                                     : NALAR_FINISH_LENGTH, NULL);
+        return;
+    }
+    if (r->notify != NULL) {
+        r->notify(r, r->notify_ctx);
+    }
+}
+
+
+/*
+ * One scheduling step: drop cancelled requests, admit waiting ones, build a
+ * batch (decodes first, then prefill chunks within the token budget), run
+ * the forward pass and sample.  Returns 1 if work was done, 0 if idle, -1
+ * on a backend failure (every running request is finished with the error).
+ */
+static int
+engine_step(nalar_engine *e)
+{
+    nalar_batch *b = &e->batch;
+    int32_t      budget = e->opts.max_batch_tokens;
+    int32_t      n_tok = 0, n_logits = 0;
+    nalar_err    err;
+    double       t;
+
+    /* cancelled requests leave first: their blocks go back to the pool */
+    for (int32_t i = 0; i < e->n_running; ) {
+        nalar_request *r = e->running[i];
+
+        if (__atomic_load_n(&r->cancelled, __ATOMIC_ACQUIRE)) {
+            running_remove(e, i);
+            finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
+            continue;
+        }
+        i++;
+    }
+
+    /* admission, FCFS: the head waits until its whole context fits */
+    for ( ;; ) {
+        nalar_request *r;
+        int32_t        need, reserved = 0;
+
+        pthread_mutex_lock(&e->mu);
+        r = e->wait_head;
+        if (r != NULL && __atomic_load_n(&r->cancelled, __ATOMIC_ACQUIRE)) {
+            e->wait_head = r->next;
+            if (e->wait_head == NULL) {
+                e->wait_tail = NULL;
+            }
+            e->n_waiting--;
+            pthread_mutex_unlock(&e->mu);
+            finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
+            continue;
+        }
+        if (r == NULL || e->n_running >= e->opts.max_running) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        need = ((r->n_tokens > 0 ? r->n_tokens : r->p.n_prompt) + 1
+                + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
+        /* leave one block per running sequence for its next decode */
+        reserved = e->n_running;
+        if (need + reserved > e->kv.n_free && e->n_running > 0) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        e->wait_head = r->next;
+        if (e->wait_head == NULL) {
+            e->wait_tail = NULL;
+        }
+        e->n_waiting--;
+        pthread_mutex_unlock(&e->mu);
+        if (r->tokens == NULL && request_start(e, r) != 0) {
+            finish_unref(e, r, NALAR_FINISH_ERROR, "out of memory");
+            continue;
+        }
+        r->state = REQ_RUNNING;
+        e->running[e->n_running++] = r;
+    }
+
+    if (e->n_running == 0) {
+        return 0;
+    }
+    if (batch_grow(e, budget + e->n_running) != 0) {
+        return -1;
+    }
+
+    /* reserve KV for this step's tokens; decodes (1 token) go first, then
+     * prefill chunks in admission order while the budget lasts */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < e->n_running; i++) {
+            nalar_request *r = e->running[i];
+            int32_t        todo = r->n_tokens - r->n_computed;
+            int32_t        n;
+
+            if ((pass == 0) != (todo == 1)) {
+                continue;
+            }
+            n = todo;
+            if (pass == 1) {
+                if (budget <= 0) {
+                    break;
+                }
+                n = todo < budget ? todo : budget;
+            }
+            while (nalar_seq_kv_reserve(&e->kv, &r->kv, r->n_computed + n)
+                   != 0)
+            {
+                if (e->running[e->n_running - 1] == r) {
+                    break;
+                }
+                preempt_last(e);
+            }
+            if (r->kv.n_blocks * NALAR_KV_BLOCK < r->n_computed + n) {
+                /* r itself is the newest: preempt it unless it is alone */
+                if (e->n_running > 1) {
+                    preempt_last(e);
+                    break;
+                }
+                running_remove(e, i);
+                finish_unref(e, r, NALAR_FINISH_ERROR,
+                             "the KV cache is too small for this request");
+                break;
+            }
+            for (int32_t k = 0; k < n; k++) {
+                int32_t p = r->n_computed + k;
+
+                b->tokens[n_tok] = r->tokens[p];
+                b->pos[n_tok] = p;
+                b->seq[n_tok] = &r->kv;
+                b->want_logits[n_tok] = p == r->n_tokens - 1;
+                n_logits += p == r->n_tokens - 1;
+                e->batch_req[n_tok] = r;
+                n_tok++;
+            }
+            budget -= n;
+        }
+    }
+    /* a preemption may have dropped requests whose tokens are batched */
+    {
+        int32_t w = 0;
+
+        n_logits = 0;
+        for (int32_t k = 0; k < n_tok; k++) {
+            nalar_request *r = e->batch_req[k];
+
+            if (r->state != REQ_RUNNING) {
+                continue;
+            }
+            b->tokens[w] = b->tokens[k];
+            b->pos[w] = b->pos[k];
+            b->seq[w] = b->seq[k];
+            b->want_logits[w] = b->want_logits[k];
+            n_logits += b->want_logits[k];
+            e->batch_req[w++] = r;
+        }
+        n_tok = w;
+    }
+    if (n_tok == 0) {
+        return e->n_running > 0;
+    }
+    b->n_tokens = n_tok;
+    b->n_logits = n_logits;
+    if (n_logits > e->logits_cap) {
+        float *l = realloc(e->logits, (size_t) n_logits
+                           * e->model->cfg.n_vocab * sizeof(float));
+        if (l == NULL) {
+            return -1;
+        }
+        e->logits = l;
+        e->logits_cap = n_logits;
+    }
+
+    if (e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0) {
+        while (e->n_running > 0) {
+            nalar_request *r = e->running[e->n_running - 1];
+
+            e->n_running--;
+            finish_unref(e, r, NALAR_FINISH_ERROR, err.msg);
+        }
+        return -1;
+    }
+    t = now_s();
+
+    pthread_mutex_lock(&e->mu);
+    e->m.steps_total++;
+    pthread_mutex_unlock(&e->mu);
+
+    /* advance: KV now covers the batched positions; sample where logits */
+    {
+        int32_t li = 0;
+
+        for (int32_t k = 0; k < n_tok; k++) {
+            nalar_request *r = e->batch_req[k];
+
+            r->n_computed = b->pos[k] + 1;
+            r->kv.n_pos = r->n_computed;
+            if (!b->want_logits[k]) {
+                continue;
+            }
+            if (r->n_generated == 0) {
+                pthread_mutex_lock(&e->mu);
+                e->m.prompt_tokens_total += (uint64_t) r->p.n_prompt;
+                pthread_mutex_unlock(&e->mu);
+            }
+            emit_token(e, r, e->logits
+                       + (size_t) li * e->model->cfg.n_vocab, t);
+            li++;
+        }
+    }
+    for (int32_t i = 0; i < e->n_running; ) {
+        if (e->running[i]->state == REQ_FINISHED) {
+            nalar_request *r = e->running[i];
+
+            running_remove(e, i);
+            nalar_request_unref(r);
+            continue;
+        }
+        i++;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.requests_running = e->n_running;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+
+static void
+fail_all_waiting(nalar_engine *e, nalar_finish why, const char *msg)
+{
+    for ( ;; ) {
+        nalar_request *r;
+
+        pthread_mutex_lock(&e->mu);
+        r = e->wait_head;
+        if (r != NULL) {
+            e->wait_head = r->next;
+            if (e->wait_head == NULL) {
+                e->wait_tail = NULL;
+            }
+            e->n_waiting--;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (r == NULL) {
+            return;
+        }
+        finish_unref(e, r, why, msg);
+    }
+}
+
+
+static void *
+engine_main(void *arg)
+{
+    nalar_engine *e = arg;
+
+    if (e->model == NULL) {
+        if (engine_load(e, &e->load_err) != 0) {
+            __atomic_store_n(&e->state, -1, __ATOMIC_RELEASE);
+        } else {
+            __atomic_store_n(&e->state, 1, __ATOMIC_RELEASE);
+        }
+    }
+    for ( ;; ) {
+        int idle;
+
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->n_waiting == 0 && e->n_running == 0) {
+            pthread_cond_wait(&e->cv, &e->mu);
+        }
+        if (e->stop) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (nalar_engine_state(e, NULL) != 1) {
+            fail_all_waiting(e, NALAR_FINISH_ERROR, e->load_err.msg);
+            continue;
+        }
+        idle = engine_step(e) == 0;
+        if (idle && e->n_waiting > 0 && e->n_running == 0) {
+            /* nothing admissible and nothing running: cannot happen with
+             * a consistent pool, but never spin */
+            fail_all_waiting(e, NALAR_FINISH_ERROR,
+                             "the KV cache cannot hold this request");
+        }
+    }
+    return NULL;
+}
+
+
+int
+nalar_engine_start(nalar_engine *e, nalar_err *err)
+{
+    if (!e->opts.load_async && e->model == NULL) {
+        if (engine_load(e, &e->load_err) != 0) {
+            __atomic_store_n(&e->state, -1, __ATOMIC_RELEASE);
+            *err = e->load_err;
+            return -1;
+        }
+        __atomic_store_n(&e->state, 1, __ATOMIC_RELEASE);
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        return nalar_fail(err, "engine: cannot start the engine thread");
+    }
+    e->started = 1;
+    return 0;
+}
+
+
+int
+nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
+                      nalar_err *err)
+{
+    if (e->started) {
+        return nalar_fail(err, "engine: run_sync on a started engine");
+    }
+    if (e->model == NULL) {
+        if (engine_load(e, err) != 0) {
+            e->load_err = *err;
+            __atomic_store_n(&e->state, -1, __ATOMIC_RELEASE);
+            return -1;
+        }
+        __atomic_store_n(&e->state, 1, __ATOMIC_RELEASE);
+    }
+    for (int i = 0; i < n; i++) {
+        if (nalar_engine_submit(e, reqs[i], err) != 0) {
+            return -1;
+        }
+    }
+    for ( ;; ) {
+        int rc = engine_step(e);
+
+        if (rc < 0) {
+            return nalar_fail(err, "engine: forward pass failed");
+        }
+        if (rc == 0 && e->n_waiting == 0) {
+            return 0;
+        }
+        if (rc == 0) {
+            fail_all_waiting(e, NALAR_FINISH_ERROR,
+                             "the KV cache cannot hold this request");
+        }
+    }
+}
+
+
+void
+nalar_engine_destroy(nalar_engine *e)
+{
+    if (e == NULL) {
+        return;
+    }
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    while (e->n_running > 0) {
+        nalar_request *r = e->running[--e->n_running];
+
+        finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
+    }
+    fail_all_waiting(e, NALAR_FINISH_CANCELLED, NULL);
+    if (e->kv_ready) {
+        e->be->kv_free(e->be, &e->kv);
+        nalar_kv_pool_free(&e->kv);
+    }
+    if (e->be != NULL) {
+        e->be->destroy(e->be);
+    }
+    nalar_model_destroy(e->model);
+    free(e->batch.tokens);
+    free(e->batch.pos);
+    free(e->batch.seq);
+    free(e->batch.want_logits);
+    free(e->batch_req);
+    free(e->logits);
+    free(e->running);
+    free(e->model_path);
+    free(e->model_name);
+    free(e->backend_name);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+
+/* For tests: the KV pool of a loaded engine. */
+nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
+
+nalar_kv_pool *
+nalar_engine_kv(nalar_engine *e)
+{
+    return e->kv_ready ? &e->kv : NULL;
+}

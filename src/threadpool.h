@@ -1,0 +1,26 @@
+/*
+ * A worker pool for data-parallel forward passes.
+ *
+ * nalar_pool_run(p, fn, arg) runs fn(arg, tid, n) on all n threads at once
+ * (the caller is tid 0) and returns when every thread has returned.  Inside
+ * fn, nalar_pool_barrier() synchronises all n threads, so a whole forward
+ * pass is one parallel region with a barrier between dependent phases.
+ *
+ * Idle workers spin briefly (a decode step follows the previous one within
+ * microseconds) and then sleep on a condition variable, so an idle server
+ * burns no CPU.
+ */
+#ifndef NALAR_THREADPOOL_H
+#define NALAR_THREADPOOL_H
+
+typedef struct nalar_pool nalar_pool;
+typedef void (*nalar_par_fn)(void *arg, int tid, int n);
+
+/* n <= 0: number of online CPUs.  Returns NULL on failure. */
+nalar_pool *nalar_pool_create(int n);
+void nalar_pool_destroy(nalar_pool *p);
+int  nalar_pool_size(const nalar_pool *p);
+void nalar_pool_run(nalar_pool *p, nalar_par_fn fn, void *arg);
+void nalar_pool_barrier(nalar_pool *p);
+
+#endif
