@@ -65,9 +65,19 @@ int nalar_sampler_dist(nalar_sampler *s, float *logits);
  * Sample one token from `logits` (n_vocab, modified in place).  When
  * lp != NULL, fills lp[0] with the chosen token's logprob and lp[1..n] with
  * the top-n alternatives (log-softmax of the penalised logits at T=1, as
- * OpenAI reports them); returns the token id.
+ * OpenAI reports them; lp has room for 1 + p.n_logprobs entries); returns
+ * the token id.  Like nalar_sampler_dist, each call applies the penalties to
+ * the buffer it is given, so give each call fresh logits.
  */
 int32_t nalar_sample(nalar_sampler *s, float *logits, nalar_logprob *lp);
+
+/*
+ * Draw an index in [0, n) with probability w[i] / sum(w) using the sampler's
+ * RNG (inverse CDF in index order); negative or non-finite weights count as
+ * zero.  For speculative decoding's residual max(0, p - q).  Returns -1 when
+ * no weight is positive.
+ */
+int32_t nalar_sample_from(nalar_sampler *s, const float *w, int32_t n);
 
 /* Greedy argmax over n floats (ties: lowest id). */
 int32_t nalar_argmax(const float *x, int32_t n);
