@@ -1152,9 +1152,6 @@ nalar_engine_destroy(nalar_engine *e)
 }
 
 
-/* For tests: the KV pool of a loaded engine. */
-nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
-
 nalar_kv_pool *
 nalar_engine_kv(nalar_engine *e)
 {

@@ -137,6 +137,9 @@ void nalar_request_cancel(nalar_request *r);
 int  nalar_request_take(nalar_request *r, nalar_output *out);
 void nalar_output_free(nalar_output *out);
 
+/* The engine's KV pool once loaded (tests check its invariants). */
+struct nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
+
 /*
  * Synchronous helper for the CLI and tests: run the given requests to
  * completion on an engine that is NOT started (the caller's thread runs the

@@ -1,0 +1,377 @@
+/*
+ * Engine tests on the bundled demo models: greedy continuations equal the
+ * reference ids of models/README.md (PyTorch F32, verified with llama.cpp),
+ * batch invariance (alone, batched with other lengths, chunked prefill,
+ * under preemption), paged-KV bookkeeping, and the KV pool's invariants.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "kv.h"
+#include "model.h"
+#include "tap.h"
+#include "tokenizer.h"
+
+#define N_REF 48
+
+typedef struct {
+    const char *prompt;
+    int32_t     prompt_ids[8];
+    int         n_prompt;
+    int32_t     target[N_REF];
+    int32_t     draft[N_REF];
+} ref_case;
+
+static const ref_case refs[] = {
+    { "In the beginning", { 1, 780, 262, 1794, 1046 }, 5,
+      { 272, 262, 893, 322, 261, 416, 517, 322, 261, 416, 517, 322, 261, 416,
+        1978, 1953, 793, 1967, 13, 843, 356, 388, 722, 323, 1962, 398, 2, 1,
+        375, 767, 823, 313, 262, 893, 322, 349, 261, 416, 517, 322, 261, 416,
+        517, 322, 261, 13, 1965, 369 },
+      { 272, 262, 893, 322, 261, 13, 1966, 317, 272, 262, 893, 1967, 13, 843,
+        356, 1616, 1552, 293, 706, 1999, 2008, 2008, 2018, 2006, 2007, 1999,
+        1999, 1999, 2008, 2006, 2006, 2006, 2006, 2006, 2006, 2006, 2006, 2006,
+        2006, 2006, 2006, 2006, 2006, 2006, 2006, 2006, 2006, 2006 } },
+    { "And it came to pass", { 1, 327, 337, 559, 292, 718 }, 6,
+      { 1963, 313, 1963, 313, 1963, 313, 1963, 463, 262, 581, 272, 262, 822,
+        389, 566, 292, 262, 485, 1963, 313, 306, 389, 566, 292, 262, 485, 1963,
+        274, 292, 262, 485, 1963, 274, 292, 262, 485, 1963, 274, 292, 262, 485,
+        1963, 274, 292, 262, 485, 1963, 274 },
+      { 1963, 313, 262, 485, 430, 357, 262, 485, 272, 529, 1963, 1181, 710,
+        262, 386, 1963, 304, 410, 349, 418, 292, 262, 485, 272, 1542, 1963, 768,
+        262, 485, 272, 1542, 1963, 768, 262, 485, 272, 1542, 1963, 768, 262,
+        485, 272, 1542, 1963, 768, 262, 485, 272 } },
+    { "A wise man", { 1, 298, 1540, 416 }, 4,
+      { 322, 261, 416, 517, 322, 261, 416, 517, 322, 261, 416, 517, 322, 261,
+        416, 517, 322, 261, 416, 1978, 1953, 793, 13, 329, 261, 416, 517, 322,
+        261, 416, 517, 322, 261, 416, 517, 322, 261, 416, 517, 322, 261, 416,
+        1978, 1953, 13, 1965, 369, 956 },
+      { 322, 261, 416, 517, 322, 261, 416, 517, 322, 261, 416, 517, 322, 261,
+        416, 517, 322, 261, 416, 1967, 13, 843, 356, 1318, 644, 1967, 370, 1967,
+        370, 1967, 2, 1, 375, 416, 517, 322, 261, 416, 517, 322, 261, 416, 517,
+        322, 261, 416, 517, 322 } },
+};
+#define N_CASES ((int) (sizeof(refs) / sizeof(refs[0])))
+
+/* collected output of one request */
+typedef struct {
+    int32_t ids[1024];
+    int     n;
+    char    text[8192];
+    size_t  len;
+    nalar_finish finish;
+} collected;
+
+
+static void
+collect(nalar_request *r, void *ctx)
+{
+    collected   *c = ctx;
+    nalar_output o;
+
+    nalar_request_take(r, &o);
+    for (int i = 0; i < o.n_ids && c->n < 1024; i++) {
+        c->ids[c->n++] = o.ids[i];
+    }
+    if (c->len + o.text_len < sizeof(c->text)) {
+        memcpy(c->text + c->len, o.text, o.text_len);
+        c->len += o.text_len;
+        c->text[c->len] = '\0';
+    }
+    if (o.finish != NALAR_FINISH_NONE) {
+        c->finish = o.finish;
+    }
+    nalar_output_free(&o);
+}
+
+
+static nalar_engine *
+engine(const char *path, int chunk, int64_t kv_bytes, int threads)
+{
+    nalar_engine_opts o;
+    nalar_err         err;
+    nalar_engine     *e;
+
+    memset(&o, 0, sizeof(o));
+    o.model_path = path;
+    o.max_batch_tokens = chunk;
+    o.kv_bytes = kv_bytes;
+    o.n_threads = threads;
+    e = nalar_engine_create(&o, &err);
+    if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+        diag("engine: %s", err.msg);
+        nalar_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+
+static nalar_request *
+greedy_req(const int32_t *prompt, int n_prompt, int n, collected *c)
+{
+    nalar_request_params p;
+    nalar_err            err;
+
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt = prompt;
+    p.n_prompt = n_prompt;
+    p.max_tokens = n;
+    p.ignore_eos = 1;
+    memset(c, 0, sizeof(*c));
+    return nalar_request_create(&p, collect, c, &err);
+}
+
+
+static int
+same(const int32_t *a, const int32_t *b, int n)
+{
+    return memcmp(a, b, (size_t) n * sizeof(int32_t)) == 0;
+}
+
+
+static int
+kv_all_free(nalar_engine *e)
+{
+    nalar_kv_pool *p = nalar_engine_kv(e);
+    nalar_err      err;
+
+    if (nalar_kv_check(p, &err) != 0) {
+        diag("%s", err.msg);
+        return 0;
+    }
+    return p->n_free == p->n_blocks;
+}
+
+
+/* Run the 3 reference prompts (plus `extra` filler requests of other
+ * lengths) in one batch; check each against its reference. */
+static void
+check_batch(nalar_engine *e, int draft, const char *what, int extra)
+{
+    nalar_request *reqs[16];
+    collected     *out = calloc(16, sizeof(collected));
+    int32_t        filler[300];
+    int            n = 0, good = 0;
+    nalar_err      err;
+
+    for (int i = 0; i < 300; i++) {
+        filler[i] = 300 + (i * 37) % 1500;
+    }
+    for (int i = 0; i < extra; i++) {
+        reqs[n] = greedy_req(filler, 20 + 45 * i, 10 + 7 * i, &out[n]);
+        n++;
+    }
+    for (int k = 0; k < N_CASES; k++) {
+        reqs[n] = greedy_req(refs[k].prompt_ids, refs[k].n_prompt, N_REF,
+                             &out[n]);
+        n++;
+    }
+    if (nalar_engine_run_sync(e, reqs, n, &err) != 0) {
+        diag("run: %s", err.msg);
+    }
+    for (int k = 0; k < N_CASES; k++) {
+        collected *c = &out[extra + k];
+        int        eq = c->n == N_REF
+                        && same(c->ids, draft ? refs[k].draft
+                                              : refs[k].target, N_REF);
+
+        good += eq;
+        if (!eq) {
+            diag("%s: '%s' got %d ids, first %d %d %d", what, refs[k].prompt,
+                 c->n, c->ids[0], c->ids[1], c->ids[2]);
+        }
+    }
+    is_int(good, N_CASES, "%s: greedy ids equal the reference", what);
+    for (int i = 0; i < n; i++) {
+        nalar_request_unref(reqs[i]);
+    }
+    ok(kv_all_free(e), "%s: every KV block is back on the free list", what);
+    free(out);
+}
+
+
+static void
+test_kv_pool(void)
+{
+    nalar_kv_pool p;
+    nalar_seq_kv  a, b;
+    nalar_err     err;
+    int           copies = 0;
+
+    ok(nalar_kv_pool_init(&p, 8, 2, 4, &err) == 0, "pool of 8 blocks");
+    nalar_seq_kv_init(&a);
+    nalar_seq_kv_init(&b);
+    ok(nalar_seq_kv_reserve(&p, &a, 40) == 0 && a.n_blocks == 3,
+       "40 positions take 3 blocks");
+    a.n_pos = 40;
+    is_int(p.n_free, 5, "5 blocks left");
+    ok(nalar_seq_kv_share(&p, &b, &a, 40) == 0, "share 40 positions");
+    is_int(p.refcount[a.blocks[0]], 2, "shared block has refcount 2");
+    is_int(p.n_free, 5, "sharing takes no block");
+    /* appending to b writes into the shared partial last block: COW */
+    p.copy = NULL;
+    (void) copies;
+    ok(nalar_seq_kv_reserve(&p, &b, 41) == 0, "reserve past the share");
+    ok(b.blocks[2] != a.blocks[2], "partial last block was copied on write");
+    ok(b.blocks[0] == a.blocks[0], "full blocks stay shared");
+    is_int(p.refcount[a.blocks[2]], 1, "old block back to one owner");
+    ok(nalar_kv_check(&p, &err) == 0, "invariants hold after COW");
+    nalar_seq_kv_truncate(&p, &a, 17);
+    is_int(a.n_blocks, 2, "truncate to 17 keeps 2 blocks");
+    is_int(a.n_pos, 17, "truncate sets n_pos");
+    ok(nalar_seq_kv_reserve(&p, &a, 16 * 9) == -1, "over-reserve fails");
+    is_int(a.n_blocks, 2, "a failed reserve allocates nothing");
+    nalar_seq_kv_release(&p, &a);
+    nalar_seq_kv_release(&p, &b);
+    is_int(p.n_free, 8, "all blocks free after release");
+    ok(nalar_kv_check(&p, &err) == 0, "invariants hold at the end");
+    nalar_kv_pool_free(&p);
+}
+
+
+int
+main(void)
+{
+    const char   *tf32 = "models/nalar-kjv-target-f32.gguf";
+    const char   *tf16 = "models/nalar-kjv-target-f16.gguf";
+    const char   *df32 = "models/nalar-kjv-draft-f32.gguf";
+    nalar_engine *e;
+
+    test_kv_pool();
+
+    /* tokenizer agrees with the reference prompt ids */
+    e = engine(tf32, 512, 0, 2);
+    ok(e != NULL, "target F32 loads");
+    if (e == NULL) {
+        return done_testing();
+    }
+    for (int k = 0; k < N_CASES; k++) {
+        nalar_model *m = nalar_engine_model(e);
+        int32_t      ids[32];
+        int          n = nalar_tokenize(m->tok, refs[k].prompt,
+                                        strlen(refs[k].prompt), 1, 0, ids,
+                                        32);
+
+        ok(n == refs[k].n_prompt && same(ids, refs[k].prompt_ids, n),
+           "prompt '%s' tokenizes to the reference ids", refs[k].prompt);
+    }
+
+    /* each prompt alone */
+    for (int k = 0; k < N_CASES; k++) {
+        collected      c;
+        nalar_request *r = greedy_req(refs[k].prompt_ids, refs[k].n_prompt,
+                                      N_REF, &c);
+        nalar_err      err;
+
+        nalar_engine_run_sync(e, &r, 1, &err);
+        ok(c.n == N_REF && same(c.ids, refs[k].target, N_REF),
+           "target F32 alone: '%s'", refs[k].prompt);
+        is_int(c.finish, NALAR_FINISH_LENGTH, "finish is length");
+        nalar_request_unref(r);
+    }
+    check_batch(e, 0, "target F32 batched (3)", 0);
+    check_batch(e, 0, "target F32 batched with 5 others", 5);
+    nalar_engine_destroy(e);
+
+    e = engine(tf32, 3, 0, 2);
+    check_batch(e, 0, "target F32 chunked prefill (3 tokens/step)", 3);
+    nalar_engine_destroy(e);
+
+    e = engine(tf32, 512, 0, 1);
+    check_batch(e, 0, "target F32 one thread", 2);
+    nalar_engine_destroy(e);
+
+    /* a pool of 12 blocks forces preemption and recompute */
+    {
+        nalar_model *m;
+        int64_t      bb;
+
+        e = engine(tf32, 64, 1 << 20, 2);
+        m = nalar_engine_model(e);
+        bb = 2LL * m->cfg.n_layers * NALAR_KV_BLOCK * m->cfg.n_kv_heads
+             * m->cfg.head_dim * 4;
+        nalar_engine_destroy(e);
+        e = engine(tf32, 64, 12 * bb, 2);
+        check_batch(e, 0, "target F32 with preemption (12 KV blocks)", 4);
+        {
+            nalar_metrics mt;
+
+            nalar_engine_metrics(e, &mt);
+            ok(mt.preemptions_total > 0, "preemption happened (%llu)",
+               (unsigned long long) mt.preemptions_total);
+        }
+        nalar_engine_destroy(e);
+    }
+
+    e = engine(tf16, 512, 0, 2);
+    ok(e != NULL, "target F16 loads");
+    if (e != NULL) {
+        check_batch(e, 0, "target F16 batched", 2);
+        nalar_engine_destroy(e);
+    }
+    e = engine(df32, 512, 0, 2);
+    ok(e != NULL, "draft F32 loads");
+    if (e != NULL) {
+        check_batch(e, 1, "draft F32 batched", 2);
+        nalar_engine_destroy(e);
+    }
+
+    /* EOS stops generation unless ignored; cancellation frees KV */
+    e = engine(tf32, 512, 0, 2);
+    {
+        nalar_request_params p;
+        nalar_request       *r, *r2;
+        collected            c, c2;
+        nalar_err            err;
+
+        memset(&p, 0, sizeof(p));
+        nalar_sampling_default(&p.sampling);
+        p.sampling.temperature = 0;
+        p.prompt = refs[0].prompt_ids;
+        p.n_prompt = refs[0].n_prompt;
+        p.max_tokens = N_REF;
+        memset(&c, 0, sizeof(c));
+        r = nalar_request_create(&p, collect, &c, &err);
+        nalar_engine_run_sync(e, &r, 1, &err);
+        /* reference: first EOS at generated position 26 */
+        is_int(c.n, 27, "stops at EOS (26 tokens + EOS)");
+        is_int(c.finish, NALAR_FINISH_STOP, "finish is stop");
+        ok(strstr(c.text, "-- Mark Twain") != NULL
+           && strstr(c.text, "The only") == NULL,
+           "text ends at the EOS: '%s'", c.text);
+        nalar_request_unref(r);
+
+        r = greedy_req(refs[1].prompt_ids, refs[1].n_prompt, 400, &c);
+        r2 = greedy_req(refs[2].prompt_ids, refs[2].n_prompt, 10, &c2);
+        nalar_request_cancel(r);
+        {
+            nalar_request *both[2] = { r, r2 };
+            nalar_engine_run_sync(e, both, 2, &err);
+        }
+        is_int(c.finish, NALAR_FINISH_CANCELLED, "cancelled request ends "
+               "cancelled");
+        is_int(c2.n, 10, "its neighbour completes");
+        ok(kv_all_free(e), "cancellation returns KV blocks");
+        nalar_request_unref(r);
+        nalar_request_unref(r2);
+
+        /* a prompt as long as the context is refused with a message */
+        {
+            int32_t *big = calloc(600, sizeof(int32_t));
+
+            for (int i = 0; i < 600; i++) big[i] = 300;
+            r = greedy_req(big, 600, 4, &c);
+            ok(nalar_engine_submit(e, r, &err) == -1
+               && strstr(err.msg, "context") != NULL,
+               "over-long prompt refused: %s", err.msg);
+            nalar_request_unref(r);
+            free(big);
+        }
+    }
+    nalar_engine_destroy(e);
+    return done_testing();
+}
