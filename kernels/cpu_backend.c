@@ -139,6 +139,53 @@ split(int64_t n, int tid, int nth, int64_t align, int64_t *lo, int64_t *hi)
 
 /* --- the forward pass, run by every thread --- */
 
+/* out = sum_j w[j] * v_j over the positions of one sequence, v_j read from
+ * the paged pool; the output row stays in registers when head_dim allows. */
+static void
+weighted_values(float *out, const float *w, int32_t n, const nalar_kv_pool *kv,
+                const nalar_seq_kv *s, int layer, int64_t col, int hd)
+{
+#if defined(__AVX512F__)
+    if (hd % 16 == 0 && hd <= 256) {
+        __m512 acc[16];
+        int    nv = hd / 16;
+
+        for (int i = 0; i < nv; i++) {
+            acc[i] = _mm512_setzero_ps();
+        }
+        for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
+            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+            const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
+            int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
+                                                      : NALAR_KV_BLOCK;
+
+            for (int32_t j = 0; j < jn; j++) {
+                __m512 wj = _mm512_set1_ps(w[j0 + j]);
+
+                for (int i = 0; i < nv; i++) {
+                    acc[i] = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 16 * i),
+                                             acc[i]);
+                }
+                v += kv->kv_dim;
+            }
+        }
+        for (int i = 0; i < nv; i++) {
+            _mm512_storeu_ps(out + 16 * i, acc[i]);
+        }
+        return;
+    }
+#endif
+    memset(out, 0, (size_t) hd * sizeof(float));
+    for (int32_t j = 0; j < n; j++) {
+        int32_t b = s->blocks[j / NALAR_KV_BLOCK];
+
+        axpy(out, w[j], kv->v + nalar_kv_offset(kv, b, layer,
+                                                j % NALAR_KV_BLOCK) + col,
+             hd);
+    }
+}
+
+
 static void
 attention(cpu_backend *be, int layer, int tid, int nth)
 {
@@ -156,35 +203,36 @@ attention(cpu_backend *be, int layer, int tid, int nth)
     for (int64_t item = lo; item < hi; item++) {
         int                 t = (int) (item / c->n_heads);
         int                 h = (int) (item % c->n_heads);
-        int                 g = h / group;
+        int64_t             col = (int64_t) (h / group) * hd;
         const nalar_seq_kv *s = bt->seq[t];
         int32_t             n = bt->pos[t] + 1;
         const float        *q = be->qkv + (int64_t) t * ldqkv + h * hd;
         float              *out = be->att + (int64_t) t * be->q_dim + h * hd;
-        float               mx = -INFINITY, sum = 0;
+        float               mx = -INFINITY, sum = 0, inv;
 
-        for (int32_t j = 0; j < n; j++) {
-            int32_t b = s->blocks[j / NALAR_KV_BLOCK];
-            const float *k = kv->k + nalar_kv_offset(kv, b, layer,
-                                                     j % NALAR_KV_BLOCK)
-                             + g * hd;
+        /* scores = q . k_j / sqrt(hd), block by block */
+        for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
+            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+            const float *k = kv->k + nalar_kv_offset(kv, b, layer, 0) + col;
+            int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
+                                                      : NALAR_KV_BLOCK;
 
-            sc[j] = dot(q, k, hd) * scale;
-            mx = sc[j] > mx ? sc[j] : mx;
+            for (int32_t j = 0; j < jn; j++) {
+                float x = dot(q, k + (int64_t) j * kv->kv_dim, hd) * scale;
+
+                sc[j0 + j] = x;
+                mx = x > mx ? x : mx;
+            }
         }
         for (int32_t j = 0; j < n; j++) {
             sc[j] = expf(sc[j] - mx);
             sum += sc[j];
         }
-        memset(out, 0, (size_t) hd * sizeof(float));
+        inv = 1.0f / sum;
         for (int32_t j = 0; j < n; j++) {
-            int32_t b = s->blocks[j / NALAR_KV_BLOCK];
-            const float *v = kv->v + nalar_kv_offset(kv, b, layer,
-                                                     j % NALAR_KV_BLOCK)
-                             + g * hd;
-
-            axpy(out, sc[j] / sum, v, hd);
+            sc[j] *= inv;
         }
+        weighted_values(out, sc, n, kv, s, layer, col, hd);
     }
 }
 
