@@ -135,14 +135,6 @@ push_id(idvec *o, int32_t id)
 /* ---------------------------------------------------------------------- */
 /* UTF-8 and Unicode classes                                              */
 
-/* Length of the sequence a lead byte announces (1 for stray bytes). */
-static size_t
-utf8_len(uint8_t c)
-{
-    static const uint8_t lens[16] = { 1,1,1,1,1,1,1,1,1,1,1,1,2,2,3,4 };
-    return lens[c >> 4];
-}
-
 /* Expected length for a valid lead byte, 0 if it cannot start one. */
 static int
 utf8_lead_len(uint8_t c)
@@ -690,7 +682,8 @@ typedef struct {
 } symbol;
 
 typedef struct {
-    double   key;         /* higher merges first: SPM score, BPE -rank */
+    int32_t  key;         /* higher merges first: SPM score (as ordered
+                             bits), BPE -rank */
     int32_t  left, right; /* symbol indices */
     uint32_t size;        /* left.n + right.n when pushed: stale if not */
 } bigram;
@@ -706,6 +699,19 @@ bigram_before(const bigram *a, const bigram *b)
     return a->key > b->key || (a->key == b->key && a->left < b->left);
 }
 
+/* A float as an int32 with the same order (scores are finite). */
+static int32_t
+score_key(float f)
+{
+    int32_t i;
+
+    if (f == 0.0f) return 0;  /* -0 == +0 */
+    memcpy(&i, &f, 4);
+    return i < 0 ? i ^ INT32_MAX : i;
+}
+
+/* 4-ary heap: shallower than binary, and a node's children share a cache
+ * line, which matters with a million symbols in a word */
 static int
 heap_push(heap *h, bigram g)
 {
@@ -719,9 +725,9 @@ heap_push(heap *h, bigram g)
         h->cap = cap;
     }
     i = h->n++;
-    while (i > 0 && bigram_before(&g, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
+    while (i > 0 && bigram_before(&g, &h->v[(i - 1) / 4])) {
+        h->v[i] = h->v[(i - 1) / 4];
+        i = (i - 1) / 4;
     }
     h->v[i] = g;
     return 0;
@@ -734,12 +740,13 @@ heap_pop(heap *h)
     size_t i = 0;
 
     for (;;) {
-        size_t c = 2 * i + 1;
+        size_t c = 4 * i + 1, best = c;
         if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
+        for (size_t j = c + 1; j < c + 4 && j < h->n; j++)
+            if (bigram_before(&h->v[j], &h->v[best])) best = j;
+        if (!bigram_before(&h->v[best], &last)) break;
+        h->v[i] = h->v[best];
+        i = best;
     }
     if (h->n > 0) h->v[i] = last;
     return top;
@@ -767,11 +774,11 @@ try_pair(merger *m, int32_t left, int32_t right)
         /* SPM: the concatenation must be a token; its score decides */
         int32_t id = lookup(m->t, m->w + l->off, l->n + r->n);
         if (id < 0) return;
-        g.key = m->t->score[id];
+        g.key = score_key(m->t->score[id]);
     } else {
         int32_t rank = merge_rank(m->t, m->w + l->off, l->n, m->w + r->off, r->n);
         if (rank < 0) return;
-        g.key = -(double) rank;
+        g.key = -rank;
     }
     g.left = left;
     g.right = right;
@@ -790,8 +797,12 @@ merge_word(merger *m, const char *w, size_t n)
     m->w = w;
     m->q.n = 0;
     while (off < n) {
-        size_t len = utf8_len((uint8_t) w[off]);
-        if (len > n - off) len = n - off;
+        /* a valid character is one symbol; an invalid byte is one on its
+           own (llama.cpp would take the length its lead byte claims, which
+           for valid text is the same) */
+        size_t i = off, len;
+        utf8_decode((const uint8_t *) w, n, &i);
+        len = i - off;
         m->sym[k].off = (uint32_t) off;
         m->sym[k].n = (uint32_t) len;
         m->sym[k].prev = k - 1;
@@ -1187,7 +1198,7 @@ nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
     }
     if (ids.oom || ids.n > INT_MAX) goto done;
 
-    if (out != NULL && cap > 0)
+    if (out != NULL && cap > 0 && ids.n > 0)
         memcpy(out, ids.v, (ids.n < (size_t) cap ? ids.n : (size_t) cap)
                             * sizeof(int32_t));
     rc = (int) ids.n;

@@ -86,4 +86,12 @@ int nalar_detok_flush(nalar_detok *d, char *out, int cap);
 /* Convenience: decode a whole id sequence; malloc'd, NUL-terminated. */
 char *nalar_detokenize(const nalar_tokenizer *t, const int32_t *ids, int n);
 
+/* Additions. */
+/* TOKT_* of a token (0 when the file left it undefined), -1 if no such id */
+int     nalar_tok_type(const nalar_tokenizer *t, int32_t id);
+/* 1 if the SPM dummy prefix "▁" is added before the text */
+int     nalar_tok_add_space_prefix(const nalar_tokenizer *t);
+/* the full length nalar_token_bytes would give with unlimited cap */
+int     nalar_token_bytes_len(const nalar_tokenizer *t, int32_t id);
+
 #endif

@@ -1,0 +1,2 @@
+#!/usr/bin/perl
+exec './build/t/test_tokenizer' or die "cannot run build/t/test_tokenizer: $!";

@@ -1,0 +1,723 @@
+/*
+ * Tokenizer tests: llama.cpp's test-tokenizer-0 vectors for an SPM and a
+ * GPT-2 vocabulary, the demo model's prompts and reference decodes, round
+ * trips, streaming detokenization, special tokens and hostile input.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tap.h"
+#include "gguf.h"
+#include "tokenizer.h"
+
+#define VOCAB_DIR "../shared/vocab/"
+#define DEMO "models/nalar-kjv-target-f32.gguf"
+
+static double
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *
+slurp(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (fp == NULL) return NULL;
+    fseek(fp, 0, SEEK_END);
+    n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    buf = malloc(n + 1);
+    if (buf == NULL || fread(buf, 1, n, fp) != (size_t) n) {
+        fclose(fp);
+        free(buf);
+        return NULL;
+    }
+    fclose(fp);
+    buf[n] = '\0';
+    *len = (size_t) n;
+    return buf;
+}
+
+static nalar_tokenizer *
+load(const char *path, double *ms)
+{
+    nalar_err err = { { 0 } };
+    gguf_file *f = gguf_open(path, &err);
+    nalar_tokenizer *t;
+    double t0;
+
+    if (f == NULL) {
+        diag("%s", err.msg);
+        return NULL;
+    }
+    t0 = now_ms();
+    t = nalar_tokenizer_create(f, &err);
+    if (ms) *ms = now_ms() - t0;
+    if (t == NULL) diag("%s", err.msg);
+    gguf_close(f);
+    return t;
+}
+
+/* encode into a malloc'd array; *n gets the count */
+static int32_t *
+enc(const nalar_tokenizer *t, const char *s, size_t len, int bos, int special,
+    int *n)
+{
+    int cap = 16, k;
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+
+    k = nalar_tokenize(t, s, len, bos, special, ids, cap);
+    if (k > cap) {
+        ids = realloc(ids, k * sizeof(int32_t));
+        k = nalar_tokenize(t, s, len, bos, special, ids, k);
+    }
+    *n = k;
+    return ids;
+}
+
+static void
+print_ids(const char *what, const int32_t *ids, int n)
+{
+    printf("#   %s:", what);
+    for (int i = 0; i < n && i < 64; i++) printf(" %d", ids[i]);
+    printf("%s\n", n > 64 ? " ..." : "");
+}
+
+/* Independent check of UTF-8 validity (Unicode Table 3-7). */
+static int
+valid_utf8(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *) s;
+    size_t i = 0;
+
+    while (i < n) {
+        unsigned c = p[i];
+        unsigned lo = 0x80, hi = 0xBF;
+        int k;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c == 0xE0) { k = 2; lo = 0xA0; }
+        else if (c == 0xED) { k = 2; hi = 0x9F; }
+        else if (c >= 0xE1 && c <= 0xEF) k = 2;
+        else if (c == 0xF0) { k = 3; lo = 0x90; }
+        else if (c == 0xF4) { k = 3; hi = 0x8F; }
+        else if (c >= 0xF1 && c <= 0xF3) k = 3;
+        else return 0;
+        if (i + (size_t) k >= n) return 0;   /* cut short */
+        for (int j = 1; j <= k; j++) {
+            if (p[i + j] < (j == 1 ? lo : 0x80) || p[i + j] > (j == 1 ? hi : 0xBF))
+                return 0;
+        }
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void
+test_vectors(const char *name)
+{
+    char path[256];
+    size_t ilen, olen;
+    char *inp, *outp, *ip, *op;
+    const char *sep = "\n__ggml_vocab_test__\n";
+    nalar_tokenizer *t;
+    int n_case = 0, n_bad = 0;
+
+    snprintf(path, sizeof(path), VOCAB_DIR "%s", name);
+    t = load(path, NULL);
+    ok(t != NULL, "%s loads", name);
+    if (t == NULL) return;
+    snprintf(path, sizeof(path), VOCAB_DIR "%s.inp", name);
+    inp = slurp(path, &ilen);
+    snprintf(path, sizeof(path), VOCAB_DIR "%s.out", name);
+    outp = slurp(path, &olen);
+    ok(inp && outp, "%s: .inp and .out read", name);
+    if (!inp || !outp) goto done;
+
+    /* each test text ends at a separator; .out has one line per test */
+    ip = inp;
+    op = outp;
+    for (;;) {
+        char *end = strstr(ip, sep), *eol;
+        int32_t want[512];
+        int nw = 0, ng;
+        int32_t *got;
+
+        if (end == NULL) break;
+        eol = strchr(op, '\n');
+        if (eol == NULL) {
+            ok(0, "%s: .out has a line for test %d", name, n_case);
+            break;
+        }
+        *eol = '\0';
+        for (char *q = op; *q; ) {
+            char *e;
+            long v = strtol(q, &e, 10);
+            if (e == q) break;
+            if (nw < 512) want[nw++] = (int32_t) v;
+            q = e;
+        }
+        got = enc(t, ip, (size_t) (end - ip), 0, 0, &ng);
+        n_case++;
+        if (ng != nw || memcmp(got, want, nw * sizeof(int32_t)) != 0) {
+            n_bad++;
+            ok(0, "%s case %d: '%.*s'", name, n_case, (int) (end - ip), ip);
+            print_ids("want", want, nw);
+            print_ids("got ", got, ng);
+        }
+        free(got);
+        ip = end + strlen(sep);
+        op = eol + 1;
+    }
+    ok(n_case == 46 && n_bad == 0, "%s: %d/%d test-tokenizer-0 cases match",
+       name, n_case - n_bad, n_case);
+done:
+    free(inp);
+    free(outp);
+    nalar_tokenizer_destroy(t);
+}
+
+static void
+test_demo(void)
+{
+    static const struct {
+        const char *text;
+        int32_t ids[8];
+        int n;
+    } prompts[] = {
+        { "In the beginning", { 1, 780, 262, 1794, 1046 }, 5 },
+        { "And it came to pass", { 1, 327, 337, 559, 292, 718 }, 6 },
+        { "A wise man", { 1, 298, 1540, 416 }, 4 },
+    };
+    /* README.md, target model greedy continuations */
+    static const int32_t ref1[] = { 272, 262, 893, 322, 261, 416, 517, 322,
+        261, 416, 517, 322, 261, 416, 1978, 1953, 793, 1967, 13, 843, 356,
+        388, 722, 323, 1962, 398, 2, 1, 375, 767, 823, 313, 262, 893, 322,
+        349, 261, 416, 517, 322, 261, 416, 517, 322, 261, 13, 1965, 369 };
+    static const char *txt1 = " of the world is a man who is a man who is a "
+        "man's life.\n                -- Mark Twain The only thing that the "
+        "world is not a man who is a man who is a\npro";
+    static const int32_t ref2[] = { 1963, 313, 1963, 313, 1963, 313, 1963,
+        463, 262, 581, 272, 262, 822, 389, 566, 292, 262, 485, 1963, 313, 306,
+        389, 566, 292, 262, 485, 1963, 274, 292, 262, 485, 1963, 274, 292,
+        262, 485, 1963, 274, 292, 262, 485, 1963, 274, 292, 262, 485, 1963,
+        274 };
+    static const char *txt2 = ", that, that, that, when the men of the city "
+        "was come to the king, that he was come to the king, and to the king,"
+        " and to the king, and to the king, and to the king, and";
+    static const int32_t ref3[] = { 322, 261, 416, 517, 322, 261, 416, 517,
+        322, 261, 416, 517, 322, 261, 416, 517, 322, 261, 416, 1978, 1953,
+        793, 13, 329, 261, 416, 517, 322, 261, 416, 517, 322, 261, 416, 517,
+        322, 261, 416, 517, 322, 261, 416, 1978, 1953, 13, 1965, 369, 956 };
+    static const char *txt3 = " is a man who is a man who is a man who is a "
+        "man who is a man's life\nto a man who is a man who is a man who is a "
+        "man who is a man's\nprogram";
+    const struct { const int32_t *ids; int n; const char *text; } refs[] = {
+        { ref1, 48, txt1 }, { ref2, 48, txt2 }, { ref3, 48, txt3 },
+    };
+    nalar_tokenizer *t = load(DEMO, NULL);
+
+    ok(t != NULL, "demo model vocabulary loads");
+    if (t == NULL) return;
+    is_int(nalar_tok_n_vocab(t), 2048, "demo: 2048 tokens");
+    is_int(nalar_tok_kind_of(t), TOK_SPM, "demo: SPM");
+    is_int(nalar_tok_bos(t), 1, "demo: BOS 1");
+    is_int(nalar_tok_eos(t), 2, "demo: EOS 2");
+    ok(nalar_tok_add_bos(t), "demo: adds BOS");
+    ok(nalar_tok_is_eog(t, 2) && !nalar_tok_is_eog(t, 1) &&
+       !nalar_tok_is_eog(t, 262), "demo: only EOS ends generation");
+    ok(nalar_tok_is_control(t, 1) && !nalar_tok_is_control(t, 262),
+       "demo: <s> is control, ' the' is not");
+    is_int(nalar_tok_lookup(t, "<0x41>", 6), 3 + 0x41, "demo: lookup <0x41>");
+    is_int(nalar_tok_lookup(t, "no such piece", 13), -1, "demo: lookup miss");
+
+    for (size_t i = 0; i < sizeof(prompts) / sizeof(prompts[0]); i++) {
+        int n;
+        int32_t *ids = enc(t, prompts[i].text, strlen(prompts[i].text),
+                           nalar_tok_add_bos(t), 0, &n);
+        int same = n == prompts[i].n &&
+                   memcmp(ids, prompts[i].ids, n * sizeof(int32_t)) == 0;
+        ok(same, "demo: '%s' encodes as llama.cpp", prompts[i].text);
+        if (!same) {
+            print_ids("want", prompts[i].ids, prompts[i].n);
+            print_ids("got ", ids, n);
+        }
+        {
+            char *s = nalar_detokenize(t, ids, n);
+            ok(s && strcmp(s, prompts[i].text) == 0,
+               "demo: BOS + '%s' decodes back (dummy space stripped)",
+               prompts[i].text);
+            free(s);
+        }
+        free(ids);
+    }
+
+    /* the README's continuations, streamed (no space stripping) */
+    for (int r = 0; r < 3; r++) {
+        nalar_detok d;
+        char buf[4096] = "", chunk[512];
+        size_t len = 0;
+        nalar_detok_init(&d, t);
+        for (int i = 0; i < refs[r].n; i++) {
+            int k = nalar_detok_feed(&d, refs[r].ids[i], chunk, sizeof(chunk));
+            if (k > 0) { memcpy(buf + len, chunk, k); len += k; }
+        }
+        len += nalar_detok_flush(&d, buf + len, 64);
+        buf[len] = '\0';
+        ok(strcmp(buf, refs[r].text) == 0, "demo: README continuation %d "
+           "decodes to the listed text", r + 1);
+        if (strcmp(buf, refs[r].text) != 0) diag("got '%s'", buf);
+    }
+
+    /* the cap contract: the count is returned even when it does not fit */
+    {
+        int32_t two[2] = { -7, -7 }, tail = -7;
+        int32_t three[3];
+        int n = nalar_tokenize(t, "In the beginning", 16, 1, 0, two, 2);
+        is_int(n, 5, "cap 2: returns the full count");
+        ok(two[0] == 1 && two[1] == 780, "cap 2: writes the first two");
+        (void) tail;
+        is_int(nalar_tokenize(t, "", 0, 1, 0, three, 3), 1,
+               "empty text with BOS: just BOS");
+        is_int(nalar_tokenize(t, "", 0, 0, 0, three, 3), 0,
+               "empty text without BOS: nothing");
+        is_int(nalar_tokenize(t, NULL, 0, 0, 0, NULL, 0), 0,
+               "NULL empty text: nothing");
+    }
+    nalar_tokenizer_destroy(t);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static const char *corpus[] = {
+    "Hello world",
+    "  leading and trailing spaces  ",
+    "tabs\tand\nnewlines\r\n\n\tmixed \t \n whitespace",
+    "déjà vu, naïve café, Ångström, Straße, Ελληνικά, русский",
+    "中文测试：你好，世界！日本語のテキスト、한국어 텍스트",
+    "emoji 🙂🚀👍🏽 and 👨‍👩‍👧‍👦 family, flags 🇫🇷🇯🇵",
+    "math ∀x∈ℝ: x² ≥ 0 ½ ¼ ⅞ 𝔸𝔹",
+    "numbers 1234567890 3.14159 -42 1e10",
+    "punctuation!!! ??? ... --- (brackets) [x] {y} <z> \"quotes\" 'single'",
+    "contractions: I'm, you're, it's, we've, they'll, he'd, DON'T",
+    "\x01\x02\x7f control bytes \x1b[0m",
+    "",
+    " ",
+    "\n",
+    "a",
+    "ü",
+    "𝄞",
+};
+
+static void
+check_roundtrip(const nalar_tokenizer *t, const char *name, const char *s,
+                size_t len, int *bad)
+{
+    int n;
+    int32_t *ids = enc(t, s, len, 0, 0, &n);
+    char *d = nalar_detokenize(t, ids, n);
+
+    if (d == NULL || strlen(d) != len || memcmp(d, s, len) != 0) {
+        (*bad)++;
+        ok(0, "%s: round trip of '%.*s'", name, (int) len, s);
+        diag("got '%s'", d ? d : "(null)");
+    }
+    free(d);
+    free(ids);
+}
+
+static void
+test_roundtrip(const nalar_tokenizer *t, const char *name)
+{
+    int bad = 0;
+
+    for (size_t i = 0; i < sizeof(corpus) / sizeof(corpus[0]); i++)
+        check_roundtrip(t, name, corpus[i], strlen(corpus[i]), &bad);
+    /* every code point class: a sweep of scalars in steps */
+    for (unsigned cp = 1; cp < 0x110000; cp += 97) {
+        char s[8];
+        int k;
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (cp < 0x80) { s[0] = (char) cp; k = 1; }
+        else if (cp < 0x800) {
+            s[0] = (char) (0xC0 | (cp >> 6)); s[1] = (char) (0x80 | (cp & 63));
+            k = 2;
+        } else if (cp < 0x10000) {
+            s[0] = (char) (0xE0 | (cp >> 12));
+            s[1] = (char) (0x80 | ((cp >> 6) & 63));
+            s[2] = (char) (0x80 | (cp & 63)); k = 3;
+        } else {
+            s[0] = (char) (0xF0 | (cp >> 18));
+            s[1] = (char) (0x80 | ((cp >> 12) & 63));
+            s[2] = (char) (0x80 | ((cp >> 6) & 63));
+            s[3] = (char) (0x80 | (cp & 63)); k = 4;
+        }
+        s[k] = 'x';
+        check_roundtrip(t, name, s, k + 1, &bad);
+        if (bad > 10) break;
+    }
+    ok(bad == 0, "%s: decode(encode(x)) == x over the UTF-8 corpus and a "
+       "code point sweep", name);
+}
+
+/* Streams ids one at a time: every chunk must be valid UTF-8 and the
+ * concatenation must equal the whole decode. */
+static int
+stream_matches(const nalar_tokenizer *t, const int32_t *ids, int n,
+               const char *whole)
+{
+    nalar_detok d;
+    char chunk[512], *acc = malloc(strlen(whole) + 1024);
+    size_t len = 0;
+    int good = 1, k;
+
+    nalar_detok_init(&d, t);
+    d.strip_space = nalar_tok_add_space_prefix(t);
+    for (int i = 0; i < n; i++) {
+        k = nalar_detok_feed(&d, ids[i], chunk, sizeof(chunk));
+        if (k < 0 || !valid_utf8(chunk, k) || strlen(chunk) != (size_t) k)
+            good = 0;
+        if (k > 0 && len + k < strlen(whole) + 1000) {
+            memcpy(acc + len, chunk, k);
+            len += k;
+        }
+    }
+    k = nalar_detok_flush(&d, chunk, sizeof(chunk));
+    if (k < 0 || !valid_utf8(chunk, k)) good = 0;
+    if (k > 0) { memcpy(acc + len, chunk, k); len += k; }
+    acc[len] = '\0';
+    if (strcmp(acc, whole) != 0) good = 0;
+    free(acc);
+    return good;
+}
+
+static void
+test_streaming(const nalar_tokenizer *t, const char *name)
+{
+    const char *s = "中文 🙂 déjà 👨‍👩‍👧 x";
+    int n, split = 0;
+    int32_t *ids = enc(t, s, strlen(s), 0, 0, &n);
+    char *whole = nalar_detokenize(t, ids, n);
+
+    /* some character must actually be cut across tokens for this to test
+       anything: look for a token whose bytes are not complete UTF-8 */
+    for (int i = 0; i < n; i++) {
+        char b[64];
+        int k = nalar_token_bytes(t, ids[i], b, sizeof(b));
+        if (k > 0 && !valid_utf8(b, k)) split = 1;
+    }
+    ok(split, "%s: the test string has characters split across tokens", name);
+    ok(whole && strcmp(whole, s) == 0, "%s: whole decode equals the text", name);
+    ok(whole && stream_matches(t, ids, n, whole),
+       "%s: streamed chunks are valid UTF-8 and concatenate to the whole",
+       name);
+    free(whole);
+    free(ids);
+
+    /* a piece that stops half way through a character holds it back */
+    {
+        nalar_detok d;
+        char out[64];
+        int32_t e4 = -1, b8 = -1, ad = -1;
+        if (nalar_tok_kind_of(t) == TOK_SPM) {
+            e4 = nalar_tok_lookup(t, "<0xE4>", 6);
+            b8 = nalar_tok_lookup(t, "<0xB8>", 6);
+            ad = nalar_tok_lookup(t, "<0xAD>", 6);
+        } else {
+            /* byte-level: 0xE4 -> U+00E4, 0xB8 -> U+00B8, 0xAD -> U+0143 */
+            e4 = nalar_tok_lookup(t, "\xC3\xA4", 2);
+            b8 = nalar_tok_lookup(t, "\xC2\xB8", 2);
+            ad = nalar_tok_lookup(t, "\xC5\x83", 2);
+        }
+        ok(e4 >= 0 && b8 >= 0 && ad >= 0, "%s: byte tokens for E4 B8 AD", name);
+        nalar_detok_init(&d, t);
+        is_int(nalar_detok_feed(&d, e4, out, sizeof(out)), 0,
+               "%s: E4 is held back", name);
+        is_int(nalar_detok_feed(&d, b8, out, sizeof(out)), 0,
+               "%s: E4 B8 is held back", name);
+        ok(nalar_detok_feed(&d, ad, out, sizeof(out)) == 3 &&
+           strcmp(out, "中") == 0, "%s: E4 B8 AD emits 中", name);
+        /* broken: E4 B8 then 'a' -> two U+FFFD then 'a' */
+        nalar_detok_init(&d, t);
+        nalar_detok_feed(&d, e4, out, sizeof(out));
+        nalar_detok_feed(&d, b8, out, sizeof(out));
+        {
+            int32_t a = nalar_tok_kind_of(t) == TOK_SPM
+                        ? nalar_tok_lookup(t, "a", 1) : nalar_tok_lookup(t, "a", 1);
+            int k = nalar_detok_feed(&d, a, out, sizeof(out));
+            ok(k == 7 && strcmp(out, "\xEF\xBF\xBD\xEF\xBF\xBD" "a") == 0,
+               "%s: E4 B8 'a' emits U+FFFD U+FFFD 'a'", name);
+        }
+        /* cut short at the end: flush gives U+FFFD per held byte */
+        nalar_detok_init(&d, t);
+        nalar_detok_feed(&d, e4, out, sizeof(out));
+        ok(nalar_detok_flush(&d, out, sizeof(out)) == 3 &&
+           strcmp(out, "\xEF\xBF\xBD") == 0, "%s: flush of E4 is U+FFFD", name);
+        ok(nalar_detok_flush(&d, out, sizeof(out)) == 0 && out[0] == '\0',
+           "%s: second flush is empty", name);
+        /* too small a buffer: refused, state kept */
+        nalar_detok_init(&d, t);
+        nalar_detok_feed(&d, e4, out, sizeof(out));
+        nalar_detok_feed(&d, b8, out, sizeof(out));
+        is_int(nalar_detok_feed(&d, ad, out, 2), -1,
+               "%s: feed into 2 bytes is refused", name);
+        ok(nalar_detok_feed(&d, ad, out, sizeof(out)) == 3 &&
+           strcmp(out, "中") == 0, "%s: and succeeds on retry", name);
+    }
+}
+
+static void
+test_special(const nalar_tokenizer *spm, const nalar_tokenizer *bpe)
+{
+    int n;
+    int32_t *ids;
+    int has;
+
+    /* SPM: "<s>" and "</s>" */
+    ids = enc(spm, "a<s>b</s>", 9, 0, 1, &n);
+    {
+        int32_t want[16];
+        int nw = 0, na, nb;
+        int32_t *a = enc(spm, "a", 1, 0, 0, &na);
+        int32_t *b = enc(spm, "b", 1, 0, 0, &nb);
+        /* "a" <s> then "b" gets a dummy prefix again (after a special) */
+        for (int i = 0; i < na; i++) want[nw++] = a[i];
+        want[nw++] = 1;
+        for (int i = 0; i < nb; i++) want[nw++] = b[i];
+        want[nw++] = 2;
+        ok(n == nw && memcmp(ids, want, nw * sizeof(int32_t)) == 0,
+           "spm parse_special: 'a<s>b</s>' splits out BOS and EOS");
+        if (!(n == nw && memcmp(ids, want, nw * sizeof(int32_t)) == 0)) {
+            print_ids("want", want, nw);
+            print_ids("got ", ids, n);
+        }
+        free(a);
+        free(b);
+    }
+    free(ids);
+    ids = enc(spm, "a<s>b</s>", 9, 0, 0, &n);
+    has = 0;
+    for (int i = 0; i < n; i++) has |= ids[i] == 1 || ids[i] == 2;
+    ok(!has && n > 4, "spm without parse_special: '<s>' is plain text");
+    {
+        char *d = nalar_detokenize(spm, ids, n);
+        ok(d && strcmp(d, "a<s>b</s>") == 0, "spm: literal '<s>' round trips");
+        free(d);
+    }
+    free(ids);
+
+    /* BPE: <|endoftext|> */
+    ids = enc(bpe, "hi<|endoftext|>there", 20, 0, 1, &n);
+    has = 0;
+    for (int i = 0; i < n; i++) has += ids[i] == 50256;
+    ok(has == 1 && n == 3, "gpt2 parse_special: <|endoftext|> is one token "
+       "(%d ids)", n);
+    free(ids);
+    ids = enc(bpe, "hi<|endoftext|>there", 20, 0, 0, &n);
+    has = 0;
+    for (int i = 0; i < n; i++) has += ids[i] == 50256;
+    ok(has == 0 && n > 3, "gpt2 without parse_special: text only");
+    {
+        char *d = nalar_detokenize(bpe, ids, n);
+        ok(d && strcmp(d, "hi<|endoftext|>there") == 0,
+           "gpt2: literal <|endoftext|> round trips");
+        free(d);
+    }
+    free(ids);
+    {
+        char b[16];
+        is_int(nalar_token_bytes(bpe, 50256, b, sizeof(b)), 0,
+               "gpt2: control token decodes to nothing");
+        is_int(nalar_token_bytes(spm, 1, b, sizeof(b)), 0,
+               "spm: <s> decodes to nothing");
+        ok(nalar_tok_is_eog(bpe, 50256), "gpt2: <|endoftext|> ends generation");
+        is_int(nalar_tok_add_bos(bpe), 0, "gpt2: no BOS by default");
+        is_int(nalar_token_bytes(spm, nalar_tok_lookup(spm, "<0x41>", 6), b,
+                                 sizeof(b)), 1, "spm: <0x41> is one byte");
+        ok(b[0] == 'A', "spm: <0x41> is 'A'");
+        {
+            int32_t id = nalar_tok_lookup(spm, "\xE2\x96\x81the", 6);
+            int k = nalar_token_bytes(spm, id, b, sizeof(b));
+            ok(id >= 0 && k == 4 && memcmp(b, " the", 4) == 0,
+               "spm: '▁the' decodes as ' the'");
+            k = nalar_token_bytes(spm, id, b, 2);
+            ok(k == 2 && memcmp(b, " t", 2) == 0, "spm: cap 2 truncates");
+        }
+        {
+            int32_t id = nalar_tok_lookup(bpe, "\xC4\xA0the", 5);
+            int k = nalar_token_bytes(bpe, id, b, sizeof(b));
+            ok(id >= 0 && k == 4 && memcmp(b, " the", 4) == 0,
+               "gpt2: 'Ġthe' decodes as ' the'");
+        }
+        is_int(nalar_token_bytes(spm, -1, b, sizeof(b)), 0, "bad id: nothing");
+        is_int(nalar_token_bytes(spm, 1 << 30, b, sizeof(b)), 0,
+               "huge id: nothing");
+        ok(nalar_tok_piece(spm, 1 << 30) == NULL && nalar_tok_piece(spm, -3)
+           == NULL && strcmp(nalar_tok_piece(spm, 1), "<s>") == 0,
+           "piece lookup by id, out of range is NULL");
+    }
+}
+
+/* What a correct decoder turns arbitrary bytes into: valid UTF-8 kept,
+ * every other byte one U+FFFD (written independently of the library). */
+static char *
+sanitize(const unsigned char *s, size_t n)
+{
+    char *o = malloc(3 * n + 1);
+    size_t k = 0, i = 0;
+
+    while (i < n) {
+        size_t L = 0;
+        for (size_t j = 1; j <= 4 && i + j <= n; j++)
+            if (valid_utf8((const char *) s + i, j)) { L = j; break; }
+        if (L) {
+            memcpy(o + k, s + i, L);
+            k += L;
+            i += L;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    o[k] = '\0';
+    return o;
+}
+
+static void
+test_hostile(const nalar_tokenizer *t, const char *name)
+{
+    size_t big = 1 << 20;
+    char *s = malloc(big + 8);
+    double t0, ms;
+    int n, bad = 0;
+    int32_t *ids;
+    char *d;
+    unsigned rnd = 12345;
+
+    /* 1 MB of one character, of spaces, of a 3-byte character */
+    memset(s, 'a', big);
+    t0 = now_ms();
+    ids = enc(t, s, big, 0, 0, &n);
+    ms = now_ms() - t0;
+    d = nalar_detokenize(t, ids, n);
+    ok(n > 0 && d && strlen(d) == big && memcmp(d, s, big) == 0,
+       "%s: 1 MB of 'a' round trips (%d ids, %.0f ms)", name, n, ms);
+    free(ids);
+    free(d);
+
+    memset(s, ' ', big);
+    ids = enc(t, s, big, 0, 0, &n);
+    d = nalar_detokenize(t, ids, n);
+    ok(n > 0 && d && strlen(d) == big && memcmp(d, s, big) == 0,
+       "%s: 1 MB of spaces round trips (%d ids)", name, n);
+    free(ids);
+    free(d);
+
+    for (size_t i = 0; i + 3 <= big; i += 3) memcpy(s + i, "中", 3);
+    ids = enc(t, s, big - big % 3, 0, 0, &n);
+    d = nalar_detokenize(t, ids, n);
+    ok(n > 0 && d && strlen(d) == big - big % 3 &&
+       memcmp(d, s, big - big % 3) == 0,
+       "%s: 1 MB of 中 round trips (%d ids)", name, n);
+    free(ids);
+    free(d);
+
+    /* invalid UTF-8: decode(encode(x)) is x with U+FFFD per bad byte */
+    {
+        static const char *cases[] = {
+            "\xff", "\xc3", "a\xe4\xb8", "\xe4\xb8" "a", "\xed\xa0\x80",
+            "\xc0\xaf", "\xf4\x90\x80\x80", "\x80\x80 x", "\xf0\x9f\x99",
+            "ok \xfe\xff ok",
+        };
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+            size_t len = strlen(cases[c]);
+            char *want = sanitize((const unsigned char *) cases[c], len);
+            ids = enc(t, cases[c], len, 0, 0, &n);
+            d = nalar_detokenize(t, ids, n);
+            if (n < 0 || d == NULL || strcmp(d, want) != 0) {
+                bad++;
+                ok(0, "%s: invalid case %zu", name, c);
+            }
+            free(want);
+            free(ids);
+            free(d);
+        }
+        for (int r = 0; r < 300; r++) {
+            unsigned char buf[40];
+            size_t len = r % 40;
+            char *want;
+            for (size_t i = 0; i < len; i++) {
+                rnd = rnd * 1103515245u + 12345u;
+                buf[i] = (unsigned char) (rnd >> 16);
+                if ((rnd >> 8) % 4 == 0) buf[i] = ' ';
+            }
+            want = sanitize(buf, len);
+            ids = enc(t, (const char *) buf, len, 0, r % 2, &n);
+            d = nalar_detokenize(t, ids, n);
+            if (n < 0 || d == NULL || !valid_utf8(d, strlen(d)) ||
+                strcmp(d, want) != 0) {
+                bad++;
+                ok(0, "%s: random bytes %d", name, r);
+            }
+            free(want);
+            free(ids);
+            free(d);
+        }
+    }
+    ok(bad == 0, "%s: invalid UTF-8 decodes to U+FFFD per bad byte, no "
+       "crash", name);
+    free(s);
+}
+
+static void
+test_speed(void)
+{
+    double ms = 0;
+    nalar_tokenizer *t = load(VOCAB_DIR "ggml-vocab-gpt-2.gguf", &ms);
+    ok(t != NULL, "gpt2 vocab loads");
+    /* 50k tokens + 50k merges; generous bound for the sanitized build */
+    ok(ms < 100, "gpt2 tokenizer created in %.1f ms", ms);
+    nalar_tokenizer_destroy(t);
+}
+
+int
+main(void)
+{
+    nalar_tokenizer *spm, *bpe;
+
+    test_vectors("ggml-vocab-llama-spm.gguf");
+    test_vectors("ggml-vocab-gpt-2.gguf");
+    test_demo();
+    test_speed();
+
+    spm = load(VOCAB_DIR "ggml-vocab-llama-spm.gguf", NULL);
+    bpe = load(VOCAB_DIR "ggml-vocab-gpt-2.gguf", NULL);
+    if (spm && bpe) {
+        nalar_tokenizer *demo = load(DEMO, NULL);
+        test_roundtrip(spm, "llama-spm");
+        test_roundtrip(bpe, "gpt2");
+        if (demo) test_roundtrip(demo, "demo");
+        test_streaming(spm, "llama-spm");
+        test_streaming(bpe, "gpt2");
+        if (demo) test_streaming(demo, "demo");
+        test_special(spm, bpe);
+        test_hostile(spm, "llama-spm");
+        test_hostile(bpe, "gpt2");
+        nalar_tokenizer_destroy(demo);
+    } else {
+        ok(0, "vocabularies in " VOCAB_DIR " load");
+    }
+    nalar_tokenizer_destroy(spm);
+    nalar_tokenizer_destroy(bpe);
+    return done_testing();
+}
