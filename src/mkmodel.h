@@ -1,0 +1,43 @@
+/*
+ * `nalar mkmodel`: write a Llama-architecture GGUF with random weights and a
+ * synthetic (or copied) vocabulary, for tests and benchmarks at any shape.
+ *
+ * The file has the tensor names and metadata llama.cpp uses for arch
+ * "llama", so other GGUF readers load it too.  Weights are uniform in
+ * [-1/sqrt(cols), 1/sqrt(cols)) from a generator seeded with `seed`, drawn
+ * in the same order for every type: an F16 file is the F32 file of the same
+ * seed rounded to F16.  Norm vectors are 1.0 and always F32.
+ */
+#ifndef NALAR_MKMODEL_H
+#define NALAR_MKMODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "nalar_err.h"
+
+typedef struct {
+    int         dim;          /* embedding width; n_heads * head_dim */
+    int         n_layers;
+    int         n_heads;
+    int         n_kv_heads;   /* divides n_heads */
+    int         ffn_dim;
+    int         n_vocab;      /* ignored with vocab_from */
+    int         n_ctx;
+    ggml_type   type;         /* matrices: F32, F16, BF16, Q8_0 or Q4_0 */
+    uint64_t    seed;
+    int         bpe;          /* 0 = SPM vocab, 1 = byte-level BPE vocab */
+    const char *vocab_from;   /* optional path: copy tokenizer.* metadata
+                                 from this GGUF (n_vocab then comes from
+                                 it) */
+    float       rope_base;
+} nalar_mkmodel_opts;
+
+/* dim 128, layers 2, heads 4, kv 2, ffn 384, vocab 2048, ctx 512, F32,
+ * seed 1, SPM vocab, rope base 10000 */
+void nalar_mkmodel_defaults(nalar_mkmodel_opts *o);
+
+int nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path,
+                  nalar_err *err);
+
+#endif
