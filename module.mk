@@ -1,3 +1,38 @@
-# nginx module rules (filled in by the module work)
+# The nginx module: build/module/ngx_nalar_module.so, built the way Debian
+# builds its own dynamic modules: configure a copy of the nginx-dev tree
+# (/usr/share/nginx/src) with the flags /usr/sbin/nginx was built with
+# (--with-compat keeps the module's structures binary compatible) and this
+# directory as a dynamic module, then `make modules`.
+
+NGX_SRC     ?= /usr/share/nginx/src
+NGX_BUILD   = build/nginx
+NGX_MODULE  = build/module/ngx_nalar_module.so
+MODULE_SRC  = ngx_nalar_module.c ngx_nalar_chat.c ngx_nalar_chat.h config
+
+.PHONY: module module-configure
+
+ifneq ($(wildcard $(NGX_SRC)/configure),)
+module: $(NGX_MODULE)
+else
 module:
-	@true
+	@echo "module: $(NGX_SRC) not found; install nginx-dev (make deps) to build the nginx module"
+endif
+
+# Configure once per change of `config`; Debian's conf_flags is a bash array
+# of the flags /usr/sbin/nginx was configured with.
+$(NGX_BUILD)/objs/Makefile: config
+	rm -rf $(NGX_BUILD)
+	mkdir -p build
+	cp -r $(NGX_SRC) $(NGX_BUILD)
+	cd $(NGX_BUILD) && bash -c '. ./conf_flags && \
+	    ./configure "$${NGX_CONF_FLAGS[@]}" \
+	        --with-cc-opt="-g -O2 -fPIC -fstack-protector-strong" \
+	        --with-ld-opt="-Wl,-z,relro -Wl,-z,now -fPIC" \
+	        --add-dynamic-module=$(CURDIR)' > ../nginx-configure.log 2>&1 \
+	    || { tail -n 20 ../nginx-configure.log; \
+	         rm -f objs/Makefile; exit 1; }
+
+$(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar.a $(HDRS)
+	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
+	@mkdir -p build/module
+	cp $(NGX_BUILD)/objs/ngx_nalar_module.so $@

@@ -1,0 +1,3447 @@
+
+/*
+ * Nalar: an OpenAI-compatible LLM API inside nginx.
+ *
+ * The engine (src/engine.h) runs continuous batching on its own threads,
+ * started in each worker's init_process.  The event loop never waits on it:
+ * the engine's notify callback queues the request's slot on a locked done
+ * queue and writes to an eventfd the module owns; the eventfd's read
+ * handler takes the output and writes SSE chunks or the final JSON.
+ *
+ * The only memory shared with engine threads is the slot (malloc'd, never
+ * freed before the engines are joined, reused from a free list) and the
+ * refcounted nalar_request; per-request state lives in the request pool and
+ * is reached from a slot only on the event loop.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+
+#include <jansson.h>
+
+#include "engine.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "ngx_nalar_chat.h"
+
+
+#define NGX_HTTP_NALAR_API          1
+#define NGX_HTTP_NALAR_METRICS      2
+
+#define NGX_HTTP_NALAR_EP_NONE         0
+#define NGX_HTTP_NALAR_EP_COMPLETIONS  1
+#define NGX_HTTP_NALAR_EP_CHAT         2
+#define NGX_HTTP_NALAR_EP_MODELS       3
+#define NGX_HTTP_NALAR_EP_HEALTH       4
+
+#define NGX_HTTP_NALAR_MAX_N        16      /* choices per request */
+#define NGX_HTTP_NALAR_MAX_STOP     4       /* user stop strings, as OpenAI */
+#define NGX_HTTP_NALAR_MAX_LOGPROBS 20
+
+
+typedef struct {
+    ngx_str_t                  name;
+    ngx_str_t                  path;        /* NUL-terminated */
+    ngx_str_t                  draft;       /* NUL-terminated, or empty */
+    nalar_engine              *engine;      /* per worker; NULL in master */
+    nalar_chat_style           style;       /* from the GGUF, once ready */
+    unsigned                   style_known:1;
+} ngx_http_nalar_model_t;
+
+
+typedef struct {
+    ngx_array_t                models;      /* ngx_http_nalar_model_t */
+    ngx_int_t                  threads;
+    off_t                      kv_cache;
+    ngx_int_t                  max_batch_tokens;
+    ngx_int_t                  max_queue;
+    ngx_int_t                  max_running;
+    ngx_str_t                  backend;
+    time_t                     created;     /* for /v1/models */
+} ngx_http_nalar_main_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                 handler;     /* NGX_HTTP_NALAR_API, ... */
+    ngx_uint_t                 chat_style;  /* nalar_chat_style */
+    ngx_msec_t                 keepalive;   /* SSE comment interval */
+} ngx_http_nalar_loc_conf_t;
+
+
+typedef struct ngx_http_nalar_ctx_s  ngx_http_nalar_ctx_t;
+
+
+/*
+ * A slot links one engine request to its choice.  `req` and `posted` are
+ * read and written under ngx_http_nalar_mutex (the engine thread's notify
+ * callback compares `req`), the rest only on the event loop.  Slots are
+ * never freed while engines run, so a late notify can always read one.
+ */
+typedef struct {
+    ngx_queue_t                queue;       /* done queue or free list */
+    nalar_request             *req;
+    ngx_http_nalar_ctx_t      *ctx;
+    ngx_uint_t                 posted;      /* on the done queue */
+} ngx_http_nalar_slot_t;
+
+
+typedef struct {
+    ngx_http_nalar_slot_t     *slot;        /* NULL once finished */
+    nalar_finish               finish;
+    ngx_array_t               *text;        /* u_char; non-streaming */
+    json_t                    *logprobs;    /* accumulated; non-streaming */
+    size_t                     text_offset; /* for completions logprobs */
+    int32_t                    n_completion;
+    unsigned                   submitted:1;
+    unsigned                   role_sent:1;
+} ngx_http_nalar_choice_t;
+
+
+struct ngx_http_nalar_ctx_s {
+    ngx_http_request_t        *request;
+    ngx_http_nalar_model_t    *model;
+    ngx_uint_t                 endpoint;
+    ngx_uint_t                 n;           /* choices */
+    ngx_uint_t                 n_done;
+    ngx_http_nalar_choice_t   *choices;     /* (n) */
+    ngx_int_t                  logprobs;    /* top-N, or -1: off */
+    u_char                     id[40];      /* "cmpl-..." NUL-terminated */
+    time_t                     created;
+    ngx_event_t                timer;       /* SSE keep-alive; holds an
+                                               exiting worker open */
+    ngx_msec_t                 last_send;
+
+    /* usage */
+    int32_t                    prompt_tokens;
+    int32_t                    cached_tokens;
+    double                     ttft_ms;
+    double                     queue_ms;
+
+    unsigned                   stream:1;
+    unsigned                   include_usage:1;
+    unsigned                   header_sent:1;
+    unsigned                   blocked:1;   /* waiting for the client */
+    unsigned                   done:1;
+};
+
+
+static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
+static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
+static void ngx_http_nalar_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_start(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
+    u_char **data, size_t *len);
+static ngx_int_t ngx_http_nalar_parse(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
+    ngx_array_t *stops, int32_t *max_tokens);
+static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
+    ngx_array_t *stops);
+static ngx_int_t ngx_http_nalar_tokenize(ngx_http_request_t *r,
+    const nalar_tokenizer *tok, const char *text, size_t len,
+    nalar_request_params *p);
+static ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+static void ngx_http_nalar_write_handler(ngx_http_request_t *r);
+static void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
+static ngx_int_t ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, nalar_output *out, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t ***ll, json_t *choice);
+static ngx_int_t ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx);
+static json_t *ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *out);
+static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
+static const char *ngx_http_nalar_finish_reason(nalar_finish f);
+static ngx_int_t ngx_http_nalar_append_event(ngx_http_request_t *r,
+    ngx_chain_t ***ll, json_t *j);
+static ngx_int_t ngx_http_nalar_append_raw(ngx_http_request_t *r,
+    ngx_chain_t ***ll, u_char *data, size_t len);
+static void ngx_http_nalar_timer_handler(ngx_event_t *ev);
+static void ngx_http_nalar_cleanup(void *data);
+static ngx_http_nalar_slot_t *ngx_http_nalar_slot_get(void);
+static void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
+static void ngx_http_nalar_notify(nalar_request *req, void *data);
+static void ngx_http_nalar_done_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *j);
+static ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *param, const char *code,
+    const char *fmt, ...);
+static ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
+    char *key, char *value);
+static ngx_http_nalar_model_t *ngx_http_nalar_find_model(
+    ngx_http_request_t *r, const char *name);
+static json_t *ngx_http_nalar_token_json(const nalar_tokenizer *tok,
+    int32_t id, json_t **bytes);
+
+static ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static void *ngx_http_nalar_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_nalar_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static char *ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
+static void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_conf_num_bounds_t  ngx_http_nalar_threads_bounds = {
+    ngx_conf_check_num_bounds, 0, 1024
+};
+
+static ngx_conf_num_bounds_t  ngx_http_nalar_positive_bounds = {
+    ngx_conf_check_num_bounds, 1, 0x7fffffff
+};
+
+
+static ngx_command_t  ngx_http_nalar_commands[] = {
+
+    { ngx_string("nalar_model"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
+      ngx_http_nalar_model,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_threads"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, threads),
+      &ngx_http_nalar_threads_bounds },
+
+    { ngx_string("nalar_kv_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, kv_cache),
+      NULL },
+
+    { ngx_string("nalar_max_batch_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, max_batch_tokens),
+      &ngx_http_nalar_positive_bounds },
+
+    { ngx_string("nalar_max_queue"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, max_queue),
+      &ngx_http_nalar_positive_bounds },
+
+    { ngx_string("nalar_max_running"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, max_running),
+      &ngx_http_nalar_positive_bounds },
+
+    { ngx_string("nalar_backend"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, backend),
+      NULL },
+
+    { ngx_string("nalar_api"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_nalar_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      NGX_HTTP_NALAR_API,
+      NULL },
+
+    { ngx_string("nalar_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_nalar_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      NGX_HTTP_NALAR_METRICS,
+      NULL },
+
+    { ngx_string("nalar_chat_template"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_chat_template,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_stream_keepalive"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, keepalive),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_nalar_module_ctx = {
+    ngx_http_nalar_add_variables,          /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    ngx_http_nalar_create_main_conf,       /* create main configuration */
+    ngx_http_nalar_init_main_conf,         /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_nalar_create_loc_conf,        /* create location configuration */
+    ngx_http_nalar_merge_loc_conf          /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_nalar_module = {
+    NGX_MODULE_V1,
+    &ngx_nalar_module_ctx,                 /* module context */
+    ngx_http_nalar_commands,               /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_nalar_init_process,           /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_nalar_exit_process,           /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+enum {
+    NGX_HTTP_NALAR_VAR_MODEL = 0,
+    NGX_HTTP_NALAR_VAR_PROMPT_TOKENS,
+    NGX_HTTP_NALAR_VAR_CACHED_TOKENS,
+    NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS,
+    NGX_HTTP_NALAR_VAR_TTFT_MS,
+    NGX_HTTP_NALAR_VAR_QUEUE_MS
+};
+
+
+static ngx_http_variable_t  ngx_http_nalar_vars[] = {
+
+    { ngx_string("nalar_model"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_prompt_tokens"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_PROMPT_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_cached_tokens"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_CACHED_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_completion_tokens"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_ttft_ms"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_TTFT_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_queue_ms"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_QUEUE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+/*
+ * Per worker process: the done queue the engine threads feed, the eventfd
+ * that wakes the loop, and the slots.
+ */
+static pthread_mutex_t    ngx_http_nalar_mutex = PTHREAD_MUTEX_INITIALIZER;
+static ngx_queue_t        ngx_http_nalar_done;       /* under the mutex */
+static ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
+static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
+static int                ngx_http_nalar_efd = -1;
+static ngx_connection_t  *ngx_http_nalar_conn;
+static ngx_http_nalar_main_conf_t  *ngx_http_nalar_mcf;  /* this cycle's */
+
+
+static ngx_str_t  ngx_http_nalar_json_type = ngx_string("application/json");
+static ngx_str_t  ngx_http_nalar_sse_type = ngx_string("text/event-stream");
+
+
+/* content handlers */
+
+
+static ngx_int_t
+ngx_http_nalar_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_uint_t                 ep;
+    ngx_http_core_loc_conf_t  *clcf;
+    ngx_http_nalar_loc_conf_t *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (nlcf->handler == NGX_HTTP_NALAR_METRICS) {
+        return ngx_http_nalar_metrics_handler(r);
+    }
+
+    ep = ngx_http_nalar_endpoint(&r->uri);
+
+    if (r->method == NGX_HTTP_OPTIONS && ep != NGX_HTTP_NALAR_EP_NONE) {
+        return ngx_http_nalar_preflight(r);
+    }
+
+    switch (ep) {
+
+    case NGX_HTTP_NALAR_EP_NONE:
+        if (ngx_http_discard_request_body(r) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                    "invalid_request_error", NULL,
+                                    "unknown_url", "Invalid URL (%V %V)",
+                                    &r->method_name, &r->uri);
+
+    case NGX_HTTP_NALAR_EP_MODELS:
+    case NGX_HTTP_NALAR_EP_HEALTH:
+        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+            break;
+        }
+
+        if (ngx_http_discard_request_body(r) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return (ep == NGX_HTTP_NALAR_EP_MODELS) ? ngx_http_nalar_models(r)
+                                                : ngx_http_nalar_health(r);
+
+    default:
+        if (!(r->method & NGX_HTTP_POST)) {
+            break;
+        }
+
+        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+        if (clcf->client_max_body_size
+            && r->headers_in.content_length_n > clcf->client_max_body_size)
+        {
+            r->keepalive = 0;
+
+            if (ngx_http_discard_request_body(r) != NGX_OK) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            return ngx_http_nalar_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                        "invalid_request_error", NULL,
+                                        "request_too_large",
+                                        "Request body of %O bytes is larger "
+                                        "than client_max_body_size (%O)",
+                                        r->headers_in.content_length_n,
+                                        clcf->client_max_body_size);
+        }
+
+        r->request_body_in_single_buf = 1;
+
+        rc = ngx_http_read_client_request_body(r,
+                                               ngx_http_nalar_body_handler);
+
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            if (rc == NGX_HTTP_REQUEST_ENTITY_TOO_LARGE) {
+                r->keepalive = 0;
+                return ngx_http_nalar_error(r, rc, "invalid_request_error",
+                                            NULL, "request_too_large",
+                                            "Request body is larger than "
+                                            "client_max_body_size (%O)",
+                                            clcf->client_max_body_size);
+            }
+
+            return rc;
+        }
+
+        return NGX_DONE;
+    }
+
+    /* a known endpoint, the wrong method */
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_nalar_add_header(r, "Allow",
+                                  (ep == NGX_HTTP_NALAR_EP_MODELS
+                                   || ep == NGX_HTTP_NALAR_EP_HEALTH)
+                                  ? "GET, HEAD, OPTIONS" : "POST, OPTIONS")
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_nalar_error(r, NGX_HTTP_NOT_ALLOWED,
+                                "invalid_request_error", NULL,
+                                "method_not_allowed",
+                                "Method %V is not allowed for %V",
+                                &r->method_name, &r->uri);
+}
+
+
+/* The endpoint is chosen by how the URI ends. */
+
+static ngx_uint_t
+ngx_http_nalar_endpoint(ngx_str_t *uri)
+{
+    size_t      len;
+    u_char     *p;
+    ngx_uint_t  i;
+
+    static struct {
+        ngx_str_t   suffix;
+        ngx_uint_t  ep;
+    }  suffixes[] = {
+        { ngx_string("/chat/completions"), NGX_HTTP_NALAR_EP_CHAT },
+        { ngx_string("/completions"), NGX_HTTP_NALAR_EP_COMPLETIONS },
+        { ngx_string("/models"), NGX_HTTP_NALAR_EP_MODELS },
+        { ngx_string("/health"), NGX_HTTP_NALAR_EP_HEALTH }
+    };
+
+    len = uri->len;
+
+    /* a trailing slash is forgiven */
+    if (len > 1 && uri->data[len - 1] == '/') {
+        len--;
+    }
+
+    for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        if (len < suffixes[i].suffix.len) {
+            continue;
+        }
+
+        p = uri->data + len - suffixes[i].suffix.len;
+
+        if (ngx_strncmp(p, suffixes[i].suffix.data, suffixes[i].suffix.len)
+            == 0)
+        {
+            return suffixes[i].ep;
+        }
+    }
+
+    return NGX_HTTP_NALAR_EP_NONE;
+}
+
+
+/*
+ * A CORS preflight: the methods and the headers asked for are allowed; the
+ * origin policy (Access-Control-Allow-Origin) is the operator's, set with
+ * add_header ... always.
+ */
+
+static ngx_int_t
+ngx_http_nalar_preflight(ngx_http_request_t *r)
+{
+    ngx_int_t         rc;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h, *allow;
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_nalar_add_header(r, "Allow", "GET, HEAD, POST, OPTIONS")
+        != NGX_OK
+        || ngx_http_nalar_add_header(r, "Access-Control-Allow-Methods",
+                                     "GET, HEAD, POST, OPTIONS")
+           != NGX_OK
+        || ngx_http_nalar_add_header(r, "Access-Control-Max-Age", "86400")
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == sizeof("Access-Control-Request-Headers") - 1
+            && ngx_strncasecmp(h[i].key.data,
+                               (u_char *) "Access-Control-Request-Headers",
+                               h[i].key.len)
+               == 0)
+        {
+            allow = ngx_list_push(&r->headers_out.headers);
+            if (allow == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            allow->hash = 1;
+            ngx_str_set(&allow->key, "Access-Control-Allow-Headers");
+            allow->value = h[i].value;
+            allow->lowcase_key = NULL;
+        }
+    }
+
+    r->headers_out.status = NGX_HTTP_NO_CONTENT;
+    r->headers_out.content_length_n = 0;
+    r->header_only = 1;
+
+    rc = ngx_http_send_header(r);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_models(ngx_http_request_t *r)
+{
+    json_t                      *list, *data, *m;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+
+    data = json_array();
+    list = json_pack("{s:s,s:o}", "object", "list", "data", data);
+    if (list == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    model = nmcf->models.elts;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        m = json_pack("{s:s%,s:s,s:I,s:s}",
+                      "id", model[i].name.data, model[i].name.len,
+                      "object", "model",
+                      "created", (json_int_t) nmcf->created,
+                      "owned_by", "nalar");
+
+        if (m == NULL || json_array_append_new(data, m) != 0) {
+            json_decref(list);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, list);
+    json_decref(list);
+
+    return rc;
+}
+
+
+/* 200 when every model can serve; 503 with Retry-After while loading. */
+
+static ngx_int_t
+ngx_http_nalar_health(ngx_http_request_t *r)
+{
+    int                          state;
+    json_t                      *root, *models, *m;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i, status, loading;
+    nalar_err                    err;
+    const char                  *s;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+
+    models = json_array();
+    if (models == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    status = NGX_HTTP_OK;
+    loading = 0;
+    model = nmcf->models.elts;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        err.msg[0] = '\0';
+
+        if (model[i].engine == NULL) {
+            state = -1;
+            ngx_cpystrn((u_char *) err.msg, (u_char *) "engine not started",
+                        sizeof(err.msg));
+
+        } else {
+            state = nalar_engine_state(model[i].engine, &err);
+        }
+
+        if (state == 1) {
+            s = "ready";
+
+        } else if (state == 0) {
+            s = "loading";
+            loading = 1;
+            status = NGX_HTTP_SERVICE_UNAVAILABLE;
+
+        } else {
+            s = "failed";
+            status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
+        m = json_pack("{s:s%,s:s}", "id", model[i].name.data,
+                      model[i].name.len, "status", s);
+        if (m == NULL) {
+            json_decref(models);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (state < 0) {
+            json_object_set_new(m, "error", json_string(err.msg));
+        }
+
+        json_array_append_new(models, m);
+    }
+
+    root = json_pack("{s:s,s:o}", "status",
+                     status == NGX_HTTP_OK ? "ok"
+                                           : (loading ? "loading" : "failed"),
+                     "models", models);
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (loading && ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK)
+    {
+        json_decref(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_nalar_send_json(r, status, root);
+    json_decref(root);
+
+    return rc;
+}
+
+
+/* Prometheus text exposition, one series per model. */
+
+static ngx_int_t
+ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
+{
+    u_char                      *p, *end;
+    char                         le[32];
+    size_t                       size;
+    ngx_int_t                    rc;
+    ngx_buf_t                   *b;
+    ngx_uint_t                   i, k, h;
+    ngx_chain_t                  out;
+    nalar_metrics               *m;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    static struct {
+        char  *name;
+        char  *type;
+        char  *help;
+    }  scalars[] = {
+        { "nalar_requests_running", "gauge",
+          "Requests in prefill or decode." },
+        { "nalar_requests_waiting", "gauge",
+          "Requests waiting to be scheduled." },
+        { "nalar_prompt_tokens_total", "counter",
+          "Prompt tokens processed (prefill)." },
+        { "nalar_generation_tokens_total", "counter",
+          "Tokens generated." },
+        { "nalar_kv_blocks_total", "gauge",
+          "KV cache blocks in the pool." },
+        { "nalar_kv_blocks_free", "gauge",
+          "KV cache blocks no running sequence holds." },
+        { "nalar_preemptions_total", "counter",
+          "Sequences preempted because the KV cache ran out." }
+    };
+
+    static struct {
+        char  *name;
+        char  *help;
+    }  hists[] = {
+        { "nalar_time_to_first_token_seconds",
+          "Time from submission to the first generated token." },
+        { "nalar_inter_token_latency_seconds",
+          "Time between consecutive tokens of a sequence." },
+        { "nalar_queue_time_seconds",
+          "Time from submission to the first scheduling." }
+    };
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    model = nmcf->models.elts;
+
+    m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
+    if (m == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    size = 4096;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        if (model[i].engine) {
+            nalar_engine_metrics(model[i].engine, &m[i]);
+        }
+
+        size += (sizeof(scalars) / sizeof(scalars[0])
+                 + 3 * (NALAR_HIST_BUCKETS + 2))
+                * (128 + model[i].name.len);
+    }
+
+    b = ngx_create_temp_buf(r->pool, size);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = b->last;
+    end = b->end;
+
+    for (k = 0; k < sizeof(scalars) / sizeof(scalars[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         scalars[k].name, scalars[k].help,
+                         scalars[k].name, scalars[k].type);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            uint64_t  v;
+
+            switch (k) {
+            case 0: v = m[i].requests_running; break;
+            case 1: v = m[i].requests_waiting; break;
+            case 2: v = m[i].prompt_tokens_total; break;
+            case 3: v = m[i].generation_tokens_total; break;
+            case 4: v = m[i].kv_blocks_total; break;
+            case 5: v = m[i].kv_blocks_free; break;
+            default: v = m[i].preemptions_total; break;
+            }
+
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
+                             scalars[k].name, &model[i].name, v);
+        }
+    }
+
+    for (k = 0; k < sizeof(hists) / sizeof(hists[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s histogram\n",
+                         hists[k].name, hists[k].help, hists[k].name);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            uint64_t  *buckets, count;
+            double     sum;
+
+            switch (k) {
+            case 0:
+                buckets = m[i].ttft_buckets;
+                sum = m[i].ttft_sum;
+                count = m[i].ttft_count;
+                break;
+            case 1:
+                buckets = m[i].itl_buckets;
+                sum = m[i].itl_sum;
+                count = m[i].itl_count;
+                break;
+            default:
+                buckets = m[i].queue_buckets;
+                sum = m[i].queue_sum;
+                count = m[i].queue_count;
+                break;
+            }
+
+            for (h = 0; h < NALAR_HIST_BUCKETS; h++) {
+                if (h == NALAR_HIST_BUCKETS - 1) {
+                    p = ngx_slprintf(p, end,
+                                     "%s_bucket{model=\"%V\",le=\"+Inf\"} "
+                                     "%uL\n", hists[k].name, &model[i].name,
+                                     count);
+                    break;
+                }
+
+                /* Prometheus writes bounds in their shortest form */
+                (void) snprintf(le, sizeof(le), "%g", nalar_hist_bounds[h]);
+
+                p = ngx_slprintf(p, end,
+                                 "%s_bucket{model=\"%V\",le=\"%s\"} %uL\n",
+                                 hists[k].name, &model[i].name, le,
+                                 buckets[h]);
+            }
+
+            p = ngx_slprintf(p, end, "%s_sum{model=\"%V\"} %.6f\n"
+                             "%s_count{model=\"%V\"} %uL\n",
+                             hists[k].name, &model[i].name, sum,
+                             hists[k].name, &model[i].name, count);
+        }
+    }
+
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* completions */
+
+
+static void
+ngx_http_nalar_body_handler(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_nalar_start(r);
+
+    if (rc == NGX_DONE) {
+        return;
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/*
+ * Parses the request, tokenizes the prompt and submits one engine request
+ * per choice.  NGX_DONE: submitted, the response follows from the done
+ * queue; anything else is what to finalize the request with.
+ */
+
+static ngx_int_t
+ngx_http_nalar_start(ngx_http_request_t *r)
+{
+    u_char                     *data;
+    size_t                      len;
+    json_t                     *root;
+    int32_t                     max_tokens, n_ctx;
+    ngx_int_t                   rc;
+    ngx_array_t                 stops;
+    json_error_t                jerr;
+    nalar_request_params        params;
+    nalar_kv_pool              *kv;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    if (r->connection->error) {
+        return NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    if (ngx_http_nalar_read_body(r, &data, &len) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    root = json_loadb((char *) data, len, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (root == NULL || !json_is_object(root)) {
+        json_decref(root);
+        return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
+                                    "invalid_request_error", NULL,
+                                    "invalid_json",
+                                    "We could not parse the JSON body of "
+                                    "your request: %s (line %d, column %d)",
+                                    root ? "not a JSON object" : jerr.text,
+                                    jerr.line, jerr.column);
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+    if (ctx == NULL) {
+        json_decref(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->endpoint = ngx_http_nalar_endpoint(&r->uri);
+    ctx->logprobs = -1;
+    ctx->created = ngx_time();
+    ctx->ttft_ms = -1;
+
+    ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+
+    if (ngx_array_init(&stops, r->pool, 8, sizeof(char *)) != NGX_OK) {
+        json_decref(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    max_tokens = 0;
+    ngx_memzero(&params, sizeof(nalar_request_params));
+    nalar_sampling_default(&params.sampling);
+
+    rc = ngx_http_nalar_parse(r, ctx, root, &params, &stops, &max_tokens);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_nalar_prompt(r, ctx, root, &params, &stops);
+    }
+
+    json_decref(root);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    /* the prompt must leave room for at least one token */
+
+    n_ctx = nalar_engine_model(ctx->model->engine)->cfg.n_ctx;
+
+    if (params.n_prompt >= n_ctx
+        || (max_tokens > 0 && params.n_prompt + max_tokens > n_ctx))
+    {
+        return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
+                                    "invalid_request_error",
+                                    ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                    ? "messages" : "prompt",
+                                    "context_length_exceeded",
+                                    "This model's maximum context length is "
+                                    "%d tokens. However, you requested %d "
+                                    "tokens (%d in the prompt, %d in the "
+                                    "completion). Please reduce the prompt "
+                                    "or the completion length.",
+                                    n_ctx,
+                                    params.n_prompt + (max_tokens > 0
+                                                       ? max_tokens : 1),
+                                    params.n_prompt,
+                                    max_tokens > 0 ? max_tokens : 1);
+    }
+
+    /* a prompt the whole KV pool cannot hold is the client's mistake, not
+     * a busy server */
+
+    kv = nalar_engine_kv(ctx->model->engine);
+
+    if (kv != NULL
+        && (params.n_prompt + NALAR_KV_BLOCK) / NALAR_KV_BLOCK > kv->n_blocks)
+    {
+        return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
+                                    "invalid_request_error",
+                                    ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                    ? "messages" : "prompt",
+                                    "context_length_exceeded",
+                                    "The prompt has %d tokens but the KV "
+                                    "cache holds only %d",
+                                    params.n_prompt,
+                                    kv->n_blocks * NALAR_KV_BLOCK);
+    }
+
+    params.max_tokens = max_tokens;
+    params.stop = stops.elts;
+    params.n_stop = (int32_t) stops.nelts;
+
+    ctx->prompt_tokens = params.n_prompt;
+
+    rc = ngx_http_nalar_submit(r, ctx, &params);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    /* from here on the response comes from the done queue */
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_nalar_write_handler;
+
+    if (ctx->stream) {
+        rc = ngx_http_nalar_send_stream_header(r, ctx);
+        if (rc == NGX_ERROR || rc > NGX_OK) {
+            return rc;
+        }
+    }
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    ctx->timer.handler = ngx_http_nalar_timer_handler;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+    ctx->last_send = ngx_current_msec;
+
+    ngx_add_timer(&ctx->timer, nlcf->keepalive);
+
+    return NGX_DONE;
+}
+
+
+/* The body as one contiguous piece, from memory or the temporary file. */
+
+static ngx_int_t
+ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
+{
+    u_char       *p;
+    off_t         size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    *data = (u_char *) "";
+    *len = 0;
+
+    if (r->request_body == NULL) {
+        return NGX_OK;
+    }
+
+    size = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    if (size == 0) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) size);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *data = p;
+    *len = (size_t) size;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                              b->file_pos);
+            if (n == NGX_ERROR) {
+                return NGX_ERROR;
+            }
+
+            p += n;
+            continue;
+        }
+
+        p = ngx_cpymem(p, b->pos, b->last - b->pos);
+    }
+
+    *len = p - *data;
+
+    return NGX_OK;
+}
+
+
+#define ngx_http_nalar_bad(r, param, fmt, ...)                               \
+    ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST, "invalid_request_error",    \
+                         param, "invalid_value", fmt, ##__VA_ARGS__)
+
+
+/* The sampling and output fields. */
+
+static ngx_int_t
+ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    json_t *root, nalar_request_params *p, ngx_array_t *stops,
+    int32_t *max_tokens)
+{
+    int                      chat, have_seed;
+    char                    *s, **sp;
+    json_t                  *v, *e;
+    size_t                   i, len;
+    double                   d;
+    json_int_t               n;
+    const char              *name;
+    ngx_http_nalar_model_t  *model;
+
+    chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
+
+    /* model: the first configured one when absent */
+
+    v = json_object_get(root, "model");
+
+    if (v != NULL && !json_is_null(v) && !json_is_string(v)) {
+        return ngx_http_nalar_bad(r, "model", "model must be a string");
+    }
+
+    name = json_is_string(v) ? json_string_value(v) : NULL;
+
+    model = ngx_http_nalar_find_model(r, name);
+    if (model == NULL) {
+        return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                    "invalid_request_error", "model",
+                                    "model_not_found",
+                                    "The model `%s` does not exist",
+                                    name ? name : "");
+    }
+
+    ctx->model = model;
+
+    /* booleans */
+
+    v = json_object_get(root, "stream");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return ngx_http_nalar_bad(r, "stream", "stream must be a boolean");
+        }
+        ctx->stream = json_is_true(v);
+    }
+
+    v = json_object_get(root, "stream_options");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) {
+            return ngx_http_nalar_bad(r, "stream_options",
+                                      "stream_options must be an object");
+        }
+
+        e = json_object_get(v, "include_usage");
+        if (e && !json_is_boolean(e)) {
+            return ngx_http_nalar_bad(r, "stream_options.include_usage",
+                                      "include_usage must be a boolean");
+        }
+
+        ctx->include_usage = (e && json_is_true(e));
+    }
+
+    v = json_object_get(root, "echo");
+    if (v && json_is_true(v)) {
+        return ngx_http_nalar_bad(r, "echo", "echo is not supported");
+    }
+
+    v = json_object_get(root, "user");
+    if (v && !json_is_null(v) && !json_is_string(v)) {
+        return ngx_http_nalar_bad(r, "user", "user must be a string");
+    }
+
+    /* max_tokens: 16 for completions as OpenAI, the context for chat */
+
+    *max_tokens = chat ? 0 : 16;
+
+    v = json_object_get(root, "max_completion_tokens");
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(root, "max_tokens");
+    }
+
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1
+            || json_integer_value(v) > 0x7fffffff)
+        {
+            return ngx_http_nalar_bad(r, "max_tokens",
+                                      "max_tokens must be a positive "
+                                      "integer");
+        }
+
+        *max_tokens = (int32_t) json_integer_value(v);
+    }
+
+    /* numbers with their OpenAI ranges */
+
+#define NALAR_NUMBER(field, lo, hi, dst)                                      \
+    v = json_object_get(root, field);                                         \
+    if (v && !json_is_null(v)) {                                              \
+        if (!json_is_number(v)) {                                             \
+            return ngx_http_nalar_bad(r, field, field " must be a number");   \
+        }                                                                     \
+        d = json_number_value(v);                                             \
+        if (!(d >= lo && d <= hi)) {                                          \
+            return ngx_http_nalar_bad(r, field, field " must be between "     \
+                                      #lo " and " #hi);                       \
+        }                                                                     \
+        dst = (float) d;                                                      \
+    }
+
+    NALAR_NUMBER("temperature", 0, 2, p->sampling.temperature);
+    NALAR_NUMBER("top_p", 0, 1, p->sampling.top_p);
+    NALAR_NUMBER("min_p", 0, 1, p->sampling.min_p);
+    NALAR_NUMBER("presence_penalty", -2, 2, p->sampling.presence_penalty);
+    NALAR_NUMBER("frequency_penalty", -2, 2, p->sampling.frequency_penalty);
+
+#undef NALAR_NUMBER
+
+    v = json_object_get(root, "top_k");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < -1
+            || json_integer_value(v) > 0x7fffffff)
+        {
+            return ngx_http_nalar_bad(r, "top_k",
+                                      "top_k must be -1 or a non-negative "
+                                      "integer");
+        }
+
+        p->sampling.top_k = (int32_t) json_integer_value(v);
+    }
+
+    have_seed = 0;
+
+    v = json_object_get(root, "seed");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v)) {
+            return ngx_http_nalar_bad(r, "seed", "seed must be an integer");
+        }
+
+        p->sampling.seed = (uint64_t) json_integer_value(v);
+        have_seed = 1;
+    }
+
+    if (!have_seed) {
+        p->sampling.seed = ((uint64_t) ngx_random() << 32) ^ ngx_random()
+                           ^ (uint64_t) ngx_current_msec;
+    }
+
+    ctx->n = 1;
+
+    v = json_object_get(root, "n");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1
+            || json_integer_value(v) > NGX_HTTP_NALAR_MAX_N)
+        {
+            return ngx_http_nalar_bad(r, "n", "n must be an integer from 1 "
+                                      "to %d", NGX_HTTP_NALAR_MAX_N);
+        }
+
+        ctx->n = (ngx_uint_t) json_integer_value(v);
+    }
+
+    /* logprobs: an integer for completions, a boolean plus top_logprobs
+     * for chat */
+
+    v = json_object_get(root, "logprobs");
+
+    if (chat) {
+        if (v && !json_is_null(v) && !json_is_boolean(v)) {
+            return ngx_http_nalar_bad(r, "logprobs",
+                                      "logprobs must be a boolean");
+        }
+
+        if (v && json_is_true(v)) {
+            ctx->logprobs = 0;
+
+            e = json_object_get(root, "top_logprobs");
+            if (e && !json_is_null(e)) {
+                if (!json_is_integer(e) || json_integer_value(e) < 0
+                    || json_integer_value(e) > NGX_HTTP_NALAR_MAX_LOGPROBS)
+                {
+                    return ngx_http_nalar_bad(r, "top_logprobs",
+                                              "top_logprobs must be an "
+                                              "integer from 0 to 20");
+                }
+
+                ctx->logprobs = (ngx_int_t) json_integer_value(e);
+            }
+        }
+
+    } else if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0
+            || json_integer_value(v) > 5)
+        {
+            return ngx_http_nalar_bad(r, "logprobs",
+                                      "logprobs must be an integer from 0 "
+                                      "to 5");
+        }
+
+        ctx->logprobs = (ngx_int_t) json_integer_value(v);
+    }
+
+    p->sampling.n_logprobs = ctx->logprobs > 0 ? (int32_t) ctx->logprobs : 0;
+    p->logprobs = (ctx->logprobs >= 0);
+
+    /* stop: a string or up to 4 strings */
+
+    v = json_object_get(root, "stop");
+
+    if (v && !json_is_null(v)) {
+        if (json_is_string(v)) {
+            n = 1;
+
+        } else if (json_is_array(v)
+                   && json_array_size(v) <= NGX_HTTP_NALAR_MAX_STOP)
+        {
+            n = (json_int_t) json_array_size(v);
+
+        } else {
+            return ngx_http_nalar_bad(r, "stop",
+                                      "stop must be a string or an array "
+                                      "of at most %d strings",
+                                      NGX_HTTP_NALAR_MAX_STOP);
+        }
+
+        for (i = 0; i < (size_t) n; i++) {
+            e = json_is_string(v) ? v : json_array_get(v, i);
+
+            if (!json_is_string(e)) {
+                return ngx_http_nalar_bad(r, "stop",
+                                          "stop must be a string or an "
+                                          "array of strings");
+            }
+
+            len = json_string_length(e);
+
+            if (len == 0 || ngx_strlen(json_string_value(e)) != len) {
+                return ngx_http_nalar_bad(r, "stop", "stop strings must be "
+                                          "non-empty and contain no NUL");
+            }
+
+            s = ngx_pnalloc(r->pool, len + 1);
+            sp = ngx_array_push(stops);
+            if (s == NULL || sp == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            ngx_memcpy(s, json_string_value(e), len + 1);
+            *sp = s;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The prompt, as token ids: `prompt` (a string, one-element array of a
+ * string, or an array of ids) or `messages` rendered with the chat
+ * template.
+ */
+
+static ngx_int_t
+ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    json_t *root, nalar_request_params *p, ngx_array_t *stops)
+{
+    int                         state;
+    char                       *text, **sp;
+    json_t                     *v, *e, *content, *part, *t;
+    size_t                      i, j, n, len;
+    int32_t                    *ids, n_vocab;
+    nalar_err                   err;
+    ngx_str_t                   buf;
+    ngx_uint_t                  style;
+    nalar_model                *m;
+    nalar_chat_msg             *msgs;
+    const nalar_tokenizer      *tok;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    /* the model must be ready for its tokenizer */
+
+    if (ctx->model->engine == NULL) {
+        return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "server_error", NULL, "model_failed",
+                                    "The model `%V` is not available in "
+                                    "this worker", &ctx->model->name);
+    }
+
+    state = nalar_engine_state(ctx->model->engine, &err);
+
+    if (state == 0) {
+        if (ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "server_error", NULL, "model_loading",
+                                    "The model `%V` is loading",
+                                    &ctx->model->name);
+    }
+
+    if (state < 0) {
+        return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "server_error", NULL, "model_failed",
+                                    "The model `%V` failed to load: %s",
+                                    &ctx->model->name, err.msg);
+    }
+
+    m = nalar_engine_model(ctx->model->engine);
+    tok = m->tok;
+    n_vocab = nalar_tok_n_vocab(tok);
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_COMPLETIONS) {
+        v = json_object_get(root, "prompt");
+
+        if (json_is_array(v) && json_array_size(v) == 1
+            && (json_is_string(json_array_get(v, 0))
+                || json_is_array(json_array_get(v, 0))))
+        {
+            v = json_array_get(v, 0);
+        }
+
+        if (json_is_string(v)) {
+            return ngx_http_nalar_tokenize(r, tok, json_string_value(v),
+                                           json_string_length(v), p);
+        }
+
+        if (!json_is_array(v) || json_array_size(v) == 0) {
+            return ngx_http_nalar_bad(r, "prompt",
+                                      "prompt must be a string or a "
+                                      "non-empty array of token ids");
+        }
+
+        n = json_array_size(v);
+
+        ids = ngx_palloc(r->pool, n * sizeof(int32_t));
+        if (ids == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        for (i = 0; i < n; i++) {
+            e = json_array_get(v, i);
+
+            if (!json_is_integer(e) || json_integer_value(e) < 0
+                || json_integer_value(e) >= n_vocab)
+            {
+                return ngx_http_nalar_bad(r, "prompt",
+                                          "prompt[%uz] is not a token id "
+                                          "of this model (0..%d)", i,
+                                          n_vocab - 1);
+            }
+
+            ids[i] = (int32_t) json_integer_value(e);
+        }
+
+        p->prompt = ids;
+        p->n_prompt = (int32_t) n;
+
+        return NGX_OK;
+    }
+
+    /* chat */
+
+    v = json_object_get(root, "messages");
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return ngx_http_nalar_bad(r, "messages",
+                                  "messages must be a non-empty array");
+    }
+
+    n = json_array_size(v);
+
+    msgs = ngx_pcalloc(r->pool, n * sizeof(nalar_chat_msg));
+    if (msgs == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        e = json_array_get(v, i);
+        t = json_object_get(e, "role");
+        content = json_object_get(e, "content");
+
+        if (!json_is_object(e) || !json_is_string(t)) {
+            return ngx_http_nalar_bad(r, "messages",
+                                      "messages[%uz] must be an object with "
+                                      "a string role", i);
+        }
+
+        msgs[i].role = json_string_value(t);
+        msgs[i].role_len = json_string_length(t);
+
+        if (json_is_string(content)) {
+            msgs[i].content = json_string_value(content);
+            msgs[i].content_len = json_string_length(content);
+            continue;
+        }
+
+        if (content == NULL || json_is_null(content)) {
+            msgs[i].content = "";
+            continue;
+        }
+
+        if (!json_is_array(content)) {
+            return ngx_http_nalar_bad(r, "messages",
+                                      "messages[%uz].content must be a "
+                                      "string or an array of text parts", i);
+        }
+
+        /* text parts are joined */
+
+        len = 0;
+
+        for (j = 0; j < json_array_size(content); j++) {
+            part = json_array_get(content, j);
+            t = json_object_get(part, "text");
+
+            if (!json_is_string(json_object_get(part, "type"))
+                || ngx_strcmp(json_string_value(json_object_get(part, "type")),
+                              "text") != 0
+                || !json_is_string(t))
+            {
+                return ngx_http_nalar_bad(r, "messages",
+                                          "messages[%uz].content[%uz]: only "
+                                          "text parts are supported", i, j);
+            }
+
+            len += json_string_length(t);
+        }
+
+        buf.data = ngx_pnalloc(r->pool, len + 1);
+        if (buf.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        buf.len = 0;
+
+        for (j = 0; j < json_array_size(content); j++) {
+            t = json_object_get(json_array_get(content, j), "text");
+            ngx_memcpy(buf.data + buf.len, json_string_value(t),
+                       json_string_length(t));
+            buf.len += json_string_length(t);
+        }
+
+        msgs[i].content = (char *) buf.data;
+        msgs[i].content_len = buf.len;
+    }
+
+    /* the template: the location's override, else the model's own */
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+    style = nlcf->chat_style;
+
+    if (style == NALAR_CHAT_AUTO) {
+        if (!ctx->model->style_known) {
+            text = gguf_get_str(m->gguf, "tokenizer.chat_template");
+            ctx->model->style = nalar_chat_style_detect(text);
+            ctx->model->style_known = 1;
+            free(text);
+        }
+
+        style = ctx->model->style;
+    }
+
+    text = nalar_chat_render(style, msgs, n, &len, &err);
+    if (text == NULL) {
+        return ngx_http_nalar_bad(r, "messages", "%s", err.msg);
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar chat prompt (%s): \"%s\"",
+                   nalar_chat_style_name(style), text);
+
+    if (ngx_http_nalar_tokenize(r, tok, text, len, p) != NGX_OK) {
+        free(text);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    free(text);
+
+    /* the end-of-turn marker stops generation even where the vocabulary
+     * has no single token for it */
+
+    sp = ngx_array_push(stops);
+    if (sp == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    *sp = (char *) nalar_chat_stop(style);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_tokenize(ngx_http_request_t *r, const nalar_tokenizer *tok,
+    const char *text, size_t len, nalar_request_params *p)
+{
+    int       n, cap;
+    int32_t  *ids;
+
+    if (len > 0x3fffffff) {
+        return ngx_http_nalar_bad(r, "prompt", "prompt is too long");
+    }
+
+    cap = (int) len + 16;
+
+    for ( ;; ) {
+        ids = ngx_palloc(r->pool, cap * sizeof(int32_t));
+        if (ids == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        n = nalar_tokenize(tok, text, len, nalar_tok_add_bos(tok), 1,
+                           ids, cap);
+        if (n < 0) {
+            return ngx_http_nalar_bad(r, "prompt", "prompt could not be "
+                                      "tokenized");
+        }
+
+        if (n <= cap) {
+            break;
+        }
+
+        cap = n;
+    }
+
+    p->prompt = ids;
+    p->n_prompt = n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * One engine request per choice.  The cleanup is registered first so that
+ * whatever happens to the request later, its sequences are cancelled.
+ */
+
+static ngx_int_t
+ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    nalar_request_params *p)
+{
+    u_char                   *id;
+    ngx_uint_t                i;
+    nalar_err                 err;
+    nalar_request            *req;
+    ngx_http_cleanup_t       *cln;
+    ngx_http_nalar_slot_t    *slot;
+    ngx_http_nalar_choice_t  *ch;
+
+    static u_char  alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "abcdefghijklmnopqrstuvwxyz0123456789";
+
+    id = ngx_cpymem(ctx->id, ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                             ? "chatcmpl-" : "cmpl-",
+                    ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT ? 9 : 5);
+
+    for (i = 0; i < 24; i++) {
+        *id++ = alnum[ngx_random() % (sizeof(alnum) - 1)];
+    }
+
+    *id = '\0';
+
+    ctx->choices = ngx_pcalloc(r->pool,
+                               ctx->n * sizeof(ngx_http_nalar_choice_t));
+    if (ctx->choices == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* runs when the request is freed or terminated (a disconnect) */
+
+    cln = ngx_http_cleanup_add(r, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_nalar_cleanup;
+    cln->data = ctx;
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (!ctx->stream) {
+            ch->text = ngx_array_create(r->pool, 256, 1);
+            if (ch->text == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+        }
+
+        slot = ngx_http_nalar_slot_get();
+        if (slot == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        slot->ctx = ctx;
+        ch->slot = slot;
+
+        req = nalar_request_create(p, ngx_http_nalar_notify, slot, &err);
+        if (req == NULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "nalar: %s", err.msg);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        slot->req = req;
+        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+
+        if (nalar_engine_submit(ctx->model->engine, req, &err) != 0) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "nalar: model \"%V\": %s", &ctx->model->name,
+                          err.msg);
+
+            /* the cleanup cancels the choices already submitted */
+
+            if (ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                        "server_error", NULL, "queue_full",
+                                        "The server is busy: %s", err.msg);
+        }
+
+        ch->submitted = 1;
+
+        /* different seeds for n > 1 so that sampled choices differ */
+        p->sampling.seed += 0x9e3779b97f4a7c15ULL;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    r->headers_out.content_type = ngx_http_nalar_sse_type;
+    r->headers_out.content_type_len = ngx_http_nalar_sse_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->allow_ranges = 0;
+
+    if (ngx_http_nalar_add_header(r, "Cache-Control", "no-cache") != NGX_OK
+        || ngx_http_nalar_add_header(r, "X-Accel-Buffering", "no") != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    ctx->header_sent = 1;
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return rc;
+    }
+
+    /* the header goes out now, before the first token */
+
+    rc = ngx_http_send_special(r, NGX_HTTP_FLUSH);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (r->buffered || r->connection->buffered) {
+        ctx->blocked = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Called for write events, and by the done queue when output is there:
+ * flushes what the client has not taken yet (under send_timeout), then
+ * takes more from the engine.
+ */
+
+static void
+ngx_http_nalar_write_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_event_t               *wev;
+    ngx_connection_t          *c;
+    ngx_http_nalar_ctx_t      *ctx;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    c = r->connection;
+    wev = c->write;
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL || ctx->done) {
+        return;
+    }
+
+    if (wev->timedout) {
+        ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                      "nalar: client timed out");
+        c->timedout = 1;
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (ctx->blocked) {
+        rc = ngx_http_output_filter(r, NULL);
+
+        if (rc == NGX_ERROR) {
+            ctx->done = 1;
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        if (r->buffered || c->buffered) {
+            clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+            if (!wev->delayed && !wev->timer_set) {
+                ngx_add_timer(wev, clcf->send_timeout);
+            }
+
+            if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+                ctx->done = 1;
+                ngx_http_finalize_request(r, NGX_ERROR);
+            }
+
+            return;
+        }
+
+        ctx->blocked = 0;
+
+        if (wev->timer_set) {
+            ngx_del_timer(wev);
+        }
+    }
+
+    ngx_http_nalar_pump(ctx);
+}
+
+
+/* Takes what the engine has produced for every choice and sends it. */
+
+static void
+ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_uint_t                 i;
+    ngx_chain_t               *out, **ll, *cl;
+    nalar_output               o;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_nalar_choice_t   *ch;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    r = ctx->request;
+    c = r->connection;
+
+    out = NULL;
+    ll = &out;
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot == NULL) {
+            continue;
+        }
+
+        ngx_memzero(&o, sizeof(nalar_output));
+
+        if (!nalar_request_take(ch->slot->req, &o)) {
+            nalar_output_free(&o);
+            continue;
+        }
+
+        rc = ngx_http_nalar_absorb(ctx, i, &o, &ll);
+
+        nalar_output_free(&o);
+
+        if (rc != NGX_OK) {
+            ctx->done = 1;
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
+
+        if (ch->finish != NALAR_FINISH_NONE) {
+            ngx_http_nalar_slot_release(ch->slot);
+            ch->slot = NULL;
+            ctx->n_done++;
+        }
+    }
+
+    if (ctx->n_done == ctx->n) {
+        ctx->done = 1;
+
+        if (ctx->timer.timer_set) {
+            ngx_del_timer(&ctx->timer);
+        }
+
+        if (!ctx->stream) {
+            ngx_http_finalize_request(r, ngx_http_nalar_finish_response(ctx));
+            return;
+        }
+
+        if (ctx->include_usage) {
+            json_t  *u;
+
+            u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
+                          "id", ctx->id,
+                          "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                    ? "chat.completion.chunk"
+                                    : "text_completion",
+                          "created", (json_int_t) ctx->created,
+                          "model", ctx->model->name.data,
+                          "choices",
+                          "usage", ngx_http_nalar_usage_json(ctx));
+
+            if (ngx_http_nalar_append_event(r, &ll, u) != NGX_OK) {
+                json_decref(u);
+                ngx_http_finalize_request(r, NGX_ERROR);
+                return;
+            }
+
+            json_decref(u);
+        }
+
+        if (ngx_http_nalar_append_raw(r, &ll, (u_char *) "data: [DONE]\n\n",
+                                      sizeof("data: [DONE]\n\n") - 1)
+            != NGX_OK)
+        {
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        for (cl = out; cl->next; cl = cl->next) { /* void */ }
+
+        cl->buf->last_buf = (r == r->main) ? 1 : 0;
+        cl->buf->last_in_chain = 1;
+        cl->buf->flush = 1;
+
+        ngx_http_finalize_request(r, ngx_http_output_filter(r, out));
+        return;
+    }
+
+    if (out == NULL) {
+        return;
+    }
+
+    for (cl = out; cl->next; cl = cl->next) { /* void */ }
+    cl->buf->flush = 1;
+
+    ctx->last_send = ngx_current_msec;
+
+    rc = ngx_http_output_filter(r, out);
+
+    if (rc == NGX_ERROR) {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    if (r->buffered || c->buffered) {
+        /* backpressure: take nothing more until the client catches up */
+        ctx->blocked = 1;
+
+        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+        if (!c->write->delayed && !c->write->timer_set) {
+            ngx_add_timer(c->write, clcf->send_timeout);
+        }
+
+        if (ngx_handle_write_event(c->write, clcf->send_lowat) != NGX_OK) {
+            ctx->done = 1;
+            ngx_http_finalize_request(r, NGX_ERROR);
+        }
+    }
+}
+
+
+/*
+ * One take of one choice: usage, and either an SSE chunk appended to the
+ * output or the text accumulated for the final response.
+ */
+
+static ngx_int_t
+ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    nalar_output *o, ngx_chain_t ***ll)
+{
+    u_char                   *p;
+    json_t                   *chunk, *choice, *lp;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_choice_t  *ch;
+
+    r = ctx->request;
+    ch = &ctx->choices[i];
+
+    if (i == 0) {
+        ctx->prompt_tokens = o->n_prompt;
+        ctx->cached_tokens = o->n_cached;
+        ctx->queue_ms = o->queue_ms;
+        ctx->ttft_ms = o->ttft_ms;
+    }
+
+    ch->n_completion = o->n_completion;
+    ch->finish = o->finish;
+
+    if (o->finish == NALAR_FINISH_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: model \"%V\": %s", &ctx->model->name,
+                      o->error);
+
+        if (!ctx->stream) {
+            return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        "server_error", NULL, NULL,
+                                        "The engine failed: %s", o->error);
+        }
+
+        /* mid-stream: an error event, then the stream ends as usual */
+
+        chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
+                          "message", o->error, "type", "server_error",
+                          "param", "code");
+        if (ngx_http_nalar_append_event(r, ll, chunk) != NGX_OK) {
+            json_decref(chunk);
+            return NGX_ERROR;
+        }
+
+        json_decref(chunk);
+        return NGX_OK;
+    }
+
+    lp = NULL;
+
+    if (ctx->logprobs >= 0 && o->n_ids > 0) {
+        lp = ngx_http_nalar_logprobs_json(ctx, ch, o);
+        if (lp == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (!ctx->stream) {
+        if (o->text_len) {
+            p = ngx_array_push_n(ch->text, o->text_len);
+            if (p == NULL) {
+                json_decref(lp);
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(p, o->text, o->text_len);
+        }
+
+        if (lp) {
+            if (ch->logprobs == NULL) {
+                ch->logprobs = lp;
+
+            } else {
+                /* append each list of this take to the accumulated one */
+                const char  *key;
+                json_t      *val;
+
+                json_object_foreach(lp, key, val) {
+                    json_array_extend(json_object_get(ch->logprobs, key),
+                                      val);
+                }
+
+                json_decref(lp);
+            }
+        }
+
+        return NGX_OK;
+    }
+
+    /*
+     * streaming, in OpenAI's order: for chat a first chunk with the role,
+     * then a chunk per take with text, then one with the finish_reason
+     * (empty text or delta).  A take with neither text nor finish (a
+     * character still incomplete, a control token) says nothing.
+     */
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT && !ch->role_sent) {
+        ch->role_sent = 1;
+
+        choice = json_pack("{s:I,s:{s:s,s:s},s:n,s:n}",
+                           "index", (json_int_t) i,
+                           "delta", "role", "assistant", "content", "",
+                           "logprobs", "finish_reason");
+
+        if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+            json_decref(lp);
+            return NGX_ERROR;
+        }
+    }
+
+    if (o->text_len || lp) {
+        if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+            choice = json_pack("{s:I,s:{s:s%},s:O?,s:n}",
+                               "index", (json_int_t) i,
+                               "delta", "content", o->text, o->text_len,
+                               "logprobs", lp,
+                               "finish_reason");
+        } else {
+            choice = json_pack("{s:s%,s:I,s:O?,s:n}",
+                               "text", o->text, o->text_len,
+                               "index", (json_int_t) i,
+                               "logprobs", lp,
+                               "finish_reason");
+        }
+
+        if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+            json_decref(lp);
+            return NGX_ERROR;
+        }
+    }
+
+    json_decref(lp);
+
+    if (o->finish == NALAR_FINISH_NONE) {
+        return NGX_OK;
+    }
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+        choice = json_pack("{s:I,s:{},s:n,s:s}",
+                           "index", (json_int_t) i,
+                           "delta",
+                           "logprobs",
+                           "finish_reason",
+                           ngx_http_nalar_finish_reason(o->finish));
+    } else {
+        choice = json_pack("{s:s,s:I,s:n,s:s}",
+                           "text", "",
+                           "index", (json_int_t) i,
+                           "logprobs",
+                           "finish_reason",
+                           ngx_http_nalar_finish_reason(o->finish));
+    }
+
+    return ngx_http_nalar_append_chunk(ctx, ll, choice);
+}
+
+
+/* A chunk of the stream around one choice (whose reference it takes). */
+
+static ngx_int_t
+ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
+    json_t *choice)
+{
+    json_t     *chunk;
+    ngx_int_t   rc;
+
+    if (choice == NULL) {
+        return NGX_ERROR;
+    }
+
+    chunk = json_pack("{s:s,s:s,s:I,s:s,s:[o]}",
+                      "id", ctx->id,
+                      "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                ? "chat.completion.chunk"
+                                : "text_completion",
+                      "created", (json_int_t) ctx->created,
+                      "model", ctx->model->name.data,
+                      "choices", choice);
+    if (chunk == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->include_usage) {
+        json_object_set_new(chunk, "usage", json_null());
+    }
+
+    rc = ngx_http_nalar_append_event(ctx->request, ll, chunk);
+    json_decref(chunk);
+
+    return rc;
+}
+
+
+/* The non-streaming response, once every choice has finished. */
+
+static ngx_int_t
+ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
+{
+    json_t                   *root, *choices, *c;
+    ngx_int_t                 rc;
+    ngx_uint_t                i;
+    const char               *reason;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_choice_t  *ch;
+
+    r = ctx->request;
+
+    choices = json_array();
+    if (choices == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+        reason = ngx_http_nalar_finish_reason(ch->finish);
+
+        if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+            c = json_pack("{s:I,s:{s:s,s:s%},s:O?,s:s}",
+                          "index", (json_int_t) i,
+                          "message", "role", "assistant",
+                          "content", ch->text->elts, ch->text->nelts,
+                          "logprobs", ch->logprobs,
+                          "finish_reason", reason);
+
+        } else {
+            c = json_pack("{s:s%,s:I,s:O?,s:s}",
+                          "text", ch->text->elts, ch->text->nelts,
+                          "index", (json_int_t) i,
+                          "logprobs", ch->logprobs,
+                          "finish_reason", reason);
+        }
+
+        if (c == NULL || json_array_append_new(choices, c) != 0) {
+            json_decref(choices);
+            return NGX_ERROR;
+        }
+    }
+
+    root = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}",
+                     "id", ctx->id,
+                     "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                               ? "chat.completion" : "text_completion",
+                     "created", (json_int_t) ctx->created,
+                     "model", ctx->model->name.data,
+                     "choices", choices,
+                     "usage", ngx_http_nalar_usage_json(ctx));
+    if (root == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, root);
+    json_decref(root);
+
+    return rc;
+}
+
+
+/*
+ * Log probabilities of one take, in the endpoint's shape:
+ *   completions: {tokens, token_logprobs, top_logprobs, text_offset}
+ *   chat:        {content: [{token, logprob, bytes, top_logprobs}]}
+ */
+
+static json_t *
+ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *o)
+{
+    int32_t                 k, j, n_top, tok_id;
+    json_t                 *res, *tokens, *lps, *tops, *offs, *content, *t,
+                           *top, *item, *bytes;
+    nalar_logprob          *row;
+    const nalar_tokenizer  *tok;
+
+    tok = nalar_engine_model(ctx->model->engine)->tok;
+    n_top = ctx->logprobs > 0 ? (int32_t) ctx->logprobs : 0;
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+        content = json_array();
+        res = json_pack("{s:o}", "content", content);
+        if (res == NULL) {
+            return NULL;
+        }
+
+        for (k = 0; k < o->n_ids; k++) {
+            row = o->logprobs ? &o->logprobs[k * (1 + n_top)] : NULL;
+            tok_id = o->ids[k];
+
+            t = ngx_http_nalar_token_json(tok, tok_id, &bytes);
+            top = json_array();
+
+            item = json_pack("{s:o,s:f,s:o,s:o}", "token", t,
+                             "logprob", row ? (double) row[0].logprob : 0.0,
+                             "bytes", bytes, "top_logprobs", top);
+            if (item == NULL) {
+                json_decref(res);
+                return NULL;
+            }
+
+            for (j = 1; row && j <= n_top; j++) {
+                t = ngx_http_nalar_token_json(tok, row[j].id, &bytes);
+                json_array_append_new(top,
+                                      json_pack("{s:o,s:f,s:o}", "token", t,
+                                                "logprob",
+                                                (double) row[j].logprob,
+                                                "bytes", bytes));
+            }
+
+            json_array_append_new(content, item);
+        }
+
+        return res;
+    }
+
+    tokens = json_array();
+    lps = json_array();
+    tops = json_array();
+    offs = json_array();
+
+    res = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens,
+                    "token_logprobs", lps, "top_logprobs", tops,
+                    "text_offset", offs);
+    if (res == NULL) {
+        return NULL;
+    }
+
+    for (k = 0; k < o->n_ids; k++) {
+        row = o->logprobs ? &o->logprobs[k * (1 + n_top)] : NULL;
+
+        t = ngx_http_nalar_token_json(tok, o->ids[k], &bytes);
+        json_array_append_new(offs, json_integer((json_int_t)
+                                                 ch->text_offset));
+        ch->text_offset += json_array_size(bytes);
+        json_decref(bytes);
+
+        json_array_append_new(tokens, t);
+        json_array_append_new(lps, json_real(row ? row[0].logprob : 0.0));
+
+        top = json_object();
+
+        for (j = 1; row && j <= n_top; j++) {
+            t = ngx_http_nalar_token_json(tok, row[j].id, &bytes);
+            json_decref(bytes);
+
+            if (json_is_string(t)) {
+                json_object_set_new(top, json_string_value(t),
+                                    json_real(row[j].logprob));
+            }
+
+            json_decref(t);
+        }
+
+        json_array_append_new(tops, top);
+    }
+
+    return res;
+}
+
+
+/*
+ * A token as OpenAI shows it: its text, or "bytes:\xNN..." when its bytes
+ * are not valid UTF-8 on their own; *bytes gets the byte values.
+ */
+
+static json_t *
+ngx_http_nalar_token_json(const nalar_tokenizer *tok, int32_t id,
+    json_t **bytes)
+{
+    int      n, k;
+    u_char   buf[256], esc[sizeof("bytes:") + 4 * 256], *p;
+    json_t  *s;
+
+    n = nalar_token_bytes(tok, id, (char *) buf, sizeof(buf));
+    if (n < 0) {
+        n = 0;
+    }
+
+    *bytes = json_array();
+
+    for (k = 0; k < n; k++) {
+        json_array_append_new(*bytes, json_integer(buf[k]));
+    }
+
+    s = json_stringn((char *) buf, n);
+
+    if (s == NULL) {
+        p = ngx_cpymem(esc, "bytes:", 6);
+
+        for (k = 0; k < n; k++) {
+            p = ngx_sprintf(p, "\\x%02xd", buf[k]);
+        }
+
+        s = json_stringn((char *) esc, p - esc);
+    }
+
+    return s;
+}
+
+
+static json_t *
+ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+    json_int_t  completion;
+
+    completion = 0;
+
+    for (i = 0; i < ctx->n; i++) {
+        completion += ctx->choices[i].n_completion;
+    }
+
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}",
+                     "prompt_tokens", (json_int_t) ctx->prompt_tokens,
+                     "completion_tokens", completion,
+                     "total_tokens", (json_int_t) ctx->prompt_tokens
+                                     + completion,
+                     "prompt_tokens_details",
+                     "cached_tokens", (json_int_t) ctx->cached_tokens);
+}
+
+
+static const char *
+ngx_http_nalar_finish_reason(nalar_finish f)
+{
+    return (f == NALAR_FINISH_LENGTH) ? "length" : "stop";
+}
+
+
+/* "data: {json}\n\n" appended to the chain being built. */
+
+static ngx_int_t
+ngx_http_nalar_append_event(ngx_http_request_t *r, ngx_chain_t ***ll,
+    json_t *j)
+{
+    size_t        len;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (j == NULL) {
+        return NGX_ERROR;
+    }
+
+    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
+    if (len == 0) {
+        return NGX_ERROR;
+    }
+
+    b = ngx_create_temp_buf(r->pool, len + sizeof("data: \n\n") - 1);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last = ngx_cpymem(b->last, "data: ", 6);
+    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
+    *b->last++ = '\n';
+    *b->last++ = '\n';
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = b;
+    cl->next = NULL;
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_append_raw(ngx_http_request_t *r, ngx_chain_t ***ll,
+    u_char *data, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    b = ngx_calloc_buf(r->pool);
+    cl = ngx_alloc_chain_link(r->pool);
+    if (b == NULL || cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = data;
+    b->last = data + len;
+    b->memory = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+/*
+ * SSE comments keep idle streams (queued requests) from being cut by
+ * proxies.  The timer is not cancelable, so a worker that is shutting down
+ * gracefully waits for its streams to finish.
+ */
+
+static void
+ngx_http_nalar_timer_handler(ngx_event_t *ev)
+{
+    ngx_int_t                   rc;
+    ngx_chain_t                *out, **ll;
+    ngx_connection_t           *c;
+    ngx_http_request_t         *r;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (ctx->done) {
+        return;
+    }
+
+    ngx_add_timer(ev, nlcf->keepalive);
+
+    if (!ctx->stream || !ctx->header_sent || ctx->blocked
+        || ngx_current_msec - ctx->last_send < nlcf->keepalive)
+    {
+        return;
+    }
+
+    out = NULL;
+    ll = &out;
+
+    if (ngx_http_nalar_append_raw(r, &ll, (u_char *) ": keep-alive\n\n",
+                                  sizeof(": keep-alive\n\n") - 1)
+        != NGX_OK)
+    {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    out->buf->flush = 1;
+    ctx->last_send = ngx_current_msec;
+
+    rc = ngx_http_output_filter(r, out);
+
+    if (rc == NGX_ERROR) {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+
+    } else if (r->buffered || c->buffered) {
+        ctx->blocked = 1;
+        r->write_event_handler(r);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* The request is going away: cancel what still runs, release the slots. */
+
+static void
+ngx_http_nalar_cleanup(void *data)
+{
+    ngx_http_nalar_ctx_t *ctx = data;
+
+    ngx_uint_t                i;
+    ngx_http_nalar_choice_t  *ch;
+
+    ctx->done = 1;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    for (i = 0; i < ctx->n && ctx->choices; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot) {
+            if (ch->submitted && ch->slot->req) {
+                nalar_request_cancel(ch->slot->req);
+            }
+
+            ngx_http_nalar_slot_release(ch->slot);
+            ch->slot = NULL;
+        }
+
+        if (ch->logprobs) {
+            json_decref(ch->logprobs);
+            ch->logprobs = NULL;
+        }
+    }
+}
+
+
+/* slots and the done queue */
+
+
+static ngx_http_nalar_slot_t *
+ngx_http_nalar_slot_get(void)
+{
+    ngx_queue_t             *q;
+    ngx_http_nalar_slot_t   *slot, **sp;
+
+    if (!ngx_queue_empty(&ngx_http_nalar_free_slots)) {
+        q = ngx_queue_head(&ngx_http_nalar_free_slots);
+        ngx_queue_remove(q);
+        return ngx_queue_data(q, ngx_http_nalar_slot_t, queue);
+    }
+
+    slot = ngx_calloc(sizeof(ngx_http_nalar_slot_t), ngx_cycle->log);
+    if (slot == NULL) {
+        return NULL;
+    }
+
+    sp = ngx_array_push(&ngx_http_nalar_all_slots);
+    if (sp == NULL) {
+        ngx_free(slot);
+        return NULL;
+    }
+
+    *sp = slot;
+
+    return slot;
+}
+
+
+static void
+ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot)
+{
+    nalar_request  *req;
+
+    pthread_mutex_lock(&ngx_http_nalar_mutex);
+
+    if (slot->posted) {
+        ngx_queue_remove(&slot->queue);
+        slot->posted = 0;
+    }
+
+    req = slot->req;
+    slot->req = NULL;
+
+    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+
+    if (req) {
+        nalar_request_unref(req);
+    }
+
+    slot->ctx = NULL;
+    ngx_queue_insert_tail(&ngx_http_nalar_free_slots, &slot->queue);
+}
+
+
+/*
+ * Engine thread: new output or the finish is there.  Only the slot is
+ * touched, under the mutex, and only while it still serves this request.
+ */
+
+static void
+ngx_http_nalar_notify(nalar_request *req, void *data)
+{
+    ngx_http_nalar_slot_t *slot = data;
+
+    int       wake;
+    uint64_t  one;
+
+    wake = 0;
+
+    pthread_mutex_lock(&ngx_http_nalar_mutex);
+
+    if (slot->req == req && !slot->posted) {
+        slot->posted = 1;
+        ngx_queue_insert_tail(&ngx_http_nalar_done, &slot->queue);
+        wake = 1;
+    }
+
+    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+
+    if (wake) {
+        one = 1;
+        if (write(ngx_http_nalar_efd, &one, sizeof(uint64_t)) < 0) {
+            /* EAGAIN: the counter is saturated, the loop is awake anyway */
+        }
+    }
+}
+
+
+/* Event loop: the eventfd is readable. */
+
+static void
+ngx_http_nalar_done_handler(ngx_event_t *ev)
+{
+    uint64_t                n;
+    ngx_uint_t              budget;
+    ngx_queue_t            *q;
+    ngx_connection_t       *c;
+    ngx_http_request_t     *r;
+    ngx_http_nalar_slot_t  *slot;
+
+    if (read(ngx_http_nalar_efd, &n, sizeof(uint64_t)) < 0) {
+        /* EAGAIN: a spurious wakeup */
+    }
+
+    /* a bounded number per wakeup, so that a busy engine cannot starve
+     * the rest of the loop; the eventfd brings us back for the rest */
+
+    for (budget = 4096; budget; budget--) {
+
+        pthread_mutex_lock(&ngx_http_nalar_mutex);
+
+        if (ngx_queue_empty(&ngx_http_nalar_done)) {
+            pthread_mutex_unlock(&ngx_http_nalar_mutex);
+            return;
+        }
+
+        q = ngx_queue_head(&ngx_http_nalar_done);
+        ngx_queue_remove(q);
+        slot = ngx_queue_data(q, ngx_http_nalar_slot_t, queue);
+        slot->posted = 0;
+
+        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+
+        if (slot->ctx == NULL || slot->ctx->done) {
+            continue;
+        }
+
+        r = slot->ctx->request;
+        c = r->connection;
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "nalar done: \"%V\"", &r->uri);
+
+        r->write_event_handler(r);
+        ngx_http_run_posted_requests(c);
+    }
+
+    n = 1;
+    if (write(ngx_http_nalar_efd, &n, sizeof(uint64_t)) < 0) {
+        /* the loop is awake anyway */
+    }
+}
+
+
+/* responses */
+
+
+static ngx_int_t
+ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
+{
+    size_t        len;
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
+    if (len == 0) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b = ngx_create_temp_buf(r->pool, len + 1);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
+    *b->last++ = '\n';
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = b->last - b->pos;
+    r->headers_out.content_type = ngx_http_nalar_json_type;
+    r->headers_out.content_type_len = ngx_http_nalar_json_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* {"error":{"message","type","param","code"}} with the status */
+
+static ngx_int_t
+ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *param, const char *code,
+    const char *fmt, ...)
+{
+    u_char      msg[1024], *p;
+    json_t     *j;
+    va_list     args;
+    ngx_int_t   rc;
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
+    va_end(args);
+
+    *p = '\0';
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "nalar: %ui: %s", status, msg);
+
+    j = json_pack("{s:{s:s%,s:s,s:s?,s:s?}}", "error",
+                  "message", msg, (size_t) (p - msg),
+                  "type", type, "param", param, "code", code);
+
+    if (j == NULL) {
+        /* the message was not valid UTF-8 (it quotes the client) */
+        j = json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error",
+                      "message", "invalid request", "type", type,
+                      "param", param, "code", code);
+        if (j == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    if (r->header_sent) {
+        json_decref(j);
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_nalar_send_json(r, status, j);
+    json_decref(j);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+    h->lowcase_key = NULL;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_nalar_model_t *
+ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
+{
+    size_t                       len;
+    ngx_uint_t                   i;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    model = nmcf->models.elts;
+
+    if (nmcf->models.nelts == 0) {
+        return NULL;
+    }
+
+    if (name == NULL) {
+        return &model[0];
+    }
+
+    len = ngx_strlen(name);
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        if (model[i].name.len == len
+            && ngx_strncmp(model[i].name.data, name, len) == 0)
+        {
+            return &model[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/* variables */
+
+
+static ngx_int_t
+ngx_http_nalar_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_nalar_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+    uintptr_t data)
+{
+    u_char                *p;
+    double                 ms;
+    ngx_uint_t             i;
+    ngx_int_t              n;
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL || ctx->model == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    if (data == NGX_HTTP_NALAR_VAR_MODEL) {
+        v->len = ctx->model->name.len;
+        v->data = ctx->model->name.data;
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + 8);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    switch (data) {
+
+    case NGX_HTTP_NALAR_VAR_TTFT_MS:
+    case NGX_HTTP_NALAR_VAR_QUEUE_MS:
+        ms = (data == NGX_HTTP_NALAR_VAR_TTFT_MS) ? ctx->ttft_ms
+                                                  : ctx->queue_ms;
+        if (ms < 0) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+
+        v->len = ngx_sprintf(p, "%.3f", ms) - p;
+        break;
+
+    default:
+        if (data == NGX_HTTP_NALAR_VAR_PROMPT_TOKENS) {
+            n = ctx->prompt_tokens;
+
+        } else if (data == NGX_HTTP_NALAR_VAR_CACHED_TOKENS) {
+            n = ctx->cached_tokens;
+
+        } else {
+            n = 0;
+            for (i = 0; i < ctx->n && ctx->choices; i++) {
+                n += ctx->choices[i].n_completion;
+            }
+        }
+
+        v->len = ngx_sprintf(p, "%i", n) - p;
+        break;
+    }
+
+    v->data = p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* configuration */
+
+
+static void *
+ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_nalar_main_conf_t));
+    if (nmcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     nmcf->backend = { 0, NULL };
+     *     nmcf->created = 0;
+     */
+
+    if (ngx_array_init(&nmcf->models, cf->pool, 2,
+                       sizeof(ngx_http_nalar_model_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    nmcf->threads = NGX_CONF_UNSET;
+    nmcf->kv_cache = NGX_CONF_UNSET;
+    nmcf->max_batch_tokens = NGX_CONF_UNSET;
+    nmcf->max_queue = NGX_CONF_UNSET;
+    nmcf->max_running = NGX_CONF_UNSET;
+
+    return nmcf;
+}
+
+
+static char *
+ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    /* 0 and unset mean "the engine's default" */
+
+    ngx_conf_init_value(nmcf->threads, 0);
+    ngx_conf_init_value(nmcf->kv_cache, 0);
+    ngx_conf_init_value(nmcf->max_batch_tokens, 0);
+    ngx_conf_init_value(nmcf->max_queue, 0);
+    ngx_conf_init_value(nmcf->max_running, 0);
+
+    if (nmcf->backend.data == NULL) {
+        ngx_str_set(&nmcf->backend, "cpu");
+    }
+
+    if (ngx_strcmp(nmcf->backend.data, "cpu") != 0
+        && ngx_strcmp(nmcf->backend.data, "cuda") != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid nalar_backend \"%V\": \"cpu\" or "
+                           "\"cuda\" expected", &nmcf->backend);
+        return NGX_CONF_ERROR;
+    }
+
+    nmcf->created = ngx_time();
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    nlcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_nalar_loc_conf_t));
+    if (nlcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     nlcf->handler = 0;
+     */
+
+    nlcf->chat_style = NGX_CONF_UNSET_UINT;
+    nlcf->keepalive = NGX_CONF_UNSET_MSEC;
+
+    return nlcf;
+}
+
+
+static char *
+ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_nalar_loc_conf_t *prev = parent;
+    ngx_http_nalar_loc_conf_t *conf = child;
+
+    ngx_conf_merge_uint_value(conf->chat_style, prev->chat_style,
+                              NALAR_CHAT_AUTO);
+    ngx_conf_merge_msec_value(conf->keepalive, prev->keepalive, 15000);
+
+    if (conf->keepalive == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_stream_keepalive must be positive");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * nalar_model NAME PATH [draft=PATH];
+ * The file is validated now (header, architecture, tensor table,
+ * vocabulary) without reading weights, so `nginx -t` catches a bad model.
+ */
+
+static char *
+ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    ngx_str_t               *value;
+    ngx_uint_t               i;
+    nalar_err                err;
+    ngx_http_nalar_model_t  *model;
+
+    value = cf->args->elts;
+    model = nmcf->models.elts;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        if (model[i].name.len == value[1].len
+            && ngx_strncmp(model[i].name.data, value[1].data, value[1].len)
+               == 0)
+        {
+            return "is duplicate";
+        }
+    }
+
+    model = ngx_array_push(&nmcf->models);
+    if (model == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(model, sizeof(ngx_http_nalar_model_t));
+
+    model->name = value[1];
+    model->path = value[2];
+
+    if (ngx_conf_full_name(cf->cycle, &model->path, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (cf->args->nelts == 4) {
+        if (ngx_strncmp(value[3].data, "draft=", 6) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\"", &value[3]);
+            return NGX_CONF_ERROR;
+        }
+
+        model->draft.data = value[3].data + 6;
+        model->draft.len = value[3].len - 6;
+
+        if (ngx_conf_full_name(cf->cycle, &model->draft, 1) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    /* ngx_conf_full_name() leaves the names NUL-terminated */
+
+    if (nalar_model_check((char *) model->path.data, &err) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_model \"%V\": %s", &model->name, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    if (model->draft.len) {
+        if (nalar_model_check((char *) model->draft.data, &err) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "nalar_model \"%V\" draft: %s", &model->name,
+                               err.msg);
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "nalar_model \"%V\": the draft model is checked "
+                           "but not used: this engine has no speculative "
+                           "decoding", &model->name);
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_loc_conf_t *nlcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    if (nlcf->handler) {
+        return "is duplicate";
+    }
+
+    nlcf->handler = cmd->offset;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_nalar_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_loc_conf_t *nlcf = conf;
+
+    int         style;
+    ngx_str_t  *value;
+
+    if (nlcf->chat_style != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    style = nalar_chat_style_parse((char *) value[1].data, value[1].len);
+    if (style < 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid chat template \"%V\": \"auto\", "
+                           "\"chatml\", \"llama2\", \"llama3\" or \"zephyr\" "
+                           "expected", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->chat_style = (ngx_uint_t) style;
+
+    return NGX_CONF_OK;
+}
+
+
+/* process lifecycle */
+
+
+/*
+ * Engines start here, in each worker (never in the master).  Their threads
+ * inherit a mask with every signal blocked, as nginx's own thread pools do,
+ * so that signals reach the event loop only.
+ */
+
+static ngx_int_t
+ngx_http_nalar_init_process(ngx_cycle_t *cycle)
+{
+    int                          err_no;
+    sigset_t                     set, old;
+    ngx_uint_t                   i;
+    nalar_err                    err;
+    ngx_event_t                 *rev;
+    nalar_engine_opts            opts;
+    ngx_connection_t            *c;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    nmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_nalar_module);
+
+    if (nmcf == NULL || nmcf->models.nelts == 0) {
+        return NGX_OK;
+    }
+
+    ngx_http_nalar_mcf = nmcf;
+
+    ngx_queue_init(&ngx_http_nalar_done);
+    ngx_queue_init(&ngx_http_nalar_free_slots);
+
+    if (ngx_array_init(&ngx_http_nalar_all_slots, cycle->pool, 64,
+                       sizeof(ngx_http_nalar_slot_t *))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_http_nalar_efd = eventfd(0, EFD_NONBLOCK|EFD_CLOEXEC);
+
+    if (ngx_http_nalar_efd == -1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "nalar: eventfd() failed");
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(ngx_http_nalar_efd, cycle->log);
+    if (c == NULL) {
+        (void) close(ngx_http_nalar_efd);
+        ngx_http_nalar_efd = -1;
+        return NGX_ERROR;
+    }
+
+    ngx_http_nalar_conn = c;
+
+    c->pool = cycle->pool;
+    rev = c->read;
+    rev->log = cycle->log;
+    c->write->log = cycle->log;
+
+    /* like nginx's channel: not a client, never reported as left open */
+    rev->channel = 1;
+    c->write->channel = 1;
+    rev->handler = ngx_http_nalar_done_handler;
+
+    if (ngx_add_event(rev, NGX_READ_EVENT, 0) == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    model = nmcf->models.elts;
+
+    sigfillset(&set);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        ngx_memzero(&opts, sizeof(nalar_engine_opts));
+
+        opts.model_path = (char *) model[i].path.data;
+        opts.model_name = (char *) model[i].name.data;
+        opts.backend = (char *) nmcf->backend.data;
+        opts.n_threads = (int) nmcf->threads;
+        opts.kv_bytes = (int64_t) nmcf->kv_cache;
+        opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
+        opts.max_queue = (int32_t) nmcf->max_queue;
+        opts.max_running = (int32_t) nmcf->max_running;
+        opts.load_async = 1;
+
+        model[i].engine = nalar_engine_create(&opts, &err);
+
+        if (model[i].engine == NULL) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                          "nalar_model \"%V\": %s", &model[i].name, err.msg);
+            continue;
+        }
+
+        err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
+        if (err_no) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
+                          "nalar: pthread_sigmask() failed");
+        }
+
+        if (nalar_engine_start(model[i].engine, &err) != 0) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                          "nalar_model \"%V\": %s", &model[i].name, err.msg);
+            nalar_engine_destroy(model[i].engine);
+            model[i].engine = NULL;
+        }
+
+        if (err_no == 0) {
+            (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* Engines are joined before the slots they may notify are freed. */
+
+static void
+ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                   i;
+    ngx_http_nalar_slot_t      **slots;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_nalar_mcf;
+
+    if (nmcf == NULL) {
+        return;
+    }
+
+    model = nmcf->models.elts;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        if (model[i].engine) {
+            nalar_engine_destroy(model[i].engine);
+            model[i].engine = NULL;
+        }
+    }
+
+    if (ngx_http_nalar_conn) {
+        ngx_close_connection(ngx_http_nalar_conn);
+        ngx_http_nalar_conn = NULL;
+        ngx_http_nalar_efd = -1;
+    }
+
+    slots = ngx_http_nalar_all_slots.elts;
+
+    for (i = 0; i < ngx_http_nalar_all_slots.nelts; i++) {
+        if (slots[i]->req) {
+            nalar_request_unref(slots[i]->req);
+        }
+
+        ngx_free(slots[i]);
+    }
+
+    ngx_http_nalar_all_slots.nelts = 0;
+    ngx_http_nalar_mcf = NULL;
+}
