@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "kv.h"
 #include "model.h"
+#include "prefix_cache.h"
 #include "stop.h"
 #include "tokenizer.h"
 
@@ -45,6 +46,7 @@ struct nalar_request {
     nalar_request_params p;
     int32_t         *prompt;          /* (n_prompt) */
     char           **stops;           /* (n_stop) */
+    char            *scope;           /* cache scope ("" = global) */
     int32_t         *stop_ids;        /* (n_stop_ids) */
 
     /* engine state (engine thread only) */
@@ -61,6 +63,12 @@ struct nalar_request {
     nalar_detok      detok;
     nalar_stop      *stop;
     double           t_submit, t_sched, t_first, t_last;
+    /* prefix cache: digests[i] identifies block i with everything before
+     * it; blocks [0, n_published) are published or were checked */
+    uint8_t        (*digests)[NALAR_DIGEST];   /* (cap_tokens / BLOCK) */
+    int32_t          n_digests;
+    int32_t          n_published;
+    int              admitted_once;
 
     /* output handed to the consumer (under mu) */
     pthread_mutex_t  mu;
@@ -86,6 +94,8 @@ struct nalar_engine {
     nalar_backend    *be;
     nalar_kv_pool     kv;
     int               kv_ready;
+    nalar_prefix_cache *cache;        /* NULL when off */
+    int32_t           kv_evictable;   /* under mu: cached, unreferenced */
 
     pthread_t         thread;
     int               started;
@@ -177,6 +187,11 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
         memcpy(r->stop_ids, p->stop_ids,
                (size_t) p->n_stop_ids * sizeof(int32_t));
     }
+    r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
+    if (r->scope == NULL) {
+        goto oom;
+    }
+    r->p.cache_scope = r->scope;
     r->p.prompt = r->prompt;
     r->p.stop = (const char **) r->stops;
     r->p.stop_ids = r->stop_ids;
@@ -227,6 +242,8 @@ nalar_request_unref(nalar_request *r)
         nalar_sampler_free(&r->sampler);
     }
     free(r->kv.blocks);
+    free(r->digests);
+    free(r->scope);
     free(r->stops);
     free(r->stop_ids);
     free(r->prompt);
@@ -465,6 +482,13 @@ engine_load(nalar_engine *e, nalar_err *err)
         return -1;
     }
     e->kv_ready = 1;
+    if (e->opts.prefix_cache) {
+        e->cache = nalar_prefix_cache_create(&e->kv, e->model->identity,
+                                             e->be->name, err);
+        if (e->cache == NULL) {
+            return -1;
+        }
+    }
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;
     e->m.kv_blocks_free = n_blocks;
@@ -507,7 +531,8 @@ nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
     m->requests_waiting = e->n_waiting;
     if (e->kv_ready) {
         m->kv_blocks_free = __atomic_load_n(&e->kv.n_free_published,
-                                            __ATOMIC_RELAXED);
+                                            __ATOMIC_RELAXED)
+                            + e->kv_evictable;
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -582,6 +607,11 @@ request_start(nalar_engine *e, nalar_request *r)
         return -1;
     }
     r->sampler_ready = 1;
+    r->digests = malloc(((size_t) r->cap_tokens / NALAR_KV_BLOCK + 1)
+                        * NALAR_DIGEST);
+    if (r->digests == NULL) {
+        return -1;
+    }
     memcpy(r->tokens, r->prompt, (size_t) r->p.n_prompt * sizeof(int32_t));
     r->n_tokens = r->p.n_prompt;
     r->max_tokens = c->n_ctx - r->p.n_prompt;
@@ -655,6 +685,142 @@ running_remove(nalar_engine *e, int32_t i)
 }
 
 
+/* --- prefix cache glue --- */
+
+/* Digest of block i of r's tokens, computing the chain up to it. */
+static const uint8_t *
+block_digest(nalar_engine *e, nalar_request *r, int32_t i)
+{
+    while (r->n_digests <= i) {
+        int32_t        k = r->n_digests;
+        const int32_t *toks = r->tokens + (int64_t) k * NALAR_KV_BLOCK;
+        int            shared_k = (k + 1) * NALAR_KV_BLOCK
+                                  <= r->p.n_shared_prefix;
+        uint8_t        prev[NALAR_DIGEST], root[NALAR_DIGEST];
+
+        if (k == 0) {
+            /* blocks inside the operator's shared prefix live in the
+             * global scope; everything else in the request's scope */
+            nalar_prefix_root(e->cache, shared_k ? "" : r->scope, prev);
+        } else {
+            int shared_prev = k * NALAR_KV_BLOCK <= r->p.n_shared_prefix;
+
+            memcpy(prev, r->digests[k - 1], NALAR_DIGEST);
+            if (shared_prev && !shared_k && r->scope[0] != '\0') {
+                nalar_prefix_root(e->cache, r->scope, root);
+                nalar_prefix_rescope(prev, root, prev);
+            }
+        }
+        nalar_prefix_chain(prev, toks, r->digests[k]);
+        r->n_digests++;
+    }
+    return r->digests[i];
+}
+
+
+/* At admission: share the longest published chain of the prompt's full
+ * blocks, leaving at least one token to compute (its logits are needed). */
+static void
+cache_match(nalar_engine *e, nalar_request *r)
+{
+    int32_t max_blocks, matched;
+
+    if (e->cache == NULL || r->p.no_cache || r->kv.n_blocks != 0) {
+        return;
+    }
+    max_blocks = (r->n_tokens - 1) / NALAR_KV_BLOCK;
+    if (max_blocks <= 0) {
+        return;
+    }
+    block_digest(e, r, max_blocks - 1);
+    matched = nalar_prefix_match(e->cache, &r->kv,
+                                 (const uint8_t (*)[NALAR_DIGEST]) r->digests,
+                                 r->tokens, max_blocks);
+    r->n_computed = matched * NALAR_KV_BLOCK;
+    r->kv.n_pos = r->n_computed;
+    if (!r->admitted_once) {
+        pthread_mutex_lock(&r->mu);
+        r->n_cached = matched * NALAR_KV_BLOCK;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (r->n_published < matched) {
+        r->n_published = matched;
+    }
+}
+
+
+/* Publish r's full blocks whose positions are all confirmed and computed
+ * (n_confirmed: positions [0, n_confirmed) hold confirmed tokens' KV). */
+static void
+cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed)
+{
+    if (e->cache == NULL || r->p.no_cache) {
+        return;
+    }
+    while ((r->n_published + 1) * NALAR_KV_BLOCK <= n_confirmed) {
+        int32_t i = r->n_published;
+
+        nalar_prefix_publish(e->cache, block_digest(e, r, i),
+                             r->tokens + (int64_t) i * NALAR_KV_BLOCK,
+                             r->kv.blocks[i]);
+        r->n_published++;
+    }
+}
+
+
+/* Blocks that could be handed out now: free plus evictable cached ones. */
+static int32_t
+kv_available(nalar_engine *e)
+{
+    nalar_prefix_stats st;
+
+    if (e->cache == NULL) {
+        return e->kv.n_free;
+    }
+    nalar_prefix_stats_get(e->cache, &st);
+    return e->kv.n_free + st.evictable;
+}
+
+
+/* Reserve KV for r up to n_pos, evicting unreferenced cached blocks when
+ * the free list is short. */
+static int
+kv_reserve(nalar_engine *e, nalar_request *r, int32_t n_pos)
+{
+    int32_t need;
+
+    if (nalar_seq_kv_reserve(&e->kv, &r->kv, n_pos) == 0) {
+        return 0;
+    }
+    if (e->cache == NULL) {
+        return -1;
+    }
+    need = nalar_seq_kv_blocks_needed(&e->kv, &r->kv, n_pos) - e->kv.n_free;
+    nalar_prefix_evict(e->cache, need);
+    return nalar_seq_kv_reserve(&e->kv, &r->kv, n_pos);
+}
+
+
+static void
+publish_metrics(nalar_engine *e)
+{
+    nalar_prefix_stats st;
+
+    memset(&st, 0, sizeof(st));
+    if (e->cache != NULL) {
+        nalar_prefix_stats_get(e->cache, &st);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.requests_running = e->n_running;
+    e->m.prefix_queries_total = st.queries;
+    e->m.prefix_hits_total = st.hits;
+    e->m.prefix_evictions_total = st.evictions;
+    e->m.prefix_blocks = st.blocks;
+    e->kv_evictable = st.evictable;
+    pthread_mutex_unlock(&e->mu);
+}
+
+
 /* Preempt the most recently admitted running request: free its KV and put
  * it back at the head of the queue; it recomputes its context later. */
 static void
@@ -665,6 +831,7 @@ preempt_last(nalar_engine *e)
     e->n_running--;
     nalar_seq_kv_release(&e->kv, &r->kv);
     r->n_computed = 0;
+    r->n_published = 0;
     r->state = REQ_WAITING;
     pthread_mutex_lock(&e->mu);
     r->next = e->wait_head;
@@ -824,7 +991,7 @@ engine_step(nalar_engine *e)
                 + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
         /* leave one block per running sequence for its next decode */
         reserved = e->n_running;
-        if (need + reserved > e->kv.n_free && e->n_running > 0) {
+        if (need + reserved > kv_available(e) && e->n_running > 0) {
             pthread_mutex_unlock(&e->mu);
             break;
         }
@@ -838,6 +1005,8 @@ engine_step(nalar_engine *e)
             finish_unref(e, r, NALAR_FINISH_ERROR, "out of memory");
             continue;
         }
+        cache_match(e, r);
+        r->admitted_once = 1;
         r->state = REQ_RUNNING;
         e->running[e->n_running++] = r;
     }
@@ -867,8 +1036,7 @@ engine_step(nalar_engine *e)
                 }
                 n = todo < budget ? todo : budget;
             }
-            while (nalar_seq_kv_reserve(&e->kv, &r->kv, r->n_computed + n)
-                   != 0)
+            while (kv_reserve(e, r, r->n_computed + n) != 0)
             {
                 if (e->running[e->n_running - 1] == r) {
                     break;
@@ -962,6 +1130,8 @@ engine_step(nalar_engine *e)
             if (!b->want_logits[k]) {
                 continue;
             }
+            /* every computed position holds a confirmed token here */
+            cache_publish(e, r, r->n_computed);
             if (r->n_generated == 0) {
                 pthread_mutex_lock(&e->mu);
                 e->m.prompt_tokens_total += (uint64_t) r->p.n_prompt;
@@ -982,9 +1152,7 @@ engine_step(nalar_engine *e)
         }
         i++;
     }
-    pthread_mutex_lock(&e->mu);
-    e->m.requests_running = e->n_running;
-    pthread_mutex_unlock(&e->mu);
+    publish_metrics(e);
     return 1;
 }
 
@@ -1128,6 +1296,7 @@ nalar_engine_destroy(nalar_engine *e)
         finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
     }
     fail_all_waiting(e, NALAR_FINISH_CANCELLED, NULL);
+    nalar_prefix_cache_destroy(e->cache);
     if (e->kv_ready) {
         e->be->kv_free(e->be, &e->kv);
         nalar_kv_pool_free(&e->kv);

@@ -39,6 +39,7 @@ typedef struct {
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */
     int         load_async;      /* 1: load on the engine thread */
+    int         prefix_cache;    /* 1: reuse published KV blocks */
 } nalar_engine_opts;
 
 typedef enum {
@@ -61,6 +62,12 @@ typedef struct {
     int            ignore_eos;
     int            logprobs;     /* 1: report each token's logprob and
                                     sampling.n_logprobs alternatives */
+    /* prefix cache: the scope comes from authentication (tenant), never
+     * from the request body; NULL or "" = the single global scope */
+    const char    *cache_scope;
+    int32_t        n_shared_prefix; /* leading tokens that are an operator-
+                                       declared shared prefix (global scope)*/
+    int            no_cache;     /* 1: neither look up nor publish */
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
@@ -90,6 +97,11 @@ typedef struct {
     int32_t  kv_blocks_total;
     int32_t  kv_blocks_free;
     uint64_t preemptions_total;
+    /* prefix cache */
+    uint64_t prefix_queries_total;   /* prompt tokens looked up */
+    uint64_t prefix_hits_total;      /* prompt tokens served from cache */
+    uint64_t prefix_evictions_total;
+    int32_t  prefix_blocks;          /* published blocks held */
     uint64_t steps_total;
     /* histograms: cumulative counts per bucket (le), sum, count */
 #define NALAR_HIST_BUCKETS 14
