@@ -361,8 +361,7 @@ load_merges(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
         t->n_merges++;
 
         /* the first rule for a pair wins */
-        if (merge_rank(t, s->ptr, m->n_left, sp + 1, m->n_right) >= 0 &&
-            m->n_left + m->n_right <= t->max_merge)
+        if (merge_rank(t, s->ptr, m->n_left, sp + 1, m->n_right) >= 0)
             continue;
         if (m->n_left + m->n_right > t->max_merge)
             t->max_merge = m->n_left + m->n_right;
@@ -837,11 +836,11 @@ spm_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
              int prefix, idvec *out)
 {
     /* "▁" for the dummy prefix and every space */
-    size_t spaces = prefix, k = 0;
+    size_t spaces = 0, k = 0;
     char *w;
 
     for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
-    w = malloc(n + 2 * spaces + 1);
+    w = malloc(n + 2 * spaces + 3 * (prefix != 0) + 1);
     if (w == NULL) return -1;
     if (prefix) {
         memcpy(w, "\xE2\x96\x81", 3);
@@ -1002,51 +1001,107 @@ pre_llama3(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends,
     return nw;
 }
 
+/* Code points of s[0..n) (an invalid byte reads as U+FFFD, as in
+ * llama.cpp) and their classes; boff[i] is the byte offset of code point
+ * i, boff[ncp] = n.  The pre-tokenizer cuts them into words: returns the
+ * word count, ends[] the code point index after each word. */
+typedef struct {
+    uint32_t *cp;    /* (n + 1) */
+    uint8_t  *cls;   /* (n + 1) C_* */
+    size_t   *boff;  /* (n + 1) */
+    size_t   *ends;  /* (n + 1) */
+    size_t    ncp, nw;
+} pretok;
+
+static void
+pretok_free(pretok *p)
+{
+    free(p->cp);
+    free(p->cls);
+    free(p->boff);
+    free(p->ends);
+}
+
+static int
+pretokenize(const nalar_tokenizer *t, const char *s, size_t n, pretok *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->cp = malloc((n + 1) * sizeof(uint32_t));
+    p->cls = malloc(n + 1);
+    p->boff = malloc((n + 1) * sizeof(size_t));
+    p->ends = malloc((n + 1) * sizeof(size_t));
+    if (!p->cp || !p->cls || !p->boff || !p->ends) {
+        pretok_free(p);
+        return -1;
+    }
+    for (size_t i = 0; i < n; ) {
+        uint32_t c;
+        int f = C_VALID;
+        p->boff[p->ncp] = i;
+        c = utf8_decode((const uint8_t *) s, n, &i);
+        if (c >= 128) {
+            f = unicode_class(c);
+        } else if ((c | 32) >= 'a' && (c | 32) <= 'z') {
+            f |= C_LETTER;   /* ASCII fast path */
+        } else if (c >= '0' && c <= '9') {
+            f |= C_NUMBER;
+        } else if ((c >= 9 && c <= 13) || c == ' ') {
+            f |= C_SPACE;
+        }
+        p->cp[p->ncp] = c;
+        p->cls[p->ncp] = (uint8_t) f;
+        p->ncp++;
+    }
+    p->boff[p->ncp] = n;
+    if (t->pre == PRE_LLAMA3) p->nw = pre_llama3(p->cp, p->cls, p->ncp, p->ends, 3);
+    else if (t->pre == PRE_QWEN2) p->nw = pre_llama3(p->cp, p->cls, p->ncp, p->ends, 1);
+    else p->nw = pre_gpt2(p->cp, p->cls, p->ncp, p->ends);
+    return 0;
+}
+
+int
+nalar_tok_pretokenize(const nalar_tokenizer *t, const char *text, size_t len,
+                      size_t *ends, int cap)
+{
+    pretok p;
+    int nw;
+
+    if (t == NULL || t->kind != TOK_BPE || (text == NULL && len > 0) ||
+        len > INT_MAX / 8 || pretokenize(t, text, len, &p) < 0)
+        return -1;
+    for (size_t k = 0; k < p.nw && k < (size_t) (cap > 0 ? cap : 0); k++)
+        ends[k] = p.boff[p.ends[k]];
+    nw = (int) p.nw;
+    pretok_free(&p);
+    return nw;
+}
+
 static int
 bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
              idvec *out)
 {
-    uint32_t *cp = malloc((n + 1) * sizeof(uint32_t));
-    uint8_t *cls = malloc(n + 1);
-    size_t *ends = malloc((n + 1) * sizeof(size_t));
-    char *w = malloc(8 * n + 1);   /* each code point <= 4 bytes -> 2 each */
-    size_t ncp = 0, nw, start = 0;
+    pretok p;
+    char *w = malloc(8 * n + 1);   /* each byte -> U+FFFD -> 2 bytes each */
+    size_t start = 0;
     int rc = -1;
 
-    if (!cp || !cls || !ends || !w) goto done;
-
-    /* code points; an invalid byte reads as U+FFFD (as llama.cpp) */
-    for (size_t i = 0; i < n; ) {
-        uint32_t c = utf8_decode((const uint8_t *) s, n, &i);
-        cp[ncp] = c;
-        cls[ncp] = (uint8_t) (c < 128 ? 0 : unicode_class(c));
-        if (c < 128) {
-            /* ASCII fast path */
-            int f = C_VALID;
-            if ((c | 32) >= 'a' && (c | 32) <= 'z') f |= C_LETTER;
-            else if (c >= '0' && c <= '9') f |= C_NUMBER;
-            else if ((c >= 9 && c <= 13) || c == ' ') f |= C_SPACE;
-            cls[ncp] = (uint8_t) f;
-        }
-        ncp++;
+    if (w == NULL) return -1;
+    if (pretokenize(t, s, n, &p) < 0) {
+        free(w);
+        return -1;
     }
-
-    if (t->pre == PRE_LLAMA3) nw = pre_llama3(cp, cls, ncp, ends, 3);
-    else if (t->pre == PRE_QWEN2) nw = pre_llama3(cp, cls, ncp, ends, 1);
-    else nw = pre_gpt2(cp, cls, ncp, ends);
-
-    for (size_t k = 0; k < nw; k++) {
+    for (size_t k = 0; k < p.nw; k++) {
         size_t wn = 0;
         int32_t id;
 
         /* the word's bytes, each as its printable code point */
-        for (size_t i = start; i < ends[k]; i++) {
+        for (size_t i = start; i < p.ends[k]; i++) {
             char u[4];
-            int ul = utf8_encode(cp[i], u);
+            int ul = utf8_encode(p.cp[i], u);
             for (int j = 0; j < ul; j++)
                 wn += utf8_encode(t->byte_cp[(uint8_t) u[j]], w + wn);
         }
-        start = ends[k];
+        start = p.ends[k];
 
         if (t->ignore_merges && (id = lookup(t, w, wn)) >= 0) {
             push_id(out, id);
@@ -1070,9 +1125,7 @@ bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
     }
     rc = 0;
 done:
-    free(cp);
-    free(cls);
-    free(ends);
+    pretok_free(&p);
     free(w);
     return rc;
 }
@@ -1174,9 +1227,10 @@ nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
     if (len > 0 && push_frag(&fv, 0, len, -1) < 0) goto done;
     if (len > 0 && partition(t, text, parse_special, &fv) < 0) goto done;
 
-    /* one symbol per byte at most (+1 for the SPM prefix) */
+    /* symbols: SPM one per character (+1 for the prefix); BPE one per
+       byte of a word, where an invalid byte became 3 bytes of U+FFFD */
     m.t = t;
-    m.sym = malloc((len * 3 + 4) * sizeof(symbol));
+    m.sym = malloc(((t->kind == TOK_SPM ? len : 3 * len) + 2) * sizeof(symbol));
     if (m.sym == NULL) goto done;
 
     for (size_t i = 0; i < fv.n; i++) {

@@ -93,5 +93,9 @@ int     nalar_tok_type(const nalar_tokenizer *t, int32_t id);
 int     nalar_tok_add_space_prefix(const nalar_tokenizer *t);
 /* the full length nalar_token_bytes would give with unlimited cap */
 int     nalar_token_bytes_len(const nalar_tokenizer *t, int32_t id);
+/* BPE only: the pre-tokenizer's word boundaries (byte offset after each
+ * word; the first `cap` written).  Returns the word count, -1 for SPM. */
+int     nalar_tok_pretokenize(const nalar_tokenizer *t, const char *text,
+                              size_t len, size_t *ends, int cap);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tap.h"
 #include "gguf.h"
@@ -679,6 +680,156 @@ test_hostile(const nalar_tokenizer *t, const char *name)
     free(s);
 }
 
+/* Word boundaries (byte offsets) generated with Python's `regex` module
+ * (2026.5.9), regex.finditer over these texts with the real patterns:
+ *   gpt-2:  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
+ *           \s+(?!\S)|\s+
+ *   llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+ *           \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *   qwen2:  llama3 with \p{N} instead of \p{N}{1,3} */
+static const struct { const char *pre; const char *text; int n; size_t ends[64]; } pre_cases[] = {
+    { "gpt-2", "Hello world's 12345\x0a""\x0a""  x", 6, { 5, 11, 13, 19, 22, 24 } },
+    { "gpt-2", "I'M HERE, you'Re 'LL 'd", 12, { 1, 2, 3, 8, 9, 13, 14, 16, 18, 20, 22, 23 } },
+    { "gpt-2", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 10, { 1, 9, 10, 13, 14, 15, 19, 25, 29, 31 } },
+    { "gpt-2", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 13, { 6, 7, 9, 10, 17, 23, 24, 32, 34, 35, 40, 43, 46 } },
+    { "gpt-2", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 8, { 12, 15, 21, 24, 30, 33, 34, 44 } },
+    { "gpt-2", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 7, { 5, 14, 18, 20, 24, 27, 31 } },
+    { "gpt-2", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 22, { 1, 3, 5, 6, 7, 9, 10, 11, 18, 19, 22, 30, 31, 32, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "gpt-2", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 14, { 3, 7, 11, 13, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "gpt-2", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 7, { 3, 7, 11, 13, 16, 17, 19 } },
+    { "gpt-2", " ", 1, { 1 } },
+    { "gpt-2", "", 0, { 0 } },
+    { "gpt-2", "'", 1, { 1 } },
+    { "gpt-2", "'s", 1, { 2 } },
+    { "llama3", "Hello world's 12345\x0a""\x0a""  x", 9, { 5, 11, 13, 14, 17, 19, 21, 22, 24 } },
+    { "llama3", "I'M HERE, you'Re 'LL 'd", 10, { 1, 3, 8, 9, 13, 16, 18, 20, 22, 23 } },
+    { "llama3", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 9, { 1, 9, 13, 14, 19, 24, 25, 29, 31 } },
+    { "llama3", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 16, { 6, 9, 10, 17, 23, 24, 32, 33, 34, 35, 38, 40, 41, 43, 44, 46 } },
+    { "llama3", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 6, { 12, 21, 30, 33, 34, 44 } },
+    { "llama3", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 5, { 5, 14, 18, 24, 31 } },
+    { "llama3", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 22, { 1, 3, 5, 7, 9, 10, 11, 14, 17, 18, 19, 22, 30, 31, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "llama3", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 12, { 3, 7, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "llama3", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 4, { 7, 11, 16, 19 } },
+    { "llama3", " ", 1, { 1 } },
+    { "llama3", "", 0, { 0 } },
+    { "llama3", "'", 1, { 1 } },
+    { "llama3", "'s", 1, { 2 } },
+    { "qwen2", "Hello world's 12345\x0a""\x0a""  x", 12, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 21, 22, 24 } },
+    { "qwen2", "I'M HERE, you'Re 'LL 'd", 10, { 1, 3, 8, 9, 13, 16, 18, 20, 22, 23 } },
+    { "qwen2", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 9, { 1, 9, 13, 14, 19, 24, 25, 29, 31 } },
+    { "qwen2", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 19, { 6, 9, 10, 17, 23, 24, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 43, 44, 46 } },
+    { "qwen2", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 6, { 12, 21, 30, 33, 34, 44 } },
+    { "qwen2", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 5, { 5, 14, 18, 24, 31 } },
+    { "qwen2", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 26, { 1, 3, 5, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 30, 31, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "qwen2", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 12, { 3, 7, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "qwen2", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 4, { 7, 11, 16, 19 } },
+    { "qwen2", " ", 1, { 1 } },
+    { "qwen2", "", 0, { 0 } },
+    { "qwen2", "'", 1, { 1 } },
+    { "qwen2", "'s", 1, { 2 } },
+};
+
+/* A tokenizer from a GGUF written here; NULL (err filled) if refused. */
+static nalar_tokenizer *
+make(const char *model, const char *pre, const char **toks, size_t n,
+     int bad_scores, nalar_err *err)
+{
+    char path[] = "/tmp/nalar_tok_XXXXXX";
+    gguf_writer *w = gguf_writer_create();
+    gguf_file *f;
+    nalar_tokenizer *t = NULL;
+    int fd = mkstemp(path);
+
+    if (fd < 0) return NULL;
+    close(fd);
+    gguf_w_str(w, "general.architecture", "test");
+    if (model) gguf_w_str(w, "tokenizer.ggml.model", model);
+    if (pre) gguf_w_str(w, "tokenizer.ggml.pre", pre);
+    if (n) gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, n);
+    if (bad_scores) {
+        float sc[2] = { 0, 0 };
+        gguf_w_arr_f32(w, "tokenizer.ggml.scores", sc, 2);
+    }
+    if (gguf_writer_save(w, path, err) == 0 && (f = gguf_open(path, err))) {
+        t = nalar_tokenizer_create(f, err);
+        gguf_close(f);
+    }
+    gguf_writer_destroy(w);
+    unlink(path);
+    return t;
+}
+
+static void
+test_pretokenizers(void)
+{
+    const char *toks[] = { "a", "b" };
+    nalar_err err = { { 0 } };
+    nalar_tokenizer *t;
+    int bad = 0;
+
+    for (size_t c = 0; c < sizeof(pre_cases) / sizeof(pre_cases[0]); c++) {
+        size_t ends[128];
+        int n;
+        t = make("gpt2", pre_cases[c].pre, toks, 2, 0, &err);
+        if (t == NULL) {
+            ok(0, "%s tokenizer: %s", pre_cases[c].pre, err.msg);
+            return;
+        }
+        n = nalar_tok_pretokenize(t, pre_cases[c].text,
+                                  strlen(pre_cases[c].text), ends, 128);
+        if (n != pre_cases[c].n ||
+            memcmp(ends, pre_cases[c].ends, n * sizeof(size_t)) != 0) {
+            bad++;
+            ok(0, "%s pre-tokenizer on '%s'", pre_cases[c].pre,
+               pre_cases[c].text);
+            printf("#   want:");
+            for (int i = 0; i < pre_cases[c].n; i++)
+                printf(" %zu", pre_cases[c].ends[i]);
+            printf("\n#   got: ");
+            for (int i = 0; i < n && i < 128; i++) printf(" %zu", ends[i]);
+            printf("\n");
+        }
+        nalar_tokenizer_destroy(t);
+    }
+    ok(bad == 0, "gpt-2, llama3 and qwen2 pre-tokenizers cut %zu texts as "
+       "the real regexes do", sizeof(pre_cases) / sizeof(pre_cases[0]));
+
+    /* files the tokenizer must refuse, saying why */
+    t = make(NULL, NULL, toks, 2, 0, &err);
+    ok(t == NULL && strstr(err.msg, "tokenizer.ggml.model"),
+       "no model: refused (%s)", err.msg);
+    t = make("bert", NULL, toks, 2, 0, &err);
+    ok(t == NULL && strstr(err.msg, "bert"), "unknown model: refused (%s)",
+       err.msg);
+    t = make("gpt2", "nonesuch", toks, 2, 0, &err);
+    ok(t == NULL && strstr(err.msg, "nonesuch"),
+       "unknown pre-tokenizer: refused (%s)", err.msg);
+    t = make("llama", NULL, toks, 0, 0, &err);
+    ok(t == NULL && strstr(err.msg, "tokenizer.ggml.tokens"),
+       "no tokens: refused (%s)", err.msg);
+    {
+        const char *three[] = { "a", "b", "c" };
+        t = make("llama", NULL, three, 3, 1, &err);
+        ok(t == NULL && strstr(err.msg, "scores"),
+           "scores of the wrong length: refused (%s)", err.msg);
+    }
+    /* SPM without byte tokens: a character that is not a piece becomes
+       the unknown id (llama.cpp's defaults: unk 0, bos 1, eos 2) */
+    {
+        const char *few[] = { "\xE2\x96\x81", "a", "\xE2\x96\x81" "a" };
+        int32_t ids[16], want[] = { 1, 2, 0, 0, 1 };
+        int n;
+        t = make("llama", NULL, few, 3, 0, &err);
+        ok(t != NULL, "tiny SPM vocab loads");
+        if (t) {
+            n = nalar_tokenize(t, "a xa", 4, 1, 0, ids, 16);
+            ok(n == 5 && memcmp(ids, want, sizeof(want)) == 0,
+               "tiny SPM vocab: 'a xa' -> BOS ▁a ▁ unk(x) a");
+            nalar_tokenizer_destroy(t);
+        }
+    }
+}
+
 static void
 test_speed(void)
 {
@@ -699,6 +850,7 @@ main(void)
     test_vectors("ggml-vocab-gpt-2.gguf");
     test_demo();
     test_speed();
+    test_pretokenizers();
 
     spm = load(VOCAB_DIR "ggml-vocab-llama-spm.gguf", NULL);
     bpe = load(VOCAB_DIR "ggml-vocab-gpt-2.gguf", NULL);
