@@ -406,7 +406,7 @@ vocab_add(vocab *v, const char *s, float score, int32_t type)
 static int
 build_spm(vocab *v, int n_vocab)
 {
-    char     buf[64], piece[64];
+    char     buf[64], piece[72];
     cand_gen g = { 0, 0 };
     int      space, rc = 0;
     float    score = 0.0f;   /* normal pieces: 0, -1, -2, ... by id */
