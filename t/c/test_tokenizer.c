@@ -731,8 +731,8 @@ static const struct { const char *pre; const char *text; int n; size_t ends[64];
 
 /* A tokenizer from a GGUF written here; NULL (err filled) if refused. */
 static nalar_tokenizer *
-make(const char *model, const char *pre, const char **toks, size_t n,
-     int bad_scores, nalar_err *err)
+make_typed(const char *model, const char *pre, const char **toks, size_t n,
+           int bad_scores, const int32_t *types, nalar_err *err)
 {
     char path[] = "/tmp/nalar_tok_XXXXXX";
     gguf_writer *w = gguf_writer_create();
@@ -746,6 +746,7 @@ make(const char *model, const char *pre, const char **toks, size_t n,
     if (model) gguf_w_str(w, "tokenizer.ggml.model", model);
     if (pre) gguf_w_str(w, "tokenizer.ggml.pre", pre);
     if (n) gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, n);
+    if (types) gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, n);
     if (bad_scores) {
         float sc[2] = { 0, 0 };
         gguf_w_arr_f32(w, "tokenizer.ggml.scores", sc, 2);
@@ -757,6 +758,13 @@ make(const char *model, const char *pre, const char **toks, size_t n,
     gguf_writer_destroy(w);
     unlink(path);
     return t;
+}
+
+static nalar_tokenizer *
+make(const char *model, const char *pre, const char **toks, size_t n,
+     int bad_scores, nalar_err *err)
+{
+    return make_typed(model, pre, toks, n, bad_scores, NULL, err);
 }
 
 static void
@@ -825,6 +833,39 @@ test_pretokenizers(void)
             n = nalar_tokenize(t, "a xa", 4, 1, 0, ids, 16);
             ok(n == 5 && memcmp(ids, want, sizeof(want)) == 0,
                "tiny SPM vocab: 'a xa' -> BOS ▁a ▁ unk(x) a");
+            nalar_tokenizer_destroy(t);
+        }
+    }
+    /* user-defined tokens split the text even without parse_special;
+       control tokens only with it (llama.cpp's tokenizer_st_partition) */
+    {
+        const char *v[] = { "\xE2\x96\x81", "a", "<ctl>", "<usr>", "<",
+                            ">", "c", "t", "l", "u", "s", "r" };
+        int32_t ty[] = { 1, 1, TOKT_CONTROL, TOKT_USER_DEFINED, 1, 1, 1, 1,
+                         1, 1, 1, 1 };
+        int32_t ids[32];
+        int n, has_ctl = 0, has_usr = 0;
+        t = make_typed("llama", NULL, v, 12, 0, ty, &err);
+        ok(t != NULL, "SPM vocab with control and user-defined tokens");
+        if (t) {
+            n = nalar_tokenize(t, "a<usr>a<ctl>", 12, 0, 0, ids, 32);
+            for (int i = 0; i < n && i < 32; i++) {
+                has_ctl |= ids[i] == 2;
+                has_usr |= ids[i] == 3;
+            }
+            ok(has_usr && !has_ctl, "parse_special off: <usr> splits, <ctl> "
+               "does not");
+            n = nalar_tokenize(t, "a<usr>a<ctl>", 12, 0, 1, ids, 32);
+            ok(n == 6 && ids[0] == 0 && ids[1] == 1 && ids[2] == 3 &&
+               ids[3] == 0 && ids[4] == 1 && ids[5] == 2,
+               "parse_special on: ▁ a <usr> ▁ a <ctl> (%d ids)", n);
+            {
+                char b[16];
+                ok(nalar_token_bytes(t, 3, b, 16) == 5 &&
+                   memcmp(b, "<usr>", 5) == 0 &&
+                   nalar_token_bytes(t, 2, b, 16) == 0,
+                   "user-defined decodes verbatim, control to nothing");
+            }
             nalar_tokenizer_destroy(t);
         }
     }
