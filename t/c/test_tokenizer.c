@@ -636,7 +636,7 @@ test_hostile(const nalar_tokenizer *t, const char *name)
     /* invalid UTF-8: decode(encode(x)) is x with U+FFFD per bad byte */
     {
         static const char *cases[] = {
-            "\xff", "\xc3", "a\xe4\xb8", "\xe4\xb8" "a", "\xed\xa0\x80",
+            "\xff", "\xc3", "a\xe4\xb8", ("\xe4\xb8" "a"), "\xed\xa0\x80",
             "\xc0\xaf", "\xf4\x90\x80\x80", "\x80\x80 x", "\xf0\x9f\x99",
             "ok \xfe\xff ok",
         };
@@ -824,7 +824,7 @@ test_pretokenizers(void)
     /* SPM without byte tokens: a character that is not a piece becomes
        the unknown id (llama.cpp's defaults: unk 0, bos 1, eos 2) */
     {
-        const char *few[] = { "\xE2\x96\x81", "a", "\xE2\x96\x81" "a" };
+        const char *few[] = { "\xE2\x96\x81", "a", ("\xE2\x96\x81" "a") };
         int32_t ids[16], want[] = { 1, 2, 0, 0, 1 };
         int n;
         t = make("llama", NULL, few, 3, 0, &err);
