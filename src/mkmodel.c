@@ -566,9 +566,8 @@ build_bpe(vocab *v, int n_vocab)
                     return -1;
                 }
                 strcpy(sym[best], joined);
-                for (int i = best + 1; i + 1 < k; i++) {
-                    strcpy(sym[i], sym[i + 1]);
-                }
+                memmove(sym[best + 1], sym[best + 2],
+                        (size_t) (k - best - 2) * sizeof(sym[0]));
                 k--;
             }
         }
