@@ -125,6 +125,7 @@ struct ngx_http_nalar_ctx_s {
 
     unsigned                   stream:1;
     unsigned                   include_usage:1;
+    unsigned                   token_ids:1; /* logprobs tokens as ids */
     unsigned                   header_sent:1;
     unsigned                   blocked:1;   /* waiting for the client */
     unsigned                   done:1;
@@ -149,7 +150,7 @@ static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
     ngx_array_t *stops);
 static ngx_int_t ngx_http_nalar_tokenize(ngx_http_request_t *r,
     const nalar_tokenizer *tok, const char *text, size_t len,
-    nalar_request_params *p);
+    int special, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
@@ -184,8 +185,8 @@ static ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
 static ngx_http_nalar_model_t *ngx_http_nalar_find_model(
     ngx_http_request_t *r, const char *name);
-static json_t *ngx_http_nalar_token_json(const nalar_tokenizer *tok,
-    int32_t id, json_t **bytes);
+static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
+    const nalar_tokenizer *tok, int32_t id, json_t **bytes);
 
 static ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
@@ -1226,6 +1227,29 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         return ngx_http_nalar_bad(r, "echo", "echo is not supported");
     }
 
+    /* vLLM's extensions: logprobs tokens as "token_id:N", and generating
+     * max_tokens whatever the model says */
+
+    v = json_object_get(root, "return_tokens_as_token_ids");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return ngx_http_nalar_bad(r, "return_tokens_as_token_ids",
+                                      "return_tokens_as_token_ids must be "
+                                      "a boolean");
+        }
+        ctx->token_ids = json_is_true(v);
+    }
+
+
+    v = json_object_get(root, "ignore_eos");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return ngx_http_nalar_bad(r, "ignore_eos",
+                                      "ignore_eos must be a boolean");
+        }
+        p->ignore_eos = json_is_true(v);
+    }
+
     v = json_object_get(root, "user");
     if (v && !json_is_null(v) && !json_is_string(v)) {
         return ngx_http_nalar_bad(r, "user", "user must be a string");
@@ -1481,8 +1505,9 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         }
 
         if (json_is_string(v)) {
+            /* completions take the text literally: "<s>" is not BOS */
             return ngx_http_nalar_tokenize(r, tok, json_string_value(v),
-                                           json_string_length(v), p);
+                                           json_string_length(v), 0, p);
         }
 
         if (!json_is_array(v) || json_array_size(v) == 0) {
@@ -1630,7 +1655,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
                    "nalar chat prompt (%s): \"%s\"",
                    nalar_chat_style_name(style), text);
 
-    if (ngx_http_nalar_tokenize(r, tok, text, len, p) != NGX_OK) {
+    if (ngx_http_nalar_tokenize(r, tok, text, len, 1, p) != NGX_OK) {
         free(text);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -1653,7 +1678,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
 static ngx_int_t
 ngx_http_nalar_tokenize(ngx_http_request_t *r, const nalar_tokenizer *tok,
-    const char *text, size_t len, nalar_request_params *p)
+    const char *text, size_t len, int special, nalar_request_params *p)
 {
     int       n, cap;
     int32_t  *ids;
@@ -1670,7 +1695,7 @@ ngx_http_nalar_tokenize(ngx_http_request_t *r, const nalar_tokenizer *tok,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        n = nalar_tokenize(tok, text, len, nalar_tok_add_bos(tok), 1,
+        n = nalar_tokenize(tok, text, len, nalar_tok_add_bos(tok), special,
                            ids, cap);
         if (n < 0) {
             return ngx_http_nalar_bad(r, "prompt", "prompt could not be "
@@ -2331,7 +2356,7 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
             row = o->logprobs ? &o->logprobs[k * (1 + n_top)] : NULL;
             tok_id = o->ids[k];
 
-            t = ngx_http_nalar_token_json(tok, tok_id, &bytes);
+            t = ngx_http_nalar_token_json(ctx, tok, tok_id, &bytes);
             top = json_array();
 
             item = json_pack("{s:o,s:f,s:o,s:o}", "token", t,
@@ -2343,7 +2368,7 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
             }
 
             for (j = 1; row && j <= n_top; j++) {
-                t = ngx_http_nalar_token_json(tok, row[j].id, &bytes);
+                t = ngx_http_nalar_token_json(ctx, tok, row[j].id, &bytes);
                 json_array_append_new(top,
                                       json_pack("{s:o,s:f,s:o}", "token", t,
                                                 "logprob",
@@ -2372,7 +2397,7 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     for (k = 0; k < o->n_ids; k++) {
         row = o->logprobs ? &o->logprobs[k * (1 + n_top)] : NULL;
 
-        t = ngx_http_nalar_token_json(tok, o->ids[k], &bytes);
+        t = ngx_http_nalar_token_json(ctx, tok, o->ids[k], &bytes);
         json_array_append_new(offs, json_integer((json_int_t)
                                                  ch->text_offset));
         ch->text_offset += json_array_size(bytes);
@@ -2384,7 +2409,7 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
         top = json_object();
 
         for (j = 1; row && j <= n_top; j++) {
-            t = ngx_http_nalar_token_json(tok, row[j].id, &bytes);
+            t = ngx_http_nalar_token_json(ctx, tok, row[j].id, &bytes);
             json_decref(bytes);
 
             if (json_is_string(t)) {
@@ -2408,8 +2433,8 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
  */
 
 static json_t *
-ngx_http_nalar_token_json(const nalar_tokenizer *tok, int32_t id,
-    json_t **bytes)
+ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
+    const nalar_tokenizer *tok, int32_t id, json_t **bytes)
 {
     int      n, k;
     u_char   buf[256], esc[sizeof("bytes:") + 4 * 256], *p;
@@ -2424,6 +2449,11 @@ ngx_http_nalar_token_json(const nalar_tokenizer *tok, int32_t id,
 
     for (k = 0; k < n; k++) {
         json_array_append_new(*bytes, json_integer(buf[k]));
+    }
+
+    if (ctx->token_ids) {
+        p = ngx_sprintf(esc, "token_id:%D", id);
+        return json_stringn((char *) esc, p - esc);
     }
 
     s = json_stringn((char *) buf, n);

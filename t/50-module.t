@@ -1,0 +1,127 @@
+#!/usr/bin/perl
+# The module loads into Debian's nginx; nginx -t validates model files;
+# /v1/health, /v1/models, endpoint routing by URI suffix, the variables.
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use NalarTest;
+
+my $t = NalarTest->new->has_model;
+
+# nginx -t: a model that cannot serve fails the configuration with a reason
+
+$t->write_file('bad.gguf', "GGUF\x03\x00\x00\x00garbage");
+$t->write_conf(<<'CONF');
+http {
+    nalar_model broken %%PREFIX%%/bad.gguf;
+}
+CONF
+my ($rc, $out) = $t->test_conf;
+isnt($rc, 0, 'nginx -t fails on a corrupt model');
+like($out, qr/nalar_model "broken": .*bad\.gguf/,
+     'and names the model and file') or diag($out);
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model missing %%PREFIX%%/nonexistent.gguf;
+}
+CONF
+($rc, $out) = $t->test_conf;
+isnt($rc, 0, 'nginx -t fails on a missing model');
+like($out, qr/nonexistent\.gguf/, 'and names the missing file');
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_model kjv %%MODEL%%;
+}
+CONF
+($rc, $out) = $t->test_conf;
+like($out, qr/is duplicate/, 'a model name used twice is refused');
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    server { location / { nalar_chat_template jinja; } }
+}
+CONF
+($rc, $out) = $t->test_conf;
+like($out, qr/invalid chat template "jinja"/, 'unknown chat template refused');
+
+# a working configuration
+
+$t->write_conf(<<'CONF');
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 2;
+    nalar_kv_cache 16m;
+    nalar_max_batch_tokens 128;
+    nalar_max_queue 64;
+
+    log_format nalar '$status $nalar_model $nalar_prompt_tokens '
+                     '$nalar_cached_tokens $nalar_completion_tokens '
+                     '$nalar_ttft_ms $nalar_queue_ms';
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        access_log %%PREFIX%%/nalar.log nalar;
+
+        location /v1/ { nalar_api; }
+        location /fast/v1/ { nalar_api; }
+        location = /metrics { nalar_metrics; }
+    }
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'nginx -t accepts the demo model') or diag($out);
+
+$t->run;
+
+my $r = $t->get('/v1/health');
+is($r->{status}, 200, 'health 200 once loaded');
+my $j = $t->json->decode($r->{body});
+is($j->{status}, 'ok', 'health status ok');
+is($j->{models}[0]{id}, 'kjv', 'health lists the model');
+like($r->{headers}{'content-type'}, qr{^application/json}, 'health is JSON');
+
+$r = $t->get('/v1/models');
+is($r->{status}, 200, 'models 200');
+$j = $t->json->decode($r->{body});
+is($j->{object}, 'list', 'models: object list');
+is($j->{data}[0]{id}, 'kjv', 'models: id');
+is($j->{data}[0]{object}, 'model', 'models: object model');
+ok($j->{data}[0]{created} > 0, 'models: created');
+
+$r = $t->get('/fast/v1/models');
+is($r->{status}, 200, 'endpoint chosen by the URI suffix in another location');
+
+$r = $t->request('HEAD', '/v1/models');
+is($r->{status}, 200, 'HEAD models');
+is($r->{body}, '', 'HEAD has no body');
+
+$r = $t->post_json('/fast/v1/completions',
+                   { model => 'kjv', prompt => 'A wise man', max_tokens => 4,
+                     temperature => 0 });
+is($r->{status}, 200, 'completion under /fast/v1/');
+is($r->{json}{usage}{completion_tokens}, 4, 'four tokens');
+
+# the access log is written after the response: give it a moment
+select(undef, undef, undef, 0.2);
+my $log = $t->read_file('nalar.log');
+my ($line) = grep { /^200 kjv/ } split /\n/, $log;
+like($line // '', qr/^200 kjv 4 \d+ 4 [\d.]+ [\d.]+$/,
+     'variables: model, prompt, cached, completion tokens, ttft, queue')
+    or diag($log);
+like($log, qr/^200 - - - - - -$/m, 'variables are empty for other requests');
+
+$r = $t->get('/metrics');
+is($r->{status}, 200, 'metrics 200');
+like($r->{headers}{'content-type'}, qr{^text/plain; version=0\.0\.4},
+     'metrics content type');
+like($r->{body}, qr/^nalar_generation_tokens_total\{model="kjv"\} 4$/m,
+     'generation tokens counted');
+
+$t->check_log;
+done_testing;

@@ -1,0 +1,417 @@
+package NalarTest;
+
+# A small harness for the nginx module tests: starts Debian's /usr/sbin/nginx
+# with an inline configuration on a free loopback port (prefix in a temporary
+# directory, the module loaded with load_module), talks HTTP to it with
+# IO::Socket, and at the end checks that error.log holds no [alert], no
+# [emerg] and no sanitizer report.
+#
+#   my $t = NalarTest->new->has_model->write_conf(<<'EOF')->run;
+#   http {
+#       %%NALAR_HTTP%%
+#       server {
+#           listen 127.0.0.1:%%PORT%%;
+#           location /v1/ { nalar_api; }
+#       }
+#   }
+#   EOF
+#   my $r = $t->post_json('/v1/completions', {prompt => 'In the beginning'});
+#
+# Placeholders: %%PORT%%, %%PORT2%% (a second free port), %%ROOT%% (the
+# repository), %%MODEL%% (the demo target model), %%DRAFT%%, %%PREFIX%%,
+# %%NALAR_HTTP%% (the usual http-level lines: model, temp paths, types).
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use File::Temp qw(tempdir);
+use IO::Socket::INET;
+use IO::Select;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+our $ROOT = abs_path(dirname(__FILE__) . '/../..');
+our $NGINX = $ENV{NALAR_NGINX} || '/usr/sbin/nginx';
+our $MODULE = "$ROOT/build/module/ngx_nalar_module.so";
+our $MODEL = "$ROOT/models/nalar-kjv-target-f32.gguf";
+our $DRAFT = "$ROOT/models/nalar-kjv-draft-f32.gguf";
+our $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
+
+sub new {
+    my ($class, %opts) = @_;
+
+    plan(skip_all => "$NGINX not found") unless -x $NGINX;
+    plan(skip_all => "$MODULE not built (make module)") unless -f $MODULE;
+
+    my $dir = tempdir('nalar-test-XXXXXX', TMPDIR => 1,
+                      CLEANUP => !$ENV{NALAR_TEST_KEEP});
+    my $self = bless { dir => $dir, ports => [ free_port(), free_port() ],
+                       %opts }, $class;
+    diag("prefix $dir") if $ENV{NALAR_TEST_KEEP};
+    return $self;
+}
+
+sub dir { $_[0]{dir} }
+sub port { $_[0]{ports}[$_[1] // 0] }
+sub root { $ROOT }
+
+# Skips the whole file unless the demo model is there.
+sub has_model {
+    my ($self) = @_;
+    plan(skip_all => "$MODEL missing") unless -f $MODEL;
+    return $self;
+}
+
+# Skips unless a program is installed.
+sub has_program {
+    my ($self, $prog) = @_;
+    my $found = grep { -x "$_/$prog" } split /:/, $ENV{PATH};
+    plan(skip_all => "$prog not installed") unless $found;
+    return $self;
+}
+
+sub free_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Proto => 'tcp', Listen => 1, ReuseAddr => 1)
+        or die "cannot find a free port: $!";
+    my $port = $s->sockport;
+    close $s;
+    return $port;
+}
+
+sub nalar_http_lines {
+    my ($self) = @_;
+    return <<"EOF";
+    client_body_temp_path  client_body_temp;
+    proxy_temp_path        proxy_temp;
+    fastcgi_temp_path      fastcgi_temp;
+    uwsgi_temp_path        uwsgi_temp;
+    scgi_temp_path         scgi_temp;
+    access_log             access.log;
+    default_type           application/octet-stream;
+EOF
+}
+
+# Writes nginx.conf: the main-level lines every test needs, then the given
+# text (an events block is added when the text has none).
+sub write_conf {
+    my ($self, $conf) = @_;
+    my $dir = $self->{dir};
+
+    my $main = <<"EOF";
+load_module $MODULE;
+daemon on;
+master_process on;
+worker_processes 1;
+error_log $dir/error.log debug;
+pid $dir/nginx.pid;
+EOF
+
+    # root can only serve as nobody: keep the demo model readable
+    $main .= "user root;\n" if $> == 0;
+
+    $main .= "events { worker_connections 4096; }\n"
+        unless $conf =~ /^\s*events\b/m;
+
+    $conf = $main . $conf;
+
+    my %sub = (
+        PORT => $self->port(0), PORT2 => $self->port(1), ROOT => $ROOT,
+        MODEL => $MODEL, DRAFT => $DRAFT, PREFIX => $dir,
+        NALAR_HTTP => $self->nalar_http_lines,
+    );
+    $conf =~ s/%%(\w+)%%/exists $sub{$1} ? $sub{$1} : die "unknown %%$1%%"/ge;
+
+    $self->write_file('nginx.conf', $conf);
+    $self->{conf} = $conf;
+    return $self;
+}
+
+sub write_file {
+    my ($self, $name, $data) = @_;
+    open my $fh, '>', "$self->{dir}/$name" or die "$name: $!";
+    print $fh $data;
+    close $fh;
+    return "$self->{dir}/$name";
+}
+
+sub read_file {
+    my ($self, $name) = @_;
+    my $path = $name =~ m{^/} ? $name : "$self->{dir}/$name";
+    open my $fh, '<', $path or return '';
+    local $/;
+    my $data = <$fh>;
+    close $fh;
+    return $data;
+}
+
+# nginx -t with this configuration: (exit status, output).
+sub test_conf {
+    my ($self) = @_;
+    my $out = `$NGINX -t -p $self->{dir}/ -c $self->{dir}/nginx.conf 2>&1`;
+    return ($? >> 8, $out);
+}
+
+# Starts nginx and waits until it answers (and, unless told otherwise,
+# until /v1/health says the models are ready).
+sub run {
+    my ($self, %opts) = @_;
+    my $dir = $self->{dir};
+
+    my $out = `$NGINX -p $dir/ -c $dir/nginx.conf 2>&1`;
+    die "nginx failed to start: $out" if $?;
+
+    $self->{running} = 1;
+    $self->wait_port($self->port(0));
+
+    if (!exists $opts{health} || $opts{health}) {
+        my $path = $opts{health} || '/v1/health';
+        my $deadline = time + 30;
+        while (time < $deadline) {
+            my $r = $self->request('GET', $path);
+            last if $r->{status} == 200;
+            sleep 0.05;
+        }
+    }
+    return $self;
+}
+
+sub wait_port {
+    my ($self, $port) = @_;
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                      PeerPort => $port, Proto => 'tcp');
+        if ($s) { close $s; return 1; }
+        sleep 0.02;
+    }
+    die "nginx is not listening on $port";
+}
+
+sub pid {
+    my ($self) = @_;
+    my $pid = $self->read_file('nginx.pid');
+    chomp $pid;
+    return $pid;
+}
+
+# Sends a signal to the master ("QUIT", "HUP", ...).
+sub signal {
+    my ($self, $sig) = @_;
+    my $pid = $self->pid or return;
+    kill $sig, $pid;
+}
+
+# Stops nginx gracefully and waits for the master to exit.
+sub stop {
+    my ($self) = @_;
+    return $self unless $self->{running};
+    my $pid = $self->pid;
+    if ($pid) {
+        kill 'QUIT', $pid;
+        my $deadline = time + 30;
+        while (time < $deadline && kill(0, $pid)) {
+            sleep 0.05;
+        }
+        if (kill 0, $pid) {
+            diag("nginx did not quit in 30 s; killing it");
+            kill 'KILL', $pid;
+        }
+    }
+    $self->{running} = 0;
+    return $self;
+}
+
+# The error log must hold no [alert], no [emerg] and no sanitizer report.
+sub check_log {
+    my ($self) = @_;
+    $self->stop;
+    my $log = $self->read_file('error.log');
+    my @bad = grep { /\[(alert|emerg|crit)\]|AddressSanitizer|LeakSanitizer|runtime error:/ }
+              split /\n/, $log;
+    ok(!@bad, 'error.log: no alert, emerg, crit or sanitizer report')
+        or diag(join "\n", @bad[0 .. ($#bad < 20 ? $#bad : 20)]);
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    local $?;
+    $self->stop if $self->{running};
+}
+
+# --- HTTP ---------------------------------------------------------------
+
+# One request on its own connection.  Returns
+#   { status, headers => { lowercase name => value }, body, raw }.
+# Options: body, headers => {..}, json => ref (sent as JSON), port,
+# timeout, on_data => sub { my ($chunk_so_far) = @_; return 0 to stop }.
+sub request {
+    my ($self, $method, $path, %o) = @_;
+    my $port = $o{port} || $self->port(0);
+
+    my $body = $o{body};
+    my %h = (%{ $o{headers} || {} });
+    if (exists $o{json}) {
+        $body = ref $o{json} ? $JSON->encode($o{json}) : $o{json};
+        $h{'Content-Type'} //= 'application/json';
+    }
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Proto => 'tcp', Timeout => 10)
+        or return { status => 0, error => "connect: $!" };
+
+    my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
+            . "Connection: close\r\n";
+    $req .= "$_: $h{$_}\r\n" for sort keys %h;
+    $req .= "Content-Length: " . length($body) . "\r\n" if defined $body;
+    $req .= "\r\n";
+    $req .= $body if defined $body;
+
+    $s->syswrite($req);
+
+    my $raw = '';
+    my $sel = IO::Select->new($s);
+    my $deadline = time + ($o{timeout} || 60);
+    while (time < $deadline) {
+        last unless $sel->can_read($deadline - time);
+        my $n = $s->sysread(my $buf, 65536);
+        last unless $n;
+        $raw .= $buf;
+        if ($o{on_data} && !$o{on_data}->($raw)) {
+            close $s;
+            return { status => 0, aborted => 1, raw => $raw };
+        }
+    }
+    close $s;
+
+    return parse_response($raw);
+}
+
+sub parse_response {
+    my ($raw) = @_;
+    my ($head, $body) = split /\r\n\r\n/, $raw, 2;
+    return { status => 0, raw => $raw } unless defined $head;
+
+    my ($status_line, @lines) = split /\r\n/, $head;
+    my ($status) = $status_line =~ m{^HTTP/\d\.\d (\d+)};
+    my %h;
+    for (@lines) {
+        my ($k, $v) = /^([^:]+):\s*(.*)$/ or next;
+        $k = lc $k;
+        $h{$k} = exists $h{$k} ? "$h{$k}, $v" : $v;
+    }
+
+    $body //= '';
+    if (($h{'transfer-encoding'} || '') =~ /chunked/i) {
+        my $out = '';
+        while ($body =~ s/^([0-9a-fA-F]+)[^\r\n]*\r\n//) {
+            my $len = hex $1;
+            last if $len == 0;
+            $out .= substr($body, 0, $len, '');
+            $body =~ s/^\r\n//;
+        }
+        $body = $out;
+    }
+
+    return { status => $status || 0, headers => \%h, body => $body,
+             raw => $raw };
+}
+
+sub get {
+    my ($self, $path, %o) = @_;
+    return $self->request('GET', $path, %o);
+}
+
+# POST a Perl structure as JSON; ->{json} holds the decoded answer.
+sub post_json {
+    my ($self, $path, $data, %o) = @_;
+    my $r = $self->request('POST', $path, json => $data, %o);
+    $r->{json} = eval { $JSON->decode($r->{body}) } if $r->{body};
+    return $r;
+}
+
+# The data: events of an SSE body: decoded JSON objects and the literal
+# "[DONE]"; comments are counted in ->{comments} of the list's owner.
+sub sse_events {
+    my ($body) = @_;
+    my @ev;
+    for my $block (split /\n\n/, $body) {
+        next if $block =~ /^:/;
+        my ($data) = $block =~ /^data: (.*)$/s or next;
+        push @ev, $data eq '[DONE]' ? $data : $JSON->decode($data);
+    }
+    return @ev;
+}
+
+sub json { $JSON }
+
+# Prometheus text to { 'name{labels}' => value }.
+sub metrics {
+    my ($self, $path) = @_;
+    my $r = $self->get($path || '/metrics');
+    my %m;
+    for (split /\n/, $r->{body} || '') {
+        next if /^#/;
+        my ($k, $v) = /^(\S+)\s+(\S+)$/ or next;
+        $m{$k} = $v;
+    }
+    return \%m;
+}
+
+# --- references from the CLI ----------------------------------------------
+
+# Greedy ids of `nalar generate` for a prompt (the oracle the server must
+# equal token for token).
+sub reference_ids {
+    my ($self, $prompt, $n, %o) = @_;
+    my $model = $o{model} || $MODEL;
+    my $cli = "$ROOT/build/nalar";
+    die "$cli not built" unless -x $cli;
+    my @cmd = ($cli, 'generate', '-m', $model, '-p', $prompt, '-n', $n,
+               '--temp', '0', '--ids');
+    push @cmd, '--ignore-eos' if $o{ignore_eos};
+    open my $fh, '-|', @cmd or die "$cli: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    return [ split ' ', $out ];
+}
+
+sub reference_text {
+    my ($self, $prompt, $n, %o) = @_;
+    my $model = $o{model} || $MODEL;
+    my $cli = "$ROOT/build/nalar";
+    my @cmd = ($cli, 'generate', '-m', $model, '-p', $prompt, '-n', $n,
+               '--temp', '0');
+    push @cmd, '--ignore-eos' if $o{ignore_eos};
+    open my $fh, '-|', @cmd or die "$cli: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    $out =~ s/\n\z//;
+    return $out;
+}
+
+sub has_cli {
+    my ($self) = @_;
+    plan(skip_all => "$ROOT/build/nalar not built") unless -x "$ROOT/build/nalar";
+    return $self;
+}
+
+# Runs a sub in a child process; returns the pid (for concurrent clients).
+sub fork_client {
+    my ($code) = @_;
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        my $rc = eval { $code->(); 1 } ? 0 : 1;
+        print STDERR "# $@" if $rc;
+        POSIX::_exit($rc);
+    }
+    return $pid;
+}
+
+1;
