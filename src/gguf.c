@@ -658,6 +658,10 @@ parse(reader *r, gguf_priv *g)
     if (rd_u32(r, &f->version, "version") != 0) {
         return -1;
     }
+    if (f->version == 0x02000000u || f->version == 0x03000000u) {
+        return nalar_fail(r->err, "%s: big-endian GGUF files are not "
+                          "supported", r->name);
+    }
     if (f->version != 2 && f->version != 3) {
         return nalar_fail(r->err, "%s: unsupported GGUF version %u (only 2 "
                           "and 3 are read)", r->name, f->version);
@@ -701,6 +705,9 @@ gguf_open_mem(const void *buf, size_t size, const char *name, nalar_err *err)
     gguf_priv *g;
     reader     r;
 
+    if (name == NULL) {
+        name = "(memory)";
+    }
     g = calloc(1, sizeof(*g));
     if (g == NULL || (g->f.path = strdup(name)) == NULL) {
         free(g);
@@ -974,7 +981,7 @@ w_fail(gguf_writer *w, const char *fmt, ...)
 {
     va_list ap;
 
-    if (w->error[0] != '\0') {
+    if (w == NULL || w->error[0] != '\0') {
         return;   /* keep the first problem: later ones follow from it */
     }
     va_start(ap, fmt);
@@ -1068,6 +1075,9 @@ w_key(gguf_writer *w, const char *key, size_t key_len, gguf_vtype type)
 {
     char **keys;
 
+    if (w == NULL) {
+        return -1;   /* gguf_writer_create failed; save will say so */
+    }
     for (uint64_t i = 0; i < w->n_kv; i++) {
         if (strlen(w->keys[i]) == key_len
             && memcmp(w->keys[i], key, key_len) == 0)
@@ -1126,7 +1136,7 @@ void gguf_w_f64(gguf_writer *w, const char *k, double v)
 void
 gguf_w_u32(gguf_writer *w, const char *key, uint32_t v)
 {
-    if (strcmp(key, "general.alignment") == 0) {
+    if (w != NULL && strcmp(key, "general.alignment") == 0) {
         if (v == 0 || (v & (v - 1)) != 0) {
             w_fail(w, "general.alignment %u is not a nonzero power of two",
                    v);
@@ -1268,6 +1278,9 @@ gguf_w_tensor(gguf_writer *w, const char *name, ggml_type type,
     w_tensor *t;
     uint64_t  nel = 1;
 
+    if (w == NULL) {
+        return;
+    }
     if (n_dims == 0 || n_dims > GGUF_MAX_DIMS) {
         w_fail(w, "tensor '%s': %u dimensions (must be 1..%d)", name, n_dims,
                GGUF_MAX_DIMS);
@@ -1364,6 +1377,9 @@ gguf_writer_save(gguf_writer *w, const char *path, nalar_err *err)
     FILE     *fp;
     int       ok;
 
+    if (w == NULL) {
+        return nalar_fail(err, "%s: out of memory", path);
+    }
     if (w->error[0] != '\0') {
         return nalar_fail(err, "%s: %s", path, w->error);
     }

@@ -609,6 +609,8 @@ static const spec bad[] = {
       .expect = "unsupported GGUF version 1 " },
     { .label = "version 99", .version = 99,
       .expect = "unsupported GGUF version 99" },
+    { .label = "big-endian v3", .version = 0x03000000,
+      .expect = "big-endian GGUF files are not supported" },
     { .label = "n_kv 2^62", .n_kv = 1ull << 62,
       .expect = "kv count 4611686018427387904 cannot fit" },
     { .label = "n_tensors 2^62", .n_tensors = 1ull << 62,
