@@ -1002,15 +1002,20 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ngx_memzero(&params, sizeof(nalar_request_params));
     nalar_sampling_default(&params.sampling);
 
+    /*
+     * The steps below answer a bad request themselves: a step that returns
+     * NGX_OK with the header sent has sent an error response.
+     */
+
     rc = ngx_http_nalar_parse(r, ctx, root, &params, &stops, &max_tokens);
 
-    if (rc == NGX_OK) {
+    if (rc == NGX_OK && !r->header_sent) {
         rc = ngx_http_nalar_prompt(r, ctx, root, &params, &stops);
     }
 
     json_decref(root);
 
-    if (rc != NGX_OK) {
+    if (rc != NGX_OK || r->header_sent) {
         return rc;
     }
 
@@ -1064,7 +1069,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ctx->prompt_tokens = params.n_prompt;
 
     rc = ngx_http_nalar_submit(r, ctx, &params);
-    if (rc != NGX_OK) {
+    if (rc != NGX_OK || r->header_sent) {
         return rc;
     }
 
@@ -1454,6 +1459,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     size_t                      i, j, n, len;
     int32_t                    *ids, n_vocab;
     nalar_err                   err;
+    ngx_int_t                   rc;
     ngx_str_t                   buf;
     ngx_uint_t                  style;
     nalar_model                *m;
@@ -1655,12 +1661,13 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
                    "nalar chat prompt (%s): \"%s\"",
                    nalar_chat_style_name(style), text);
 
-    if (ngx_http_nalar_tokenize(r, tok, text, len, 1, p) != NGX_OK) {
-        free(text);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    rc = ngx_http_nalar_tokenize(r, tok, text, len, 1, p);
 
     free(text);
+
+    if (rc != NGX_OK || r->header_sent) {
+        return rc;
+    }
 
     /* the end-of-turn marker stops generation even where the vocabulary
      * has no single token for it */

@@ -388,12 +388,24 @@ sub reference_text {
     my @cmd = ($cli, 'generate', '-m', $model, '-p', $prompt, '-n', $n,
                '--temp', '0');
     push @cmd, '--ignore-eos' if $o{ignore_eos};
+    push @cmd, '--stop', $_ for @{ $o{stop} || [] };
     open my $fh, '-|', @cmd or die "$cli: $!";
     local $/;
     my $out = <$fh>;
     close $fh;
     $out =~ s/\n\z//;
     return $out;
+}
+
+# `nalar tokenize --special`: ids with control tokens parsed, BOS added.
+sub tokenize_special {
+    my ($self, $text) = @_;
+    open my $fh, '-|', "$ROOT/build/nalar", 'tokenize', '-m', $MODEL,
+        '--special', $text or die "nalar tokenize: $!";
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    return [ map { 0 + $_ } split ' ', $out ];
 }
 
 sub has_cli {
