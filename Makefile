@@ -9,7 +9,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread -Isrc -Ikernels $(WARN)
 CFLAGS   = $(CFLAGS_COMMON) $(OPT) -fPIC
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN)
-LDLIBS   = -lcrypto -lm -pthread
+LDLIBS   = -lcrypto -ljansson -lm -pthread
 
 ENGINE_SRC = $(wildcard src/*.c) $(wildcard kernels/*.c)
 ENGINE_OBJ = $(patsubst %.c,build/obj/%.o,$(ENGINE_SRC))
