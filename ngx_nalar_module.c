@@ -123,6 +123,9 @@ struct ngx_http_nalar_ctx_s {
     double                     ttft_ms;
     double                     queue_ms;
 
+    ngx_buf_t                 *error_body;  /* nginx's error page, as
+                                               JSON */
+
     unsigned                   stream:1;
     unsigned                   include_usage:1;
     unsigned                   token_ids:1; /* logprobs tokens as ids */
@@ -188,7 +191,12 @@ static ngx_http_nalar_model_t *ngx_http_nalar_find_model(
 static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
     const nalar_tokenizer *tok, int32_t id, json_t **bytes);
 
+static ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+
 static ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_nalar_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static void *ngx_http_nalar_create_main_conf(ngx_conf_t *cf);
@@ -300,7 +308,7 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
 
 static ngx_http_module_t  ngx_nalar_module_ctx = {
     ngx_http_nalar_add_variables,          /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_nalar_init,                   /* postconfiguration */
 
     ngx_http_nalar_create_main_conf,       /* create main configuration */
     ngx_http_nalar_init_main_conf,         /* init main configuration */
@@ -374,6 +382,10 @@ static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 static int                ngx_http_nalar_efd = -1;
 static ngx_connection_t  *ngx_http_nalar_conn;
 static ngx_http_nalar_main_conf_t  *ngx_http_nalar_mcf;  /* this cycle's */
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 static ngx_str_t  ngx_http_nalar_json_type = ngx_string("application/json");
@@ -2972,6 +2984,154 @@ ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
 }
 
 
+/*
+ * Errors nginx answers itself in a nalar_api location (413 from
+ * client_max_body_size, 401 from auth_basic, 503 from limit_req, ...) keep
+ * their status and headers, but their HTML page becomes OpenAI's error
+ * JSON, which is what API clients parse.
+ */
+
+static ngx_int_t
+ngx_http_nalar_header_filter(ngx_http_request_t *r)
+{
+    u_char                     *p;
+    json_t                     *j;
+    size_t                      len;
+    ngx_buf_t                  *b;
+    ngx_uint_t                  status;
+    const char                 *type, *code, *msg;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+    status = r->headers_out.status;
+
+    if (nlcf->handler != NGX_HTTP_NALAR_API
+        || r != r->main
+        || status < NGX_HTTP_BAD_REQUEST
+        || r->headers_out.content_type.len < sizeof("text/html") - 1
+        || ngx_strncmp(r->headers_out.content_type.data, "text/html",
+                       sizeof("text/html") - 1) != 0)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    switch (status) {
+    case NGX_HTTP_UNAUTHORIZED:
+        type = "authentication_error"; code = "invalid_api_key";
+        msg = "Authorization required"; break;
+    case NGX_HTTP_FORBIDDEN:
+        type = "permission_error"; code = NULL; msg = "Forbidden"; break;
+    case NGX_HTTP_NOT_FOUND:
+        type = "invalid_request_error"; code = NULL; msg = "Not found"; break;
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        type = "invalid_request_error"; code = "request_too_large";
+        msg = "Request body is larger than client_max_body_size"; break;
+    case 429:
+        type = "rate_limit_error"; code = "rate_limit_exceeded";
+        msg = "Too many requests"; break;
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+        type = "server_error"; code = "service_unavailable";
+        msg = "Service temporarily unavailable"; break;
+    default:
+        type = (status >= 500) ? "server_error" : "invalid_request_error";
+        code = NULL;
+        msg = (status >= 500) ? "Internal server error" : "Bad request";
+    }
+
+    j = json_pack("{s:{s:s,s:s,s:n,s:s?}}", "error", "message", msg,
+                  "type", type, "param", "code", code);
+    if (j == NULL) {
+        return NGX_ERROR;
+    }
+
+    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
+
+    b = ngx_create_temp_buf(r->pool, len + 1);
+    if (b == NULL) {
+        json_decref(j);
+        return NGX_ERROR;
+    }
+
+    p = b->last;
+    b->last += json_dumpb(j, (char *) p, len, JSON_COMPACT);
+    *b->last++ = '\n';
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    json_decref(j);
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ctx->request = r;
+        ctx->done = 1;
+        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+    }
+
+    ctx->error_body = b;
+
+    r->headers_out.content_type = ngx_http_nalar_json_type;
+    r->headers_out.content_type_len = ngx_http_nalar_json_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    ngx_http_clear_accept_ranges(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_nalar_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_uint_t             last;
+    ngx_chain_t           *cl, out;
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL || ctx->error_body == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    /* the HTML page is dropped; the JSON goes with its last buffer */
+
+    last = 0;
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            last = 1;
+        }
+
+        cl->buf->pos = cl->buf->last;
+        cl->buf->file_pos = cl->buf->file_last;
+    }
+
+    if (!last) {
+        return NGX_OK;
+    }
+
+    out.buf = ctx->error_body;
+    out.next = NULL;
+    ctx->error_body = NULL;
+
+    return ngx_http_next_body_filter(r, &out);
+}
+
+
 /* variables */
 
 
@@ -2989,6 +3149,19 @@ ngx_http_nalar_add_variables(ngx_conf_t *cf)
         var->get_handler = v->get_handler;
         var->data = v->data;
     }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_nalar_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_nalar_body_filter;
 
     return NGX_OK;
 }

@@ -1,0 +1,182 @@
+#!/usr/bin/perl
+# A table of bad requests: each gets its status and OpenAI's error shape
+# {"error":{"message","type","param","code"}}; a full queue answers 503
+# with Retry-After.
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use NalarTest;
+
+my $t = NalarTest->new->has_model;
+
+$t->write_conf(<<'CONF')->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 1;
+    nalar_max_queue 1;
+    nalar_max_running 1;
+    client_max_body_size 8k;
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        location /v1/ { nalar_api; }
+    }
+}
+CONF
+
+my $long = join ' ', ('In the beginning God created the heaven and the earth.')
+                     x 60;
+
+# [ name, method, path, body (ref: JSON, string: raw), status, param, code ]
+my @table = (
+    [ 'bad JSON', 'POST', '/v1/completions', '{"prompt": "x",', 400, undef,
+      'invalid_json' ],
+    [ 'not an object', 'POST', '/v1/completions', '[1,2]', 400, undef,
+      'invalid_json' ],
+    [ 'empty body', 'POST', '/v1/completions', '', 400, undef,
+      'invalid_json' ],
+    [ 'duplicate keys', 'POST', '/v1/completions',
+      '{"prompt":"a","prompt":"b"}', 400, undef, 'invalid_json' ],
+    [ 'unknown model', 'POST', '/v1/completions',
+      { model => 'gpt-4', prompt => 'x' }, 404, 'model', 'model_not_found' ],
+    [ 'model not a string', 'POST', '/v1/completions',
+      { model => 5, prompt => 'x' }, 400, 'model' ],
+    [ 'prompt missing', 'POST', '/v1/completions', { model => 'kjv' }, 400,
+      'prompt' ],
+    [ 'prompt an object', 'POST', '/v1/completions', { prompt => {} }, 400,
+      'prompt' ],
+    [ 'prompt id out of vocabulary', 'POST', '/v1/completions',
+      { prompt => [1, 99999] }, 400, 'prompt' ],
+    [ 'prompt longer than the context', 'POST', '/v1/completions',
+      { prompt => $long }, 400, 'prompt', 'context_length_exceeded' ],
+    [ 'prompt + max_tokens over the context', 'POST', '/v1/completions',
+      { prompt => 'x', max_tokens => 600 }, 400, 'prompt',
+      'context_length_exceeded' ],
+    [ 'temperature a string', 'POST', '/v1/completions',
+      { prompt => 'x', temperature => 'hot' }, 400, 'temperature' ],
+    [ 'temperature 3', 'POST', '/v1/completions',
+      { prompt => 'x', temperature => 3 }, 400, 'temperature' ],
+    [ 'top_p 1.5', 'POST', '/v1/completions', { prompt => 'x', top_p => 1.5 },
+      400, 'top_p' ],
+    [ 'top_k -2', 'POST', '/v1/completions', { prompt => 'x', top_k => -2 },
+      400, 'top_k' ],
+    [ 'presence_penalty 5', 'POST', '/v1/completions',
+      { prompt => 'x', presence_penalty => 5 }, 400, 'presence_penalty' ],
+    [ 'max_tokens 0', 'POST', '/v1/completions',
+      { prompt => 'x', max_tokens => 0 }, 400, 'max_tokens' ],
+    [ 'max_tokens 1.5', 'POST', '/v1/completions',
+      { prompt => 'x', max_tokens => 1.5 }, 400, 'max_tokens' ],
+    [ 'n 0', 'POST', '/v1/completions', { prompt => 'x', n => 0 }, 400, 'n' ],
+    [ 'n 17', 'POST', '/v1/completions', { prompt => 'x', n => 17 }, 400,
+      'n' ],
+    [ 'five stop strings', 'POST', '/v1/completions',
+      { prompt => 'x', stop => [qw(a b c d e)] }, 400, 'stop' ],
+    [ 'empty stop string', 'POST', '/v1/completions',
+      { prompt => 'x', stop => [''] }, 400, 'stop' ],
+    [ 'stream not a boolean', 'POST', '/v1/completions',
+      { prompt => 'x', stream => 'yes' }, 400, 'stream' ],
+    [ 'logprobs 6', 'POST', '/v1/completions', { prompt => 'x', logprobs => 6 },
+      400, 'logprobs' ],
+    [ 'seed a string', 'POST', '/v1/completions',
+      { prompt => 'x', seed => 'abc' }, 400, 'seed' ],
+    [ 'echo', 'POST', '/v1/completions', { prompt => 'x', echo => \1 }, 400,
+      'echo' ],
+    [ 'chat: messages not an array', 'POST', '/v1/chat/completions',
+      { messages => 'hi' }, 400, 'messages' ],
+    [ 'chat: message without role', 'POST', '/v1/chat/completions',
+      { messages => [ { content => 'hi' } ] }, 400, 'messages' ],
+    [ 'chat: image part', 'POST', '/v1/chat/completions',
+      { messages => [ { role => 'user',
+                        content => [ { type => 'image_url' } ] } ] },
+      400, 'messages' ],
+    [ 'chat: top_logprobs 21', 'POST', '/v1/chat/completions',
+      { messages => [ { role => 'user', content => 'x' } ],
+        logprobs => \1, top_logprobs => 21 }, 400, 'top_logprobs' ],
+    [ 'unknown path', 'POST', '/v1/embeddings', { input => 'x' }, 404, undef,
+      'unknown_url' ],
+    [ 'GET completions', 'GET', '/v1/completions', undef, 405, undef,
+      'method_not_allowed' ],
+    [ 'POST models', 'POST', '/v1/models', {}, 405, undef,
+      'method_not_allowed' ],
+    [ 'DELETE health', 'DELETE', '/v1/health', undef, 405, undef,
+      'method_not_allowed' ],
+    [ 'body over client_max_body_size', 'POST', '/v1/completions',
+      { prompt => 'x' x 10000 }, 413, undef, 'request_too_large' ],
+);
+
+for my $row (@table) {
+    my ($name, $method, $path, $body, $status, $param, $code) = @$row;
+    my %o;
+    if (ref $body) {
+        $o{json} = $body;
+    } elsif (defined $body) {
+        $o{body} = $body;
+        $o{headers} = { 'Content-Type' => 'application/json' };
+    }
+
+    my $r = $t->request($method, $path, %o);
+    my $j = eval { NalarTest::json()->decode($r->{body}) } || {};
+    my $e = $j->{error} || {};
+
+    subtest $name => sub {
+        is($r->{status}, $status, "status $status");
+        like($r->{headers}{'content-type'} // '', qr{^application/json},
+             'JSON body');
+        is_deeply([ sort keys %$e ], [qw(code message param type)],
+                  'error has message, type, param, code');
+        ok(defined $e->{message} && length $e->{message}, 'a message');
+        is($e->{type}, $status >= 500 ? 'server_error'
+                                      : 'invalid_request_error', 'type');
+        is($e->{param}, $param, 'param') if defined $param;
+        is($e->{code}, $code, "code $code") if defined $code;
+        like($r->{headers}{allow} // '', qr/OPTIONS/, 'Allow header')
+            if $status == 405;
+    };
+}
+
+# the connection survives a 400 (keep-alive) and the next request works
+
+my $r = $t->post_json('/v1/completions', { prompt => 'A wise man',
+                                            max_tokens => 2 });
+is($r->{status}, 200, 'server still serves after the error table');
+
+# a full queue: one running, one waiting, the rest 503 with Retry-After
+
+my @pids;
+my $dir = $t->dir;
+for my $k (0 .. 23) {
+    push @pids, NalarTest::fork_client(sub {
+        my $r = $t->post_json('/v1/completions',
+                              { prompt => $long =~ s/^(.{600}).*/$1/sr,
+                                max_tokens => 300,
+                                ignore_eos => JSON::PP::true });
+        open my $fh, '>', "$dir/q$k" or die;
+        print $fh join("\t", $r->{status}, $r->{headers}{'retry-after'} // '',
+                       $r->{json}{error}{code} // '',
+                       $r->{json}{error}{type} // ''), "\n";
+        close $fh;
+    });
+}
+waitpid $_, 0 for @pids;
+
+my (%by_status, $shape_ok);
+$shape_ok = 1;
+for my $k (0 .. 23) {
+    my ($status, $retry, $code, $type) = split /\t/, $t->read_file("q$k");
+    chomp $type if defined $type;
+    $by_status{$status}++;
+    if ($status == 503) {
+        $shape_ok = 0 unless $retry eq '1' && $code eq 'queue_full'
+                             && $type eq 'server_error';
+    }
+}
+ok($by_status{200}, 'some requests were served') or diag(explain \%by_status);
+ok($by_status{503}, 'a full queue answers 503') or diag(explain \%by_status);
+is(($by_status{200} // 0) + ($by_status{503} // 0), 24,
+   'nothing but 200 and 503');
+ok($shape_ok, '503: Retry-After: 1, code queue_full, type server_error');
+
+$t->check_log;
+done_testing;
