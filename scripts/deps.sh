@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and the tests need, when missing.
 set -e
 PKGS="build-essential clang libclang-rt-dev nginx-core nginx-dev libjansson-dev libssl-dev
-      libperl-dev curl nodejs npm"
+      libperl-dev curl nodejs npm prometheus chromium"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" \
