@@ -778,8 +778,10 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           "Prompt tokens processed (prefill)." },
         { "nalar_generation_tokens_total", "counter",
           "Tokens generated." },
-        { "nalar_kv_blocks_total", "gauge",
-          "KV cache blocks in the pool." },
+        /* a constant for the engine's life; typed counter because the
+         * fixed name ends in _total, which Prometheus reserves for them */
+        { "nalar_kv_blocks_total", "counter",
+          "KV cache blocks in the pool (constant while the engine runs)." },
         { "nalar_kv_blocks_free", "gauge",
           "KV cache blocks no running sequence holds." },
         { "nalar_preemptions_total", "counter",
