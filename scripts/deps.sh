@@ -14,3 +14,14 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
 fi
+
+# Node.js clients for the module tests (the openai package, playwright-core
+# driving Debian's chromium), from t/package.json, when missing.
+if command -v npm >/dev/null 2>&1 \
+   && { [ ! -d t/node_modules/openai ] \
+        || [ ! -d t/node_modules/playwright-core ]; }
+then
+    echo "deps: npm install in t/"
+    (cd t && npm install --no-audit --no-fund) \
+        || echo "deps: npm install failed; the Node.js tests will be skipped"
+fi
