@@ -5,6 +5,11 @@ PKGS="build-essential clang libclang-rt-dev nginx-core nginx-dev libjansson-dev 
       libperl-dev curl nodejs npm prometheus chromium"
 missing=""
 for p in $PKGS; do
+    # a Node.js from elsewhere (nodesource) brings its own npm
+    case $p in
+        nodejs) command -v node >/dev/null 2>&1 && continue ;;
+        npm)    command -v npm >/dev/null 2>&1 && continue ;;
+    esac
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" \
         || missing="$missing $p"
 done
