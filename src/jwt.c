@@ -195,6 +195,8 @@ pkey_fits(EVP_PKEY *pkey, int a, const char *where, nalar_err *err)
 {
     const alg_info *ai = &ALGS[a];
     char            group[64];
+    EVP_PKEY_CTX   *ctx;
+    int             ok;
 
     switch (ai->kind) {
     case K_HMAC:
@@ -213,6 +215,16 @@ pkey_fits(EVP_PKEY *pkey, int a, const char *where, nalar_err *err)
         if (EVP_PKEY_get_bits(pkey) < MIN_RSA_BITS) {
             return nalar_fail(err, "%s: RSA key of %d bits, under %d",
                               where, EVP_PKEY_get_bits(pkey), MIN_RSA_BITS);
+        }
+        /* A JWKS gives n and e as bare numbers: e = 1 or an even n would
+           make signatures forgeable, so let OpenSSL vet them (SP 800-56B). */
+        ctx = EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL);
+        ok = ctx != NULL && EVP_PKEY_public_check(ctx) == 1;
+        EVP_PKEY_CTX_free(ctx);
+        ERR_clear_error();
+        if (!ok) {
+            return nalar_fail(err, "%s: RSA public key fails OpenSSL's checks "
+                              "(exponent or modulus unsound)", where);
         }
         return 0;
     case K_EC:
@@ -468,17 +480,16 @@ jwk_ec(json_t *jwk, const alg_info *ai, const char *where, nalar_err *err)
     params[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY,
                                                   point, 1 + 2 * c);
     params[2] = OSSL_PARAM_construct_end();
+    /* The point must lie on the curve (invalid-curve attacks); OpenSSL
+       refuses some such points while decoding, the check catches the rest. */
     pkey = pkey_fromdata("EC", params, where, err);
-    if (pkey != NULL) {
-        /* The point must lie on the curve (invalid-curve attacks). */
-        ctx = EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL);
-        if (ctx == NULL || EVP_PKEY_public_check(ctx) != 1) {
-            EVP_PKEY_free(pkey);
-            pkey = NULL;
-            nalar_fail(err, "%s: EC point is not on %s", where, ai->crv);
-        }
-        EVP_PKEY_CTX_free(ctx);
+    ctx = pkey ? EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL) : NULL;
+    if (ctx == NULL || EVP_PKEY_public_check(ctx) != 1) {
+        EVP_PKEY_free(pkey);
+        pkey = NULL;
+        nalar_fail(err, "%s: not a valid %s point", where, ai->crv);
     }
+    EVP_PKEY_CTX_free(ctx);
 done:
     free(x);
     free(y);
@@ -935,7 +946,7 @@ static int
 check_claims(json_t *pl, const nalar_jwt_policy *p, nalar_err *err)
 {
     int64_t now = p->now ? p->now : (int64_t) time(NULL);
-    int64_t leeway = p->leeway > 0 ? p->leeway : 0, t;
+    int64_t leeway = p->leeway > 0 ? p->leeway : 0, t = 0;
     json_t *v;
     char    show[96];
     int     rc;
