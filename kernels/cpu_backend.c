@@ -22,6 +22,7 @@
 typedef struct {
     nalar_model   *m;
     nalar_pool    *pool;
+    int            owns_pool;    /* 0: borrowed from another backend */
     int32_t        cap_tok;      /* scratch rows allocated */
     int32_t        q_dim;        /* n_heads * head_dim */
     int32_t        kv_dim;       /* n_kv_heads * head_dim */
@@ -542,7 +543,7 @@ cpu_destroy(nalar_backend *b)
     }
     be = b->impl;
     if (be != NULL) {
-        if (be->pool != NULL) {
+        if (be->pool != NULL && be->owns_pool) {
             nalar_pool_destroy(be->pool);
         }
         free(be->x);
@@ -562,8 +563,32 @@ cpu_destroy(nalar_backend *b)
 }
 
 
+static nalar_backend *cpu_create(nalar_model *m, int n_threads,
+                                 nalar_pool *shared, nalar_err *err);
+
+
 nalar_backend *
 nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
+{
+    return cpu_create(m, n_threads, NULL, err);
+}
+
+
+nalar_backend *
+nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
+                             nalar_err *err)
+{
+    if (strcmp(other->name, "cpu") != 0) {
+        nalar_fail(err, "backend '%s' cannot share its workers",
+                   other->name);
+        return NULL;
+    }
+    return cpu_create(m, 0, ((cpu_backend *) other->impl)->pool, err);
+}
+
+
+static nalar_backend *
+cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
 {
     nalar_backend      *b;
     cpu_backend        *be;
@@ -588,7 +613,8 @@ nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
     be->q_dim = c->n_heads * c->head_dim;
     be->kv_dim = c->n_kv_heads * c->head_dim;
     be->inv_freq = malloc((size_t) (c->head_dim / 2) * sizeof(float));
-    be->pool = nalar_pool_create(n_threads);
+    be->pool = shared != NULL ? shared : nalar_pool_create(n_threads);
+    be->owns_pool = shared == NULL;
     if (be->inv_freq == NULL || be->pool == NULL) {
         cpu_destroy(b);
         nalar_fail(err, "cpu backend: cannot start %d worker threads",

@@ -44,6 +44,12 @@ nalar_backend *nalar_backend_create(nalar_model *m,
 nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
                                         nalar_err *err);
 
+/* A second backend of the same kind (a draft model) that runs on the
+ * first one's workers: the two never run at once. */
+nalar_backend *nalar_backend_create_sharing(nalar_model *m,
+                                            nalar_backend *other,
+                                            nalar_err *err);
+
 /* Bytes of KV storage one block takes for this model (for sizing pools). */
 int64_t nalar_kv_block_bytes(const nalar_model *m);
 

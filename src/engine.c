@@ -70,6 +70,27 @@ struct nalar_request {
     int32_t          n_published;
     int              admitted_once;
 
+    /* speculative decoding (engine thread).  Positions >= n_computed of
+     * r->kv written during a verification are provisional: truncated away
+     * before the step ends, never published. */
+    nalar_proposer   prop;            /* NONE: no speculation */
+    int32_t          spec_k_max;
+    int32_t          n_prop;          /* proposals this step */
+    int32_t          props[NALAR_SPEC_MAX_K];
+    float           *q;               /* (SPEC_MAX_K, n_vocab) draft
+                                         distributions (sampling only) */
+    nalar_seq_kv     dkv;             /* draft KV */
+    int32_t          d_computed;      /* draft positions with KV */
+    nalar_sampler    dsampler;        /* draft proposals when sampling */
+    int              dsampler_ready;
+    nalar_accept_stats acc;
+    int32_t         *pred;            /* (n_pred) predicted output */
+    int32_t          n_pred;
+    int32_t          pred_off;        /* prediction index - output index */
+    uint32_t         since_spec;      /* steps without speculation */
+    int32_t          spec_proposed, spec_accepted;   /* under mu */
+    int32_t          pred_accepted, pred_rejected;   /* under mu */
+
     /* output handed to the consumer (under mu) */
     pthread_mutex_t  mu;
     char            *out_text;
@@ -95,6 +116,20 @@ struct nalar_engine {
     nalar_kv_pool     kv;
     int               kv_ready;
     nalar_prefix_cache *cache;        /* NULL when off */
+
+    /* speculative decoding: the draft model runs on the target backend's
+     * workers with its own KV pool (same block count) */
+    nalar_model      *draft;
+    nalar_backend    *draft_be;
+    nalar_kv_pool     dkv;
+    int               dkv_ready;
+    nalar_batch       dbatch;
+    nalar_request   **dbatch_req;     /* (dbatch_cap) */
+    int32_t           dbatch_cap;
+    float            *dlogits;        /* (max_running, n_vocab) */
+    nalar_cost_table  target_cost;    /* seconds per target pass by size */
+    nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
+    float            *scratch;        /* (n_vocab) */
     int32_t           kv_evictable;   /* under mu: cached, unreferenced */
 
     pthread_t         thread;
@@ -187,6 +222,17 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
         memcpy(r->stop_ids, p->stop_ids,
                (size_t) p->n_stop_ids * sizeof(int32_t));
     }
+    if (p->n_prediction > 0) {
+        r->pred = malloc((size_t) p->n_prediction * sizeof(int32_t));
+        if (r->pred == NULL) {
+            goto oom;
+        }
+        memcpy(r->pred, p->prediction,
+               (size_t) p->n_prediction * sizeof(int32_t));
+        r->n_pred = p->n_prediction;
+    }
+    r->p.prediction = r->pred;
+    nalar_seq_kv_init(&r->dkv);
     r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
     if (r->scope == NULL) {
         goto oom;
@@ -242,6 +288,12 @@ nalar_request_unref(nalar_request *r)
         nalar_sampler_free(&r->sampler);
     }
     free(r->kv.blocks);
+    free(r->dkv.blocks);
+    free(r->q);
+    free(r->pred);
+    if (r->dsampler_ready) {
+        nalar_sampler_free(&r->dsampler);
+    }
     free(r->digests);
     free(r->scope);
     free(r->stops);
@@ -298,6 +350,10 @@ nalar_request_take(nalar_request *r, nalar_output *out)
     out->n_completion = r->n_generated;
     out->queue_ms = r->queue_ms;
     out->ttft_ms = r->ttft_ms;
+    out->spec_proposed = r->spec_proposed;
+    out->spec_accepted = r->spec_accepted;
+    out->pred_accepted = r->pred_accepted;
+    out->pred_rejected = r->pred_rejected;
     any = out->text_len > 0 || out->n_ids > 0
           || out->finish != NALAR_FINISH_NONE;
     pthread_mutex_unlock(&r->mu);
@@ -433,6 +489,71 @@ nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
 }
 
 
+/* A draft must share the target's vocabulary exactly: same tokens in the
+ * same order, same special ids. */
+static int
+draft_check_vocab(const nalar_model *t, const nalar_model *d, nalar_err *err)
+{
+    int32_t n = nalar_tok_n_vocab(t->tok);
+
+    if (nalar_tok_n_vocab(d->tok) != n) {
+        return nalar_fail(err, "draft %s has %d tokens but target %s has %d: "
+                          "a draft must share the target's vocabulary",
+                          d->path, nalar_tok_n_vocab(d->tok), t->path, n);
+    }
+    if (nalar_tok_bos(t->tok) != nalar_tok_bos(d->tok)
+        || nalar_tok_eos(t->tok) != nalar_tok_eos(d->tok)
+        || nalar_tok_kind_of(t->tok) != nalar_tok_kind_of(d->tok))
+    {
+        return nalar_fail(err, "draft %s: special tokens or tokenizer kind "
+                          "differ from target %s", d->path, t->path);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *a = nalar_tok_piece(t->tok, i);
+        const char *b = nalar_tok_piece(d->tok, i);
+
+        if (a == NULL || b == NULL || strcmp(a, b) != 0
+            || nalar_tok_is_eog(t->tok, i) != nalar_tok_is_eog(d->tok, i))
+        {
+            return nalar_fail(err, "draft %s: token %d is '%s' but the "
+                              "target's is '%s': a draft must share the "
+                              "target's vocabulary", d->path, i,
+                              b != NULL ? b : "", a != NULL ? a : "");
+        }
+    }
+    return 0;
+}
+
+
+static int
+draft_load(nalar_engine *e, int32_t n_blocks, nalar_err *err)
+{
+    e->draft = nalar_model_load(e->opts.draft_path, err);
+    if (e->draft == NULL) {
+        return -1;
+    }
+    if (draft_check_vocab(e->model, e->draft, err) != 0) {
+        return -1;
+    }
+    e->draft_be = nalar_backend_create_sharing(e->draft, e->be, err);
+    if (e->draft_be == NULL) {
+        return -1;
+    }
+    if (nalar_kv_pool_init(&e->dkv, n_blocks, e->draft->cfg.n_layers,
+                           e->draft->cfg.n_kv_heads * e->draft->cfg.head_dim,
+                           err) != 0)
+    {
+        return -1;
+    }
+    if (e->draft_be->kv_alloc(e->draft_be, &e->dkv, err) != 0) {
+        nalar_kv_pool_free(&e->dkv);
+        return -1;
+    }
+    e->dkv_ready = 1;
+    return 0;
+}
+
+
 /* Load the model, the backend and the KV pool. */
 static int
 engine_load(nalar_engine *e, nalar_err *err)
@@ -482,6 +603,13 @@ engine_load(nalar_engine *e, nalar_err *err)
         return -1;
     }
     e->kv_ready = 1;
+    e->scratch = malloc((size_t) e->model->cfg.n_vocab * sizeof(float));
+    if (e->scratch == NULL) {
+        return nalar_fail(err, "engine: out of memory");
+    }
+    if (e->opts.draft_path != NULL && draft_load(e, n_blocks, err) != 0) {
+        return -1;
+    }
     if (e->opts.prefix_cache) {
         e->cache = nalar_prefix_cache_create(&e->kv, e->model->identity,
                                              e->be->name, err);
@@ -593,6 +721,57 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
 }
 
 
+/* Pick the request's proposer from its mode, the engine's and what the
+ * engine has; prepare draft sampling state. */
+static int
+spec_setup(nalar_engine *e, nalar_request *r)
+{
+    int mode = r->p.spec_mode != NALAR_SPEC_DEFAULT ? r->p.spec_mode
+                                                    : e->opts.spec_mode;
+    int kmax = r->p.spec_max_k > 0 ? r->p.spec_max_k : e->opts.spec_max_k;
+
+    r->spec_k_max = kmax > 0 ? kmax : 4;
+    if (r->spec_k_max > NALAR_SPEC_MAX_K) {
+        r->spec_k_max = NALAR_SPEC_MAX_K;
+    }
+    if (e->opts.spec_fixed_k > 0) {
+        r->spec_k_max = e->opts.spec_fixed_k < NALAR_SPEC_MAX_K
+                        ? e->opts.spec_fixed_k : NALAR_SPEC_MAX_K;
+    }
+    r->prop = NALAR_PROP_NONE;
+    if (r->n_pred > 0) {
+        /* the client's own prediction is the best proposal there is */
+        r->prop = NALAR_PROP_PREDICTION;
+    } else if (mode == NALAR_SPEC_DRAFT || mode == NALAR_SPEC_AUTO) {
+        r->prop = e->draft != NULL ? NALAR_PROP_DRAFT
+                  : mode == NALAR_SPEC_AUTO ? NALAR_PROP_NGRAM
+                  : NALAR_PROP_NONE;
+    } else if (mode == NALAR_SPEC_NGRAM) {
+        r->prop = NALAR_PROP_NGRAM;
+    }
+    nalar_accept_init(&r->acc, r->prop == NALAR_PROP_PREDICTION ? 0.9
+                               : r->prop == NALAR_PROP_DRAFT ? 0.7 : 0.5);
+    if (r->prop == NALAR_PROP_DRAFT && r->p.sampling.temperature > 0) {
+        nalar_sampling dp = r->p.sampling;
+
+        /* the draft proposes from its own distribution under the same
+         * transforms (penalties aside); its RNG stream is separate */
+        dp.presence_penalty = dp.frequency_penalty = 0;
+        dp.seed ^= 0x9E3779B97F4A7C15ull;
+        r->q = malloc((size_t) NALAR_SPEC_MAX_K * e->model->cfg.n_vocab
+                      * sizeof(float));
+        if (r->q == NULL
+            || nalar_sampler_init(&r->dsampler, &dp, e->model->cfg.n_vocab)
+               != 0)
+        {
+            return -1;
+        }
+        r->dsampler_ready = 1;
+    }
+    return 0;
+}
+
+
 /* Engine-side setup the first time a request is scheduled. */
 static int
 request_start(nalar_engine *e, nalar_request *r)
@@ -619,6 +798,9 @@ request_start(nalar_engine *e, nalar_request *r)
         r->max_tokens = r->p.max_tokens;
     }
     nalar_detok_init(&r->detok, e->model->tok);
+    if (spec_setup(e, r) != 0) {
+        return -1;
+    }
     r->t_sched = now_s();
     r->queue_ms = (r->t_sched - r->t_submit) * 1e3;
     pthread_mutex_lock(&e->mu);
@@ -640,6 +822,9 @@ request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
 
     if (e->kv_ready) {
         nalar_seq_kv_release(&e->kv, &r->kv);
+    }
+    if (e->dkv_ready) {
+        nalar_seq_kv_release(&e->dkv, &r->dkv);
     }
     if (why != NALAR_FINISH_CANCELLED && why != NALAR_FINISH_ERROR
         && r->stop != NULL)
@@ -830,6 +1015,10 @@ preempt_last(nalar_engine *e)
 
     e->n_running--;
     nalar_seq_kv_release(&e->kv, &r->kv);
+    if (e->dkv_ready) {
+        nalar_seq_kv_release(&e->dkv, &r->dkv);
+    }
+    r->d_computed = 0;
     r->n_computed = 0;
     r->n_published = 0;
     r->state = REQ_WAITING;
@@ -869,18 +1058,20 @@ batch_grow(nalar_engine *e, int32_t n)
 }
 
 
-/* Sample the next token of r from its logits row and emit it. */
-static void
-emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
+/*
+ * Confirm one token of r: append it, update penalties, metrics and output,
+ * and finish r on EOS / stop token / stop string / max_tokens.  Returns 1
+ * when r finished.  Every token a client sees went through here.
+ */
+static int
+confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
+              const nalar_logprob *lp, double t)
 {
-    nalar_logprob lp[21];
-    char          piece[256];
-    const char   *safe;
-    int32_t       id;
-    int           n, stopped = 0, is_stop = 0;
-    size_t        ns;
+    char        piece[256];
+    const char *safe;
+    int         n, stopped = 0, is_stop = 0;
+    size_t      ns;
 
-    id = nalar_sample(&r->sampler, row, r->p.logprobs ? lp : NULL);
     nalar_sampler_accept(&r->sampler, id);
     r->tokens[r->n_tokens++] = id;
     r->n_generated++;
@@ -911,18 +1102,21 @@ emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
     }
     if (is_stop) {
         /* the stop token itself is confirmed but not shown as text */
-        push_output(r, "", 0, id, r->p.logprobs ? lp : NULL);
+        push_output(r, "", 0, id, lp);
         request_finish(e, r, NALAR_FINISH_STOP, NULL);
-        return;
+        return 1;
     }
     n = nalar_detok_feed(&r->detok, id, piece, sizeof(piece));
+    if (n < 0) {
+        n = 0;
+    }
     ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe, &stopped);
-    push_output(r, safe, ns, id, r->p.logprobs ? lp : NULL);
+    push_output(r, safe, ns, id, lp);
     if (stopped) {
         request_finish(e, r, NALAR_FINISH_STOP, NULL);
-        return;
+        return 1;
     }
-    if (r->n_generated >= r->max_tokens) {
+    if (r->n_generated >= r->max_tokens || r->n_tokens >= r->cap_tokens) {
         n = nalar_detok_flush(&r->detok, piece, sizeof(piece));
         if (n > 0) {
             ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe,
@@ -931,28 +1125,357 @@ emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
         }
         request_finish(e, r, stopped ? NALAR_FINISH_STOP
                                      : NALAR_FINISH_LENGTH, NULL);
-        return;
+        return 1;
     }
-    if (r->notify != NULL) {
+    return 0;
+}
+
+
+/* Sample r's next token from its logits row and confirm it. */
+static void
+emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
+{
+    nalar_logprob lp[21];
+    int32_t       id;
+
+    id = nalar_sample(&r->sampler, row, r->p.logprobs ? lp : NULL);
+    if (!confirm_token(e, r, id, r->p.logprobs ? lp : NULL, t)
+        && r->notify != NULL)
+    {
         r->notify(r, r->notify_ctx);
     }
 }
 
 
 /*
+ * Verify r's proposals against the target's logits rows[0..n_prop] (row i
+ * follows the token at position p + i, p = position of the last confirmed
+ * token) and confirm what survives.  Greedy: the target's own choice at
+ * each row, proposals accepted while they equal it.  Sampling: accept
+ * proposal x with probability min(1, p(x)/q(x)), else draw from the
+ * normalised max(0, p - q); q is a point mass for n-gram and prediction.
+ * Returns the number of proposals accepted.
+ */
+static int32_t
+verify(nalar_engine *e, nalar_request *r, float *rows, double t)
+{
+    int32_t       V = e->model->cfg.n_vocab, k = r->n_prop, accepted = 0;
+    int           greedy = !(r->p.sampling.temperature > 0);
+    nalar_logprob lpbuf[21];
+    nalar_logprob *lp = r->p.logprobs ? lpbuf : NULL;
+
+    for (int32_t i = 0; i <= k; i++) {
+        float   *row = rows + (size_t) i * V;
+        int32_t  id;
+        int      match;
+
+        if (i == k) {
+            /* every proposal survived: the target's token after them */
+            id = nalar_sample(&r->sampler, row, lp);
+            confirm_token(e, r, id, lp, t);
+            break;
+        }
+        if (greedy) {
+            id = nalar_sample(&r->sampler, row, lp);
+            match = id == r->props[i];
+        } else {
+            float   *pr, *w = e->scratch;
+            int32_t  d = r->props[i];
+            double   pd, qd;
+
+            nalar_sampler_dist(&r->sampler, row);
+            pr = r->sampler.probs;
+            pd = pr[d];
+            qd = r->prop == NALAR_PROP_DRAFT ? r->q[(size_t) i * V + d] : 1.0;
+            match = nalar_rng_uniform(&r->sampler.rng) * qd < pd;
+            if (match) {
+                id = d;
+            } else {
+                for (int32_t j = 0; j < V; j++) {
+                    float qj = r->prop == NALAR_PROP_DRAFT
+                               ? r->q[(size_t) i * V + j] : (j == d);
+                    w[j] = pr[j] > qj ? pr[j] - qj : 0.0f;
+                }
+                id = nalar_sample_from(&r->sampler, w, V);
+                if (id < 0) {
+                    id = d;   /* p == q exactly: any draw from p is x */
+                }
+            }
+            if (lp != NULL) {
+                nalar_sampler_logprobs(&r->sampler, row, id, lp);
+            }
+        }
+        if (match) {
+            accepted++;
+        }
+        if (confirm_token(e, r, id, lp, t) || !match) {
+            break;
+        }
+    }
+    return accepted;
+}
+
+
+/* Context-free proposals: n-gram lookup over the sequence so far, or the
+ * client's prediction.  Returns the number proposed (<= k). */
+static int32_t
+propose_lookup(nalar_request *r, int32_t k)
+{
+    if (r->prop == NALAR_PROP_NGRAM) {
+        return nalar_ngram_propose(r->tokens, r->n_tokens, r->tokens,
+                                   r->n_tokens, 1, 3, k, r->props);
+    }
+    /* prediction: the output should run along it.  Keep an alignment
+     * (prediction index - output index); when the output's tail no longer
+     * matches there (the client's text was edited), re-anchor on the
+     * occurrence of the tail closest to the old alignment */
+    {
+        const int32_t *out = r->tokens + r->p.n_prompt;
+        int32_t        g = r->n_generated, at = g + r->pred_off, n = 0;
+        int32_t        m = g < 3 ? g : 3;
+
+        if (at < 0 || at > r->n_pred
+            || memcmp(out + g - m, r->pred + at - m,
+                      (size_t) m * sizeof(int32_t)) != 0)
+        {
+            int32_t best = -1;
+
+            for (int32_t len = m; len >= 1 && best < 0; len--) {
+                for (int32_t s = 0; s + len <= r->n_pred; s++) {
+                    if (memcmp(r->pred + s, out + g - len,
+                               (size_t) len * sizeof(int32_t)) == 0
+                        && (best < 0
+                            || labs((long) (s + len - at))
+                               < labs((long) (best - at))))
+                    {
+                        best = s + len;
+                    }
+                }
+            }
+            if (best < 0) {
+                return 0;
+            }
+            at = best;
+            r->pred_off = at - g;
+        }
+        n = r->n_pred - at < k ? r->n_pred - at : k;
+        memcpy(r->props, r->pred + at, (size_t) (n > 0 ? n : 0)
+                                       * sizeof(int32_t));
+        return n > 0 ? n : 0;
+    }
+}
+
+
+/* How many tokens r should propose this step (0: plain decode). */
+static int32_t
+choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
+         int32_t n_prefill, int32_t n_draft)
+{
+    int32_t cap = r->spec_k_max, k;
+    double  verify[NALAR_SPEC_MAX_K + 1], draft_tok = 0, gain;
+    int     known = 1;
+
+    /* never propose past max_tokens or the context */
+    if (cap > r->max_tokens - r->n_generated - 1) {
+        cap = r->max_tokens - r->n_generated - 1;
+    }
+    if (cap > r->cap_tokens - r->n_tokens) {
+        cap = r->cap_tokens - r->n_tokens;
+    }
+    if (cap <= 0) {
+        return 0;
+    }
+    if (e->opts.spec_fixed_k > 0) {
+        return cap;
+    }
+    /* this request's share of a pass in which each of the n_decode
+     * sequences verifies k proposals, next to n_prefill prompt tokens */
+    for (int32_t j = 0; j <= cap; j++) {
+        double tt = nalar_cost_estimate(&e->target_cost,
+                                        n_prefill + n_decode * (1 + j));
+        if (tt < 0) {
+            known = 0;
+            break;
+        }
+        verify[j] = tt / n_decode;
+    }
+    if (r->prop == NALAR_PROP_DRAFT) {
+        double td = nalar_cost_estimate(&e->draft_cost,
+                                        n_draft > 0 ? n_draft : 1);
+        if (td < 0) {
+            known = 0;
+        } else {
+            draft_tok = td / (n_draft > 0 ? n_draft : 1);
+        }
+    }
+    if (!known) {
+        return cap < 2 ? cap : 2;     /* measure before deciding */
+    }
+    k = nalar_spec_choose_k(&r->acc, cap, verify, draft_tok, 1.03, &gain);
+    if (k == 0 && ++r->since_spec >= 16) {
+        /* probe now and then so acceptance estimates stay current */
+        r->since_spec = 0;
+        k = 1;
+    }
+    if (k > 0) {
+        r->since_spec = 0;
+    }
+    return k;
+}
+
+
+static int
+dbatch_grow(nalar_engine *e, int32_t n)
+{
+    nalar_batch *b = &e->dbatch;
+
+    if (n <= e->dbatch_cap) {
+        return 0;
+    }
+#define GROW(p) do {                                                        \
+        void *q_ = realloc(p, (size_t) n * sizeof(*(p)));                   \
+        if (q_ == NULL) return -1;                                          \
+        p = q_;                                                             \
+    } while (0)
+    GROW(b->tokens);
+    GROW(b->pos);
+    GROW(b->seq);
+    GROW(b->want_logits);
+    GROW(e->dbatch_req);
+#undef GROW
+    e->dbatch_cap = n;
+    return 0;
+}
+
+
+/*
+ * Draft proposals for the requests in reqs[0..n) (each wants n_prop
+ * tokens): the first pass brings the draft's KV up to the last confirmed
+ * token (catch-up), later passes feed the previous proposal.  A request
+ * whose draft KV cannot be reserved proposes nothing this step.
+ */
+static void
+draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
+{
+    int32_t     V = e->model->cfg.n_vocab, kmax = 0;
+    nalar_batch *b = &e->dbatch;
+    nalar_err   err;
+    double      t0 = now_s();
+
+    for (int32_t i = 0; i < n; i++) {
+        kmax = reqs[i]->n_prop > kmax ? reqs[i]->n_prop : kmax;
+    }
+    if (e->dlogits == NULL) {
+        e->dlogits = malloc((size_t) e->opts.max_running * V * sizeof(float));
+        if (e->dlogits == NULL) {
+            for (int32_t i = 0; i < n; i++) reqs[i]->n_prop = 0;
+            return;
+        }
+    }
+    for (int32_t s = 0; s < kmax; s++) {
+        int32_t nt = 0, nl = 0;
+        double  ts = now_s();
+
+        for (int32_t i = 0; i < n; i++) {
+            nalar_request *r = reqs[i];
+            int32_t        from, to;
+
+            if (s >= r->n_prop) {
+                continue;
+            }
+            /* positions fed: catch-up [d_computed, n_tokens) first, then
+             * proposal s-1 at n_tokens - 1 + s */
+            from = s == 0 ? r->d_computed : r->n_tokens - 1 + s;
+            to = r->n_tokens + s;
+            if (dbatch_grow(e, nt + (to - from)) != 0
+                || nalar_seq_kv_reserve(&e->dkv, &r->dkv, to) != 0)
+            {
+                r->n_prop = s;   /* propose what we have */
+                continue;
+            }
+            for (int32_t p = from; p < to; p++) {
+                b->tokens[nt] = p < r->n_tokens ? r->tokens[p]
+                                                : r->props[p - r->n_tokens];
+                b->pos[nt] = p;
+                b->seq[nt] = &r->dkv;
+                b->want_logits[nt] = p == to - 1;
+                e->dbatch_req[nt] = r;
+                nt++;
+            }
+            nl++;
+        }
+        if (nt == 0) {
+            break;
+        }
+        b->n_tokens = nt;
+        b->n_logits = nl;
+        if (e->draft_be->forward(e->draft_be, &e->dkv, b, e->dlogits, &err)
+            != 0)
+        {
+            for (int32_t i = 0; i < n; i++) {
+                if (reqs[i]->n_prop > s) reqs[i]->n_prop = s;
+            }
+            break;
+        }
+        nalar_cost_record(&e->draft_cost, nt, now_s() - ts);
+        for (int32_t k = 0, li = 0; k < nt; k++) {
+            nalar_request *r = e->dbatch_req[k];
+            float         *row;
+
+            if (!b->want_logits[k]) {
+                continue;
+            }
+            row = e->dlogits + (size_t) li++ * V;
+            r->d_computed = b->pos[k] + 1;
+            r->dkv.n_pos = r->d_computed;
+            if (r->dsampler_ready) {
+                float *q = r->q + (size_t) s * V;
+
+                nalar_sampler_dist(&r->dsampler, row);
+                memcpy(q, r->dsampler.probs, (size_t) V * sizeof(float));
+                r->props[s] = nalar_sample_from(&r->dsampler, q, V);
+                if (r->props[s] < 0) {
+                    r->props[s] = nalar_argmax(q, V);
+                }
+            } else {
+                r->props[s] = nalar_argmax(row, V);
+            }
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.spec_draft_seconds_total += now_s() - t0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+
+/* Count of blocks held only for provisional positions of r. */
+static int32_t
+provisional_blocks(const nalar_request *r)
+{
+    int32_t confirmed = (r->n_computed + 1 + NALAR_KV_BLOCK - 1)
+                        / NALAR_KV_BLOCK;
+
+    return r->kv.n_blocks > confirmed ? r->kv.n_blocks - confirmed : 0;
+}
+
+
+/*
  * One scheduling step: drop cancelled requests, admit waiting ones, build a
- * batch (decodes first, then prefill chunks within the token budget), run
- * the forward pass and sample.  Returns 1 if work was done, 0 if idle, -1
- * on a backend failure (every running request is finished with the error).
+ * batch (decodes first, with speculative proposals where they pay, then
+ * prefill chunks within the token budget), run the forward pass, sample or
+ * verify.  Returns 1 if work was done, 0 if idle, -1 on a backend failure
+ * (every running request is finished with the error).
  */
 static int
 engine_step(nalar_engine *e)
 {
-    nalar_batch *b = &e->batch;
-    int32_t      budget = e->opts.max_batch_tokens;
-    int32_t      n_tok = 0, n_logits = 0;
-    nalar_err    err;
-    double       t;
+    nalar_batch   *b = &e->batch;
+    int32_t        budget = e->opts.max_batch_tokens;
+    int32_t        n_tok = 0, n_logits = 0, n_decode = 0, n_prefill = 0;
+    int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
+    nalar_request *dreqs[256];
+    nalar_err      err;
+    double         t, t0;
 
     /* cancelled requests leave first: their blocks go back to the pool */
     for (int32_t i = 0; i < e->n_running; ) {
@@ -1014,12 +1537,49 @@ engine_step(nalar_engine *e)
     if (e->n_running == 0) {
         return 0;
     }
-    if (batch_grow(e, budget + e->n_running) != 0) {
+    V = e->model->cfg.n_vocab;
+    if (batch_grow(e, budget + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0) {
         return -1;
     }
 
-    /* reserve KV for this step's tokens; decodes (1 token) go first, then
-     * prefill chunks in admission order while the budget lasts */
+    /* plan speculation: how many decodes and prompt tokens this step has,
+     * then each speculating request's k from the cost model */
+    for (int32_t i = 0; i < e->n_running; i++) {
+        nalar_request *r = e->running[i];
+        int32_t        todo = r->n_tokens - r->n_computed;
+
+        r->n_prop = 0;
+        if (todo == 1) {
+            n_decode++;
+        } else {
+            n_prefill += todo;
+        }
+    }
+    n_prefill = n_prefill < budget - n_decode ? n_prefill : budget - n_decode;
+    n_prefill = n_prefill > 0 ? n_prefill : 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        nalar_request *r = e->running[i];
+
+        if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1) {
+            continue;
+        }
+        r->n_prop = choose_k(e, r, n_decode, n_prefill,
+                             r->prop == NALAR_PROP_DRAFT ? n_decode : 0);
+        if (r->n_prop > 0 && r->prop != NALAR_PROP_DRAFT) {
+            r->n_prop = propose_lookup(r, r->n_prop);
+        } else if (r->n_prop > 0 && n_dreq < 256) {
+            dreqs[n_dreq++] = r;
+        } else {
+            r->n_prop = 0;
+        }
+    }
+    if (n_dreq > 0) {
+        draft_propose(e, dreqs, n_dreq);
+    }
+
+    /* reserve KV for this step's tokens; decodes (1 token plus proposals,
+     * at provisional positions) go first, then prefill chunks in admission
+     * order while the budget lasts */
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < e->n_running; i++) {
             nalar_request *r = e->running[i];
@@ -1029,15 +1589,20 @@ engine_step(nalar_engine *e)
             if ((pass == 0) != (todo == 1)) {
                 continue;
             }
-            n = todo;
+            n = todo + r->n_prop;
             if (pass == 1) {
                 if (budget <= 0) {
                     break;
                 }
                 n = todo < budget ? todo : budget;
             }
-            while (kv_reserve(e, r, r->n_computed + n) != 0)
-            {
+            while (kv_reserve(e, r, r->n_computed + n) != 0) {
+                if (r->n_prop > 0) {
+                    /* speculation is the first thing to give up */
+                    n -= r->n_prop;
+                    r->n_prop = 0;
+                    continue;
+                }
                 if (e->running[e->n_running - 1] == r) {
                     break;
                 }
@@ -1056,14 +1621,19 @@ engine_step(nalar_engine *e)
             }
             for (int32_t k = 0; k < n; k++) {
                 int32_t p = r->n_computed + k;
+                int     last = p >= r->n_tokens - 1;
 
-                b->tokens[n_tok] = r->tokens[p];
+                b->tokens[n_tok] = p < r->n_tokens ? r->tokens[p]
+                                   : r->props[p - r->n_tokens];
                 b->pos[n_tok] = p;
                 b->seq[n_tok] = &r->kv;
-                b->want_logits[n_tok] = p == r->n_tokens - 1;
-                n_logits += p == r->n_tokens - 1;
+                b->want_logits[n_tok] = last;
                 e->batch_req[n_tok] = r;
                 n_tok++;
+            }
+            if (r->n_prop > 0) {
+                n_spec++;
+                provisional += provisional_blocks(r);
             }
             budget -= n;
         }
@@ -1094,15 +1664,18 @@ engine_step(nalar_engine *e)
     b->n_tokens = n_tok;
     b->n_logits = n_logits;
     if (n_logits > e->logits_cap) {
-        float *l = realloc(e->logits, (size_t) n_logits
-                           * e->model->cfg.n_vocab * sizeof(float));
+        float *l = realloc(e->logits, (size_t) n_logits * V * sizeof(float));
         if (l == NULL) {
             return -1;
         }
         e->logits = l;
         e->logits_cap = n_logits;
     }
+    pthread_mutex_lock(&e->mu);
+    e->m.spec_provisional_blocks = provisional;
+    pthread_mutex_unlock(&e->mu);
 
+    t0 = now_s();
     if (e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0) {
         while (e->n_running > 0) {
             nalar_request *r = e->running[e->n_running - 1];
@@ -1113,33 +1686,92 @@ engine_step(nalar_engine *e)
         return -1;
     }
     t = now_s();
+    nalar_cost_record(&e->target_cost, n_tok, t - t0);
 
     pthread_mutex_lock(&e->mu);
     e->m.steps_total++;
+    if (n_spec > 0) {
+        e->m.spec_verify_seconds_total += t - t0;
+    }
     pthread_mutex_unlock(&e->mu);
 
-    /* advance: KV now covers the batched positions; sample where logits */
+    /* advance: KV covers the batched positions; sample or verify where
+     * there are logits (a request's rows are consecutive) */
     {
         int32_t li = 0;
 
         for (int32_t k = 0; k < n_tok; k++) {
             nalar_request *r = e->batch_req[k];
+            int32_t        p0, accepted, kprop;
 
-            r->n_computed = b->pos[k] + 1;
-            r->kv.n_pos = r->n_computed;
             if (!b->want_logits[k]) {
+                r->n_computed = b->pos[k] + 1;
+                r->kv.n_pos = r->n_computed;
                 continue;
             }
-            /* every computed position holds a confirmed token here */
-            cache_publish(e, r, r->n_computed);
             if (r->n_generated == 0) {
                 pthread_mutex_lock(&e->mu);
                 e->m.prompt_tokens_total += (uint64_t) r->p.n_prompt;
                 pthread_mutex_unlock(&e->mu);
             }
-            emit_token(e, r, e->logits
-                       + (size_t) li * e->model->cfg.n_vocab, t);
-            li++;
+            if (r->n_prop == 0) {
+                r->n_computed = b->pos[k] + 1;
+                r->kv.n_pos = r->n_computed;
+                /* every computed position holds a confirmed token */
+                cache_publish(e, r, r->n_computed);
+                emit_token(e, r, e->logits + (size_t) li * V, t);
+                li++;
+                continue;
+            }
+
+            /* verification: rows li .. li + n_prop */
+            kprop = r->n_prop;
+            p0 = b->pos[k];
+            accepted = verify(e, r, e->logits + (size_t) li * V, t);
+            li += kprop + 1;
+            k += kprop;   /* skip the proposals' batch entries */
+            r->n_prop = 0;
+
+            nalar_accept_update(&r->acc, kprop, accepted);
+            pthread_mutex_lock(&e->mu);
+            e->m.spec_drafts_total++;
+            e->m.spec_draft_tokens_total += (uint64_t) kprop;
+            e->m.spec_accepted_tokens_total += (uint64_t) accepted;
+            for (int32_t i = 0; i < accepted; i++) {
+                e->m.spec_accepted_per_pos[i]++;
+            }
+            pthread_mutex_unlock(&e->mu);
+            pthread_mutex_lock(&r->mu);
+            r->spec_proposed += kprop;
+            r->spec_accepted += accepted;
+            if (r->prop == NALAR_PROP_PREDICTION) {
+                r->pred_accepted += accepted;
+                r->pred_rejected += kprop - accepted;
+            }
+            pthread_mutex_unlock(&r->mu);
+
+            if (r->state == REQ_FINISHED) {
+                continue;   /* finishing released every block */
+            }
+            /* roll back: keep KV of the last confirmed token and the
+             * accepted proposals; provisional blocks go back to the pool */
+            r->n_computed = p0 + 1 + accepted;
+            nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
+            r->kv.n_pos = r->n_computed;
+            cache_publish(e, r, r->n_computed);
+            if (r->prop == NALAR_PROP_DRAFT) {
+                /* the draft computed the last token and proposals
+                 * 1..kprop-1; those that were confirmed stay valid */
+                int32_t keep = p0 + 1 + (accepted < kprop - 1 ? accepted
+                                                              : kprop - 1);
+                if (r->d_computed > keep) {
+                    r->d_computed = keep;
+                }
+                nalar_seq_kv_truncate(&e->dkv, &r->dkv, r->d_computed);
+            }
+            if (r->notify != NULL) {
+                r->notify(r, r->notify_ctx);
+            }
         }
     }
     for (int32_t i = 0; i < e->n_running; ) {
@@ -1152,6 +1784,9 @@ engine_step(nalar_engine *e)
         }
         i++;
     }
+    pthread_mutex_lock(&e->mu);
+    e->m.spec_provisional_blocks = 0;
+    pthread_mutex_unlock(&e->mu);
     publish_metrics(e);
     return 1;
 }
@@ -1244,6 +1879,8 @@ int
 nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
                       nalar_err *err)
 {
+    int failed = 0;
+
     if (e->started) {
         return nalar_fail(err, "engine: run_sync on a started engine");
     }
@@ -1257,7 +1894,13 @@ nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
     }
     for (int i = 0; i < n; i++) {
         if (nalar_engine_submit(e, reqs[i], err) != 0) {
-            return -1;
+            /* what was submitted is cancelled and run out, so nothing is
+             * left in the engine when the caller frees its requests */
+            for (int j = 0; j < i; j++) {
+                nalar_request_cancel(reqs[j]);
+            }
+            failed = 1;
+            break;
         }
     }
     for ( ;; ) {
@@ -1267,7 +1910,7 @@ nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
             return nalar_fail(err, "engine: forward pass failed");
         }
         if (rc == 0 && e->n_waiting == 0) {
-            return 0;
+            return failed ? -1 : 0;
         }
         if (rc == 0) {
             fail_all_waiting(e, NALAR_FINISH_ERROR,
@@ -1297,6 +1940,21 @@ nalar_engine_destroy(nalar_engine *e)
     }
     fail_all_waiting(e, NALAR_FINISH_CANCELLED, NULL);
     nalar_prefix_cache_destroy(e->cache);
+    if (e->dkv_ready) {
+        e->draft_be->kv_free(e->draft_be, &e->dkv);
+        nalar_kv_pool_free(&e->dkv);
+    }
+    if (e->draft_be != NULL) {
+        e->draft_be->destroy(e->draft_be);
+    }
+    nalar_model_destroy(e->draft);
+    free(e->dbatch.tokens);
+    free(e->dbatch.pos);
+    free(e->dbatch.seq);
+    free(e->dbatch.want_logits);
+    free(e->dbatch_req);
+    free(e->dlogits);
+    free(e->scratch);
     if (e->kv_ready) {
         e->be->kv_free(e->be, &e->kv);
         nalar_kv_pool_free(&e->kv);

@@ -23,6 +23,7 @@
 
 #include "nalar_err.h"
 #include "sampler.h"
+#include "spec.h"
 
 typedef struct nalar_engine  nalar_engine;
 typedef struct nalar_request nalar_request;
@@ -40,6 +41,12 @@ typedef struct {
     int32_t     max_running;     /* running sequences; <=0: 64 */
     int         load_async;      /* 1: load on the engine thread */
     int         prefix_cache;    /* 1: reuse published KV blocks */
+    /* speculative decoding */
+    const char *draft_path;      /* draft model sharing the vocabulary */
+    int         spec_mode;       /* nalar_spec_mode; DEFAULT here = OFF */
+    int         spec_max_k;      /* most proposals per step; <=0: 4 */
+    int         spec_fixed_k;    /* >0: always propose this many (bench);
+                                    0: choose k by the cost model */
 } nalar_engine_opts;
 
 typedef enum {
@@ -68,6 +75,11 @@ typedef struct {
     int32_t        n_shared_prefix; /* leading tokens that are an operator-
                                        declared shared prefix (global scope)*/
     int            no_cache;     /* 1: neither look up nor publish */
+    /* speculative decoding */
+    int            spec_mode;    /* nalar_spec_mode; DEFAULT: engine's */
+    int            spec_max_k;   /* <=0: engine's */
+    const int32_t *prediction;   /* predicted output tokens (copied) */
+    int32_t        n_prediction;
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
@@ -87,6 +99,11 @@ typedef struct {
     int32_t        n_completion;
     double         queue_ms;    /* submit -> first scheduled */
     double         ttft_ms;     /* submit -> first token; <0 if none yet */
+    /* speculative decoding, so far */
+    int32_t        spec_proposed;   /* proposals verified */
+    int32_t        spec_accepted;   /* proposals confirmed */
+    int32_t        pred_accepted;   /* of them, from the prediction */
+    int32_t        pred_rejected;
 } nalar_output;
 
 typedef struct {
@@ -114,6 +131,14 @@ typedef struct {
     uint64_t queue_buckets[NALAR_HIST_BUCKETS];
     double   queue_sum;
     uint64_t queue_count;
+    /* speculative decoding */
+    uint64_t spec_drafts_total;          /* verification steps */
+    uint64_t spec_draft_tokens_total;    /* proposals verified */
+    uint64_t spec_accepted_tokens_total;
+    uint64_t spec_accepted_per_pos[NALAR_SPEC_MAX_K];
+    double   spec_draft_seconds_total;
+    double   spec_verify_seconds_total;
+    int32_t  spec_provisional_blocks;    /* gauge */
 } nalar_metrics;
 
 /* Upper bounds (seconds) of the histogram buckets; the last is +Inf. */

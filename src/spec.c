@@ -1,0 +1,182 @@
+/*
+ * Proposers without a model, and the cost model for choosing k.
+ */
+#include <string.h>
+
+#include "spec.h"
+
+
+int
+nalar_ngram_propose(const int32_t *corpus, int32_t n_corpus,
+                    const int32_t *key, int32_t n_key, int n_min, int n_max,
+                    int k, int32_t *out)
+{
+    if (k <= 0) {
+        return 0;
+    }
+    for (int n = n_max; n >= n_min; n--) {
+        const int32_t *tail;
+
+        if (n <= 0 || n > n_key) {
+            continue;
+        }
+        tail = key + n_key - n;
+        /* latest start s with corpus[s, s+n) == tail and a follower */
+        for (int32_t s = n_corpus - n - 1; s >= 0; s--) {
+            int32_t m;
+
+            if (corpus + s == tail) {
+                continue;   /* the key itself */
+            }
+            if (memcmp(corpus + s, tail, (size_t) n * sizeof(int32_t)) != 0) {
+                continue;
+            }
+            m = n_corpus - (s + n);
+            m = m < k ? m : k;
+            memcpy(out, corpus + s + n, (size_t) m * sizeof(int32_t));
+            return m;
+        }
+    }
+    return 0;
+}
+
+
+static int
+bucket(int n)
+{
+    int b = 0;
+
+    while (b + 1 < NALAR_COST_BUCKETS && (1 << (b + 1)) <= n) {
+        b++;
+    }
+    return b;
+}
+
+
+void
+nalar_cost_record(nalar_cost_table *c, int n_tokens, double seconds)
+{
+    int b;
+
+    if (n_tokens <= 0 || !(seconds > 0)) {
+        return;
+    }
+    /* sizes within one bucket differ by less than 2x; one average each */
+    b = bucket(n_tokens);
+    if (c->n[b] == 0) {
+        c->t[b] = seconds;
+    } else {
+        c->t[b] += 0.1 * (seconds - c->t[b]);
+    }
+    c->n[b]++;
+}
+
+
+double
+nalar_cost_estimate(const nalar_cost_table *c, int n_tokens)
+{
+    int lo = -1, hi = -1, b;
+
+    if (n_tokens <= 0) {
+        return 0;
+    }
+    b = bucket(n_tokens);
+    if (c->n[b] > 0) {
+        return c->t[b];
+    }
+    for (int i = b - 1; i >= 0; i--) {
+        if (c->n[i] > 0) {
+            lo = i;
+            break;
+        }
+    }
+    for (int i = b + 1; i < NALAR_COST_BUCKETS; i++) {
+        if (c->n[i] > 0) {
+            hi = i;
+            break;
+        }
+    }
+    if (lo >= 0 && hi >= 0) {
+        double f = (double) (b - lo) / (hi - lo);
+        return c->t[lo] + f * (c->t[hi] - c->t[lo]);
+    }
+    if (lo >= 0) {
+        /* above what was measured: assume compute-bound, linear in n */
+        return c->t[lo] * (double) (1 << b) / (1 << lo);
+    }
+    if (hi >= 0) {
+        return c->t[hi];    /* below: no cheaper than the smallest seen */
+    }
+    return -1;
+}
+
+
+void
+nalar_accept_init(nalar_accept_stats *a, double prior)
+{
+    for (int i = 0; i < NALAR_SPEC_MAX_K; i++) {
+        a->alpha[i] = prior;
+        a->seen[i] = 0;
+    }
+}
+
+
+void
+nalar_accept_update(nalar_accept_stats *a, int proposed, int accepted)
+{
+    /* positions 0..accepted-1 were reached and accepted; position
+     * `accepted` (if proposed) was reached and rejected */
+    for (int i = 0; i < proposed && i < NALAR_SPEC_MAX_K && i <= accepted;
+         i++)
+    {
+        double x = i < accepted ? 1.0 : 0.0;
+        double w = a->seen[i] < 10 ? 1.0 / (a->seen[i] + 2) : 0.08;
+
+        a->alpha[i] += w * (x - a->alpha[i]);
+        a->seen[i]++;
+    }
+}
+
+
+double
+nalar_accept_expected(const nalar_accept_stats *a, int k)
+{
+    double e = 1.0, p = 1.0;
+
+    for (int i = 0; i < k && i < NALAR_SPEC_MAX_K; i++) {
+        p *= a->alpha[i];
+        e += p;
+    }
+    return e;
+}
+
+
+int
+nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
+                    const double *verify, double draft_tok, double margin,
+                    double *gain)
+{
+    double plain = verify[0], best = 1.0 / plain;
+    int    best_k = 0;
+
+    if (k_max > NALAR_SPEC_MAX_K) {
+        k_max = NALAR_SPEC_MAX_K;
+    }
+    for (int k = 1; k <= k_max; k++) {
+        double rate = nalar_accept_expected(a, k)
+                      / (verify[k] + k * draft_tok);
+
+        if (rate > best) {
+            best = rate;
+            best_k = k;
+        }
+    }
+    if (best_k > 0 && best * plain < margin) {
+        best_k = 0;
+        best = 1.0 / plain;
+    }
+    if (gain != NULL) {
+        *gain = best * plain;
+    }
+    return best_k;
+}

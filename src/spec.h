@@ -1,0 +1,80 @@
+/*
+ * Speculative decoding: proposers that need no model (n-gram prompt lookup,
+ * the client's predicted output) and the cost model that decides how many
+ * tokens to propose.  Verification itself lives in the engine, which owns
+ * the target's logits and the KV rollback.
+ *
+ * Proposing is not confirming: nothing here touches the output.
+ */
+#ifndef NALAR_SPEC_H
+#define NALAR_SPEC_H
+
+#include <stdint.h>
+
+#define NALAR_SPEC_MAX_K 8
+
+typedef enum {
+    NALAR_SPEC_DEFAULT = 0,   /* request: use the engine's setting */
+    NALAR_SPEC_OFF,
+    NALAR_SPEC_DRAFT,
+    NALAR_SPEC_NGRAM,
+    NALAR_SPEC_AUTO           /* draft when the model has one, else n-gram */
+} nalar_spec_mode;
+
+typedef enum {
+    NALAR_PROP_NONE = 0,
+    NALAR_PROP_DRAFT,
+    NALAR_PROP_NGRAM,
+    NALAR_PROP_PREDICTION,
+    NALAR_PROP_COUNT
+} nalar_proposer;
+
+/*
+ * Prompt lookup: find the latest occurrence in corpus[0, n_corpus) of the
+ * last n tokens of key[0, n_key) (n from n_max down to n_min) that is
+ * followed by at least one token, and copy up to k following tokens to
+ * out.  An occurrence may not be the key itself (when key is a suffix of
+ * corpus).  Returns the number of tokens proposed (0 if no match).
+ */
+int nalar_ngram_propose(const int32_t *corpus, int32_t n_corpus,
+                        const int32_t *key, int32_t n_key, int n_min,
+                        int n_max, int k, int32_t *out);
+
+/* Forward-pass time by batch size: buckets by powers of two of the token
+ * count, each an exponential moving average of measured seconds. */
+#define NALAR_COST_BUCKETS 12
+typedef struct {
+    double t[NALAR_COST_BUCKETS];
+    int    n[NALAR_COST_BUCKETS];   /* observations */
+} nalar_cost_table;
+
+void   nalar_cost_record(nalar_cost_table *c, int n_tokens, double seconds);
+/* Estimated seconds for a pass of n_tokens; < 0 when nothing is known. */
+double nalar_cost_estimate(const nalar_cost_table *c, int n_tokens);
+
+/* Acceptance by position: alpha[i] estimates P(proposal i+1 accepted |
+ * proposals 1..i accepted). */
+typedef struct {
+    double alpha[NALAR_SPEC_MAX_K];
+    int    seen[NALAR_SPEC_MAX_K];
+} nalar_accept_stats;
+
+void nalar_accept_init(nalar_accept_stats *a, double prior);
+/* After a verification: `proposed` tokens were offered, the first
+ * `accepted` of them confirmed. */
+void nalar_accept_update(nalar_accept_stats *a, int proposed, int accepted);
+/* Expected confirmed tokens per step with k proposals (>= 1). */
+double nalar_accept_expected(const nalar_accept_stats *a, int k);
+
+/*
+ * Choose k in [0, k_max] maximising expected confirmed tokens per second:
+ *   E(k) / (verify(k) + k * draft_tok)
+ * where verify[k] is this request's share of a pass with k proposals each
+ * (verify[0] = plain decode).  Speculates only when the best k beats plain
+ * decoding by `margin` (e.g. 1.03).  Returns k; *gain = ratio to plain.
+ */
+int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
+                        const double *verify, double draft_tok,
+                        double margin, double *gain);
+
+#endif

@@ -1,0 +1,508 @@
+/*
+ * Speculative decoding: greedy output with every proposer (draft, a
+ * deliberately bad draft, n-gram, prediction) equals plain greedy decoding,
+ * alone and batched; sampling keeps the target's distribution (two-sample
+ * chi-square); stop strings cut where plain decoding cuts; KV comes back;
+ * no provisional state reaches the prefix cache.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "kv.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "tap.h"
+#include "tokenizer.h"
+
+static const char *TARGET = "models/nalar-kjv-target-f32.gguf";
+static const char *DRAFT = "models/nalar-kjv-draft-f32.gguf";
+static char        bad_draft[256];
+
+typedef struct {
+    int32_t      ids[512];
+    int          n;
+    char         text[4096];
+    size_t       len;
+    nalar_finish finish;
+    nalar_output last;
+} collected;
+
+
+static void
+collect(nalar_request *r, void *ctx)
+{
+    collected   *c = ctx;
+    nalar_output o;
+
+    nalar_request_take(r, &o);
+    for (int i = 0; i < o.n_ids && c->n < 512; i++) {
+        c->ids[c->n++] = o.ids[i];
+    }
+    if (c->len + o.text_len < sizeof(c->text)) {
+        memcpy(c->text + c->len, o.text, o.text_len);
+        c->len += o.text_len;
+        c->text[c->len] = '\0';
+    }
+    if (o.finish != NALAR_FINISH_NONE) {
+        c->finish = o.finish;
+    }
+    c->last.spec_proposed = o.spec_proposed;
+    c->last.spec_accepted = o.spec_accepted;
+    c->last.pred_accepted = o.pred_accepted;
+    c->last.pred_rejected = o.pred_rejected;
+    c->last.n_cached = o.n_cached;
+    nalar_output_free(&o);
+}
+
+
+static nalar_engine *
+engine(const char *draft, int mode, int fixed_k, int cache, int64_t kv)
+{
+    nalar_engine_opts o;
+    nalar_err         err;
+    nalar_engine     *e;
+
+    memset(&o, 0, sizeof(o));
+    o.model_path = TARGET;
+    o.draft_path = draft;
+    o.spec_mode = mode;
+    o.spec_max_k = 4;
+    o.spec_fixed_k = fixed_k;
+    o.prefix_cache = cache;
+    o.kv_bytes = kv;
+    o.n_threads = 2;
+    o.max_running = 64;
+    o.max_queue = 8192;
+    e = nalar_engine_create(&o, &err);
+    if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+        diag("engine: %s", err.msg);
+        return NULL;
+    }
+    return e;
+}
+
+
+static int32_t prompts[8][64];
+static int     n_prompts[8];
+static const char *texts[8] = {
+    "In the beginning", "And it came to pass", "A wise man",
+    "The LORD is my shepherd", "Blessed are the meek, for",
+    "Now the serpent was more subtil than", "There is no", "Love is"
+};
+
+
+static void
+params(nalar_request_params *p, int k, float temp, uint64_t seed, int n)
+{
+    memset(p, 0, sizeof(*p));
+    nalar_sampling_default(&p->sampling);
+    p->sampling.temperature = temp;
+    p->sampling.seed = seed;
+    p->prompt = prompts[k];
+    p->n_prompt = n_prompts[k];
+    p->max_tokens = n;
+    p->ignore_eos = 1;
+}
+
+
+/* Run all 8 prompts at once (greedy, n tokens); out[8]. */
+static void
+run_all(nalar_engine *e, collected *out, int n, const int32_t *pred,
+        int n_pred, int alone)
+{
+    nalar_request       *reqs[8];
+    nalar_request_params p;
+    nalar_err            err;
+
+    for (int k = 0; k < 8; k++) {
+        params(&p, k, 0, 1, n);
+        if (pred != NULL) {
+            p.prediction = pred + k * 64;
+            p.n_prediction = n_pred;
+        }
+        memset(&out[k], 0, sizeof(out[k]));
+        reqs[k] = nalar_request_create(&p, collect, &out[k], &err);
+        if (alone) {
+            nalar_engine_run_sync(e, &reqs[k], 1, &err);
+        }
+    }
+    if (!alone) {
+        nalar_engine_run_sync(e, reqs, 8, &err);
+    }
+    for (int k = 0; k < 8; k++) {
+        nalar_request_unref(reqs[k]);
+    }
+}
+
+
+static int
+all_equal(const collected *a, const collected *b, const char *what)
+{
+    int good = 0;
+
+    for (int k = 0; k < 8; k++) {
+        int eq = a[k].n == b[k].n
+                 && memcmp(a[k].ids, b[k].ids, (size_t) a[k].n * 4) == 0;
+
+        if (!eq) {
+            diag("%s: prompt '%s' differs (%d vs %d tokens)", what,
+                 texts[k], a[k].n, b[k].n);
+        }
+        good += eq;
+    }
+    return good == 8;
+}
+
+
+static int
+kv_clean(nalar_engine *e)
+{
+    nalar_kv_pool *p = nalar_engine_kv(e);
+    nalar_err      err;
+    nalar_metrics  m;
+
+    if (nalar_kv_check(p, &err) != 0) {
+        diag("%s", err.msg);
+        return 0;
+    }
+    nalar_engine_metrics(e, &m);
+    return m.kv_blocks_free == m.kv_blocks_total
+           && m.spec_provisional_blocks == 0;
+}
+
+
+/* Two-sample chi-square over categories (rare ones merged); returns the
+ * statistic and degrees of freedom. */
+static double
+chi2_two_sample(const int *a, const int *b, int n_cat, int *dof)
+{
+    double na = 0, nb = 0, chi = 0, ra = 0, rb = 0;
+    int    cats = 0;
+
+    for (int i = 0; i < n_cat; i++) {
+        na += a[i];
+        nb += b[i];
+    }
+    for (int i = 0; i < n_cat; i++) {
+        double x = a[i], y = b[i];
+
+        if (x + y < 10) {
+            ra += x;
+            rb += y;
+            continue;
+        }
+        chi += pow(x * sqrt(nb / na) - y * sqrt(na / nb), 2) / (x + y);
+        cats++;
+    }
+    if (ra + rb >= 10) {
+        chi += pow(ra * sqrt(nb / na) - rb * sqrt(na / nb), 2) / (ra + rb);
+        cats++;
+    }
+    *dof = cats - 1;
+    return chi;
+}
+
+
+/* Sample n_req continuations of 3 tokens at temperature 0.9 and histogram
+ * the 3rd token (which speculation produces by verification). */
+static void
+sample_hist(nalar_engine *e, int *hist, int n_req)
+{
+    nalar_request      **reqs = calloc((size_t) n_req, sizeof(*reqs));
+    collected           *out = calloc((size_t) n_req, sizeof(*out));
+    nalar_request_params p;
+    nalar_err            err;
+
+    for (int i = 0; i < n_req; i++) {
+        params(&p, 1, 0.9f, 1000 + (uint64_t) i, 3);
+        reqs[i] = nalar_request_create(&p, collect, &out[i], &err);
+    }
+    nalar_engine_run_sync(e, reqs, n_req, &err);
+    for (int i = 0; i < n_req; i++) {
+        if (out[i].n == 3) {
+            hist[out[i].ids[2]]++;
+        }
+        nalar_request_unref(reqs[i]);
+    }
+    free(reqs);
+    free(out);
+}
+
+
+int
+main(void)
+{
+    nalar_engine      *plain, *e;
+    collected          ref[8], got[8];
+    nalar_mkmodel_opts mo;
+    nalar_err          err;
+    nalar_metrics      m;
+    char               dir[] = "/tmp/nalar-spec-XXXXXX";
+
+    /* a random-weights draft sharing the target's vocabulary */
+    if (mkdtemp(dir) == NULL) {
+        return 1;
+    }
+    snprintf(bad_draft, sizeof(bad_draft), "%s/bad-draft.gguf", dir);
+    nalar_mkmodel_defaults(&mo);
+    mo.dim = 64;
+    mo.n_layers = 1;
+    mo.ffn_dim = 128;
+    mo.vocab_from = TARGET;
+    mo.seed = 7;
+    ok(nalar_mkmodel(&mo, bad_draft, &err) == 0, "bad draft written: %s",
+       err.msg);
+
+    plain = engine(NULL, NALAR_SPEC_OFF, 0, 0, 0);
+    ok(plain != NULL, "plain engine");
+    if (plain == NULL) {
+        return done_testing();
+    }
+    for (int k = 0; k < 8; k++) {
+        nalar_model *mdl = nalar_engine_model(plain);
+
+        n_prompts[k] = nalar_tokenize(mdl->tok, texts[k], strlen(texts[k]),
+                                      1, 0, prompts[k], 64);
+    }
+    run_all(plain, ref, 48, NULL, 0, 0);
+
+    /* greedy equality, each proposer, alone and batched */
+    {
+        struct { const char *name; const char *draft; int mode, k; } cfg[] = {
+            { "draft k=4 (adaptive)", DRAFT, NALAR_SPEC_DRAFT, 0 },
+            { "draft k=4 (fixed)", DRAFT, NALAR_SPEC_DRAFT, 4 },
+            { "draft k=8 (fixed)", DRAFT, NALAR_SPEC_DRAFT, 8 },
+            { "bad draft k=4 (fixed)", bad_draft, NALAR_SPEC_DRAFT, 4 },
+            { "n-gram k=4 (fixed)", NULL, NALAR_SPEC_NGRAM, 4 },
+            { "auto without draft (n-gram)", NULL, NALAR_SPEC_AUTO, 0 },
+        };
+
+        for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+            e = engine(cfg[c].draft, cfg[c].mode, cfg[c].k, 0, 0);
+            if (e == NULL) {
+                ok(0, "%s: engine", cfg[c].name);
+                continue;
+            }
+            run_all(e, got, 48, NULL, 0, 1);
+            ok(all_equal(ref, got, cfg[c].name),
+               "%s: greedy output equals plain decoding, alone",
+               cfg[c].name);
+            run_all(e, got, 48, NULL, 0, 0);
+            ok(all_equal(ref, got, cfg[c].name),
+               "%s: greedy output equals plain decoding, batched",
+               cfg[c].name);
+            nalar_engine_metrics(e, &m);
+            diag("%s: %llu steps verified %llu proposals, %llu accepted",
+                 cfg[c].name, (unsigned long long) m.spec_drafts_total,
+                 (unsigned long long) m.spec_draft_tokens_total,
+                 (unsigned long long) m.spec_accepted_tokens_total);
+            if (cfg[c].k > 0) {
+                ok(m.spec_draft_tokens_total > 0, "%s: it speculated",
+                   cfg[c].name);
+            }
+            if (cfg[c].draft == bad_draft) {
+                ok(m.spec_accepted_tokens_total * 4
+                   < m.spec_draft_tokens_total,
+                   "bad draft: most proposals rejected");
+            }
+            ok(kv_clean(e), "%s: every KV block back, none provisional",
+               cfg[c].name);
+            nalar_engine_destroy(e);
+        }
+    }
+
+    /* the client's prediction: the exact answer, and a corrupted one */
+    {
+        int32_t pred[8 * 64];
+        int     good_acc = 1;
+
+        for (int k = 0; k < 8; k++) {
+            memcpy(pred + k * 64, ref[k].ids, 48 * sizeof(int32_t));
+        }
+        e = engine(NULL, NALAR_SPEC_OFF, 0, 0, 0);
+        run_all(e, got, 48, pred, 48, 0);
+        ok(all_equal(ref, got, "prediction"),
+           "exact prediction: output equals plain decoding");
+        for (int k = 0; k < 8; k++) {
+            good_acc &= got[k].last.pred_accepted >= 30
+                        && got[k].last.pred_accepted
+                           > 4 * got[k].last.pred_rejected;
+        }
+        ok(good_acc, "exact prediction: most tokens accepted (%d accepted, "
+           "%d rejected of 48)", got[0].last.pred_accepted,
+           got[0].last.pred_rejected);
+        for (int k = 0; k < 8; k++) {
+            for (int i = 0; i < 48; i += 5) {
+                pred[k * 64 + i] = 400 + i;   /* every 5th token wrong */
+            }
+        }
+        run_all(e, got, 48, pred, 48, 0);
+        ok(all_equal(ref, got, "bad prediction"),
+           "corrupted prediction: output equals plain decoding");
+        ok(got[0].last.pred_rejected > 0, "corrupted prediction: "
+           "rejections counted (%d)", got[0].last.pred_rejected);
+        ok(kv_clean(e), "prediction: KV clean");
+        nalar_engine_destroy(e);
+    }
+
+    /* a stop string inside an accepted run cuts where plain decoding cuts */
+    {
+        const char          *stop = "a man's";
+        nalar_request_params p;
+        nalar_request       *r;
+        collected            a, b;
+        int32_t              pred[64];
+
+        params(&p, 2, 0, 1, 48);
+        p.stop = &stop;
+        p.n_stop = 1;
+        memset(&a, 0, sizeof(a));
+        r = nalar_request_create(&p, collect, &a, &err);
+        nalar_engine_run_sync(plain, &r, 1, &err);
+        nalar_request_unref(r);
+
+        memcpy(pred, ref[2].ids, 48 * sizeof(int32_t));
+        p.prediction = pred;
+        p.n_prediction = 48;
+        e = engine(NULL, NALAR_SPEC_OFF, 0, 0, 0);
+        memset(&b, 0, sizeof(b));
+        r = nalar_request_create(&p, collect, &b, &err);
+        nalar_engine_run_sync(e, &r, 1, &err);
+        nalar_request_unref(r);
+        ok(a.finish == NALAR_FINISH_STOP && b.finish == NALAR_FINISH_STOP
+           && strcmp(a.text, b.text) == 0 && a.n == b.n,
+           "stop string: same text and tokens ('%s' / '%s', %d / %d)",
+           a.text, b.text, a.n, b.n);
+        ok(b.last.spec_accepted > 0, "the stop fell inside speculated runs");
+        ok(kv_clean(e), "stop: KV clean");
+        nalar_engine_destroy(e);
+    }
+
+    /* cancellation in the middle of speculative requests */
+    {
+        nalar_request       *reqs[8];
+        nalar_request_params p;
+        collected            out[8];
+
+        e = engine(DRAFT, NALAR_SPEC_DRAFT, 4, 0, 0);
+        for (int k = 0; k < 8; k++) {
+            params(&p, k, 0, 1, 200);
+            memset(&out[k], 0, sizeof(out[k]));
+            reqs[k] = nalar_request_create(&p, collect, &out[k], &err);
+            if (k % 2) {
+                nalar_request_cancel(reqs[k]);
+            }
+        }
+        nalar_engine_run_sync(e, reqs, 8, &err);
+        for (int k = 0; k < 8; k++) {
+            nalar_request_unref(reqs[k]);
+        }
+        ok(kv_clean(e), "cancellations among speculative requests: KV "
+           "clean");
+        nalar_engine_destroy(e);
+    }
+
+    /* provisional KV never reaches the prefix cache: with a bad draft
+     * every verification writes rejected proposals; longer prompts (prompt
+     * + 32 reference tokens) repeated then hit the cache and must still
+     * decode exactly as plain decoding does */
+    {
+        collected pref[8];
+        int32_t   saved[8][64];
+        int       saved_n[8];
+
+        memcpy(saved, prompts, sizeof(saved));
+        memcpy(saved_n, n_prompts, sizeof(saved_n));
+        for (int k = 0; k < 8; k++) {
+            memcpy(prompts[k] + n_prompts[k], ref[k].ids, 32 * 4);
+            n_prompts[k] += 32;
+        }
+        run_all(plain, pref, 24, NULL, 0, 0);
+        e = engine(bad_draft, NALAR_SPEC_DRAFT, 4, 1, 0);
+        run_all(e, got, 24, NULL, 0, 0);
+        ok(all_equal(pref, got, "cache + bad draft, cold"),
+           "cache + rejected proposals: cold run decodes exactly");
+        run_all(e, got, 24, NULL, 0, 0);
+        ok(all_equal(pref, got, "cache + bad draft, warm"),
+           "cache + rejected proposals: repeated prompts decode exactly");
+        nalar_engine_metrics(e, &m);
+        ok(m.prefix_hits_total > 0, "the repeats hit the cache (%llu "
+           "tokens)", (unsigned long long) m.prefix_hits_total);
+        ok(kv_clean(e), "cache + spec: KV clean");
+        nalar_engine_destroy(e);
+        memcpy(prompts, saved, sizeof(saved));
+        memcpy(n_prompts, saved_n, sizeof(saved_n));
+    }
+
+    /* a draft with another vocabulary is refused at load */
+    {
+        nalar_engine_opts o;
+
+        memset(&o, 0, sizeof(o));
+        o.model_path = TARGET;
+        o.draft_path = "../shared/vocab/ggml-vocab-llama-spm.gguf";
+        e = nalar_engine_create(&o, &err);
+        ok(e != NULL && nalar_engine_run_sync(e, NULL, 0, &err) != 0,
+           "a non-matching draft is refused: %s", err.msg);
+        nalar_engine_destroy(e);
+        nalar_mkmodel_defaults(&mo);
+        mo.n_vocab = 2048;
+        mo.n_layers = 1;
+        snprintf(bad_draft + strlen(dir), sizeof(bad_draft) - strlen(dir),
+                 "/other-vocab.gguf");
+        nalar_mkmodel(&mo, bad_draft, &err);
+        o.draft_path = bad_draft;
+        e = nalar_engine_create(&o, &err);
+        ok(e != NULL && nalar_engine_run_sync(e, NULL, 0, &err) != 0
+           && strstr(err.msg, "vocabulary") != NULL,
+           "a draft with the same size but other tokens is refused: %s",
+           err.msg);
+        nalar_engine_destroy(e);
+    }
+
+    /* sampling: the distribution of a verified token equals plain
+     * sampling's (two-sample chi-square, 3000 draws each) */
+    {
+        int   *h0 = calloc(2048, sizeof(int)), *h1 = calloc(2048, sizeof(int));
+        int    dof;
+        double chi;
+
+        sample_hist(plain, h0, 3000);
+        e = engine(DRAFT, NALAR_SPEC_DRAFT, 3, 0, 0);
+        sample_hist(e, h1, 3000);
+        nalar_engine_metrics(e, &m);
+        chi = chi2_two_sample(h0, h1, 2048, &dof);
+        diag("chi-square %.1f with %d degrees of freedom; %llu of %llu "
+             "proposals accepted", chi, dof,
+             (unsigned long long) m.spec_accepted_tokens_total,
+             (unsigned long long) m.spec_draft_tokens_total);
+        /* 99.9% quantile of chi2(dof) ~ dof + 3.1 sqrt(2 dof) + 5 */
+        ok(dof > 5 && chi < dof + 3.1 * sqrt(2.0 * dof) + 5,
+           "draft speculation keeps the sampling distribution");
+        ok(m.spec_accepted_tokens_total > 0
+           && m.spec_accepted_tokens_total < m.spec_draft_tokens_total,
+           "both acceptances and rejections happened");
+        nalar_engine_destroy(e);
+
+        memset(h1, 0, 2048 * sizeof(int));
+        e = engine(NULL, NALAR_SPEC_NGRAM, 3, 0, 0);
+        sample_hist(e, h1, 3000);
+        chi = chi2_two_sample(h0, h1, 2048, &dof);
+        diag("n-gram: chi-square %.1f with %d degrees of freedom", chi, dof);
+        ok(chi < dof + 3.1 * sqrt(2.0 * dof) + 5,
+           "n-gram speculation keeps the sampling distribution");
+        nalar_engine_destroy(e);
+        free(h0);
+        free(h1);
+    }
+
+    nalar_engine_destroy(plain);
+    unlink(bad_draft);
+    snprintf(bad_draft, sizeof(bad_draft), "%s/bad-draft.gguf", dir);
+    unlink(bad_draft);
+    rmdir(dir);
+    return done_testing();
+}
