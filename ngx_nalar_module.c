@@ -1842,7 +1842,8 @@ static ngx_int_t
 ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx)
 {
-    ngx_int_t  rc;
+    ngx_int_t                  rc;
+    ngx_http_core_loc_conf_t  *clcf;
 
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = -1;
@@ -1854,6 +1855,15 @@ ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
     if (ngx_http_nalar_add_header(r, "Cache-Control", "no-cache") != NGX_OK
         || ngx_http_nalar_add_header(r, "X-Accel-Buffering", "no") != NGX_OK)
     {
+        return NGX_ERROR;
+    }
+
+    /* each step is a small write that must leave at once, not wait for
+     * the client's ACK of the previous one (Nagle) */
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->tcp_nodelay && ngx_tcp_nodelay(r->connection) != NGX_OK) {
         return NGX_ERROR;
     }
 

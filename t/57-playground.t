@@ -1,0 +1,58 @@
+#!/usr/bin/perl
+# Headless Chromium loads the playground page (served by nginx next to the
+# API, as conf.example does), streams a completion, and the page shows the
+# same text as `nalar generate` and the usage; the screenshot is kept in
+# t/artifacts/playground.png.
+use strict;
+use warnings;
+use lib 't/lib';
+use File::Path qw(make_path);
+use Test::More;
+use NalarTest;
+
+my $t = NalarTest->new->has_model->has_cli->has_program('node')
+                     ->has_program('chromium');
+my $root = NalarTest::root();
+plan(skip_all => 't/node_modules/playwright-core missing (cd t && npm install)')
+    unless -d "$root/t/node_modules/playwright-core";
+
+$t->write_conf(<<'CONF')->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 2;
+    types { text/html html; }
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        location / { root %%ROOT%%/html; index playground.html; }
+        location /v1/ { nalar_api; }
+    }
+}
+CONF
+
+my $N = 160;
+my $prompt = 'A wise man';
+my $want = $t->reference_text($prompt, $N);
+
+make_path("$root/t/artifacts");
+my $shot = "$root/t/artifacts/playground.png";
+unlink $shot;
+
+my $url = 'http://127.0.0.1:' . $t->port . '/';
+my $json = `node $root/t/js/playground.mjs $url '$prompt' $N $shot 2>&1`;
+is($?, 0, 'chromium ran the playground') or diag($json);
+my $o = eval { NalarTest::json()->decode($json) } || {};
+
+is($o->{text}, $want, 'the page shows the completion of nalar generate');
+like($o->{usage}, qr/^prompt 4 tokens \(\d+ cached\), completion \d+, total \d+$/,
+     'the page shows the usage') or diag($o->{usage});
+like($o->{status}, qr/^done in/, 'the stream ended with [DONE]');
+ok(($o->{reads} // 0) > 1,
+   "the response body arrived in pieces ($o->{reads} reads)");
+ok(-s $shot, 'screenshot kept in t/artifacts/playground.png');
+my @errors = grep { /^(error|pageerror)/ } @{ $o->{console} || [] };
+is_deeply(\@errors, [], 'no errors in the page console');
+
+$t->check_log;
+done_testing;
