@@ -1,0 +1,118 @@
+#!/usr/bin/perl
+# The same stream over HTTP/2 + TLS (curl --http2) as over HTTP/1.1, and a
+# browser's CORS preflight from another origin: OPTIONS is answered, and the
+# operator's `add_header ... always` appears on streams and errors.
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use NalarTest;
+
+my $t = NalarTest->new->has_model->has_cli->has_program('curl')
+                     ->has_program('openssl');
+my $dir = $t->dir;
+
+system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
+       . "-keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
+    or plan(skip_all => 'openssl cannot make a certificate');
+
+$t->write_conf(<<'CONF')->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 2;
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        listen 127.0.0.1:%%PORT2%% ssl http2;
+        ssl_certificate %%PREFIX%%/cert.pem;
+        ssl_certificate_key %%PREFIX%%/key.pem;
+
+        location /v1/ {
+            nalar_api;
+            add_header Access-Control-Allow-Origin $http_origin always;
+            add_header Vary Origin always;
+        }
+    }
+}
+CONF
+
+my $N = 48;
+my $prompt = 'In the beginning';
+my $want = $t->reference_text($prompt, $N, ignore_eos => 1);
+my $body = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
+                                       max_tokens => $N, temperature => 0,
+                                       ignore_eos => JSON::PP::true,
+                                       stream => JSON::PP::true });
+$t->write_file('body.json', $body);
+
+sub text_of {
+    my ($sse) = @_;
+    my @ev = NalarTest::sse_events($sse);
+    return undef unless @ev && $ev[-1] eq '[DONE]';
+    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
+}
+
+# HTTP/2 + TLS
+
+my $port2 = $t->port(1);
+my $out = `curl -sS -k -N --http2 -D $dir/h2.head -o $dir/h2.body -w '%{http_version}' -H 'Content-Type: application/json' --data-binary \@$dir/body.json https://127.0.0.1:$port2/v1/completions 2>&1`;
+is($out, '2', 'the stream went over HTTP/2');
+my $head = $t->read_file('h2.head');
+like($head, qr{^content-type: text/event-stream}mi, 'HTTP/2: event stream');
+is(text_of($t->read_file('h2.body')), $want,
+   'HTTP/2 + TLS stream equals nalar generate');
+
+# and over HTTP/1.1, the same
+
+my $r = $t->request('POST', '/v1/completions', body => $body,
+                    headers => { 'Content-Type' => 'application/json' });
+is(text_of($r->{body}), $want, 'HTTP/1.1 stream equals it too');
+
+# several HTTP/2 streams on one connection at once (browsers multiplex)
+
+my @urls = map { "https://127.0.0.1:$port2/v1/completions" } 1 .. 4;
+my $cmd = "curl -sS -k --http2 --parallel -H 'Content-Type: application/json'";
+for my $k (1 .. 4) {
+    $cmd .= " --data-binary \@$dir/body.json -o $dir/p$k.body $urls[$k - 1]";
+    $cmd .= ' --next -k --http2 -H "Content-Type: application/json"'
+        if $k < 4;
+}
+system("$cmd >/dev/null 2>&1");
+my $same = grep { (text_of($t->read_file("p$_.body")) // '') eq $want } 1 .. 4;
+is($same, 4, 'four HTTP/2 streams, each equal to nalar generate');
+
+# CORS preflight
+
+my $origin = 'https://app.example';
+$r = $t->request('OPTIONS', '/v1/chat/completions',
+                 headers => { Origin => $origin,
+                              'Access-Control-Request-Method' => 'POST',
+                              'Access-Control-Request-Headers' =>
+                                  'authorization,content-type' });
+is($r->{status}, 204, 'preflight answered 204');
+like($r->{headers}{'access-control-allow-methods'} // '', qr/\bPOST\b/,
+     'preflight allows POST');
+is($r->{headers}{'access-control-allow-headers'}, 'authorization,content-type',
+   'preflight allows the headers asked for');
+is($r->{headers}{'access-control-allow-origin'}, $origin,
+   "the operator's Access-Control-Allow-Origin on the preflight");
+
+$r = $t->request('POST', '/v1/completions', body => $body,
+                 headers => { 'Content-Type' => 'application/json',
+                              Origin => $origin });
+is($r->{headers}{'access-control-allow-origin'}, $origin,
+   'Access-Control-Allow-Origin on a stream');
+is(text_of($r->{body}), $want, 'the cross-origin stream is the same');
+
+$r = $t->post_json('/v1/completions', { model => 'nope', prompt => 'x' },
+                   headers => { Origin => $origin });
+is($r->{status}, 404, 'an error');
+is($r->{headers}{'access-control-allow-origin'}, $origin,
+   'Access-Control-Allow-Origin on the error (add_header always)');
+
+$r = $t->request('OPTIONS', '/v1/nothing', headers => { Origin => $origin });
+is($r->{status}, 404, 'OPTIONS on an unknown endpoint is 404');
+
+$t->check_log;
+done_testing;
