@@ -1,0 +1,124 @@
+#!/usr/bin/perl
+# `nginx -s reload` and `-s quit` under streaming load: every stream that
+# was running finishes with all its tokens and [DONE], new requests are
+# served by the new workers, old workers exit, and nothing is logged as
+# an alert (no descriptor left open).
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use Time::HiRes;
+use NalarTest;
+
+my $t = NalarTest->new->has_model;
+my $dir = $t->dir;
+
+$t->write_conf(<<'CONF')->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 1;
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        location /v1/ { nalar_api; }
+    }
+}
+CONF
+
+my $N = 450;
+
+# Streams that record (status, completion tokens, saw [DONE]) in a file.
+sub start_streams {
+    my ($tag, $n) = @_;
+    my @pids;
+    for my $k (1 .. $n) {
+        push @pids, NalarTest::fork_client(sub {
+            my $r = $t->request('POST', '/v1/completions',
+                json => { prompt => 'And it came to pass', max_tokens => $N,
+                          ignore_eos => JSON::PP::true, temperature => 0,
+                          stream => JSON::PP::true,
+                          stream_options => { include_usage =>
+                                              JSON::PP::true } });
+            my @ev = eval { NalarTest::sse_events($r->{body}) };
+            my ($usage) = map { $_->{usage} } grep { ref && $_->{usage} } @ev;
+            open my $fh, '>', "$dir/$tag$k" or die;
+            print $fh join(' ', $r->{status},
+                           $usage ? $usage->{completion_tokens} : -1,
+                           (@ev && $ev[-1] eq '[DONE]') ? 'done' : 'cut',
+                           Time::HiRes::time());
+            close $fh;
+        });
+    }
+    return @pids;
+}
+
+# Streams that got everything, and ended after the signal at $since.
+sub results {
+    my ($tag, $n, $since) = @_;
+    return grep { /^200 $N done ([\d.]+)$/ && $1 > $since }
+           map { $t->read_file("$tag$_") } 1 .. $n;
+}
+
+sub workers {
+    my $master = $t->pid;
+    my @w = grep { /^\s*\d+\s+$master\s/ } `ps -eo pid,ppid,args`;
+    return scalar @w;
+}
+
+# reload while 8 streams run
+
+my @pids = start_streams('r', 8);
+select(undef, undef, undef, 0.15);
+my $hup = Time::HiRes::time();
+$t->signal('HUP');
+select(undef, undef, undef, 0.3);
+
+my $r = $t->post_json('/v1/completions', { prompt => 'A wise man',
+                                            max_tokens => 4 });
+is($r->{status}, 200, 'a new request during the reload is served');
+
+waitpid $_, 0 for @pids;
+is(scalar results('r', 8, $hup), 8,
+   'every stream running at the reload finished (after it) with all tokens '
+   . 'and [DONE]')
+    or diag(join "\n", map { $t->read_file("r$_") } 1 .. 8);
+
+# the old worker goes once its streams are done
+
+my $w;
+for (1 .. 100) {
+    $w = workers();
+    last if $w == 1;
+    select(undef, undef, undef, 0.05);
+}
+is($w, 1, 'the old worker exited, one worker left');
+
+like($t->read_file('error.log'), qr/gracefully shutting down/,
+     'the old worker shut down gracefully');
+
+# quit while 8 streams run: the master waits for them
+
+@pids = start_streams('q', 8);
+select(undef, undef, undef, 0.15);
+my $master = $t->pid;
+my $quit = Time::HiRes::time();
+$t->signal('QUIT');
+
+waitpid $_, 0 for @pids;
+is(scalar results('q', 8, $quit), 8,
+   'every stream running at the quit finished (after it) with all tokens '
+   . 'and [DONE]')
+    or diag(join "\n", map { $t->read_file("q$_") } 1 .. 8);
+
+for (1 .. 200) {
+    last unless kill 0, $master;
+    select(undef, undef, undef, 0.05);
+}
+ok(!kill(0, $master), 'nginx exited after the streams');
+
+unlike($t->read_file('error.log'), qr/open socket .* left in connection/,
+       'no descriptor left open');
+
+$t->check_log;
+done_testing;
