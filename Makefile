@@ -38,11 +38,14 @@ build/asan/libnalar.a: $(ASAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-build/nalar: cli/nalar.c build/libnalar.a $(HDRS)
-	$(CC) $(CFLAGS) cli/nalar.c build/libnalar.a -o $@ $(LDLIBS)
+CLI_SRC = $(wildcard cli/*.c)
+CLI_HDRS = $(wildcard cli/*.h)
 
-build/asan/nalar: cli/nalar.c build/asan/libnalar.a $(HDRS)
-	$(CC) $(ASAN_CFLAGS) cli/nalar.c build/asan/libnalar.a -o $@ $(LDLIBS)
+build/nalar: $(CLI_SRC) $(CLI_HDRS) build/libnalar.a $(HDRS)
+	$(CC) $(CFLAGS) -Icli $(CLI_SRC) build/libnalar.a -o $@ $(LDLIBS)
+
+build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar.a $(HDRS)
+	$(CC) $(ASAN_CFLAGS) -Icli $(CLI_SRC) build/asan/libnalar.a -o $@ $(LDLIBS)
 
 build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
 	@mkdir -p build/t

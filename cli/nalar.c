@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "bench.h"
 #include "engine.h"
 #include "gguf.h"
 #include "mkmodel.h"
@@ -34,7 +35,9 @@ usage(void)
         " [--top-p P]\n"
         "                 [--min-p P] [--seed S] [--ids] [--ignore-eos]"
         " [--stop STR]\n"
-        "                 [-t THREADS] [--chunk N] [--backend cpu]\n"
+        "                 [-t THREADS] [--chunk N] [--backend cpu]"
+        " [--draft FILE]\n"
+        "                 [--spec off|draft|ngram|auto] [--spec-k K]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar inspect MODEL\n"
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
@@ -42,6 +45,11 @@ usage(void)
         "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
         " --vocab-from FILE] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
+        " [--json]\n"
+        "  nalar spec-bench -m MODEL [--draft FILE] [--task prompts|edit|code]"
+        " [-b 1,4,16]\n"
+        "                 [-k 0,1,2,4,8] [-n 96] [-t THREADS] [--json]\n"
+        "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n");
 }
 
@@ -179,6 +187,19 @@ cmd_generate(int argc, char **argv)
             VAL(); eo.max_batch_tokens = atoi(v);
         } else if (strcmp(a, "--backend") == 0) {
             VAL(); eo.backend = v;
+        } else if (strcmp(a, "--draft") == 0) {
+            VAL(); eo.draft_path = v;
+            if (eo.spec_mode == 0) eo.spec_mode = NALAR_SPEC_DRAFT;
+        } else if (strcmp(a, "--spec") == 0) {
+            VAL();
+            eo.spec_mode = nalar_bench_spec_mode(v);
+            if (eo.spec_mode < 0) {
+                fprintf(stderr, "nalar generate: --spec off|draft|ngram|"
+                        "auto\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--spec-k") == 0) {
+            VAL(); eo.spec_fixed_k = atoi(v);
         } else if (strcmp(a, "--ids") == 0) { g.print_ids = 1; }
         else if (strcmp(a, "--ignore-eos") == 0) { rp.ignore_eos = 1; }
         else {
@@ -622,6 +643,12 @@ main(int argc, char **argv)
     }
     if (strcmp(argv[1], "bench") == 0) {
         return cmd_bench(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "spec-bench") == 0) {
+        return nalar_cmd_spec_bench(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "prefix-bench") == 0) {
+        return nalar_cmd_prefix_bench(argc - 1, argv + 1);
     }
     usage();
     return 2;

@@ -6,6 +6,8 @@
  * used for C tokens.  Rows and tokens outside full tiles use smaller tiles
  * with the same per-element arithmetic.
  */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_matmul.h"
@@ -44,6 +46,49 @@ load_w(ggml_type type, const uint8_t *w, int64_t c, __mmask16 m)
         return _mm512_mul_ps(q, _mm512_set1_ps(nalar_f16_to_f32(d16)));
     }
     }
+}
+
+
+/*
+ * Horizontal sums of 16 vectors, returned in one vector (lane k = sum of
+ * v[k]).  The additions per source are exactly those of GCC's
+ * _mm512_reduce_add_ps: upper 256 + lower 256, then upper 128 + lower 128,
+ * then (h0 + h2) + (h1 + h3) -- so tiles reduced here and elements reduced
+ * one at a time give bit-identical results (IEEE addition commutes).
+ */
+static ALWAYS_INLINE __m512
+reduce16(const __m512 *v)
+{
+    __m512 r[8], s[4], x, y, z;
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
+                                            2, 6, 10, 14, 3, 7, 11, 15);
+
+    /* r[i]: 256-bit half 0 = source 2i folded to 8, half 1 = source 2i+1 */
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1],
+                                                  0xEE),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1],
+                                                  0x44));
+    }
+    /* s[j]: 128-bit lane m = source 4j + m folded to 4 */
+    for (int j = 0; j < 4; j++) {
+        s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1],
+                                                  0xDD),
+                             _mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1],
+                                                  0x88));
+    }
+    /* within each 128-bit lane: (h0 + h2), (h1 + h3), then their sum */
+    x = _mm512_add_ps(_mm512_unpacklo_ps(s[0], s[1]),
+                      _mm512_unpackhi_ps(s[0], s[1]));
+    y = _mm512_add_ps(_mm512_unpacklo_ps(s[2], s[3]),
+                      _mm512_unpackhi_ps(s[2], s[3]));
+    z = _mm512_add_ps(
+        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x),
+                                            _mm512_castps_pd(y))),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x),
+                                            _mm512_castps_pd(y))));
+    /* z lane 4m + q holds source 4q + m: put source k in lane k */
+    return _mm512_permutexvar_ps(order, z);
 }
 
 
@@ -89,6 +134,34 @@ tile(ggml_type type, const uint8_t *w, int64_t wstride, const float *x,
             }
         }
     }
+    if (R == 4 && C == 4) {
+        /* all 16 sums at once, in the same order of additions as
+         * _mm512_reduce_add_ps (see reduce16) */
+        __m512 v[16], sums;
+
+        for (int j = 0; j < 4; j++) {
+            for (int i = 0; i < 4; i++) {
+                v[4 * j + i] = acc[i][j];
+            }
+        }
+        sums = reduce16(v);
+        for (int j = 0; j < 4; j++) {
+            __m128 s4 = _mm512_extractf32x4_ps(sums, 0);
+            float *o = y + (int64_t) j * ldy;
+
+            switch (j) {
+            case 1: s4 = _mm512_extractf32x4_ps(sums, 1); break;
+            case 2: s4 = _mm512_extractf32x4_ps(sums, 2); break;
+            case 3: s4 = _mm512_extractf32x4_ps(sums, 3); break;
+            default: break;
+            }
+            if (accumulate) {
+                s4 = _mm_add_ps(_mm_loadu_ps(o), s4);
+            }
+            _mm_storeu_ps(o, s4);
+        }
+        return;
+    }
     for (int i = 0; i < R; i++) {
         for (int j = 0; j < C; j++) {
             float s = _mm512_reduce_add_ps(acc[i][j]);
@@ -97,6 +170,77 @@ tile(ggml_type type, const uint8_t *w, int64_t wstride, const float *x,
             *o = accumulate ? *o + s : s;
         }
     }
+}
+
+
+/* Four rows of W widened to float in a per-thread buffer, so a block of
+ * tokens pays the conversion once (values are bit-identical to widening
+ * inside the kernel: F16/BF16/Q8_0 -> F32 is exact). */
+typedef struct {
+    float  *buf;     /* (cap) */
+    int64_t cap;
+} widen_space;
+
+static pthread_key_t  widen_key;
+static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
+
+
+static void
+widen_free(void *p)
+{
+    widen_space *w = p;
+
+    free(w->buf);
+    free(w);
+}
+
+
+static void
+widen_key_init(void)
+{
+    pthread_key_create(&widen_key, widen_free);
+}
+
+
+static const uint8_t *
+widen_rows(ggml_type type, const uint8_t *w, int64_t wstride, int64_t cols)
+{
+    widen_space *ws;
+    float       *widen_buf;
+
+    pthread_once(&widen_once, widen_key_init);
+    ws = pthread_getspecific(widen_key);
+    if (ws == NULL) {
+        ws = calloc(1, sizeof(*ws));
+        if (ws == NULL || pthread_setspecific(widen_key, ws) != 0) {
+            free(ws);
+            return NULL;
+        }
+    }
+    if (4 * cols > ws->cap) {
+        float *nb = realloc(ws->buf, (size_t) (4 * cols) * sizeof(float));
+
+        if (nb == NULL) {
+            return NULL;
+        }
+        ws->buf = nb;
+        ws->cap = 4 * cols;
+    }
+    widen_buf = ws->buf;
+    for (int i = 0; i < 4; i++) {
+        float  *o = widen_buf + i * cols;
+        int64_t c = 0;
+
+        for (; c + 16 <= cols; c += 16) {
+            _mm512_storeu_ps(o + c, load_w(type, w + i * wstride, c, 0xffff));
+        }
+        if (c < cols) {
+            __mmask16 m = (__mmask16) ((1u << (cols - c)) - 1);
+            _mm512_mask_storeu_ps(o + c, m, load_w(type, w + i * wstride, c,
+                                                   m));
+        }
+    }
+    return (const uint8_t *) widen_buf;
 }
 
 
@@ -117,9 +261,27 @@ NAME(const uint8_t *w, int64_t wstride, const float *x, int n_tok, int ldx,   \
             int            t = 0;                                             \
                                                                               \
             if (tn >= 4 && r + 4 <= r1) {                                     \
+                ggml_type      ty = TYPE;                                     \
+                const uint8_t *ww = wr;                                       \
+                int64_t        ws = wstride;                                  \
+                                                                              \
+                if (TYPE != GGML_F32 && tn >= 8                               \
+                    && (ww = widen_rows(TYPE, wr, wstride, cols)) != NULL)    \
+                {                                                             \
+                    /* widen 4 rows once for the whole token block */         \
+                    ty = GGML_F32;                                            \
+                    ws = cols * (int64_t) sizeof(float);                      \
+                } else {                                                      \
+                    ww = wr;                                                  \
+                }                                                             \
                 for (; t + 4 <= tn; t += 4) {                                 \
-                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
-                         yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);       \
+                    if (ty == GGML_F32) {                                     \
+                        tile(GGML_F32, ww, ws, xt + (int64_t) t * ldx, ldx,   \
+                             yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);   \
+                    } else {                                                  \
+                        tile(TYPE, ww, ws, xt + (int64_t) t * ldx, ldx,       \
+                             yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);   \
+                    }                                                         \
                 }                                                             \
                 for (; t < tn; t++) {                                         \
                     tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \

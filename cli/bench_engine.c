@@ -1,0 +1,592 @@
+/*
+ * nalar spec-bench and nalar prefix-bench: engine-level benchmarks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "engine.h"
+#include "model.h"
+#include "prefix_cache.h"
+#include "tokenizer.h"
+
+#define MAX_REQ 64
+#define MAX_REPS 15
+
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+
+static double
+median(double *v, int n)
+{
+    qsort(v, (size_t) n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+
+static double
+percentile(double *v, int n, double q)
+{
+    int i;
+
+    qsort(v, (size_t) n, sizeof(double), cmp_double);
+    i = (int) (q * (n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+
+int
+nalar_bench_spec_mode(const char *s)
+{
+    if (strcmp(s, "off") == 0) return NALAR_SPEC_OFF;
+    if (strcmp(s, "draft") == 0) return NALAR_SPEC_DRAFT;
+    if (strcmp(s, "ngram") == 0) return NALAR_SPEC_NGRAM;
+    if (strcmp(s, "auto") == 0) return NALAR_SPEC_AUTO;
+    return -1;
+}
+
+
+static int
+parse_list(const char *s, int *out, int cap)
+{
+    int   n = 0;
+    char *d = strdup(s), *t;
+
+    for (t = strtok(d, ","); t != NULL && n < cap; t = strtok(NULL, ",")) {
+        out[n++] = strcmp(t, "auto") == 0 ? -1 : atoi(t);
+    }
+    free(d);
+    return n;
+}
+
+
+/* --- spec-bench --- */
+
+static const char *bench_prompts[] = {
+    "In the beginning", "And it came to pass", "A wise man",
+    "The LORD is my shepherd", "Blessed are the meek, for",
+    "Now the serpent was more subtil than", "There is no", "Love is",
+};
+#define N_BENCH_PROMPTS 8
+
+typedef struct {
+    int32_t ids[1024];
+    int     n;
+} sink;
+
+
+static void
+sink_take(nalar_request *r, void *ctx)
+{
+    sink        *s = ctx;
+    nalar_output o;
+
+    nalar_request_take(r, &o);
+    for (int i = 0; i < o.n_ids && s->n < 1024; i++) {
+        s->ids[s->n++] = o.ids[i];
+    }
+    nalar_output_free(&o);
+}
+
+
+typedef struct {
+    const char *model, *draft;
+    int         threads, n_gen;
+} spec_env;
+
+
+static nalar_engine *
+spec_engine(const spec_env *env, int mode, int k, nalar_err *err)
+{
+    nalar_engine_opts o;
+    nalar_engine     *e;
+
+    memset(&o, 0, sizeof(o));
+    o.model_path = env->model;
+    o.draft_path = mode == NALAR_SPEC_DRAFT ? env->draft : NULL;
+    o.spec_mode = k == 0 ? NALAR_SPEC_OFF : mode;
+    o.spec_max_k = k > 0 ? k : 8;
+    o.spec_fixed_k = k > 0 ? k : 0;
+    o.n_threads = env->threads;
+    o.max_running = MAX_REQ;
+    e = nalar_engine_create(&o, err);
+    if (e != NULL && nalar_engine_run_sync(e, NULL, 0, err) != 0) {
+        nalar_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+
+/* Run b greedy requests to completion; returns confirmed tokens/s. */
+static double
+spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
+         int b, int n_gen, int32_t (*preds)[1024], int n_pred, sink *out)
+{
+    nalar_request       *reqs[MAX_REQ];
+    nalar_request_params p;
+    nalar_err            err;
+    double               t0, dt;
+    long                 total = 0;
+
+    for (int i = 0; i < b; i++) {
+        int k = i % N_BENCH_PROMPTS;
+
+        memset(&p, 0, sizeof(p));
+        nalar_sampling_default(&p.sampling);
+        p.sampling.temperature = 0;
+        p.prompt = prompts[k];
+        p.n_prompt = n_prompts[k];
+        p.max_tokens = n_gen;
+        p.ignore_eos = 1;
+        if (preds != NULL) {
+            p.prediction = preds[k];
+            p.n_prediction = n_pred;
+        }
+        memset(&out[i], 0, sizeof(out[i]));
+        reqs[i] = nalar_request_create(&p, sink_take, &out[i], &err);
+    }
+    t0 = now_s();
+    nalar_engine_run_sync(e, reqs, b, &err);
+    dt = now_s() - t0;
+    for (int i = 0; i < b; i++) {
+        total += out[i].n;
+        nalar_request_unref(reqs[i]);
+    }
+    return (double) total / dt;
+}
+
+
+int
+nalar_cmd_spec_bench(int argc, char **argv)
+{
+    spec_env      env = { NULL, NULL, 0, 96 };
+    const char   *task = "prompts", *blist = "1,4,16", *klist = "0,1,2,4,8";
+    int           bs[8], ks[8], n_b, n_k, json = 0, reps = 5;
+    int32_t       prompts[N_BENCH_PROMPTS][64];
+    int           n_prompts[N_BENCH_PROMPTS];
+    int32_t     (*preds)[1024] = NULL;
+    sink         *out;
+    nalar_err     err;
+    nalar_engine *base;
+    nalar_model  *m;
+    const char   *proposers[3];
+    int           modes[3], n_modes = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--json") == 0) { json = 1; continue; }
+        if (v == NULL) {
+            fprintf(stderr, "nalar spec-bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "-m") == 0) env.model = v;
+        else if (strcmp(a, "--draft") == 0) env.draft = v;
+        else if (strcmp(a, "--task") == 0) task = v;
+        else if (strcmp(a, "-b") == 0) blist = v;
+        else if (strcmp(a, "-k") == 0) klist = v;
+        else if (strcmp(a, "-n") == 0) env.n_gen = atoi(v);
+        else if (strcmp(a, "-t") == 0) env.threads = atoi(v);
+        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else {
+            fprintf(stderr, "nalar spec-bench: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (env.model == NULL || env.n_gen < 1 || env.n_gen > 400) {
+        fprintf(stderr, "nalar spec-bench: -m MODEL required, -n 1..400\n");
+        return 2;
+    }
+    reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
+    n_b = parse_list(blist, bs, 8);
+    n_k = parse_list(klist, ks, 8);
+    out = calloc(MAX_REQ, sizeof(sink));
+    base = spec_engine(&env, NALAR_SPEC_OFF, 0, &err);
+    if (base == NULL || out == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    m = nalar_engine_model(base);
+    for (int k = 0; k < N_BENCH_PROMPTS; k++) {
+        n_prompts[k] = nalar_tokenize(m->tok, bench_prompts[k],
+                                      strlen(bench_prompts[k]), 1, 0,
+                                      prompts[k], 64);
+    }
+    if (strcmp(task, "edit") == 0) {
+        /* an editing task: the client predicts the text it expects back,
+         * and 90% of it is right (every 10th token differs) */
+        preds = calloc(N_BENCH_PROMPTS, sizeof(*preds));
+        spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, NULL,
+                 0, out);
+        for (int k = 0; k < N_BENCH_PROMPTS; k++) {
+            for (int i = 0; i < env.n_gen; i++) {
+                preds[k][i] = i % 10 == 9 ? (out[k].ids[i] + 7) % 2000 + 3
+                                          : out[k].ids[i];
+            }
+        }
+        proposers[n_modes] = "prediction";
+        modes[n_modes++] = NALAR_SPEC_OFF;
+    } else {
+        if (env.draft != NULL) {
+            proposers[n_modes] = "draft";
+            modes[n_modes++] = NALAR_SPEC_DRAFT;
+        }
+        proposers[n_modes] = "ngram";
+        modes[n_modes++] = NALAR_SPEC_NGRAM;
+    }
+
+    if (!json) {
+        printf("| proposer | streams | k | tokens/s (median of %d) | "
+               "plain tokens/s | speedup | accepted/proposed | "
+               "mean accepted per step | draft ms/token | verify ms/token |"
+               "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+               reps);
+    }
+    for (int pi = 0; pi < n_modes; pi++) {
+        for (int bi = 0; bi < n_b; bi++) {
+            int b = bs[bi] > MAX_REQ ? MAX_REQ : bs[bi];
+
+            for (int ki = 0; ki < n_k; ki++) {
+                int           k = ks[ki];
+                double        tp[MAX_REPS], ts[MAX_REPS], sp;
+                nalar_engine *e;
+                nalar_metrics mt;
+                double        confirmed;
+
+                if (k == 0 && preds == NULL) {
+                    continue;   /* the baseline is measured alongside */
+                }
+                e = spec_engine(&env, modes[pi], k, &err);
+                if (e == NULL) {
+                    fprintf(stderr, "nalar: %s\n", err.msg);
+                    return 1;
+                }
+                /* alternate: plain, speculative, plain, ... */
+                for (int r = 0; r < reps; r++) {
+                    tp[r] = spec_run(base, prompts, n_prompts, b, env.n_gen,
+                                     NULL, 0, out);
+                    ts[r] = spec_run(e, prompts, n_prompts, b, env.n_gen,
+                                     preds, env.n_gen, out);
+                }
+                nalar_engine_metrics(e, &mt);
+                confirmed = (double) reps * b * env.n_gen;
+                {
+                    double mp = median(tp, reps), ms = median(ts, reps);
+
+                    sp = ms / mp;
+                    if (json) {
+                        printf("{\"proposer\": \"%s\", \"streams\": %d, "
+                               "\"k\": \"%s\", \"tokens_per_s\": %.1f, "
+                               "\"plain_tokens_per_s\": %.1f, \"speedup\": "
+                               "%.3f, \"acceptance\": %.3f, "
+                               "\"accepted_per_step\": %.2f, "
+                               "\"draft_ms_per_token\": %.4f, "
+                               "\"verify_ms_per_token\": %.4f}\n",
+                               proposers[pi], b, k < 0 ? "auto" : "fixed",
+                               ms, mp, sp,
+                               mt.spec_draft_tokens_total
+                               ? (double) mt.spec_accepted_tokens_total
+                                 / mt.spec_draft_tokens_total : 0,
+                               mt.spec_drafts_total
+                               ? (double) mt.spec_accepted_tokens_total
+                                 / mt.spec_drafts_total : 0,
+                               1e3 * mt.spec_draft_seconds_total / confirmed,
+                               1e3 * mt.spec_verify_seconds_total
+                               / confirmed);
+                    } else {
+                        char kbuf[16];
+
+                        snprintf(kbuf, sizeof(kbuf), k < 0 ? "auto" : "%d",
+                                 k);
+                        printf("| %s | %d | %s | %.0f | %.0f | %.2fx | "
+                               "%llu/%llu | %.2f | %.4f | %.4f |\n",
+                               proposers[pi], b, kbuf, ms, mp, sp,
+                               (unsigned long long)
+                               mt.spec_accepted_tokens_total,
+                               (unsigned long long) mt.spec_draft_tokens_total,
+                               mt.spec_drafts_total
+                               ? (double) mt.spec_accepted_tokens_total
+                                 / mt.spec_drafts_total : 0,
+                               1e3 * mt.spec_draft_seconds_total / confirmed,
+                               1e3 * mt.spec_verify_seconds_total
+                               / confirmed);
+                    }
+                    fflush(stdout);
+                }
+                nalar_engine_destroy(e);
+            }
+        }
+    }
+    nalar_engine_destroy(base);
+    free(out);
+    free(preds);
+    return 0;
+}
+
+
+/* --- prefix-bench --- */
+
+typedef struct {
+    double ttft_ms;
+    int    cached;
+} first_token;
+
+
+static void
+ttft_take(nalar_request *r, void *ctx)
+{
+    first_token *f = ctx;
+    nalar_output o;
+
+    nalar_request_take(r, &o);
+    if (o.ttft_ms >= 0) {
+        f->ttft_ms = o.ttft_ms;
+    }
+    f->cached = o.n_cached;
+    nalar_output_free(&o);
+}
+
+
+static first_token
+one_request(nalar_engine *e, const int32_t *prompt, int n, const char *scope,
+            int n_shared, int max_tokens)
+{
+    nalar_request_params p;
+    nalar_request       *r;
+    nalar_err            err;
+    first_token          f = { -1, 0 };
+
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    p.cache_scope = scope;
+    p.n_shared_prefix = n_shared;
+    r = nalar_request_create(&p, ttft_take, &f, &err);
+    nalar_engine_run_sync(e, &r, 1, &err);
+    nalar_request_unref(r);
+    return f;
+}
+
+
+static uint64_t bench_rng = 88172645463325252ull;
+
+static int32_t
+rand_token(int32_t n_vocab)
+{
+    bench_rng ^= bench_rng << 13;
+    bench_rng ^= bench_rng >> 7;
+    bench_rng ^= bench_rng << 17;
+    return (int32_t) (3 + bench_rng % (uint64_t) (n_vocab - 3));
+}
+
+
+int
+nalar_cmd_prefix_bench(int argc, char **argv)
+{
+    const char   *model = NULL;
+    int           len = 1500, threads = 0, reps = 5, json = 0;
+    int           rates[] = { 0, 25, 50, 75, 95 };
+    nalar_engine_opts o;
+    nalar_engine *on, *off;
+    nalar_err     err;
+    int32_t      *prompt, *warm;
+    int32_t       V;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--json") == 0) { json = 1; continue; }
+        if (v == NULL) {
+            fprintf(stderr, "nalar prefix-bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "-m") == 0) model = v;
+        else if (strcmp(a, "-p") == 0) len = atoi(v);
+        else if (strcmp(a, "-t") == 0) threads = atoi(v);
+        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else {
+            fprintf(stderr, "nalar prefix-bench: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (model == NULL || len < 32) {
+        fprintf(stderr, "nalar prefix-bench: -m MODEL required, -p >= 32\n");
+        return 2;
+    }
+    reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
+    memset(&o, 0, sizeof(o));
+    o.model_path = model;
+    o.n_threads = threads;
+    o.max_batch_tokens = 512;
+    o.prefix_cache = 1;
+    on = nalar_engine_create(&o, &err);
+    if (on == NULL || nalar_engine_run_sync(on, NULL, 0, &err) != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    o.prefix_cache = 0;
+    off = nalar_engine_create(&o, &err);
+    if (off == NULL || nalar_engine_run_sync(off, NULL, 0, &err) != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    if (len >= nalar_engine_model(on)->cfg.n_ctx) {
+        fprintf(stderr, "nalar prefix-bench: -p %d does not fit the "
+                "context of %d\n", len, nalar_engine_model(on)->cfg.n_ctx);
+        return 2;
+    }
+    V = nalar_engine_model(on)->cfg.n_vocab;
+    prompt = malloc((size_t) len * sizeof(int32_t));
+    warm = malloc((size_t) len * sizeof(int32_t));
+
+    /* the cost of identity: hashing a whole prompt's blocks */
+    {
+        uint8_t d[NALAR_DIGEST] = { 0 };
+        double  t0 = now_s();
+        int     nb = len / NALAR_KV_BLOCK;
+
+        for (int r = 0; r < 100; r++) {
+            for (int b = 0; b < nb; b++) {
+                nalar_prefix_chain(d, prompt, d);
+            }
+        }
+        if (!json) {
+            printf("hashing %d blocks (%d tokens): %.1f us\n\n", nb, len,
+                   (now_s() - t0) / 100 * 1e6);
+        } else {
+            printf("{\"hash_us\": %.1f}\n", (now_s() - t0) / 100 * 1e6);
+        }
+    }
+    if (!json) {
+        printf("| reuse L_hit/L_in | cached tokens | TTFT cache on (ms) | "
+               "TTFT cache off (ms) | ratio | ideal ratio |\n"
+               "|---:|---:|---:|---:|---:|---:|\n");
+    }
+    for (size_t ri = 0; ri < sizeof(rates) / sizeof(rates[0]); ri++) {
+        double ton[MAX_REPS], toff[MAX_REPS];
+        int    cached = 0;
+
+        for (int r = 0; r < reps; r++) {
+            int         keep = len * rates[ri] / 100;
+            first_token f;
+
+            /* a fresh prompt; the warm-up shares its first `keep` tokens */
+            prompt[0] = 1;
+            for (int i = 1; i < len; i++) {
+                prompt[i] = rand_token(V);
+            }
+            memcpy(warm, prompt, (size_t) len * sizeof(int32_t));
+            for (int i = keep > 1 ? keep : 1; i < len; i++) {
+                warm[i] = rand_token(V);
+            }
+            one_request(on, warm, len, "bench", 0, 1);
+            f = one_request(on, prompt, len, "bench", 0, 1);
+            ton[r] = f.ttft_ms;
+            cached = f.cached;
+            f = one_request(off, prompt, len, "bench", 0, 1);
+            toff[r] = f.ttft_ms;
+        }
+        {
+            double a = median(ton, reps), b = median(toff, reps);
+
+            if (json) {
+                printf("{\"reuse\": %d, \"cached\": %d, \"ttft_on_ms\": %.2f, "
+                       "\"ttft_off_ms\": %.2f, \"ratio\": %.3f, \"ideal\": "
+                       "%.3f}\n", rates[ri], cached, a, b, a / b,
+                       1.0 - (double) cached / len);
+            } else {
+                printf("| %d%% | %d | %.1f | %.1f | %.3f | %.3f |\n",
+                       rates[ri], cached, a, b, a / b,
+                       1.0 - (double) cached / len);
+            }
+            fflush(stdout);
+        }
+    }
+
+    /* multi-tenant: 8 tenants, a shared 512-token system prompt, each
+     * tenant's own growing history; shared prefixes on vs off */
+    for (int shared = 1; shared >= 0; shared--) {
+        nalar_metrics mt0, mt1;
+        double        tt[64];
+        int           n = 0, sys = 512 < len / 2 ? 512 : len / 2;
+        double        t0;
+        long          toks = 0;
+        char          scope[16];
+
+        nalar_engine_metrics(on, &mt0);
+        for (int i = 0; i < sys; i++) {
+            warm[i] = i == 0 ? 1 : 3 + (i * 37) % (V - 3);
+        }
+        t0 = now_s();
+        for (int turn = 0; turn < 4; turn++) {
+            for (int ten = 0; ten < 8 && n < 64; ten++) {
+                int         plen = sys + 64 * (turn + 1);
+                first_token f;
+
+                memcpy(prompt, warm, (size_t) sys * sizeof(int32_t));
+                for (int i = sys; i < plen; i++) {
+                    prompt[i] = 3 + ((i * 131 + ten * 7919 + shared * 17)
+                                     % (V - 3));
+                }
+                snprintf(scope, sizeof(scope), "tenant%d-%d", ten, shared);
+                f = one_request(on, prompt, plen, scope, shared ? sys : 0, 8);
+                tt[n++] = f.ttft_ms;
+                toks += plen + 8;
+            }
+        }
+        nalar_engine_metrics(on, &mt1);
+        {
+            double q = (double) (mt1.prefix_queries_total
+                                 - mt0.prefix_queries_total);
+            double h = (double) (mt1.prefix_hits_total
+                                 - mt0.prefix_hits_total);
+            double el = now_s() - t0;
+            double p50 = percentile(tt, n, 0.5), p99 = percentile(tt, n, 0.99);
+
+            if (json) {
+                printf("{\"multi_tenant\": true, \"shared_prefix\": %s, "
+                       "\"hit_rate\": %.3f, \"ttft_p50_ms\": %.2f, "
+                       "\"ttft_p99_ms\": %.2f, \"tokens_per_s\": %.1f}\n",
+                       shared ? "true" : "false", q > 0 ? h / q : 0, p50, p99,
+                       toks / el);
+            } else {
+                printf("%s8 tenants, shared %d-token system prompt %s: hit "
+                       "rate %.1f%%, TTFT p50 %.1f ms, p99 %.1f ms, %.0f "
+                       "prompt+output tokens/s\n", shared ? "\n" : "", sys,
+                       shared ? "declared shared" : "not shared",
+                       q > 0 ? 100 * h / q : 0, p50, p99, toks / el);
+            }
+        }
+    }
+    free(prompt);
+    free(warm);
+    nalar_engine_destroy(on);
+    nalar_engine_destroy(off);
+    return 0;
+}
