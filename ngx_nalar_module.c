@@ -62,6 +62,7 @@ typedef struct {
     ngx_int_t                  max_batch_tokens;
     ngx_int_t                  max_queue;
     ngx_int_t                  max_running;
+    ngx_flag_t                 prefix_cache;
     ngx_str_t                  backend;
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
@@ -266,6 +267,13 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_nalar_main_conf_t, max_running),
       &ngx_http_nalar_positive_bounds },
+
+    { ngx_string("nalar_prefix_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, prefix_cache),
+      NULL },
 
     { ngx_string("nalar_backend"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -785,7 +793,11 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         { "nalar_kv_blocks_free", "gauge",
           "KV cache blocks no running sequence holds." },
         { "nalar_preemptions_total", "counter",
-          "Sequences preempted because the KV cache ran out." }
+          "Sequences preempted because the KV cache ran out." },
+        { "nalar_spec_draft_tokens_total", "counter",
+          "Speculative proposals verified." },
+        { "nalar_spec_accepted_tokens_total", "counter",
+          "Speculative proposals accepted." }
     };
 
     static struct {
@@ -851,7 +863,9 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
             case 3: v = m[i].generation_tokens_total; break;
             case 4: v = m[i].kv_blocks_total; break;
             case 5: v = m[i].kv_blocks_free; break;
-            default: v = m[i].preemptions_total; break;
+            case 6: v = m[i].preemptions_total; break;
+            case 7: v = m[i].spec_draft_tokens_total; break;
+            default: v = m[i].spec_accepted_tokens_total; break;
             }
 
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
@@ -1513,6 +1527,40 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     m = nalar_engine_model(ctx->model->engine);
     tok = m->tok;
     n_vocab = nalar_tok_n_vocab(tok);
+
+    /* OpenAI's predicted output: verified as speculative proposals */
+
+    v = json_object_get(root, "prediction");
+
+    if (v && !json_is_null(v)) {
+        t = json_object_get(v, "content");
+
+        if (!json_is_object(v) || !json_is_string(t)) {
+            return ngx_http_nalar_bad(r, "prediction",
+                                      "prediction must be {\"type\": "
+                                      "\"content\", \"content\": string}");
+        }
+
+        rc = ngx_http_nalar_tokenize(r, tok, json_string_value(t),
+                                     json_string_length(t), 0, p);
+        if (rc != NGX_OK || r->header_sent) {
+            return rc;
+        }
+
+        /* without BOS: it continues the answer, not a document */
+        p->prediction = p->prompt;
+        p->n_prediction = p->n_prompt;
+
+        if (p->n_prediction > 0 && nalar_tok_add_bos(tok)
+            && p->prediction[0] == nalar_tok_bos(tok))
+        {
+            p->prediction++;
+            p->n_prediction--;
+        }
+
+        p->prompt = NULL;
+        p->n_prompt = 0;
+    }
 
     if (ctx->endpoint == NGX_HTTP_NALAR_EP_COMPLETIONS) {
         v = json_object_get(root, "prompt");
@@ -3283,6 +3331,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     nmcf->max_batch_tokens = NGX_CONF_UNSET;
     nmcf->max_queue = NGX_CONF_UNSET;
     nmcf->max_running = NGX_CONF_UNSET;
+    nmcf->prefix_cache = NGX_CONF_UNSET;
 
     return nmcf;
 }
@@ -3300,6 +3349,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
     ngx_conf_init_value(nmcf->max_queue, 0);
     ngx_conf_init_value(nmcf->max_running, 0);
+    ngx_conf_init_value(nmcf->prefix_cache, 1);
 
     if (nmcf->backend.data == NULL) {
         ngx_str_set(&nmcf->backend, "cpu");
@@ -3436,10 +3486,6 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return NGX_CONF_ERROR;
         }
 
-        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                           "nalar_model \"%V\": the draft model is checked "
-                           "but not used: this engine has no speculative "
-                           "decoding", &model->name);
     }
 
     return NGX_CONF_OK;
@@ -3591,7 +3637,16 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
         opts.max_queue = (int32_t) nmcf->max_queue;
         opts.max_running = (int32_t) nmcf->max_running;
+        opts.prefix_cache = (int) nmcf->prefix_cache;
         opts.load_async = 1;
+
+        if (model[i].draft.len) {
+            opts.draft_path = (char *) model[i].draft.data;
+            opts.spec_mode = NALAR_SPEC_DRAFT;
+
+        } else {
+            opts.spec_mode = NALAR_SPEC_OFF;
+        }
 
         model[i].engine = nalar_engine_create(&opts, &err);
 
