@@ -67,10 +67,14 @@ tile(ggml_type type, const uint8_t *w, int64_t wstride, const float *x,
 
         for (int j = 0; j < C; j++) {
             xv[j] = _mm512_loadu_ps(x + (int64_t) j * ldx + c);
+            /* keep each loaded vector in a register: folding the load
+             * into every FMA that uses it would multiply the loads */
+            __asm__("" : "+v"(xv[j]));
         }
         for (int i = 0; i < R; i++) {
             v16 wv = load_w(type, w + i * wstride, c, 0xffff);
 
+            __asm__("" : "+v"(wv));
             for (int j = 0; j < C; j++) {
                 acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
             }
