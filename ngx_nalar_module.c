@@ -1948,6 +1948,7 @@ ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
 static void
 ngx_http_nalar_write_handler(ngx_http_request_t *r)
 {
+    off_t                      sent;
     ngx_int_t                  rc;
     ngx_event_t               *wev;
     ngx_connection_t          *c;
@@ -1972,6 +1973,8 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
     }
 
     if (ctx->blocked) {
+        sent = c->sent;
+
         rc = ngx_http_output_filter(r, NULL);
 
         if (rc == NGX_ERROR) {
@@ -1983,7 +1986,8 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
         if (r->buffered || c->buffered) {
             clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
-            if (!wev->delayed && !wev->timer_set) {
+            /* send_timeout runs between two writes that made progress */
+            if (!wev->delayed && (c->sent != sent || !wev->timer_set)) {
                 ngx_add_timer(wev, clcf->send_timeout);
             }
 
@@ -2129,6 +2133,9 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
     if (r->buffered || c->buffered) {
         /* backpressure: take nothing more until the client catches up */
         ctx->blocked = 1;
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "nalar stream blocked: the client is slow");
 
         clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 

@@ -1,0 +1,134 @@
+#!/usr/bin/perl
+# Streams and slow clients: a client that reads slowly gets the whole
+# stream (nginx stops taking output while the socket is full, then goes
+# on); a client that stops reading is cut after send_timeout and its
+# sequence cancelled; a stream still queued gets `: keep-alive` comments.
+use strict;
+use warnings;
+use lib 't/lib';
+use IO::Socket::INET;
+use Socket qw(SOL_SOCKET SO_RCVBUF);
+use Test::More;
+use Time::HiRes qw(sleep time);
+use NalarTest;
+
+my $t = NalarTest->new->has_model->has_cli;
+
+# small socket buffers so that a stream of a few hundred tokens fills them
+$t->write_conf(<<'CONF')->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 1;
+    nalar_max_running 1;
+    nalar_stream_keepalive 100ms;
+    send_timeout 1s;
+
+    server {
+        listen 127.0.0.1:%%PORT%% sndbuf=4k;
+        location /v1/ { nalar_api; }
+        location = /metrics { nalar_metrics; }
+    }
+}
+CONF
+
+my $N = 450;
+my $prompt = 'And it came to pass';
+my $want = $t->reference_text($prompt, $N, ignore_eos => 1);
+my $body = NalarTest::json()->encode({ prompt => $prompt, max_tokens => $N,
+                                       temperature => 0,
+                                       ignore_eos => JSON::PP::true,
+                                       stream => JSON::PP::true });
+
+sub open_stream {
+    my ($body) = @_;
+
+    # a small receive buffer, set before connecting so that the window
+    # is negotiated with it
+    my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!";
+    setsockopt($s, SOL_SOCKET, SO_RCVBUF, pack('i', 8192)) or die "$!";
+    $s->connect(Socket::pack_sockaddr_in($t->port,
+                                         Socket::inet_aton('127.0.0.1')))
+        or die "connect: $!";
+    $s->syswrite("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+                 . "Connection: close\r\nContent-Type: application/json\r\n"
+                 . 'Content-Length: ' . length($body) . "\r\n\r\n$body");
+    return $s;
+}
+
+sub text_of {
+    my ($raw) = @_;
+    my $r = NalarTest::parse_response($raw);
+    my @ev = NalarTest::sse_events($r->{body});
+    return undef unless @ev && $ev[-1] eq '[DONE]';
+    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
+}
+
+# a slow reader: 1 KiB every 10 ms
+
+my $s = open_stream($body);
+my $raw = '';
+while (1) {
+    sleep 0.01;
+    my $n = $s->sysread(my $buf, 1024);
+    last unless $n;
+    $raw .= $buf;
+}
+close $s;
+is(text_of($raw), $want, 'a slow reader gets the whole stream, unchanged');
+like($t->read_file('error.log'), qr/nalar stream blocked: the client is slow/,
+     'nginx stopped taking output while the client was behind');
+
+# a client that stops reading: cut after send_timeout, sequence cancelled
+
+my $M = 'model="kjv"';
+# four choices: more than the socket buffers hold
+my $big = NalarTest::json()->encode({ prompt => $prompt, max_tokens => $N,
+                                      n => 4, ignore_eos => JSON::PP::true,
+                                      stream => JSON::PP::true });
+$s = open_stream($big);
+sleep 0.05;
+$s->sysread(my $first, 512);
+like($first // '', qr{^HTTP/1.1 200}, 'the stream started');
+my $t0 = time;
+my $m;
+for (1 .. 100) {
+    sleep 0.05;
+    $m = $t->metrics;
+    last if $t->read_file('error.log') =~ /nalar: client timed out/
+         && $m->{"nalar_requests_running{$M}"} == 0;
+}
+ok($t->read_file('error.log') =~ /nalar: client timed out/,
+   'the stalled client timed out (send_timeout)');
+ok(time - $t0 < 4, 'within a few seconds of send_timeout 1s');
+close $s;
+for (1 .. 40) {
+    $m = $t->metrics;
+    last if $m->{"nalar_kv_blocks_free{$M}"} == $m->{"nalar_kv_blocks_total{$M}"}
+         && $m->{"nalar_requests_running{$M}"} == 0;
+    sleep 0.05;
+}
+is($m->{"nalar_requests_running{$M}"}, 0, 'nothing running after the cut');
+is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
+   'every KV block free after the cut');
+
+# keep-alive comments while queued behind a long request
+
+my $busy = NalarTest::fork_client(sub {
+    $t->post_json('/v1/completions', { prompt => 'A', max_tokens => $N,
+                                       n => 8, ignore_eos => JSON::PP::true });
+});
+sleep 0.1;
+my $r = $t->request('POST', '/v1/completions', body => $body,
+                    headers => { 'Content-Type' => 'application/json' });
+waitpid $busy, 0;
+
+my ($before_data) = $r->{body} =~ /^(.*?)^data: /ms;
+like($before_data // '', qr/^: keep-alive\n\n/m,
+     'the queued stream got : keep-alive before its first token');
+my @ev = NalarTest::sse_events($r->{body});
+is(join('', map { ref $_ ? $_->{choices}[0]{text} // '' : '' } @ev), $want,
+   'and then the right answer');
+
+$t->check_log;
+done_testing;
