@@ -36,3 +36,42 @@ $(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar.a $(HDRS)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
 	@mkdir -p build/module
 	cp $(NGX_BUILD)/objs/ngx_nalar_module.so $@
+
+# The same module with AddressSanitizer and UBSan, engine included (compiled
+# again position-independent): `make module-asan`, then `NALAR_ASAN=1 prove
+# t/5*.t` runs the tests with it (nginx gets libasan preloaded; reports land
+# in error.log, which every test checks).
+NGX_BUILD_ASAN  = build/nginx-asan
+NGX_MODULE_ASAN = build/asan/module/ngx_nalar_module.so
+ASAN_PIC_OBJ    = $(patsubst %.c,build/asan-pic/obj/%.o,$(ENGINE_SRC))
+ASAN_NGX_CC_OPT = -g -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer
+
+.PHONY: module-asan
+module-asan: $(NGX_MODULE_ASAN)
+
+build/asan-pic/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) -fPIC -c $< -o $@
+
+build/asan-pic/libnalar.a: $(ASAN_PIC_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(NGX_BUILD_ASAN)/objs/Makefile: config
+	rm -rf $(NGX_BUILD_ASAN)
+	mkdir -p build
+	cp -r $(NGX_SRC) $(NGX_BUILD_ASAN)
+	cd $(NGX_BUILD_ASAN) && NALAR_LIB=$(CURDIR)/build/asan-pic/libnalar.a \
+	    bash -c '. ./conf_flags && \
+	    ./configure "$${NGX_CONF_FLAGS[@]}" \
+	        --with-cc-opt="$(ASAN_NGX_CC_OPT)" \
+	        --with-ld-opt="-fsanitize=address,undefined -fPIC" \
+	        --add-dynamic-module=$(CURDIR)' > ../nginx-asan-configure.log 2>&1 \
+	    || { tail -n 20 ../nginx-asan-configure.log; \
+	         rm -f objs/Makefile; exit 1; }
+
+$(NGX_MODULE_ASAN): build/asan-pic/libnalar.a $(NGX_BUILD_ASAN)/objs/Makefile \
+                    $(MODULE_SRC) $(HDRS)
+	$(MAKE) -C $(NGX_BUILD_ASAN) -f objs/Makefile modules
+	@mkdir -p build/asan/module
+	cp $(NGX_BUILD_ASAN)/objs/ngx_nalar_module.so $@

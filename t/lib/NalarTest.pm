@@ -37,6 +37,19 @@ use Time::HiRes qw(sleep time);
 our $ROOT = abs_path(dirname(__FILE__) . '/../..');
 our $NGINX = $ENV{NALAR_NGINX} || '/usr/sbin/nginx';
 our $MODULE = "$ROOT/build/module/ngx_nalar_module.so";
+
+# NALAR_ASAN=1: the sanitizer build of the module (make module-asan), with
+# libasan preloaded into nginx; reports go to stderr, which nginx points at
+# error.log, which check_log reads.
+our $ENV_PREFIX = '';
+if ($ENV{NALAR_ASAN}) {
+    $MODULE = "$ROOT/build/asan/module/ngx_nalar_module.so";
+    my $asan = `gcc -print-file-name=libasan.so`;
+    chomp $asan;
+    $ENV_PREFIX = "LD_PRELOAD=$asan "
+        . "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "
+        . "UBSAN_OPTIONS=print_stacktrace=1 ";
+}
 our $MODEL = "$ROOT/models/nalar-kjv-target-f32.gguf";
 our $DRAFT = "$ROOT/models/nalar-kjv-draft-f32.gguf";
 our $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
@@ -45,7 +58,8 @@ sub new {
     my ($class, %opts) = @_;
 
     plan(skip_all => "$NGINX not found") unless -x $NGINX;
-    plan(skip_all => "$MODULE not built (make module)") unless -f $MODULE;
+    plan(skip_all => "$MODULE not built (make module"
+                     . ($ENV{NALAR_ASAN} ? '-asan)' : ')')) unless -f $MODULE;
 
     my $dir = tempdir('nalar-test-XXXXXX', TMPDIR => 1,
                       CLEANUP => !$ENV{NALAR_TEST_KEEP});
@@ -152,7 +166,7 @@ sub read_file {
 # nginx -t with this configuration: (exit status, output).
 sub test_conf {
     my ($self) = @_;
-    my $out = `$NGINX -t -p $self->{dir}/ -c $self->{dir}/nginx.conf 2>&1`;
+    my $out = `$ENV_PREFIX$NGINX -t -p $self->{dir}/ -c $self->{dir}/nginx.conf 2>&1`;
     return ($? >> 8, $out);
 }
 
@@ -162,7 +176,7 @@ sub run {
     my ($self, %opts) = @_;
     my $dir = $self->{dir};
 
-    my $out = `$NGINX -p $dir/ -c $dir/nginx.conf 2>&1`;
+    my $out = `$ENV_PREFIX$NGINX -p $dir/ -c $dir/nginx.conf 2>&1`;
     die "nginx failed to start: $out" if $?;
 
     $self->{running} = 1;
