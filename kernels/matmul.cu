@@ -1,0 +1,288 @@
+/*
+ * Projections: GEMV kernels for decode, cuBLAS for batches.
+ *
+ * GEMV: one warp per weight row; each lane streams 8 weights per step (one
+ * 16-byte load for F16/BF16, two for F32) and keeps one FP32 partial sum per
+ * token of its token group (up to 8); the warp reduces at the end.
+ */
+#include "act.cuh"
+#include "gemv_q8.cuh"
+#include "matmul.cuh"
+
+#define GEMV_WARPS 8                  /* rows per block */
+
+
+/* 8 consecutive weights widened to float; idx is 8-aligned */
+template <int T>
+static __device__ __forceinline__ void
+load8(const void *w, int64_t idx, float o[8])
+{
+    if constexpr (T == GGML_F32) {
+        const float4 *p = (const float4 *) ((const float *) w + idx);
+        float4        a = p[0], b = p[1];
+
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+        o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+    } else {
+        uint4    v = *(const uint4 *) ((const uint16_t *) w + idx);
+        uint32_t u[4] = { v.x, v.y, v.z, v.w };
+
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if constexpr (T == GGML_BF16) {
+                o[2 * i] = bf16_to_f32(u[i] & 0xffffu);
+                o[2 * i + 1] = bf16_to_f32(u[i] >> 16);
+            } else {
+                o[2 * i] = f16_to_f32(u[i] & 0xffffu);
+                o[2 * i + 1] = f16_to_f32(u[i] >> 16);
+            }
+        }
+    }
+}
+
+
+template <int T>
+static __device__ __forceinline__ float
+load1(const void *w, int64_t idx)
+{
+    if constexpr (T == GGML_F32) {
+        return ((const float *) w)[idx];
+    } else if constexpr (T == GGML_BF16) {
+        return bf16_to_f32(((const uint16_t *) w)[idx]);
+    } else {
+        return f16_to_f32(((const uint16_t *) w)[idx]);
+    }
+}
+
+
+template <int T, int NT>
+static __global__ void __launch_bounds__(GEMV_WARPS * WARP)
+gemv_kernel(const void *W, int64_t rows, int64_t cols, const float *x,
+            int64_t ldx, int32_t n_tok, float *y, int64_t ldy, int acc,
+            int vec)
+{
+    int          lane = threadIdx.x % WARP;
+    int64_t      r = (int64_t) blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
+    int32_t      t0 = blockIdx.y * NT;
+    int32_t      nt = n_tok - t0 < NT ? n_tok - t0 : NT;
+    const float *xt = x + (int64_t) t0 * ldx;
+    int64_t      c0 = 0;
+    float        s[NT];
+
+    if (r >= rows) {
+        return;                           /* whole warp */
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        s[t] = 0.0f;
+    }
+    if (vec) {
+#pragma unroll 4
+        for (int64_t c = lane * 8; c + 8 <= cols; c += 8 * WARP) {
+            float w[8];
+
+            load8<T>(W, r * cols + c, w);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < nt) {
+                    const float4 *xv = (const float4 *) (xt + t * ldx + c);
+                    float4        a = xv[0], b = xv[1];
+                    float         p = s[t];
+
+                    p = fmaf(w[0], a.x, p); p = fmaf(w[1], a.y, p);
+                    p = fmaf(w[2], a.z, p); p = fmaf(w[3], a.w, p);
+                    p = fmaf(w[4], b.x, p); p = fmaf(w[5], b.y, p);
+                    p = fmaf(w[6], b.z, p); p = fmaf(w[7], b.w, p);
+                    s[t] = p;
+                }
+            }
+        }
+        c0 = cols / 8 * 8;
+    }
+    /* scalar columns: all of them when unaligned, else the tail */
+    for (int64_t c = c0 + lane; c < cols; c += WARP) {
+        float w = load1<T>(W, r * cols + c);
+
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < nt) {
+                s[t] = fmaf(w, xt[t * ldx + c], s[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        s[t] = warp_sum(s[t]);
+    }
+    if (lane == 0) {
+        for (int t = 0; t < nt; t++) {
+            float *o = y + (int64_t) (t0 + t) * ldy + r;
+
+            *o = acc ? *o + s[t] : s[t];
+        }
+    }
+}
+
+
+template <int T>
+static void
+gemv_launch_t(cudaStream_t st, const nalar_cuda_mat *W, const float *x,
+              int64_t ldx, int32_t n_tok, float *y, int64_t ldy, int acc,
+              int vec)
+{
+    int  nt = n_tok >= 8 ? 8 : n_tok >= 4 ? 4 : n_tok >= 2 ? 2 : 1;
+    dim3 grid((unsigned) ((W->rows + GEMV_WARPS - 1) / GEMV_WARPS),
+              (unsigned) ((n_tok + nt - 1) / nt));
+
+#define GO(NT) gemv_kernel<T, NT><<<grid, GEMV_WARPS * WARP, 0, st>>>(       \
+        W->data, W->rows, W->cols, x, ldx, n_tok, y, ldy, acc, vec)
+    switch (nt) {
+    case 8: GO(8); break;
+    case 4: GO(4); break;
+    case 2: GO(2); break;
+    default: GO(1); break;
+    }
+#undef GO
+}
+
+
+static int
+check_args(const char *op, const nalar_cuda_mat *W, const float *x,
+           int64_t ldx, int32_t n_tok, float *y, int64_t ldy, nalar_err *err)
+{
+    if (W == NULL || W->data == NULL || W->rows <= 0 || W->cols <= 0
+        || W->rows > INT32_MAX || W->cols > INT32_MAX
+        || x == NULL || y == NULL || n_tok < 0
+        || ldx < W->cols || ldy < W->rows
+        || (int64_t) n_tok > (int64_t) 65535 * 8
+        || (W->type != GGML_F32 && W->type != GGML_F16
+            && W->type != GGML_BF16 && W->type != GGML_Q8_0))
+    {
+        return nalar_fail(err, "cuda %s: bad arguments (%lld x %lld type %d, "
+                          "n_tok %d, ldx %lld, ldy %lld)", op,
+                          W != NULL ? (long long) W->rows : 0LL,
+                          W != NULL ? (long long) W->cols : 0LL,
+                          W != NULL ? (int) W->type : -1, n_tok,
+                          (long long) ldx, (long long) ldy);
+    }
+    return 0;
+}
+
+
+int
+nalar_cuda_gemv(nalar_cuda_ctx *c, const nalar_cuda_mat *W, const float *x,
+                int64_t ldx, int32_t n_tok, float *y, int64_t ldy,
+                int accumulate, nalar_err *err)
+{
+    int vec;
+
+    if (n_tok == 0) {
+        return 0;
+    }
+    if (check_args("gemv", W, x, ldx, n_tok, y, ldy, err) != 0) {
+        return -1;
+    }
+    if (W->type == GGML_Q8_0) {
+        return nalar_cuda_gemv_q8(c, W, x, ldx, n_tok, y, ldy, accumulate,
+                                  err);
+    }
+    /* 16-byte loads need 8-element-aligned weight rows and 4-float-aligned
+     * activation rows */
+    vec = W->cols % 8 == 0 && ldx % 4 == 0 && (uintptr_t) x % 16 == 0
+          && (uintptr_t) W->data % 16 == 0;
+    switch (W->type) {
+    case GGML_F32:
+        gemv_launch_t<GGML_F32>(c->stream, W, x, ldx, n_tok, y, ldy,
+                                accumulate, vec);
+        break;
+    case GGML_F16:
+        gemv_launch_t<GGML_F16>(c->stream, W, x, ldx, n_tok, y, ldy,
+                                accumulate, vec);
+        break;
+    default:
+        gemv_launch_t<GGML_BF16>(c->stream, W, x, ldx, n_tok, y, ldy,
+                                 accumulate, vec);
+        break;
+    }
+    CUDA_CHECK_LAUNCH(err);
+    return 0;
+}
+
+
+static size_t
+align256(size_t n)
+{
+    return (n + 255) / 256 * 256;
+}
+
+
+size_t
+nalar_cuda_matmul_scratch_bytes(const nalar_cuda_ctx *c,
+                                const nalar_cuda_mat *W, int32_t n_tok)
+{
+    if (n_tok <= c->gemv_max || W->type == GGML_F32) {
+        return 0;
+    }
+    return align256((size_t) n_tok * W->cols * 2)
+           + (W->type == GGML_Q8_0 ? (size_t) W->rows * W->cols * 2 : 0);
+}
+
+
+int
+nalar_cuda_matmul(nalar_cuda_ctx *c, const nalar_cuda_mat *W, const float *x,
+                  int64_t ldx, int32_t n_tok, float *y, int64_t ldy,
+                  int accumulate, nalar_err *err)
+{
+    float        one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    void        *s;
+    uint16_t    *xh, *wh;
+    const void  *wp;
+    cudaDataType dt;
+
+    if (n_tok == 0) {
+        return 0;
+    }
+    if (check_args("matmul", W, x, ldx, n_tok, y, ldy, err) != 0) {
+        return -1;
+    }
+    if (n_tok <= c->gemv_max) {
+        return nalar_cuda_gemv(c, W, x, ldx, n_tok, y, ldy, accumulate, err);
+    }
+    /* column-major view: W is (cols x rows) with ld cols, so y^T = W^T x^T
+     * is op(A) = A^T (rows x cols) times x^T (cols x n_tok) */
+    if (W->type == GGML_F32) {
+        CUBLAS_CHECK(err, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N,
+                                      (int) W->rows, n_tok, (int) W->cols,
+                                      &one, (const float *) W->data,
+                                      (int) W->cols, x, (int) ldx, &beta, y,
+                                      (int) ldy));
+        return 0;
+    }
+    if (nalar_cuda_scratch(c, nalar_cuda_matmul_scratch_bytes(c, W, n_tok),
+                           &s, err) != 0)
+    {
+        return -1;
+    }
+    xh = (uint16_t *) s;
+    wh = (uint16_t *) ((char *) s + align256((size_t) n_tok * W->cols * 2));
+    wp = W->data;
+    dt = W->type == GGML_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    if (W->type == GGML_Q8_0) {
+        if (nalar_cuda_q8_dequant_f16(c, W, wh, err) != 0) {
+            return -1;
+        }
+        wp = wh;
+    }
+    if (nalar_cuda_to_half(c, W->type == GGML_BF16 ? GGML_BF16 : GGML_F16,
+                           xh, x, ldx, n_tok, W->cols, err) != 0)
+    {
+        return -1;
+    }
+    CUBLAS_CHECK(err, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N,
+                                   (int) W->rows, n_tok, (int) W->cols, &one,
+                                   wp, dt, (int) W->cols, xh, dt,
+                                   (int) W->cols, &beta, y, CUDA_R_32F,
+                                   (int) ldy, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
