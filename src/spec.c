@@ -41,71 +41,91 @@ nalar_ngram_propose(const int32_t *corpus, int32_t n_corpus,
 }
 
 
+/* The size a point stands for. */
 static int
-bucket(int n)
+point_size(int i)
 {
-    int b = 0;
-
-    while (b + 1 < NALAR_COST_BUCKETS && (1 << (b + 1)) <= n) {
-        b++;
+    if (i < 32) {
+        return i + 1;                       /* 1..32 */
     }
-    return b;
+    /* then four steps per doubling: 40, 48, 56, 64, 80, ... 2048 */
+    return (32 << ((i - 32) / 4)) + ((i - 32) % 4 + 1) * (8 << ((i - 32) / 4));
+}
+
+
+/* The point of the largest size <= n. */
+static int
+point_of(int n)
+{
+    int i = 0;
+
+    while (i + 1 < NALAR_COST_POINTS && point_size(i + 1) <= n) {
+        i++;
+    }
+    return i;
 }
 
 
 void
 nalar_cost_record(nalar_cost_table *c, int n_tokens, double seconds)
 {
-    int b;
+    int i;
 
     if (n_tokens <= 0 || !(seconds > 0)) {
         return;
     }
-    /* sizes within one bucket differ by less than 2x; one average each */
-    b = bucket(n_tokens);
-    if (c->n[b] == 0) {
-        c->t[b] = seconds;
+    i = point_of(n_tokens);
+    /* normalise to the point's size (time ~ linear between points) */
+    seconds *= (double) point_size(i) / n_tokens;
+    if (c->n[i] == 0) {
+        c->t[i] = seconds;
+    } else if (seconds < c->t[i]) {
+        c->t[i] = 0.5 * (c->t[i] + seconds);
     } else {
-        c->t[b] += 0.1 * (seconds - c->t[b]);
+        c->t[i] += 0.05 * (seconds - c->t[i]);
     }
-    c->n[b]++;
+    c->n[i]++;
 }
 
 
 double
 nalar_cost_estimate(const nalar_cost_table *c, int n_tokens)
 {
-    int lo = -1, hi = -1, b;
+    int    lo = -1, hi = -1, i;
+    double est;
 
     if (n_tokens <= 0) {
         return 0;
     }
-    b = bucket(n_tokens);
-    if (c->n[b] > 0) {
-        return c->t[b];
-    }
-    for (int i = b - 1; i >= 0; i--) {
-        if (c->n[i] > 0) {
-            lo = i;
+    i = point_of(n_tokens);
+    for (int j = i; j >= 0; j--) {
+        if (c->n[j] > 0) {
+            lo = j;
             break;
         }
     }
-    for (int i = b + 1; i < NALAR_COST_BUCKETS; i++) {
-        if (c->n[i] > 0) {
-            hi = i;
+    for (int j = i + 1; j < NALAR_COST_POINTS; j++) {
+        if (c->n[j] > 0) {
+            hi = j;
             break;
         }
     }
     if (lo >= 0 && hi >= 0) {
-        double f = (double) (b - lo) / (hi - lo);
-        return c->t[lo] + f * (c->t[hi] - c->t[lo]);
+        double sl = point_size(lo), sh = point_size(hi);
+        double f = (n_tokens - sl) / (sh - sl);
+
+        est = c->t[lo] + f * (c->t[hi] - c->t[lo]);
+        return est > c->t[lo] ? est : c->t[lo];
     }
     if (lo >= 0) {
         /* above what was measured: assume compute-bound, linear in n */
-        return c->t[lo] * (double) (1 << b) / (1 << lo);
+        return c->t[lo] * n_tokens / point_size(lo);
     }
     if (hi >= 0) {
-        return c->t[hi];    /* below: no cheaper than the smallest seen */
+        /* below what was measured: proportional to n.  This flatters
+         * plain decoding (fewer tokens), so speculation is chosen only
+         * on evidence; choosing k = 0 then measures the real cost */
+        return c->t[hi] * n_tokens / point_size(hi);
     }
     return -1;
 }

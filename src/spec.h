@@ -40,12 +40,14 @@ int nalar_ngram_propose(const int32_t *corpus, int32_t n_corpus,
                         const int32_t *key, int32_t n_key, int n_min,
                         int n_max, int k, int32_t *out);
 
-/* Forward-pass time by batch size: buckets by powers of two of the token
- * count, each an exponential moving average of measured seconds. */
-#define NALAR_COST_BUCKETS 12
+/* Forward-pass time by batch size: one point per size for 1..32 tokens,
+ * then four steps per doubling up to 2048; each point a moving estimate of measured
+ * seconds that falls fast (cold starts and noise only ever add time) and
+ * rises slowly. */
+#define NALAR_COST_POINTS 56
 typedef struct {
-    double t[NALAR_COST_BUCKETS];
-    int    n[NALAR_COST_BUCKETS];   /* observations */
+    double t[NALAR_COST_POINTS];
+    int    n[NALAR_COST_POINTS];   /* observations */
 } nalar_cost_table;
 
 void   nalar_cost_record(nalar_cost_table *c, int n_tokens, double seconds);

@@ -15,7 +15,7 @@
 #endif
 
 /* how long an idle worker spins before sleeping (pause iterations) */
-#define SPIN_BEFORE_SLEEP 200000
+#define SPIN_BEFORE_SLEEP 20000
 
 typedef struct {
     nalar_pool *pool;
