@@ -322,7 +322,7 @@ main(void)
         for (int k = 0; k < 8; k++) {
             memcpy(pred + k * 64, ref[k].ids, 48 * sizeof(int32_t));
         }
-        e = engine(NULL, NALAR_SPEC_OFF, 0, 0, 0);
+        e = engine(NULL, NALAR_SPEC_OFF, 4, 0, 0);
         run_all(e, got, 48, pred, 48, 0);
         ok(all_equal(ref, got, "prediction"),
            "exact prediction: output equals plain decoding");
@@ -367,7 +367,7 @@ main(void)
         memcpy(pred, ref[2].ids, 48 * sizeof(int32_t));
         p.prediction = pred;
         p.n_prediction = 48;
-        e = engine(NULL, NALAR_SPEC_OFF, 0, 0, 0);
+        e = engine(NULL, NALAR_SPEC_OFF, 4, 0, 0);
         memset(&b, 0, sizeof(b));
         r = nalar_request_create(&p, collect, &b, &err);
         nalar_engine_run_sync(e, &r, 1, &err);
