@@ -1,0 +1,107 @@
+#!/usr/bin/perl
+# The nalar command-line tool: generate/tokenize/inspect/mkmodel/bench as
+# tests and outside checks call them, against the reference ids of
+# models/README.md.
+use strict;
+use warnings;
+use File::Temp qw(tempdir);
+use Test::More;
+
+my $nalar = './build/nalar';
+plan skip_all => "$nalar not built" unless -x $nalar;
+
+sub run { my $out = `@_ 2>&1`; return ($? >> 8, $out); }
+
+my %prompts = (
+    'In the beginning'    => [1, 780, 262, 1794, 1046],
+    'And it came to pass' => [1, 327, 337, 559, 292, 718],
+    'A wise man'          => [1, 298, 1540, 416],
+);
+my %target = (
+    'In the beginning' => '272 262 893 322 261 416 517 322 261 416 517 322 261 416 1978 1953 793 1967 13 843 356 388 722 323 1962 398 2 1 375 767 823 313 262 893 322 349 261 416 517 322 261 416 517 322 261 13 1965 369',
+    'And it came to pass' => '1963 313 1963 313 1963 313 1963 463 262 581 272 262 822 389 566 292 262 485 1963 313 306 389 566 292 262 485 1963 274 292 262 485 1963 274 292 262 485 1963 274 292 262 485 1963 274 292 262 485 1963 274',
+    'A wise man' => '322 261 416 517 322 261 416 517 322 261 416 517 322 261 416 517 322 261 416 1978 1953 793 13 329 261 416 517 322 261 416 517 322 261 416 517 322 261 416 517 322 261 416 1978 1953 13 1965 369 956',
+);
+my %draft = (
+    'In the beginning' => '272 262 893 322 261 13 1966 317 272 262 893 1967 13 843 356 1616 1552 293 706 1999 2008 2008 2018 2006 2007 1999 1999 1999 2008 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006 2006',
+    'And it came to pass' => '1963 313 262 485 430 357 262 485 272 529 1963 1181 710 262 386 1963 304 410 349 418 292 262 485 272 1542 1963 768 262 485 272 1542 1963 768 262 485 272 1542 1963 768 262 485 272 1542 1963 768 262 485 272',
+    'A wise man' => '322 261 416 517 322 261 416 517 322 261 416 517 322 261 416 517 322 261 416 1967 13 843 356 1318 644 1967 370 1967 370 1967 2 1 375 416 517 322 261 416 517 322 261 416 517 322 261 416 517 322',
+);
+
+for my $p (sort keys %prompts) {
+    my ($rc, $out) = run($nalar, 'tokenize', '-m',
+        'models/nalar-kjv-target-f32.gguf', "'$p'");
+    is($out, join(' ', @{$prompts{$p}}) . "\n", "tokenize '$p'");
+    for my $m (['target-f32', \%target], ['target-f16', \%target],
+               ['draft-f32', \%draft]) {
+        ($rc, $out) = run($nalar, 'generate', '-m',
+            "models/nalar-kjv-$m->[0].gguf", '-p', "'$p'", '-n', 48,
+            '--temp', 0, '--ids', '--ignore-eos');
+        is($out, $m->[1]{$p} . "\n", "generate $m->[0] '$p' --ids");
+    }
+}
+
+# text output stops at EOS and holds only the continuation
+my ($rc, $out) = run($nalar, 'generate', '-m',
+    'models/nalar-kjv-target-f32.gguf', '-p', "'In the beginning'", '-n', 48,
+    '--temp', 0);
+is($out, " of the world is a man who is a man who is a man's life.\n"
+    . "                -- Mark Twain\n", 'generate text stops at EOS');
+
+# speculative generation changes nothing at temperature 0
+($rc, $out) = run($nalar, 'generate', '-m', 'models/nalar-kjv-target-f32.gguf',
+    '--draft', 'models/nalar-kjv-draft-f32.gguf', '--spec-k', 4, '-p',
+    "'A wise man'", '-n', 48, '--temp', 0, '--ids', '--ignore-eos');
+is($out, $target{'A wise man'} . "\n", 'generate with a draft: same ids');
+
+# seeded sampling is reproducible
+my ($rc1, $s1) = run($nalar, 'generate', '-m',
+    'models/nalar-kjv-target-f32.gguf', '-p', "'Love is'", '-n', 24,
+    '--temp', 0.9, '--top-p', 0.95, '--seed', 42, '--ids', '--ignore-eos');
+my ($rc2, $s2) = run($nalar, 'generate', '-m',
+    'models/nalar-kjv-target-f32.gguf', '-p', "'Love is'", '-n', 24,
+    '--temp', 0.9, '--top-p', 0.95, '--seed', 42, '--ids', '--ignore-eos');
+my ($rc3, $s3) = run($nalar, 'generate', '-m',
+    'models/nalar-kjv-target-f32.gguf', '-p', "'Love is'", '-n', 24,
+    '--temp', 0.9, '--top-p', 0.95, '--seed', 43, '--ids', '--ignore-eos');
+ok($rc1 == 0 && $s1 eq $s2, 'same seed, same sample');
+isnt($s1, $s3, 'another seed, another sample');
+
+# inspect
+($rc, $out) = run($nalar, 'inspect', 'models/nalar-kjv-target-f16.gguf');
+like($out, qr/architecture:\s+llama/, 'inspect: architecture');
+like($out, qr/dim:\s+128/, 'inspect: dim');
+like($out, qr/heads:\s+4 \(kv heads 2, head_dim 32\)/, 'inspect: heads');
+like($out, qr/context:\s+512/, 'inspect: context');
+like($out, qr/attn_q F16/, 'inspect: types');
+like($out, qr/SentencePiece/, 'inspect: tokenizer');
+
+# mkmodel of every type loads and generates; bad files get a clear error
+my $dir = tempdir(CLEANUP => 1);
+for my $t (qw(f32 f16 bf16 q8_0)) {
+    ($rc, $out) = run($nalar, 'mkmodel', '--dim', 64, '--layers', 2,
+        '--heads', 4, '--kv-heads', 2, '--ffn', 96, '--vocab', 512,
+        '--type', $t, '-o', "$dir/m-$t.gguf");
+    is($rc, 0, "mkmodel --type $t") or diag $out;
+    ($rc, $out) = run($nalar, 'generate', '-m', "$dir/m-$t.gguf", '-p',
+        'hello', '-n', 8, '--temp', 0, '--ids', '--ignore-eos');
+    like($out, qr/^\d+( \d+){7}\n$/, "random $t model generates 8 ids");
+}
+($rc, $out) = run($nalar, 'mkmodel', '--bpe', '--vocab', 600, '-o',
+    "$dir/bpe.gguf");
+($rc, $out) = run($nalar, 'tokenize', '-m', "$dir/bpe.gguf", "'hello world'");
+like($out, qr/^\d+( \d+)*\n$/, 'byte-level BPE vocabulary tokenizes');
+
+open(my $fh, '>', "$dir/bad.gguf"); print $fh "GGUF\x03\0\0\0garbage"; close $fh;
+($rc, $out) = run($nalar, 'generate', '-m', "$dir/bad.gguf", '-p', 'x');
+ok($rc != 0 && $out =~ /bad\.gguf/, "truncated file refused: $out");
+($rc, $out) = run($nalar, 'generate', '-m', "$dir/missing.gguf");
+ok($rc != 0 && $out =~ /missing\.gguf/, "missing file refused: $out");
+
+# bench --json has the documented keys
+($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
+    '-p', 16, '-n', 8, '-b', '1,4', '--json');
+like($out, qr/^\{"prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
+    'bench --json line');
+
+done_testing();
