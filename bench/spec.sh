@@ -1,0 +1,64 @@
+#!/bin/sh
+# Speculative decoding benchmark: tokens/s with and without speculation for
+# the demo target + draft, n-gram lookup, and the client's prediction on an
+# editing task (90% of the output predicted), at 1, 4 and 16 streams and
+# k = auto (cost model) and fixed 1, 2, 4, 8.  Alternating runs against a
+# plain engine in the same process, medians.  Writes bench/results/spec.md,
+# bench/results/spec.jsonl and bench/spec.png.
+# Usage: sh bench/spec.sh [REPS] [THREADS]
+set -eu
+cd "$(dirname "$0")/.."
+REPS=${1:-5}
+THREADS=${2:-2}
+make -s build/nalar
+command -v gnuplot >/dev/null || { [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null; } || true
+mkdir -p bench/results
+T=models/nalar-kjv-target-f32.gguf
+D=models/nalar-kjv-draft-f32.gguf
+{
+    build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k auto,1,2,4,8 -n 96 \
+        --reps "$REPS" -t "$THREADS" --json
+    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k auto,2,4,8 -n 96 \
+        --reps "$REPS" -t "$THREADS" --json
+} > bench/results/spec.jsonl
+python3 - <<'PY'
+import json, shutil, subprocess
+rows = [json.loads(l) for l in open("bench/results/spec.jsonl") if l.strip()]
+out = ["| proposer | streams | k | tokens/s | plain tokens/s | speedup | "
+       "acceptance | accepted per step | draft ms/token | verify ms/token |",
+       "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+for r in rows:
+    out.append("| %s | %d | %s | %.0f | %.0f | %.2fx | %.2f | %.2f | %.4f | %.4f |"
+               % (r["proposer"], r["streams"], r["k"], r["tokens_per_s"],
+                  r["plain_tokens_per_s"], r["speedup"], r["acceptance"],
+                  r["accepted_per_step"], r["draft_ms_per_token"],
+                  r["verify_ms_per_token"]))
+open("bench/results/spec.md", "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+if shutil.which("gnuplot"):
+    with open("bench/results/spec.dat", "w") as f:
+        for prop in ("draft", "ngram", "prediction"):
+            for s in (1, 4, 16):
+                pts = [r for r in rows if r["proposer"] == prop
+                       and r["streams"] == s and r["k"] == "fixed"]
+                if not pts:
+                    continue
+                f.write("# %s %d\n" % (prop, s))
+                for i, r in enumerate(pts):
+                    f.write("%d %.3f\n" % ([1, 2, 4, 8][i] if prop != "prediction" else [2, 4, 8][i], r["speedup"]))
+                f.write("\n\n")
+    blocks = [l[2:].strip() for l in open("bench/results/spec.dat") if l.startswith("# ")]
+    plot = ", ".join("'bench/results/spec.dat' index %d with linespoints title '%s streams'"
+                     % (i, b.replace(" ", ", ")) for i, b in enumerate(blocks))
+    subprocess.run(["gnuplot"], input="""
+set terminal pngcairo size 800,500
+set output 'bench/spec.png'
+set title 'Speculative decoding speedup against k (demo target, greedy)'
+set xlabel 'k (proposals per step)'
+set ylabel 'speedup over plain decoding'
+set logscale x 2
+set grid
+set key outside right
+plot %s, 1 with lines dashtype 2 title 'plain'
+""" % plot, text=True, check=True)
+PY
