@@ -126,6 +126,8 @@ struct ngx_http_nalar_ctx_s {
 
     ngx_buf_t                 *error_body;  /* nginx's error page, as
                                                JSON */
+    ngx_chain_t               *free;        /* stream buffers to reuse */
+    ngx_chain_t               *busy;        /* stream buffers in flight */
 
     unsigned                   stream:1;
     unsigned                   include_usage:1;
@@ -170,8 +172,10 @@ static json_t *ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     ngx_http_nalar_choice_t *ch, nalar_output *out);
 static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
 static const char *ngx_http_nalar_finish_reason(nalar_finish f);
-static ngx_int_t ngx_http_nalar_append_event(ngx_http_request_t *r,
+static ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
     ngx_chain_t ***ll, json_t *j);
+static ngx_int_t ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t *out);
 static ngx_int_t ngx_http_nalar_append_raw(ngx_http_request_t *r,
     ngx_chain_t ***ll, u_char *data, size_t len);
 static void ngx_http_nalar_timer_handler(ngx_event_t *ev);
@@ -982,6 +986,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ngx_array_t                 stops;
     json_error_t                jerr;
     nalar_request_params        params;
+    ngx_event_t                *rev;
     nalar_kv_pool              *kv;
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
@@ -1105,6 +1110,18 @@ ngx_http_nalar_start(ngx_http_request_t *r)
 
     r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_nalar_write_handler;
+
+    /*
+     * A client that hung up while its request was read has had its one
+     * edge-triggered EOF event already: look again from the event loop, so
+     * that its sequence is cancelled now, not when the answer is written.
+     */
+
+    rev = r->connection->read;
+
+    if (r->stream == NULL && (rev->pending_eof || rev->ready)) {
+        ngx_post_event(rev, &ngx_posted_events);
+    }
 
     if (ctx->stream) {
         rc = ngx_http_nalar_send_stream_header(r, ctx);
@@ -1975,7 +1992,7 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
     if (ctx->blocked) {
         sent = c->sent;
 
-        rc = ngx_http_output_filter(r, NULL);
+        rc = ngx_http_nalar_output(ctx, NULL);
 
         if (rc == NGX_ERROR) {
             ctx->done = 1;
@@ -2086,7 +2103,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
                           "choices",
                           "usage", ngx_http_nalar_usage_json(ctx));
 
-            if (ngx_http_nalar_append_event(r, &ll, u) != NGX_OK) {
+            if (ngx_http_nalar_append_event(ctx, &ll, u) != NGX_OK) {
                 json_decref(u);
                 ngx_http_finalize_request(r, NGX_ERROR);
                 return;
@@ -2122,7 +2139,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 
     ctx->last_send = ngx_current_msec;
 
-    rc = ngx_http_output_filter(r, out);
+    rc = ngx_http_nalar_output(ctx, out);
 
     if (rc == NGX_ERROR) {
         ctx->done = 1;
@@ -2194,7 +2211,7 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
         chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
                           "message", o->error, "type", "server_error",
                           "param", "code");
-        if (ngx_http_nalar_append_event(r, ll, chunk) != NGX_OK) {
+        if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
             json_decref(chunk);
             return NGX_ERROR;
         }
@@ -2341,7 +2358,7 @@ ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
         json_object_set_new(chunk, "usage", json_null());
     }
 
-    rc = ngx_http_nalar_append_event(ctx->request, ll, chunk);
+    rc = ngx_http_nalar_append_event(ctx, ll, chunk);
     json_decref(chunk);
 
     return rc;
@@ -2590,10 +2607,10 @@ ngx_http_nalar_finish_reason(nalar_finish f)
 /* "data: {json}\n\n" appended to the chain being built. */
 
 static ngx_int_t
-ngx_http_nalar_append_event(ngx_http_request_t *r, ngx_chain_t ***ll,
+ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
     json_t *j)
 {
-    size_t        len;
+    size_t        len, size;
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
@@ -2606,27 +2623,61 @@ ngx_http_nalar_append_event(ngx_http_request_t *r, ngx_chain_t ***ll,
         return NGX_ERROR;
     }
 
-    b = ngx_create_temp_buf(r->pool, len + sizeof("data: \n\n") - 1);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
+    size = len + sizeof("data: \n\n") - 1;
 
-    b->last = ngx_cpymem(b->last, "data: ", 6);
-    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
-    *b->last++ = '\n';
-    *b->last++ = '\n';
+    /* buffers the client has taken are reused: a long stream's memory is
+     * what is in flight, not everything it ever sent */
 
-    cl = ngx_alloc_chain_link(r->pool);
+    cl = ngx_chain_get_free_buf(ctx->request->pool, &ctx->free);
     if (cl == NULL) {
         return NGX_ERROR;
     }
 
-    cl->buf = b;
-    cl->next = NULL;
+    b = cl->buf;
+
+    if (b->start == NULL || (size_t) (b->end - b->start) < size) {
+        size = ngx_max(size, 512);
+
+        b->start = ngx_palloc(ctx->request->pool, size);
+        if (b->start == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->end = b->start + size;
+    }
+
+    b->pos = b->start;
+    b->last = ngx_cpymem(b->start, "data: ", 6);
+    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
+    *b->last++ = '\n';
+    *b->last++ = '\n';
+
+    b->temporary = 1;
+    b->flush = 0;
+    b->last_buf = 0;
+    b->last_in_chain = 0;
+    b->tag = (ngx_buf_tag_t) &ngx_nalar_module;
+
     **ll = cl;
     *ll = &cl->next;
 
     return NGX_OK;
+}
+
+
+/* Sends a chain of the stream and recycles the buffers already sent. */
+
+static ngx_int_t
+ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_output_filter(ctx->request, out);
+
+    ngx_chain_update_chains(ctx->request->pool, &ctx->free, &ctx->busy, &out,
+                            (ngx_buf_tag_t) &ngx_nalar_module);
+
+    return rc;
 }
 
 
@@ -2706,7 +2757,7 @@ ngx_http_nalar_timer_handler(ngx_event_t *ev)
     out->buf->flush = 1;
     ctx->last_send = ngx_current_msec;
 
-    rc = ngx_http_output_filter(r, out);
+    rc = ngx_http_nalar_output(ctx, out);
 
     if (rc == NGX_ERROR) {
         ctx->done = 1;

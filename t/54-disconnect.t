@@ -61,7 +61,7 @@ is($finished, 0, 'every streaming client hung up mid-stream');
 # the cancellations land at the next step boundary: poll briefly
 
 my $m;
-for (1 .. 100) {
+for (1 .. 100 * $NalarTest::SLOW) {
     $m = $t->metrics;
     last if $m->{"nalar_requests_running{$M}"} == 0
          && $m->{"nalar_requests_waiting{$M}"} == 0
@@ -69,6 +69,15 @@ for (1 .. 100) {
     select(undef, undef, undef, 0.05);
 }
 
+if ($m->{"nalar_requests_running{$M}"} != 0) {
+    # tell a stale metric from a sequence really left running
+    $t->post_json('/v1/completions', { prompt => 'A', max_tokens => 1 });
+    my $again = $t->metrics;
+    diag('after one more request: running '
+         . $again->{"nalar_requests_running{$M}"} . ', free '
+         . $again->{"nalar_kv_blocks_free{$M}"} . ' of '
+         . $again->{"nalar_kv_blocks_total{$M}"});
+}
 is($m->{"nalar_requests_running{$M}"}, 0, 'no request running');
 is($m->{"nalar_requests_waiting{$M}"}, 0, 'no request waiting');
 is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
@@ -79,6 +88,32 @@ my $generated = $m->{"nalar_generation_tokens_total{$M}"}
 ok($generated < 32 * $MAX / 2,
    "cancelled sequences stopped generating ($generated of " . 32 * $MAX
    . ' tokens)');
+
+# a client that sends its request and hangs up at once, before nginx has
+# even read it: the EOF comes before the request is submitted, and must
+# still cancel it (16 choices of 450 tokens would take a while)
+
+$before = $t->metrics;
+my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port,
+                              Proto => 'tcp') or die;
+my $req = NalarTest::json()->encode({ prompt => 'A wise man', n => 16,
+                                      max_tokens => 450,
+                                      ignore_eos => JSON::PP::true });
+$s->syswrite("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+             . "Content-Length: " . length($req) . "\r\n\r\n$req");
+close $s;
+for (1 .. 100 * $NalarTest::SLOW) {
+    select(undef, undef, undef, 0.02);
+    $m = $t->metrics;
+    last if $m->{"nalar_generation_tokens_total{$M}"}
+            > $before->{"nalar_generation_tokens_total{$M}"}
+         && $m->{"nalar_requests_running{$M}"} == 0;
+}
+$generated = $m->{"nalar_generation_tokens_total{$M}"}
+           - $before->{"nalar_generation_tokens_total{$M}"};
+ok($generated < 16 * 450 / 2,
+   "a request whose client left before it was read is cancelled "
+   . "($generated of 7200 tokens)");
 
 # and the server still answers normally
 

@@ -92,7 +92,7 @@ $s->sysread(my $first, 512);
 like($first // '', qr{^HTTP/1.1 200}, 'the stream started');
 my $t0 = time;
 my $m;
-for (1 .. 100) {
+for (1 .. 100 * $NalarTest::SLOW) {
     sleep 0.05;
     $m = $t->metrics;
     last if $t->read_file('error.log') =~ /nalar: client timed out/
@@ -100,9 +100,10 @@ for (1 .. 100) {
 }
 ok($t->read_file('error.log') =~ /nalar: client timed out/,
    'the stalled client timed out (send_timeout)');
-ok(time - $t0 < 4, 'within a few seconds of send_timeout 1s');
+ok(time - $t0 < 4 * $NalarTest::SLOW,
+   'within a few seconds of send_timeout 1s');
 close $s;
-for (1 .. 40) {
+for (1 .. 40 * $NalarTest::SLOW) {
     $m = $t->metrics;
     last if $m->{"nalar_kv_blocks_free{$M}"} == $m->{"nalar_kv_blocks_total{$M}"}
          && $m->{"nalar_requests_running{$M}"} == 0;

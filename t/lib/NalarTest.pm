@@ -42,7 +42,9 @@ our $MODULE = "$ROOT/build/module/ngx_nalar_module.so";
 # libasan preloaded into nginx; reports go to stderr, which nginx points at
 # error.log, which check_log reads.
 our $ENV_PREFIX = '';
+our $SLOW = 1;          # time factor for waits: sanitized engines are slower
 if ($ENV{NALAR_ASAN}) {
+    $SLOW = 10;
     $MODULE = "$ROOT/build/asan/module/ngx_nalar_module.so";
     my $asan = `gcc -print-file-name=libasan.so`;
     chomp $asan;
