@@ -59,6 +59,7 @@ build/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c $(HDRS)
 	    fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c -o $@ -lm
 
 include module.mk
+-include cuda.mk
 
 deps:
 	@sh scripts/deps.sh

@@ -10,7 +10,6 @@ extern "C" {
 }
 
 #define ATT_WARPS 4                /* warps per block */
-#define ATT_U     2                /* positions per lane group per step */
 #define ATT_GC    8                /* most query heads per decode block */
 
 
@@ -28,6 +27,8 @@ struct att_lanes {
     static constexpr int E = HD >= WARP ? HD / WARP : 1;
     static constexpr int LP = HD / E;
     static constexpr int PW = WARP / LP;
+    /* positions per lane group per step: loads in flight per lane */
+    static constexpr int U = E >= 8 ? 2 : 4;
 };
 
 
@@ -67,6 +68,7 @@ attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
 {
     constexpr int E = att_lanes<HD>::E, LP = att_lanes<HD>::LP;
     constexpr int PW = att_lanes<HD>::PW, NS = ATT_WARPS * PW;
+    constexpr int ATT_U = att_lanes<HD>::U;
     __shared__ float sm_m[NS][GC], sm_l[NS][GC];
     __shared__ float sm_o[NS][GC][HD];
 

@@ -661,8 +661,28 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
     if (strcmp(name, "cpu") == 0) {
         return nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
     }
+#ifdef NALAR_CUDA
+    /* a weak reference: binaries that do not link build/libnalar_cuda.a
+     * (the nginx module until it does, the unit tests) still link */
+    if (strcmp(name, "cuda") == 0) {
+        extern nalar_backend *nalar_cuda_backend_create(nalar_model *,
+                                                        int, nalar_err *)
+            __attribute__((weak));
+
+        if (nalar_cuda_backend_create == NULL) {
+            nalar_fail(err, "backend 'cuda': this binary was built without "
+                       "linking build/libnalar_cuda.a");
+            return NULL;
+        }
+        return nalar_cuda_backend_create(m, o != NULL && o->device > 0
+                                            ? o->device : 0, err);
+    }
+    nalar_fail(err, "backend '%s' is not built into this binary (available: "
+               "cpu, cuda)", name);
+#else
     nalar_fail(err, "backend '%s' is not built into this binary (available: "
                "cpu)", name);
+#endif
     return NULL;
 }
 

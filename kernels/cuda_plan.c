@@ -131,7 +131,8 @@ nalar_cuda_attn_splits(int32_t n_tok, int32_t n_head_groups,
                        int32_t sm_count, int32_t n_ctx_max)
 {
     int64_t pairs = (int64_t) n_tok * n_head_groups;
-    int64_t target = 2 * (int64_t) (sm_count > 0 ? sm_count : 1);
+    /* about four 4-warp blocks per SM keep enough loads in flight */
+    int64_t target = 4 * (int64_t) (sm_count > 0 ? sm_count : 1);
     int64_t s;
 
     if (pairs <= 0) {

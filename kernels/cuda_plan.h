@@ -70,7 +70,7 @@ int nalar_cuda_plan_fill(const nalar_batch *b, int32_t n_vocab,
 
 /*
  * Split-K factor for paged decode attention: enough blocks to fill the
- * device (about two waves of `sm_count`) over n_tok * n_head_groups
+ * device (about four blocks per SM of `sm_count`) over n_tok * n_head_groups
  * (token, KV head chunk) pairs, each split covering at least 16 positions
  * of an n_ctx_max context.  Depends on n_tok (not on contexts) when
  * n_ctx_max <= 0, so that a captured graph stays valid as contexts grow.

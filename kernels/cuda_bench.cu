@@ -1,0 +1,485 @@
+/*
+ * `nalar bench --backend cuda` / `--synthetic SHAPE`: what the GPU does.
+ *
+ *   HBM copy bandwidth    cudaMemcpy device to device of 2 GiB, counted as
+ *                         bytes read + written per second
+ *   prefill               one prompt of `prefill` tokens in one pass
+ *   decode, batch 1       continuing that prompt; the achieved bandwidth is
+ *                         (weight bytes + KV bytes read) per token x tokens/s
+ *   decode, batch B       B sequences of 128 tokens stepping together
+ *   paged attention       the decode kernel alone on one layer at attn_ctx
+ *                         positions (shuffled blocks, one token, all heads)
+ *
+ * Timings are wall-clock around forward(), which returns after its logits
+ * are on the host, so they include the per-step host work the engine pays.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention.cuh"
+#include "common.cuh"
+#include "kv.cuh"
+
+extern "C" {
+#include "cuda_backend.h"
+#include "cuda_plan.h"
+}
+
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+
+static int32_t
+argmax_row(const float *x, int32_t n)
+{
+    int32_t best = 0;
+
+    for (int32_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+
+/* bytes read + written per second by cudaMemcpy D2D */
+static int
+copy_bandwidth(int device, double *gbs, nalar_err *err)
+{
+    size_t      bytes = (size_t) 1 << 31;
+    void       *a = NULL, *b = NULL;
+    cudaEvent_t e0, e1;
+    float       ms = 0;
+
+    CUDA_CHECK(err, cudaSetDevice(device));
+    CUDA_CHECK(err, cudaMalloc(&a, bytes));
+    if (cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaFree(a);
+        return nalar_fail(err, "bench: no room for a 2 GiB copy");
+    }
+    CUDA_CHECK(err, cudaMemset(a, 1, bytes));
+    CUDA_CHECK(err, cudaEventCreate(&e0));
+    CUDA_CHECK(err, cudaEventCreate(&e1));
+    CUDA_CHECK(err, cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(err, cudaEventRecord(e0, 0));
+    for (int i = 0; i < 10; i++) {
+        CUDA_CHECK(err, cudaMemcpyAsync(b, a, bytes,
+                                        cudaMemcpyDeviceToDevice, 0));
+    }
+    CUDA_CHECK(err, cudaEventRecord(e1, 0));
+    CUDA_CHECK(err, cudaEventSynchronize(e1));
+    CUDA_CHECK(err, cudaEventElapsedTime(&ms, e0, e1));
+    *gbs = 2.0 * 10 * (double) bytes / (ms * 1e-3) / 1e9;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 0;
+}
+
+
+/* The decode attention kernel alone: one token at ctx positions, one
+ * layer, the model's heads; returns bytes of K/V read per second. */
+static int
+attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
+                    double *gbs, double *us, nalar_err *err)
+{
+    nalar_cuda_ctx c;
+    nalar_cuda_kv  kv;
+    int32_t        n_blocks = (ctx + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
+    int32_t        kv_dim = cfg->n_kv_heads * cfg->head_dim;
+    int32_t        qd = cfg->n_heads * cfg->head_dim;
+    int32_t       *h = (int32_t *) malloc((size_t) (n_blocks + 3)
+                                          * sizeof(int32_t));
+    int32_t       *d = NULL;
+    float         *q = NULL, *out = NULL, *part = NULL;
+    int32_t        splits;
+    size_t         bytes = (size_t) n_blocks * NALAR_KV_BLOCK * kv_dim
+                           * sizeof(float);
+    cudaEvent_t    e0, e1;
+    float          ms = 0;
+    int            rc = -1, reps = 50;
+
+    if (h == NULL) {
+        return nalar_fail(err, "bench: out of memory");
+    }
+    if (nalar_cuda_ctx_init(&c, device, err) != 0) {
+        free(h);
+        return -1;
+    }
+    memset(&kv, 0, sizeof(kv));
+    /* pos, tbl_off, then a shuffled table */
+    h[0] = ctx - 1;
+    h[1] = 0;
+    for (int32_t i = 0; i < n_blocks; i++) {
+        h[2 + i] = i;
+    }
+    srand(7);
+    for (int32_t i = n_blocks - 1; i > 0; i--) {
+        int32_t j = rand() % (i + 1), t = h[2 + i];
+
+        h[2 + i] = h[2 + j];
+        h[2 + j] = t;
+    }
+    splits = nalar_cuda_attn_splits(1, cfg->n_kv_heads
+                                    * nalar_cuda_attn_head_chunks(
+                                          cfg->n_heads, cfg->n_kv_heads),
+                                    c.sm_count, 0);
+    if (cudaMalloc((void **) &kv.k, bytes) != cudaSuccess
+        || cudaMalloc((void **) &kv.v, bytes) != cudaSuccess
+        || cudaMalloc((void **) &d, (size_t) (n_blocks + 2) * 4)
+           != cudaSuccess
+        || cudaMalloc((void **) &q, (size_t) qd * 4) != cudaSuccess
+        || cudaMalloc((void **) &out, (size_t) qd * 4) != cudaSuccess
+        || cudaMalloc((void **) &part,
+                      (size_t) nalar_cuda_attn_part_floats(
+                          1, cfg->n_heads, cfg->head_dim, splits) * 4 + 4)
+           != cudaSuccess)
+    {
+        nalar_fail(err, "bench: no device memory for the attention test");
+        goto done;
+    }
+    kv.n_blocks = n_blocks;
+    kv.n_layers = 1;
+    kv.kv_dim = kv_dim;
+    if (cudaMemset(kv.k, 0, bytes) != cudaSuccess
+        || cudaMemset(kv.v, 0, bytes) != cudaSuccess
+        || cudaMemset(q, 0, (size_t) qd * 4) != cudaSuccess
+        || cudaMemcpy(d, h, (size_t) (n_blocks + 2) * 4,
+                      cudaMemcpyHostToDevice) != cudaSuccess
+        || cudaEventCreate(&e0) != cudaSuccess
+        || cudaEventCreate(&e1) != cudaSuccess)
+    {
+        nalar_fail(err, "bench: attention test setup failed");
+        goto done;
+    }
+    for (int i = 0; i < reps + 5; i++) {
+        if (i == 5 && cudaEventRecord(e0, c.stream) != cudaSuccess) {
+            goto done;
+        }
+        if (nalar_cuda_attn_decode(&c, out, qd, q, qd, &kv, 0, d, d + 1,
+                                   d + 2, 1, cfg->n_heads, cfg->n_kv_heads,
+                                   cfg->head_dim, splits, part, err) != 0)
+        {
+            goto done;
+        }
+    }
+    if (cudaEventRecord(e1, c.stream) != cudaSuccess
+        || cudaEventSynchronize(e1) != cudaSuccess
+        || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+    {
+        nalar_fail(err, "bench: attention test failed: %s",
+                   cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
+    *us = ms * 1e3 / reps;
+    *gbs = 2.0 * (double) ctx * kv_dim * sizeof(float) / (*us * 1e-6) / 1e9;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    rc = 0;
+done:
+    cudaFree(kv.k);
+    cudaFree(kv.v);
+    cudaFree(d);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(part);
+    nalar_cuda_ctx_free(&c);
+    free(h);
+    return rc;
+}
+
+
+typedef struct {
+    nalar_backend *be;
+    nalar_kv_pool  kv;
+    nalar_batch    b;
+    float         *logits;
+    int32_t        vocab;
+} bench_run;
+
+
+static int
+step(bench_run *r, int32_t n, nalar_err *err)
+{
+    int32_t nl = 0;
+
+    for (int32_t i = 0; i < n; i++) {
+        nl += r->b.want_logits[i] != 0;
+    }
+    r->b.n_tokens = n;
+    r->b.n_logits = nl;
+    return r->be->forward(r->be, &r->kv, &r->b, r->logits, err);
+}
+
+
+int
+nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
+{
+    static const int32_t dflt_batches[3] = { 8, 32, 128 };
+    const int32_t *batches = o->n_batches > 0 ? o->batches : dflt_batches;
+    int32_t        n_batches = o->n_batches > 0 ? o->n_batches : 3;
+    int32_t        P = o->prefill > 0 ? o->prefill : 2048;
+    int32_t        N = o->n_decode > 0 ? o->n_decode : 64;
+    int32_t        actx = o->attn_ctx > 0 ? o->attn_ctx : 8192;
+    int32_t        ctx_b = 128, max_b = 1, cap_tok, n_blocks;
+    nalar_model   *m = NULL;
+    nalar_config   cfg;
+    bench_run      r;
+    nalar_seq_kv  *seqs = NULL;
+    double         bw = 0, prefill_tps = 0, dec_tps = 0, att_gbs = 0;
+    double         att_us = 0, t0, kv_tok, dec_gbs;
+    double         bat_tps[16];
+    int64_t        wbytes;
+    int            rc = -1;
+    const char    *name;
+
+    memset(&r, 0, sizeof(r));
+    if (nalar_cuda_device_count() <= o->device || o->device < 0) {
+        return nalar_fail(err, "bench: no CUDA device %d", o->device);
+    }
+    for (int i = 0; i < n_batches && i < 16; i++) {
+        max_b = batches[i] > max_b ? batches[i] : max_b;
+    }
+    n_batches = n_batches < 16 ? n_batches : 16;
+    if (copy_bandwidth(o->device, &bw, err) != 0) {
+        return -1;
+    }
+    if (o->synthetic != NULL) {
+        if (nalar_cuda_synthetic_config(o->synthetic, &cfg, err) != 0) {
+            return -1;
+        }
+        r.be = nalar_cuda_backend_create_synthetic(&cfg,
+                   o->type != 0 ? o->type : GGML_BF16, 42, o->device, err);
+        name = o->synthetic;
+    } else {
+        if (o->model_path == NULL) {
+            return nalar_fail(err, "bench: a model (-m) or --synthetic SHAPE");
+        }
+        m = nalar_model_load(o->model_path, err);
+        if (m == NULL) {
+            return -1;
+        }
+        cfg = m->cfg;
+        r.be = nalar_cuda_backend_create(m, o->device, err);
+        name = o->model_path;
+    }
+    if (r.be == NULL) {
+        goto out;
+    }
+    if (P + N + 16 > cfg.n_ctx && o->synthetic == NULL) {
+        P = cfg.n_ctx - N - 16 > 16 ? cfg.n_ctx - N - 16 : 16;
+    }
+    r.vocab = cfg.n_vocab;
+    wbytes = nalar_cuda_weight_bytes(r.be);
+    /* blocks for the longest of: the prompt and its decode, or every
+     * batched stream with its context and decode */
+    n_blocks = (P + N + 32) / NALAR_KV_BLOCK + 2;
+    if (max_b * ((ctx_b + N + 32) / NALAR_KV_BLOCK + 2) > n_blocks) {
+        n_blocks = max_b * ((ctx_b + N + 32) / NALAR_KV_BLOCK + 2);
+    }
+    if (nalar_kv_pool_init(&r.kv, n_blocks, cfg.n_layers,
+                           cfg.n_kv_heads * cfg.head_dim, err) != 0)
+    {
+        goto out;
+    }
+    if (r.be->kv_alloc(r.be, &r.kv, err) != 0) {
+        nalar_kv_pool_free(&r.kv);
+        r.kv.n_blocks = 0;
+        goto out;
+    }
+    cap_tok = P > max_b * ctx_b ? P : max_b * ctx_b;
+    cap_tok = cap_tok > 4096 ? cap_tok : 4096;
+    r.b.tokens = (int32_t *) calloc((size_t) cap_tok, sizeof(int32_t));
+    r.b.pos = (int32_t *) calloc((size_t) cap_tok, sizeof(int32_t));
+    r.b.seq = (nalar_seq_kv **) calloc((size_t) cap_tok,
+                                       sizeof(nalar_seq_kv *));
+    r.b.want_logits = (int8_t *) calloc((size_t) cap_tok, 1);
+    r.logits = (float *) malloc((size_t) max_b * cfg.n_vocab
+                                * sizeof(float));
+    seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
+    if (r.b.tokens == NULL || r.b.pos == NULL || r.b.seq == NULL
+        || r.b.want_logits == NULL || r.logits == NULL || seqs == NULL)
+    {
+        nalar_fail(err, "bench: out of host memory");
+        goto out;
+    }
+    for (int i = 0; i < max_b; i++) {
+        nalar_seq_kv_init(&seqs[i]);
+    }
+
+    /* prefill: the whole prompt in one pass, after a warm-up pass */
+    if (nalar_seq_kv_reserve(&r.kv, &seqs[0], P + N + 16) != 0) {
+        nalar_fail(err, "bench: KV pool too small");
+        goto out;
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        for (int32_t i = 0; i < P; i++) {
+            r.b.tokens[i] = (int32_t) ((i * 7919 + 13) % cfg.n_vocab);
+            r.b.pos[i] = i;
+            r.b.seq[i] = &seqs[0];
+            r.b.want_logits[i] = i == P - 1;
+        }
+        t0 = now_s();
+        if (step(&r, P, err) != 0) {
+            goto out;
+        }
+        prefill_tps = P / (now_s() - t0);
+    }
+
+    /* decode at batch 1: 8 warm-up steps (graph capture), then N timed */
+    {
+        int32_t tok = argmax_row(r.logits, cfg.n_vocab);
+
+        for (int32_t i = 0; i < N + 8; i++) {
+            if (i == 8) {
+                t0 = now_s();
+            }
+            r.b.tokens[0] = tok;
+            r.b.pos[0] = P + i;
+            r.b.seq[0] = &seqs[0];
+            r.b.want_logits[0] = 1;
+            if (step(&r, 1, err) != 0) {
+                goto out;
+            }
+            tok = argmax_row(r.logits, cfg.n_vocab);
+        }
+        dec_tps = N / (now_s() - t0);
+    }
+    nalar_seq_kv_release(&r.kv, &seqs[0]);
+    /* KV read per token at the mean context of the timed steps */
+    kv_tok = 2.0 * (P + 8 + N / 2) * cfg.n_kv_heads * cfg.head_dim
+             * (double) sizeof(float) * cfg.n_layers;
+    dec_gbs = ((double) wbytes + kv_tok) * dec_tps / 1e9;
+
+    /* batched decode: B streams with ctx_b-token contexts */
+    for (int k = 0; k < n_batches; k++) {
+        int32_t B = batches[k], steps = N / 2 > 8 ? N / 2 : 8;
+
+        for (int32_t s = 0; s < B; s++) {
+            if (nalar_seq_kv_reserve(&r.kv, &seqs[s], ctx_b + steps + 8)
+                != 0)
+            {
+                nalar_fail(err, "bench: KV pool too small for %d streams", B);
+                goto out;
+            }
+        }
+        /* contexts, up to 4096 tokens a pass */
+        for (int32_t done = 0; done < B * ctx_b;) {
+            int32_t n = B * ctx_b - done < 4096 ? B * ctx_b - done : 4096;
+
+            for (int32_t i = 0; i < n; i++) {
+                int32_t g = done + i;
+
+                r.b.tokens[i] = (int32_t) ((g * 31 + 7) % cfg.n_vocab);
+                r.b.pos[i] = g % ctx_b;
+                r.b.seq[i] = &seqs[g / ctx_b];
+                r.b.want_logits[i] = 0;
+            }
+            if (step(&r, n, err) != 0) {
+                goto out;
+            }
+            done += n;
+        }
+        for (int32_t i = 0; i < steps + 4; i++) {
+            if (i == 4) {
+                t0 = now_s();
+            }
+            for (int32_t s = 0; s < B; s++) {
+                r.b.tokens[s] = i == 0
+                    ? (int32_t) ((s * 17 + 5) % cfg.n_vocab)
+                    : argmax_row(r.logits + (size_t) s * cfg.n_vocab,
+                                 cfg.n_vocab);
+                r.b.pos[s] = ctx_b + i;
+                r.b.seq[s] = &seqs[s];
+                r.b.want_logits[s] = 1;
+            }
+            if (step(&r, B, err) != 0) {
+                goto out;
+            }
+        }
+        bat_tps[k] = (double) B * steps / (now_s() - t0);
+        for (int32_t s = 0; s < B; s++) {
+            nalar_seq_kv_release(&r.kv, &seqs[s]);
+        }
+    }
+
+    if (attention_bandwidth(o->device, &cfg, actx, &att_gbs, &att_us, err)
+        != 0)
+    {
+        goto out;
+    }
+
+    if (o->json) {
+        printf("{\"model\": \"%s\", \"copy_gbs\": %.1f, "
+               "\"prefill_tokens\": %d, \"prefill_tps\": %.1f, "
+               "\"decode_tps\": %.2f, \"decode_gbs\": %.1f, "
+               "\"decode_bw_fraction\": %.3f, \"batched_tps\": {",
+               name, bw, P, prefill_tps, dec_tps, dec_gbs, dec_gbs / bw);
+        for (int k = 0; k < n_batches; k++) {
+            printf("%s\"%d\": %.1f", k ? ", " : "", batches[k], bat_tps[k]);
+        }
+        printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
+               "\"attn_bw_fraction\": %.3f, \"weight_bytes\": %lld}\n",
+               actx, att_us, att_gbs, att_gbs / bw, (long long) wbytes);
+    } else {
+        printf("model %s: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
+               "%.2f GB of weights read per token\n", name, cfg.dim,
+               cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim,
+               cfg.n_vocab, wbytes / 1e9);
+        printf("%-34s %14s  %s\n", "measure", "value", "note");
+        printf("%-34s %10.1f GB/s  %s\n", "HBM copy bandwidth (D2D)", bw,
+               "read + write");
+        printf("%-34s %10.1f tok/s\n", "prefill (one prompt)", prefill_tps);
+        printf("%-34s %10.2f tok/s  %.1f GB/s = %.1f%% of copy bandwidth\n",
+               "decode batch 1", dec_tps, dec_gbs, 100.0 * dec_gbs / bw);
+        for (int k = 0; k < n_batches; k++) {
+            char what[64];
+
+            snprintf(what, sizeof(what), "decode batch %d", batches[k]);
+            printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what, bat_tps[k],
+                   bat_tps[k] / dec_tps);
+        }
+        {
+            char what[64];
+
+            snprintf(what, sizeof(what), "paged attention, ctx %d", actx);
+            printf("%-34s %10.1f GB/s  %.1f us, %.1f%% of copy bandwidth\n",
+                   what, att_gbs, att_us, 100.0 * att_gbs / bw);
+        }
+    }
+    rc = 0;
+out:
+    if (seqs != NULL) {
+        for (int i = 0; i < max_b; i++) {
+            nalar_seq_kv_release(&r.kv, &seqs[i]);
+        }
+    }
+    free(seqs);
+    free(r.b.tokens);
+    free(r.b.pos);
+    free(r.b.seq);
+    free(r.b.want_logits);
+    free(r.logits);
+    if (r.be != NULL) {
+        if (r.kv.n_blocks > 0) {
+            r.be->kv_free(r.be, &r.kv);
+            nalar_kv_pool_free(&r.kv);
+        }
+        r.be->destroy(r.be);
+    }
+    if (m != NULL) {
+        nalar_model_destroy(m);
+    }
+    return rc;
+}
