@@ -17,6 +17,9 @@
 #include <time.h>
 
 #include "backend.h"
+#ifdef NALAR_CUDA
+#include "cuda_backend.h"
+#endif
 #include "bench.h"
 #include "engine.h"
 #include "gguf.h"
@@ -422,6 +425,9 @@ cmd_bench(int argc, char **argv)
     nalar_seq_kv *seqs;
     int64_t       wbytes = 0;
     char         *dup, *tokp;
+#ifdef NALAR_CUDA
+    const char   *cu_backend = NULL, *cu_synthetic = NULL;  /* CUDA bench */
+#endif
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -434,12 +440,53 @@ cmd_bench(int argc, char **argv)
         else if (strcmp(a, "-b") == 0) { VAL(); blist = v; }
         else if (strcmp(a, "-t") == 0) { VAL(); threads = atoi(v); }
         else if (strcmp(a, "--json") == 0) { json = 1; }
+#ifdef NALAR_CUDA
+        else if (strcmp(a, "--backend") == 0) { VAL(); cu_backend = v; }
+        else if (strcmp(a, "--synthetic") == 0) { VAL(); cu_synthetic = v; }
+#endif
         else {
             fprintf(stderr, "nalar bench: unknown option '%s'\n", a);
             return 2;
         }
 #undef VAL
     }
+#ifdef NALAR_CUDA
+    /* --- CUDA: --backend cuda [-m MODEL] or --synthetic SHAPE (random
+     * BF16 weights made in device memory); see kernels/cuda_bench.cu --- */
+    if (cu_synthetic != NULL
+        || (cu_backend != NULL && strcmp(cu_backend, "cuda") == 0))
+    {
+        nalar_cuda_bench_opts bo;
+        int32_t               bb[16];
+
+        memset(&bo, 0, sizeof(bo));
+        bo.model_path = model;
+        bo.synthetic = cu_synthetic;
+        bo.type = GGML_BF16;
+        bo.prefill = p > 128 ? p : 0;           /* default 2048 */
+        bo.n_decode = n > 128 ? n : 0;          /* default 64 */
+        bo.json = json;
+        if (strcmp(blist, "1,4,16") != 0) {     /* -b given */
+            dup = strdup(blist);
+            for (tokp = strtok(dup, ","); tokp != NULL && bo.n_batches < 16;
+                 tokp = strtok(NULL, ","))
+            {
+                bb[bo.n_batches++] = atoi(tokp);
+            }
+            free(dup);
+            bo.batches = bb;
+        }
+        if (nalar_cuda_bench(&bo, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return 1;
+        }
+        return 0;
+    }
+    if (cu_backend != NULL && strcmp(cu_backend, "cpu") != 0) {
+        fprintf(stderr, "nalar bench: unknown backend '%s'\n", cu_backend);
+        return 2;
+    }
+#endif
     if (model == NULL || p < 1 || n < 1) {
         usage();
         return 2;
