@@ -72,13 +72,14 @@ typedef struct {
     float          *qkv;         /* (cap_tok, ldqkv) */
     float          *att;         /* (cap_tok, q_dim) */
     float          *hgu;         /* (cap_tok, 2 ffn) gate|up */
-    float          *logits_d;    /* (cap_tok, n_vocab) */
+    float          *logits_d;    /* (cap_logits, n_vocab) */
     float          *part;        /* attention partials */
     int64_t         part_cap;    /* floats */
     /* batch staging: pinned host ints -> device ints, one copy */
     int32_t        *in_h, *in_d;
     int64_t         in_cap;      /* ints */
-    float          *logits_h;    /* pinned (cap_tok, n_vocab) */
+    float          *logits_h;    /* pinned (cap_logits, n_vocab) */
+    int32_t         cap_logits;
     /* the pool this backend allocated */
     nalar_kv_pool  *pool;
     nalar_cuda_kv   kv;
@@ -285,20 +286,28 @@ free_acts(cuda_backend *be)
     cudaFree(be->qkv);
     cudaFree(be->att);
     cudaFree(be->hgu);
-    cudaFree(be->logits_d);
-    cudaFreeHost(be->logits_h);
     be->x = be->xb = be->qkv = be->att = be->hgu = NULL;
-    be->logits_d = be->logits_h = NULL;
     be->cap_tok = 0;
 }
 
 
-/* Room for n tokens, `ints` staging ints and `part` partial floats, and
- * the matmul scratch for n tokens; anything reallocated invalidates the
- * captured graphs (they hold the old addresses). */
+static void
+free_logits(cuda_backend *be)
+{
+    cudaFree(be->logits_d);
+    cudaFreeHost(be->logits_h);
+    be->logits_d = be->logits_h = NULL;
+    be->cap_logits = 0;
+}
+
+
+/* Room for n tokens, n_rows rows of logits, `ints` staging ints and
+ * `part` partial floats, and the matmul scratch for n tokens; anything
+ * reallocated invalidates the captured graphs (they hold the old
+ * addresses). */
 static int
-reserve(cuda_backend *be, int32_t n, int64_t ints, int64_t part,
-        nalar_err *err)
+reserve(cuda_backend *be, int32_t n, int32_t n_rows, int64_t ints,
+        int64_t part, nalar_err *err)
 {
     const nalar_config *c = &be->m->cfg;
     size_t              need = 0;
@@ -319,11 +328,22 @@ reserve(cuda_backend *be, int32_t n, int64_t ints, int64_t part,
         DALLOC(be->qkv, (int64_t) cap * be->ldqkv);
         DALLOC(be->att, (int64_t) cap * be->q_dim);
         DALLOC(be->hgu, (int64_t) cap * 2 * c->ffn_dim);
+        be->cap_tok = cap;
+    }
+    if (n_rows > be->cap_logits) {
+        int32_t cap = be->cap_logits ? be->cap_logits : 8;
+
+        while (cap < n_rows) {
+            cap *= 2;
+        }
+        drop_graphs(be);
+        CUDA_CHECK(err, cudaStreamSynchronize(be->c.stream));
+        free_logits(be);
         DALLOC(be->logits_d, (int64_t) cap * c->n_vocab);
         CUDA_CHECK(err, cudaMallocHost((void **) &be->logits_h,
                                        (size_t) cap * c->n_vocab
                                        * sizeof(float)));
-        be->cap_tok = cap;
+        be->cap_logits = cap;
     }
     if (ints > be->in_cap) {
         int64_t cap = be->in_cap ? be->in_cap : 4096;
@@ -541,8 +561,9 @@ cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
         return nalar_fail(err, "cuda backend: forward on a KV pool this "
                           "backend did not allocate");
     }
-    if (T < 0) {
-        return nalar_fail(err, "cuda backend: %d tokens", T);
+    if (T < 0 || batch->n_logits < 0 || batch->n_logits > T) {
+        return nalar_fail(err, "cuda backend: %d tokens with %d logits", T,
+                          batch->n_logits);
     }
     CUDA_CHECK(err, cudaSetDevice(be->c.device));
     /* a decode step: one token per sequence, every token wants logits */
@@ -557,7 +578,8 @@ cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
                P, c->n_heads, c->head_dim,
                nalar_cuda_attn_splits(P, c->n_kv_heads * be->n_chunks,
                                       be->c.sm_count, 0));
-    if (reserve(be, P > 0 ? P : 1, ints, part, err) != 0
+    if (reserve(be, P > 0 ? P : 1, decode_step ? P : batch->n_logits, ints,
+                part, err) != 0
         || nalar_cuda_plan_fill(batch, c->n_vocab, be->tile_q, P, be->in_h,
                                 be->in_cap, &plan, err) != 0)
     {
@@ -700,6 +722,7 @@ cuda_destroy(nalar_backend *b)
         }
         drop_graphs(be);
         free_acts(be);
+        free_logits(be);
         cudaFree(be->part);
         cudaFree(be->in_d);
         cudaFreeHost(be->in_h);
@@ -789,6 +812,7 @@ create_common(nalar_model *m, int device, nalar_err *err)
         return NULL;
     }
     if (nalar_cuda_ctx_init(&be->c, device, err) != 0) {
+        nalar_cuda_ctx_free(&be->c);        /* what init got to make */
         free(inv);
         cuda_destroy(b);
         return NULL;
