@@ -1024,6 +1024,7 @@ sample_ref(const float *l, int32_t n, const nalar_cuda_sampling *p,
 {
     float  *s = xmalloc((size_t) n * sizeof(float));
     float   kth = -INFINITY, pth = -INFINITY, mx;
+    float   inv_t = 1.0f / p->temperature;      /* as the device does */
     double  z = 0, total = 0, target, run = 0;
     int32_t pick = -1;
 
@@ -1034,13 +1035,13 @@ sample_ref(const float *l, int32_t n, const nalar_cuda_sampling *p,
         kth = s[p->top_k - 1];                 /* ties at it all kept */
     }
     for (int32_t i = 0; i < n && s[i] >= kth; i++) {
-        z += expf((s[i] - mx) / p->temperature);
+        z += expf((s[i] - mx) * inv_t);
     }
     if (p->top_p < 1.0f) {
         double cum = 0;
 
         for (int32_t i = 0; i < n && s[i] >= kth; i++) {
-            cum += expf((s[i] - mx) / p->temperature);
+            cum += expf((s[i] - mx) * inv_t);
             if ((i == n - 1 || s[i + 1] != s[i])
                 && cum >= (double) p->top_p * z)
             {
@@ -1051,15 +1052,16 @@ sample_ref(const float *l, int32_t n, const nalar_cuda_sampling *p,
     }
     free(s);
 #define KEPT(i) (l[i] >= kth && l[i] >= pth                                  \
-                 && expf((l[i] - mx) / p->temperature) >= p->min_p)
+                 && expf((l[i] - mx) * inv_t) > 0.0f               \
+                 && expf((l[i] - mx) * inv_t) >= p->min_p)
     for (int32_t i = 0; i < n; i++) {
-        if (KEPT(i)) total += expf((l[i] - mx) / p->temperature);
+        if (KEPT(i)) total += expf((l[i] - mx) * inv_t);
     }
     target = nalar_cuda_uniform(p->seed, p->counter) * total;
     *slack = INFINITY;
     for (int32_t i = 0; i < n; i++) {
         if (KEPT(i)) {
-            run += expf((l[i] - mx) / p->temperature);
+            run += expf((l[i] - mx) * inv_t);
             if (fabs(run - target) < *slack) *slack = fabs(run - target);
             if (pick < 0 && run > target) pick = i;
         }

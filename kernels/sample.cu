@@ -180,6 +180,7 @@ sample_kernel(const float *logits, int64_t ld, int32_t n,
     int32_t              k0 = threadIdx.x * per;
     int32_t              k1 = k0 + per < n ? k0 + per : n;
     __shared__ int32_t   pick;
+    int                  found;
 
     if (!(p.temperature > 0.0f)) {
         int32_t id = block_argmax(row, n);
@@ -226,7 +227,7 @@ sample_kernel(const float *logits, int64_t ld, int32_t n,
     for (int32_t k = k0; k < k1; k++) {
         float e = expf((row[k] - mx) * inv_t);
 
-        if (fkey(row[k]) >= lo && e >= p.min_p) {
+        if (fkey(row[k]) >= lo && e > 0.0f && e >= p.min_p) {
             mine += (double) e;
         }
     }
@@ -256,7 +257,7 @@ sample_kernel(const float *logits, int64_t ld, int32_t n,
         for (int32_t k = k0; k < k1; k++) {
             float e = expf((row[k] - mx) * inv_t);
 
-            if (fkey(row[k]) >= lo && e >= p.min_p) {
+            if (fkey(row[k]) >= lo && e > 0.0f && e >= p.min_p) {
                 last = k;
                 run += (double) e;
                 if (run > target) {
@@ -267,12 +268,14 @@ sample_kernel(const float *logits, int64_t ld, int32_t n,
         atomicMax(&pick, last);
     }
     __syncthreads();
-    if (pick < 0 && mine > 0.0) {
+    found = pick >= 0;
+    __syncthreads();                      /* everyone read it: now write */
+    if (!found && mine > 0.0) {
         /* rounding put the target past every slice: the last kept id */
         for (int32_t k = k1 - 1; k >= k0; k--) {
-            if (fkey(row[k]) >= lo
-                && expf((row[k] - mx) * inv_t) >= p.min_p)
-            {
+            float e = expf((row[k] - mx) * inv_t);
+
+            if (fkey(row[k]) >= lo && e > 0.0f && e >= p.min_p) {
                 atomicMax(&pick, k);
                 break;
             }
