@@ -537,7 +537,7 @@ nalar_cmd_prefix_bench(int argc, char **argv)
         int           n = 0, sys = 512 < len / 2 ? 512 : len / 2;
         double        t0;
         long          toks = 0;
-        char          scope[16];
+        char          scope[48];
 
         nalar_engine_metrics(on, &mt0);
         for (int i = 0; i < sys; i++) {
