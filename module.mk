@@ -20,11 +20,11 @@ endif
 
 # Configure once per change of `config`; Debian's conf_flags is a bash array
 # of the flags /usr/sbin/nginx was configured with.
-$(NGX_BUILD)/objs/Makefile: config
+$(NGX_BUILD)/objs/Makefile: config $(wildcard build/libnalar_cuda.a)
 	rm -rf $(NGX_BUILD)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD)
-	cd $(NGX_BUILD) && bash -c '. ./conf_flags && \
+	cd $(NGX_BUILD) && NALAR_CUDA=$(NALAR_CUDA) CUDA_HOME=$(CUDA_HOME) bash -c '. ./conf_flags && \
 	    ./configure "$${NGX_CONF_FLAGS[@]}" \
 	        --with-cc-opt="-g -O2 -fPIC -fstack-protector-strong" \
 	        --with-ld-opt="-Wl,-z,relro -Wl,-z,now -fPIC" \
@@ -32,7 +32,10 @@ $(NGX_BUILD)/objs/Makefile: config
 	    || { tail -n 20 ../nginx-configure.log; \
 	         rm -f objs/Makefile; exit 1; }
 
+# With CUDA (cuda.mk, read after this file: hence the recipe-time test),
+# the CUDA archive is built first and `config` links it.
 $(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar.a $(HDRS)
+	$(if $(filter-out 0,$(NALAR_CUDA)),$(MAKE) build/libnalar_cuda.a)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
 	@mkdir -p build/module
 	cp $(NGX_BUILD)/objs/ngx_nalar_module.so $@
