@@ -1,9 +1,13 @@
 /*
  * Chat templates (see ngx_nalar_chat.h).  The layouts follow the reference
- * templates shipped with the model families:
- *   ChatML:  <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
- *   Llama-2: [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ...
- *   Llama-3: <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|> ...
+ * templates shipped with the model families (one turn each, then the
+ * generation prompt):
+ *   ChatML:  <|im_start|>{role}\n{content}<|im_end|>\n
+ *            ... <|im_start|>assistant\n
+ *   Llama-2: [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]
+ *            {assistant} </s><s>[INST] ...
+ *   Llama-3: <|start_header_id|>{role}<|end_header_id|>\n\n{content}
+ *            <|eot_id|> ... <|start_header_id|>assistant<|end_header_id|>
  *   Zephyr:  <|{role}|>\n{content}</s>\n ... <|assistant|>\n
  */
 #include <stdlib.h>

@@ -768,7 +768,9 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
 {
     u_char                      *p, *end;
     char                         le[32];
+    double                       sum;
     size_t                       size;
+    uint64_t                     v, count, *buckets;
     ngx_int_t                    rc;
     ngx_buf_t                   *b;
     ngx_uint_t                   i, k, h;
@@ -858,8 +860,6 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                          scalars[k].name, scalars[k].type);
 
         for (i = 0; i < nmcf->models.nelts; i++) {
-            uint64_t  v;
-
             switch (k) {
             case 0: v = m[i].requests_running; break;
             case 1: v = m[i].requests_waiting; break;
@@ -882,9 +882,6 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                          hists[k].name, hists[k].help, hists[k].name);
 
         for (i = 0; i < nmcf->models.nelts; i++) {
-            uint64_t  *buckets, count;
-            double     sum;
-
             switch (k) {
             case 0:
                 buckets = m[i].ttft_buckets;
@@ -2178,7 +2175,8 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     nalar_output *o, ngx_chain_t ***ll)
 {
     u_char                   *p;
-    json_t                   *chunk, *choice, *lp;
+    json_t                   *chunk, *choice, *lp, *val;
+    const char               *key;
     ngx_http_request_t       *r;
     ngx_http_nalar_choice_t  *ch;
 
@@ -2246,9 +2244,6 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
 
             } else {
                 /* append each list of this take to the accumulated one */
-                const char  *key;
-                json_t      *val;
-
                 json_object_foreach(lp, key, val) {
                     json_array_extend(json_object_get(ch->logprobs, key),
                                       val);
