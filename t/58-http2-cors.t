@@ -33,6 +33,8 @@ http {
             add_header Access-Control-Allow-Origin $http_origin always;
             add_header Vary Origin always;
         }
+
+        location = /metrics { nalar_metrics; }
     }
 }
 CONF
@@ -81,6 +83,35 @@ for my $k (1 .. 4) {
 system("$cmd >/dev/null 2>&1");
 my $same = grep { (text_of($t->read_file("p$_.body")) // '') eq $want } 1 .. 4;
 is($same, 4, 'four HTTP/2 streams, each equal to nalar generate');
+
+# HTTP/2 clients that go away mid-stream cancel their sequences too
+
+my $big = NalarTest::json()->encode({ prompt => $prompt, max_tokens => 450,
+                                      n => 8, ignore_eos => JSON::PP::true,
+                                      stream => JSON::PP::true });
+$t->write_file('big.json', $big);
+system("curl -sS -k -N --http2 --max-time 0.3 -o /dev/null "
+       . "-H 'Content-Type: application/json' --data-binary \@$dir/big.json "
+       . "https://127.0.0.1:$port2/v1/completions >/dev/null 2>&1");
+{
+    my $ok = 0;
+    for (1 .. 100 * $NalarTest::SLOW) {
+        my $r = $t->get('/metrics');
+        my ($run) = $r->{body} =~ /^nalar_requests_running\{model="kjv"\} (\d+)/m;
+        my ($free) = $r->{body} =~ /^nalar_kv_blocks_free\{model="kjv"\} (\d+)/m;
+        my ($total) = $r->{body} =~ /^nalar_kv_blocks_total\{model="kjv"\} (\d+)/m;
+        if (defined $run && $run == 0 && $free == $total) { $ok = 1; last; }
+        select(undef, undef, undef, 0.05);
+    }
+    if (!$ok) {
+        # tell a stale metric from a sequence really left running
+        $t->post_json('/v1/completions', { prompt => 'A', max_tokens => 1 });
+        my $b = $t->get('/metrics')->{body};
+        diag('after one more request: ',
+             join ', ', $b =~ /^(nalar_(?:requests_running|kv_blocks_free|kv_blocks_total)\{.*)$/mg);
+    }
+    ok($ok, 'an HTTP/2 client gone mid-stream: nothing running, KV free');
+}
 
 # CORS preflight
 
