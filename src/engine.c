@@ -1536,6 +1536,8 @@ engine_step(nalar_engine *e)
     }
 
     if (e->n_running == 0) {
+        /* cancellations may have just emptied the running set */
+        publish_metrics(e);
         return 0;
     }
     V = e->model->cfg.n_vocab;
