@@ -17,8 +17,8 @@
 #define TARGET_F32 "models/nalar-kjv-target-f32.gguf"
 #define TARGET_F16 "models/nalar-kjv-target-f16.gguf"
 #define DRAFT_F32  "models/nalar-kjv-draft-f32.gguf"
-#define VOCAB_SPM  "../shared/vocab/ggml-vocab-llama-spm.gguf"
-#define VOCAB_GPT2 "../shared/vocab/ggml-vocab-gpt-2.gguf"
+#define VOCAB_SPM  "t/data/vocab/ggml-vocab-llama-spm.gguf"
+#define VOCAB_GPT2 "t/data/vocab/ggml-vocab-gpt-2.gguf"
 
 static char tmpdir[256];
 

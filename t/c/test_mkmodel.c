@@ -17,7 +17,7 @@
 #include "tap.h"
 #include "tokenizer.h"
 
-#define VOCAB_SPM "../shared/vocab/ggml-vocab-llama-spm.gguf"
+#define VOCAB_SPM "t/data/vocab/ggml-vocab-llama-spm.gguf"
 #define KJV       "models/nalar-kjv-target-f32.gguf"
 
 static char tmpdir[256];

@@ -443,7 +443,7 @@ main(void)
 
         memset(&o, 0, sizeof(o));
         o.model_path = TARGET;
-        o.draft_path = "../shared/vocab/ggml-vocab-llama-spm.gguf";
+        o.draft_path = "t/data/vocab/ggml-vocab-llama-spm.gguf";
         e = nalar_engine_create(&o, &err);
         ok(e != NULL && nalar_engine_run_sync(e, NULL, 0, &err) != 0,
            "a non-matching draft is refused: %s", err.msg);

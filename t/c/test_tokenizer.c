@@ -12,7 +12,7 @@
 #include "gguf.h"
 #include "tokenizer.h"
 
-#define VOCAB_DIR "../shared/vocab/"
+#define VOCAB_DIR "t/data/vocab/"
 #define DEMO "models/nalar-kjv-target-f32.gguf"
 
 static double
