@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "engine.h"
+#include "jwt.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "ngx_nalar_chat.h"
@@ -43,6 +44,19 @@
 #define NGX_HTTP_NALAR_MAX_N        16      /* choices per request */
 #define NGX_HTTP_NALAR_MAX_STOP     4       /* user stop strings, as OpenAI */
 #define NGX_HTTP_NALAR_MAX_LOGPROBS 20
+
+#define NGX_HTTP_NALAR_SCOPE_TENANT   0     /* nalar_prefix_cache_scope */
+#define NGX_HTTP_NALAR_SCOPE_GLOBAL   1
+
+#define NGX_HTTP_NALAR_TENANT_UNKNOWN 0     /* not established yet */
+#define NGX_HTTP_NALAR_TENANT_OK      1     /* verified, or single-tenant */
+#define NGX_HTTP_NALAR_TENANT_ANON    2     /* nalar_tenant is empty: no
+                                               prefix cache */
+#define NGX_HTTP_NALAR_TENANT_MISSING 3     /* no bearer token */
+#define NGX_HTTP_NALAR_TENANT_INVALID 4     /* a token that did not verify */
+
+#define NGX_HTTP_NALAR_MAX_TENANT     256   /* bytes of a tenant claim */
+#define NGX_HTTP_NALAR_MAX_SHARED     (64 * 1024)  /* nalar_shared_prefix */
 
 
 typedef struct {
@@ -64,14 +78,47 @@ typedef struct {
     ngx_int_t                  max_running;
     ngx_flag_t                 prefix_cache;
     ngx_str_t                  backend;
+    ngx_uint_t                 spec_mode;   /* http-level nalar_speculative,
+                                               the engines' default */
+    ngx_int_t                  spec_max_k;
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
+
+
+/*
+ * nalar_shared_prefix: the operator's text, tokenized in each worker once
+ * per model and per tokenization (literal for completions, control tokens
+ * parsed for chat) when a request first needs it.
+ */
+typedef struct {
+    int32_t                   *ids;         /* (n) */
+    int32_t                    n;           /* -1: not tokenized yet */
+} ngx_http_nalar_prefix_ids_t;
+
+
+typedef struct {
+    ngx_str_t                  file;
+    ngx_str_t                  text;
+    ngx_http_nalar_prefix_ids_t  *ids;      /* (models, 2) or NULL */
+} ngx_http_nalar_shared_t;
 
 
 typedef struct {
     ngx_uint_t                 handler;     /* NGX_HTTP_NALAR_API, ... */
     ngx_uint_t                 chat_style;  /* nalar_chat_style */
     ngx_msec_t                 keepalive;   /* SSE comment interval */
+
+    /* tenant and prefix cache scope */
+    ngx_http_complex_value_t  *tenant;      /* nalar_tenant */
+    nalar_jwt_keyset          *jwt;         /* nalar_jwt_key, or NULL */
+    ngx_str_t                  jwt_claim;   /* NUL-terminated, or empty */
+    ngx_str_t                  jwt_issuer;
+    ngx_str_t                  jwt_audience;
+    time_t                     jwt_leeway;
+    ngx_uint_t                 cache_scope; /* NGX_HTTP_NALAR_SCOPE_* */
+    ngx_http_nalar_shared_t   *shared;      /* nalar_shared_prefix */
+    ngx_uint_t                 spec_mode;   /* nalar_spec_mode */
+    ngx_int_t                  spec_max_k;  /* most proposals per step */
 } ngx_http_nalar_loc_conf_t;
 
 
@@ -99,6 +146,10 @@ typedef struct {
     json_t                    *logprobs;    /* accumulated; non-streaming */
     size_t                     text_offset; /* for completions logprobs */
     int32_t                    n_completion;
+    int32_t                    spec_proposed;   /* speculative proposals */
+    int32_t                    spec_accepted;
+    int32_t                    pred_accepted;   /* of the prediction */
+    int32_t                    pred_rejected;
     unsigned                   submitted:1;
     unsigned                   role_sent:1;
 } ngx_http_nalar_choice_t;
@@ -117,6 +168,12 @@ struct ngx_http_nalar_ctx_s {
     ngx_event_t                timer;       /* SSE keep-alive; holds an
                                                exiting worker open */
     ngx_msec_t                 last_send;
+
+    /* the tenant, established once per request (a token is verified
+     * once however often $nalar_tenant is read) */
+    ngx_str_t                  tenant;      /* NUL-terminated */
+    ngx_uint_t                 tenant_state;    /* NGX_HTTP_NALAR_TENANT_* */
+    ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
 
     /* usage */
     int32_t                    prompt_tokens;
@@ -157,6 +214,8 @@ static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
 static ngx_int_t ngx_http_nalar_tokenize(ngx_http_request_t *r,
     const nalar_tokenizer *tok, const char *text, size_t len,
     int special, nalar_request_params *p);
+static ngx_int_t ngx_http_nalar_prediction(ngx_http_request_t *r,
+    const nalar_tokenizer *tok, json_t *v, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
@@ -214,6 +273,8 @@ static char *ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
 static void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
@@ -314,6 +375,13 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       offsetof(ngx_http_nalar_loc_conf_t, keepalive),
       NULL },
 
+    { ngx_string("nalar_speculative"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_nalar_speculative,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -355,7 +423,9 @@ enum {
     NGX_HTTP_NALAR_VAR_CACHED_TOKENS,
     NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS,
     NGX_HTTP_NALAR_VAR_TTFT_MS,
-    NGX_HTTP_NALAR_VAR_QUEUE_MS
+    NGX_HTTP_NALAR_VAR_QUEUE_MS,
+    NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED,
+    NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
 };
 
 
@@ -378,6 +448,12 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
 
     { ngx_string("nalar_queue_ms"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_QUEUE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_spec_accepted"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_spec_proposed"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_SPEC_PROPOSED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -800,10 +876,25 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           "KV cache blocks no running sequence holds." },
         { "nalar_preemptions_total", "counter",
           "Sequences preempted because the KV cache ran out." },
-        { "nalar_spec_draft_tokens_total", "counter",
+        /* speculative decoding (vLLM's names, nalar_ prefixed) */
+        { "nalar_spec_decode_num_drafts_total", "counter",
+          "Speculative verification steps (one per sequence and step)." },
+        { "nalar_spec_decode_num_draft_tokens_total", "counter",
           "Speculative proposals verified." },
-        { "nalar_spec_accepted_tokens_total", "counter",
-          "Speculative proposals accepted." }
+        { "nalar_spec_decode_num_accepted_tokens_total", "counter",
+          "Speculative proposals accepted." },
+        { "nalar_spec_decode_provisional_kv_blocks", "gauge",
+          "KV blocks holding unverified proposals right now." }
+    };
+
+    static struct {
+        char  *name;
+        char  *help;
+    }  spec_seconds[] = {
+        { "nalar_spec_decode_draft_seconds_total",
+          "Time the draft model spent proposing." },
+        { "nalar_spec_decode_verify_seconds_total",
+          "Time of the target passes that verified proposals." }
     };
 
     static struct {
@@ -842,7 +933,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         }
 
         size += (sizeof(scalars) / sizeof(scalars[0])
-                 + 3 * (NALAR_HIST_BUCKETS + 2))
+                 + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2)
                 * (128 + model[i].name.len);
     }
 
@@ -868,12 +959,46 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
             case 4: v = m[i].kv_blocks_total; break;
             case 5: v = m[i].kv_blocks_free; break;
             case 6: v = m[i].preemptions_total; break;
-            case 7: v = m[i].spec_draft_tokens_total; break;
-            default: v = m[i].spec_accepted_tokens_total; break;
+            case 7: v = m[i].spec_drafts_total; break;
+            case 8: v = m[i].spec_draft_tokens_total; break;
+            case 9: v = m[i].spec_accepted_tokens_total; break;
+            default: v = m[i].spec_provisional_blocks; break;
             }
 
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
                              scalars[k].name, &model[i].name, v);
+        }
+    }
+
+    /* acceptance by position: position j counts steps whose proposal j
+     * (0-based) was accepted, so it never exceeds position j-1 */
+
+    p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
+                     "nalar_spec_decode_num_accepted_tokens_per_pos_total",
+                     "Speculative proposals accepted, by position in the "
+                     "proposal.",
+                     "nalar_spec_decode_num_accepted_tokens_per_pos_total");
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        for (h = 0; h < NALAR_SPEC_MAX_K; h++) {
+            p = ngx_slprintf(p, end,
+                             "nalar_spec_decode_num_accepted_tokens_per_pos"
+                             "_total{model=\"%V\",position=\"%ui\"} %uL\n",
+                             &model[i].name, h,
+                             m[i].spec_accepted_per_pos[h]);
+        }
+    }
+
+    for (k = 0; k < 2; k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
+                         spec_seconds[k].name, spec_seconds[k].help,
+                         spec_seconds[k].name);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %.6f\n",
+                             spec_seconds[k].name, &model[i].name,
+                             k == 0 ? m[i].spec_draft_seconds_total
+                                    : m[i].spec_verify_seconds_total);
         }
     }
 
@@ -1032,6 +1157,13 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ngx_memzero(&params, sizeof(nalar_request_params));
     nalar_sampling_default(&params.sampling);
 
+    /* the engine is per model: the location's speculation travels with
+     * the request */
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+    params.spec_mode = (int) nlcf->spec_mode;
+    params.spec_max_k = (int) nlcf->spec_max_k;
+
     /*
      * The steps below answer a bad request themselves: a step that returns
      * NGX_OK with the header sent has sent an error response.
@@ -1126,8 +1258,6 @@ ngx_http_nalar_start(ngx_http_request_t *r)
             return rc;
         }
     }
-
-    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
     ctx->timer.handler = ngx_http_nalar_timer_handler;
     ctx->timer.data = ctx;
@@ -1544,36 +1674,10 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     /* OpenAI's predicted output: verified as speculative proposals */
 
-    v = json_object_get(root, "prediction");
-
-    if (v && !json_is_null(v)) {
-        t = json_object_get(v, "content");
-
-        if (!json_is_object(v) || !json_is_string(t)) {
-            return ngx_http_nalar_bad(r, "prediction",
-                                      "prediction must be {\"type\": "
-                                      "\"content\", \"content\": string}");
-        }
-
-        rc = ngx_http_nalar_tokenize(r, tok, json_string_value(t),
-                                     json_string_length(t), 0, p);
-        if (rc != NGX_OK || r->header_sent) {
-            return rc;
-        }
-
-        /* without BOS: it continues the answer, not a document */
-        p->prediction = p->prompt;
-        p->n_prediction = p->n_prompt;
-
-        if (p->n_prediction > 0 && nalar_tok_add_bos(tok)
-            && p->prediction[0] == nalar_tok_bos(tok))
-        {
-            p->prediction++;
-            p->n_prediction--;
-        }
-
-        p->prompt = NULL;
-        p->n_prompt = 0;
+    rc = ngx_http_nalar_prediction(r, tok, json_object_get(root, "prediction"),
+                                   p);
+    if (rc != NGX_OK || r->header_sent) {
+        return rc;
     }
 
     if (ctx->endpoint == NGX_HTTP_NALAR_EP_COMPLETIONS) {
@@ -1794,6 +1898,129 @@ ngx_http_nalar_tokenize(ngx_http_request_t *r, const nalar_tokenizer *tok,
 
     p->prompt = ids;
     p->n_prompt = n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * `prediction`: {"type": "content", "content": string or text parts}.  The
+ * text continues the answer, so it is tokenized without BOS; where the
+ * tokenizer puts a dummy-prefix space before the text (SentencePiece), a
+ * leading space of the text is that space, not a second one.  Under
+ * `nalar_speculative off` the prediction is ignored.
+ */
+
+static ngx_int_t
+ngx_http_nalar_prediction(ngx_http_request_t *r, const nalar_tokenizer *tok,
+    json_t *v, nalar_request_params *p)
+{
+    int        n, cap;
+    json_t    *content, *part, *t;
+    size_t     j, len;
+    int32_t   *ids;
+    ngx_str_t  text;
+
+    if (v == NULL || json_is_null(v)) {
+        return NGX_OK;
+    }
+
+    content = json_object_get(v, "content");
+    t = json_object_get(v, "type");
+
+    if (!json_is_object(v)
+        || !json_is_string(t)
+        || ngx_strcmp(json_string_value(t), "content") != 0
+        || !(json_is_string(content) || json_is_array(content)))
+    {
+        return ngx_http_nalar_bad(r, "prediction",
+                                  "prediction must be {\"type\": "
+                                  "\"content\", \"content\": string or "
+                                  "array of text parts}");
+    }
+
+    if (json_is_string(content)) {
+        text.data = (u_char *) json_string_value(content);
+        text.len = json_string_length(content);
+
+    } else {
+        len = 0;
+
+        for (j = 0; j < json_array_size(content); j++) {
+            part = json_array_get(content, j);
+            t = json_object_get(part, "type");
+
+            if (!json_is_string(t)
+                || ngx_strcmp(json_string_value(t), "text") != 0
+                || !json_is_string(json_object_get(part, "text")))
+            {
+                return ngx_http_nalar_bad(r, "prediction",
+                                          "prediction.content[%uz]: only "
+                                          "text parts are supported", j);
+            }
+
+            len += json_string_length(json_object_get(part, "text"));
+        }
+
+        text.data = ngx_pnalloc(r->pool, len + 1);
+        if (text.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        text.len = 0;
+
+        for (j = 0; j < json_array_size(content); j++) {
+            t = json_object_get(json_array_get(content, j), "text");
+            ngx_memcpy(text.data + text.len, json_string_value(t),
+                       json_string_length(t));
+            text.len += json_string_length(t);
+        }
+    }
+
+    if (p->spec_mode == NALAR_SPEC_OFF) {
+        return NGX_OK;
+    }
+
+    if (text.len > 0x3fffffff) {
+        return ngx_http_nalar_bad(r, "prediction", "prediction is too long");
+    }
+
+    if (text.len > 0 && text.data[0] == ' '
+        && nalar_tok_kind_of(tok) == TOK_SPM
+        && nalar_tok_add_space_prefix(tok))
+    {
+        text.data++;
+        text.len--;
+    }
+
+    if (text.len == 0) {
+        return NGX_OK;
+    }
+
+    cap = (int) text.len + 16;
+
+    for ( ;; ) {
+        ids = ngx_palloc(r->pool, cap * sizeof(int32_t));
+        if (ids == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        n = nalar_tokenize(tok, (char *) text.data, text.len, 0, 0, ids,
+                           cap);
+        if (n < 0) {
+            return ngx_http_nalar_bad(r, "prediction", "prediction could "
+                                      "not be tokenized");
+        }
+
+        if (n <= cap) {
+            break;
+        }
+
+        cap = n;
+    }
+
+    p->prediction = ids;
+    p->n_prediction = n;
 
     return NGX_OK;
 }
@@ -2191,6 +2418,10 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     }
 
     ch->n_completion = o->n_completion;
+    ch->spec_proposed = o->spec_proposed;
+    ch->spec_accepted = o->spec_accepted;
+    ch->pred_accepted = o->pred_accepted;
+    ch->pred_rejected = o->pred_rejected;
     ch->finish = o->finish;
 
     if (o->finish == NALAR_FINISH_ERROR) {
@@ -2574,21 +2805,30 @@ static json_t *
 ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx)
 {
     ngx_uint_t  i;
-    json_int_t  completion;
+    json_int_t  completion, accepted, rejected;
 
     completion = 0;
+    accepted = 0;
+    rejected = 0;
 
     for (i = 0; i < ctx->n; i++) {
         completion += ctx->choices[i].n_completion;
+        accepted += ctx->choices[i].pred_accepted;
+        rejected += ctx->choices[i].pred_rejected;
     }
 
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}",
+    /* as OpenAI: the prediction's details are there, zero, without one */
+
+    return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I,s:I}}",
                      "prompt_tokens", (json_int_t) ctx->prompt_tokens,
                      "completion_tokens", completion,
                      "total_tokens", (json_int_t) ctx->prompt_tokens
                                      + completion,
                      "prompt_tokens_details",
-                     "cached_tokens", (json_int_t) ctx->cached_tokens);
+                     "cached_tokens", (json_int_t) ctx->cached_tokens,
+                     "completion_tokens_details",
+                     "accepted_prediction_tokens", accepted,
+                     "rejected_prediction_tokens", rejected);
 }
 
 
@@ -3335,7 +3575,11 @@ ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
         } else {
             n = 0;
             for (i = 0; i < ctx->n && ctx->choices; i++) {
-                n += ctx->choices[i].n_completion;
+                n += data == NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED
+                     ? ctx->choices[i].spec_accepted
+                     : data == NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
+                     ? ctx->choices[i].spec_proposed
+                     : ctx->choices[i].n_completion;
             }
         }
 
@@ -3385,6 +3629,8 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     nmcf->max_queue = NGX_CONF_UNSET;
     nmcf->max_running = NGX_CONF_UNSET;
     nmcf->prefix_cache = NGX_CONF_UNSET;
+    nmcf->spec_mode = NGX_CONF_UNSET_UINT;
+    nmcf->spec_max_k = NGX_CONF_UNSET;
 
     return nmcf;
 }
@@ -3403,6 +3649,8 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(nmcf->max_queue, 0);
     ngx_conf_init_value(nmcf->max_running, 0);
     ngx_conf_init_value(nmcf->prefix_cache, 1);
+    ngx_conf_init_uint_value(nmcf->spec_mode, NALAR_SPEC_AUTO);
+    ngx_conf_init_value(nmcf->spec_max_k, 4);
 
     if (nmcf->backend.data == NULL) {
         ngx_str_set(&nmcf->backend, "cpu");
@@ -3441,6 +3689,8 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
 
     nlcf->chat_style = NGX_CONF_UNSET_UINT;
     nlcf->keepalive = NGX_CONF_UNSET_MSEC;
+    nlcf->spec_mode = NGX_CONF_UNSET_UINT;
+    nlcf->spec_max_k = NGX_CONF_UNSET;
 
     return nlcf;
 }
@@ -3455,6 +3705,9 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->chat_style, prev->chat_style,
                               NALAR_CHAT_AUTO);
     ngx_conf_merge_msec_value(conf->keepalive, prev->keepalive, 15000);
+    ngx_conf_merge_uint_value(conf->spec_mode, prev->spec_mode,
+                              NALAR_SPEC_AUTO);
+    ngx_conf_merge_value(conf->spec_max_k, prev->spec_max_k, 4);
 
     if (conf->keepalive == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -3594,6 +3847,77 @@ ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * nalar_speculative off | draft | ngram | auto [max=K];
+ * The engine is per model, so a location's choice travels with each
+ * request; the http-level one is also the engines' default.
+ */
+
+static char *
+ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_loc_conf_t *nlcf = conf;
+
+    ngx_int_t                    k;
+    ngx_str_t                   *value;
+    ngx_uint_t                   mode;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    if (nlcf->spec_mode != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        mode = NALAR_SPEC_OFF;
+
+    } else if (ngx_strcmp(value[1].data, "draft") == 0) {
+        mode = NALAR_SPEC_DRAFT;
+
+    } else if (ngx_strcmp(value[1].data, "ngram") == 0) {
+        mode = NALAR_SPEC_NGRAM;
+
+    } else if (ngx_strcmp(value[1].data, "auto") == 0) {
+        mode = NALAR_SPEC_AUTO;
+
+    } else {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\": \"off\", \"draft\", "
+                           "\"ngram\" or \"auto\" expected", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    k = 4;
+
+    if (cf->args->nelts == 3) {
+        if (ngx_strncmp(value[2].data, "max=", 4) == 0) {
+            k = ngx_atoi(value[2].data + 4, value[2].len - 4);
+        }
+
+        if (ngx_strncmp(value[2].data, "max=", 4) != 0
+            || k < 1 || k > NALAR_SPEC_MAX_K)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\": \"max=\" with "
+                               "1..%d expected", &value[2], NALAR_SPEC_MAX_K);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    nlcf->spec_mode = mode;
+    nlcf->spec_max_k = k;
+
+    if (cf->cmd_type == NGX_HTTP_MAIN_CONF) {
+        nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
+        nmcf->spec_mode = mode;
+        nmcf->spec_max_k = k;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 /* process lifecycle */
 
 
@@ -3693,12 +4017,13 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         opts.prefix_cache = (int) nmcf->prefix_cache;
         opts.load_async = 1;
 
+        /* auto: the draft when the model has one, else n-gram lookup;
+         * requests carry their location's choice, this is the default */
+        opts.spec_mode = (int) nmcf->spec_mode;
+        opts.spec_max_k = (int) nmcf->spec_max_k;
+
         if (model[i].draft.len) {
             opts.draft_path = (char *) model[i].draft.data;
-            opts.spec_mode = NALAR_SPEC_DRAFT;
-
-        } else {
-            opts.spec_mode = NALAR_SPEC_OFF;
         }
 
         model[i].engine = nalar_engine_create(&opts, &err);

@@ -49,12 +49,12 @@ for my $p (@prompts) {
 }
 
 my $m = $t->metrics;
-ok($m->{'nalar_spec_draft_tokens_total{model="kjv"}'} > 0,
+ok($m->{'nalar_spec_decode_num_draft_tokens_total{model="kjv"}'} > 0,
    'the draft proposed tokens');
-ok($m->{'nalar_spec_accepted_tokens_total{model="kjv"}'} > 0,
+ok($m->{'nalar_spec_decode_num_accepted_tokens_total{model="kjv"}'} > 0,
    'and some were accepted');
-is($m->{'nalar_spec_draft_tokens_total{model="plain"}'}, 0,
-   'no speculation without a draft');
+is($m->{'nalar_spec_decode_num_draft_tokens_total{model="plain"}'}, 0,
+   'nothing proposed for a model not asked yet');
 
 # a predicted output is verified, not trusted: a right prediction and a
 # wrong one give the same answer
@@ -71,7 +71,7 @@ for my $pred ($want, ' the quick brown fox jumps over the lazy dog') {
        'prediction "' . substr($pred, 0, 12) . '...": equals nalar generate');
 }
 $m = $t->metrics;
-ok($m->{'nalar_spec_accepted_tokens_total{model="plain"}'} > 0,
+ok($m->{'nalar_spec_decode_num_accepted_tokens_total{model="plain"}'} > 0,
    'the right prediction was accepted');
 
 my $r = $t->post_json('/v1/completions', { model => 'plain', prompt => $p,
