@@ -259,6 +259,15 @@ static ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 
+static ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
+static ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+static ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+static ngx_int_t ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
 static ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_nalar_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
@@ -268,6 +277,8 @@ static char *ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_nalar_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
+static int ngx_http_nalar_same_vocab(const char *target, const char *draft,
+    nalar_err *err);
 static char *ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -275,6 +286,11 @@ static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static void ngx_http_nalar_jwt_cleanup(void *data);
+static char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
 static void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
@@ -286,6 +302,13 @@ static ngx_conf_num_bounds_t  ngx_http_nalar_threads_bounds = {
 
 static ngx_conf_num_bounds_t  ngx_http_nalar_positive_bounds = {
     ngx_conf_check_num_bounds, 1, 0x7fffffff
+};
+
+
+static ngx_conf_enum_t  ngx_http_nalar_cache_scopes[] = {
+    { ngx_string("tenant"), NGX_HTTP_NALAR_SCOPE_TENANT },
+    { ngx_string("global"), NGX_HTTP_NALAR_SCOPE_GLOBAL },
+    { ngx_null_string, 0 }
 };
 
 
@@ -375,6 +398,62 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       offsetof(ngx_http_nalar_loc_conf_t, keepalive),
       NULL },
 
+    { ngx_string("nalar_tenant"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, tenant),
+      NULL },
+
+    { ngx_string("nalar_jwt_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_nalar_jwt_key,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_jwt_claim"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, jwt_claim),
+      NULL },
+
+    { ngx_string("nalar_jwt_issuer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, jwt_issuer),
+      NULL },
+
+    { ngx_string("nalar_jwt_audience"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, jwt_audience),
+      NULL },
+
+    { ngx_string("nalar_jwt_leeway"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, jwt_leeway),
+      NULL },
+
+    { ngx_string("nalar_prefix_cache_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, cache_scope),
+      &ngx_http_nalar_cache_scopes },
+
+    { ngx_string("nalar_shared_prefix"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_shared_prefix,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("nalar_speculative"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
       ngx_http_nalar_speculative,
@@ -448,6 +527,9 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
 
     { ngx_string("nalar_queue_ms"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_QUEUE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_tenant"), NULL, ngx_http_nalar_tenant_variable,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("nalar_spec_accepted"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -1117,6 +1199,20 @@ ngx_http_nalar_start(ngx_http_request_t *r)
         return NGX_HTTP_CLIENT_CLOSED_REQUEST;
     }
 
+    /* the tenant first: without a valid token (where one is required; the
+     * access phase has normally refused it already) nothing is parsed */
+
+    ctx = ngx_http_nalar_tenant(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_MISSING
+        || ctx->tenant_state == NGX_HTTP_NALAR_TENANT_INVALID)
+    {
+        return ngx_http_nalar_unauthorized(r, ctx);
+    }
+
     if (ngx_http_nalar_read_body(r, &data, &len) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -1134,19 +1230,10 @@ ngx_http_nalar_start(ngx_http_request_t *r)
                                     jerr.line, jerr.column);
     }
 
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
-    if (ctx == NULL) {
-        json_decref(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ctx->request = r;
     ctx->endpoint = ngx_http_nalar_endpoint(&r->uri);
     ctx->logprobs = -1;
     ctx->created = ngx_time();
     ctx->ttft_ms = -1;
-
-    ngx_http_set_ctx(r, ctx, ngx_nalar_module);
 
     if (ngx_array_init(&stops, r->pool, 8, sizeof(char *)) != NGX_OK) {
         json_decref(root);
@@ -1222,6 +1309,12 @@ ngx_http_nalar_start(ngx_http_request_t *r)
                                     "cache holds only %d",
                                     params.n_prompt,
                                     kv->n_blocks * NALAR_KV_BLOCK);
+    }
+
+    /* the prefix cache scope: from authentication, never from the body */
+
+    if (ngx_http_nalar_scope(r, ctx, &params) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     params.max_tokens = max_tokens;
@@ -3485,6 +3578,345 @@ ngx_http_nalar_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 }
 
 
+/* tenants */
+
+
+/*
+ * Access phase: where nalar_jwt_key is set, an API request without a valid
+ * bearer token ends here with 401, as auth_basic's do (and under `satisfy
+ * any` the content handler refuses it again, so it never reaches a model).
+ * CORS preflights carry no credentials and never reach a model either.
+ */
+
+static ngx_int_t
+ngx_http_nalar_access_handler(ngx_http_request_t *r)
+{
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (nlcf->handler != NGX_HTTP_NALAR_API || nlcf->jwt == NULL
+        || r->method == NGX_HTTP_OPTIONS)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_nalar_tenant(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_OK) {
+        return NGX_OK;
+    }
+
+    return ngx_http_nalar_unauthorized(r, ctx);
+}
+
+
+/*
+ * The tenant of a request, established once: the verified JWT claim where
+ * nalar_jwt_key is set, else the value of nalar_tenant, else "" (a single
+ * tenant).  Never anything from the request body.  The reason a token is
+ * refused goes to the log only; the client is told invalid_token.
+ */
+
+static ngx_http_nalar_ctx_t *
+ngx_http_nalar_tenant(ngx_http_request_t *r)
+{
+    u_char                     *p, *last;
+    nalar_err                   err;
+    ngx_str_t                   value;
+    nalar_jwt_policy            policy;
+    ngx_table_elt_t            *h;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+    char                        claim[NGX_HTTP_NALAR_MAX_TENANT];
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+        if (ctx == NULL) {
+            return NULL;
+        }
+
+        ctx->request = r;
+        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+    }
+
+    /* read again only where the location changed the rules */
+
+    if (ctx->tenant_state != NGX_HTTP_NALAR_TENANT_UNKNOWN
+        && ctx->tenant_conf == nlcf)
+    {
+        return ctx;
+    }
+
+    ctx->tenant_conf = nlcf;
+    ctx->tenant_state = NGX_HTTP_NALAR_TENANT_OK;
+    ngx_str_null(&ctx->tenant);
+
+    if (nlcf->jwt == NULL) {
+
+        if (nlcf->tenant == NULL) {
+            return ctx;
+        }
+
+        if (ngx_http_complex_value(r, nlcf->tenant, &value) != NGX_OK) {
+            return NULL;
+        }
+
+        /* no identity: nothing is shared, not even among the anonymous */
+
+        if (value.len == 0 || ngx_strlchr(value.data, value.data + value.len,
+                                          '\0')
+                              != NULL)
+        {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "nalar tenant: none, prefix cache off");
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_ANON;
+            return ctx;
+        }
+
+        p = (u_char *) value.data;
+        last = p + value.len;
+
+    } else {
+        h = r->headers_in.authorization;
+
+        if (h == NULL
+            || h->value.len < sizeof("Bearer ") - 1
+            || ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
+                               sizeof("Bearer ") - 1)
+               != 0)
+        {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "nalar: no bearer token");
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_MISSING;
+            return ctx;
+        }
+
+        p = h->value.data + sizeof("Bearer ") - 1;
+        last = h->value.data + h->value.len;
+
+        while (p < last && *p == ' ') {
+            p++;
+        }
+
+        while (last > p && last[-1] == ' ') {
+            last--;
+        }
+
+        ngx_memzero(&policy, sizeof(nalar_jwt_policy));
+        policy.claim = (const char *) nlcf->jwt_claim.data;
+        policy.issuer = nlcf->jwt_issuer.len
+                        ? (const char *) nlcf->jwt_issuer.data : NULL;
+        policy.audience = nlcf->jwt_audience.len
+                          ? (const char *) nlcf->jwt_audience.data : NULL;
+        policy.leeway = nlcf->jwt_leeway;
+        policy.now = ngx_time();
+
+        if (nalar_jwt_verify(nlcf->jwt, (const char *) p, last - p, &policy,
+                             claim, sizeof(claim), &err)
+            != 0)
+        {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "nalar: bearer token refused: %s", err.msg);
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_INVALID;
+            return ctx;
+        }
+
+        /* a non-empty string without control characters (jwt.h) */
+
+        p = (u_char *) claim;
+        last = p + ngx_strlen(claim);
+    }
+
+    ctx->tenant.len = last - p;
+    ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len + 1);
+    if (ctx->tenant.data == NULL) {
+        return NULL;
+    }
+
+    *ngx_cpymem(ctx->tenant.data, p, ctx->tenant.len) = '\0';
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar tenant: \"%V\"", &ctx->tenant);
+
+    return ctx;
+}
+
+
+/* RFC 6750 3.1: no error code when no credentials were sent at all */
+
+static ngx_int_t
+ngx_http_nalar_unauthorized(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "WWW-Authenticate");
+
+    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_MISSING) {
+        ngx_str_set(&h->value, "Bearer");
+
+    } else {
+        ngx_str_set(&h->value, "Bearer error=\"invalid_token\"");
+    }
+
+    r->headers_out.www_authenticate = h;
+
+    return NGX_HTTP_UNAUTHORIZED;
+}
+
+
+/*
+ * The prefix cache scope of a request: its tenant, or the global scope
+ * with nalar_prefix_cache_scope global.  And the leading whole blocks its
+ * prompt has in common with the operator's nalar_shared_prefix: those live
+ * in the global scope for every tenant (the text is the operator's, so
+ * sharing it tells no tenant anything about another).
+ */
+
+static ngx_int_t
+ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    nalar_request_params *p)
+{
+    int                           n, cap, special;
+    int32_t                       i, *ids;
+    ngx_uint_t                    k;
+    nalar_model                  *m;
+    ngx_http_nalar_shared_t      *sp;
+    ngx_http_nalar_prefix_ids_t  *pi;
+    ngx_http_nalar_loc_conf_t    *nlcf;
+    ngx_http_nalar_main_conf_t   *nmcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (nlcf->cache_scope == NGX_HTTP_NALAR_SCOPE_GLOBAL) {
+        p->cache_scope = "";
+
+    } else if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_ANON) {
+        p->no_cache = 1;
+        return NGX_OK;
+
+    } else {
+        /* NULL for a single tenant: the global scope */
+        p->cache_scope = (const char *) ctx->tenant.data;
+    }
+
+    sp = nlcf->shared;
+
+    if (sp == NULL) {
+        return NGX_OK;
+    }
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+
+    if (sp->ids == NULL) {
+        sp->ids = ngx_palloc(ngx_cycle->pool, 2 * nmcf->models.nelts
+                                              * sizeof(*sp->ids));
+        if (sp->ids == NULL) {
+            return NGX_ERROR;
+        }
+
+        for (k = 0; k < 2 * nmcf->models.nelts; k++) {
+            sp->ids[k].ids = NULL;
+            sp->ids[k].n = -1;
+        }
+    }
+
+    /* tokenized as the prompt is: control tokens are parsed for chat */
+
+    special = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
+    k = ctx->model - (ngx_http_nalar_model_t *) nmcf->models.elts;
+    pi = &sp->ids[2 * k + special];
+
+    if (pi->n < 0) {
+        m = nalar_engine_model(ctx->model->engine);
+        cap = (int) sp->text.len + 16;
+
+        for ( ;; ) {
+            ids = ngx_palloc(ngx_cycle->pool, cap * sizeof(int32_t));
+            if (ids == NULL) {
+                return NGX_ERROR;
+            }
+
+            n = nalar_tokenize(m->tok, (const char *) sp->text.data,
+                               sp->text.len, nalar_tok_add_bos(m->tok),
+                               special, ids, cap);
+            if (n <= cap) {
+                break;
+            }
+
+            cap = n;
+        }
+
+        if (n < 0) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "nalar_shared_prefix \"%V\" could not be tokenized "
+                          "for the model \"%V\"", &sp->file,
+                          &ctx->model->name);
+            n = 0;
+        }
+
+        pi->ids = ids;
+        pi->n = n;
+    }
+
+    for (i = 0; i < pi->n && i < p->n_prompt; i++) {
+        if (pi->ids[i] != p->prompt[i]) {
+            break;
+        }
+    }
+
+    /* the engine shares whole blocks only */
+
+    p->n_shared_prefix = i / NALAR_KV_BLOCK * NALAR_KV_BLOCK;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar shared prefix: %d of %d tokens",
+                   p->n_shared_prefix, pi->n);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_nalar_tenant(r);
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->tenant_state != NGX_HTTP_NALAR_TENANT_OK) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = ctx->tenant.len;
+    v->data = ctx->tenant.len ? ctx->tenant.data : (u_char *) "";
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
 /* variables */
 
 
@@ -3510,6 +3942,20 @@ ngx_http_nalar_add_variables(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_nalar_init(ngx_conf_t *cf)
 {
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    /* bearer tokens are checked where auth_basic checks passwords */
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_nalar_access_handler;
+
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_nalar_header_filter;
 
@@ -3685,10 +4131,18 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     nlcf->handler = 0;
+     *     nlcf->jwt_claim = { 0, NULL };
+     *     nlcf->jwt_issuer = { 0, NULL };
+     *     nlcf->jwt_audience = { 0, NULL };
      */
 
     nlcf->chat_style = NGX_CONF_UNSET_UINT;
     nlcf->keepalive = NGX_CONF_UNSET_MSEC;
+    nlcf->tenant = NGX_CONF_UNSET_PTR;
+    nlcf->jwt = NGX_CONF_UNSET_PTR;
+    nlcf->jwt_leeway = NGX_CONF_UNSET;
+    nlcf->cache_scope = NGX_CONF_UNSET_UINT;
+    nlcf->shared = NGX_CONF_UNSET_PTR;
     nlcf->spec_mode = NGX_CONF_UNSET_UINT;
     nlcf->spec_max_k = NGX_CONF_UNSET;
 
@@ -3705,6 +4159,15 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->chat_style, prev->chat_style,
                               NALAR_CHAT_AUTO);
     ngx_conf_merge_msec_value(conf->keepalive, prev->keepalive, 15000);
+    ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
+    ngx_conf_merge_ptr_value(conf->jwt, prev->jwt, NULL);
+    ngx_conf_merge_str_value(conf->jwt_claim, prev->jwt_claim, "sub");
+    ngx_conf_merge_str_value(conf->jwt_issuer, prev->jwt_issuer, "");
+    ngx_conf_merge_str_value(conf->jwt_audience, prev->jwt_audience, "");
+    ngx_conf_merge_sec_value(conf->jwt_leeway, prev->jwt_leeway, 0);
+    ngx_conf_merge_uint_value(conf->cache_scope, prev->cache_scope,
+                              NGX_HTTP_NALAR_SCOPE_TENANT);
+    ngx_conf_merge_ptr_value(conf->shared, prev->shared, NULL);
     ngx_conf_merge_uint_value(conf->spec_mode, prev->spec_mode,
                               NALAR_SPEC_AUTO);
     ngx_conf_merge_value(conf->spec_max_k, prev->spec_max_k, 4);
@@ -3716,6 +4179,93 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * A draft proposes token ids the target verifies, so both must mean the
+ * same thing by every id: same size, same pieces, same special tokens.
+ * Only the tokenizers are read (metadata, no weights).
+ */
+
+static int
+ngx_http_nalar_same_vocab(const char *target, const char *draft,
+    nalar_err *err)
+{
+    int               rc;
+    int32_t           i, n;
+    gguf_file        *f;
+    const char       *a, *b;
+    nalar_tokenizer  *t, *d;
+
+    rc = -1;
+    t = NULL;
+    d = NULL;
+
+    f = gguf_open(target, err);
+    if (f == NULL) {
+        goto done;
+    }
+
+    t = nalar_tokenizer_create(f, err);
+    gguf_close(f);
+    if (t == NULL) {
+        goto done;
+    }
+
+    f = gguf_open(draft, err);
+    if (f == NULL) {
+        goto done;
+    }
+
+    d = nalar_tokenizer_create(f, err);
+    gguf_close(f);
+    if (d == NULL) {
+        goto done;
+    }
+
+    n = nalar_tok_n_vocab(t);
+
+    if (nalar_tok_n_vocab(d) != n) {
+        nalar_fail(err, "%s has a vocabulary of %d tokens but the target %s "
+                   "has %d: a draft must share the target's vocabulary",
+                   draft, nalar_tok_n_vocab(d), target, n);
+        goto done;
+    }
+
+    if (nalar_tok_kind_of(t) != nalar_tok_kind_of(d)
+        || nalar_tok_bos(t) != nalar_tok_bos(d)
+        || nalar_tok_eos(t) != nalar_tok_eos(d))
+    {
+        nalar_fail(err, "%s: the vocabulary's tokenizer kind or special "
+                   "tokens (BOS, EOS) differ from the target %s", draft,
+                   target);
+        goto done;
+    }
+
+    for (i = 0; i < n; i++) {
+        a = nalar_tok_piece(t, i);
+        b = nalar_tok_piece(d, i);
+
+        if (a == NULL || b == NULL || ngx_strcmp(a, b) != 0
+            || nalar_tok_is_eog(t, i) != nalar_tok_is_eog(d, i))
+        {
+            nalar_fail(err, "%s: token %d of the vocabulary is \"%s\" but "
+                       "the target's is \"%s\": a draft must share the "
+                       "target's vocabulary", draft, i, b ? b : "",
+                       a ? a : "");
+            goto done;
+        }
+    }
+
+    rc = 0;
+
+done:
+
+    nalar_tokenizer_destroy(d);
+    nalar_tokenizer_destroy(t);
+
+    return rc;
 }
 
 
@@ -3785,13 +4335,16 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     if (model->draft.len) {
-        if (nalar_model_check((char *) model->draft.data, &err) != 0) {
+        if (nalar_model_check((char *) model->draft.data, &err) != 0
+            || ngx_http_nalar_same_vocab((char *) model->path.data,
+                                         (char *) model->draft.data, &err)
+               != 0)
+        {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "nalar_model \"%V\" draft: %s", &model->name,
                                err.msg);
             return NGX_CONF_ERROR;
         }
-
     }
 
     return NGX_CONF_OK;
@@ -3913,6 +4466,195 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         nmcf->spec_mode = mode;
         nmcf->spec_max_k = k;
     }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * nalar_jwt_key FILE [ALG] | off;
+ * Loaded now, so that `nginx -t` reports a bad key; each key is bound to
+ * one algorithm here (see jwt.h), which is what defeats algorithm
+ * confusion and "alg": "none".
+ */
+
+static char *
+ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_loc_conf_t *nlcf = conf;
+
+    nalar_err            err;
+    ngx_str_t           *value, file;
+    const char          *alg;
+    nalar_jwt_keyset    *k;
+    ngx_pool_cleanup_t  *cln;
+
+    if (nlcf->jwt != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        nlcf->jwt = NULL;
+        return NGX_CONF_OK;
+    }
+
+    file = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    alg = (cf->args->nelts == 3) ? (const char *) value[2].data : NULL;
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    k = nalar_jwt_keyset_load((const char *) file.data, alg, &err);
+
+    if (k == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "nalar_jwt_key: %s",
+                           err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_nalar_jwt_cleanup;
+    cln->data = k;
+
+    nlcf->jwt = k;
+
+    return NGX_CONF_OK;
+}
+
+
+static void
+ngx_http_nalar_jwt_cleanup(void *data)
+{
+    nalar_jwt_keyset_free(data);
+}
+
+
+/*
+ * nalar_shared_prefix FILE | off;
+ * The text is read now (one trailing newline dropped) and tokenized in each
+ * worker, per model, once the model is ready.
+ */
+
+static char *
+ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_loc_conf_t *nlcf = conf;
+
+    off_t                     size;
+    ssize_t                   n;
+    ngx_str_t                *value;
+    ngx_file_t                file;
+    ngx_file_info_t           fi;
+    ngx_http_nalar_shared_t  *sp;
+
+    if (nlcf->shared != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        nlcf->shared = NULL;
+        return NGX_CONF_OK;
+    }
+
+    sp = ngx_pcalloc(cf->pool, sizeof(ngx_http_nalar_shared_t));
+    if (sp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     sp->ids = NULL;
+     */
+
+    sp->file = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &sp->file, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&file, sizeof(ngx_file_t));
+    file.name = sp->file;
+    file.log = cf->log;
+
+    file.fd = ngx_open_file(sp->file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+
+    if (file.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_shared_prefix: " ngx_open_file_n
+                           " \"%V\" failed", &sp->file);
+        return NGX_CONF_ERROR;
+    }
+
+    n = NGX_ERROR;
+
+    if (ngx_fd_info(file.fd, &fi) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_shared_prefix: " ngx_fd_info_n
+                           " \"%V\" failed", &sp->file);
+        goto done;
+    }
+
+    size = ngx_file_size(&fi);
+
+    if (size <= 0 || size > NGX_HTTP_NALAR_MAX_SHARED) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_shared_prefix: \"%V\" has %O bytes; "
+                           "1 to %d expected", &sp->file, size,
+                           NGX_HTTP_NALAR_MAX_SHARED);
+        goto done;
+    }
+
+    sp->text.data = ngx_pnalloc(cf->pool, size + 1);
+    if (sp->text.data == NULL) {
+        goto done;
+    }
+
+    n = ngx_read_file(&file, sp->text.data, size, 0);
+
+    if (n != NGX_ERROR && n != size) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_shared_prefix: read only %z of %O bytes "
+                           "of \"%V\"", n, size, &sp->file);
+        n = NGX_ERROR;
+    }
+
+done:
+
+    if (ngx_close_file(file.fd) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, ngx_errno,
+                           ngx_close_file_n " \"%V\" failed", &sp->file);
+    }
+
+    if (n == NGX_ERROR) {
+        return NGX_CONF_ERROR;
+    }
+
+    sp->text.len = n;
+
+    if (sp->text.data[sp->text.len - 1] == '\n') {
+        sp->text.len--;
+    }
+
+    sp->text.data[sp->text.len] = '\0';
+
+    if (sp->text.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_shared_prefix: \"%V\" is empty", &sp->file);
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->shared = sp;
 
     return NGX_CONF_OK;
 }
