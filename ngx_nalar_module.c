@@ -991,6 +991,21 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           "Time from submission to the first scheduling." }
     };
 
+    static struct {
+        char  *name;
+        char  *type;
+        char  *help;
+    }  prefix[] = {
+        { "nalar_prefix_cache_queries_total", "counter",
+          "Prompt tokens looked up in the prefix cache." },
+        { "nalar_prefix_cache_hits_total", "counter",
+          "Prompt tokens served from the prefix cache." },
+        { "nalar_prefix_cache_evictions_total", "counter",
+          "Prefix cache blocks evicted." },
+        { "nalar_prefix_cache_blocks", "gauge",
+          "KV blocks published in the prefix cache." }
+    };
+
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
     }
@@ -1016,6 +1031,11 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
 
         size += (sizeof(scalars) / sizeof(scalars[0])
                  + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2)
+                * (128 + model[i].name.len);
+    }
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        size += sizeof(prefix) / sizeof(prefix[0])
                 * (128 + model[i].name.len);
     }
 
@@ -1081,6 +1101,24 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                              spec_seconds[k].name, &model[i].name,
                              k == 0 ? m[i].spec_draft_seconds_total
                                     : m[i].spec_verify_seconds_total);
+        }
+    }
+
+    for (k = 0; k < sizeof(prefix) / sizeof(prefix[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         prefix[k].name, prefix[k].help,
+                         prefix[k].name, prefix[k].type);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            switch (k) {
+            case 0: v = m[i].prefix_queries_total; break;
+            case 1: v = m[i].prefix_hits_total; break;
+            case 2: v = m[i].prefix_evictions_total; break;
+            default: v = (uint64_t) m[i].prefix_blocks; break;
+            }
+
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
+                             prefix[k].name, &model[i].name, v);
         }
     }
 
