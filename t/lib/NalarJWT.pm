@@ -18,6 +18,7 @@ use MIME::Base64 qw(encode_base64url);
 my $JSON = JSON::PP->new->utf8->canonical;
 
 sub b64 { encode_base64url($_[0]) }
+sub json_encode { $JSON->encode($_[0]) }
 
 # "header.payload" of the compact serialization
 sub signing_input {
