@@ -99,6 +99,8 @@ my @cases = (
 
 for my $c (@cases) {
     my ($name, $path, $model, $extra) = @$c;
+    my $before = $t->metrics->{"nalar_spec_decode_num_drafts_total"
+                               . "{model=\"$model\"}"};
     for my $p (@prompts) {
         for my $stream (0, 1) {
             my $got = complete($path, body($model, $p, $stream,
@@ -108,6 +110,11 @@ for my $c (@cases) {
                                 . ': equals the answer without speculation');
         }
     }
+    next if $name eq 'wrong prediction';
+    my $after = $t->metrics->{"nalar_spec_decode_num_drafts_total"
+                              . "{model=\"$model\"}"};
+    ok($after > $before, "$name: it speculated ($before -> $after "
+                         . 'verification steps)');
 }
 
 my $m = $t->metrics;
