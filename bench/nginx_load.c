@@ -1,0 +1,1091 @@
+/*
+ * nginx_load: the load client of bench/nginx.sh.
+ *
+ *   nginx_load http   --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
+ *                     [-p PROMPT_TOKENS] [--logprobs] [--interfere LEN]
+ *   nginx_load engine -m MODEL [-t THREADS] [--batch-tokens N] (same load)
+ *   nginx_load idle   --port P --pid WORKER [-c 2000] [--step 250]
+ *
+ * http: STREAMS connections to 127.0.0.1 (HTTP/1.1 keep-alive, epoll), each
+ * sending streaming greedy completions (POST /v1/completions, "stream":
+ * true, ignore_eos, max_tokens fixed) back to back for SECONDS.  Per
+ * request: TTFT = request written -> first `data:` event with a token;
+ * inter-token latency = gap between successive token events / tokens in the
+ * event (counted exactly with --logprobs: each token comes back as
+ * "token_id:N"; otherwise not reported); ms/token = (last token - request
+ * written) / completion_tokens (from the usage chunk).  --interfere LEN adds
+ * one connection sending LEN-token prompts (max_tokens 1) over and over:
+ * the long prefills the running streams must share steps with.
+ *
+ * engine: the same load on the same engine in this process, driven the way
+ * the module drives it (engine thread, notify -> eventfd -> take on the
+ * consumer thread), so that the difference to `http` is nginx's part.
+ *
+ * idle: opens STREAMS streaming requests, STEP at a time, that stay queued
+ * (run nginx with nalar_max_running 1: one request runs, the rest wait;
+ * a stream that ends is replaced on its connection), and after each step
+ * reads the worker's VmRSS and the engine's waiting/running gauges.
+ *
+ * One JSON line on stdout.  Prompts are token ids (no tokenizer in the
+ * path), distinct per request so that no cache helps.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "model.h"
+
+#define MAX_PROMPT 1024
+
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+
+static void
+die(const char *msg)
+{
+    fprintf(stderr, "nginx_load: %s\n", msg);
+    exit(1);
+}
+
+
+static void *
+xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n);
+    if (p == NULL) {
+        die("out of memory");
+    }
+    return p;
+}
+
+
+/* --- samples ------------------------------------------------------------- */
+
+typedef struct {
+    double *v;      /* (n) */
+    size_t  n, cap;
+} vec;
+
+
+static void
+vec_push(vec *s, double x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 1024;
+        s->v = xrealloc(s->v, s->cap * sizeof(double));
+    }
+    s->v[s->n++] = x;
+}
+
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+
+/* nearest-rank percentile; -1 when there are no samples */
+static double
+pct(vec *s, double q)
+{
+    size_t i;
+
+    if (s->n == 0) {
+        return -1;
+    }
+    qsort(s->v, s->n, sizeof(double), cmp_double);
+    i = (size_t) (q * (double) s->n);
+    return s->v[i < s->n ? i : s->n - 1];
+}
+
+
+/* --- the load ------------------------------------------------------------ */
+
+typedef struct {
+    int    streams, max_tokens, prompt_tokens, logprobs, interfere, vocab;
+    double seconds;
+} load_opts;
+
+typedef struct {
+    vec    ttft, itl, per_token, ittft;   /* ms; ittft: the interferer's */
+    long   requests, tokens, chunks, errors, irequests;
+    double t0, t1;
+} load_stats;
+
+enum { ROLE_STREAM, ROLE_INTERFERE, ROLE_IDLE };
+
+/* One request in flight: when it was sent and what came back so far. */
+typedef struct {
+    double t_sent, t_first, t_prev;
+    int    tokens, usage_tokens, done;
+} req_timing;
+
+
+/* Distinct prompt per (stream, request): BOS then pseudo-random ids above
+ * the control tokens (0..2). */
+static int
+make_prompt(int32_t *ids, int n, uint64_t seed, int vocab)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+
+    ids[0] = 1;
+    for (int i = 1; i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        ids[i] = 3 + (int32_t) (x % (uint64_t) (vocab - 3));
+    }
+    return n;
+}
+
+
+/* A run of tokens arrived at t: TTFT for the first, else one inter-token
+ * gap per token (the event's gap shared by its tokens). */
+static void
+on_tokens(load_stats *st, req_timing *q, int role, int k, double t)
+{
+    if (k <= 0) {
+        return;
+    }
+    if (q->tokens == 0) {
+        q->t_first = t;
+        vec_push(role == ROLE_INTERFERE ? &st->ittft : &st->ttft,
+                 1e3 * (t - q->t_sent));
+    } else if (role == ROLE_STREAM && k > 0) {
+        for (int i = 0; i < k; i++) {
+            vec_push(&st->itl, 1e3 * (t - q->t_prev) / k);
+        }
+    }
+    q->t_prev = t;
+    q->tokens += k;
+    if (role == ROLE_STREAM) {
+        st->chunks++;
+    }
+}
+
+
+static void
+on_finish(load_stats *st, req_timing *q, int role)
+{
+    int n = q->usage_tokens > 0 ? q->usage_tokens : q->tokens;
+
+    if (role == ROLE_INTERFERE) {
+        st->irequests++;
+        return;
+    }
+    st->requests++;
+    st->tokens += n;
+    if (n > 0) {
+        vec_push(&st->per_token, 1e3 * (q->t_prev - q->t_sent) / n);
+    }
+}
+
+
+static void
+print_ms(const char *name, vec *s)
+{
+    printf(", \"%s\": {\"p50\": %.4f, \"p99\": %.4f, \"n\": %zu}", name,
+           pct(s, 0.50), pct(s, 0.99), s->n);
+}
+
+
+static void
+print_stats(const char *mode, const load_opts *o, load_stats *st)
+{
+    double dt = st->t1 - st->t0;
+
+    printf("{\"mode\": \"%s\", \"streams\": %d, \"max_tokens\": %d, "
+           "\"prompt_tokens\": %d, \"interfere\": %d, \"seconds\": %.3f, "
+           "\"requests\": %ld, \"errors\": %ld, \"tokens\": %ld, "
+           "\"tokens_per_s\": %.1f, \"tokens_per_event\": %.3f",
+           mode, o->streams, o->max_tokens, o->prompt_tokens, o->interfere,
+           dt, st->requests, st->errors, st->tokens,
+           dt > 0 ? (double) st->tokens / dt : 0,
+           st->chunks ? (double) st->tokens / (double) st->chunks : 0);
+    print_ms("ttft_ms", &st->ttft);
+    if (o->logprobs) {
+        print_ms("itl_ms", &st->itl);
+    }
+    print_ms("ms_per_token", &st->per_token);
+    if (o->interfere) {
+        print_ms("interfere_ttft_ms", &st->ittft);
+        printf(", \"interfere_requests\": %ld", st->irequests);
+    }
+    printf("}\n");
+    fflush(stdout);
+}
+
+
+/* --- HTTP/1.1 client ----------------------------------------------------- */
+
+enum { S_CONNECT, S_SEND, S_HEAD, S_BODY, S_CLOSED };
+enum { CH_SIZE, CH_DATA, CH_CRLF, CH_TRAILER };
+
+typedef struct {
+    int        fd, role, state, id, nreq;
+    char      *out;                     /* (out_len) the request */
+    size_t     out_len, out_off;
+    char      *in;                      /* (in_len) raw bytes not parsed */
+    size_t     in_len, in_cap;
+    char      *sse;                     /* (sse_len) de-chunked body */
+    size_t     sse_len, sse_cap;
+    int        ch_state;
+    long       ch_left;
+    int        got_head;                /* this request's 200 came */
+    req_timing q;
+} conn;
+
+typedef struct {
+    int        port, ep, stopping;
+    load_opts  o;
+    load_stats st;
+    conn      *c;                       /* (n_conn) */
+    int        n_conn, open, heads;
+    long       restarts;
+} client;
+
+
+static void
+conn_request(client *cl, conn *c)
+{
+    int32_t ids[MAX_PROMPT];
+    int     np, len = c->role == ROLE_INTERFERE ? cl->o.interfere
+                                                : cl->o.prompt_tokens;
+    int     max_tokens = c->role == ROLE_INTERFERE ? 1 : cl->o.max_tokens;
+    size_t  cap = 512 + 12 * (size_t) len, n;
+    char   *body;
+
+    np = make_prompt(ids, len, (uint64_t) c->id * 1000003u + c->nreq++,
+                     cl->o.vocab);
+    body = xrealloc(NULL, cap);
+    n = (size_t) snprintf(body, cap, "{\"prompt\":[");
+    for (int i = 0; i < np; i++) {
+        n += (size_t) snprintf(body + n, cap - n, "%s%d", i ? "," : "",
+                               ids[i]);
+    }
+    n += (size_t) snprintf(body + n, cap - n,
+                           "],\"max_tokens\":%d,\"temperature\":0,"
+                           "\"stream\":true,\"ignore_eos\":true,"
+                           "\"stream_options\":{\"include_usage\":true}%s}",
+                           max_tokens,
+                           cl->o.logprobs ? ",\"logprobs\":0,"
+                           "\"return_tokens_as_token_ids\":true" : "");
+    c->out = xrealloc(c->out, n + 256);
+    c->out_len = (size_t) snprintf(c->out, n + 256,
+                                   "POST /v1/completions HTTP/1.1\r\n"
+                                   "Host: 127.0.0.1\r\n"
+                                   "Content-Type: application/json\r\n"
+                                   "Content-Length: %zu\r\n\r\n%s", n, body);
+    free(body);
+    c->out_off = 0;
+    c->state = S_SEND;
+    c->got_head = 0;
+    c->ch_state = CH_SIZE;
+    c->sse_len = 0;
+    memset(&c->q, 0, sizeof(c->q));
+}
+
+
+static void
+conn_watch(client *cl, conn *c, int op, uint32_t events)
+{
+    struct epoll_event ev;
+
+    ev.events = events;
+    ev.data.ptr = c;
+    if (epoll_ctl(cl->ep, op, c->fd, &ev) != 0) {
+        die("epoll_ctl failed");
+    }
+}
+
+
+static void
+conn_open(client *cl, conn *c)
+{
+    struct sockaddr_in a;
+    int                one = 1;
+
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (c->fd < 0) {
+        die("socket() failed (raise ulimit -n)");
+    }
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t) cl->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c->fd, (struct sockaddr *) &a, sizeof(a)) != 0
+        && errno != EINPROGRESS)
+    {
+        die("connect() to 127.0.0.1 failed");
+    }
+    conn_request(cl, c);
+    c->state = S_CONNECT;
+    conn_watch(cl, c, EPOLL_CTL_ADD, EPOLLIN | EPOLLOUT);
+    cl->open++;
+}
+
+
+static void
+conn_close(client *cl, conn *c)
+{
+    if (c->state == S_CLOSED) {
+        return;
+    }
+    close(c->fd);
+    c->state = S_CLOSED;
+    cl->open--;
+    if (c->got_head) {
+        cl->heads--;
+    }
+}
+
+
+static void
+conn_fail(client *cl, conn *c, const char *why)
+{
+    fprintf(stderr, "nginx_load: connection %d: %s\n", c->id, why);
+    cl->st.errors++;
+    conn_close(cl, c);
+}
+
+
+static void
+conn_send(client *cl, conn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+
+        if (n < 0) {
+            if (errno == EAGAIN) {
+                return;
+            }
+            conn_fail(cl, c, "write failed");
+            return;
+        }
+        c->out_off += (size_t) n;
+    }
+    c->q.t_sent = now_s();
+    c->state = S_HEAD;
+    conn_watch(cl, c, EPOLL_CTL_MOD, EPOLLIN);
+}
+
+
+static int
+count(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    int    c = 0;
+
+    for (const char *p = s; (p = memmem(p, n - (size_t) (p - s), needle, k));
+         p += k)
+    {
+        c++;
+    }
+    return c;
+}
+
+
+/* One SSE event (without its blank line) that arrived at t. */
+static void
+conn_event(client *cl, conn *c, const char *ev, size_t n, double t)
+{
+    const char *u;
+    int         k;
+
+    if (n == 0 || ev[0] == ':') {
+        return;                                 /* ": keep-alive" */
+    }
+    if (n < 6 || memcmp(ev, "data: ", 6) != 0) {
+        return;
+    }
+    ev += 6;
+    n -= 6;
+    if (n == 6 && memcmp(ev, "[DONE]", 6) == 0) {
+        c->q.done = 1;
+        return;
+    }
+    if (memmem(ev, n, "{\"error\"", 8) == ev) {
+        cl->st.errors++;
+        return;
+    }
+    u = memmem(ev, n, "\"completion_tokens\":", 20);
+    if (u != NULL) {
+        c->q.usage_tokens = atoi(u + 20);
+    }
+    if (cl->o.logprobs) {
+        k = count(ev, n, "\"token_id:");
+    } else {
+        /* without logprobs an event says only that it carries text */
+        u = memmem(ev, n, "\"text\":\"", 8);
+        k = u != NULL && u[8] != '"';
+    }
+    if (c->role != ROLE_IDLE) {
+        on_tokens(&cl->st, &c->q, c->role, k, t);
+    }
+}
+
+
+/* The response ended: account it, then the next request or close. */
+static void
+conn_done(client *cl, conn *c)
+{
+    if (!c->q.done) {
+        conn_fail(cl, c, "stream ended without [DONE]");
+        return;
+    }
+    if (c->role == ROLE_IDLE) {
+        cl->restarts++;
+    } else {
+        on_finish(&cl->st, &c->q, c->role);
+    }
+    if (c->got_head) {
+        cl->heads--;
+        c->got_head = 0;
+    }
+    if (cl->stopping || (c->role == ROLE_STREAM && now_s() >= cl->st.t0
+                                                              + cl->o.seconds))
+    {
+        conn_close(cl, c);
+        return;
+    }
+    conn_request(cl, c);
+    conn_watch(cl, c, EPOLL_CTL_MOD, EPOLLIN | EPOLLOUT);
+    conn_send(cl, c);
+}
+
+
+/* De-chunk what came in and hand out complete events; 1 at the end of the
+ * response. */
+static int
+conn_parse_body(client *cl, conn *c, double t)
+{
+    size_t off = 0;
+    int    end = 0;
+
+    while (off < c->in_len && !end) {
+        char  *p = c->in + off, *nl;
+        size_t avail = c->in_len - off;
+
+        switch (c->ch_state) {
+        case CH_SIZE:
+            nl = memmem(p, avail, "\r\n", 2);
+            if (nl == NULL) {
+                goto more;
+            }
+            c->ch_left = strtol(p, NULL, 16);
+            off += (size_t) (nl - p) + 2;
+            c->ch_state = c->ch_left == 0 ? CH_TRAILER : CH_DATA;
+            break;
+        case CH_DATA: {
+            size_t k = avail < (size_t) c->ch_left ? avail
+                                                   : (size_t) c->ch_left;
+
+            if (c->sse_len + k > c->sse_cap) {
+                c->sse_cap = 2 * (c->sse_len + k);
+                c->sse = xrealloc(c->sse, c->sse_cap);
+            }
+            memcpy(c->sse + c->sse_len, p, k);
+            c->sse_len += k;
+            c->ch_left -= (long) k;
+            off += k;
+            if (c->ch_left == 0) {
+                c->ch_state = CH_CRLF;
+            }
+            break;
+        }
+        case CH_CRLF:
+            if (avail < 2) {
+                goto more;
+            }
+            off += 2;
+            c->ch_state = CH_SIZE;
+            break;
+        case CH_TRAILER:
+            nl = memmem(p, avail, "\r\n", 2);
+            if (nl == NULL) {
+                goto more;
+            }
+            off += (size_t) (nl - p) + 2;
+            end = nl == p;                      /* the empty line */
+            break;
+        }
+    }
+more:
+    memmove(c->in, c->in + off, c->in_len - off);
+    c->in_len -= off;
+
+    /* events end with a blank line */
+    {
+        size_t start = 0;
+        char  *e;
+
+        while ((e = memmem(c->sse + start, c->sse_len - start, "\n\n", 2))) {
+            conn_event(cl, c, c->sse + start, (size_t) (e - c->sse) - start,
+                       t);
+            start = (size_t) (e - c->sse) + 2;
+        }
+        memmove(c->sse, c->sse + start, c->sse_len - start);
+        c->sse_len -= start;
+    }
+    return end;
+}
+
+
+static void
+conn_read(client *cl, conn *c)
+{
+    for ( ;; ) {
+        ssize_t n;
+        double  t;
+
+        if (c->in_cap - c->in_len < 16384) {
+            c->in_cap = c->in_cap ? 2 * c->in_cap : 32768;
+            c->in = xrealloc(c->in, c->in_cap);
+        }
+        n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+        if (n < 0 && errno == EAGAIN) {
+            return;
+        }
+        if (n <= 0) {
+            conn_fail(cl, c, n == 0 ? "server closed the connection"
+                                    : "read failed");
+            return;
+        }
+        t = now_s();
+        c->in_len += (size_t) n;
+
+        if (c->state == S_HEAD) {
+            char  *e = memmem(c->in, c->in_len, "\r\n\r\n", 4);
+            size_t hl;
+
+            if (e == NULL) {
+                continue;
+            }
+            hl = (size_t) (e - c->in) + 4;
+            if (c->in_len < 12 || memcmp(c->in + 9, "200", 3) != 0) {
+                fprintf(stderr, "nginx_load: %.*s\n", (int) (e - c->in),
+                        c->in);
+                conn_fail(cl, c, "status is not 200");
+                return;
+            }
+            if (memmem(c->in, hl, "chunked", 7) == NULL) {
+                conn_fail(cl, c, "response is not chunked");
+                return;
+            }
+            memmove(c->in, c->in + hl, c->in_len - hl);
+            c->in_len -= hl;
+            c->state = S_BODY;
+            c->got_head = 1;
+            cl->heads++;
+        }
+        if (c->state == S_BODY && conn_parse_body(cl, c, t)) {
+            conn_done(cl, c);
+            if (c->state != S_HEAD && c->state != S_BODY) {
+                return;
+            }
+        }
+    }
+}
+
+
+static void
+client_poll(client *cl, int timeout_ms)
+{
+    struct epoll_event evs[256];
+    int                n = epoll_wait(cl->ep, evs, 256, timeout_ms);
+
+    for (int i = 0; i < n; i++) {
+        conn *c = evs[i].data.ptr;
+
+        if (c->state == S_CLOSED) {
+            continue;
+        }
+        if (c->state == S_CONNECT) {
+            int       e = 0;
+            socklen_t l = sizeof(e);
+
+            getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &e, &l);
+            if (e != 0) {
+                conn_fail(cl, c, "connect failed");
+                continue;
+            }
+            c->state = S_SEND;
+        }
+        if (c->state == S_SEND && (evs[i].events & EPOLLOUT)) {
+            conn_send(cl, c);
+        }
+        if ((c->state == S_HEAD || c->state == S_BODY)
+            && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+        {
+            conn_read(cl, c);
+        }
+    }
+}
+
+
+static void
+client_init(client *cl, int port, const load_opts *o, int n_conn)
+{
+    memset(cl, 0, sizeof(*cl));
+    cl->port = port;
+    cl->o = *o;
+    cl->ep = epoll_create1(0);
+    cl->n_conn = n_conn;
+    cl->c = calloc((size_t) n_conn, sizeof(conn));
+    if (cl->ep < 0 || cl->c == NULL) {
+        die("cannot set up the client");
+    }
+    for (int i = 0; i < n_conn; i++) {
+        cl->c[i].id = i;
+        cl->c[i].state = S_CLOSED;
+    }
+}
+
+
+static int
+run_http(int port, const load_opts *o)
+{
+    client cl;
+    int    n = o->streams + (o->interfere > 0);
+    double limit;
+
+    client_init(&cl, port, o, n);
+    cl.st.t0 = now_s();
+    for (int i = 0; i < o->streams; i++) {
+        cl.c[i].role = ROLE_STREAM;
+        conn_open(&cl, &cl.c[i]);
+    }
+    if (o->interfere > 0) {
+        cl.c[n - 1].role = ROLE_INTERFERE;
+        conn_open(&cl, &cl.c[n - 1]);
+    }
+    limit = cl.st.t0 + o->seconds + 60;
+    for ( ;; ) {
+        int streams_open = 0;
+
+        for (int i = 0; i < o->streams; i++) {
+            streams_open += cl.c[i].state != S_CLOSED;
+        }
+        if (streams_open == 0) {
+            break;
+        }
+        if (now_s() > limit) {
+            die("http run did not finish in time");
+        }
+        client_poll(&cl, 100);
+    }
+    cl.st.t1 = now_s();
+    cl.stopping = 1;
+    for (int i = 0; i < n; i++) {
+        conn_close(&cl, &cl.c[i]);
+    }
+    print_stats("http", o, &cl.st);
+    return cl.st.errors ? 1 : 0;
+}
+
+
+/* --- idle streams -------------------------------------------------------- */
+
+static long
+rss_kb(int pid)
+{
+    char  path[64], line[256];
+    long  kb = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = atol(line + 6);
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+
+/* GET /metrics on its own connection: the sum of a gauge over models. */
+static void
+gauges(int port, long *waiting, long *running)
+{
+    struct sockaddr_in a;
+    static char        buf[1 << 20];
+    size_t             n = 0;
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
+    const char        *req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Connection: close\r\n\r\n";
+    struct pollfd      p;
+
+    *waiting = *running = -1;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t) port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *) &a, sizeof(a)) != 0
+        || write(fd, req, strlen(req)) != (ssize_t) strlen(req))
+    {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return;
+    }
+    p.fd = fd;
+    p.events = POLLIN;
+    while (n < sizeof(buf) - 1 && poll(&p, 1, 5000) == 1) {
+        ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
+
+        if (k <= 0) {
+            break;
+        }
+        n += (size_t) k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *waiting = *running = 0;
+    for (char *l = strtok(buf, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        char *sp = strrchr(l, ' ');
+
+        if (sp == NULL) {
+            continue;
+        }
+        if (strncmp(l, "nalar_requests_waiting", 22) == 0) {
+            *waiting += atol(sp + 1);
+        } else if (strncmp(l, "nalar_requests_running", 22) == 0) {
+            *running += atol(sp + 1);
+        }
+    }
+}
+
+
+/* Poll until every open stream has its 200 (or timeout), then settle. */
+static void
+idle_settle(client *cl, double timeout)
+{
+    double end = now_s() + timeout, quiet;
+
+    while (cl->heads < cl->open && now_s() < end) {
+        client_poll(cl, 20);
+    }
+    quiet = now_s() + 0.5;
+    while (now_s() < quiet) {
+        client_poll(cl, 20);
+    }
+}
+
+
+static int
+run_idle(int port, int pid, const load_opts *o, int step)
+{
+    client cl;
+    long   rss0, w, r;
+    int    opened = 0, first = 1;
+
+    client_init(&cl, port, o, o->streams);
+    cl.st.t0 = now_s();
+    idle_settle(&cl, 0);
+    rss0 = rss_kb(pid);
+    if (rss0 < 0) {
+        die("cannot read the worker's /proc/PID/status");
+    }
+    printf("{\"mode\": \"idle\", \"max_tokens\": %d, \"prompt_tokens\": %d, "
+           "\"rss0_kb\": %ld, \"levels\": [", o->max_tokens,
+           o->prompt_tokens, rss0);
+    while (opened < o->streams) {
+        int k = opened + step < o->streams ? step : o->streams - opened;
+
+        for (int i = opened; i < opened + k; i++) {
+            cl.c[i].role = ROLE_IDLE;
+            conn_open(&cl, &cl.c[i]);
+        }
+        opened += k;
+        idle_settle(&cl, 20);
+        gauges(port, &w, &r);
+        printf("%s{\"streams\": %d, \"open\": %d, \"answered\": %d, "
+               "\"waiting\": %ld, \"running\": %ld, \"rss_kb\": %ld}",
+               first ? "" : ", ", opened, cl.open, cl.heads, w, r,
+               rss_kb(pid));
+        fflush(stdout);
+        first = 0;
+    }
+    cl.stopping = 1;
+    for (int i = 0; i < cl.n_conn; i++) {
+        conn_close(&cl, &cl.c[i]);
+    }
+    /* the hang-ups cancel the queued requests; give the worker a moment */
+    {
+        double end = now_s() + 10;
+
+        do {
+            usleep(200000);
+            gauges(port, &w, &r);
+        } while ((w > 0 || r > 0) && now_s() < end);
+    }
+    printf("], \"restarts\": %ld, \"errors\": %ld, \"after_close\": "
+           "{\"waiting\": %ld, \"running\": %ld, \"rss_kb\": %ld}}\n",
+           cl.restarts, cl.st.errors, w, r, rss_kb(pid));
+    return cl.st.errors ? 1 : 0;
+}
+
+
+/* --- the same load in-process -------------------------------------------- */
+
+typedef struct {
+    nalar_request *r;
+    int            role, id, nreq, active;
+    int            pending;             /* set by notify (engine thread) */
+    int            efd;
+    req_timing     q;
+} slot;
+
+
+/* Engine thread: flag the slot, wake the consumer (as the module does). */
+static void
+slot_notify(nalar_request *r, void *ctx)
+{
+    slot    *s = ctx;
+    uint64_t one = 1;
+
+    (void) r;
+    __atomic_store_n(&s->pending, 1, __ATOMIC_RELEASE);
+    if (write(s->efd, &one, sizeof(one)) < 0) {
+        /* the counter cannot overflow here; nothing to do */
+    }
+}
+
+
+static void
+slot_submit(nalar_engine *e, slot *s, const load_opts *o)
+{
+    int32_t              ids[MAX_PROMPT];
+    nalar_request_params p;
+    nalar_err            err;
+    int                  len = s->role == ROLE_INTERFERE ? o->interfere
+                                                         : o->prompt_tokens;
+
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.n_prompt = make_prompt(ids, len, (uint64_t) s->id * 1000003u
+                                       + (uint64_t) s->nreq++, o->vocab);
+    p.prompt = ids;
+    p.max_tokens = s->role == ROLE_INTERFERE ? 1 : o->max_tokens;
+    p.ignore_eos = 1;
+    p.logprobs = o->logprobs;
+    memset(&s->q, 0, sizeof(s->q));
+    s->r = nalar_request_create(&p, slot_notify, s, &err);
+    if (s->r == NULL) {
+        die(err.msg);
+    }
+    s->q.t_sent = now_s();
+    if (nalar_engine_submit(e, s->r, &err) != 0) {
+        die(err.msg);
+    }
+    s->active = 1;
+}
+
+
+static int
+run_engine(const char *model, int threads, int batch_tokens,
+           const load_opts *o_in)
+{
+    nalar_engine_opts eo;
+    nalar_engine     *e;
+    nalar_err         err;
+    load_opts         o = *o_in;
+    load_stats        st;
+    slot             *s;
+    int               n = o.streams + (o.interfere > 0), efd;
+
+    memset(&eo, 0, sizeof(eo));
+    eo.model_path = model;
+    eo.n_threads = threads;
+    eo.kv_bytes = 64ll << 20;               /* as bench/nginx.sh's config */
+    eo.max_batch_tokens = batch_tokens;
+    eo.max_queue = 4096;
+    eo.prefix_cache = 0;
+    eo.spec_mode = NALAR_SPEC_OFF;
+    e = nalar_engine_create(&eo, &err);
+    if (e == NULL || nalar_engine_start(e, &err) != 0) {
+        die(err.msg);
+    }
+    o.vocab = nalar_engine_model(e)->cfg.n_vocab;
+    efd = eventfd(0, EFD_CLOEXEC);
+    s = calloc((size_t) n, sizeof(slot));
+    if (efd < 0 || s == NULL) {
+        die("cannot set up the engine run");
+    }
+    memset(&st, 0, sizeof(st));
+    st.t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        s[i].id = i;
+        s[i].efd = efd;
+        s[i].role = i < o.streams ? ROLE_STREAM : ROLE_INTERFERE;
+        slot_submit(e, &s[i], &o);
+    }
+    for ( ;; ) {
+        struct pollfd p = { efd, POLLIN, 0 };
+        uint64_t      v;
+        int           streams_active = 0;
+        double        t;
+
+        for (int i = 0; i < o.streams; i++) {
+            streams_active += s[i].active;
+        }
+        if (streams_active == 0) {
+            break;
+        }
+        if (poll(&p, 1, 1000) != 1 || read(efd, &v, sizeof(v)) < 0) {
+            continue;
+        }
+        t = now_s();
+        for (int i = 0; i < n; i++) {
+            nalar_output out;
+            int          fin = 0;
+
+            if (!s[i].active
+                || !__atomic_exchange_n(&s[i].pending, 0, __ATOMIC_ACQ_REL))
+            {
+                continue;
+            }
+            while (nalar_request_take(s[i].r, &out)) {
+                on_tokens(&st, &s[i].q, s[i].role, out.n_ids, t);
+                if (out.finish != NALAR_FINISH_NONE) {
+                    fin = 1;
+                    s[i].q.usage_tokens = out.n_completion;
+                    st.errors += out.finish != NALAR_FINISH_LENGTH;
+                }
+                nalar_output_free(&out);
+            }
+            if (!fin) {
+                continue;
+            }
+            on_finish(&st, &s[i].q, s[i].role);
+            nalar_request_unref(s[i].r);
+            s[i].r = NULL;
+            s[i].active = 0;
+            if (s[i].role == ROLE_INTERFERE
+                || now_s() < st.t0 + o.seconds)
+            {
+                slot_submit(e, &s[i], &o);
+            }
+        }
+    }
+    st.t1 = now_s();
+    for (int i = 0; i < n; i++) {
+        if (s[i].r != NULL) {
+            nalar_request_cancel(s[i].r);
+        }
+    }
+    nalar_engine_destroy(e);                /* joins: no notify after */
+    for (int i = 0; i < n; i++) {
+        if (s[i].r != NULL) {
+            nalar_request_unref(s[i].r);
+        }
+    }
+    free(s);
+    close(efd);
+    print_stats("engine", &o, &st);
+    return st.errors ? 1 : 0;
+}
+
+
+/* --- main ---------------------------------------------------------------- */
+
+static void
+usage(void)
+{
+    fprintf(stderr,
+        "usage:\n"
+        "  nginx_load http   --port P [-c STREAMS] [-d SECONDS] [-n TOKENS]"
+        " [-p PROMPT]\n"
+        "                    [--logprobs] [--interfere LEN] [--vocab V]\n"
+        "  nginx_load engine -m MODEL [-t THREADS] [--batch-tokens N]"
+        " (load options as http)\n"
+        "  nginx_load idle   --port P --pid WORKER [-c 2000] [--step 250]"
+        " [-n TOKENS] [-p PROMPT]\n");
+    exit(2);
+}
+
+
+int
+main(int argc, char **argv)
+{
+    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0 };
+    const char *mode, *model = NULL;
+    int         port = 0, pid = 0, step = 250, threads = 2, batch = 512;
+
+    if (argc < 2) {
+        usage();
+    }
+    mode = argv[1];
+    if (strcmp(mode, "idle") == 0) {
+        o.streams = 2000;
+        o.max_tokens = 480;
+        o.prompt_tokens = 8;
+    }
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--logprobs") == 0) { o.logprobs = 1; continue; }
+        if (v == NULL) {
+            usage();
+        }
+        i++;
+        if (strcmp(a, "--port") == 0) port = atoi(v);
+        else if (strcmp(a, "--pid") == 0) pid = atoi(v);
+        else if (strcmp(a, "-c") == 0) o.streams = atoi(v);
+        else if (strcmp(a, "-d") == 0) o.seconds = atof(v);
+        else if (strcmp(a, "-n") == 0) o.max_tokens = atoi(v);
+        else if (strcmp(a, "-p") == 0) o.prompt_tokens = atoi(v);
+        else if (strcmp(a, "--interfere") == 0) o.interfere = atoi(v);
+        else if (strcmp(a, "--vocab") == 0) o.vocab = atoi(v);
+        else if (strcmp(a, "--step") == 0) step = atoi(v);
+        else if (strcmp(a, "-m") == 0) model = v;
+        else if (strcmp(a, "-t") == 0) threads = atoi(v);
+        else if (strcmp(a, "--batch-tokens") == 0) batch = atoi(v);
+        else usage();
+    }
+    if (o.streams < 1 || o.max_tokens < 1 || o.prompt_tokens < 1
+        || o.prompt_tokens > MAX_PROMPT || o.interfere < 0
+        || o.interfere > MAX_PROMPT || o.vocab < 4 || step < 1)
+    {
+        usage();
+    }
+    if (strcmp(mode, "http") == 0 && port > 0) {
+        return run_http(port, &o);
+    }
+    if (strcmp(mode, "idle") == 0 && port > 0 && pid > 0) {
+        return run_idle(port, pid, &o, step);
+    }
+    if (strcmp(mode, "engine") == 0 && model != NULL) {
+        return run_engine(model, threads, batch, &o);
+    }
+    usage();
+    return 2;
+}
