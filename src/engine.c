@@ -89,6 +89,7 @@ struct nalar_request {
     int32_t          n_pred;
     int32_t          pred_off;        /* prediction index - output index */
     uint32_t         since_spec;      /* steps without speculation */
+    uint32_t         probes;          /* speculation probes so far */
     int32_t          spec_proposed, spec_accepted;   /* under mu */
     int32_t          pred_accepted, pred_rejected;   /* under mu */
 
@@ -1314,9 +1315,13 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     }
     k = nalar_spec_choose_k(&r->acc, cap, verify, draft_tok, 1.03, &gain);
     if (k == 0 && ++r->since_spec >= 16) {
-        /* probe now and then so acceptance estimates stay current */
+        /* probe now and then, alternating a short and a full proposal, so
+         * both the acceptance estimates and the cost of larger passes stay
+         * current (a cost measured once on a busy machine would otherwise
+         * keep speculation off for good) */
         r->since_spec = 0;
-        k = 1;
+        r->probes++;
+        k = r->probes % 2 ? 1 : cap;
     }
     if (k > 0) {
         r->since_spec = 0;
