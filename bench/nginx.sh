@@ -26,8 +26,9 @@ DUR=${DUR:-2}               # seconds of load per run
 IDLE=${IDLE:-2000}          # idle streams in (c)
 STEP=${STEP:-250}
 PORT=${PORT:-18480}
-THREADS=${THREADS:-2}
-BUDGET=${BUDGET:-540}       # seconds; later phases are skipped past it
+THREADS=${THREADS:-2}       # nalar_threads of (b) and (c)
+OVERHEAD_THREADS=${OVERHEAD_THREADS:-2 1}   # nalar_threads of the (a) runs
+BUDGET=${BUDGET:-480}       # seconds; later phases are skipped past it
 MODEL=$ROOT/models/nalar-kjv-target-f32.gguf
 NGINX=${NALAR_NGINX:-/usr/sbin/nginx}
 P=$ROOT/build/bench-nginx
@@ -85,7 +86,7 @@ stop() {
 trap stop EXIT
 trap 'exit 1' INT TERM HUP
 
-# conf BATCH_TOKENS MAX_RUNNING KEEPALIVE
+# conf BATCH_TOKENS MAX_RUNNING KEEPALIVE THREADS
 conf() {
     cat > "$P/nginx.conf" <<EOF
 load_module $P/ngx_nalar_module.so;
@@ -97,7 +98,7 @@ $([ "$(id -u)" = 0 ] && echo "user root;")
 events { worker_connections 8192; }
 http {
     nalar_model             kjv $MODEL;
-    nalar_threads           $THREADS;
+    nalar_threads           $4;
     nalar_kv_cache          64m;
     nalar_max_batch_tokens  $1;
     nalar_max_running       $2;
@@ -120,7 +121,7 @@ http {
 EOF
 }
 
-# start BATCH_TOKENS MAX_RUNNING KEEPALIVE: a fresh nginx, ready to serve
+# start BATCH_TOKENS MAX_RUNNING KEEPALIVE THREADS: a fresh nginx, ready to serve
 start() {
     stop
     conf "$@"
@@ -135,9 +136,9 @@ start() {
         [ $i -lt 150 ] || { log "nginx did not become ready"; tail "$P/logs/error.log" >&2; exit 1; }
         sleep 0.2
     done
-    WORKER=$(cat "/proc/$MASTER/task/$MASTER/children")
-    case "$WORKER" in *" "*|"") log "expected one worker, got '$WORKER'"; exit 1;; esac
-    log "nginx $MASTER (worker $WORKER): max_batch_tokens $1, max_running $2"
+    WORKER=$(cat "/proc/$MASTER/task/$MASTER/children" | tr -d ' ')
+    case "$WORKER" in *[!0-9]*|"") log "expected one worker, got '$WORKER'"; exit 1;; esac
+    log "nginx $MASTER (worker $WORKER): max_batch_tokens $1, max_running $2, threads $4"
 }
 
 healthy() {
@@ -148,10 +149,12 @@ healthy() {
     fi
 }
 
-# record PHASE EXTRA-JSON COMMAND...: one JSON line into $OUT
+# record PHASE EXTRA-JSON COMMAND...: one JSON line into $OUT; each run is
+# cut at 120 s or at what is left of the budget
 record() {
     phase=$1; extra=$2; shift 2
-    r=$(timeout 120 "$@") || { log "failed: $*"; echo "$r" >&2; healthy; exit 1; }
+    t=$(left); [ "$t" -gt 120 ] && t=120; [ "$t" -lt 10 ] && t=10
+    r=$(timeout "$t" "$@") || { log "failed or cut at ${t}s: $*"; echo "$r" >&2; healthy; exit 1; }
     echo "{\"phase\": \"$phase\", $extra\"run\": $r}" >> "$OUT"
 }
 
@@ -160,23 +163,27 @@ echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1
 
 # --- (a) nginx path vs in-process ----------------------------------------
 
-start 512 64 15s
-"$LOAD" http --port "$PORT" -c 16 -d 1 >/dev/null     # warm-up
-"$LOAD" engine -m "$MODEL" -t "$THREADS" -c 16 -d 0.5 >/dev/null
-rep=1
-while [ $rep -le "$REPS" ] && [ "$(left)" -gt 300 ]; do
-    for c in 1 16; do
-        e="\"rep\": $rep, \"batch_tokens\": 512, "
-        if [ $((rep % 2)) = 1 ]; then
-            record overhead "$e" "$LOAD" engine -m "$MODEL" -t "$THREADS" -c $c -d "$DUR"
-            record overhead "$e" "$LOAD" http --port "$PORT" -c $c -d "$DUR"
-        else
-            record overhead "$e" "$LOAD" http --port "$PORT" -c $c -d "$DUR"
-            record overhead "$e" "$LOAD" engine -m "$MODEL" -t "$THREADS" -c $c -d "$DUR"
-        fi
+# nalar_threads 2 (the configuration asked for) and 1 (a core left to nginx
+# and the client: on a 2-core machine 2 engine threads, the worker and the
+# client contend for the CPUs)
+for th in $OVERHEAD_THREADS; do
+    start 512 64 15s $th
+    "$LOAD" http --port "$PORT" -c 16 -d 1 >/dev/null     # warm-up
+    rep=1
+    while [ $rep -le "$REPS" ] && [ "$(left)" -gt 300 ]; do
+        for c in 1 16; do
+            e="\"rep\": $rep, \"threads\": $th, \"batch_tokens\": 512, "
+            eng="$LOAD engine -m $MODEL -t $th -c $c -d $DUR"
+            htp="$LOAD http --port $PORT -c $c -d $DUR"
+            if [ $((rep % 2)) = 1 ]; then
+                record overhead "$e" $eng; record overhead "$e" $htp
+            else
+                record overhead "$e" $htp; record overhead "$e" $eng
+            fi
+        done
+        log "(a) threads $th rep $rep done"
+        rep=$((rep + 1))
     done
-    log "(a) rep $rep done"
-    rep=$((rep + 1))
 done
 healthy
 
@@ -184,7 +191,7 @@ healthy
 
 for bt in 512 64; do
     [ "$(left)" -gt 150 ] || { log "(b) batch_tokens $bt skipped: out of time"; continue; }
-    start $bt 64 15s
+    start $bt 64 15s "$THREADS"
     "$LOAD" http --port "$PORT" -c 8 -d 0.5 --logprobs >/dev/null
     for c in 1 8 32; do
         for lp in 0 480; do
@@ -199,7 +206,7 @@ done
 # --- (c) idle streams ----------------------------------------------------
 
 if [ "$(left)" -gt 60 ]; then
-    start 512 1 1s
+    start 512 1 1s "$THREADS"
     record idle "" "$LOAD" idle --port "$PORT" --pid "$WORKER" -c "$IDLE" --step "$STEP"
     healthy
 else

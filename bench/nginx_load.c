@@ -910,6 +910,79 @@ slot_submit(nalar_engine *e, slot *s, const load_opts *o)
 }
 
 
+/* Submit on every slot, then consume like the module: wait on the eventfd,
+ * take from the flagged slots, resubmit until the time is up. */
+static void
+engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
+             load_stats *st)
+{
+    int efd = s[0].efd;
+
+    memset(st, 0, sizeof(*st));
+    st->t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        slot_submit(e, &s[i], o);
+    }
+    for ( ;; ) {
+        struct pollfd p = { efd, POLLIN, 0 };
+        uint64_t      v;
+        int           streams_active = 0;
+        double        t;
+
+        for (int i = 0; i < o->streams; i++) {
+            streams_active += s[i].active;
+        }
+        if (streams_active == 0) {
+            break;
+        }
+        if (poll(&p, 1, 1000) != 1 || read(efd, &v, sizeof(v)) < 0) {
+            continue;
+        }
+        t = now_s();
+        for (int i = 0; i < n; i++) {
+            nalar_output out;
+            int          fin = 0;
+
+            if (!s[i].active
+                || !__atomic_exchange_n(&s[i].pending, 0, __ATOMIC_ACQ_REL))
+            {
+                continue;
+            }
+            while (nalar_request_take(s[i].r, &out)) {
+                on_tokens(st, &s[i].q, s[i].role, out.n_ids, t);
+                if (out.finish != NALAR_FINISH_NONE) {
+                    fin = 1;
+                    s[i].q.usage_tokens = out.n_completion;
+                    st->errors += out.finish != NALAR_FINISH_LENGTH;
+                }
+                nalar_output_free(&out);
+            }
+            if (!fin) {
+                continue;
+            }
+            on_finish(st, &s[i].q, s[i].role);
+            nalar_request_unref(s[i].r);
+            s[i].r = NULL;
+            s[i].active = 0;
+            if (s[i].role == ROLE_INTERFERE || now_s() < st->t0 + o->seconds) {
+                slot_submit(e, &s[i], o);
+            }
+        }
+    }
+    st->t1 = now_s();
+}
+
+
+static void
+stats_free(load_stats *st)
+{
+    free(st->ttft.v);
+    free(st->itl.v);
+    free(st->per_token.v);
+    free(st->ittft.v);
+}
+
+
 static int
 run_engine(const char *model, int threads, int batch_tokens,
            const load_opts *o_in)
@@ -917,7 +990,7 @@ run_engine(const char *model, int threads, int batch_tokens,
     nalar_engine_opts eo;
     nalar_engine     *e;
     nalar_err         err;
-    load_opts         o = *o_in;
+    load_opts         o = *o_in, w;
     load_stats        st;
     slot             *s;
     int               n = o.streams + (o.interfere > 0), efd;
@@ -940,63 +1013,21 @@ run_engine(const char *model, int threads, int batch_tokens,
     if (efd < 0 || s == NULL) {
         die("cannot set up the engine run");
     }
-    memset(&st, 0, sizeof(st));
-    st.t0 = now_s();
     for (int i = 0; i < n; i++) {
         s[i].id = i;
         s[i].efd = efd;
         s[i].role = i < o.streams ? ROLE_STREAM : ROLE_INTERFERE;
-        slot_submit(e, &s[i], &o);
     }
-    for ( ;; ) {
-        struct pollfd p = { efd, POLLIN, 0 };
-        uint64_t      v;
-        int           streams_active = 0;
-        double        t;
 
-        for (int i = 0; i < o.streams; i++) {
-            streams_active += s[i].active;
-        }
-        if (streams_active == 0) {
-            break;
-        }
-        if (poll(&p, 1, 1000) != 1 || read(efd, &v, sizeof(v)) < 0) {
-            continue;
-        }
-        t = now_s();
-        for (int i = 0; i < n; i++) {
-            nalar_output out;
-            int          fin = 0;
+    /* warm-up, untimed: one request per stream touches the KV pool and
+     * wakes the threads, as the warm-up run does for nginx */
+    w = o;
+    w.seconds = 0;
+    w.interfere = 0;
+    engine_drive(e, s, o.streams, &w, &st);
+    stats_free(&st);
 
-            if (!s[i].active
-                || !__atomic_exchange_n(&s[i].pending, 0, __ATOMIC_ACQ_REL))
-            {
-                continue;
-            }
-            while (nalar_request_take(s[i].r, &out)) {
-                on_tokens(&st, &s[i].q, s[i].role, out.n_ids, t);
-                if (out.finish != NALAR_FINISH_NONE) {
-                    fin = 1;
-                    s[i].q.usage_tokens = out.n_completion;
-                    st.errors += out.finish != NALAR_FINISH_LENGTH;
-                }
-                nalar_output_free(&out);
-            }
-            if (!fin) {
-                continue;
-            }
-            on_finish(&st, &s[i].q, s[i].role);
-            nalar_request_unref(s[i].r);
-            s[i].r = NULL;
-            s[i].active = 0;
-            if (s[i].role == ROLE_INTERFERE
-                || now_s() < st.t0 + o.seconds)
-            {
-                slot_submit(e, &s[i], &o);
-            }
-        }
-    }
-    st.t1 = now_s();
+    engine_drive(e, s, n, &o, &st);
     for (int i = 0; i < n; i++) {
         if (s[i].r != NULL) {
             nalar_request_cancel(s[i].r);
@@ -1011,6 +1042,7 @@ run_engine(const char *model, int threads, int batch_tokens,
     free(s);
     close(efd);
     print_stats("engine", &o, &st);
+    stats_free(&st);
     return st.errors ? 1 : 0;
 }
 
