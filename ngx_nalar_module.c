@@ -3789,16 +3789,24 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 }
 
 
-/* RFC 6750 3.1: no error code when no credentials were sent at all */
+/*
+ * RFC 6750 3.1: no error code when no credentials were sent at all.  Under
+ * `satisfy any` the access phase may have added the header already and
+ * disabled it when another module let the request in: it is reused.
+ */
 
 static ngx_int_t
 ngx_http_nalar_unauthorized(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
 {
     ngx_table_elt_t  *h;
 
-    h = ngx_list_push(&r->headers_out.headers);
+    h = r->headers_out.www_authenticate;
+
     if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     h->hash = 1;

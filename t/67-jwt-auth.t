@@ -251,8 +251,14 @@ is($r->{status}, 204, 'CORS preflight needs no token');
 
 $r = call('/any/v1/completions', undef);
 is($r->{status}, 401, 'satisfy any + allow: no token still 401');
+is($r->{headers}{'www-authenticate'}, 'Bearer',
+   'satisfy any: one WWW-Authenticate header');
+is($r->{json} && $r->{json}{error}{type}, 'authentication_error',
+   'satisfy any: JSON error');
 $r = call('/any/v1/completions', 'garbage');
 is($r->{status}, 401, 'satisfy any + allow: bad token still 401');
+is($r->{headers}{'www-authenticate'}, 'Bearer error="invalid_token"',
+   'satisfy any, bad token: WWW-Authenticate');
 $r = call('/any/v1/completions', $hs->());
 is($r->{status}, 200, 'satisfy any: a valid token passes');
 
