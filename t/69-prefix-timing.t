@@ -39,7 +39,7 @@ http {
 CONF
 
 my $L = 400;
-my $PAIRS = $ENV{NALAR_TIMING_PAIRS} || 100;
+my $PAIRS = $ENV{NALAR_TIMING_PAIRS} || ($ENV{NALAR_ASAN} ? 30 : 100);
 srand(6);
 sub random_prompt { [ 1, map { 3 + int rand 2045 } 2 .. $L ] }
 
