@@ -214,5 +214,6 @@ else
 fi
 stop
 
+echo "{\"phase\": \"machine_end\", \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"seconds\": $(($(date +%s) - T0))}" >> "$OUT"
 log "done in $(($(date +%s) - T0)) s"
 python3 bench/nginx_summary.py "$OUT"

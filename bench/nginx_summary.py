@@ -14,9 +14,12 @@ out = []
 emit = out.append
 
 machine = next((r for r in rows if r["phase"] == "machine"), {})
+end = next((r for r in rows if r["phase"] == "machine_end"), {})
 emit("# nginx path: Nalar module in /usr/sbin/nginx vs the engine in-process\n")
 emit(f"Machine: {machine.get('cores', '?')} cores, load average "
-     f"{machine.get('load1', '?')} at the start, {machine.get('date', '')}; "
+     f"{machine.get('load1', '?')} at the start"
+     + (f" and {end['load1']} at the end ({end['seconds']} s)" if end else "")
+     + f", {machine.get('date', '')}; "
      f"engine threads {machine.get('threads', '?')}; demo model "
      "nalar-kjv-target-f32 (1.7M parameters, context 512); one nginx worker; "
      "prefix cache off; prompts are distinct token-id arrays.\n")
@@ -67,10 +70,10 @@ if lat:
          "counted: ITL = gap between events / tokens in the event. "
          "Interference: one more connection sends 480-token prompts "
          "(max_tokens 1) over and over; its TTFT is the long prefill's.\n")
-    emit("| max_batch_tokens | streams | long prefill | TTFT p50 ms | "
-         "TTFT p99 ms | ITL p50 ms | ITL p99 ms | tokens/s | "
-         "tokens/event | long-prompt TTFT p50 / p99 ms |")
-    emit("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    emit("| max_batch_tokens | streams | long prefill | requests | "
+         "TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | tokens/s | "
+         "tokens/event | long prompts | long-prompt TTFT p50 / p99 ms |")
+    emit("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in lat:
         x = r["run"]
         it = (f"{x['interfere_ttft_ms']['p50']:.1f} / "
@@ -78,10 +81,10 @@ if lat:
               if x["interfere"] else "")
         emit(f"| {r['batch_tokens']} | {x['streams']} | "
              f"{'480 tokens' if x['interfere'] else 'none'} | "
-             f"{x['ttft_ms']['p50']:.2f} | {x['ttft_ms']['p99']:.2f} | "
+             f"{x['requests']} | {x['ttft_ms']['p50']:.2f} | {x['ttft_ms']['p99']:.2f} | "
              f"{x['itl_ms']['p50']:.3f} | {x['itl_ms']['p99']:.3f} | "
              f"{x['tokens_per_s']:.0f} | {x['tokens_per_event']:.2f} | "
-             f"{it} |")
+             f"{x.get('interfere_requests', '')} | {it} |")
     emit("")
 
 # --- (c) idle streams --------------------------------------------------------
@@ -144,13 +147,13 @@ if lat and shutil.which("gnuplot"):
             f"'{dat}' index {k} using 1:{col} with linespoints lw 2 "
             f"title '{label}'" for k, (label, _) in enumerate(series))
     subprocess.run(["gnuplot"], input=f"""
-set terminal pngcairo size 1000,450
+set terminal pngcairo size 1000,520
 set output 'bench/nginx.png'
 set multiplot layout 1,2 title 'nginx path, demo model, {machine.get("cores", "?")} cores'
 set logscale y
 set xlabel 'concurrent streams'
 set xtics (1, 8, 32)
-set key top left font ',9'
+set key below font ',9'
 set grid
 set ylabel 'ms'
 set title 'inter-token latency p99'
