@@ -20,6 +20,7 @@ my $system = 'You are a careful reader of the King James Bible. Answer in '
            . 'its own language, and quote the verses that you use.';
 $t->write_file('system.txt', "$system\n");
 $t->write_file('empty.txt', "\n");
+$t->write_file('chat-system.txt', "<|im_start|>system\n$system<|im_end|>\n");
 
 for my $case (['missing.txt', qr/nalar_shared_prefix: .*missing\.txt/],
               ['empty.txt', qr/nalar_shared_prefix: .*empty/]) {
@@ -49,6 +50,11 @@ http {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { nalar_api; }
         location /private/v1/ { nalar_shared_prefix off; nalar_api; }
+        location /chat/v1/ {
+            nalar_chat_template chatml;
+            nalar_shared_prefix %%PREFIX%%/chat-system.txt;
+            nalar_api;
+        }
         location = /metrics { nalar_metrics; }
     }
 }
@@ -121,6 +127,32 @@ is($cached, 0, 'nalar_shared_prefix off: no shared blocks');
 is($text, $want{$qa}, 'nalar_shared_prefix off: the same answer');
 ($text, $cached) = ask(frank => $qa, '/private/v1/completions');
 is($cached, $full_a, 'nalar_shared_prefix off: his own blocks');
+
+# chat: the file is the system turn as the template renders it
+
+my $chat_shared = int(@{ $t->tokenize_special(
+                         "<|im_start|>system\n$system<|im_end|>\n") } / 16) * 16;
+
+sub chat {
+    my ($who, $q) = @_;
+    my $r = $t->post_json('/chat/v1/chat/completions',
+        { model => 'kjv', max_tokens => 4, temperature => 0,
+          messages => [ { role => 'system', content => $system },
+                        { role => 'user', content => $q } ] },
+        headers => { Authorization => 'Bearer '
+                     . NalarJWT::hs256($secret, { sub => $who,
+                                                  exp => time + 600 }) });
+    return $r->{status} == 200
+        ? $r->{json}{usage}{prompt_tokens_details}{cached_tokens} : -1;
+}
+
+is(chat(grace => 'Who was Moses, and what did the LORD say unto him?'), 0,
+   'chat, grace: cold');
+my $c = chat(heidi => 'What did Solomon ask of God in Gibeon by night?');
+ok($c >= 32 && $c <= $chat_shared && $c % 16 == 0,
+   "chat, heidi: the shared system turn's blocks ($c of $chat_shared)");
+cmp_ok(chat(grace => 'Who was Moses, and what did the LORD say unto him?'),
+       '>', $c, 'chat, grace again: her own blocks too');
 
 $t->check_log;
 
