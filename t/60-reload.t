@@ -22,6 +22,7 @@ http {
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { nalar_api; }
+        location = /metrics { nalar_metrics; }
     }
 }
 CONF
@@ -53,6 +54,21 @@ sub start_streams {
     return @pids;
 }
 
+# Wait until n streams are running in the engine: a client whose request
+# nginx has not read yet when the signal comes is an idle connection, and
+# nginx closes idle connections on a graceful shutdown (its own behaviour,
+# not what this test is about).
+sub wait_running {
+    my ($n) = @_;
+    for (1 .. 400) {
+        my $m = $t->metrics;
+        my ($k) = grep { /^nalar_requests_running/ } keys %$m;
+        return 1 if $k && $m->{$k} >= $n;
+        select(undef, undef, undef, 0.025);
+    }
+    return 0;
+}
+
 # Streams that got everything, and ended after the signal at $since.
 sub results {
     my ($tag, $n, $since) = @_;
@@ -69,7 +85,7 @@ sub workers {
 # reload while 8 streams run
 
 my @pids = start_streams('r', 8);
-select(undef, undef, undef, 0.15);
+ok(wait_running(8), '8 streams running before the reload');
 my $hup = Time::HiRes::time();
 $t->signal('HUP');
 select(undef, undef, undef, 0.3);
@@ -100,7 +116,7 @@ like($t->read_file('error.log'), qr/gracefully shutting down/,
 # quit while 8 streams run: the master waits for them
 
 @pids = start_streams('q', 8);
-select(undef, undef, undef, 0.15);
+ok(wait_running(8), '8 streams running before the quit');
 my $master = $t->pid;
 my $quit = Time::HiRes::time();
 $t->signal('QUIT');
