@@ -78,12 +78,8 @@ struct nalar_request {
     int32_t          spec_k_max;
     int32_t          n_prop;          /* proposals this step */
     int32_t          props[NALAR_SPEC_MAX_K];
-    float           *q;               /* (SPEC_MAX_K, n_vocab) draft
-                                         distributions (sampling only) */
     nalar_seq_kv     dkv;             /* draft KV */
     int32_t          d_computed;      /* draft positions with KV */
-    nalar_sampler    dsampler;        /* draft proposals when sampling */
-    int              dsampler_ready;
     nalar_accept_stats acc;
     int32_t         *pred;            /* (n_pred) predicted output */
     int32_t          n_pred;
@@ -131,7 +127,6 @@ struct nalar_engine {
     float            *dlogits;        /* (max_running, n_vocab) */
     nalar_cost_table  target_cost;    /* seconds per target pass by size */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
-    float            *scratch;        /* (n_vocab) */
     int32_t           kv_evictable;   /* under mu: cached, unreferenced */
 
     pthread_t         thread;
@@ -291,11 +286,7 @@ nalar_request_unref(nalar_request *r)
     }
     free(r->kv.blocks);
     free(r->dkv.blocks);
-    free(r->q);
     free(r->pred);
-    if (r->dsampler_ready) {
-        nalar_sampler_free(&r->dsampler);
-    }
     free(r->digests);
     free(r->scope);
     free(r->stops);
@@ -605,10 +596,6 @@ engine_load(nalar_engine *e, nalar_err *err)
         return -1;
     }
     e->kv_ready = 1;
-    e->scratch = malloc((size_t) e->model->cfg.n_vocab * sizeof(float));
-    if (e->scratch == NULL) {
-        return nalar_fail(err, "engine: out of memory");
-    }
     if (e->opts.draft_path != NULL && draft_load(e, n_blocks, err) != 0) {
         return -1;
     }
@@ -753,23 +740,6 @@ spec_setup(nalar_engine *e, nalar_request *r)
     }
     nalar_accept_init(&r->acc, r->prop == NALAR_PROP_PREDICTION ? 0.9
                                : r->prop == NALAR_PROP_DRAFT ? 0.7 : 0.5);
-    if (r->prop == NALAR_PROP_DRAFT && r->p.sampling.temperature > 0) {
-        nalar_sampling dp = r->p.sampling;
-
-        /* the draft proposes from its own distribution under the same
-         * transforms (penalties aside); its RNG stream is separate */
-        dp.presence_penalty = dp.frequency_penalty = 0;
-        dp.seed ^= 0x9E3779B97F4A7C15ull;
-        r->q = malloc((size_t) NALAR_SPEC_MAX_K * e->model->cfg.n_vocab
-                      * sizeof(float));
-        if (r->q == NULL
-            || nalar_sampler_init(&r->dsampler, &dp, e->model->cfg.n_vocab)
-               != 0)
-        {
-            return -1;
-        }
-        r->dsampler_ready = 1;
-    }
     return 0;
 }
 
@@ -1133,6 +1103,9 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
 }
 
 
+static void position_rng(nalar_request *r);
+
+
 /* Sample r's next token from its logits row and confirm it. */
 static void
 emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
@@ -1140,6 +1113,7 @@ emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
     nalar_logprob lp[21];
     int32_t       id;
 
+    position_rng(r);
     id = nalar_sample(&r->sampler, row, r->p.logprobs ? lp : NULL);
     if (!confirm_token(e, r, id, r->p.logprobs ? lp : NULL, t)
         && r->notify != NULL)
@@ -1150,69 +1124,53 @@ emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
 
 
 /*
+ * The randomness of output position i is a function of (seed, i) alone, so
+ * a seeded request gives the same tokens however its positions were
+ * batched, chunked or speculated.
+ */
+static void
+position_rng(nalar_request *r)
+{
+    nalar_rng_seed(&r->sampler.rng, r->p.sampling.seed
+                   + 0x9E3779B97F4A7C15ull * (uint64_t) (r->n_generated + 1));
+}
+
+
+/*
  * Verify r's proposals against the target's logits rows[0..n_prop] (row i
  * follows the token at position p + i, p = position of the last confirmed
- * token) and confirm what survives.  Greedy: the target's own choice at
- * each row, proposals accepted while they equal it.  Sampling: accept
- * proposal x with probability min(1, p(x)/q(x)), else draw from the
- * normalised max(0, p - q); q is a point mass for n-gram and prediction.
- * Returns the number of proposals accepted.
+ * token) and confirm what survives.  At each row the target's own token is
+ * drawn exactly as plain decoding would draw it (same transforms, same
+ * position-keyed randomness; argmax when greedy); the proposal is accepted
+ * when it equals that token, and the first differing draw is confirmed in
+ * its place.  Proposals are point masses, so this is lossless speculative
+ * sampling: acceptance probability p(x) = min(1, p(x)/q(x)) with q(x) = 1,
+ * and a rejected position yields a draw from p without x, renormalised --
+ * max(0, p - q) normalised.  Returns the number of proposals accepted.
  */
 static int32_t
 verify(nalar_engine *e, nalar_request *r, float *rows, double t)
 {
-    int32_t       V = e->model->cfg.n_vocab, k = r->n_prop, accepted = 0;
-    int           greedy = !(r->p.sampling.temperature > 0);
-    nalar_logprob lpbuf[21];
+    int32_t        V = e->model->cfg.n_vocab, k = r->n_prop, accepted = 0;
+    nalar_logprob  lpbuf[21];
     nalar_logprob *lp = r->p.logprobs ? lpbuf : NULL;
 
     for (int32_t i = 0; i <= k; i++) {
-        float   *row = rows + (size_t) i * V;
-        int32_t  id;
-        int      match;
+        int32_t id;
 
-        if (i == k) {
-            /* every proposal survived: the target's token after them */
-            id = nalar_sample(&r->sampler, row, lp);
-            confirm_token(e, r, id, lp, t);
-            break;
-        }
-        if (greedy) {
-            id = nalar_sample(&r->sampler, row, lp);
-            match = id == r->props[i];
-        } else {
-            float   *pr, *w = e->scratch;
-            int32_t  d = r->props[i];
-            double   pd, qd;
-
-            nalar_sampler_dist(&r->sampler, row);
-            pr = r->sampler.probs;
-            pd = pr[d];
-            qd = r->prop == NALAR_PROP_DRAFT ? r->q[(size_t) i * V + d] : 1.0;
-            match = nalar_rng_uniform(&r->sampler.rng) * qd < pd;
-            if (match) {
-                id = d;
-            } else {
-                for (int32_t j = 0; j < V; j++) {
-                    float qj = r->prop == NALAR_PROP_DRAFT
-                               ? r->q[(size_t) i * V + j] : (j == d);
-                    w[j] = pr[j] > qj ? pr[j] - qj : 0.0f;
-                }
-                id = nalar_sample_from(&r->sampler, w, V);
-                if (id < 0) {
-                    id = d;   /* p == q exactly: any draw from p is x */
-                }
-            }
-            if (lp != NULL) {
-                nalar_sampler_logprobs(&r->sampler, row, id, lp);
-            }
-        }
-        if (match) {
+        position_rng(r);
+        id = nalar_sample(&r->sampler, rows + (size_t) i * V, lp);
+        if (i < k && id == r->props[i]) {
             accepted++;
+            if (confirm_token(e, r, id, lp, t)) {
+                break;
+            }
+            continue;
         }
-        if (confirm_token(e, r, id, lp, t) || !match) {
-            break;
-        }
+        /* the target's own token: after the last proposal, or in place of
+         * the first rejected one */
+        confirm_token(e, r, id, lp, t);
+        break;
     }
     return accepted;
 }
@@ -1434,18 +1392,9 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
             row = e->dlogits + (size_t) li++ * V;
             r->d_computed = b->pos[k] + 1;
             r->dkv.n_pos = r->d_computed;
-            if (r->dsampler_ready) {
-                float *q = r->q + (size_t) s * V;
-
-                nalar_sampler_dist(&r->dsampler, row);
-                memcpy(q, r->dsampler.probs, (size_t) V * sizeof(float));
-                r->props[s] = nalar_sample_from(&r->dsampler, q, V);
-                if (r->props[s] < 0) {
-                    r->props[s] = nalar_argmax(q, V);
-                }
-            } else {
-                r->props[s] = nalar_argmax(row, V);
-            }
+            /* the draft proposes its most likely token: a point-mass
+             * proposal, verified by sampling the target (see verify) */
+            r->props[s] = nalar_argmax(row, V);
         }
     }
     pthread_mutex_lock(&e->mu);
@@ -1962,7 +1911,6 @@ nalar_engine_destroy(nalar_engine *e)
     free(e->dbatch.want_logits);
     free(e->dbatch_req);
     free(e->dlogits);
-    free(e->scratch);
     if (e->kv_ready) {
         e->be->kv_free(e->be, &e->kv);
         nalar_kv_pool_free(&e->kv);

@@ -209,7 +209,7 @@ chi2_two_sample(const int *a, const int *b, int n_cat, int *dof)
 /* Sample n_req continuations of 3 tokens at temperature 0.9 and histogram
  * the 3rd token (which speculation produces by verification). */
 static void
-sample_hist(nalar_engine *e, int *hist, int n_req)
+sample_hist(nalar_engine *e, int *hist, int n_req, uint64_t seed0)
 {
     nalar_request      **reqs = calloc((size_t) n_req, sizeof(*reqs));
     collected           *out = calloc((size_t) n_req, sizeof(*out));
@@ -217,7 +217,7 @@ sample_hist(nalar_engine *e, int *hist, int n_req)
     nalar_err            err;
 
     for (int i = 0; i < n_req; i++) {
-        params(&p, 1, 0.9f, 1000 + (uint64_t) i, 3);
+        params(&p, 1, 0.9f, seed0 + (uint64_t) i, 3);
         reqs[i] = nalar_request_create(&p, collect, &out[i], &err);
     }
     nalar_engine_run_sync(e, reqs, n_req, &err);
@@ -463,6 +463,40 @@ main(void)
         nalar_engine_destroy(e);
     }
 
+    /* seeded sampling is reproducible whether or not positions were
+     * speculated: the randomness of a position depends on (seed, position)
+     * only, and verification draws the target's token exactly as plain
+     * decoding does */
+    {
+        nalar_request_params p;
+        int                  same_all = 1;
+
+        e = engine(DRAFT, NALAR_SPEC_DRAFT, 4, 0, 0);
+        for (int i = 0; i < 40; i++) {
+            collected     a, b;
+            nalar_request *r;
+
+            params(&p, i % 8, 0.8f, 77 + (uint64_t) i, 40);
+            p.sampling.top_p = 0.95f;
+            memset(&a, 0, sizeof(a));
+            memset(&b, 0, sizeof(b));
+            r = nalar_request_create(&p, collect, &a, &err);
+            nalar_engine_run_sync(plain, &r, 1, &err);
+            nalar_request_unref(r);
+            r = nalar_request_create(&p, collect, &b, &err);
+            nalar_engine_run_sync(e, &r, 1, &err);
+            nalar_request_unref(r);
+            same_all &= a.n == b.n && memcmp(a.ids, b.ids, (size_t) a.n * 4)
+                                      == 0;
+        }
+        nalar_engine_metrics(e, &m);
+        ok(same_all && m.spec_accepted_tokens_total > 0,
+           "seeded samples with speculation equal plain samples (%llu "
+           "proposals accepted on the way)",
+           (unsigned long long) m.spec_accepted_tokens_total);
+        nalar_engine_destroy(e);
+    }
+
     /* sampling: the distribution of a verified token equals plain
      * sampling's (two-sample chi-square, 3000 draws each) */
     {
@@ -470,9 +504,10 @@ main(void)
         int    dof;
         double chi;
 
-        sample_hist(plain, h0, 3000);
+        /* independent seeds on the two sides: a real two-sample test */
+        sample_hist(plain, h0, 3000, 1000);
         e = engine(DRAFT, NALAR_SPEC_DRAFT, 3, 0, 0);
-        sample_hist(e, h1, 3000);
+        sample_hist(e, h1, 3000, 500000);
         nalar_engine_metrics(e, &m);
         chi = chi2_two_sample(h0, h1, 2048, &dof);
         diag("chi-square %.1f with %d degrees of freedom; %llu of %llu "
@@ -489,7 +524,7 @@ main(void)
 
         memset(h1, 0, 2048 * sizeof(int));
         e = engine(NULL, NALAR_SPEC_NGRAM, 3, 0, 0);
-        sample_hist(e, h1, 3000);
+        sample_hist(e, h1, 3000, 900000);
         chi = chi2_two_sample(h0, h1, 2048, &dof);
         diag("n-gram: chi-square %.1f with %d degrees of freedom", chi, dof);
         ok(chi < dof + 3.1 * sqrt(2.0 * dof) + 5,
