@@ -40,12 +40,12 @@ if shutil.which("gnuplot"):
         for prop in ("draft", "ngram", "prediction"):
             for s in (1, 4, 16):
                 pts = [r for r in rows if r["proposer"] == prop
-                       and r["streams"] == s and r["k"] == "fixed"]
+                       and r["streams"] == s and r["k"] != "auto"]
                 if not pts:
                     continue
                 f.write("# %s %d\n" % (prop, s))
-                for i, r in enumerate(pts):
-                    f.write("%d %.3f\n" % ([1, 2, 4, 8][i] if prop != "prediction" else [2, 4, 8][i], r["speedup"]))
+                for r in pts:
+                    f.write("%s %.3f\n" % (r["k"], r["speedup"]))
                 f.write("\n\n")
     blocks = [l[2:].strip() for l in open("bench/results/spec.dat") if l.startswith("# ")]
     plot = ", ".join("'bench/results/spec.dat' index %d with linespoints title '%s streams'"

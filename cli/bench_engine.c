@@ -295,6 +295,9 @@ nalar_cmd_spec_bench(int argc, char **argv)
                     double mp = median(tp, reps), ms = median(ts, reps);
 
                     sp = ms / mp;
+                    char kname[16];
+
+                    snprintf(kname, sizeof(kname), k < 0 ? "auto" : "%d", k);
                     if (json) {
                         printf("{\"proposer\": \"%s\", \"streams\": %d, "
                                "\"k\": \"%s\", \"tokens_per_s\": %.1f, "
@@ -303,8 +306,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
                                "\"accepted_per_step\": %.2f, "
                                "\"draft_ms_per_token\": %.4f, "
                                "\"verify_ms_per_token\": %.4f}\n",
-                               proposers[pi], b, k < 0 ? "auto" : "fixed",
-                               ms, mp, sp,
+                               proposers[pi], b, kname, ms, mp, sp,
                                mt.spec_draft_tokens_total
                                ? (double) mt.spec_accepted_tokens_total
                                  / mt.spec_draft_tokens_total : 0,
