@@ -1006,12 +1006,11 @@ preempt_last(nalar_engine *e)
 }
 
 
+/* Room for n tokens in a batch and its per-token request table. */
 static int
-batch_grow(nalar_engine *e, int32_t n)
+batch_reserve(nalar_batch *b, nalar_request ***req, int32_t *cap, int32_t n)
 {
-    nalar_batch *b = &e->batch;
-
-    if (n <= e->batch_cap) {
+    if (n <= *cap) {
         return 0;
     }
 #define GROW(p) do {                                                        \
@@ -1023,10 +1022,17 @@ batch_grow(nalar_engine *e, int32_t n)
     GROW(b->pos);
     GROW(b->seq);
     GROW(b->want_logits);
-    GROW(e->batch_req);
+    GROW(*req);
 #undef GROW
-    e->batch_cap = n;
+    *cap = n;
     return 0;
+}
+
+
+static int
+batch_grow(nalar_engine *e, int32_t n)
+{
+    return batch_reserve(&e->batch, &e->batch_req, &e->batch_cap, n);
 }
 
 
@@ -1291,24 +1297,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
 static int
 dbatch_grow(nalar_engine *e, int32_t n)
 {
-    nalar_batch *b = &e->dbatch;
-
-    if (n <= e->dbatch_cap) {
-        return 0;
-    }
-#define GROW(p) do {                                                        \
-        void *q_ = realloc(p, (size_t) n * sizeof(*(p)));                   \
-        if (q_ == NULL) return -1;                                          \
-        p = q_;                                                             \
-    } while (0)
-    GROW(b->tokens);
-    GROW(b->pos);
-    GROW(b->seq);
-    GROW(b->want_logits);
-    GROW(e->dbatch_req);
-#undef GROW
-    e->dbatch_cap = n;
-    return 0;
+    return batch_reserve(&e->dbatch, &e->dbatch_req, &e->dbatch_cap, n);
 }
 
 
