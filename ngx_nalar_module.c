@@ -211,6 +211,9 @@ static ngx_int_t ngx_http_nalar_parse(ngx_http_request_t *r,
 static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
     ngx_array_t *stops);
+static ngx_int_t ngx_http_nalar_token_ids(ngx_http_request_t *r,
+    const nalar_tokenizer *tok, const char *field, const char *text,
+    size_t len, int add_bos, int special, int32_t **ids, int *n);
 static ngx_int_t ngx_http_nalar_tokenize(ngx_http_request_t *r,
     const nalar_tokenizer *tok, const char *text, size_t len,
     int special, nalar_request_params *p);
@@ -1998,39 +2001,59 @@ static ngx_int_t
 ngx_http_nalar_tokenize(ngx_http_request_t *r, const nalar_tokenizer *tok,
     const char *text, size_t len, int special, nalar_request_params *p)
 {
-    int       n, cap;
-    int32_t  *ids;
+    int        n;
+    int32_t   *ids;
+    ngx_int_t  rc;
 
-    if (len > 0x3fffffff) {
-        return ngx_http_nalar_bad(r, "prompt", "prompt is too long");
-    }
-
-    cap = (int) len + 16;
-
-    for ( ;; ) {
-        ids = ngx_palloc(r->pool, cap * sizeof(int32_t));
-        if (ids == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        n = nalar_tokenize(tok, text, len, nalar_tok_add_bos(tok), special,
-                           ids, cap);
-        if (n < 0) {
-            return ngx_http_nalar_bad(r, "prompt", "prompt could not be "
-                                      "tokenized");
-        }
-
-        if (n <= cap) {
-            break;
-        }
-
-        cap = n;
+    rc = ngx_http_nalar_token_ids(r, tok, "prompt", text, len,
+                                  nalar_tok_add_bos(tok), special, &ids, &n);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     p->prompt = ids;
     p->n_prompt = n;
 
     return NGX_OK;
+}
+
+
+/*
+ * Token ids of `len` bytes of text, in the request pool; `field` names the
+ * request field in error messages.
+ */
+
+static ngx_int_t
+ngx_http_nalar_token_ids(ngx_http_request_t *r, const nalar_tokenizer *tok,
+    const char *field, const char *text, size_t len, int add_bos,
+    int special, int32_t **ids, int *n)
+{
+    int  cap;
+
+    if (len > 0x3fffffff) {
+        return ngx_http_nalar_bad(r, field, "%s is too long", field);
+    }
+
+    cap = (int) len + 16;
+
+    for ( ;; ) {
+        *ids = ngx_palloc(r->pool, cap * sizeof(int32_t));
+        if (*ids == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        *n = nalar_tokenize(tok, text, len, add_bos, special, *ids, cap);
+        if (*n < 0) {
+            return ngx_http_nalar_bad(r, field, "%s could not be tokenized",
+                                      field);
+        }
+
+        if (*n <= cap) {
+            return NGX_OK;
+        }
+
+        cap = *n;
+    }
 }
 
 
@@ -2046,7 +2069,8 @@ static ngx_int_t
 ngx_http_nalar_prediction(ngx_http_request_t *r, const nalar_tokenizer *tok,
     json_t *v, nalar_request_params *p)
 {
-    int        n, cap;
+    int        n;
+    ngx_int_t  rc;
     json_t    *content, *part, *t;
     size_t     j, len;
     int32_t   *ids;
@@ -2112,9 +2136,6 @@ ngx_http_nalar_prediction(ngx_http_request_t *r, const nalar_tokenizer *tok,
         return NGX_OK;
     }
 
-    if (text.len > 0x3fffffff) {
-        return ngx_http_nalar_bad(r, "prediction", "prediction is too long");
-    }
 
     if (text.len > 0 && text.data[0] == ' '
         && nalar_tok_kind_of(tok) == TOK_SPM
@@ -2128,26 +2149,10 @@ ngx_http_nalar_prediction(ngx_http_request_t *r, const nalar_tokenizer *tok,
         return NGX_OK;
     }
 
-    cap = (int) text.len + 16;
-
-    for ( ;; ) {
-        ids = ngx_palloc(r->pool, cap * sizeof(int32_t));
-        if (ids == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        n = nalar_tokenize(tok, (char *) text.data, text.len, 0, 0, ids,
-                           cap);
-        if (n < 0) {
-            return ngx_http_nalar_bad(r, "prediction", "prediction could "
-                                      "not be tokenized");
-        }
-
-        if (n <= cap) {
-            break;
-        }
-
-        cap = n;
+    rc = ngx_http_nalar_token_ids(r, tok, "prediction", (char *) text.data,
+                                  text.len, 0, 0, &ids, &n);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     p->prediction = ids;
