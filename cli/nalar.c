@@ -8,7 +8,7 @@
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
  *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
- *                  --bpe --vocab-from FILE] -o FILE
+ *                  --bpe --vocab-from FILE --chat-template FILE] -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
 #include <stdio.h>
@@ -46,7 +46,8 @@ usage(void)
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
-        " --vocab-from FILE] -o FILE\n"
+        " --vocab-from FILE\n"
+        "                 --chat-template FILE] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "  nalar spec-bench -m MODEL [--draft FILE] [--task prompts|edit|code]"
@@ -339,12 +340,60 @@ cmd_inspect(int argc, char **argv)
 
 /* --- mkmodel --- */
 
+/* The whole of a text file, NUL-terminated (malloc'd); NULL with a message. */
+static char *
+read_text(const char *path)
+{
+    FILE   *fp;
+    char   *s = NULL, *ns;
+    size_t  len = 0, cap = 0, n;
+
+    fp = fopen(path, "rb");
+    if (fp == NULL) {
+        perror(path);
+        return NULL;
+    }
+    do {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            ns = realloc(s, cap);
+            if (ns == NULL) {
+                fprintf(stderr, "nalar: %s: out of memory\n", path);
+                free(s);
+                fclose(fp);
+                return NULL;
+            }
+            s = ns;
+        }
+        n = fread(s + len, 1, 4096, fp);
+        len += n;
+    } while (n == 4096);
+    if (ferror(fp)) {
+        perror(path);
+        free(s);
+        fclose(fp);
+        return NULL;
+    }
+    fclose(fp);
+    s[len] = '\0';
+    if (strlen(s) != len) {
+        /* a GGUF string may hold NUL, but a template never does */
+        fprintf(stderr, "nalar: %s: a NUL byte in a chat template\n", path);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+
 static int
 cmd_mkmodel(int argc, char **argv)
 {
     nalar_mkmodel_opts o;
-    const char        *out = NULL, *v;
+    const char        *out = NULL, *v, *tmpl_path = NULL;
+    char              *tmpl = NULL;
     nalar_err          err;
+    int                rc;
 
     nalar_mkmodel_defaults(&o);
     for (int i = 1; i < argc; i++) {
@@ -364,7 +413,9 @@ cmd_mkmodel(int argc, char **argv)
             VAL(); o.seed = strtoull(v, NULL, 10);
         } else if (strcmp(a, "--bpe") == 0) { o.bpe = 1; }
         else if (strcmp(a, "--vocab-from") == 0) { VAL(); o.vocab_from = v; }
-        else if (strcmp(a, "-o") == 0) { VAL(); out = v; }
+        else if (strcmp(a, "--chat-template") == 0) {
+            VAL(); tmpl_path = v;
+        } else if (strcmp(a, "-o") == 0) { VAL(); out = v; }
         else if (strcmp(a, "--type") == 0) {
             VAL();
             if (strcmp(v, "f32") == 0) o.type = GGML_F32;
@@ -386,11 +437,20 @@ cmd_mkmodel(int argc, char **argv)
         fprintf(stderr, "nalar mkmodel: -o FILE is required\n");
         return 2;
     }
+    if (tmpl_path != NULL) {
+        tmpl = read_text(tmpl_path);
+        if (tmpl == NULL) {
+            return 1;
+        }
+        o.chat_template = tmpl;
+    }
+    rc = 0;
     if (nalar_mkmodel(&o, out, &err) != 0) {
         fprintf(stderr, "nalar: %s\n", err.msg);
-        return 1;
+        rc = 1;
     }
-    return 0;
+    free(tmpl);
+    return rc;
 }
 
 

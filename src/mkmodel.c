@@ -46,6 +46,7 @@ nalar_mkmodel_defaults(nalar_mkmodel_opts *o)
     o->seed = 1;
     o->bpe = 0;
     o->vocab_from = NULL;
+    o->chat_template = NULL;
     o->rope_base = 10000.0f;
 }
 
@@ -647,11 +648,17 @@ done:
 }
 
 
-/* Copies tokenizer.* from another GGUF; sets *n_vocab from its tokens. */
+/*
+ * Copies tokenizer.* from another GGUF; sets *n_vocab from its tokens.
+ * With skip_template its tokenizer.chat_template stays behind: the caller
+ * writes its own (a key may appear only once).
+ */
 static int
 copy_vocab(gguf_writer *w, const char *from, const char *path, int *n_vocab,
-           nalar_err *err)
+           int skip_template, nalar_err *err)
 {
+    static const char tmpl_key[] = "tokenizer.chat_template";
+
     gguf_file     *src;
     const gguf_kv *tok;
     nalar_err      e2;
@@ -673,6 +680,11 @@ copy_vocab(gguf_writer *w, const char *from, const char *path, int *n_vocab,
     for (uint64_t i = 0; i < src->n_kv; i++) {
         const gguf_kv *kv = &src->kv[i];
 
+        if (skip_template && kv->key.len == sizeof(tmpl_key) - 1
+            && memcmp(kv->key.ptr, tmpl_key, kv->key.len) == 0)
+        {
+            continue;
+        }
         if (kv->key.len > 10 && memcmp(kv->key.ptr, "tokenizer.", 10) == 0) {
             gguf_w_kv(w, kv);   /* copies the bytes: src may close */
         }
@@ -779,11 +791,17 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
 
     /* the vocabulary first: vocab_from decides n_vocab */
     if (o->vocab_from != NULL) {
-        if (copy_vocab(w, o->vocab_from, path, &n_vocab, err) != 0) {
+        if (copy_vocab(w, o->vocab_from, path, &n_vocab,
+                       o->chat_template != NULL, err) != 0)
+        {
             goto done;
         }
     } else if (write_vocab(w, o, path, err) != 0) {
         goto done;
+    }
+    if (o->chat_template != NULL) {
+        /* Jinja text, read by servers to pick the prompt layout */
+        gguf_w_str(w, "tokenizer.chat_template", o->chat_template);
     }
 
     gguf_w_u32(w, "llama.vocab_size", (uint32_t) n_vocab);

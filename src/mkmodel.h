@@ -30,11 +30,14 @@ typedef struct {
     const char *vocab_from;   /* optional path: copy tokenizer.* metadata
                                  from this GGUF (n_vocab then comes from
                                  it) */
+    const char *chat_template; /* optional Jinja text, stored as
+                                  tokenizer.chat_template (replacing one
+                                  copied by vocab_from) */
     float       rope_base;
 } nalar_mkmodel_opts;
 
 /* dim 128, layers 2, heads 4, kv 2, ffn 384, vocab 2048, ctx 512, F32,
- * seed 1, SPM vocab, rope base 10000 */
+ * seed 1, SPM vocab, no chat template, rope base 10000 */
 void nalar_mkmodel_defaults(nalar_mkmodel_opts *o);
 
 int nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path,

@@ -2,7 +2,8 @@
  * nalar_mkmodel: shapes, metadata, weight statistics, type conversions
  * against the F32 model of the same seed, determinism, both synthetic
  * vocabularies (checked structurally and through the real tokenizer),
- * copying a vocabulary from another file, and refused options.
+ * copying a vocabulary from another file, the chat template key, and
+ * refused options.
  */
 #include <math.h>
 #include <stdint.h>
@@ -142,7 +143,8 @@ test_defaults(void)
     ok(o.dim == 128 && o.n_layers == 2 && o.n_heads == 4 && o.n_kv_heads == 2
        && o.ffn_dim == 384 && o.n_vocab == 2048 && o.n_ctx == 512
        && o.type == GGML_F32 && o.seed == 1 && o.bpe == 0
-       && o.vocab_from == NULL && o.rope_base == 10000.0f,
+       && o.vocab_from == NULL && o.chat_template == NULL
+       && o.rope_base == 10000.0f,
        "defaults: 128/2/4/2/384, vocab 2048, ctx 512, F32, seed 1, SPM");
 }
 
@@ -672,6 +674,76 @@ test_vocab_from(void)
 }
 
 
+/*
+ * tokenizer.chat_template: written as a string, byte for byte; absent
+ * without the option; copied along with vocab_from, and replaced (not
+ * duplicated, which would make the file unwritable) when both are given.
+ */
+static void
+test_chat_template(void)
+{
+    static const char llama3[] =
+        "{{ bos_token }}{% for message in messages %}"
+        "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>"
+        "\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant"
+        "<|end_header_id|>\n\n' }}{% endif %}";
+    static const char zephyr[] =
+        "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' "
+        "+ message['content'] + eos_token + '\n' }}{% endfor %}";
+    nalar_mkmodel_opts o = small_opts(GGML_F32);
+    gguf_file         *f;
+    const gguf_kv     *kv;
+    char              *s, from[320];
+
+    f = make(&o, "plain.gguf");
+    ok(f && gguf_find(f, "tokenizer.chat_template") == NULL,
+       "chat template: no key without the option");
+    gguf_close(f);
+    unlink(tmp("plain.gguf"));
+
+    o.chat_template = llama3;
+    f = make(&o, "tmpl.gguf");
+    kv = f ? gguf_find(f, "tokenizer.chat_template") : NULL;
+    ok(kv && kv->type == GGUF_T_STRING, "chat template: a string key");
+    s = f ? gguf_get_str(f, "tokenizer.chat_template") : NULL;
+    ok(s && strcmp(s, llama3) == 0, "chat template: read back byte for byte "
+       "(%zu bytes)", s ? strlen(s) : 0);
+    free(s);
+    gguf_close(f);
+
+    /* copied from a file that has one, with the rest of the vocabulary */
+    snprintf(from, sizeof(from), "%s", tmp("tmpl.gguf"));   /* tmp() rotates */
+    o.vocab_from = from;
+    o.chat_template = NULL;
+    f = make(&o, "copied.gguf");
+    s = f ? gguf_get_str(f, "tokenizer.chat_template") : NULL;
+    ok(s && strcmp(s, llama3) == 0, "chat template: copied by vocab_from");
+    free(s);
+    gguf_close(f);
+    unlink(tmp("copied.gguf"));
+
+    /* replaced: one key, the new text */
+    o.chat_template = zephyr;
+    f = make(&o, "replaced.gguf");
+    s = f ? gguf_get_str(f, "tokenizer.chat_template") : NULL;
+    ok(s && strcmp(s, zephyr) == 0,
+       "chat template: the option replaces the one of vocab_from");
+    free(s);
+    if (f != NULL) {
+        int n = 0;
+
+        for (uint64_t i = 0; i < f->n_kv; i++) {
+            n += str_is(f->kv[i].key, "tokenizer.chat_template");
+        }
+        is_int(n, 1, "chat template: the key appears once");
+    }
+    gguf_close(f);
+    unlink(tmp("replaced.gguf"));
+    unlink(tmp("tmpl.gguf"));
+}
+
+
 static void
 test_bad_opts(void)
 {
@@ -741,6 +813,7 @@ main(void)
     test_bpe(300);
     test_bpe(2048);
     test_vocab_from();
+    test_chat_template();
     test_bad_opts();
 
     rmdir(tmpdir);
