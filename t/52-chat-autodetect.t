@@ -65,12 +65,15 @@ my %tmpl_of = (l3 => 'llama3', zephyr => 'zephyr', l2 => 'llama2',
 # only the template differs
 for my $name (sort keys %tmpl_of) {
     my $jf = $t->write_file("$name.jinja", $jinja{ $tmpl_of{$name} });
-    my $out = `$root/build/nalar mkmodel --vocab-from $NalarTest::MODEL --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 384 --seed 5 --chat-template $jf -o $dir/$name.gguf 2>&1`;
+    my $out = `$root/build/nalar mkmodel --vocab-from $NalarTest::MODEL \\
+        --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 384 --seed 5 \\
+        --chat-template $jf -o $dir/$name.gguf 2>&1`;
     is($?, 0, "mkmodel --chat-template for $name") or diag($out);
 }
 
 # the option takes a file: a missing one fails and names it
-my $out = `$root/build/nalar mkmodel --vocab-from $NalarTest::MODEL --chat-template $dir/none.jinja -o $dir/x.gguf 2>&1`;
+my $out = `$root/build/nalar mkmodel --vocab-from $NalarTest::MODEL \\
+    --chat-template $dir/none.jinja -o $dir/x.gguf 2>&1`;
 isnt($?, 0, 'mkmodel --chat-template with a missing file fails');
 like($out, qr{\Q$dir/none.jinja\E}, 'and names the file');
 ok(!-e "$dir/x.gguf", 'and writes nothing');
