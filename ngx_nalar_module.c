@@ -66,6 +66,7 @@ typedef struct {
     nalar_engine              *engine;      /* per worker; NULL in master */
     nalar_chat_style           style;       /* from the GGUF, once ready */
     unsigned                   style_known:1;
+    unsigned                   load_logged:1;
 } ngx_http_nalar_model_t;
 
 
@@ -78,6 +79,9 @@ typedef struct {
     ngx_int_t                  max_running;
     ngx_flag_t                 prefix_cache;
     ngx_str_t                  backend;
+    ngx_int_t                  device;      /* unset: worker mod count */
+    double                     gpu_memory;  /* (0,1] fraction, > 1 bytes,
+                                               0: the engine's 0.9 */
     ngx_uint_t                 spec_mode;   /* http-level nalar_speculative,
                                                the engines' default */
     ngx_int_t                  spec_max_k;
@@ -288,6 +292,8 @@ static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -305,6 +311,10 @@ static ngx_conf_num_bounds_t  ngx_http_nalar_threads_bounds = {
 
 static ngx_conf_num_bounds_t  ngx_http_nalar_positive_bounds = {
     ngx_conf_check_num_bounds, 1, 0x7fffffff
+};
+
+static ngx_conf_num_bounds_t  ngx_http_nalar_device_bounds = {
+    ngx_conf_check_num_bounds, 0, 1023
 };
 
 
@@ -371,6 +381,20 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_nalar_main_conf_t, backend),
+      NULL },
+
+    { ngx_string("nalar_device"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, device),
+      &ngx_http_nalar_device_bounds },
+
+    { ngx_string("nalar_gpu_memory"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_gpu_memory,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("nalar_api"),
@@ -555,6 +579,9 @@ static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 static int                ngx_http_nalar_efd = -1;
 static ngx_connection_t  *ngx_http_nalar_conn;
 static ngx_http_nalar_main_conf_t  *ngx_http_nalar_mcf;  /* this cycle's */
+static ngx_event_t                  ngx_http_nalar_load_ev;
+static ngx_connection_t             ngx_http_nalar_load_conn;
+static void ngx_http_nalar_load_watch(ngx_event_t *ev);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -4110,6 +4137,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     nmcf->backend = { 0, NULL };
+     *     nmcf->gpu_memory = 0;
      *     nmcf->created = 0;
      */
 
@@ -4126,6 +4154,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     nmcf->max_queue = NGX_CONF_UNSET;
     nmcf->max_running = NGX_CONF_UNSET;
     nmcf->prefix_cache = NGX_CONF_UNSET;
+    nmcf->device = NGX_CONF_UNSET;
     nmcf->spec_mode = NGX_CONF_UNSET_UINT;
     nmcf->spec_max_k = NGX_CONF_UNSET;
 
@@ -4159,6 +4188,25 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid nalar_backend \"%V\": \"cpu\" or "
                            "\"cuda\" expected", &nmcf->backend);
+        return NGX_CONF_ERROR;
+    }
+
+#if !(NGX_NALAR_HAVE_CUDA)
+    if (ngx_strcmp(nmcf->backend.data, "cuda") == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_backend \"cuda\": this module was built "
+                           "without CUDA (build it where nvcc is found, or "
+                           "with NALAR_CUDA=1)");
+        return NGX_CONF_ERROR;
+    }
+#endif
+
+    if (ngx_strcmp(nmcf->backend.data, "cpu") == 0
+        && (nmcf->device != NGX_CONF_UNSET || nmcf->gpu_memory > 0))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_device\" and \"nalar_gpu_memory\" need "
+                           "\"nalar_backend cuda\"");
         return NGX_CONF_ERROR;
     }
 
@@ -4446,6 +4494,59 @@ ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     nlcf->chat_style = (ngx_uint_t) style;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * nalar_gpu_memory FRACTION | SIZE;
+ * The device KV pool: a fraction (0, 1] of the device memory still free
+ * once the weights are uploaded ("0.9"), or a size ("24g").
+ */
+
+static char *
+ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    off_t       size;
+    ngx_int_t   frac;
+    ngx_str_t  *value;
+
+    if (nmcf->gpu_memory > 0) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strlchr(value[1].data, value[1].data + value[1].len, '.')
+        != NULL)
+    {
+        /* a fraction with up to 4 decimals: "0.9", "1.0", ".85" */
+        frac = ngx_atofp(value[1].data, value[1].len, 4);
+
+        if (frac <= 0 || frac > 10000) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\": a fraction in (0, 1] "
+                               "or a size expected", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+
+        nmcf->gpu_memory = (double) frac / 10000;
+        return NGX_CONF_OK;
+    }
+
+    size = ngx_parse_offset(&value[1]);
+
+    if (size == NGX_ERROR || size < 2) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\": a fraction in (0, 1] "
+                           "or a size expected", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    nmcf->gpu_memory = (double) size;
 
     return NGX_CONF_OK;
 }
@@ -4802,6 +4903,9 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         opts.model_path = (char *) model[i].path.data;
         opts.model_name = (char *) model[i].name.data;
         opts.backend = (char *) nmcf->backend.data;
+        opts.device = nmcf->device != NGX_CONF_UNSET ? (int) nmcf->device : -1;
+        opts.worker = (int) ngx_worker;
+        opts.gpu_memory = nmcf->gpu_memory;
         opts.n_threads = (int) nmcf->threads;
         opts.kv_bytes = (int64_t) nmcf->kv_cache;
         opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
@@ -4845,7 +4949,72 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         }
     }
 
+    /* event logging reads ((ngx_connection_t *) data)->fd */
+    ngx_http_nalar_load_conn.fd = (ngx_socket_t) -1;
+    ngx_http_nalar_load_ev.data = &ngx_http_nalar_load_conn;
+    ngx_http_nalar_load_ev.handler = ngx_http_nalar_load_watch;
+    ngx_http_nalar_load_ev.log = cycle->log;
+    ngx_http_nalar_load_ev.cancelable = 1;
+    ngx_add_timer(&ngx_http_nalar_load_ev, 10);
+
     return NGX_OK;
+}
+
+
+/*
+ * Models load on engine threads; this timer, on the event loop, polls
+ * their state until each is ready or failed and says which in error_log
+ * (a failure names its reason: no GPU, not enough memory, ...).
+ */
+
+
+static void
+ngx_http_nalar_load_watch(ngx_event_t *ev)
+{
+    int                          state;
+    ngx_uint_t                   i, pending;
+    nalar_err                    err;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_nalar_mcf;
+
+    if (nmcf == NULL) {
+        return;
+    }
+
+    model = nmcf->models.elts;
+    pending = 0;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        if (model[i].engine == NULL || model[i].load_logged) {
+            continue;
+        }
+
+        err.msg[0] = '\0';
+        state = nalar_engine_state(model[i].engine, &err);
+
+        if (state == 0) {
+            pending = 1;
+            continue;
+        }
+
+        model[i].load_logged = 1;
+
+        if (state == 1) {
+            ngx_log_error(NGX_LOG_NOTICE, ev->log, 0,
+                          "nalar_model \"%V\": ready", &model[i].name);
+
+        } else {
+            ngx_log_error(NGX_LOG_ERR, ev->log, 0,
+                          "nalar_model \"%V\" failed to load: %s",
+                          &model[i].name, err.msg);
+        }
+    }
+
+    if (pending && !ngx_exiting && !ngx_quit && !ngx_terminate) {
+        ngx_add_timer(ev, 50);
+    }
 }
 
 
@@ -4863,6 +5032,10 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
 
     if (nmcf == NULL) {
         return;
+    }
+
+    if (ngx_http_nalar_load_ev.timer_set) {
+        ngx_del_timer(&ngx_http_nalar_load_ev);
     }
 
     model = nmcf->models.elts;

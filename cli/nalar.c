@@ -38,8 +38,9 @@ usage(void)
         " [--top-p P]\n"
         "                 [--min-p P] [--seed S] [--ids] [--ignore-eos]"
         " [--stop STR]\n"
-        "                 [-t THREADS] [--chunk N] [--backend cpu]"
-        " [--draft FILE]\n"
+        "                 [-t THREADS] [--chunk N] [--backend cpu|cuda]"
+        " [--device N]\n"
+        "                 [--gpu-memory FRACTION|BYTES] [--draft FILE]\n"
         "                 [--spec off|draft|ngram|auto] [--spec-k K]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar inspect MODEL\n"
@@ -191,6 +192,10 @@ cmd_generate(int argc, char **argv)
             VAL(); eo.max_batch_tokens = atoi(v);
         } else if (strcmp(a, "--backend") == 0) {
             VAL(); eo.backend = v;
+        } else if (strcmp(a, "--device") == 0) {
+            VAL(); eo.device = atoi(v);
+        } else if (strcmp(a, "--gpu-memory") == 0) {
+            VAL(); eo.gpu_memory = atof(v);
         } else if (strcmp(a, "--draft") == 0) {
             VAL(); eo.draft_path = v;
             if (eo.spec_mode == 0) eo.spec_mode = NALAR_SPEC_DRAFT;

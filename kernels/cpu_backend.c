@@ -601,6 +601,22 @@ nalar_backend *
 nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
                              nalar_err *err)
 {
+#ifdef NALAR_CUDA
+    if (strcmp(other->name, "cuda") == 0) {
+        /* the draft on the target's device; the engine thread runs the
+         * draft's passes and the target's one after the other */
+        extern nalar_backend *nalar_cuda_backend_create(nalar_model *,
+                                                        int, nalar_err *)
+            __attribute__((weak));
+
+        if (nalar_cuda_backend_create == NULL) {
+            nalar_fail(err, "backend 'cuda': this binary was built without "
+                       "linking build/libnalar_cuda.a");
+            return NULL;
+        }
+        return nalar_cuda_backend_create(m, other->device, err);
+    }
+#endif
     if (strcmp(other->name, "cpu") != 0) {
         nalar_fail(err, "backend '%s' cannot share its workers",
                    other->name);
@@ -626,6 +642,7 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
         return NULL;
     }
     b->name = "cpu";
+    b->device = -1;
     b->model = m;
     b->kv_alloc = cpu_kv_alloc;
     b->kv_free = cpu_kv_free;
@@ -652,6 +669,28 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
 }
 
 
+int
+nalar_backend_pick_device(int device, int worker, int count,
+                          const char *kind, nalar_err *err)
+{
+    if (count <= 0) {
+        return nalar_fail(err, "backend '%s': no device is visible (no GPU, "
+                          "no driver, or CUDA_VISIBLE_DEVICES hides them)",
+                          kind);
+    }
+    if (device < 0) {
+        /* one engine per nginx worker: worker i on GPU i mod count */
+        return (worker > 0 ? worker : 0) % count;
+    }
+    if (device >= count) {
+        return nalar_fail(err, "backend '%s': device %d asked for, but %d "
+                          "device%s visible", kind, device, count,
+                          count == 1 ? " is" : "s are");
+    }
+    return device;
+}
+
+
 nalar_backend *
 nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
                      nalar_err *err)
@@ -668,14 +707,24 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
         extern nalar_backend *nalar_cuda_backend_create(nalar_model *,
                                                         int, nalar_err *)
             __attribute__((weak));
+        extern int nalar_cuda_device_count(void) __attribute__((weak));
+        int        count, device;
 
-        if (nalar_cuda_backend_create == NULL) {
+        if (nalar_cuda_backend_create == NULL
+            || nalar_cuda_device_count == NULL)
+        {
             nalar_fail(err, "backend 'cuda': this binary was built without "
                        "linking build/libnalar_cuda.a");
             return NULL;
         }
-        return nalar_cuda_backend_create(m, o != NULL && o->device > 0
-                                            ? o->device : 0, err);
+        count = nalar_cuda_device_count();
+        device = nalar_backend_pick_device(o != NULL ? o->device : 0,
+                                           o != NULL ? o->worker : 0,
+                                           count, "cuda", err);
+        if (device < 0) {
+            return NULL;
+        }
+        return nalar_cuda_backend_create(m, device, err);
     }
     nalar_fail(err, "backend '%s' is not built into this binary (available: "
                "cpu, cuda)", name);

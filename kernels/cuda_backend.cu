@@ -767,6 +767,13 @@ check_config(const nalar_config *c, nalar_err *err)
 }
 
 
+static int64_t
+cuda_free_memory(nalar_backend *b)
+{
+    return nalar_cuda_free_memory(b->device);
+}
+
+
 static nalar_backend *
 create_common(nalar_model *m, int device, nalar_err *err)
 {
@@ -788,7 +795,9 @@ create_common(nalar_model *m, int device, nalar_err *err)
         return NULL;
     }
     b->name = "cuda";
+    b->device = device;
     b->model = m;
+    b->free_memory = cuda_free_memory;
     b->kv_alloc = cuda_kv_alloc;
     b->kv_free = cuda_kv_free;
     b->forward = cuda_forward;

@@ -18,9 +18,11 @@ typedef struct nalar_backend nalar_backend;
 
 typedef struct {
     const char *name;
-    /* number of worker threads (CPU) or device index (GPU), -1 = default */
-    int         n_threads;
+    int         n_threads;   /* CPU worker threads; <=0: one per core */
+    /* GPU: device index; < 0: `worker` mod the number of visible devices
+     * (nginx worker i on GPU i mod count) */
     int         device;
+    int         worker;
 } nalar_backend_opts;
 
 struct nalar_backend {
@@ -33,6 +35,10 @@ struct nalar_backend {
     int  (*forward)(nalar_backend *be, nalar_kv_pool *pool,
                     const nalar_batch *batch, float *logits, nalar_err *err);
     void (*destroy)(nalar_backend *be);
+    /* device backends: free device memory in bytes now (for sizing the KV
+     * pool after the weights are in place); NULL on the CPU */
+    int64_t (*free_memory)(nalar_backend *be);
+    int   device;        /* GPU index; -1 on the CPU */
     void *impl;
 };
 
@@ -45,10 +51,16 @@ nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
                                         nalar_err *err);
 
 /* A second backend of the same kind (a draft model) that runs on the
- * first one's workers: the two never run at once. */
+ * first one's workers (CPU) or device and stream (CUDA): the two never
+ * run at once. */
 nalar_backend *nalar_backend_create_sharing(nalar_model *m,
                                             nalar_backend *other,
                                             nalar_err *err);
+
+/* The GPU a backend runs on: `device` when >= 0, else worker mod count;
+ * -1 with err when no device is visible or `device` is not one of them. */
+int nalar_backend_pick_device(int device, int worker, int count,
+                              const char *kind, nalar_err *err);
 
 /* Bytes of KV storage one block takes for this model (for sizing pools). */
 int64_t nalar_kv_block_bytes(const nalar_model *m);

@@ -126,6 +126,8 @@ struct nalar_engine {
     int32_t           dbatch_cap;
     float            *dlogits;        /* (max_running, n_vocab) */
     nalar_cost_table  target_cost;    /* seconds per target pass by size */
+    nalar_spec_gate   gate;           /* whole-step rates: may a step
+                                         speculate at all (spec.h) */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
     int32_t           kv_evictable;   /* under mu: cached, unreferenced */
 
@@ -518,8 +520,9 @@ draft_check_vocab(const nalar_model *t, const nalar_model *d, nalar_err *err)
 }
 
 
+/* The draft model and its backend (on the target's workers or device). */
 static int
-draft_load(nalar_engine *e, int32_t n_blocks, nalar_err *err)
+draft_open(nalar_engine *e, nalar_err *err)
 {
     e->draft = nalar_model_load(e->opts.draft_path, err);
     if (e->draft == NULL) {
@@ -529,30 +532,77 @@ draft_load(nalar_engine *e, int32_t n_blocks, nalar_err *err)
         return -1;
     }
     e->draft_be = nalar_backend_create_sharing(e->draft, e->be, err);
-    if (e->draft_be == NULL) {
-        return -1;
-    }
-    if (nalar_kv_pool_init(&e->dkv, n_blocks, e->draft->cfg.n_layers,
-                           e->draft->cfg.n_kv_heads * e->draft->cfg.head_dim,
-                           err) != 0)
-    {
-        return -1;
-    }
-    if (e->draft_be->kv_alloc(e->draft_be, &e->dkv, err) != 0) {
-        nalar_kv_pool_free(&e->dkv);
-        return -1;
-    }
-    e->dkv_ready = 1;
-    return 0;
+    return e->draft_be == NULL ? -1 : 0;
 }
 
 
-/* Load the model, the backend and the KV pool. */
+/*
+ * How many KV blocks the pool holds.  CPU: kv_bytes of target KV (the
+ * draft, when there is one, gets as many blocks of its own size).  GPU:
+ * the target's and the draft's blocks together fit in gpu_memory (a
+ * fraction of the device memory still free once the weights are uploaded,
+ * or a size), capped by kv_bytes when that is set.
+ */
+static int32_t
+kv_pool_blocks(nalar_engine *e, nalar_err *err)
+{
+    int64_t block_bytes = nalar_kv_block_bytes(e->model), kv_bytes;
+
+    if (e->be->free_memory != NULL) {
+        int64_t free_bytes = e->be->free_memory(e->be);
+        double  g = e->opts.gpu_memory > 0 ? e->opts.gpu_memory : 0.9;
+
+        if (e->draft != NULL) {
+            block_bytes += nalar_kv_block_bytes(e->draft);
+        }
+        if (g > 1) {
+            kv_bytes = (int64_t) g;
+        } else if (free_bytes < 0) {
+            nalar_fail(err, "engine: cannot query free memory of %s device "
+                       "%d", e->be->name, e->be->device);
+            return -1;
+        } else {
+            kv_bytes = (int64_t) (g * (double) free_bytes);
+        }
+        if (e->opts.kv_bytes > 0 && e->opts.kv_bytes < kv_bytes) {
+            kv_bytes = e->opts.kv_bytes;
+        }
+        if (free_bytes >= 0 && kv_bytes > free_bytes) {
+            nalar_fail(err, "engine: a KV cache of %lld MiB does not fit in "
+                       "the %lld MiB free on %s device %d",
+                       (long long) (kv_bytes >> 20),
+                       (long long) (free_bytes >> 20), e->be->name,
+                       e->be->device);
+            return -1;
+        }
+    } else {
+        kv_bytes = e->opts.kv_bytes;
+        if (kv_bytes <= 0) {
+            kv_bytes = 16 * block_bytes
+                       * ((e->model->cfg.n_ctx + NALAR_KV_BLOCK - 1)
+                          / NALAR_KV_BLOCK);
+            if (kv_bytes > (int64_t) 1 << 30) {
+                kv_bytes = (int64_t) 1 << 30;
+            }
+        }
+    }
+    if (kv_bytes / block_bytes < 1) {
+        nalar_fail(err, "engine: KV cache of %lld bytes holds no block (one "
+                   "block takes %lld bytes)", (long long) kv_bytes,
+                   (long long) block_bytes);
+        return -1;
+    }
+    return kv_bytes / block_bytes > INT32_MAX / 2
+           ? INT32_MAX / 2 : (int32_t) (kv_bytes / block_bytes);
+}
+
+
+/* Load the model, the backend (and the draft's) and the KV pools. */
 static int
 engine_load(nalar_engine *e, nalar_err *err)
 {
-    nalar_backend_opts bo = { e->backend_name, e->opts.n_threads, 0 };
-    int64_t            block_bytes, kv_bytes;
+    nalar_backend_opts bo = { e->backend_name, e->opts.n_threads,
+                              e->opts.device, e->opts.worker };
     int32_t            n_blocks;
 
     e->model = nalar_model_load(e->model_path, err);
@@ -569,21 +619,12 @@ engine_load(nalar_engine *e, nalar_err *err)
     if (e->be == NULL) {
         return -1;
     }
-    block_bytes = nalar_kv_block_bytes(e->model);
-    kv_bytes = e->opts.kv_bytes;
-    if (kv_bytes <= 0) {
-        kv_bytes = 16 * block_bytes
-                   * ((e->model->cfg.n_ctx + NALAR_KV_BLOCK - 1)
-                      / NALAR_KV_BLOCK);
-        if (kv_bytes > (int64_t) 1 << 30) {
-            kv_bytes = (int64_t) 1 << 30;
-        }
+    if (e->opts.draft_path != NULL && draft_open(e, err) != 0) {
+        return -1;
     }
-    n_blocks = (int32_t) (kv_bytes / block_bytes);
-    if (n_blocks < 1) {
-        return nalar_fail(err, "engine: KV cache of %lld bytes holds no "
-                          "block (one block takes %lld bytes)",
-                          (long long) kv_bytes, (long long) block_bytes);
+    n_blocks = kv_pool_blocks(e, err);
+    if (n_blocks < 0) {
+        return -1;
     }
     if (nalar_kv_pool_init(&e->kv, n_blocks, e->model->cfg.n_layers,
                            e->model->cfg.n_kv_heads * e->model->cfg.head_dim,
@@ -596,8 +637,18 @@ engine_load(nalar_engine *e, nalar_err *err)
         return -1;
     }
     e->kv_ready = 1;
-    if (e->opts.draft_path != NULL && draft_load(e, n_blocks, err) != 0) {
-        return -1;
+    if (e->draft != NULL) {
+        if (nalar_kv_pool_init(&e->dkv, n_blocks, e->draft->cfg.n_layers,
+                               e->draft->cfg.n_kv_heads
+                               * e->draft->cfg.head_dim, err) != 0)
+        {
+            return -1;
+        }
+        if (e->draft_be->kv_alloc(e->draft_be, &e->dkv, err) != 0) {
+            nalar_kv_pool_free(&e->dkv);
+            return -1;
+        }
+        e->dkv_ready = 1;
     }
     if (e->opts.prefix_cache) {
         e->cache = nalar_prefix_cache_create(&e->kv, e->model->identity,
@@ -1417,9 +1468,12 @@ engine_step(nalar_engine *e)
     int32_t        budget = e->opts.max_batch_tokens;
     int32_t        n_tok = 0, n_logits = 0, n_decode = 0, n_prefill = 0;
     int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
+    int32_t        n_confirmed = 0;
+    unsigned       mix = 0;
+    int            may_speculate = 1;
     nalar_request *dreqs[256];
     nalar_err      err;
-    double         t, t0;
+    double         t, t0, t_step = now_s();
 
     /* cancelled requests leave first: their blocks go back to the pool */
     for (int32_t i = 0; i < e->n_running; ) {
@@ -1504,6 +1558,18 @@ engine_step(nalar_engine *e)
     n_prefill = n_prefill < budget - n_decode ? n_prefill : budget - n_decode;
     n_prefill = n_prefill > 0 ? n_prefill : 0;
     for (int32_t i = 0; i < e->n_running; i++) {
+        nalar_request *r = e->running[i];
+
+        if (r->prop != NALAR_PROP_NONE && r->n_tokens - r->n_computed == 1) {
+            mix |= 1u << r->prop;
+        }
+    }
+    /* the gate vetoes speculation where whole steps measured slower with
+     * it; fixed k (benchmarks) bypasses it */
+    if (mix != 0 && e->opts.spec_fixed_k <= 0) {
+        may_speculate = nalar_spec_gate_allow(&e->gate, n_decode, mix);
+    }
+    for (int32_t i = 0; i < e->n_running && may_speculate; i++) {
         nalar_request *r = e->running[i];
 
         if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1) {
@@ -1667,6 +1733,7 @@ engine_step(nalar_engine *e)
                 cache_publish(e, r, r->n_computed);
                 emit_token(e, r, e->logits + (size_t) li * V, t);
                 li++;
+                n_confirmed++;
                 continue;
             }
 
@@ -1678,6 +1745,7 @@ engine_step(nalar_engine *e)
             k += kprop;   /* skip the proposals' batch entries */
             r->n_prop = 0;
 
+            n_confirmed += accepted + 1;
             nalar_accept_update(&r->acc, kprop, accepted);
             pthread_mutex_lock(&e->mu);
             e->m.spec_drafts_total++;
@@ -1733,6 +1801,12 @@ engine_step(nalar_engine *e)
     pthread_mutex_lock(&e->mu);
     e->m.spec_provisional_blocks = 0;
     pthread_mutex_unlock(&e->mu);
+    if (n_prefill == 0 && n_decode > 0 && mix != 0) {
+        /* a pure decode step where speculation was possible: its rate,
+         * as plain or as this mix of proposers */
+        nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
+                               n_confirmed, now_s() - t_step);
+    }
     publish_metrics(e);
     return 1;
 }

@@ -35,7 +35,15 @@ typedef struct {
     const char *backend;         /* "cpu" (default) or "cuda" */
     int         n_threads;       /* backend worker threads; <=0: cores */
     int64_t     kv_bytes;        /* KV pool size; <=0: enough for 16 full
-                                    contexts, capped at 1 GiB */
+                                    contexts, capped at 1 GiB (CPU); on a
+                                    GPU, > 0 caps the gpu_memory budget */
+    /* GPU backends */
+    int         device;          /* GPU index; < 0: worker mod count */
+    int         worker;          /* nginx worker index (for device < 0) */
+    double      gpu_memory;      /* KV pool in device memory (target and
+                                    draft together): (0, 1] a fraction of
+                                    the free memory once the weights are
+                                    in place, > 1 bytes; <= 0: 0.9 */
     int32_t     max_batch_tokens;/* per-step token budget; <=0: 512 */
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */

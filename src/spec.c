@@ -200,3 +200,122 @@ nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
     }
     return best_k;
 }
+
+
+/* --- the step gate --- */
+
+#define GATE_MIN_STEPS  8       /* observations before a rate is trusted */
+#define GATE_DECAY      0.97    /* per recorded step: ~33 steps of memory */
+#define GATE_GAP_MIN    16
+#define GATE_GAP_MAX    1024
+#define GATE_BURST      4       /* speculative steps per exploration */
+#define GATE_FORGET     0.05    /* weight left to the old rate by one */
+
+
+static int
+gate_cell(int n_decode)
+{
+    int c = 16;
+
+    if (n_decode <= 16) {
+        return n_decode > 0 ? n_decode - 1 : 0;
+    }
+    /* 17-32, 33-64, ... */
+    for (int n = 32; n < n_decode && c < NALAR_GATE_CELLS - 1; n *= 2) {
+        c++;
+    }
+    return c;
+}
+
+
+static double
+rate_of(const nalar_rate *r)
+{
+    return r->n >= GATE_MIN_STEPS && r->sec > 0 ? r->tok / r->sec : -1;
+}
+
+
+int
+nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix)
+{
+    int     c = gate_cell(n_decode);
+    double  plain, spec;
+    int    *gap, *since;
+
+    mix &= NALAR_GATE_MIXES - 1;
+    plain = rate_of(&g->plain[c]);
+    spec = rate_of(&g->spec[c][mix]);
+    gap = &g->gap[c][mix];
+    since = &g->since[c][mix];
+    if (*gap == 0) {
+        *gap = GATE_GAP_MIN;
+    }
+    if (spec < 0 || plain < 0) {
+        /* measure both: speculate, but run plain now and then until the
+         * plain rate is known */
+        if (plain < 0 && ++*since >= 4) {
+            *since = 0;
+            return 0;
+        }
+        return 1;
+    }
+    if (g->burst[c][mix] > 0) {
+        g->burst[c][mix]--;
+        return 1;
+    }
+    if (++*since < *gap) {
+        return spec >= plain;            /* the better mode */
+    }
+    /* explore the other mode; a loss confirmed again waits longer */
+    *since = 0;
+    if (spec < plain) {
+        /* a burst of speculative steps whose rate mostly replaces the old
+         * one (kept at the weight of about one step) */
+        nalar_rate *r = &g->spec[c][mix];
+
+        r->tok *= GATE_FORGET;
+        r->sec *= GATE_FORGET;
+        g->burst[c][mix] = GATE_BURST - 1;
+        *gap = *gap * 2 < GATE_GAP_MAX ? *gap * 2 : GATE_GAP_MAX;
+        return 1;
+    }
+    *gap = GATE_GAP_MIN;
+    return 0;
+}
+
+
+void
+nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
+                       double tokens, double seconds)
+{
+    int         c = gate_cell(n_decode);
+    nalar_rate *r;
+
+    if (!(seconds > 0) || tokens <= 0) {
+        return;
+    }
+    r = mix == 0 ? &g->plain[c] : &g->spec[c][mix & (NALAR_GATE_MIXES - 1)];
+    r->tok = r->tok * GATE_DECAY + tokens;
+    r->sec = r->sec * GATE_DECAY + seconds;
+    r->n++;
+    if (mix != 0 && r->n >= GATE_MIN_STEPS) {
+        /* speculation that wins again shortens the wait between explorations
+         * of plain decoding; see nalar_spec_gate_allow */
+        double plain = rate_of(&g->plain[c]);
+
+        if (plain > 0 && r->tok / r->sec >= plain) {
+            g->gap[c][mix & (NALAR_GATE_MIXES - 1)] = GATE_GAP_MIN;
+        }
+    }
+}
+
+
+double
+nalar_spec_gate_ratio(const nalar_spec_gate *g, int n_decode, unsigned mix)
+{
+    int    c = gate_cell(n_decode);
+    double plain = rate_of(&g->plain[c]);
+    double spec = rate_of(&g->spec[c][mix & (NALAR_GATE_MIXES - 1)]);
+
+    return plain > 0 && spec > 0 ? spec / plain : -1;
+}

@@ -79,4 +79,54 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
                         const double *verify, double draft_tok,
                         double margin, double *gain);
 
+/*
+ * The step gate: the last word on whether a decode step speculates at all,
+ * from measured whole steps rather than modelled parts.  The per-request
+ * cost model (above) estimates draft and verify time from forward passes
+ * alone; what it misses (per-pass fixed costs of the draft, sampling k+1
+ * rows, rollback, a machine busy with other work) shows up here, in the
+ * confirmed tokens per second of complete engine steps.
+ *
+ * For each decode batch size (exact up to 16 sequences, then by doubling)
+ * the gate keeps decayed sums of confirmed tokens and seconds for steps
+ * without proposals (plain) and, per mix of proposers (a bitmask of
+ * nalar_proposer), steps with them.  A step may speculate while that mix
+ * has too few observations, or its rate is at least the plain rate; when
+ * it is slower, speculation is off but for a burst of 4 exploring steps
+ * every `gap` steps (16, doubling on every exploration that confirms the
+ * loss, up to 1024), which start from a mostly forgotten estimate, so a
+ * change of load or of text is noticed at the next burst.  Symmetrically, while
+ * speculation wins, one step in `gap` runs plain to keep the plain rate
+ * current.  Only steps without prompt tokens are recorded.
+ */
+#define NALAR_GATE_CELLS 24
+#define NALAR_GATE_MIXES 16
+
+typedef struct {
+    double tok, sec;        /* decayed sums; rate = tok / sec */
+    int    n;               /* steps recorded */
+} nalar_rate;
+
+typedef struct {
+    nalar_rate plain[NALAR_GATE_CELLS];
+    nalar_rate spec[NALAR_GATE_CELLS][NALAR_GATE_MIXES];
+    int        gap[NALAR_GATE_CELLS][NALAR_GATE_MIXES];    /* 0: 16 */
+    int        since[NALAR_GATE_CELLS][NALAR_GATE_MIXES];  /* steps since
+                                                             the last
+                                                             exploration */
+    int        burst[NALAR_GATE_CELLS][NALAR_GATE_MIXES];  /* exploring
+                                                             steps left */
+} nalar_spec_gate;
+
+/* 1: a step of n_decode sequences whose proposers are `mix` (bitmask of
+ * 1 << nalar_proposer) may speculate; 0: it runs plain. */
+int  nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix);
+/* A finished decode step: `mix` = proposers that proposed (0 = a plain
+ * step), `tokens` confirmed in `seconds`. */
+void nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
+                            double tokens, double seconds);
+/* Measured rate with `mix` over the plain rate (< 0 when unknown). */
+double nalar_spec_gate_ratio(const nalar_spec_gate *g, int n_decode,
+                             unsigned mix);
+
 #endif

@@ -183,7 +183,7 @@ test_q8_repack(void)
 static void
 test_dispatch(void)
 {
-    nalar_backend_opts o = { "cuda", 0, 0 };
+    nalar_backend_opts o = { "cuda", 0, 0, 0 };
     nalar_model        m;
     nalar_err          err;
 
@@ -194,6 +194,25 @@ test_dispatch(void)
     ok(nalar_backend_create(&m, &o, &err) == NULL,
        "cuda backend not available here: %s", err.msg);
     ok(strstr(err.msg, "cuda") != NULL, "the message names it");
+
+    /* which GPU: nalar_device N, else nginx worker i on GPU i mod count */
+    is_int(nalar_backend_pick_device(-1, 0, 2, "cuda", &err), 0,
+           "worker 0 of 2 GPUs: GPU 0");
+    is_int(nalar_backend_pick_device(-1, 1, 2, "cuda", &err), 1,
+           "worker 1: GPU 1");
+    is_int(nalar_backend_pick_device(-1, 5, 2, "cuda", &err), 1,
+           "worker 5: GPU 1");
+    is_int(nalar_backend_pick_device(-1, 7, 8, "cuda", &err), 7,
+           "worker 7 of 8 GPUs: GPU 7");
+    is_int(nalar_backend_pick_device(3, 5, 8, "cuda", &err), 3,
+           "nalar_device 3: GPU 3 for every worker");
+    is_int(nalar_backend_pick_device(2, 0, 2, "cuda", &err), -1,
+           "nalar_device 2 with 2 GPUs: refused");
+    ok(strstr(err.msg, "device 2") != NULL && strstr(err.msg, "2 devices")
+       != NULL, "saying what was asked and what is there: %s", err.msg);
+    is_int(nalar_backend_pick_device(-1, 0, 0, "cuda", &err), -1,
+           "no GPU: refused");
+    ok(strstr(err.msg, "no device is visible") != NULL, "%s", err.msg);
 }
 
 

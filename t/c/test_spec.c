@@ -232,6 +232,98 @@ sample_hist(nalar_engine *e, int *hist, int n_req, uint64_t seed0)
 }
 
 
+/*
+ * The cost model and the step gate, on made-up measurements: what each
+ * decides follows from the numbers it was given.
+ */
+static void
+test_cost_and_gate(void)
+{
+    nalar_accept_stats a;
+    nalar_spec_gate   *g;
+    double             verify[NALAR_SPEC_MAX_K + 1], gain;
+    int                k, allowed;
+
+    /* verification free (memory-bound target), acceptance 0.8 at every
+     * position: the longest proposal wins */
+    nalar_accept_init(&a, 0.8);
+    for (k = 0; k <= NALAR_SPEC_MAX_K; k++) {
+        verify[k] = 1e-3;
+    }
+    k = nalar_spec_choose_k(&a, 4, verify, 0, 1.03, &gain);
+    is_int(k, 4, "free verification, acceptance 0.8: k = k_max");
+    ok(gain > 2.5, "and the modelled gain is the expected length (%.2f)",
+       gain);
+    /* verification linear in tokens (compute-bound): nothing pays */
+    for (k = 0; k <= NALAR_SPEC_MAX_K; k++) {
+        verify[k] = 1e-3 * (k + 1);
+    }
+    k = nalar_spec_choose_k(&a, 4, verify, 0, 1.03, &gain);
+    is_int(k, 0, "verification linear in tokens: k = 0");
+    /* free verification but a draft costing a plain pass per token */
+    for (k = 0; k <= NALAR_SPEC_MAX_K; k++) {
+        verify[k] = 1e-3;
+    }
+    k = nalar_spec_choose_k(&a, 4, verify, 1e-3, 1.03, &gain);
+    is_int(k, 0, "a draft as dear as the target: k = 0");
+    /* acceptance falls to 0.1 after observed rejections: k = 0 */
+    for (int i = 0; i < 200; i++) {
+        nalar_accept_update(&a, 4, 0);
+    }
+    k = nalar_spec_choose_k(&a, 4, verify, 0.2e-3, 1.03, &gain);
+    is_int(k, 0, "every proposal rejected: k = 0");
+
+    g = calloc(1, sizeof(*g));
+    /* unknown rates: speculate, with plain steps mixed in to measure */
+    allowed = 0;
+    for (int i = 0; i < 40; i++) {
+        int s = nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_DRAFT);
+
+        allowed += s;
+        nalar_spec_gate_record(g, 4, s ? 1u << NALAR_PROP_DRAFT : 0,
+                               s ? 3.0 : 4.0, 1e-3);   /* spec 0.75x */
+    }
+    ok(allowed > 10 && allowed < 40, "unknown rates: both modes measured "
+       "(%d of 40 speculated)", allowed);
+    ok(nalar_spec_gate_ratio(g, 4, 1u << NALAR_PROP_DRAFT) < 0.8,
+       "measured ratio 0.75 (%.2f)",
+       nalar_spec_gate_ratio(g, 4, 1u << NALAR_PROP_DRAFT));
+    /* slower with speculation: off but for rare explorations */
+    allowed = 0;
+    for (int i = 0; i < 2000; i++) {
+        int s = nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_DRAFT);
+
+        allowed += s;
+        nalar_spec_gate_record(g, 4, s ? 1u << NALAR_PROP_DRAFT : 0,
+                               s ? 3.0 : 4.0, 1e-3);
+    }
+    /* bursts of 4 after gaps of 16, 32, ... 1024: about 6 bursts */
+    ok(allowed > 0 && allowed <= 40, "slower: %d of 2000 steps explored "
+       "speculation (< 2%%)", allowed);
+    /* other batch sizes and mixes are separate */
+    is_int(nalar_spec_gate_allow(g, 16, 1u << NALAR_PROP_DRAFT), 1,
+           "another batch size is not judged by this one");
+    is_int(nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_PREDICTION), 1,
+           "another proposer is not judged by this one");
+    /* the text changes: speculation now wins 1.5x; explorations notice it
+     * and the gate opens within a few of them */
+    allowed = 0;
+    for (int i = 0; i < 4000; i++) {
+        int s = nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_DRAFT);
+
+        if (i >= 3000) {
+            allowed += s;
+        }
+        nalar_spec_gate_record(g, 4, s ? 1u << NALAR_PROP_DRAFT : 0,
+                               s ? 6.0 : 4.0, 1e-3);
+    }
+    ok(allowed >= 900, "faster: %d of the last 1000 steps speculated",
+       allowed);
+    ok(allowed < 1000, "and plain steps still keep the plain rate current");
+    free(g);
+}
+
+
 int
 main(void)
 {
@@ -241,6 +333,8 @@ main(void)
     nalar_err          err;
     nalar_metrics      m;
     char               dir[] = "/tmp/nalar-spec-XXXXXX";
+
+    test_cost_and_gate();
 
     /* a random-weights draft sharing the target's vocabulary */
     if (mkdtemp(dir) == NULL) {

@@ -130,6 +130,10 @@ EOF
     # root can only serve as nobody: keep the demo model readable
     $main .= "user root;\n" if $> == 0;
 
+    # a test may ask for more workers
+    $main =~ s/^worker_processes 1;\n//m
+        if $conf =~ /^\s*worker_processes\b/m;
+
     $main .= "events { worker_connections 4096; }\n"
         unless $conf =~ /^\s*events\b/m;
 
