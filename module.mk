@@ -7,7 +7,7 @@
 NGX_SRC     ?= /usr/share/nginx/src
 NGX_BUILD   = build/nginx
 NGX_MODULE  = build/module/ngx_nalar_module.so
-MODULE_SRC  = ngx_nalar_module.c ngx_nalar_chat.c ngx_nalar_chat.h config
+MODULE_SRC  = ngx_nalar_module.c ngx_nalar_chat.c ngx_nalar_chat.h config config.make
 
 .PHONY: module module-configure
 
@@ -20,7 +20,7 @@ endif
 
 # Configure once per change of `config`; Debian's conf_flags is a bash array
 # of the flags /usr/sbin/nginx was configured with.
-$(NGX_BUILD)/objs/Makefile: config $(wildcard build/libnalar_cuda.a)
+$(NGX_BUILD)/objs/Makefile: config config.make $(wildcard build/libnalar_cuda.a)
 	rm -rf $(NGX_BUILD)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD)
@@ -60,7 +60,7 @@ build/asan-pic/libnalar.a: $(ASAN_PIC_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(NGX_BUILD_ASAN)/objs/Makefile: config
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD_ASAN)
