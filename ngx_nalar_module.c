@@ -3282,9 +3282,15 @@ ngx_http_nalar_notify(nalar_request *req, void *data)
     pthread_mutex_lock(&ngx_http_nalar_mutex);
 
     if (slot->req == req && !slot->posted) {
+        /*
+         * one wakeup per batch of news: the loop drains the queue until it
+         * finds it empty (under this mutex), so only the insert into an
+         * empty queue needs to wake it; an engine step that advances 16
+         * streams writes the eventfd once, not 16 times
+         */
+        wake = ngx_queue_empty(&ngx_http_nalar_done);
         slot->posted = 1;
         ngx_queue_insert_tail(&ngx_http_nalar_done, &slot->queue);
-        wake = 1;
     }
 
     pthread_mutex_unlock(&ngx_http_nalar_mutex);

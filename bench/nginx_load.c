@@ -864,7 +864,13 @@ typedef struct {
 } slot;
 
 
-/* Engine thread: flag the slot, wake the consumer (as the module does). */
+/* Set by the engine thread with the first news since the consumer last
+ * woke; the consumer clears it before it scans the slots. */
+static int wake_armed;
+
+/* Engine thread: flag the slot, wake the consumer once per batch of news
+ * (as the module does: only the first insert into its empty queue writes
+ * the eventfd). */
 static void
 slot_notify(nalar_request *r, void *ctx)
 {
@@ -873,7 +879,9 @@ slot_notify(nalar_request *r, void *ctx)
 
     (void) r;
     __atomic_store_n(&s->pending, 1, __ATOMIC_RELEASE);
-    if (write(s->efd, &one, sizeof(one)) < 0) {
+    if (__atomic_exchange_n(&wake_armed, 1, __ATOMIC_ACQ_REL) == 0
+        && write(s->efd, &one, sizeof(one)) < 0)
+    {
         /* the counter cannot overflow here; nothing to do */
     }
 }
@@ -938,6 +946,7 @@ engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
         if (poll(&p, 1, 1000) != 1 || read(efd, &v, sizeof(v)) < 0) {
             continue;
         }
+        __atomic_store_n(&wake_armed, 0, __ATOMIC_SEQ_CST);
         t = now_s();
         for (int i = 0; i < n; i++) {
             nalar_output out;

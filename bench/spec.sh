@@ -16,9 +16,9 @@ mkdir -p bench/results
 T=models/nalar-kjv-target-f32.gguf
 D=models/nalar-kjv-draft-f32.gguf
 {
-    build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k auto,1,2,4,8 -n 96 \
+    build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k auto,1,2,4,8 -n 256 \
         --reps "$REPS" -t "$THREADS" --json
-    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k auto,2,4,8 -n 96 \
+    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k auto,2,4,8 -n 256 \
         --reps "$REPS" -t "$THREADS" --json
 } > bench/results/spec.jsonl
 python3 - <<'PY'
