@@ -73,7 +73,8 @@ my $m0 = $t->metrics;
 my $gen0 = metric($m0, 'nalar_generation_tokens_total') // 0;
 
 my $origin = 'https://127.0.0.1:' . $t->port(1);
-my $json = `node $root/t/js/h2-cancel.mjs $origin slow $N '$prompt' 2>&1`;
+my $limit = 60 * $NalarTest::SLOW;
+my $json = `node $root/t/js/h2-cancel.mjs $origin slow $N '$prompt' $limit 2>&1`;
 is($?, 0, 'the node client ran') or diag($json);
 my $o = eval { NalarTest::json()->decode($json) } || {};
 diag("session error: $o->{session_error}") if $o->{session_error};

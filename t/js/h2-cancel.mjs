@@ -3,13 +3,20 @@
 // read to the end.  While B runs, /metrics is sampled on the same
 // connection; after B, a third request on the same connection shows that
 // it stayed open.  Prints one JSON object.
-// Usage: node h2-cancel.mjs ORIGIN MODEL MAX_TOKENS PROMPT
+// Usage: node h2-cancel.mjs ORIGIN MODEL MAX_TOKENS PROMPT [LIMIT_S]
 import http2 from 'node:http2';
 
-const [origin, model, n, prompt] = process.argv.slice(2);
+const [origin, model, n, prompt, limit] = process.argv.slice(2);
 const max_tokens = Number(n);
 const session = http2.connect(origin, { rejectUnauthorized: false });
 const out = { samples: [] };
+
+// a server that never answers fails the test instead of hanging it
+setTimeout(() => {
+    out.timed_out = true;
+    console.log(JSON.stringify(out));
+    process.exit(1);
+}, Number(limit || 60) * 1000).unref();
 
 session.on('error', (e) => { out.session_error = String(e); });
 
