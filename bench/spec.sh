@@ -16,9 +16,9 @@ mkdir -p bench/results
 T=models/nalar-kjv-target-f32.gguf
 D=models/nalar-kjv-draft-f32.gguf
 {
-    build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k auto,1,2,4,8 -n 256 \
+    build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k 0,auto,1,2,4,8 -n 256 \
         --reps "$REPS" -t "$THREADS" --json
-    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k auto,2,4,8 -n 256 \
+    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k 0,auto,2,4,8 -n 256 \
         --reps "$REPS" -t "$THREADS" --json
 } > bench/results/spec.jsonl
 python3 - <<'PY'
@@ -40,7 +40,7 @@ if shutil.which("gnuplot"):
         for prop in ("draft", "ngram", "prediction"):
             for s in (1, 4, 16):
                 pts = [r for r in rows if r["proposer"] == prop
-                       and r["streams"] == s and r["k"] != "auto"]
+                       and r["streams"] == s and r["k"] not in ("auto", "off (control)")]
                 if not pts:
                     continue
                 f.write("# %s %d\n" % (prop, s))

@@ -114,8 +114,19 @@ typedef struct {
 } spec_env;
 
 
+/*
+ * Streams: an engine running at most `streams` sequences at once is given
+ * SPEC_WAVES requests per stream; as one finishes the next waiting one
+ * takes its place (continuous batching), so the batch stays full but for
+ * the last wave.  Without it, sequences that speculation finishes at
+ * different steps leave a tail of small batches that plain decoding, whose
+ * sequences all end together, never has.
+ */
+#define SPEC_WAVES 4
+
 static nalar_engine *
-spec_engine(const spec_env *env, int mode, int k, nalar_err *err)
+spec_engine(const spec_env *env, int mode, int k, int streams,
+            nalar_err *err)
 {
     nalar_engine_opts o;
     nalar_engine     *e;
@@ -127,7 +138,7 @@ spec_engine(const spec_env *env, int mode, int k, nalar_err *err)
     o.spec_max_k = k > 0 ? k : 8;
     o.spec_fixed_k = k > 0 ? k : 0;
     o.n_threads = env->threads;
-    o.max_running = MAX_REQ;
+    o.max_running = streams;
     e = nalar_engine_create(&o, err);
     if (e != NULL && nalar_engine_run_sync(e, NULL, 0, err) != 0) {
         nalar_engine_destroy(e);
@@ -137,10 +148,24 @@ spec_engine(const spec_env *env, int mode, int k, nalar_err *err)
 }
 
 
-/* Run b greedy requests to completion; returns confirmed tokens/s. */
+/* Request i's length with `vary`: n_gen / 2 up to 15/16 of it, so that
+ * sequences end at different steps with or without speculation, as in
+ * service (all of one length, plain decoding would keep them in lockstep,
+ * which speculation cannot). */
+static int
+bench_len(int i, int n_gen)
+{
+    return n_gen / 2 + (i % N_BENCH_PROMPTS) * n_gen / 16;
+}
+
+
+/* Run n greedy requests to completion (as many at once as the engine's
+ * max_running); returns confirmed tokens/s.  preds == NULL and plain: the
+ * requests turn speculation off (the baseline, on the same engine). */
 static double
 spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
-         int b, int n_gen, int32_t (*preds)[1024], int n_pred, sink *out)
+         int n, int n_gen, int vary, int32_t (*preds)[1024], int n_pred,
+         int plain, sink *out)
 {
     nalar_request       *reqs[MAX_REQ];
     nalar_request_params p;
@@ -148,7 +173,7 @@ spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
     double               t0, dt;
     long                 total = 0;
 
-    for (int i = 0; i < b; i++) {
+    for (int i = 0; i < n; i++) {
         int k = i % N_BENCH_PROMPTS;
 
         memset(&p, 0, sizeof(p));
@@ -156,9 +181,11 @@ spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
         p.sampling.temperature = 0;
         p.prompt = prompts[k];
         p.n_prompt = n_prompts[k];
-        p.max_tokens = n_gen;
+        p.max_tokens = vary ? bench_len(i, n_gen) : n_gen;
         p.ignore_eos = 1;
-        if (preds != NULL) {
+        if (plain) {
+            p.spec_mode = NALAR_SPEC_OFF;
+        } else if (preds != NULL) {
             p.prediction = preds[k];
             p.n_prediction = n_pred;
         }
@@ -166,9 +193,9 @@ spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
         reqs[i] = nalar_request_create(&p, sink_take, &out[i], &err);
     }
     t0 = now_s();
-    nalar_engine_run_sync(e, reqs, b, &err);
+    nalar_engine_run_sync(e, reqs, n, &err);
     dt = now_s() - t0;
-    for (int i = 0; i < b; i++) {
+    for (int i = 0; i < n; i++) {
         total += out[i].n;
         nalar_request_unref(reqs[i]);
     }
@@ -222,7 +249,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
     n_b = parse_list(blist, bs, 8);
     n_k = parse_list(klist, ks, 8);
     out = calloc(MAX_REQ, sizeof(sink));
-    base = spec_engine(&env, NALAR_SPEC_OFF, 0, &err);
+    base = spec_engine(&env, NALAR_SPEC_OFF, 0, MAX_REQ, &err);
     if (base == NULL || out == NULL) {
         fprintf(stderr, "nalar: %s\n", err.msg);
         return 1;
@@ -237,8 +264,8 @@ nalar_cmd_spec_bench(int argc, char **argv)
         /* an editing task: the client predicts the text it expects back,
          * and 90% of it is right (every 10th token differs) */
         preds = calloc(N_BENCH_PROMPTS, sizeof(*preds));
-        spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, NULL,
-                 0, out);
+        spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, 0,
+                 NULL, 0, 1, out);
         for (int k = 0; k < N_BENCH_PROMPTS; k++) {
             for (int i = 0; i < env.n_gen; i++) {
                 preds[k][i] = i % 10 == 9 ? (out[k].ids[i] + 7) % 2000 + 3
@@ -265,7 +292,9 @@ nalar_cmd_spec_bench(int argc, char **argv)
     }
     for (int pi = 0; pi < n_modes; pi++) {
         for (int bi = 0; bi < n_b; bi++) {
-            int b = bs[bi] > MAX_REQ ? MAX_REQ : bs[bi];
+            int           b = bs[bi] > MAX_REQ / SPEC_WAVES
+                                  ? MAX_REQ / SPEC_WAVES : bs[bi];
+            int           n_req = b * SPEC_WAVES;
 
             for (int ki = 0; ki < n_k; ki++) {
                 int           k = ks[ki];
@@ -274,30 +303,35 @@ nalar_cmd_spec_bench(int argc, char **argv)
                 nalar_metrics mt;
                 double        confirmed;
 
-                if (k == 0 && preds == NULL) {
-                    continue;   /* the baseline is measured alongside */
-                }
-                e = spec_engine(&env, modes[pi], k, &err);
+                /* k = 0: a second plain engine against the first, the
+                 * noise floor of the comparison (an A/A control) */
+                e = spec_engine(&env, modes[pi], k, b, &err);
                 if (e == NULL) {
                     fprintf(stderr, "nalar: %s\n", err.msg);
                     return 1;
                 }
-                /* alternate: plain, speculative, plain, ... */
+                /* alternate on the same engine (same threads, memory and
+                 * KV pool: no instance-to-instance difference): plain,
+                 * speculative, plain, ...; k = 0 runs plain twice */
                 for (int r = 0; r < reps; r++) {
-                    tp[r] = spec_run(base, prompts, n_prompts, b, env.n_gen,
-                                     NULL, 0, out);
-                    ts[r] = spec_run(e, prompts, n_prompts, b, env.n_gen,
-                                     preds, env.n_gen, out);
+                    tp[r] = spec_run(e, prompts, n_prompts, n_req,
+                                     env.n_gen, 1, NULL, 0, 1, out);
+                    ts[r] = spec_run(e, prompts, n_prompts, n_req, env.n_gen,
+                                     1, preds, env.n_gen, k == 0, out);
                 }
                 nalar_engine_metrics(e, &mt);
-                confirmed = (double) reps * b * env.n_gen;
+                confirmed = 0;
+                for (int i = 0; i < n_req; i++) {
+                    confirmed += (double) reps * bench_len(i, env.n_gen);
+                }
                 {
                     double mp = median(tp, reps), ms = median(ts, reps);
 
                     sp = ms / mp;
                     char kname[16];
 
-                    snprintf(kname, sizeof(kname), k < 0 ? "auto" : "%d", k);
+                    snprintf(kname, sizeof(kname), k < 0 ? "auto"
+                             : k == 0 ? "off (control)" : "%d", k);
                     if (json) {
                         printf("{\"proposer\": \"%s\", \"streams\": %d, "
                                "\"k\": \"%s\", \"tokens_per_s\": %.1f, "

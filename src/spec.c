@@ -204,10 +204,19 @@ nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
 
 /* --- the step gate --- */
 
-#define GATE_MIN_STEPS  8       /* observations before a rate is trusted */
+#define GATE_MIN_PLAIN  8       /* observations before a rate is trusted */
+#define GATE_MIN_SPEC   4       /* (a speculative step may cost several
+                                   plain ones: learn from fewer) */
 #define GATE_DECAY      0.97    /* per recorded step: ~33 steps of memory */
 #define GATE_GAP_MIN    16
-#define GATE_GAP_MAX    1024
+#define GATE_GAP_MAX    1024    /* by doubling; by the loss, up to: */
+#define GATE_GAP_LOSS   8192
+#define GATE_MARGIN     1.03    /* speculate when measured this much
+                                   faster: noise alone rarely gets there */
+#define GATE_CLIP       3.0     /* a step's seconds count up to this many
+                                   times the mean step's */
+#define GATE_EXPLORE    0.01    /* most of plain throughput that exploring
+                                   may cost */
 #define GATE_BURST      4       /* speculative steps per exploration */
 #define GATE_FORGET     0.05    /* weight left to the old rate by one */
 
@@ -229,9 +238,9 @@ gate_cell(int n_decode)
 
 
 static double
-rate_of(const nalar_rate *r)
+rate_of(const nalar_rate *r, int min_steps)
 {
-    return r->n >= GATE_MIN_STEPS && r->sec > 0 ? r->tok / r->sec : -1;
+    return r->n >= min_steps && r->sec > 0 ? r->tok / r->sec : -1;
 }
 
 
@@ -243,40 +252,46 @@ nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix)
     int    *gap, *since;
 
     mix &= NALAR_GATE_MIXES - 1;
-    plain = rate_of(&g->plain[c]);
-    spec = rate_of(&g->spec[c][mix]);
+    plain = rate_of(&g->plain[c], GATE_MIN_PLAIN);
+    spec = rate_of(&g->spec[c][mix], GATE_MIN_SPEC);
     gap = &g->gap[c][mix];
     since = &g->since[c][mix];
     if (*gap == 0) {
         *gap = GATE_GAP_MIN;
     }
-    if (spec < 0 || plain < 0) {
-        /* measure both: speculate, but run plain now and then until the
-         * plain rate is known */
-        if (plain < 0 && ++*since >= 4) {
-            *since = 0;
-            return 0;
-        }
-        return 1;
+    if (plain < 0) {
+        return 0;          /* measure the safe mode first */
+    }
+    if (spec < 0) {
+        return 1;          /* then a few speculative steps */
     }
     if (g->burst[c][mix] > 0) {
         g->burst[c][mix]--;
         return 1;
     }
     if (++*since < *gap) {
-        return spec >= plain;            /* the better mode */
+        return spec >= plain * GATE_MARGIN;     /* the better mode */
     }
     /* explore the other mode; a loss confirmed again waits longer */
     *since = 0;
-    if (spec < plain) {
+    if (spec < plain * GATE_MARGIN) {
         /* a burst of speculative steps whose rate mostly replaces the old
          * one (kept at the weight of about one step) */
         nalar_rate *r = &g->spec[c][mix];
+        double      loss;
 
         r->tok *= GATE_FORGET;
         r->sec *= GATE_FORGET;
+        r->w *= GATE_FORGET;
         g->burst[c][mix] = GATE_BURST - 1;
+        /* the next wait: doubled, and long enough that a burst as slow as
+         * the last one costs at most GATE_EXPLORE of plain throughput (a
+         * burst of B steps at rate ratio x costs B (1/x - 1) plain steps) */
+        loss = GATE_BURST * (plain / spec - 1) / GATE_EXPLORE;
         *gap = *gap * 2 < GATE_GAP_MAX ? *gap * 2 : GATE_GAP_MAX;
+        if (loss > *gap) {
+            *gap = loss < GATE_GAP_LOSS ? (int) loss : GATE_GAP_LOSS;
+        }
         return 1;
     }
     *gap = GATE_GAP_MIN;
@@ -295,15 +310,23 @@ nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
         return;
     }
     r = mix == 0 ? &g->plain[c] : &g->spec[c][mix & (NALAR_GATE_MIXES - 1)];
+    if (r->n >= GATE_MIN_SPEC && r->w > 0
+        && seconds > GATE_CLIP * r->sec / r->w)
+    {
+        /* a step stalled by something else (the OS, another process)
+         * would weigh on a ratio of sums for dozens of steps: clip it */
+        seconds = GATE_CLIP * r->sec / r->w;
+    }
     r->tok = r->tok * GATE_DECAY + tokens;
     r->sec = r->sec * GATE_DECAY + seconds;
+    r->w = r->w * GATE_DECAY + 1;
     r->n++;
-    if (mix != 0 && r->n >= GATE_MIN_STEPS) {
+    if (mix != 0 && r->n >= GATE_MIN_SPEC) {
         /* speculation that wins again shortens the wait between explorations
          * of plain decoding; see nalar_spec_gate_allow */
-        double plain = rate_of(&g->plain[c]);
+        double plain = rate_of(&g->plain[c], GATE_MIN_PLAIN);
 
-        if (plain > 0 && r->tok / r->sec >= plain) {
+        if (plain > 0 && r->tok / r->sec >= plain * GATE_MARGIN) {
             g->gap[c][mix & (NALAR_GATE_MIXES - 1)] = GATE_GAP_MIN;
         }
     }
@@ -314,8 +337,8 @@ double
 nalar_spec_gate_ratio(const nalar_spec_gate *g, int n_decode, unsigned mix)
 {
     int    c = gate_cell(n_decode);
-    double plain = rate_of(&g->plain[c]);
-    double spec = rate_of(&g->spec[c][mix & (NALAR_GATE_MIXES - 1)]);
+    double plain = rate_of(&g->plain[c], GATE_MIN_PLAIN);
+    double spec = rate_of(&g->spec[c][mix & (NALAR_GATE_MIXES - 1)], GATE_MIN_SPEC);
 
     return plain > 0 && spec > 0 ? spec / plain : -1;
 }

@@ -90,11 +90,13 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
  * For each decode batch size (exact up to 16 sequences, then by doubling)
  * the gate keeps decayed sums of confirmed tokens and seconds for steps
  * without proposals (plain) and, per mix of proposers (a bitmask of
- * nalar_proposer), steps with them.  A step may speculate while that mix
- * has too few observations, or its rate is at least the plain rate; when
- * it is slower, speculation is off but for a burst of 4 exploring steps
- * every `gap` steps (16, doubling on every exploration that confirms the
- * loss, up to 1024), which start from a mostly forgotten estimate, so a
+ * nalar_proposer), steps with them.  The plain rate is measured first (8
+ * steps), then speculation (4 steps).  A step may speculate while its
+ * rate beats the plain rate by 3%; otherwise speculation is off
+ * but for a burst of 4 exploring steps every `gap` steps (16, doubling on
+ * every exploration that confirms the loss up to 1024, and at least long
+ * enough that a burst costs under 1% of plain throughput at the measured
+ * loss, up to 8192), which start from a mostly forgotten estimate, so a
  * change of load or of text is noticed at the next burst.  Symmetrically, while
  * speculation wins, one step in `gap` runs plain to keep the plain rate
  * current.  Only steps without prompt tokens are recorded.
@@ -103,7 +105,8 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
 #define NALAR_GATE_MIXES 16
 
 typedef struct {
-    double tok, sec;        /* decayed sums; rate = tok / sec */
+    double tok, sec, w;     /* decayed sums of tokens, seconds and steps;
+                               rate = tok / sec */
     int    n;               /* steps recorded */
 } nalar_rate;
 
