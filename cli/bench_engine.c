@@ -262,14 +262,19 @@ nalar_cmd_spec_bench(int argc, char **argv)
     }
     if (strcmp(task, "edit") == 0) {
         /* an editing task: the client predicts the text it expects back,
-         * and 90% of it is right (every 10th token differs) */
+         * and 90% of it is right: one token in 10 differs, at positions
+         * drawn at random (a fixed period would line up with k + 1) */
         preds = calloc(N_BENCH_PROMPTS, sizeof(*preds));
         spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, 0,
                  NULL, 0, 1, out);
         for (int k = 0; k < N_BENCH_PROMPTS; k++) {
             for (int i = 0; i < env.n_gen; i++) {
-                preds[k][i] = i % 10 == 9 ? (out[k].ids[i] + 7) % 2000 + 3
-                                          : out[k].ids[i];
+                uint64_t h = ((uint64_t) k * 1000003u + (uint64_t) i)
+                             * 0x9E3779B97F4A7C15ull;
+
+                preds[k][i] = (h >> 32) % 10 == 0
+                              ? (out[k].ids[i] + 7) % 2000 + 3
+                              : out[k].ids[i];
             }
         }
         proposers[n_modes] = "prediction";

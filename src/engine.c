@@ -1251,9 +1251,14 @@ propose_lookup(nalar_request *r, int32_t k)
         int32_t        g = r->n_generated, at = g + r->pred_off, n = 0;
         int32_t        m = g < 3 ? g : 3;
 
-        if (at < 0 || at > r->n_pred
-            || memcmp(out + g - m, r->pred + at - m,
-                      (size_t) m * sizeof(int32_t)) != 0)
+        if (at < m || at > r->n_pred
+            || (memcmp(out + g - m, r->pred + at - m,
+                       (size_t) m * sizeof(int32_t)) != 0
+                /* a substitution (a renamed identifier, a changed word):
+                 * only the newest token differs, the alignment holds */
+                && !(m >= 2 && memcmp(out + g - m, r->pred + at - m,
+                                      (size_t) (m - 1) * sizeof(int32_t))
+                               == 0)))
         {
             int32_t best = -1;
 
