@@ -123,6 +123,7 @@ typedef struct {
     ngx_http_nalar_shared_t   *shared;      /* nalar_shared_prefix */
     ngx_uint_t                 spec_mode;   /* nalar_spec_mode */
     ngx_int_t                  spec_max_k;  /* most proposals per step */
+    ngx_flag_t                 spec_fixed;  /* "fixed": always max */
 } ngx_http_nalar_loc_conf_t;
 
 
@@ -482,7 +483,7 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NULL },
 
     { ngx_string("nalar_speculative"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
       ngx_http_nalar_speculative,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
@@ -1318,6 +1319,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
     params.spec_mode = (int) nlcf->spec_mode;
     params.spec_max_k = (int) nlcf->spec_max_k;
+    params.spec_fixed = (int) nlcf->spec_fixed;
 
     /*
      * The steps below answer a bad request themselves: a step that returns
@@ -4250,6 +4252,7 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
     nlcf->shared = NGX_CONF_UNSET_PTR;
     nlcf->spec_mode = NGX_CONF_UNSET_UINT;
     nlcf->spec_max_k = NGX_CONF_UNSET;
+    nlcf->spec_fixed = NGX_CONF_UNSET;
 
     return nlcf;
 }
@@ -4276,6 +4279,7 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->spec_mode, prev->spec_mode,
                               NALAR_SPEC_AUTO);
     ngx_conf_merge_value(conf->spec_max_k, prev->spec_max_k, 4);
+    ngx_conf_merge_value(conf->spec_fixed, prev->spec_fixed, 0);
 
     if (conf->keepalive == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -4559,7 +4563,7 @@ ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /*
- * nalar_speculative off | draft | ngram | auto [max=K];
+ * nalar_speculative off | draft | ngram | auto [max=K] [fixed];
  * The engine is per model, so a location's choice travels with each
  * request; the http-level one is also the engines' default.
  */
@@ -4571,7 +4575,8 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_int_t                    k;
     ngx_str_t                   *value;
-    ngx_uint_t                   mode;
+    ngx_flag_t                   fixed;
+    ngx_uint_t                   i, mode;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     if (nlcf->spec_mode != NGX_CONF_UNSET_UINT) {
@@ -4600,24 +4605,33 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     k = 4;
+    fixed = 0;
 
-    if (cf->args->nelts == 3) {
-        if (ngx_strncmp(value[2].data, "max=", 4) == 0) {
-            k = ngx_atoi(value[2].data + 4, value[2].len - 4);
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strcmp(value[i].data, "fixed") == 0 && !fixed) {
+            fixed = 1;
+            continue;
         }
 
-        if (ngx_strncmp(value[2].data, "max=", 4) != 0
-            || k < 1 || k > NALAR_SPEC_MAX_K)
-        {
+        k = -1;
+
+        if (ngx_strncmp(value[i].data, "max=", 4) == 0) {
+            k = ngx_atoi(value[i].data + 4, value[i].len - 4);
+        }
+
+        if (k < 1 || k > NALAR_SPEC_MAX_K) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "invalid parameter \"%V\": \"max=\" with "
-                               "1..%d expected", &value[2], NALAR_SPEC_MAX_K);
+                               "1..%d or \"fixed\" expected", &value[i],
+                               NALAR_SPEC_MAX_K);
             return NGX_CONF_ERROR;
         }
     }
 
     nlcf->spec_mode = mode;
     nlcf->spec_max_k = k;
+    nlcf->spec_fixed = fixed;
 
     if (cf->cmd_type == NGX_HTTP_MAIN_CONF) {
         nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);

@@ -1307,7 +1307,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     if (cap <= 0) {
         return 0;
     }
-    if (e->opts.spec_fixed_k > 0) {
+    if (e->opts.spec_fixed_k > 0 || r->p.spec_fixed) {
         return cap;
     }
     /* this request's share of a pass in which each of the n_decode
@@ -1475,7 +1475,7 @@ engine_step(nalar_engine *e)
     int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
     int32_t        n_confirmed = 0;
     unsigned       mix = 0;
-    int            may_speculate = 1;
+    int            may_speculate = 1, any_fixed = 0;
     nalar_request *dreqs[256];
     nalar_err      err;
     double         t, t0, t_step = now_s();
@@ -1566,7 +1566,11 @@ engine_step(nalar_engine *e)
         nalar_request *r = e->running[i];
 
         if (r->prop != NALAR_PROP_NONE && r->n_tokens - r->n_computed == 1) {
-            mix |= 1u << r->prop;
+            if (r->p.spec_fixed) {
+                any_fixed = 1;   /* speculates whatever the gate says */
+                continue;
+            }
+            mix |= nalar_spec_gate_bit(r->prop, r->acc.alpha[0]);
         }
     }
     /* the gate vetoes speculation where whole steps measured slower with
@@ -1574,10 +1578,12 @@ engine_step(nalar_engine *e)
     if (mix != 0 && e->opts.spec_fixed_k <= 0) {
         may_speculate = nalar_spec_gate_allow(&e->gate, n_decode, mix);
     }
-    for (int32_t i = 0; i < e->n_running && may_speculate; i++) {
+    for (int32_t i = 0; i < e->n_running; i++) {
         nalar_request *r = e->running[i];
 
-        if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1) {
+        if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
+            || (!may_speculate && !r->p.spec_fixed))
+        {
             continue;
         }
         r->n_prop = choose_k(e, r, n_decode, n_prefill,
@@ -1806,7 +1812,7 @@ engine_step(nalar_engine *e)
     pthread_mutex_lock(&e->mu);
     e->m.spec_provisional_blocks = 0;
     pthread_mutex_unlock(&e->mu);
-    if (n_prefill == 0 && n_decode > 0 && mix != 0) {
+    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed) {
         /* a pure decode step where speculation was possible: its rate,
          * as plain or as this mix of proposers */
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,

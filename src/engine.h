@@ -86,6 +86,9 @@ typedef struct {
     /* speculative decoding */
     int            spec_mode;    /* nalar_spec_mode; DEFAULT: engine's */
     int            spec_max_k;   /* <=0: engine's */
+    int            spec_fixed;   /* 1: always propose spec_max_k (no cost
+                                    model, no step gate): for operators who
+                                    know speculation pays, and tests */
     const int32_t *prediction;   /* predicted output tokens (copied) */
     int32_t        n_prediction;
 } nalar_request_params;

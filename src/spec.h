@@ -90,7 +90,7 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
  * For each decode batch size (exact up to 16 sequences, then by doubling)
  * the gate keeps decayed sums of confirmed tokens and seconds for steps
  * without proposals (plain) and, per mix of proposers (a bitmask of
- * nalar_proposer), steps with them.  The plain rate is measured first (8
+ * proposer and acceptance class: nalar_spec_gate_bit), steps with them.  The plain rate is measured first (8
  * steps), then speculation (4 steps).  A step may speculate while its
  * rate beats the plain rate by 3%; otherwise speculation is off
  * but for a burst of 4 exploring steps every `gap` steps (16, doubling on
@@ -102,7 +102,7 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
  * current.  Only steps without prompt tokens are recorded.
  */
 #define NALAR_GATE_CELLS 24
-#define NALAR_GATE_MIXES 16
+#define NALAR_GATE_MIXES 256
 
 typedef struct {
     double tok, sec, w;     /* decayed sums of tokens, seconds and steps;
@@ -121,8 +121,18 @@ typedef struct {
                                                              steps left */
 } nalar_spec_gate;
 
-/* 1: a step of n_decode sequences whose proposers are `mix` (bitmask of
- * 1 << nalar_proposer) may speculate; 0: it runs plain. */
+/* A request's bit in a step's mix: its proposer and whether its own
+ * acceptance estimate of the first proposal is high (>= 0.6), so that one
+ * client's poor predictions do not keep another's good ones from
+ * speculating. */
+static inline unsigned
+nalar_spec_gate_bit(int proposer, double alpha0)
+{
+    return 1u << (proposer * 2 + (alpha0 >= 0.6));
+}
+
+/* 1: a step of n_decode sequences whose requests' bits are `mix` may
+ * speculate; 0: it runs plain. */
 int  nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix);
 /* A finished decode step: `mix` = proposers that proposed (0 = a plain
  * step), `tokens` confirmed in `seconds`. */

@@ -41,7 +41,9 @@ like($out, qr/vocabulary of 512 tokens but the target .* has 2048/,
      'a smaller vocabulary: both sizes named') or diag($out);
 
 for my $bad ('nalar_speculative on;', 'nalar_speculative auto max=0;',
-             'nalar_speculative auto max=9;', 'nalar_speculative ngram k=2;')
+             'nalar_speculative auto max=9;', 'nalar_speculative ngram k=2;',
+             'nalar_speculative auto fixed fixed;',
+             'nalar_speculative auto max=2 always;')
 {
     $t->write_conf(<<"CONF");
 http {
@@ -58,7 +60,10 @@ $t->write_conf(<<'CONF');
 http {
     nalar_model kjv %%MODEL%% draft=%%DRAFT%%;
     nalar_speculative draft max=8;
-    server { location / { nalar_speculative off; } }
+    server {
+        location / { nalar_speculative off; }
+        location /f/ { nalar_speculative ngram fixed max=3; }
+    }
 }
 CONF
 ($rc, $out) = $t->test_conf;

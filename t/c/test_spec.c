@@ -277,7 +277,7 @@ test_cost_and_gate(void)
     /* unknown rates: plain first (8 steps), then speculation (4) */
     allowed = 0;
     for (int i = 0; i < 40; i++) {
-        int s = nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_DRAFT);
+        int s = nalar_spec_gate_allow(g, 4, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7));
 
         if (i < 8) {
             allowed += s;
@@ -286,21 +286,21 @@ test_cost_and_gate(void)
             allowed = 0;
         }
         allowed += i >= 8 && s;
-        nalar_spec_gate_record(g, 4, s ? 1u << NALAR_PROP_DRAFT : 0,
+        nalar_spec_gate_record(g, 4, s ? nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7) : 0,
                                s ? 3.0 : 4.0, 1e-3);   /* spec 0.75x */
     }
     ok(allowed >= 4 && allowed < 10, "then speculation measured and found "
        "slower (%d of the next 32 speculated)", allowed);
-    ok(nalar_spec_gate_ratio(g, 4, 1u << NALAR_PROP_DRAFT) < 0.8,
+    ok(nalar_spec_gate_ratio(g, 4, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7)) < 0.8,
        "measured ratio 0.75 (%.2f)",
-       nalar_spec_gate_ratio(g, 4, 1u << NALAR_PROP_DRAFT));
+       nalar_spec_gate_ratio(g, 4, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7)));
     /* slower with speculation: off but for rare explorations */
     allowed = 0;
     for (int i = 0; i < 2000; i++) {
-        int s = nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_DRAFT);
+        int s = nalar_spec_gate_allow(g, 4, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7));
 
         allowed += s;
-        nalar_spec_gate_record(g, 4, s ? 1u << NALAR_PROP_DRAFT : 0,
+        nalar_spec_gate_record(g, 4, s ? nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7) : 0,
                                s ? 3.0 : 4.0, 1e-3);
     }
     /* bursts of 4 after gaps of 16, 32, ... 1024: about 6 bursts */
@@ -310,20 +310,34 @@ test_cost_and_gate(void)
     for (int i = 0; i < 8; i++) {
         nalar_spec_gate_record(g, 16, 0, 16.0, 1e-3);
     }
-    is_int(nalar_spec_gate_allow(g, 16, 1u << NALAR_PROP_DRAFT), 1,
+    is_int(nalar_spec_gate_allow(g, 16, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7)), 1,
            "another batch size is not judged by this one");
-    is_int(nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_PREDICTION), 1,
+    is_int(nalar_spec_gate_allow(g, 4, nalar_spec_gate_bit(NALAR_PROP_PREDICTION, 0.9)), 1,
            "another proposer is not judged by this one");
+    /* the same proposer with a low acceptance estimate (a client's poor
+     * prediction) is its own class: closing it leaves the good ones be */
+    for (int i = 0; i < 200; i++) {
+        unsigned lo = nalar_spec_gate_bit(NALAR_PROP_PREDICTION, 0.2);
+        int      s = nalar_spec_gate_allow(g, 4, lo);
+
+        nalar_spec_gate_record(g, 4, s ? lo : 0, s ? 2.0 : 4.0, 1e-3);
+    }
+    ok(nalar_spec_gate_ratio(g, 4, nalar_spec_gate_bit(NALAR_PROP_PREDICTION,
+                                                       0.2)) < 0.6,
+       "poor predictions measured slower");
+    is_int(nalar_spec_gate_allow(g, 4, nalar_spec_gate_bit(NALAR_PROP_PREDICTION,
+                                                          0.9)), 1,
+           "good predictions still speculate");
     /* the text changes: speculation now wins 1.5x; explorations notice it
      * and the gate opens within a few of them */
     allowed = 0;
     for (int i = 0; i < 4000; i++) {
-        int s = nalar_spec_gate_allow(g, 4, 1u << NALAR_PROP_DRAFT);
+        int s = nalar_spec_gate_allow(g, 4, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7));
 
         if (i >= 3000) {
             allowed += s;
         }
-        nalar_spec_gate_record(g, 4, s ? 1u << NALAR_PROP_DRAFT : 0,
+        nalar_spec_gate_record(g, 4, s ? nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7) : 0,
                                s ? 6.0 : 4.0, 1e-3);
     }
     ok(allowed >= 900, "faster: %d of the last 1000 steps speculated",
