@@ -121,14 +121,17 @@ typedef struct {
                                                              steps left */
 } nalar_spec_gate;
 
-/* A request's bit in a step's mix: its proposer and whether its own
- * acceptance estimate of the first proposal is high (>= 0.6), so that one
- * client's poor predictions do not keep another's good ones from
- * speculating. */
+/* A request's bit in a step's mix: its proposer and, for a client's own
+ * prediction, whether the request's acceptance estimate of the first
+ * proposal is high (>= 0.6), so that one client's poor predictions do not
+ * keep another's good ones from speculating.  (A draft's or the n-gram
+ * lookup's acceptance is a property of the model and the text, hovers
+ * around any threshold and would only split what the gate learns.) */
 static inline unsigned
 nalar_spec_gate_bit(int proposer, double alpha0)
 {
-    return 1u << (proposer * 2 + (alpha0 >= 0.6));
+    return 1u << (proposer * 2
+                  + (proposer == NALAR_PROP_PREDICTION && alpha0 >= 0.6));
 }
 
 /* 1: a step of n_decode sequences whose requests' bits are `mix` may
