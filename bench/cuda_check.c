@@ -1266,24 +1266,7 @@ check_sampling(void)
 
 /* --- greedy generation: the CUDA backend against the CPU backend --- */
 
-typedef struct {
-    int32_t ids[512];
-    int     n;
-} collected;
-
-
-static void
-collect(nalar_request *r, void *ctx)
-{
-    collected   *c = ctx;
-    nalar_output o;
-
-    nalar_request_take(r, &o);
-    for (int i = 0; i < o.n_ids && c->n < 512; i++) {
-        c->ids[c->n++] = o.ids[i];
-    }
-    nalar_output_free(&o);
-}
+#include "../t/c/collect.h"
 
 
 /* four prompts (5..300 tokens, chunked at 64 tokens a step, so prefill

@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "kv.h"
 #include "model.h"
+#include "collect.h"
 #include "tap.h"
 #include "tokenizer.h"
 
@@ -54,36 +55,6 @@ static const ref_case refs[] = {
 };
 #define N_CASES ((int) (sizeof(refs) / sizeof(refs[0])))
 
-/* collected output of one request */
-typedef struct {
-    int32_t ids[1024];
-    int     n;
-    char    text[8192];
-    size_t  len;
-    nalar_finish finish;
-} collected;
-
-
-static void
-collect(nalar_request *r, void *ctx)
-{
-    collected   *c = ctx;
-    nalar_output o;
-
-    nalar_request_take(r, &o);
-    for (int i = 0; i < o.n_ids && c->n < 1024; i++) {
-        c->ids[c->n++] = o.ids[i];
-    }
-    if (c->len + o.text_len < sizeof(c->text)) {
-        memcpy(c->text + c->len, o.text, o.text_len);
-        c->len += o.text_len;
-        c->text[c->len] = '\0';
-    }
-    if (o.finish != NALAR_FINISH_NONE) {
-        c->finish = o.finish;
-    }
-    nalar_output_free(&o);
-}
 
 
 static nalar_engine *

@@ -10,35 +10,12 @@
 #include "kv.h"
 #include "model.h"
 #include "prefix_cache.h"
+#include "collect.h"
 #include "tap.h"
 #include "tokenizer.h"
 
 static const char *MODEL = "models/nalar-kjv-target-f32.gguf";
 
-typedef struct {
-    int32_t      ids[512];
-    int          n;
-    int32_t      cached;
-    nalar_finish finish;
-} collected;
-
-
-static void
-collect(nalar_request *r, void *ctx)
-{
-    collected   *c = ctx;
-    nalar_output o;
-
-    nalar_request_take(r, &o);
-    for (int i = 0; i < o.n_ids && c->n < 512; i++) {
-        c->ids[c->n++] = o.ids[i];
-    }
-    c->cached = o.n_cached;
-    if (o.finish != NALAR_FINISH_NONE) {
-        c->finish = o.finish;
-    }
-    nalar_output_free(&o);
-}
 
 
 static nalar_engine *

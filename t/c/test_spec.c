@@ -14,6 +14,7 @@
 #include "kv.h"
 #include "mkmodel.h"
 #include "model.h"
+#include "collect.h"
 #include "tap.h"
 #include "tokenizer.h"
 
@@ -21,41 +22,6 @@ static const char *TARGET = "models/nalar-kjv-target-f32.gguf";
 static const char *DRAFT = "models/nalar-kjv-draft-f32.gguf";
 static char        bad_draft[256];
 
-typedef struct {
-    int32_t      ids[512];
-    int          n;
-    char         text[4096];
-    size_t       len;
-    nalar_finish finish;
-    nalar_output last;
-} collected;
-
-
-static void
-collect(nalar_request *r, void *ctx)
-{
-    collected   *c = ctx;
-    nalar_output o;
-
-    nalar_request_take(r, &o);
-    for (int i = 0; i < o.n_ids && c->n < 512; i++) {
-        c->ids[c->n++] = o.ids[i];
-    }
-    if (c->len + o.text_len < sizeof(c->text)) {
-        memcpy(c->text + c->len, o.text, o.text_len);
-        c->len += o.text_len;
-        c->text[c->len] = '\0';
-    }
-    if (o.finish != NALAR_FINISH_NONE) {
-        c->finish = o.finish;
-    }
-    c->last.spec_proposed = o.spec_proposed;
-    c->last.spec_accepted = o.spec_accepted;
-    c->last.pred_accepted = o.pred_accepted;
-    c->last.pred_rejected = o.pred_rejected;
-    c->last.n_cached = o.n_cached;
-    nalar_output_free(&o);
-}
 
 
 static nalar_engine *

@@ -1,0 +1,52 @@
+/*
+ * What the C tests (and bench/cuda_check.c) collect from a request: the
+ * engine's notify callback takes everything new and appends it here.
+ * Header-only: each program has its own copy of collect().
+ */
+#ifndef NALAR_TEST_COLLECT_H
+#define NALAR_TEST_COLLECT_H
+
+#include <string.h>
+
+#include "engine.h"
+
+typedef struct {
+    int32_t      ids[1024];     /* (n) token ids, in order */
+    int          n;
+    char         text[8192];    /* (len) the text, NUL-terminated */
+    size_t       len;
+    nalar_finish finish;        /* NONE until the last take */
+    int32_t      cached;        /* prompt tokens served from the cache */
+    nalar_output last;          /* the speculation counters of the last
+                                   take (no pointers) */
+} collected;
+
+
+static void
+collect(nalar_request *r, void *ctx)
+{
+    collected   *c = ctx;
+    nalar_output o;
+
+    nalar_request_take(r, &o);
+    for (int i = 0; i < o.n_ids && c->n < 1024; i++) {
+        c->ids[c->n++] = o.ids[i];
+    }
+    if (c->len + o.text_len < sizeof(c->text)) {
+        memcpy(c->text + c->len, o.text, o.text_len);
+        c->len += o.text_len;
+        c->text[c->len] = '\0';
+    }
+    if (o.finish != NALAR_FINISH_NONE) {
+        c->finish = o.finish;
+    }
+    c->cached = o.n_cached;
+    c->last.spec_proposed = o.spec_proposed;
+    c->last.spec_accepted = o.spec_accepted;
+    c->last.pred_accepted = o.pred_accepted;
+    c->last.pred_rejected = o.pred_rejected;
+    c->last.n_cached = o.n_cached;
+    nalar_output_free(&o);
+}
+
+#endif
