@@ -118,6 +118,29 @@ warp_sum(float v)
 }
 
 
+/*
+ * The end of a warp-per-row GEMV: each lane holds partial sums s[0..NT) of
+ * one output row for NT tokens; sum them over the warp and let lane 0 store
+ * (or, with acc, add) the nt valid ones: y[t * ldy] for t < nt.
+ */
+template <int NT>
+static __device__ __forceinline__ void
+gemv_row_store(float *s, int nt, int lane, float *y, int64_t ldy, int acc)
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        s[t] = warp_sum(s[t]);
+    }
+    if (lane == 0) {
+        for (int t = 0; t < nt; t++) {
+            float *o = y + (int64_t) t * ldy;
+
+            *o = acc ? *o + s[t] : s[t];
+        }
+    }
+}
+
+
 static __device__ __forceinline__ float
 warp_max(float v)
 {

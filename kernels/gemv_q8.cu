@@ -73,17 +73,7 @@ gemv_q8_kernel(const int8_t *qs, const uint16_t *sc, int64_t rows,
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        s[t] = warp_sum(s[t]);
-    }
-    if (lane == 0) {
-        for (int t = 0; t < nt; t++) {
-            float *o = y + (int64_t) (t0 + t) * ldy + r;
-
-            *o = acc ? *o + s[t] : s[t];
-        }
-    }
+    gemv_row_store<NT>(s, nt, lane, y + (int64_t) t0 * ldy + r, ldy, acc);
 }
 
 

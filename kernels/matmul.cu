@@ -110,17 +110,7 @@ gemv_kernel(const void *W, int64_t rows, int64_t cols, const float *x,
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        s[t] = warp_sum(s[t]);
-    }
-    if (lane == 0) {
-        for (int t = 0; t < nt; t++) {
-            float *o = y + (int64_t) (t0 + t) * ldy + r;
-
-            *o = acc ? *o + s[t] : s[t];
-        }
-    }
+    gemv_row_store<NT>(s, nt, lane, y + (int64_t) t0 * ldy + r, ldy, acc);
 }
 
 
