@@ -3,13 +3,7 @@
 # F16 Llama (the shape `nalar mkmodel` writes below), alternating runs,
 # medians.  Prints a markdown table and writes bench/results/cpu.json and
 # bench/cpu.png.  Usage: sh bench/cpu.sh [REPS] [THREADS]
-set -eu
-cd "$(dirname "$0")/.."
-REPS=${1:-5}
-THREADS=${2:-2}
-make -s build/nalar
-command -v gnuplot >/dev/null || { [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null; } || true
-mkdir -p bench/results build/bench
+. "$(dirname "$0")/setup.sh"
 M134=build/bench/llama-134m-f16.gguf
 [ -f $M134 ] || build/nalar mkmodel --dim 768 --layers 12 --heads 12 \
     --kv-heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type f16 -o $M134

@@ -5,13 +5,7 @@
 # prompt, per-tenant histories) with shared prefixes declared or not.
 # Writes bench/results/prefix.txt and bench/prefix.png.
 # Usage: sh bench/prefix.sh [REPS] [THREADS]
-set -eu
-cd "$(dirname "$0")/.."
-REPS=${1:-5}
-THREADS=${2:-2}
-make -s build/nalar
-command -v gnuplot >/dev/null || { [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null; } || true
-mkdir -p bench/results build/bench
+. "$(dirname "$0")/setup.sh"
 M=build/bench/llama-4k-f16.gguf
 [ -f $M ] || build/nalar mkmodel --dim 256 --layers 4 --heads 8 --kv-heads 4 \
     --ffn 768 --vocab 8000 --ctx 4096 --type f16 -o $M

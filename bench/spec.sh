@@ -2,17 +2,13 @@
 # Speculative decoding benchmark: tokens/s with and without speculation for
 # the demo target + draft, n-gram lookup, and the client's prediction on an
 # editing task (90% of the output predicted), at 1, 4 and 16 streams and
-# k = auto (cost model) and fixed 1, 2, 4, 8.  Alternating runs against a
-# plain engine in the same process, medians.  Writes bench/results/spec.md,
+# k = auto (cost model and step gate), fixed 1, 2, 4, 8, and 0 (a plain
+# against plain control).  Alternating runs on the same engine, the
+# baseline's requests with speculation off; medians.  Writes
+# bench/results/spec.md,
 # bench/results/spec.jsonl and bench/spec.png.
 # Usage: sh bench/spec.sh [REPS] [THREADS]
-set -eu
-cd "$(dirname "$0")/.."
-REPS=${1:-5}
-THREADS=${2:-2}
-make -s build/nalar
-command -v gnuplot >/dev/null || { [ "$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null; } || true
-mkdir -p bench/results
+. "$(dirname "$0")/setup.sh"
 T=models/nalar-kjv-target-f32.gguf
 D=models/nalar-kjv-draft-f32.gguf
 {
