@@ -597,6 +597,35 @@ nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
 }
 
 
+#ifdef NALAR_CUDA
+/*
+ * Weak references: binaries that do not link build/libnalar_cuda.a (the
+ * unit tests) still link, and a request for "cuda" fails cleanly.
+ */
+extern nalar_backend *nalar_cuda_backend_create(nalar_model *m, int device,
+                                                nalar_err *err)
+    __attribute__((weak));
+extern int nalar_cuda_device_count(void) __attribute__((weak));
+
+
+/* The CUDA backend on `device` (< 0: worker mod the devices visible). */
+static nalar_backend *
+cuda_create(nalar_model *m, int device, int worker, nalar_err *err)
+{
+    if (nalar_cuda_backend_create == NULL || nalar_cuda_device_count == NULL)
+    {
+        nalar_fail(err, "backend 'cuda': this binary was built without "
+                   "linking build/libnalar_cuda.a");
+        return NULL;
+    }
+    device = nalar_backend_pick_device(device, worker,
+                                       nalar_cuda_device_count(), "cuda",
+                                       err);
+    return device < 0 ? NULL : nalar_cuda_backend_create(m, device, err);
+}
+#endif
+
+
 nalar_backend *
 nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
                              nalar_err *err)
@@ -605,16 +634,7 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
     if (strcmp(other->name, "cuda") == 0) {
         /* the draft on the target's device; the engine thread runs the
          * draft's passes and the target's one after the other */
-        extern nalar_backend *nalar_cuda_backend_create(nalar_model *,
-                                                        int, nalar_err *)
-            __attribute__((weak));
-
-        if (nalar_cuda_backend_create == NULL) {
-            nalar_fail(err, "backend 'cuda': this binary was built without "
-                       "linking build/libnalar_cuda.a");
-            return NULL;
-        }
-        return nalar_cuda_backend_create(m, other->device, err);
+        return cuda_create(m, other->device, 0, err);
     }
 #endif
     if (strcmp(other->name, "cpu") != 0) {
@@ -701,30 +721,9 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
         return nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
     }
 #ifdef NALAR_CUDA
-    /* a weak reference: binaries that do not link build/libnalar_cuda.a
-     * (the nginx module until it does, the unit tests) still link */
     if (strcmp(name, "cuda") == 0) {
-        extern nalar_backend *nalar_cuda_backend_create(nalar_model *,
-                                                        int, nalar_err *)
-            __attribute__((weak));
-        extern int nalar_cuda_device_count(void) __attribute__((weak));
-        int        count, device;
-
-        if (nalar_cuda_backend_create == NULL
-            || nalar_cuda_device_count == NULL)
-        {
-            nalar_fail(err, "backend 'cuda': this binary was built without "
-                       "linking build/libnalar_cuda.a");
-            return NULL;
-        }
-        count = nalar_cuda_device_count();
-        device = nalar_backend_pick_device(o != NULL ? o->device : 0,
-                                           o != NULL ? o->worker : 0,
-                                           count, "cuda", err);
-        if (device < 0) {
-            return NULL;
-        }
-        return nalar_cuda_backend_create(m, device, err);
+        return cuda_create(m, o != NULL ? o->device : 0,
+                           o != NULL ? o->worker : 0, err);
     }
     nalar_fail(err, "backend '%s' is not built into this binary (available: "
                "cpu, cuda)", name);
