@@ -46,18 +46,9 @@
 
 #include "engine.h"
 #include "model.h"
+#include "clock.h"
 
 #define MAX_PROMPT 1024
-
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 
 static void
@@ -386,7 +377,7 @@ conn_send(client *cl, conn *c)
         }
         c->out_off += (size_t) n;
     }
-    c->q.t_sent = now_s();
+    c->q.t_sent = nalar_now_s();
     c->state = S_HEAD;
     conn_watch(cl, c, EPOLL_CTL_MOD, EPOLLIN);
 }
@@ -464,7 +455,7 @@ conn_done(client *cl, conn *c)
         cl->heads--;
         c->got_head = 0;
     }
-    if (cl->stopping || (c->role == ROLE_STREAM && now_s() >= cl->st.t0
+    if (cl->stopping || (c->role == ROLE_STREAM && nalar_now_s() >= cl->st.t0
                                                               + cl->o.seconds))
     {
         conn_close(cl, c);
@@ -573,7 +564,7 @@ conn_read(client *cl, conn *c)
                                     : "read failed");
             return;
         }
-        t = now_s();
+        t = nalar_now_s();
         c->in_len += (size_t) n;
 
         if (c->state == S_HEAD) {
@@ -672,7 +663,7 @@ run_http(int port, const load_opts *o)
     double limit;
 
     client_init(&cl, port, o, n);
-    cl.st.t0 = now_s();
+    cl.st.t0 = nalar_now_s();
     for (int i = 0; i < o->streams; i++) {
         cl.c[i].role = ROLE_STREAM;
         conn_open(&cl, &cl.c[i]);
@@ -691,12 +682,12 @@ run_http(int port, const load_opts *o)
         if (streams_open == 0) {
             break;
         }
-        if (now_s() > limit) {
+        if (nalar_now_s() > limit) {
             die("http run did not finish in time");
         }
         client_poll(&cl, 100);
     }
-    cl.st.t1 = now_s();
+    cl.st.t1 = nalar_now_s();
     cl.stopping = 1;
     for (int i = 0; i < n; i++) {
         conn_close(&cl, &cl.c[i]);
@@ -787,13 +778,13 @@ gauges(int port, long *waiting, long *running)
 static void
 idle_settle(client *cl, double timeout)
 {
-    double end = now_s() + timeout, quiet;
+    double end = nalar_now_s() + timeout, quiet;
 
-    while (cl->heads < cl->open && now_s() < end) {
+    while (cl->heads < cl->open && nalar_now_s() < end) {
         client_poll(cl, 20);
     }
-    quiet = now_s() + 0.5;
-    while (now_s() < quiet) {
+    quiet = nalar_now_s() + 0.5;
+    while (nalar_now_s() < quiet) {
         client_poll(cl, 20);
     }
 }
@@ -807,7 +798,7 @@ run_idle(int port, int pid, const load_opts *o, int step)
     int    opened = 0, first = 1;
 
     client_init(&cl, port, o, o->streams);
-    cl.st.t0 = now_s();
+    cl.st.t0 = nalar_now_s();
     idle_settle(&cl, 0);
     rss0 = rss_kb(pid);
     if (rss0 < 0) {
@@ -839,12 +830,12 @@ run_idle(int port, int pid, const load_opts *o, int step)
     }
     /* the hang-ups cancel the queued requests; give the worker a moment */
     {
-        double end = now_s() + 10;
+        double end = nalar_now_s() + 10;
 
         do {
             usleep(200000);
             gauges(port, &w, &r);
-        } while ((w > 0 || r > 0) && now_s() < end);
+        } while ((w > 0 || r > 0) && nalar_now_s() < end);
     }
     printf("], \"restarts\": %ld, \"errors\": %ld, \"after_close\": "
            "{\"waiting\": %ld, \"running\": %ld, \"rss_kb\": %ld}}\n",
@@ -910,7 +901,7 @@ slot_submit(nalar_engine *e, slot *s, const load_opts *o)
     if (s->r == NULL) {
         die(err.msg);
     }
-    s->q.t_sent = now_s();
+    s->q.t_sent = nalar_now_s();
     if (nalar_engine_submit(e, s->r, &err) != 0) {
         die(err.msg);
     }
@@ -927,7 +918,7 @@ engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
     int efd = s[0].efd;
 
     memset(st, 0, sizeof(*st));
-    st->t0 = now_s();
+    st->t0 = nalar_now_s();
     for (int i = 0; i < n; i++) {
         slot_submit(e, &s[i], o);
     }
@@ -947,7 +938,7 @@ engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
             continue;
         }
         __atomic_store_n(&wake_armed, 0, __ATOMIC_SEQ_CST);
-        t = now_s();
+        t = nalar_now_s();
         for (int i = 0; i < n; i++) {
             nalar_output out;
             int          fin = 0;
@@ -973,12 +964,12 @@ engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
             nalar_request_unref(s[i].r);
             s[i].r = NULL;
             s[i].active = 0;
-            if (s[i].role == ROLE_INTERFERE || now_s() < st->t0 + o->seconds) {
+            if (s[i].role == ROLE_INTERFERE || nalar_now_s() < st->t0 + o->seconds) {
                 slot_submit(e, &s[i], o);
             }
         }
     }
-    st->t1 = now_s();
+    st->t1 = nalar_now_s();
 }
 
 

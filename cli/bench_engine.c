@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "clock.h"
 #include "engine.h"
 #include "model.h"
 #include "prefix_cache.h"
@@ -14,16 +15,6 @@
 
 #define MAX_REQ 64
 #define MAX_REPS 15
-
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 
 static int
@@ -192,9 +183,9 @@ spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
         memset(&out[i], 0, sizeof(out[i]));
         reqs[i] = nalar_request_create(&p, sink_take, &out[i], &err);
     }
-    t0 = now_s();
+    t0 = nalar_now_s();
     nalar_engine_run_sync(e, reqs, n, &err);
-    dt = now_s() - t0;
+    dt = nalar_now_s() - t0;
     for (int i = 0; i < n; i++) {
         total += out[i].n;
         nalar_request_unref(reqs[i]);
@@ -509,7 +500,7 @@ nalar_cmd_prefix_bench(int argc, char **argv)
     /* the cost of identity: hashing a whole prompt's blocks */
     {
         uint8_t d[NALAR_DIGEST] = { 0 };
-        double  t0 = now_s();
+        double  t0 = nalar_now_s();
         int     nb = len / NALAR_KV_BLOCK;
 
         for (int r = 0; r < 100; r++) {
@@ -519,9 +510,9 @@ nalar_cmd_prefix_bench(int argc, char **argv)
         }
         if (!json) {
             printf("hashing %d blocks (%d tokens): %.1f us\n\n", nb, len,
-                   (now_s() - t0) / 100 * 1e6);
+                   (nalar_now_s() - t0) / 100 * 1e6);
         } else {
-            printf("{\"hash_us\": %.1f}\n", (now_s() - t0) / 100 * 1e6);
+            printf("{\"hash_us\": %.1f}\n", (nalar_now_s() - t0) / 100 * 1e6);
         }
     }
     if (!json) {
@@ -584,7 +575,7 @@ nalar_cmd_prefix_bench(int argc, char **argv)
         for (int i = 0; i < sys; i++) {
             warm[i] = i == 0 ? 1 : 3 + (i * 37) % (V - 3);
         }
-        t0 = now_s();
+        t0 = nalar_now_s();
         for (int turn = 0; turn < 4; turn++) {
             for (int ten = 0; ten < 8 && n < 64; ten++) {
                 int         plen = sys + 64 * (turn + 1);
@@ -607,7 +598,7 @@ nalar_cmd_prefix_bench(int argc, char **argv)
                                  - mt0.prefix_queries_total);
             double h = (double) (mt1.prefix_hits_total
                                  - mt0.prefix_hits_total);
-            double el = now_s() - t0;
+            double el = nalar_now_s() - t0;
             double p50 = percentile(tt, n, 0.5), p99 = percentile(tt, n, 0.99);
 
             if (json) {

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #ifdef NALAR_CUDA
+#include "clock.h"
 #include "cuda_backend.h"
 #endif
 #include "bench.h"
@@ -56,16 +57,6 @@ usage(void)
         "                 [-k 0,1,2,4,8] [-n 96] [-t THREADS] [--json]\n"
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n");
-}
-
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
 
@@ -621,17 +612,17 @@ cmd_bench(int argc, char **argv)
             c.b.want_logits[i] = i == p - 1;
         }
         c.b.n_logits = 1;
-        t0 = now_s();
+        t0 = nalar_now_s();
         if (bench_batch(&c, p, &err) != 0) {
             fprintf(stderr, "nalar: %s\n", err.msg);
             return 1;
         }
-        prefill_tps = p / (now_s() - t0);
+        prefill_tps = p / (nalar_now_s() - t0);
     }
 
     /* decode at batch 1, greedy, continuing that prompt */
     {
-        double  t0 = now_s();
+        double  t0 = nalar_now_s();
         int32_t tok = nalar_argmax(c.logits, vocab);
 
         c.b.n_logits = 1;
@@ -646,7 +637,7 @@ cmd_bench(int argc, char **argv)
             }
             tok = nalar_argmax(c.logits, vocab);
         }
-        decode_tps = n / (now_s() - t0);
+        decode_tps = n / (nalar_now_s() - t0);
     }
     nalar_seq_kv_release(&c.kv, &seqs[0]);
 
@@ -667,7 +658,7 @@ cmd_bench(int argc, char **argv)
                 bench_batch(&c, 1, &err);
             }
         }
-        t0 = now_s();
+        t0 = nalar_now_s();
         for (int i = 0; i < n; i++) {
             for (int s = 0; s < b; s++) {
                 c.b.tokens[s] = nalar_argmax(c.logits + (size_t) s * vocab,
@@ -685,7 +676,7 @@ cmd_bench(int argc, char **argv)
                 return 1;
             }
         }
-        batched[k] = (double) b * n / (now_s() - t0);
+        batched[k] = (double) b * n / (nalar_now_s() - t0);
         for (int s = 0; s < b; s++) {
             nalar_seq_kv_release(&c.kv, &seqs[s]);
         }

@@ -25,16 +25,7 @@
 extern "C" {
 #include "cuda_backend.h"
 #include "cuda_plan.h"
-}
-
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+#include "clock.h"
 }
 
 
@@ -330,11 +321,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             r.b.seq[i] = &seqs[0];
             r.b.want_logits[i] = i == P - 1;
         }
-        t0 = now_s();
+        t0 = nalar_now_s();
         if (step(&r, P, err) != 0) {
             goto out;
         }
-        prefill_tps = P / (now_s() - t0);
+        prefill_tps = P / (nalar_now_s() - t0);
     }
 
     /* decode at batch 1: 8 warm-up steps (graph capture), then N timed */
@@ -343,7 +334,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
 
         for (int32_t i = 0; i < N + 8; i++) {
             if (i == 8) {
-                t0 = now_s();
+                t0 = nalar_now_s();
             }
             r.b.tokens[0] = tok;
             r.b.pos[0] = P + i;
@@ -354,7 +345,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             }
             tok = argmax_row(r.logits, cfg.n_vocab);
         }
-        dec_tps = N / (now_s() - t0);
+        dec_tps = N / (nalar_now_s() - t0);
     }
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
@@ -393,7 +384,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         }
         for (int32_t i = 0; i < steps + 4; i++) {
             if (i == 4) {
-                t0 = now_s();
+                t0 = nalar_now_s();
             }
             for (int32_t s = 0; s < B; s++) {
                 r.b.tokens[s] = i == 0
@@ -408,7 +399,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                 goto out;
             }
         }
-        bat_tps[k] = (double) B * steps / (now_s() - t0);
+        bat_tps[k] = (double) B * steps / (nalar_now_s() - t0);
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
         }

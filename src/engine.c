@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "engine.h"
 #include "kv.h"
 #include "model.h"
@@ -157,16 +158,6 @@ struct nalar_engine {
     /* metrics (under mu) */
     nalar_metrics     m;
 };
-
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 
 static void
@@ -746,7 +737,7 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     nalar_request_ref(r);
     __atomic_store_n(&r->engine, e, __ATOMIC_RELEASE);
     r->state = REQ_WAITING;
-    r->t_submit = now_s();
+    r->t_submit = nalar_now_s();
     r->next = NULL;
     if (e->wait_tail != NULL) {
         e->wait_tail->next = r;
@@ -824,7 +815,7 @@ request_start(nalar_engine *e, nalar_request *r)
     if (spec_setup(e, r) != 0) {
         return -1;
     }
-    r->t_sched = now_s();
+    r->t_sched = nalar_now_s();
     r->queue_ms = (r->t_sched - r->t_submit) * 1e3;
     pthread_mutex_lock(&e->mu);
     hist_add(e->m.queue_buckets, &e->m.queue_sum, &e->m.queue_count,
@@ -1369,7 +1360,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
     int32_t     V = e->model->cfg.n_vocab, kmax = 0;
     nalar_batch *b = &e->dbatch;
     nalar_err   err;
-    double      t0 = now_s();
+    double      t0 = nalar_now_s();
 
     for (int32_t i = 0; i < n; i++) {
         kmax = reqs[i]->n_prop > kmax ? reqs[i]->n_prop : kmax;
@@ -1383,7 +1374,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
     }
     for (int32_t s = 0; s < kmax; s++) {
         int32_t nt = 0, nl = 0;
-        double  ts = now_s();
+        double  ts = nalar_now_s();
 
         for (int32_t i = 0; i < n; i++) {
             nalar_request *r = reqs[i];
@@ -1426,7 +1417,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
             }
             break;
         }
-        nalar_cost_record(&e->draft_cost, nt, now_s() - ts);
+        nalar_cost_record(&e->draft_cost, nt, nalar_now_s() - ts);
         for (int32_t k = 0, li = 0; k < nt; k++) {
             nalar_request *r = e->dbatch_req[k];
             float         *row;
@@ -1443,7 +1434,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
         }
     }
     pthread_mutex_lock(&e->mu);
-    e->m.spec_draft_seconds_total += now_s() - t0;
+    e->m.spec_draft_seconds_total += nalar_now_s() - t0;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1478,7 +1469,7 @@ engine_step(nalar_engine *e)
     int            may_speculate = 1, any_fixed = 0;
     nalar_request *dreqs[256];
     nalar_err      err;
-    double         t, t0, t_step = now_s();
+    double         t, t0, t_step = nalar_now_s();
 
     /* cancelled requests leave first: their blocks go back to the pool */
     for (int32_t i = 0; i < e->n_running; ) {
@@ -1698,7 +1689,7 @@ engine_step(nalar_engine *e)
     e->m.spec_provisional_blocks = provisional;
     pthread_mutex_unlock(&e->mu);
 
-    t0 = now_s();
+    t0 = nalar_now_s();
     if (e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0) {
         while (e->n_running > 0) {
             nalar_request *r = e->running[e->n_running - 1];
@@ -1708,7 +1699,7 @@ engine_step(nalar_engine *e)
         }
         return -1;
     }
-    t = now_s();
+    t = nalar_now_s();
     nalar_cost_record(&e->target_cost, n_tok, t - t0);
 
     pthread_mutex_lock(&e->mu);
@@ -1816,7 +1807,7 @@ engine_step(nalar_engine *e)
         /* a pure decode step where speculation was possible: its rate,
          * as plain or as this mix of proposers */
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
-                               n_confirmed, now_s() - t_step);
+                               n_confirmed, nalar_now_s() - t_step);
     }
     publish_metrics(e);
     return 1;
