@@ -1224,58 +1224,97 @@ verify(nalar_engine *e, nalar_request *r, float *rows, double t)
 }
 
 
+#define PRED_WINDOW 8    /* output tokens that judge the alignment */
+#define PRED_TAIL   3    /* output tokens that re-anchor it */
+#define PRED_REACH  32   /* farthest shift a nearby tail match explains */
+
+/*
+ * The client's prediction: the output should run along it.  r->pred_off is
+ * the alignment (prediction index - output index); returns the prediction
+ * index the next output token should be, or -1 when the output's tail is
+ * nowhere in the prediction.
+ *
+ * Edits the client did not foresee show up as mismatches.  A substitution
+ * (a renamed identifier, a changed word) leaves the alignment right: it
+ * holds while at most half of the last PRED_WINDOW aligned tokens differ
+ * and not all PRED_TAIL newest ones do.  An insertion or a deletion
+ * shifts the text: the newest tokens keep differing, the tail of PRED_TAIL
+ * tokens soon matches again at the shifted place (within PRED_REACH), and
+ * the alignment moves there.  When the
+ * window is mostly wrong, the alignment moves to the occurrence of the
+ * tail closest to the old one (repetitive text has many).
+ */
+static int32_t
+pred_align(nalar_request *r)
+{
+    const int32_t *out = r->tokens + r->p.n_prompt, *pred = r->pred;
+    int32_t        g = r->n_generated, at = g + r->pred_off;
+    int32_t        w = g < PRED_WINDOW ? g : PRED_WINDOW, miss = 0;
+    int32_t        m = g < PRED_TAIL ? g : PRED_TAIL, best = -1;
+    int            lost;
+
+    if (at >= w && at <= r->n_pred) {
+        for (int32_t j = 1; j <= w; j++) {
+            miss += out[g - j] != pred[at - j];
+        }
+    }
+    lost = at < w || at > r->n_pred || miss > (w / 2 > 1 ? w / 2 : 1);
+    if (!lost) {
+        int32_t wrong = 0;
+
+        while (wrong < m && out[g - 1 - wrong] != pred[at - 1 - wrong]) {
+            wrong++;
+        }
+        if (wrong < PRED_TAIL) {
+            /* the newest tokens agree, or a few substituted ones differ:
+             * nothing to move.  Moving sooner would, in text that
+             * repeats, jump back a period to the same edit and meet it
+             * again, step after step */
+            return at;
+        }
+    }
+    /* the occurrence of the longest tail closest to the old alignment;
+     * with the alignment still plausible, only a whole tail near it */
+    for (int32_t len = m; len >= (g < 2 ? 1 : 2) && best < 0; len--)
+    {
+        for (int32_t s = 0; s + len <= r->n_pred; s++) {
+            if (memcmp(pred + s, out + g - len,
+                       (size_t) len * sizeof(int32_t)) == 0
+                && (best < 0
+                    || labs((long) (s + len - at))
+                       < labs((long) (best - at))))
+            {
+                best = s + len;
+            }
+        }
+    }
+    if (best >= 0 && (lost || labs((long) (best - at)) <= PRED_REACH)) {
+        r->pred_off = best - g;
+        return best;
+    }
+    return lost ? -1 : at;
+}
+
+
 /* Context-free proposals: n-gram lookup over the sequence so far, or the
  * client's prediction.  Returns the number proposed (<= k). */
 static int32_t
 propose_lookup(nalar_request *r, int32_t k)
 {
+    int32_t at, n;
+
     if (r->prop == NALAR_PROP_NGRAM) {
         return nalar_ngram_propose(r->tokens, r->n_tokens, r->tokens,
                                    r->n_tokens, 1, 3, k, r->props);
     }
-    /* prediction: the output should run along it.  Keep an alignment
-     * (prediction index - output index); when the output's tail no longer
-     * matches there (the client's text was edited), re-anchor on the
-     * occurrence of the tail closest to the old alignment */
-    {
-        const int32_t *out = r->tokens + r->p.n_prompt;
-        int32_t        g = r->n_generated, at = g + r->pred_off, n = 0;
-        int32_t        m = g < 3 ? g : 3;
-
-        if (at < m || at > r->n_pred
-            || (memcmp(out + g - m, r->pred + at - m,
-                       (size_t) m * sizeof(int32_t)) != 0
-                /* a substitution (a renamed identifier, a changed word):
-                 * only the newest token differs, the alignment holds */
-                && !(m >= 2 && memcmp(out + g - m, r->pred + at - m,
-                                      (size_t) (m - 1) * sizeof(int32_t))
-                               == 0)))
-        {
-            int32_t best = -1;
-
-            for (int32_t len = m; len >= 1 && best < 0; len--) {
-                for (int32_t s = 0; s + len <= r->n_pred; s++) {
-                    if (memcmp(r->pred + s, out + g - len,
-                               (size_t) len * sizeof(int32_t)) == 0
-                        && (best < 0
-                            || labs((long) (s + len - at))
-                               < labs((long) (best - at))))
-                    {
-                        best = s + len;
-                    }
-                }
-            }
-            if (best < 0) {
-                return 0;
-            }
-            at = best;
-            r->pred_off = at - g;
-        }
-        n = r->n_pred - at < k ? r->n_pred - at : k;
-        memcpy(r->props, r->pred + at, (size_t) (n > 0 ? n : 0)
-                                       * sizeof(int32_t));
-        return n > 0 ? n : 0;
+    at = pred_align(r);
+    if (at < 0) {
+        return 0;
     }
+    n = r->n_pred - at < k ? r->n_pred - at : k;
+    memcpy(r->props, r->pred + at, (size_t) (n > 0 ? n : 0)
+                                   * sizeof(int32_t));
+    return n > 0 ? n : 0;
 }
 
 
