@@ -12,9 +12,14 @@
 #include <string.h>
 
 #include "backend.h"
+#include "exp_neg.h"
 #include "cpu_matmul.h"
 #include "cpu_simd.h"
 #include "threadpool.h"
+
+#ifndef ALWAYS_INLINE
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -141,38 +146,60 @@ split(int64_t n, int tid, int nth, int64_t align, int64_t *lo, int64_t *hi)
 
 /* --- the forward pass, run by every thread --- */
 
-/* out = sum_j w[j] * v_j over the positions of one sequence, v_j read from
- * the paged pool; the output row stays in registers when head_dim allows. */
-static void
-weighted_values(float *out, const float *w, int32_t n, const nalar_kv_pool *kv,
-                const nalar_seq_kv *s, int layer, int64_t col, int hd)
+/* out = scale * sum_j w[j] * v_j over the positions of one sequence, v_j
+ * read from the paged pool.  With AVX-512 and a head of at most 64 the row
+ * lives in registers, four positions at a time in separate accumulators
+ * (one chain of dependent FMAs per lane would wait on each FMA's latency);
+ * the four are added at the end. */
+static ALWAYS_INLINE void
+weighted_values(float *out, const float *w, int32_t n, float scale,
+                const nalar_kv_pool *kv, const nalar_seq_kv *s, int layer,
+                int64_t col, int hd)
 {
 #if defined(__AVX512F__)
-    if (hd % 16 == 0 && hd <= 256) {
-        __m512 acc[16];
+    if (hd % 16 == 0 && hd <= 64) {
+        __m512 acc[4][4];
         int    nv = hd / 16;
 
-        for (int i = 0; i < nv; i++) {
-            acc[i] = _mm512_setzero_ps();
+        for (int u = 0; u < 4; u++) {
+            for (int i = 0; i < nv; i++) {
+                acc[u][i] = _mm512_setzero_ps();
+            }
         }
         for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
             int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
             const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
             int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
                                                       : NALAR_KV_BLOCK;
+            int32_t      j = 0;
 
-            for (int32_t j = 0; j < jn; j++) {
-                __m512 wj = _mm512_set1_ps(w[j0 + j]);
+            for (; j + 4 <= jn; j += 4) {
+                for (int u = 0; u < 4; u++) {
+                    __m512       wj = _mm512_set1_ps(w[j0 + j + u]);
+                    const float *vj = v + (int64_t) (j + u) * kv->kv_dim;
+
+                    for (int i = 0; i < nv; i++) {
+                        acc[u][i] = _mm512_fmadd_ps(
+                            wj, _mm512_loadu_ps(vj + 16 * i), acc[u][i]);
+                    }
+                }
+            }
+            for (; j < jn; j++) {
+                __m512       wj = _mm512_set1_ps(w[j0 + j]);
+                const float *vj = v + (int64_t) j * kv->kv_dim;
 
                 for (int i = 0; i < nv; i++) {
-                    acc[i] = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 16 * i),
-                                             acc[i]);
+                    acc[0][i] = _mm512_fmadd_ps(
+                        wj, _mm512_loadu_ps(vj + 16 * i), acc[0][i]);
                 }
-                v += kv->kv_dim;
             }
         }
         for (int i = 0; i < nv; i++) {
-            _mm512_storeu_ps(out + 16 * i, acc[i]);
+            __m512 t = _mm512_add_ps(_mm512_add_ps(acc[0][i], acc[1][i]),
+                                     _mm512_add_ps(acc[2][i], acc[3][i]));
+
+            _mm512_storeu_ps(out + 16 * i,
+                             _mm512_mul_ps(t, _mm512_set1_ps(scale)));
         }
         return;
     }
@@ -185,6 +212,105 @@ weighted_values(float *out, const float *w, int32_t n, const nalar_kv_pool *kv,
                                                 j % NALAR_KV_BLOCK) + col,
              hd);
     }
+    for (int i = 0; i < hd; i++) {
+        out[i] *= scale;
+    }
+}
+
+
+/* sum of x[0..n), in 16 lanes (one dependent add per element would wait
+ * on each add's latency) */
+static float
+sum_lanes(const float *x, int32_t n)
+{
+#if defined(__AVX512F__)
+    __m512  acc = _mm512_setzero_ps();
+    int32_t j = 0;
+
+    for (; j + 16 <= n; j += 16) {
+        acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + j));
+    }
+    if (j < n) {
+        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(
+                                     (__mmask16) ((1u << (n - j)) - 1),
+                                     x + j));
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float s = 0;
+
+    for (int32_t j = 0; j < n; j++) {
+        s += x[j];
+    }
+    return s;
+#endif
+}
+
+
+/* One query row (token t, head h) against its sequence's keys and values.
+ * Inlined with hd a constant where the head size is a common one, so the
+ * loops over a head's 16-float vectors unroll. */
+static ALWAYS_INLINE void
+attend_one(cpu_backend *be, int layer, float *sc, int64_t item, int hd)
+{
+    const nalar_config *c = &be->m->cfg;
+    const nalar_batch  *bt = be->batch;
+    nalar_kv_pool      *kv = be->kv;
+    int                 group = c->n_heads / c->n_kv_heads;
+    int                 ldqkv = be->q_dim + 2 * be->kv_dim;
+    float               scale = 1.0f / sqrtf((float) hd);
+    int                 t = (int) (item / c->n_heads);
+    int                 h = (int) (item % c->n_heads);
+    int64_t             col = (int64_t) (h / group) * hd;
+    const nalar_seq_kv *s = bt->seq[t];
+    int32_t             n = bt->pos[t] + 1;
+    const float        *q = be->qkv + (int64_t) t * ldqkv + h * hd;
+    float              *out = be->att + (int64_t) t * be->q_dim + h * hd;
+    float               mx = -INFINITY;
+
+    /* scores = q . k_j / sqrt(hd), block by block */
+    for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
+        int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+        const float *k = kv->k + nalar_kv_offset(kv, b, layer, 0) + col;
+        int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
+                                                  : NALAR_KV_BLOCK;
+
+#if defined(__AVX512F__)
+        if (jn == NALAR_KV_BLOCK && hd % 16 == 0) {
+            /* a full block: 16 dot products reduced together (the
+             * same additions as dot(), so the same bits) */
+            __m512 acc[16], s16;
+
+            for (int j = 0; j < 16; j++) {
+                const float *kj = k + (int64_t) j * kv->kv_dim;
+
+                acc[j] = _mm512_setzero_ps();
+                for (int d = 0; d < hd; d += 16) {
+                    acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d),
+                                             _mm512_loadu_ps(kj + d),
+                                             acc[j]);
+                }
+            }
+            s16 = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+            _mm512_storeu_ps(sc + j0, s16);
+            mx = fmaxf(mx, _mm512_reduce_max_ps(s16));
+            continue;
+        }
+#endif
+        for (int32_t j = 0; j < jn; j++) {
+            float x = dot(q, k + (int64_t) j * kv->kv_dim, hd) * scale;
+
+            sc[j0 + j] = x;
+            mx = x > mx ? x : mx;
+        }
+    }
+    /* scores - max <= 0: the branch-free exp, vectorised; the
+     * normalisation is applied to the output row */
+    for (int32_t j = 0; j < n; j++) {
+        sc[j] = nalar_exp_neg(sc[j] - mx);
+    }
+    weighted_values(out, sc, n, 1.0f / sum_lanes(sc, n), kv, s, layer,
+                    col, hd);
 }
 
 
@@ -192,71 +318,25 @@ static void
 attention(cpu_backend *be, int layer, int tid, int nth)
 {
     const nalar_config *c = &be->m->cfg;
-    const nalar_batch  *bt = be->batch;
-    nalar_kv_pool      *kv = be->kv;
-    int                 hd = c->head_dim;
-    int                 group = c->n_heads / c->n_kv_heads;
-    int                 ldqkv = be->q_dim + 2 * be->kv_dim;
-    float               scale = 1.0f / sqrtf((float) hd);
     float              *sc = be->scores + (int64_t) tid * be->scores_cap;
     int64_t             lo, hi;
 
-    split((int64_t) bt->n_tokens * c->n_heads, tid, nth, 1, &lo, &hi);
-    for (int64_t item = lo; item < hi; item++) {
-        int                 t = (int) (item / c->n_heads);
-        int                 h = (int) (item % c->n_heads);
-        int64_t             col = (int64_t) (h / group) * hd;
-        const nalar_seq_kv *s = bt->seq[t];
-        int32_t             n = bt->pos[t] + 1;
-        const float        *q = be->qkv + (int64_t) t * ldqkv + h * hd;
-        float              *out = be->att + (int64_t) t * be->q_dim + h * hd;
-        float               mx = -INFINITY, sum = 0, inv;
-
-        /* scores = q . k_j / sqrt(hd), block by block */
-        for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
-            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-            const float *k = kv->k + nalar_kv_offset(kv, b, layer, 0) + col;
-            int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
-                                                      : NALAR_KV_BLOCK;
-
-#if defined(__AVX512F__)
-            if (jn == NALAR_KV_BLOCK && hd % 16 == 0) {
-                /* a full block: 16 dot products reduced together (the
-                 * same additions as dot(), so the same bits) */
-                __m512 acc[16], s16;
-
-                for (int j = 0; j < 16; j++) {
-                    const float *kj = k + (int64_t) j * kv->kv_dim;
-
-                    acc[j] = _mm512_setzero_ps();
-                    for (int d = 0; d < hd; d += 16) {
-                        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d),
-                                                 _mm512_loadu_ps(kj + d),
-                                                 acc[j]);
-                    }
-                }
-                s16 = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
-                _mm512_storeu_ps(sc + j0, s16);
-                mx = fmaxf(mx, _mm512_reduce_max_ps(s16));
-                continue;
-            }
-#endif
-            for (int32_t j = 0; j < jn; j++) {
-                float x = dot(q, k + (int64_t) j * kv->kv_dim, hd) * scale;
-
-                sc[j0 + j] = x;
-                mx = x > mx ? x : mx;
-            }
+    split((int64_t) be->batch->n_tokens * c->n_heads, tid, nth, 1, &lo, &hi);
+    switch (c->head_dim) {
+    case 32:
+        for (int64_t item = lo; item < hi; item++) {
+            attend_one(be, layer, sc, item, 32);
         }
-        for (int32_t j = 0; j < n; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
+        break;
+    case 64:
+        for (int64_t item = lo; item < hi; item++) {
+            attend_one(be, layer, sc, item, 64);
         }
-        inv = 1.0f / sum;
-        for (int32_t j = 0; j < n; j++) {
-            sc[j] *= inv;
+        break;
+    default:
+        for (int64_t item = lo; item < hi; item++) {
+            attend_one(be, layer, sc, item, c->head_dim);
         }
-        weighted_values(out, sc, n, kv, s, layer, col, hd);
     }
 }
 
@@ -382,8 +462,13 @@ forward_worker(void *arg, int tid, int nth)
                 float *g = be->hg + (int64_t) t * c->ffn_dim;
                 float *u = be->hu + (int64_t) t * c->ffn_dim;
 
+                /* silu(g) = g * sigmoid(g), sigmoid from e = exp(-|g|)
+                 * (the branch-free exp, so the loop vectorises) */
                 for (int64_t i = lo; i < hi; i++) {
-                    g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                    float e = nalar_exp_neg(-fabsf(g[i]));
+                    float sg = (g[i] >= 0 ? 1.0f : e) / (1.0f + e);
+
+                    g[i] = g[i] * sg * u[i];
                 }
             }
         }
