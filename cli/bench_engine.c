@@ -321,9 +321,18 @@ nalar_cmd_spec_bench(int argc, char **argv)
                     confirmed += (double) reps * bench_len(i, env.n_gen);
                 }
                 {
-                    double mp = median(tp, reps), ms = median(ts, reps);
+                    double ratio[MAX_REPS], mp, ms;
 
-                    sp = ms / mp;
+                    /* the speedup: median of the paired ratios (each
+                     * speculative run against the plain run just before
+                     * it), steadier than a ratio of medians on a machine
+                     * whose speed drifts (median() sorts: pair first) */
+                    for (int r = 0; r < reps; r++) {
+                        ratio[r] = ts[r] / tp[r];
+                    }
+                    sp = median(ratio, reps);
+                    mp = median(tp, reps);
+                    ms = median(ts, reps);
                     char kname[16];
 
                     snprintf(kname, sizeof(kname), k < 0 ? "auto"

@@ -262,6 +262,19 @@ nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix)
     if (plain < 0) {
         return 0;          /* measure the safe mode first */
     }
+    /* verification only gets dearer as the batch grows: a loss measured
+     * at a smaller batch stands for this one too, and exploring here would
+     * pay for nothing (for a draft, every exploration first brings each
+     * sequence's draft KV up to date).  The smaller batch keeps exploring
+     * and lifts this veto when it finds a win. */
+    for (int c2 = 0; c2 < c; c2++) {
+        double p2 = rate_of(&g->plain[c2], GATE_MIN_PLAIN);
+        double s2 = rate_of(&g->spec[c2][mix], GATE_MIN_SPEC);
+
+        if (p2 > 0 && s2 > 0 && s2 < p2 * GATE_MARGIN) {
+            return 0;
+        }
+    }
     if (spec < 0) {
         return 1;          /* then a few speculative steps */
     }

@@ -99,7 +99,10 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
  * loss, up to 8192), which start from a mostly forgotten estimate, so a
  * change of load or of text is noticed at the next burst.  Symmetrically, while
  * speculation wins, one step in `gap` runs plain to keep the plain rate
- * current.  Only steps without prompt tokens are recorded.
+ * current.  A loss measured at a smaller batch size vetoes speculation at
+ * larger ones (verification only gets dearer as the batch grows) until the
+ * smaller one measures a win.  Only steps without prompt tokens are
+ * recorded.
  */
 #define NALAR_GATE_CELLS 24
 #define NALAR_GATE_MIXES 256

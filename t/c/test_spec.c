@@ -272,12 +272,21 @@ test_cost_and_gate(void)
     /* bursts of 4 after gaps of 16, 32, ... 1024: about 6 bursts */
     ok(allowed > 0 && allowed <= 40, "slower: %d of 2000 steps explored "
        "speculation (< 2%%)", allowed);
-    /* other batch sizes and mixes are separate */
+    /* a larger batch is judged by this loss (verification only gets
+     * dearer), a smaller one and other mixes are not */
     for (int i = 0; i < 8; i++) {
         nalar_spec_gate_record(g, 16, 0, 16.0, 1e-3);
+        nalar_spec_gate_record(g, 2, 0, 2.0, 1e-3);
     }
-    is_int(nalar_spec_gate_allow(g, 16, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7)), 1,
-           "another batch size is not judged by this one");
+    allowed = 0;
+    for (int i = 0; i < 200; i++) {
+        allowed += nalar_spec_gate_allow(g, 16, nalar_spec_gate_bit(
+                                                    NALAR_PROP_DRAFT, 0.7));
+    }
+    is_int(allowed, 0, "a larger batch does not explore what loses at a "
+           "smaller one");
+    is_int(nalar_spec_gate_allow(g, 2, nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7)), 1,
+           "a smaller batch size is not judged by this one");
     is_int(nalar_spec_gate_allow(g, 4, nalar_spec_gate_bit(NALAR_PROP_PREDICTION, 0.9)), 1,
            "another proposer is not judged by this one");
     /* the same proposer with a low acceptance estimate (a client's poor
@@ -309,6 +318,10 @@ test_cost_and_gate(void)
     ok(allowed >= 900, "faster: %d of the last 1000 steps speculated",
        allowed);
     ok(allowed < 1000, "and plain steps still keep the plain rate current");
+    /* and the larger batch, no longer vetoed, measures for itself */
+    is_int(nalar_spec_gate_allow(g, 16, nalar_spec_gate_bit(NALAR_PROP_DRAFT,
+                                                           0.7)), 1,
+           "a win at the smaller batch lifts the larger one's veto");
     free(g);
 }
 
