@@ -12,5 +12,6 @@ int nalar_bench_spec_mode(const char *s);
 
 int nalar_cmd_spec_bench(int argc, char **argv);
 int nalar_cmd_prefix_bench(int argc, char **argv);
+int nalar_cmd_verify_bench(int argc, char **argv);
 
 #endif

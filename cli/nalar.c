@@ -56,7 +56,8 @@ usage(void)
         " [-b 1,4,16]\n"
         "                 [-k 0,1,2,4,8] [-n 96] [-t THREADS] [--json]\n"
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
-        " [--json]\n");
+        " [--json]\n"
+        "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n");
 }
 
 
@@ -749,6 +750,9 @@ main(int argc, char **argv)
     }
     if (strcmp(argv[1], "spec-bench") == 0) {
         return nalar_cmd_spec_bench(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "verify-bench") == 0) {
+        return nalar_cmd_verify_bench(argc - 1, argv + 1);
     }
     if (strcmp(argv[1], "prefix-bench") == 0) {
         return nalar_cmd_prefix_bench(argc - 1, argv + 1);

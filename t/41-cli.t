@@ -104,4 +104,20 @@ ok($rc != 0 && $out =~ /missing\.gguf/, "missing file refused: $out");
 like($out, qr/^\{"prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
     'bench --json line');
 
+# verify-bench: one line per pass size, each pass dearer than the last
+# but cheaper per token than single-token steps
+($rc, $out) = run($nalar, 'verify-bench', '-m',
+    'models/nalar-kjv-draft-f32.gguf', '-t', 1, '--reps', 1, '--json');
+my @vb = map { /"tokens": (\d+), "pos": 200, "us_per_pass": ([\d.]+), "ratio": ([\d.]+), "gflops": ([\d.]+)\}/ ? [$1, $2, $3] : () }
+         split /\n/, $out;
+is(join(',', map { $_->[0] } @vb), '1,2,3,5,9,17,33',
+   'verify-bench --json: passes of 1 to 33 tokens') or diag $out;
+ok(@vb == 7 && $vb[6][1] > $vb[0][1] && $vb[6][2] < 33,
+   "33 tokens cost more than 1 and less than 33 single steps "
+   . "(x$vb[6][2])") if @vb;
+($rc, $out) = run($nalar, 'verify-bench', '-m',
+    'models/nalar-kjv-draft-f32.gguf', '--pos', 600);
+ok($rc == 2 && $out =~ /--pos must leave 33 positions/,
+   "verify-bench refuses a position past the context: $out");
+
 done_testing();

@@ -1,0 +1,184 @@
+/*
+ * nalar verify-bench: what one forward pass costs against the number of
+ * tokens it carries, for one sequence at a given position (the shape of a
+ * speculative verification: the last confirmed token and k proposals), and
+ * the arithmetic rate each reaches.
+ *
+ * Speculation pays when verifying k + 1 tokens costs much less than k + 1
+ * single-token steps.  On a GPU a decode step is bound by reading the
+ * weights, so a few more tokens are nearly free; on a CPU whose caches
+ * hold the whole model a step is bound by arithmetic, and the curve
+ * printed here is the ceiling on any proposer's speedup: with a tokens per
+ * step confirmed, speedup <= a * t(1) / t(k + 1) before the proposer's own
+ * cost.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "bench.h"
+#include "clock.h"
+#include "kv.h"
+#include "model.h"
+
+#define MAX_T 33
+
+
+/* Multiply-adds of one token's forward pass at position pos: the weight
+ * products (the token embedding is a lookup) and attention over pos + 1
+ * keys (q.k and the weighted sum of values). */
+static double
+flops_per_token(const nalar_config *c, int pos)
+{
+    double q = (double) c->n_heads * c->head_dim;
+    double kv = (double) c->n_kv_heads * c->head_dim;
+    double layer = c->dim * (q + 2 * kv) + q * c->dim
+                   + 3.0 * c->dim * c->ffn_dim
+                   + 2.0 * c->n_heads * c->head_dim * (pos + 1);
+
+    return 2 * (c->n_layers * layer + (double) c->dim * c->n_vocab);
+}
+
+
+int
+nalar_cmd_verify_bench(int argc, char **argv)
+{
+    const char    *path = NULL;
+    int            threads = 0, pos = 200, json = 0, reps = 7;
+    static const int ts[] = { 1, 2, 3, 5, 9, 17, 33 };
+    nalar_err      err;
+    nalar_model   *m;
+    nalar_backend *be;
+    nalar_kv_pool  kv;
+    nalar_seq_kv   s;
+    int32_t        tok[MAX_T], p[MAX_T];
+    int8_t         want[MAX_T];
+    nalar_seq_kv  *seq[MAX_T];
+    float         *logits;
+    double         t1 = 0, per_tok;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--json") == 0) { json = 1; continue; }
+        if (v == NULL) {
+            fprintf(stderr, "nalar verify-bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "-m") == 0) path = v;
+        else if (strcmp(a, "-t") == 0) threads = atoi(v);
+        else if (strcmp(a, "--pos") == 0) pos = atoi(v);
+        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else {
+            fprintf(stderr, "nalar verify-bench: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (path == NULL || reps < 1) {
+        fprintf(stderr, "nalar verify-bench: -m MODEL required\n");
+        return 2;
+    }
+    m = nalar_model_load(path, &err);
+    if (m == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    if (pos < 0 || pos + MAX_T > m->cfg.n_ctx) {
+        fprintf(stderr, "nalar verify-bench: --pos must leave %d positions "
+                "of the context (%d)\n", MAX_T, m->cfg.n_ctx);
+        nalar_model_destroy(m);
+        return 2;
+    }
+    be = nalar_cpu_backend_create(m, threads, &err);
+    logits = malloc((size_t) MAX_T * m->cfg.n_vocab * sizeof(float));
+    if (be == NULL || logits == NULL
+        || nalar_kv_pool_init(&kv, (pos + MAX_T) / NALAR_KV_BLOCK + 2,
+                              m->cfg.n_layers,
+                              m->cfg.n_kv_heads * m->cfg.head_dim, &err) != 0
+        || be->kv_alloc(be, &kv, &err) != 0)
+    {
+        fprintf(stderr, "nalar: %s\n", be == NULL || logits == NULL
+                                       ? "out of memory" : err.msg);
+        return 1;
+    }
+    nalar_seq_kv_init(&s);
+    if (nalar_seq_kv_reserve(&kv, &s, pos + MAX_T) != 0) {
+        fprintf(stderr, "nalar: KV reservation failed\n");
+        return 1;
+    }
+    /* the sequence's first pos positions, in chunks of MAX_T */
+    for (int p0 = 0; p0 < pos; p0 += MAX_T) {
+        nalar_batch b = { 0, tok, p, seq, want, 1 };
+
+        b.n_tokens = pos - p0 < MAX_T ? pos - p0 : MAX_T;
+        for (int i = 0; i < b.n_tokens; i++) {
+            tok[i] = 3 + (p0 + i) * 7 % (m->cfg.n_vocab - 3);
+            p[i] = p0 + i;
+            seq[i] = &s;
+            want[i] = i == b.n_tokens - 1;
+        }
+        if (be->forward(be, &kv, &b, logits, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return 1;
+        }
+    }
+    if (!json) {
+        char nthr[32];
+
+        if (threads > 0) {
+            snprintf(nthr, sizeof(nthr), "%d", threads);
+        } else {
+            snprintf(nthr, sizeof(nthr), "one per core");
+        }
+        printf("one sequence at position %d, threads: %s\n\n"
+               "| tokens | us per pass | x one token | us per token | "
+               "GFLOP/s | ceiling: tokens per pass / cost |\n"
+               "|---:|---:|---:|---:|---:|---:|\n", pos, nthr);
+    }
+    for (size_t ti = 0; ti < sizeof(ts) / sizeof(ts[0]); ti++) {
+        int         T = ts[ti];
+        nalar_batch b = { T, tok, p, seq, want, T };
+        double      best = 1e30;
+
+        for (int i = 0; i < T; i++) {
+            tok[i] = 3 + i * 13 % (m->cfg.n_vocab - 3);
+            p[i] = pos + i;
+            seq[i] = &s;
+            want[i] = 1;
+        }
+        for (int r = 0; r < reps; r++) {
+            double t0 = nalar_now_s(), dt;
+            int    n = 50;
+
+            for (int it = 0; it < n; it++) {
+                be->forward(be, &kv, &b, logits, &err);
+            }
+            dt = (nalar_now_s() - t0) / n;
+            best = dt < best ? dt : best;
+        }
+        if (T == 1) {
+            t1 = best;
+        }
+        per_tok = best / T;
+        if (json) {
+            printf("{\"tokens\": %d, \"pos\": %d, \"us_per_pass\": %.2f, "
+                   "\"ratio\": %.3f, \"gflops\": %.2f}\n", T, pos,
+                   best * 1e6, best / t1,
+                   flops_per_token(&m->cfg, pos) / per_tok / 1e9);
+        } else {
+            printf("| %d | %.1f | %.2f | %.1f | %.1f | %.2fx |\n", T,
+                   best * 1e6, best / t1, per_tok * 1e6,
+                   flops_per_token(&m->cfg, pos) / per_tok / 1e9,
+                   T * t1 / best);
+        }
+    }
+    nalar_seq_kv_release(&kv, &s);
+    be->kv_free(be, &kv);
+    nalar_kv_pool_free(&kv);
+    be->destroy(be);
+    free(logits);
+    nalar_model_destroy(m);
+    return 0;
+}
