@@ -124,7 +124,8 @@ spec_engine(const spec_env *env, int mode, int k, int streams,
 
     memset(&o, 0, sizeof(o));
     o.model_path = env->model;
-    o.draft_path = mode == NALAR_SPEC_DRAFT ? env->draft : NULL;
+    o.draft_path = mode == NALAR_SPEC_DRAFT || mode == NALAR_SPEC_AUTO
+                   ? env->draft : NULL;
     o.spec_mode = k == 0 ? NALAR_SPEC_OFF : mode;
     o.spec_max_k = k > 0 ? k : 8;
     o.spec_fixed_k = k > 0 ? k : 0;
@@ -207,8 +208,8 @@ nalar_cmd_spec_bench(int argc, char **argv)
     nalar_err     err;
     nalar_engine *base;
     nalar_model  *m;
-    const char   *proposers[3];
-    int           modes[3], n_modes = 0;
+    const char   *proposers[4];
+    int           modes[4], n_modes = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -274,6 +275,10 @@ nalar_cmd_spec_bench(int argc, char **argv)
         if (env.draft != NULL) {
             proposers[n_modes] = "draft";
             modes[n_modes++] = NALAR_SPEC_DRAFT;
+            /* the server's default with a draft: the draft, and n-gram
+             * lookup where the gate holds the draft back */
+            proposers[n_modes] = "auto";
+            modes[n_modes++] = NALAR_SPEC_AUTO;
         }
         proposers[n_modes] = "ngram";
         modes[n_modes++] = NALAR_SPEC_NGRAM;

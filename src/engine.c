@@ -76,12 +76,17 @@ struct nalar_request {
      * r->kv written during a verification are provisional: truncated away
      * before the step ends, never published. */
     nalar_proposer   prop;            /* NONE: no speculation */
+    /* auto with a draft: n-gram lookup stands in on steps where the gate
+     * holds the draft back (the draft does not pay at this batch size) */
+    int              ngram_fallback;
+    nalar_proposer   prop_now;        /* this step's proposer */
     int32_t          spec_k_max;
     int32_t          n_prop;          /* proposals this step */
     int32_t          props[NALAR_SPEC_MAX_K];
     nalar_seq_kv     dkv;             /* draft KV */
     int32_t          d_computed;      /* draft positions with KV */
-    nalar_accept_stats acc;
+    nalar_accept_stats acc;           /* of prop */
+    nalar_accept_stats acc_ngram;     /* of the n-gram fallback */
     int32_t         *pred;            /* (n_pred) predicted output */
     int32_t          n_pred;
     int32_t          pred_off;        /* prediction index - output index */
@@ -780,8 +785,12 @@ spec_setup(nalar_engine *e, nalar_request *r)
     } else if (mode == NALAR_SPEC_NGRAM) {
         r->prop = NALAR_PROP_NGRAM;
     }
+    r->ngram_fallback = mode == NALAR_SPEC_AUTO
+                        && r->prop == NALAR_PROP_DRAFT;
+    r->prop_now = r->prop;
     nalar_accept_init(&r->acc, r->prop == NALAR_PROP_PREDICTION ? 0.9
                                : r->prop == NALAR_PROP_DRAFT ? 0.7 : 0.5);
+    nalar_accept_init(&r->acc_ngram, 0.5);
     return 0;
 }
 
@@ -1303,7 +1312,7 @@ propose_lookup(nalar_request *r, int32_t k)
 {
     int32_t at, n;
 
-    if (r->prop == NALAR_PROP_NGRAM) {
+    if (r->prop_now == NALAR_PROP_NGRAM) {
         return nalar_ngram_propose(r->tokens, r->n_tokens, r->tokens,
                                    r->n_tokens, 1, 3, k, r->props);
     }
@@ -1351,7 +1360,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
         }
         verify[j] = tt / n_decode;
     }
-    if (r->prop == NALAR_PROP_DRAFT) {
+    if (r->prop_now == NALAR_PROP_DRAFT) {
         double td = nalar_cost_estimate(&e->draft_cost,
                                         n_draft > 0 ? n_draft : 1);
         if (td < 0) {
@@ -1363,7 +1372,8 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     if (!known) {
         return cap < 2 ? cap : 2;     /* measure before deciding */
     }
-    k = nalar_spec_choose_k(&r->acc, cap, verify, draft_tok, 1.03, &gain);
+    k = nalar_spec_choose_k(r->prop_now == r->prop ? &r->acc : &r->acc_ngram,
+                            cap, verify, draft_tok, 1.03, &gain);
     if (k == 0 && ++r->since_spec >= 16) {
         /* probe now and then, alternating a short and a full proposal, so
          * both the acceptance estimates and the cost of larger passes stay
@@ -1595,6 +1605,7 @@ engine_step(nalar_engine *e)
     for (int32_t i = 0; i < e->n_running; i++) {
         nalar_request *r = e->running[i];
 
+        r->prop_now = r->prop;
         if (r->prop != NALAR_PROP_NONE && r->n_tokens - r->n_computed == 1) {
             if (r->p.spec_fixed) {
                 any_fixed = 1;   /* speculates whatever the gate says */
@@ -1607,6 +1618,38 @@ engine_step(nalar_engine *e)
      * it; fixed k (benchmarks) bypasses it */
     if (mix != 0 && e->opts.spec_fixed_k <= 0) {
         may_speculate = nalar_spec_gate_allow(&e->gate, n_decode, mix);
+        if (!may_speculate
+            && (mix & nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0)) != 0)
+        {
+            /* auto with a draft: where the gate holds the draft back,
+             * n-gram lookup (free to propose) stands in, judged by the
+             * gate as a mix of its own; the draft's KV catches up when
+             * the draft is next used */
+            unsigned fb = 0;
+            int      any = 0;
+
+            for (int32_t i = 0; i < e->n_running; i++) {
+                nalar_request *r = e->running[i];
+
+                if (r->prop == NALAR_PROP_NONE || r->p.spec_fixed
+                    || r->n_tokens - r->n_computed != 1)
+                {
+                    continue;
+                }
+                if (r->ngram_fallback) {
+                    r->prop_now = NALAR_PROP_NGRAM;
+                    any = 1;
+                }
+                fb |= nalar_spec_gate_bit(r->prop_now, r->prop_now == r->prop
+                                          ? r->acc.alpha[0]
+                                          : r->acc_ngram.alpha[0]);
+            }
+            if (any) {
+                mix = fb;
+                may_speculate = nalar_spec_gate_allow(&e->gate, n_decode,
+                                                      mix);
+            }
+        }
     }
     for (int32_t i = 0; i < e->n_running; i++) {
         nalar_request *r = e->running[i];
@@ -1617,8 +1660,8 @@ engine_step(nalar_engine *e)
             continue;
         }
         r->n_prop = choose_k(e, r, n_decode, n_prefill,
-                             r->prop == NALAR_PROP_DRAFT ? n_decode : 0);
-        if (r->n_prop > 0 && r->prop != NALAR_PROP_DRAFT) {
+                             r->prop_now == NALAR_PROP_DRAFT ? n_decode : 0);
+        if (r->n_prop > 0 && r->prop_now != NALAR_PROP_DRAFT) {
             r->n_prop = propose_lookup(r, r->n_prop);
         } else if (r->n_prop > 0 && n_dreq < 256) {
             dreqs[n_dreq++] = r;
@@ -1787,7 +1830,9 @@ engine_step(nalar_engine *e)
             r->n_prop = 0;
 
             n_confirmed += accepted + 1;
-            nalar_accept_update(&r->acc, kprop, accepted);
+            nalar_accept_update(r->prop_now == r->prop ? &r->acc
+                                                       : &r->acc_ngram,
+                                kprop, accepted);
             pthread_mutex_lock(&e->mu);
             e->m.spec_drafts_total++;
             e->m.spec_draft_tokens_total += (uint64_t) kprop;
@@ -1814,7 +1859,7 @@ engine_step(nalar_engine *e)
             nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
             r->kv.n_pos = r->n_computed;
             cache_publish(e, r, r->n_computed);
-            if (r->prop == NALAR_PROP_DRAFT) {
+            if (r->prop_now == NALAR_PROP_DRAFT) {
                 /* the draft computed the last token and proposals
                  * 1..kprop-1; those that were confirmed stay valid */
                 int32_t keep = p0 + 1 + (accepted < kprop - 1 ? accepted
