@@ -1,12 +1,14 @@
 #!/bin/sh
 # Speculative decoding benchmark: tokens/s with and without speculation for
-# the demo target + draft, n-gram lookup, and the client's prediction on an
-# editing task (90% of the output predicted), at 1, 4 and 16 streams and
+# the demo target + draft, `auto` (the draft, and n-gram lookup where the
+# gate holds the draft back), n-gram lookup, and the client's prediction on
+# an editing task (90% of the output predicted), at 1, 4 and 16 streams and
 # k = auto (cost model and step gate), fixed 1, 2, 4, 8, and 0 (a plain
 # against plain control).  Alternating runs on the same engine, the
-# baseline's requests with speculation off; medians.  Writes
-# bench/results/spec.md,
-# bench/results/spec.jsonl and bench/spec.png.
+# baseline's requests with speculation off; tokens/s are medians, the
+# speedup the median of paired ratios.  Then the cost of one verification
+# pass against its size (nalar verify-bench).  Writes bench/results/spec.md,
+# bench/results/spec.jsonl, bench/results/verify.md and bench/spec.png.
 # Usage: sh bench/spec.sh [REPS] [THREADS]
 . "$(dirname "$0")/setup.sh"
 T=models/nalar-kjv-target-f32.gguf
@@ -17,6 +19,8 @@ D=models/nalar-kjv-draft-f32.gguf
     build/nalar spec-bench -m $T --task edit -b 1,4,16 -k 0,auto,2,4,8 -n 256 \
         --reps "$REPS" -t "$THREADS" --json
 } > bench/results/spec.jsonl
+build/nalar verify-bench -m $T -t "$THREADS" > bench/results/verify.md
+cat bench/results/verify.md
 python3 - <<'PY'
 import json, shutil, subprocess
 rows = [json.loads(l) for l in open("bench/results/spec.jsonl") if l.strip()]

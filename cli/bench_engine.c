@@ -304,6 +304,10 @@ nalar_cmd_spec_bench(int argc, char **argv)
                 nalar_metrics mt;
                 double        confirmed;
 
+                if (modes[pi] == NALAR_SPEC_AUTO && k > 0) {
+                    continue;   /* a fixed k is the draft's row */
+                }
+
                 /* k = 0: a second plain engine against the first, the
                  * noise floor of the comparison (an A/A control) */
                 e = spec_engine(&env, modes[pi], k, b, &err);
