@@ -147,10 +147,10 @@ split(int64_t n, int tid, int nth, int64_t align, int64_t *lo, int64_t *hi)
 /* --- the forward pass, run by every thread --- */
 
 /* out = scale * sum_j w[j] * v_j over the positions of one sequence, v_j
- * read from the paged pool.  With AVX-512 and a head of at most 64 the row
- * lives in registers, four positions at a time in separate accumulators
- * (one chain of dependent FMAs per lane would wait on each FMA's latency);
- * the four are added at the end. */
+ * read from the paged pool.  With AVX-512 and a head of at most 256 the row
+ * lives in registers; up to 64, four positions at a time in separate
+ * accumulators (a head of one to four vectors is too few chains of
+ * dependent FMAs to hide their latency), added at the end. */
 static ALWAYS_INLINE void
 weighted_values(float *out, const float *w, int32_t n, float scale,
                 const nalar_kv_pool *kv, const nalar_seq_kv *s, int layer,
@@ -200,6 +200,36 @@ weighted_values(float *out, const float *w, int32_t n, float scale,
 
             _mm512_storeu_ps(out + 16 * i,
                              _mm512_mul_ps(t, _mm512_set1_ps(scale)));
+        }
+        return;
+    }
+    if (hd % 16 == 0 && hd <= 256) {
+        /* larger heads: one accumulator per 16 lanes, already nv chains */
+        __m512 acc[16];
+        int    nv = hd / 16;
+
+        for (int i = 0; i < nv; i++) {
+            acc[i] = _mm512_setzero_ps();
+        }
+        for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
+            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+            const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
+            int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
+                                                      : NALAR_KV_BLOCK;
+
+            for (int32_t j = 0; j < jn; j++) {
+                __m512 wj = _mm512_set1_ps(w[j0 + j]);
+
+                for (int i = 0; i < nv; i++) {
+                    acc[i] = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 16 * i),
+                                             acc[i]);
+                }
+                v += kv->kv_dim;
+            }
+        }
+        for (int i = 0; i < nv; i++) {
+            _mm512_storeu_ps(out + 16 * i,
+                             _mm512_mul_ps(acc[i], _mm512_set1_ps(scale)));
         }
         return;
     }
