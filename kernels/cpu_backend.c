@@ -25,6 +25,11 @@
 #include <immintrin.h>
 #endif
 
+/* batch tokens t0 .. t0 + n - 1: one sequence at consecutive positions */
+typedef struct {
+    int32_t t0, n;
+} tok_tile;
+
 typedef struct {
     nalar_model   *m;
     nalar_pool    *pool;
@@ -41,9 +46,11 @@ typedef struct {
     float         *rope_cos;     /* (cap_tok, head_dim / 2) */
     float         *rope_sin;     /* (cap_tok, head_dim / 2) */
     float         *inv_freq;     /* (head_dim / 2) base^(-2i/head_dim) */
-    float         *scores;       /* (n_threads, n_ctx_max) */
-    int32_t        scores_cap;   /* per thread */
+    float         *scores;       /* (n_threads, QTILE, scores_cap) */
+    int32_t        scores_cap;   /* per query row */
     int32_t       *logit_rows;   /* (cap_tok) batch index of each logit */
+    tok_tile      *tiles;        /* (cap_tok) attention's token tiles */
+    int32_t        n_tiles;
     /* the pass in flight */
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
@@ -146,108 +153,6 @@ split(int64_t n, int tid, int nth, int64_t align, int64_t *lo, int64_t *hi)
 
 /* --- the forward pass, run by every thread --- */
 
-/* out = scale * sum_j w[j] * v_j over the positions of one sequence, v_j
- * read from the paged pool.  With AVX-512 and a head of at most 256 the row
- * lives in registers; up to 64, four positions at a time in separate
- * accumulators (a head of one to four vectors is too few chains of
- * dependent FMAs to hide their latency), added at the end. */
-static ALWAYS_INLINE void
-weighted_values(float *out, const float *w, int32_t n, float scale,
-                const nalar_kv_pool *kv, const nalar_seq_kv *s, int layer,
-                int64_t col, int hd)
-{
-#if defined(__AVX512F__)
-    if (hd % 16 == 0 && hd <= 64) {
-        __m512 acc[4][4];
-        int    nv = hd / 16;
-
-        for (int u = 0; u < 4; u++) {
-            for (int i = 0; i < nv; i++) {
-                acc[u][i] = _mm512_setzero_ps();
-            }
-        }
-        for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
-            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-            const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
-            int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
-                                                      : NALAR_KV_BLOCK;
-            int32_t      j = 0;
-
-            for (; j + 4 <= jn; j += 4) {
-                for (int u = 0; u < 4; u++) {
-                    __m512       wj = _mm512_set1_ps(w[j0 + j + u]);
-                    const float *vj = v + (int64_t) (j + u) * kv->kv_dim;
-
-                    for (int i = 0; i < nv; i++) {
-                        acc[u][i] = _mm512_fmadd_ps(
-                            wj, _mm512_loadu_ps(vj + 16 * i), acc[u][i]);
-                    }
-                }
-            }
-            for (; j < jn; j++) {
-                __m512       wj = _mm512_set1_ps(w[j0 + j]);
-                const float *vj = v + (int64_t) j * kv->kv_dim;
-
-                for (int i = 0; i < nv; i++) {
-                    acc[0][i] = _mm512_fmadd_ps(
-                        wj, _mm512_loadu_ps(vj + 16 * i), acc[0][i]);
-                }
-            }
-        }
-        for (int i = 0; i < nv; i++) {
-            __m512 t = _mm512_add_ps(_mm512_add_ps(acc[0][i], acc[1][i]),
-                                     _mm512_add_ps(acc[2][i], acc[3][i]));
-
-            _mm512_storeu_ps(out + 16 * i,
-                             _mm512_mul_ps(t, _mm512_set1_ps(scale)));
-        }
-        return;
-    }
-    if (hd % 16 == 0 && hd <= 256) {
-        /* larger heads: one accumulator per 16 lanes, already nv chains */
-        __m512 acc[16];
-        int    nv = hd / 16;
-
-        for (int i = 0; i < nv; i++) {
-            acc[i] = _mm512_setzero_ps();
-        }
-        for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
-            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-            const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
-            int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
-                                                      : NALAR_KV_BLOCK;
-
-            for (int32_t j = 0; j < jn; j++) {
-                __m512 wj = _mm512_set1_ps(w[j0 + j]);
-
-                for (int i = 0; i < nv; i++) {
-                    acc[i] = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 16 * i),
-                                             acc[i]);
-                }
-                v += kv->kv_dim;
-            }
-        }
-        for (int i = 0; i < nv; i++) {
-            _mm512_storeu_ps(out + 16 * i,
-                             _mm512_mul_ps(acc[i], _mm512_set1_ps(scale)));
-        }
-        return;
-    }
-#endif
-    memset(out, 0, (size_t) hd * sizeof(float));
-    for (int32_t j = 0; j < n; j++) {
-        int32_t b = s->blocks[j / NALAR_KV_BLOCK];
-
-        axpy(out, w[j], kv->v + nalar_kv_offset(kv, b, layer,
-                                                j % NALAR_KV_BLOCK) + col,
-             hd);
-    }
-    for (int i = 0; i < hd; i++) {
-        out[i] *= scale;
-    }
-}
-
-
 /* sum of x[0..n), in 16 lanes (one dependent add per element would wait
  * on each add's latency) */
 static float
@@ -277,70 +182,287 @@ sum_lanes(const float *x, int32_t n)
 }
 
 
-/* One query row (token t, head h) against its sequence's keys and values.
- * Inlined with hd a constant where the head size is a common one, so the
- * loops over a head's 16-float vectors unroll. */
-static ALWAYS_INLINE void
-attend_one(cpu_backend *be, int layer, float *sc, int64_t item, int hd)
-{
-    const nalar_config *c = &be->m->cfg;
-    const nalar_batch  *bt = be->batch;
-    nalar_kv_pool      *kv = be->kv;
-    int                 group = c->n_heads / c->n_kv_heads;
-    int                 ldqkv = be->q_dim + 2 * be->kv_dim;
-    float               scale = 1.0f / sqrtf((float) hd);
-    int                 t = (int) (item / c->n_heads);
-    int                 h = (int) (item % c->n_heads);
-    int64_t             col = (int64_t) (h / group) * hd;
-    const nalar_seq_kv *s = bt->seq[t];
-    int32_t             n = bt->pos[t] + 1;
-    const float        *q = be->qkv + (int64_t) t * ldqkv + h * hd;
-    float              *out = be->att + (int64_t) t * be->q_dim + h * hd;
-    float               mx = -INFINITY;
+/*
+ * Attention works on tiles of Q <= QTILE query rows that read the same keys
+ * and values: the heads of one KV group, and consecutive tokens of one
+ * sequence (a verification's proposals, a prefill chunk), so each load of
+ * keys or of a value row serves every row of the tile.
+ *
+ * K is stored transposed within each (block, layer) slab -- dimension d of
+ * the block's key j at d * 16 + j -- so one load holds 16 keys' values of
+ * one dimension and a row's 16 scores build up in one vector, without a
+ * horizontal sum.  V is stored by row.
+ *
+ * Each row's arithmetic is the same whatever else shares its tile, so
+ * results do not depend on the batch: a score is four accumulators over
+ * d mod 4, combined as (0 + 1) + (2 + 3), in increasing d; an output (a
+ * head of up to 64) is two accumulators over even and odd positions, in
+ * increasing position, added and scaled by 1 / sum.  Q is a constant in each inlined copy, so the
+ * accumulators stay in registers.
+ */
+#define QTILE 4
 
-    /* scores = q . k_j / sqrt(hd), block by block */
-    for (int32_t j0 = 0; j0 < n; j0 += NALAR_KV_BLOCK) {
+typedef struct {
+    const float *q[QTILE];     /* (hd) query rows */
+    float       *out[QTILE];   /* (hd) output rows */
+    float       *sc[QTILE];    /* (scores_cap) scores, then weights */
+    int32_t      n[QTILE];     /* positions each row attends to */
+    int32_t      n_min, n_max;
+} tile_rows;
+
+
+static ALWAYS_INLINE void
+tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
+            const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q)
+{
+    float scale = 1.0f / sqrtf((float) hd);
+
+    for (int32_t j0 = 0; j0 < r->n_max; j0 += NALAR_KV_BLOCK) {
         int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-        const float *k = kv->k + nalar_kv_offset(kv, b, layer, 0) + col;
-        int32_t      jn = n - j0 < NALAR_KV_BLOCK ? n - j0
-                                                  : NALAR_KV_BLOCK;
+        const float *kt = kv->k + nalar_kv_offset(kv, b, layer, 0)
+                          + col * NALAR_KV_BLOCK;
 
 #if defined(__AVX512F__)
-        if (jn == NALAR_KV_BLOCK && hd % 16 == 0) {
-            /* a full block: 16 dot products reduced together (the
-             * same additions as dot(), so the same bits) */
-            __m512 acc[16], s16;
+        if (hd % 4 == 0) {
+            __m512 acc[QTILE][4];
 
-            for (int j = 0; j < 16; j++) {
-                const float *kj = k + (int64_t) j * kv->kv_dim;
-
-                acc[j] = _mm512_setzero_ps();
-                for (int d = 0; d < hd; d += 16) {
-                    acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + d),
-                                             _mm512_loadu_ps(kj + d),
-                                             acc[j]);
+            for (int i = 0; i < Q; i++) {
+                for (int u = 0; u < 4; u++) {
+                    acc[i][u] = _mm512_setzero_ps();
                 }
             }
-            s16 = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
-            _mm512_storeu_ps(sc + j0, s16);
-            mx = fmaxf(mx, _mm512_reduce_max_ps(s16));
+            for (int d = 0; d < hd; d += 4) {
+                for (int u = 0; u < 4; u++) {
+                    __m512 k16 = _mm512_loadu_ps(kt + (d + u)
+                                                      * NALAR_KV_BLOCK);
+
+                    for (int i = 0; i < Q; i++) {
+                        acc[i][u] = _mm512_fmadd_ps(
+                            _mm512_set1_ps(r->q[i][d + u]), k16, acc[i][u]);
+                    }
+                }
+            }
+            for (int i = 0; i < Q; i++) {
+                __m512 s16 = _mm512_add_ps(
+                    _mm512_add_ps(acc[i][0], acc[i][1]),
+                    _mm512_add_ps(acc[i][2], acc[i][3]));
+
+                _mm512_storeu_ps(r->sc[i] + j0,
+                                 _mm512_mul_ps(s16, _mm512_set1_ps(scale)));
+            }
             continue;
         }
 #endif
-        for (int32_t j = 0; j < jn; j++) {
-            float x = dot(q, k + (int64_t) j * kv->kv_dim, hd) * scale;
+        {
+            int32_t jn = r->n_max - j0 < NALAR_KV_BLOCK ? r->n_max - j0
+                                                        : NALAR_KV_BLOCK;
 
-            sc[j0 + j] = x;
-            mx = x > mx ? x : mx;
+            for (int i = 0; i < Q; i++) {
+                for (int32_t j = 0; j < jn; j++) {
+                    float a[4] = { 0, 0, 0, 0 };
+                    int   d = 0;
+
+                    for (; d + 4 <= hd; d += 4) {
+                        for (int u = 0; u < 4; u++) {
+                            a[u] = fmaf(r->q[i][d + u],
+                                        kt[(d + u) * NALAR_KV_BLOCK + j],
+                                        a[u]);
+                        }
+                    }
+                    for (; d < hd; d++) {
+                        a[0] = fmaf(r->q[i][d], kt[d * NALAR_KV_BLOCK + j],
+                                    a[0]);
+                    }
+                    r->sc[i][j0 + j] = ((a[0] + a[1]) + (a[2] + a[3]))
+                                       * scale;
+                }
+            }
         }
     }
-    /* scores - max <= 0: the branch-free exp, vectorised; the
-     * normalisation is applied to the output row */
-    for (int32_t j = 0; j < n; j++) {
-        sc[j] = nalar_exp_neg(sc[j] - mx);
+}
+
+
+#if defined(__AVX512F__)
+/* acc[i][u][*] += w_i[j] * v_j for the rows of the tile with j < n[i] */
+static ALWAYS_INLINE void
+tile_value(const tile_rows *r, __m512 (*acc)[2][4], const float *vj,
+           int32_t j, int u, int nv, int Q, int all)
+{
+    __m512 v[4];
+
+    for (int c = 0; c < nv; c++) {
+        v[c] = _mm512_loadu_ps(vj + 16 * c);
     }
-    weighted_values(out, sc, n, 1.0f / sum_lanes(sc, n), kv, s, layer,
-                    col, hd);
+    for (int i = 0; i < Q; i++) {
+        __m512 w;
+
+        if (!all && j >= r->n[i]) {
+            continue;
+        }
+        w = _mm512_set1_ps(r->sc[i][j]);
+        for (int c = 0; c < nv; c++) {
+            acc[i][u][c] = _mm512_fmadd_ps(w, v[c], acc[i][u][c]);
+        }
+    }
+}
+#endif
+
+
+static ALWAYS_INLINE void
+tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
+            const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q)
+{
+#if defined(__AVX512F__)
+    if (hd % 16 == 0 && hd <= 64) {
+        __m512 acc[QTILE][2][4];
+        int    nv = hd / 16;
+
+        for (int i = 0; i < Q; i++) {
+            for (int u = 0; u < 2; u++) {
+                for (int c = 0; c < nv; c++) {
+                    acc[i][u][c] = _mm512_setzero_ps();
+                }
+            }
+        }
+        for (int32_t j0 = 0; j0 < r->n_max; j0 += NALAR_KV_BLOCK) {
+            int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+            const float *vb = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
+            int32_t      jn = r->n_max - j0 < NALAR_KV_BLOCK ? r->n_max - j0
+                                                             : NALAR_KV_BLOCK;
+            int32_t      ja = r->n_min - j0 < jn ? r->n_min - j0 : jn;
+            int32_t      j = 0;
+
+            /* positions every row attends to, two at a time (even, odd) */
+            for (; j + 2 <= ja; j += 2) {
+                tile_value(r, acc, vb + (int64_t) j * kv->kv_dim, j0 + j, 0,
+                           nv, Q, 1);
+                tile_value(r, acc, vb + (int64_t) (j + 1) * kv->kv_dim,
+                           j0 + j + 1, 1, nv, Q, 1);
+            }
+            /* then the rest, each row up to its own position */
+            for (; j < jn; j++) {
+                tile_value(r, acc, vb + (int64_t) j * kv->kv_dim, j0 + j,
+                           j & 1, nv, Q, 0);
+            }
+        }
+        for (int i = 0; i < Q; i++) {
+            for (int c = 0; c < nv; c++) {
+                _mm512_storeu_ps(r->out[i] + 16 * c, _mm512_mul_ps(
+                    _mm512_add_ps(acc[i][0][c], acc[i][1][c]),
+                    _mm512_set1_ps(inv[i])));
+            }
+        }
+        return;
+    }
+    if (hd % 16 == 0 && hd <= 256) {
+        /* larger heads: a row at a time, one accumulator per 16 lanes
+         * (already hd / 16 chains), in increasing position */
+        for (int i = 0; i < Q; i++) {
+            __m512 acc[16];
+            int    nv = hd / 16;
+
+            for (int c = 0; c < nv; c++) {
+                acc[c] = _mm512_setzero_ps();
+            }
+            for (int32_t j0 = 0; j0 < r->n[i]; j0 += NALAR_KV_BLOCK) {
+                int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+                const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0)
+                                 + col;
+                int32_t      jn = r->n[i] - j0 < NALAR_KV_BLOCK
+                                  ? r->n[i] - j0 : NALAR_KV_BLOCK;
+
+                for (int32_t j = 0; j < jn; j++) {
+                    __m512 w = _mm512_set1_ps(r->sc[i][j0 + j]);
+
+                    for (int c = 0; c < nv; c++) {
+                        acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c),
+                                                 acc[c]);
+                    }
+                    v += kv->kv_dim;
+                }
+            }
+            for (int c = 0; c < nv; c++) {
+                _mm512_storeu_ps(r->out[i] + 16 * c, _mm512_mul_ps(
+                    acc[c], _mm512_set1_ps(inv[i])));
+            }
+        }
+        return;
+    }
+#endif
+    for (int i = 0; i < Q; i++) {
+        for (int d = 0; d < hd; d++) {
+            float a[2] = { 0, 0 };
+
+            for (int32_t j = 0; j < r->n[i]; j++) {
+                int32_t b = s->blocks[j / NALAR_KV_BLOCK];
+
+                a[j & 1] = fmaf(r->sc[i][j],
+                                kv->v[nalar_kv_offset(kv, b, layer,
+                                                      j % NALAR_KV_BLOCK)
+                                      + col + d], a[j & 1]);
+            }
+            r->out[i][d] = (a[0] + a[1]) * inv[i];
+        }
+    }
+}
+
+
+/* The tile `item` (token tile, KV head, group of its heads) */
+static ALWAYS_INLINE void
+attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
+{
+    const nalar_config *c = &be->m->cfg;
+    const nalar_batch  *bt = be->batch;
+    int                 G = c->n_heads / c->n_kv_heads;
+    int                 hp = G < QTILE ? G : QTILE;
+    int                 ng = (G + hp - 1) / hp;
+    int                 ldqkv = be->q_dim + 2 * be->kv_dim;
+    int                 sub = (int) (item % ng);
+    int                 g = (int) (item / ng % c->n_kv_heads);
+    const tok_tile     *tl = &be->tiles[item / ng / c->n_kv_heads];
+    int                 h0 = g * G + sub * hp;
+    int                 nh = G - sub * hp < hp ? G - sub * hp : hp;
+    int                 Q = tl->n * nh;
+    int64_t             col = (int64_t) g * hd;
+    const nalar_seq_kv *s = bt->seq[tl->t0];
+    tile_rows           r;
+    float               inv[QTILE];
+
+    r.n_min = bt->pos[tl->t0] + 1;
+    r.n_max = bt->pos[tl->t0 + tl->n - 1] + 1;
+    for (int i = 0; i < Q; i++) {
+        int t = tl->t0 + i / nh, h = h0 + i % nh;
+
+        r.q[i] = be->qkv + (int64_t) t * ldqkv + (int64_t) h * hd;
+        r.out[i] = be->att + (int64_t) t * be->q_dim + (int64_t) h * hd;
+        r.sc[i] = sc0 + (int64_t) i * be->scores_cap;
+        r.n[i] = bt->pos[t] + 1;
+    }
+    switch (Q) {
+    case 1: tile_scores(&r, be->kv, s, layer, col, hd, 1); break;
+    case 2: tile_scores(&r, be->kv, s, layer, col, hd, 2); break;
+    case 3: tile_scores(&r, be->kv, s, layer, col, hd, 3); break;
+    default: tile_scores(&r, be->kv, s, layer, col, hd, 4); break;
+    }
+    /* per row: softmax over its own positions (scores - max <= 0: the
+     * branch-free exp, vectorised); 1 / sum scales the output */
+    for (int i = 0; i < Q; i++) {
+        float mx = -INFINITY;
+
+        for (int32_t j = 0; j < r.n[i]; j++) {
+            mx = r.sc[i][j] > mx ? r.sc[i][j] : mx;
+        }
+        for (int32_t j = 0; j < r.n[i]; j++) {
+            r.sc[i][j] = nalar_exp_neg(r.sc[i][j] - mx);
+        }
+        inv[i] = 1.0f / sum_lanes(r.sc[i], r.n[i]);
+    }
+    switch (Q) {
+    case 1: tile_values(&r, inv, be->kv, s, layer, col, hd, 1); break;
+    case 2: tile_values(&r, inv, be->kv, s, layer, col, hd, 2); break;
+    case 3: tile_values(&r, inv, be->kv, s, layer, col, hd, 3); break;
+    default: tile_values(&r, inv, be->kv, s, layer, col, hd, 4); break;
+    }
 }
 
 
@@ -348,24 +470,33 @@ static void
 attention(cpu_backend *be, int layer, int tid, int nth)
 {
     const nalar_config *c = &be->m->cfg;
-    float              *sc = be->scores + (int64_t) tid * be->scores_cap;
+    int                 G = c->n_heads / c->n_kv_heads;
+    int                 hp = G < QTILE ? G : QTILE;
+    float              *sc = be->scores
+                             + (int64_t) tid * QTILE * be->scores_cap;
     int64_t             lo, hi;
 
-    split((int64_t) be->batch->n_tokens * c->n_heads, tid, nth, 1, &lo, &hi);
+    split((int64_t) be->n_tiles * c->n_kv_heads * ((G + hp - 1) / hp), tid,
+          nth, 1, &lo, &hi);
     switch (c->head_dim) {
+    case 16:
+        for (int64_t item = lo; item < hi; item++) {
+            attend_tile(be, layer, sc, item, 16);
+        }
+        break;
     case 32:
         for (int64_t item = lo; item < hi; item++) {
-            attend_one(be, layer, sc, item, 32);
+            attend_tile(be, layer, sc, item, 32);
         }
         break;
     case 64:
         for (int64_t item = lo; item < hi; item++) {
-            attend_one(be, layer, sc, item, 64);
+            attend_tile(be, layer, sc, item, 64);
         }
         break;
     default:
         for (int64_t item = lo; item < hi; item++) {
-            attend_one(be, layer, sc, item, c->head_dim);
+            attend_tile(be, layer, sc, item, c->head_dim);
         }
     }
 }
@@ -457,7 +588,12 @@ forward_worker(void *arg, int tid, int nth)
             for (int h = 0; h < c->n_kv_heads; h++) {
                 rope_head(k + h * hd, cs, sn, hd, c->rope_neox);
             }
-            memcpy(kv->k + off, k, (size_t) be->kv_dim * sizeof(float));
+            /* K transposed within its slab (see attend_tile), V by row */
+            for (int d = 0; d < be->kv_dim; d++) {
+                kv->k[off - (int64_t) (p % NALAR_KV_BLOCK) * be->kv_dim
+                      + (int64_t) d * NALAR_KV_BLOCK + p % NALAR_KV_BLOCK]
+                    = k[d];
+            }
             memcpy(kv->v + off, v, (size_t) be->kv_dim * sizeof(float));
         }
         nalar_pool_barrier(pool);
@@ -559,6 +695,7 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
         GROW(be->rope_cos, (int64_t) cap * (c->head_dim / 2));
         GROW(be->rope_sin, (int64_t) cap * (c->head_dim / 2));
         GROW(be->logit_rows, cap);
+        GROW(be->tiles, cap);
         if (!ok) {
             return nalar_fail(err, "cpu backend: out of memory for %d "
                               "tokens", cap);
@@ -572,7 +709,7 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
         while (cap < max_pos + 1) {
             cap *= 2;
         }
-        GROW(be->scores, (int64_t) cap * nth);
+        GROW(be->scores, (int64_t) cap * nth * QTILE);
 #undef GROW
         if (!ok) {
             return nalar_fail(err, "cpu backend: out of memory");
@@ -619,6 +756,30 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     }
     if (batch->n_tokens == 0) {
         return 0;
+    }
+    /* attention's token tiles: runs of one sequence's consecutive
+     * positions, QTILE query rows at most with the KV group's heads */
+    {
+        const nalar_config *c = &be->m->cfg;
+        int     G = c->n_heads / c->n_kv_heads;
+        int     per = QTILE / (G < QTILE ? G : QTILE);
+        int32_t t = 0;
+
+        be->n_tiles = 0;
+        while (t < batch->n_tokens) {
+            int32_t n = 1;
+
+            while (n < per && t + n < batch->n_tokens
+                   && batch->seq[t + n] == batch->seq[t]
+                   && batch->pos[t + n] == batch->pos[t] + n)
+            {
+                n++;
+            }
+            be->tiles[be->n_tiles].t0 = t;
+            be->tiles[be->n_tiles].n = n;
+            be->n_tiles++;
+            t += n;
+        }
     }
     be->kv = kv;
     be->batch = batch;
@@ -695,6 +856,7 @@ cpu_destroy(nalar_backend *b)
         free(be->inv_freq);
         free(be->scores);
         free(be->logit_rows);
+        free(be->tiles);
         free(be);
     }
     free(b);
