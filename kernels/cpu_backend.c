@@ -51,6 +51,10 @@ typedef struct {
     int32_t       *logit_rows;   /* (cap_tok) batch index of each logit */
     tok_tile      *tiles;        /* (cap_tok) attention's token tiles */
     int32_t        n_tiles;
+    /* the tiles' shape, from the model: a tile holds tile_heads heads of
+     * one KV group and up to tile_tokens consecutive tokens; each KV head's
+     * G heads make head_groups tiles per token tile */
+    int            tile_heads, tile_tokens, head_groups;
     /* the pass in flight */
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
@@ -414,8 +418,7 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     const nalar_config *c = &be->m->cfg;
     const nalar_batch  *bt = be->batch;
     int                 G = c->n_heads / c->n_kv_heads;
-    int                 hp = G < QTILE ? G : QTILE;
-    int                 ng = (G + hp - 1) / hp;
+    int                 hp = be->tile_heads, ng = be->head_groups;
     int                 ldqkv = be->q_dim + 2 * be->kv_dim;
     int                 sub = (int) (item % ng);
     int                 g = (int) (item / ng % c->n_kv_heads);
@@ -470,14 +473,12 @@ static void
 attention(cpu_backend *be, int layer, int tid, int nth)
 {
     const nalar_config *c = &be->m->cfg;
-    int                 G = c->n_heads / c->n_kv_heads;
-    int                 hp = G < QTILE ? G : QTILE;
     float              *sc = be->scores
                              + (int64_t) tid * QTILE * be->scores_cap;
     int64_t             lo, hi;
 
-    split((int64_t) be->n_tiles * c->n_kv_heads * ((G + hp - 1) / hp), tid,
-          nth, 1, &lo, &hi);
+    split((int64_t) be->n_tiles * c->n_kv_heads * be->head_groups, tid, nth,
+          1, &lo, &hi);
     switch (c->head_dim) {
     case 16:
         for (int64_t item = lo; item < hi; item++) {
@@ -575,7 +576,8 @@ forward_worker(void *arg, int tid, int nth)
             const float *sn = be->rope_sin + t * (hd / 2);
             int32_t      p = bt->pos[t];
             int32_t      b = bt->seq[t]->blocks[p / NALAR_KV_BLOCK];
-            int64_t      off = nalar_kv_offset(kv, b, l, p % NALAR_KV_BLOCK);
+            int32_t      slot = p % NALAR_KV_BLOCK;
+            int64_t      slab = nalar_kv_offset(kv, b, l, 0);
 
             if (L->bq != NULL) {
                 for (int i = 0; i < be->q_dim; i++) q[i] += L->bq[i];
@@ -590,11 +592,10 @@ forward_worker(void *arg, int tid, int nth)
             }
             /* K transposed within its slab (see attend_tile), V by row */
             for (int d = 0; d < be->kv_dim; d++) {
-                kv->k[off - (int64_t) (p % NALAR_KV_BLOCK) * be->kv_dim
-                      + (int64_t) d * NALAR_KV_BLOCK + p % NALAR_KV_BLOCK]
-                    = k[d];
+                kv->k[slab + (int64_t) d * NALAR_KV_BLOCK + slot] = k[d];
             }
-            memcpy(kv->v + off, v, (size_t) be->kv_dim * sizeof(float));
+            memcpy(kv->v + slab + (int64_t) slot * be->kv_dim, v,
+                   (size_t) be->kv_dim * sizeof(float));
         }
         nalar_pool_barrier(pool);
 
@@ -760,16 +761,13 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     /* attention's token tiles: runs of one sequence's consecutive
      * positions, QTILE query rows at most with the KV group's heads */
     {
-        const nalar_config *c = &be->m->cfg;
-        int     G = c->n_heads / c->n_kv_heads;
-        int     per = QTILE / (G < QTILE ? G : QTILE);
         int32_t t = 0;
 
         be->n_tiles = 0;
         while (t < batch->n_tokens) {
             int32_t n = 1;
 
-            while (n < per && t + n < batch->n_tokens
+            while (n < be->tile_tokens && t + n < batch->n_tokens
                    && batch->seq[t + n] == batch->seq[t]
                    && batch->pos[t + n] == batch->pos[t] + n)
             {
@@ -949,6 +947,13 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     be->m = m;
     be->q_dim = c->n_heads * c->head_dim;
     be->kv_dim = c->n_kv_heads * c->head_dim;
+    {
+        int G = c->n_heads / c->n_kv_heads;
+
+        be->tile_heads = G < QTILE ? G : QTILE;
+        be->tile_tokens = QTILE / be->tile_heads;
+        be->head_groups = (G + be->tile_heads - 1) / be->tile_heads;
+    }
     be->inv_freq = malloc((size_t) (c->head_dim / 2) * sizeof(float));
     be->pool = shared != NULL ? shared : nalar_pool_create(n_threads);
     be->owns_pool = shared == NULL;

@@ -1249,9 +1249,9 @@ verify(nalar_engine *e, nalar_request *r, float *rows, double t)
  * and not all PRED_TAIL newest ones do.  An insertion or a deletion
  * shifts the text: the newest tokens keep differing, the tail of PRED_TAIL
  * tokens soon matches again at the shifted place (within PRED_REACH), and
- * the alignment moves there.  When the
- * window is mostly wrong, the alignment moves to the occurrence of the
- * tail closest to the old one (repetitive text has many).
+ * the alignment moves there.  When the window is mostly wrong, the
+ * alignment moves to the occurrence of the tail closest to the old one,
+ * however far (repetitive text has many).
  */
 static int32_t
 pred_align(nalar_request *r)
@@ -1283,9 +1283,8 @@ pred_align(nalar_request *r)
         }
     }
     /* the occurrence of the longest tail closest to the old alignment;
-     * with the alignment still plausible, only a whole tail near it */
-    for (int32_t len = m; len >= (g < 2 ? 1 : 2) && best < 0; len--)
-    {
+     * with the alignment still plausible, only one within PRED_REACH */
+    for (int32_t len = m; len >= (g < 2 ? 1 : 2) && best < 0; len--) {
         for (int32_t s = 0; s + len <= r->n_pred; s++) {
             if (memcmp(pred + s, out + g - len,
                        (size_t) len * sizeof(int32_t)) == 0
@@ -1324,6 +1323,38 @@ propose_lookup(nalar_request *r, int32_t k)
     memcpy(r->props, r->pred + at, (size_t) (n > 0 ? n : 0)
                                    * sizeof(int32_t));
     return n > 0 ? n : 0;
+}
+
+
+/* The acceptance estimates of r's proposer this step. */
+static nalar_accept_stats *
+acc_now(nalar_request *r)
+{
+    return r->prop_now == r->prop ? &r->acc : &r->acc_ngram;
+}
+
+
+/* The gate's mix of this step: the bits of the decoding requests' current
+ * proposers (requests at a `fixed` location are left out: they speculate
+ * whatever the gate says, and set *any_fixed). */
+static unsigned
+step_mix(nalar_engine *e, int *any_fixed)
+{
+    unsigned mix = 0;
+
+    for (int32_t i = 0; i < e->n_running; i++) {
+        nalar_request *r = e->running[i];
+
+        if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1) {
+            continue;
+        }
+        if (r->p.spec_fixed) {
+            *any_fixed = 1;
+            continue;
+        }
+        mix |= nalar_spec_gate_bit(r->prop_now, acc_now(r)->alpha[0]);
+    }
+    return mix;
 }
 
 
@@ -1372,8 +1403,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     if (!known) {
         return cap < 2 ? cap : 2;     /* measure before deciding */
     }
-    k = nalar_spec_choose_k(r->prop_now == r->prop ? &r->acc : &r->acc_ngram,
-                            cap, verify, draft_tok, 1.03, &gain);
+    k = nalar_spec_choose_k(acc_now(r), cap, verify, draft_tok, 1.03, &gain);
     if (k == 0 && ++r->since_spec >= 16) {
         /* probe now and then, alternating a short and a full proposal, so
          * both the acceptance estimates and the cost of larger passes stay
@@ -1603,17 +1633,9 @@ engine_step(nalar_engine *e)
     n_prefill = n_prefill < budget - n_decode ? n_prefill : budget - n_decode;
     n_prefill = n_prefill > 0 ? n_prefill : 0;
     for (int32_t i = 0; i < e->n_running; i++) {
-        nalar_request *r = e->running[i];
-
-        r->prop_now = r->prop;
-        if (r->prop != NALAR_PROP_NONE && r->n_tokens - r->n_computed == 1) {
-            if (r->p.spec_fixed) {
-                any_fixed = 1;   /* speculates whatever the gate says */
-                continue;
-            }
-            mix |= nalar_spec_gate_bit(r->prop, r->acc.alpha[0]);
-        }
+        e->running[i]->prop_now = e->running[i]->prop;
     }
+    mix = step_mix(e, &any_fixed);
     /* the gate vetoes speculation where whole steps measured slower with
      * it; fixed k (benchmarks) bypasses it */
     if (mix != 0 && e->opts.spec_fixed_k <= 0) {
@@ -1625,27 +1647,20 @@ engine_step(nalar_engine *e)
              * n-gram lookup (free to propose) stands in, judged by the
              * gate as a mix of its own; the draft's KV catches up when
              * the draft is next used */
-            unsigned fb = 0;
-            int      any = 0;
+            int any = 0;
 
             for (int32_t i = 0; i < e->n_running; i++) {
                 nalar_request *r = e->running[i];
 
-                if (r->prop == NALAR_PROP_NONE || r->p.spec_fixed
-                    || r->n_tokens - r->n_computed != 1)
+                if (r->ngram_fallback && !r->p.spec_fixed
+                    && r->n_tokens - r->n_computed == 1)
                 {
-                    continue;
-                }
-                if (r->ngram_fallback) {
                     r->prop_now = NALAR_PROP_NGRAM;
                     any = 1;
                 }
-                fb |= nalar_spec_gate_bit(r->prop_now, r->prop_now == r->prop
-                                          ? r->acc.alpha[0]
-                                          : r->acc_ngram.alpha[0]);
             }
             if (any) {
-                mix = fb;
+                mix = step_mix(e, &any_fixed);
                 may_speculate = nalar_spec_gate_allow(&e->gate, n_decode,
                                                       mix);
             }
@@ -1830,9 +1845,7 @@ engine_step(nalar_engine *e)
             r->n_prop = 0;
 
             n_confirmed += accepted + 1;
-            nalar_accept_update(r->prop_now == r->prop ? &r->acc
-                                                       : &r->acc_ngram,
-                                kprop, accepted);
+            nalar_accept_update(acc_now(r), kprop, accepted);
             pthread_mutex_lock(&e->mu);
             e->m.spec_drafts_total++;
             e->m.spec_draft_tokens_total += (uint64_t) kprop;
