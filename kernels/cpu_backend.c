@@ -30,15 +30,23 @@ typedef struct {
     int32_t t0, n;
 } tok_tile;
 
+/* a layer's weights as the matrix kernels read them (see cpu_matmul.h) */
+typedef struct {
+    nalar_cpu_mat  wq, wk, wv, wo, w_gate, w_up, w_down;
+} cpu_layer;
+
 typedef struct {
     nalar_model   *m;
+    cpu_layer     *layers;       /* (n_layers) */
+    nalar_cpu_mat  output;       /* (n_vocab, dim) */
     nalar_pool    *pool;
     int            owns_pool;    /* 0: borrowed from another backend */
     int32_t        cap_tok;      /* scratch rows allocated */
     int32_t        q_dim;        /* n_heads * head_dim */
     int32_t        kv_dim;       /* n_kv_heads * head_dim */
     float         *x;            /* (cap_tok, dim) residual stream */
-    float         *xb;           /* (cap_tok, dim) normalised input */
+    float         *xb;           /* (n_threads, cap_tok, dim) normalised
+                                    input: each thread's own copy */
     float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */
     float         *att;          /* (cap_tok, q_dim) attention output */
     float         *hg;           /* (cap_tok, ffn) gate, then silu(g) * u */
@@ -503,6 +511,65 @@ attention(cpu_backend *be, int layer, int tid, int nth)
 }
 
 
+/*
+ * The q/k/v rows [lo, hi) of every token, for whole heads: biases, RoPE,
+ * then K and V into the sequences' blocks.  One thread owns these rows, so
+ * it writes their K lines (dimension d of a block's 16 keys is one line)
+ * and V bytes alone.
+ */
+static void
+finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t lo,
+           int64_t hi)
+{
+    const nalar_config *c = &be->m->cfg;
+    const nalar_batch  *bt = be->batch;
+    nalar_kv_pool      *kv = be->kv;
+    int                 hd = c->head_dim;
+    int64_t             qd = be->q_dim, kd = be->kv_dim;
+    int64_t             ldqkv = qd + 2 * kd;
+
+    for (int t = 0; t < bt->n_tokens; t++) {
+        float       *row = be->qkv + t * ldqkv;
+        const float *cs = be->rope_cos + t * (hd / 2);
+        const float *sn = be->rope_sin + t * (hd / 2);
+        int32_t      p = bt->pos[t];
+        int32_t      b = bt->seq[t]->blocks[p / NALAR_KV_BLOCK];
+        int32_t      slot = p % NALAR_KV_BLOCK;
+        int64_t      slab = nalar_kv_offset(kv, b, l, 0);
+
+        for (int64_t h0 = lo; h0 < hi; h0 += hd) {
+            float *x = row + h0;
+
+            if (L->bq != NULL) {
+                const float *bias = h0 < qd ? L->bq + h0
+                                    : h0 < qd + kd ? L->bk + (h0 - qd)
+                                    : L->bv + (h0 - qd - kd);
+
+                for (int i = 0; i < hd; i++) x[i] += bias[i];
+            }
+            if (h0 < qd + kd) {
+                rope_head(x, cs, sn, hd, c->rope_neox);
+            }
+            if (h0 >= qd + kd) {
+                memcpy(kv->v + slab + (int64_t) slot * kd + (h0 - qd - kd),
+                       x, (size_t) hd * sizeof(float));
+            } else if (h0 >= qd) {
+                /* K transposed within its slab (see attend_tile) */
+                for (int d = 0; d < hd; d++) {
+                    kv->k[slab + (h0 - qd + d) * NALAR_KV_BLOCK + slot] =
+                        x[d];
+                }
+            }
+        }
+    }
+}
+
+
+/*
+ * Five barriers per layer.  Each thread normalises every token into its
+ * own xb (a few hundred floats per token: cheaper than a barrier), then
+ * owns a share of the weight rows of the next product.
+ */
 static void
 forward_worker(void *arg, int tid, int nth)
 {
@@ -510,11 +577,11 @@ forward_worker(void *arg, int tid, int nth)
     const nalar_model  *m = be->m;
     const nalar_config *c = &m->cfg;
     const nalar_batch  *bt = be->batch;
-    nalar_kv_pool      *kv = be->kv;
     nalar_pool         *pool = be->pool;
     int                 T = bt->n_tokens;
     int                 dim = c->dim, hd = c->head_dim;
     int                 ldqkv = be->q_dim + 2 * be->kv_dim;
+    float              *xb = be->xb + (int64_t) tid * be->cap_tok * dim;
     int64_t             lo, hi;
 
     /* embeddings and per-token RoPE angles */
@@ -532,71 +599,37 @@ forward_worker(void *arg, int tid, int nth)
 
     for (int l = 0; l < c->n_layers; l++) {
         const nalar_layer *L = &m->layers[l];
+        const cpu_layer   *W = &be->layers[l];
 
         /* xb = rmsnorm(x) * attn_norm */
-        split(T, tid, nth, 1, &lo, &hi);
-        for (int64_t t = lo; t < hi; t++) {
-            rmsnorm(be->xb + t * dim, be->x + t * dim, L->attn_norm, dim,
-                    c->norm_eps);
+        for (int t = 0; t < T; t++) {
+            rmsnorm(xb + (int64_t) t * dim, be->x + (int64_t) t * dim,
+                    L->attn_norm, dim, c->norm_eps);
         }
-        nalar_pool_barrier(pool);
 
         /* q, k, v = xb Wq^T, xb Wk^T, xb Wv^T: one row space of
-         * q_dim + 2 kv_dim rows split over threads */
-        split(ldqkv, tid, nth, 16, &lo, &hi);
+         * q_dim + 2 kv_dim rows, split over threads by whole heads */
+        split(ldqkv, tid, nth, hd, &lo, &hi);
         {
             int64_t qd = be->q_dim, kd = be->kv_dim;
             int64_t a, b;
 
             a = lo; b = hi < qd ? hi : qd;
             if (a < b) {
-                nalar_cpu_matmul(&L->wq, be->xb, T, dim, be->qkv, ldqkv, a, b,
-                                 0);
+                nalar_cpu_matmul(&W->wq, xb, T, dim, be->qkv, ldqkv, a, b, 0);
             }
             a = lo > qd ? lo - qd : 0; b = hi - qd < kd ? hi - qd : kd;
             if (a < b) {
-                nalar_cpu_matmul(&L->wk, be->xb, T, dim, be->qkv + qd, ldqkv,
+                nalar_cpu_matmul(&W->wk, xb, T, dim, be->qkv + qd, ldqkv,
                                  a, b, 0);
             }
             a = lo > qd + kd ? lo - qd - kd : 0; b = hi - qd - kd;
             if (a < b) {
-                nalar_cpu_matmul(&L->wv, be->xb, T, dim, be->qkv + qd + kd,
+                nalar_cpu_matmul(&W->wv, xb, T, dim, be->qkv + qd + kd,
                                  ldqkv, a, b, 0);
             }
         }
-        nalar_pool_barrier(pool);
-
-        /* biases, RoPE on q and k, then K/V into the sequence's blocks */
-        split(T, tid, nth, 1, &lo, &hi);
-        for (int64_t t = lo; t < hi; t++) {
-            float       *q = be->qkv + t * ldqkv;
-            float       *k = q + be->q_dim;
-            float       *v = k + be->kv_dim;
-            const float *cs = be->rope_cos + t * (hd / 2);
-            const float *sn = be->rope_sin + t * (hd / 2);
-            int32_t      p = bt->pos[t];
-            int32_t      b = bt->seq[t]->blocks[p / NALAR_KV_BLOCK];
-            int32_t      slot = p % NALAR_KV_BLOCK;
-            int64_t      slab = nalar_kv_offset(kv, b, l, 0);
-
-            if (L->bq != NULL) {
-                for (int i = 0; i < be->q_dim; i++) q[i] += L->bq[i];
-                for (int i = 0; i < be->kv_dim; i++) k[i] += L->bk[i];
-                for (int i = 0; i < be->kv_dim; i++) v[i] += L->bv[i];
-            }
-            for (int h = 0; h < c->n_heads; h++) {
-                rope_head(q + h * hd, cs, sn, hd, c->rope_neox);
-            }
-            for (int h = 0; h < c->n_kv_heads; h++) {
-                rope_head(k + h * hd, cs, sn, hd, c->rope_neox);
-            }
-            /* K transposed within its slab (see attend_tile), V by row */
-            for (int d = 0; d < be->kv_dim; d++) {
-                kv->k[slab + (int64_t) d * NALAR_KV_BLOCK + slot] = k[d];
-            }
-            memcpy(kv->v + slab + (int64_t) slot * be->kv_dim, v,
-                   (size_t) be->kv_dim * sizeof(float));
-        }
+        finish_qkv(be, L, l, lo, hi);
         nalar_pool_barrier(pool);
 
         attention(be, l, tid, nth);
@@ -605,25 +638,23 @@ forward_worker(void *arg, int tid, int nth)
         /* x += att Wo^T */
         split(dim, tid, nth, 16, &lo, &hi);
         if (lo < hi) {
-            nalar_cpu_matmul(&L->wo, be->att, T, be->q_dim, be->x, dim, lo,
+            nalar_cpu_matmul(&W->wo, be->att, T, be->q_dim, be->x, dim, lo,
                              hi, 1);
         }
         nalar_pool_barrier(pool);
 
-        split(T, tid, nth, 1, &lo, &hi);
-        for (int64_t t = lo; t < hi; t++) {
-            rmsnorm(be->xb + t * dim, be->x + t * dim, L->ffn_norm, dim,
-                    c->norm_eps);
+        for (int t = 0; t < T; t++) {
+            rmsnorm(xb + (int64_t) t * dim, be->x + (int64_t) t * dim,
+                    L->ffn_norm, dim, c->norm_eps);
         }
-        nalar_pool_barrier(pool);
 
         /* h = silu(xb Wg^T) * (xb Wu^T); each thread owns the same rows of
          * both products, so it can combine them without a barrier */
         split(c->ffn_dim, tid, nth, 16, &lo, &hi);
         if (lo < hi) {
-            nalar_cpu_matmul(&L->w_gate, be->xb, T, dim, be->hg, c->ffn_dim,
+            nalar_cpu_matmul(&W->w_gate, xb, T, dim, be->hg, c->ffn_dim,
                              lo, hi, 0);
-            nalar_cpu_matmul(&L->w_up, be->xb, T, dim, be->hu, c->ffn_dim,
+            nalar_cpu_matmul(&W->w_up, xb, T, dim, be->hu, c->ffn_dim,
                              lo, hi, 0);
             for (int t = 0; t < T; t++) {
                 float *g = be->hg + (int64_t) t * c->ffn_dim;
@@ -644,25 +675,22 @@ forward_worker(void *arg, int tid, int nth)
         /* x += h Wd^T */
         split(dim, tid, nth, 16, &lo, &hi);
         if (lo < hi) {
-            nalar_cpu_matmul(&L->w_down, be->hg, T, c->ffn_dim, be->x, dim,
+            nalar_cpu_matmul(&W->w_down, be->hg, T, c->ffn_dim, be->x, dim,
                              lo, hi, 1);
         }
         nalar_pool_barrier(pool);
     }
 
     /* final norm of the rows that want logits, then the output head */
-    split(bt->n_logits, tid, nth, 1, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
+    for (int32_t i = 0; i < bt->n_logits; i++) {
         int32_t t = be->logit_rows[i];
 
-        rmsnorm(be->xb + i * dim, be->x + (int64_t) t * dim, m->out_norm, dim,
-                c->norm_eps);
+        rmsnorm(xb + (int64_t) i * dim, be->x + (int64_t) t * dim,
+                m->out_norm, dim, c->norm_eps);
     }
-    nalar_pool_barrier(pool);
-
     split(c->n_vocab, tid, nth, 16, &lo, &hi);
     if (lo < hi) {
-        nalar_cpu_matmul(&m->output, be->xb, bt->n_logits, dim, be->logits,
+        nalar_cpu_matmul(&be->output, xb, bt->n_logits, dim, be->logits,
                          c->n_vocab, lo, hi, 0);
     }
 }
@@ -688,7 +716,7 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
             if (q_ == NULL) ok = 0; else p = q_;                             \
         } while (0)
         GROW(be->x, (int64_t) cap * c->dim);
-        GROW(be->xb, (int64_t) cap * c->dim);
+        GROW(be->xb, (int64_t) nth * cap * c->dim);
         GROW(be->qkv, (int64_t) cap * (be->q_dim + 2 * be->kv_dim));
         GROW(be->att, (int64_t) cap * be->q_dim);
         GROW(be->hg, (int64_t) cap * c->ffn_dim);
@@ -855,6 +883,21 @@ cpu_destroy(nalar_backend *b)
         free(be->scores);
         free(be->logit_rows);
         free(be->tiles);
+        if (be->layers != NULL) {
+            for (int l = 0; l < be->m->cfg.n_layers; l++) {
+                cpu_layer *W = &be->layers[l];
+
+                nalar_cpu_mat_free(&W->wq);
+                nalar_cpu_mat_free(&W->wk);
+                nalar_cpu_mat_free(&W->wv);
+                nalar_cpu_mat_free(&W->wo);
+                nalar_cpu_mat_free(&W->w_gate);
+                nalar_cpu_mat_free(&W->w_up);
+                nalar_cpu_mat_free(&W->w_down);
+            }
+        }
+        free(be->layers);
+        nalar_cpu_mat_free(&be->output);
         free(be);
     }
     free(b);
@@ -966,6 +1009,32 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     for (int i = 0; i < c->head_dim / 2; i++) {
         be->inv_freq[i] = powf(c->rope_base,
                                -2.0f * (float) i / (float) c->head_dim);
+    }
+    be->layers = calloc((size_t) c->n_layers, sizeof(cpu_layer));
+    if (be->layers == NULL) {
+        cpu_destroy(b);
+        nalar_fail(err, "cpu backend: out of memory");
+        return NULL;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const nalar_layer *L = &m->layers[l];
+        cpu_layer         *W = &be->layers[l];
+
+        if (nalar_cpu_mat_init(&W->wq, &L->wq, err) != 0
+            || nalar_cpu_mat_init(&W->wk, &L->wk, err) != 0
+            || nalar_cpu_mat_init(&W->wv, &L->wv, err) != 0
+            || nalar_cpu_mat_init(&W->wo, &L->wo, err) != 0
+            || nalar_cpu_mat_init(&W->w_gate, &L->w_gate, err) != 0
+            || nalar_cpu_mat_init(&W->w_up, &L->w_up, err) != 0
+            || nalar_cpu_mat_init(&W->w_down, &L->w_down, err) != 0)
+        {
+            cpu_destroy(b);
+            return NULL;
+        }
+    }
+    if (nalar_cpu_mat_init(&be->output, &m->output, err) != 0) {
+        cpu_destroy(b);
+        return NULL;
     }
     return b;
 }

@@ -1,10 +1,15 @@
 /*
  * CPU matrix products.  See cpu_matmul.h for the contract.
  *
- * The kernel computes an R x C tile (R weight rows, C tokens) with R*C
- * 16-lane accumulators; W's 16-column chunk is widened to float once and
- * used for C tokens.  Rows and tokens outside full tiles use smaller tiles
- * with the same per-element arithmetic.
+ * Panels (F32/F16/BF16): a tile is G panels (16 G rows) by C tokens, G * C
+ * accumulators of 16 rows each; per column, G vector loads of weights and
+ * C broadcasts of x feed G * C FMAs.  Each output lane is its own FMA
+ * chain over the columns, so every tile shape gives the same bits.
+ *
+ * Rows (Q8_0): an R x C tile (R weight rows, C tokens) with R*C 16-lane
+ * accumulators; W's 16-column chunk is widened to float once and used for
+ * C tokens.  Rows and tokens outside full tiles use smaller tiles with the
+ * same per-element arithmetic.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -266,41 +271,229 @@ NAME(const uint8_t *w, int64_t wstride, const float *x, int n_tok, int ldx,   \
     }                                                                         \
 }
 
-DEFINE_MATMUL(matmul_f32, GGML_F32)
-DEFINE_MATMUL(matmul_f16, GGML_F16)
-DEFINE_MATMUL(matmul_bf16, GGML_BF16)
 DEFINE_MATMUL(matmul_q8_0, GGML_Q8_0)
 
 
+/* --- panels --- */
+
+/* column c (element index c * 16) of one panel: 16 rows as float */
+static ALWAYS_INLINE v16
+load_panel(ggml_type type, const uint8_t *p, int64_t i)
+{
+    switch (type) {
+    case GGML_F32:
+        return _mm512_loadu_ps((const float *) p + i);
+    case GGML_F16:
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *) ((const uint16_t *) p + i)));
+    default:    /* GGML_BF16 */
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+            _mm256_loadu_si256((const __m256i *) ((const uint16_t *) p + i))),
+            16));
+    }
+}
+
+
+/* rows of panel g that lie in [r0, r1) */
+static ALWAYS_INLINE __mmask16
+panel_mask(int64_t g, int64_t r0, int64_t r1)
+{
+    int64_t lo = r0 - 16 * g, hi = r1 - 16 * g;
+    __mmask16 m = 0xffff;
+
+    if (lo > 0) {
+        m &= (__mmask16) (0xffffu << lo);
+    }
+    if (hi < 16) {
+        m &= (__mmask16) ((1u << hi) - 1);
+    }
+    return m;
+}
+
+
+/* Panels g0 .. g0 + G - 1 by tokens 0 .. C - 1 of x (see the file's top) */
+static ALWAYS_INLINE void
+panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
+           const float *x, int ldx, float *y, int ldy, int64_t cols,
+           int64_t r0, int64_t r1, int accumulate, const int G, const int C)
+{
+    v16            acc[8][4];
+    const uint8_t *pg = panels + g0 * pbytes;
+
+    for (int i = 0; i < G; i++) {
+        for (int j = 0; j < C; j++) {
+            acc[i][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t c = 0; c < cols; c++) {
+        v16 xb[4];
+
+        for (int j = 0; j < C; j++) {
+            xb[j] = _mm512_set1_ps(x[(int64_t) j * ldx + c]);
+        }
+        for (int i = 0; i < G; i++) {
+            v16 wv = load_panel(type, pg + i * pbytes, c * 16);
+
+            for (int j = 0; j < C; j++) {
+                acc[i][j] = _mm512_fmadd_ps(wv, xb[j], acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < G; i++) {
+        __mmask16 m = panel_mask(g0 + i, r0, r1);
+
+        for (int j = 0; j < C; j++) {
+            float *o = y + (int64_t) j * ldy + 16 * (g0 + i);
+            v16    v = acc[i][j];
+
+            if (accumulate) {
+                v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
+            }
+            _mm512_mask_storeu_ps(o, m, v);
+        }
+    }
+}
+
+
+/* Tiles of up to Gmax panels by C tokens over panels [g, g1). */
+#define PANEL_RUN(TYPE, C, GMAX)                                              \
+    do {                                                                      \
+        int64_t g_ = g;                                                       \
+                                                                              \
+        while (g_ < g1) {                                                     \
+            int64_t left_ = g1 - g_;                                          \
+                                                                              \
+            if ((GMAX) >= 8 && left_ >= 8) {                                  \
+                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
+                           r1, acc, 8, C);                                    \
+                g_ += 8;                                                      \
+            } else if (left_ >= 4) {                                          \
+                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
+                           r1, acc, 4, C);                                    \
+                g_ += 4;                                                      \
+            } else if (left_ >= 2) {                                          \
+                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
+                           r1, acc, 2, C);                                    \
+                g_ += 2;                                                      \
+            } else {                                                          \
+                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
+                           r1, acc, 1, C);                                    \
+                g_ += 1;                                                      \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
+
+/*
+ * One type: the compiler specialises panel_tile() per (type, G, C).  Groups
+ * of 8 panels (4 for tiles of 3-4 tokens) are the outer loop, so a group's
+ * weights, read once from memory, serve every token tile from cache.
+ */
+#define DEFINE_PANEL_MATMUL(NAME, TYPE)                                       \
+static void                                                                   \
+NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
+     float *y, int ldy, int64_t r0, int64_t r1, int acc)                      \
+{                                                                             \
+    int64_t pbytes = cols * 16 * (TYPE == GGML_F32 ? 4 : 2);                  \
+    int64_t ga = r0 / 16, gb = (r1 + 15) / 16;                                \
+                                                                              \
+    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
+    int tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;                 \
+                                                                              \
+    for (int64_t g = ga; g < gb; g += 8) {                                    \
+        int64_t g1 = g + 8 < gb ? g + 8 : gb;                                 \
+        int     t = t0;                                                       \
+                                                                              \
+        while (t < t0 + tn) {                                                 \
+            const float *xt = x + (int64_t) t * ldx;                          \
+            float       *yt = y + (int64_t) t * ldy;                          \
+            int          left = t0 + tn - t;                                  \
+                                                                              \
+            if (left >= 4) {                                                  \
+                PANEL_RUN(TYPE, 4, 4);                                        \
+                t += 4;                                                       \
+            } else if (left == 3) {                                           \
+                PANEL_RUN(TYPE, 3, 4);                                        \
+                t += 3;                                                       \
+            } else if (left == 2) {                                           \
+                PANEL_RUN(TYPE, 2, 8);                                        \
+                t += 2;                                                       \
+            } else {                                                          \
+                PANEL_RUN(TYPE, 1, 8);                                        \
+                t += 1;                                                       \
+            }                                                                 \
+        }                                                                     \
+    }                                                                         \
+    }                                                                         \
+}
+
+DEFINE_PANEL_MATMUL(panels_f32, GGML_F32)
+DEFINE_PANEL_MATMUL(panels_f16, GGML_F16)
+DEFINE_PANEL_MATMUL(panels_bf16, GGML_BF16)
+
+
+int
+nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+{
+    int64_t esz, n_panels, wstride;
+
+    M->W = W;
+    M->panels = NULL;
+    if (W->type != GGML_F32 && W->type != GGML_F16 && W->type != GGML_BF16) {
+        return 0;
+    }
+    esz = W->type == GGML_F32 ? 4 : 2;
+    n_panels = (W->rows + 15) / 16;
+    wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
+    /* 64-byte aligned: each column of a panel is one cache line (F32) */
+    if (posix_memalign(&M->panels, 64,
+                       (size_t) (n_panels * W->cols * 16 * esz)) != 0)
+    {
+        M->panels = NULL;
+        return nalar_fail(err, "cpu backend: out of memory for a %lld x "
+                          "%lld weight's panels", (long long) W->rows,
+                          (long long) W->cols);
+    }
+    memset(M->panels, 0, (size_t) (n_panels * W->cols * 16 * esz));
+    for (int64_t r = 0; r < W->rows; r++) {
+        const uint8_t *src = (const uint8_t *) W->data + r * wstride;
+        uint8_t       *dst = (uint8_t *) M->panels
+                             + ((r / 16) * W->cols * 16 + r % 16) * esz;
+
+        for (int64_t c = 0; c < W->cols; c++) {
+            memcpy(dst + c * 16 * esz, src + c * esz, (size_t) esz);
+        }
+    }
+    return 0;
+}
+
+
 void
-nalar_cpu_matmul(const nalar_mat *W, const float *x, int n_tok, int ldx,
+nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
                  float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
 {
-    int64_t        wstride = (int64_t) ggml_row_size(W->type,
-                                                     (uint64_t) W->cols);
-    const uint8_t *w = W->data;
+    const nalar_mat *W = M->W;
+    const uint8_t   *p = M->panels;
 
     switch (W->type) {
     case GGML_F32:
-        matmul_f32(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
-                   accumulate);
+        panels_f32(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         break;
     case GGML_F16:
-        matmul_f16(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
-                   accumulate);
+        panels_f16(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         break;
     case GGML_BF16:
-        matmul_bf16(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
-                    accumulate);
+        panels_bf16(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         break;
     default:
-        matmul_q8_0(w, wstride, x, n_tok, ldx, y, ldy, r0, r1, W->cols,
-                    accumulate);
+        matmul_q8_0(W->data,
+                    (int64_t) ggml_row_size(W->type, (uint64_t) W->cols), x,
+                    n_tok, ldx, y, ldy, r0, r1, W->cols, accumulate);
         break;
     }
 }
 
-#else  /* portable fallback: same 16-lane order of operations, scalar */
+#else  /* portable fallback: each type's order of operations, scalar */
 
 #include <math.h>
 
@@ -328,25 +521,44 @@ w_at(ggml_type type, const uint8_t *w, int64_t c)
 }
 
 
+int
+nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+{
+    (void) err;
+    M->W = W;
+    M->panels = NULL;
+    return 0;
+}
+
+
 void
-nalar_cpu_matmul(const nalar_mat *W, const float *x, int n_tok, int ldx,
+nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
                  float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
 {
+    const nalar_mat *W = M->W;
     int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
 
     for (int t = 0; t < n_tok; t++) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = (const uint8_t *) W->data + r * wstride;
-            float          lane[16] = { 0 };
-            float          s;
+            const float   *xt = x + (int64_t) t * ldx;
+            float          s = 0;
 
-            for (int64_t c = 0; c < W->cols; c++) {
-                lane[c % 16] = fmaf(w_at(W->type, w, c),
-                                    x[(int64_t) t * ldx + c], lane[c % 16]);
-            }
-            s = 0;
-            for (int i = 0; i < 16; i++) {
-                s += lane[i];
+            if (W->type == GGML_Q8_0) {
+                float lane[16] = { 0 };
+
+                for (int64_t c = 0; c < W->cols; c++) {
+                    lane[c % 16] = fmaf(w_at(W->type, w, c), xt[c],
+                                        lane[c % 16]);
+                }
+                for (int i = 0; i < 16; i++) {
+                    s += lane[i];
+                }
+            } else {
+                /* one FMA chain in column order, as the panels' lanes */
+                for (int64_t c = 0; c < W->cols; c++) {
+                    s = fmaf(w_at(W->type, w, c), xt[c], s);
+                }
             }
             y[(int64_t) t * ldy + r] = accumulate
                                        ? y[(int64_t) t * ldy + r] + s : s;
@@ -355,6 +567,14 @@ nalar_cpu_matmul(const nalar_mat *W, const float *x, int n_tok, int ldx,
 }
 
 #endif
+
+
+void
+nalar_cpu_mat_free(nalar_cpu_mat *M)
+{
+    free(M->panels);
+    M->panels = NULL;
+}
 
 
 void

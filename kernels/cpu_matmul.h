@@ -3,14 +3,16 @@
  *
  * y[t, r] = sum_c W[r, c] * x[t, c]  (+ y[t, r] when accumulate)
  * for rows r in [r0, r1) and tokens t in [0, n_tok).
- *   W: nalar_mat (rows, cols), rows contiguous
+ *   W: a nalar_cpu_mat over the model's (rows, cols) matrix
  *   x: (n_tok, ldx) floats, y: (n_tok, ldy) floats
  *
  * Batch invariance: every output element is computed by the same sequence
- * of operations (16-lane FMA accumulation over columns in order, masked
- * tail, then one fixed horizontal reduction), whatever tile it falls in.
- * So a sequence's numbers do not depend on what else is in the batch or on
- * how its prompt was chunked.
+ * of operations whatever tile it falls in, so a sequence's numbers do not
+ * depend on what else is in the batch or on how its prompt was chunked.
+ *   F32, F16, BF16: one FMA chain over the columns in order, from 0:
+ *     s = fma(W[r, c], x[t, c], s) for c = 0 .. cols - 1; then y (+)= s.
+ *   Q8_0: 16-lane FMA accumulation over columns in order, then one fixed
+ *     horizontal reduction.
  */
 #ifndef NALAR_CPU_MATMUL_H
 #define NALAR_CPU_MATMUL_H
@@ -18,9 +20,28 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "nalar_err.h"
 
-void nalar_cpu_matmul(const nalar_mat *W, const float *x, int n_tok, int ldx,
-                      float *y, int ldy, int64_t r0, int64_t r1,
+/*
+ * A weight matrix as the CPU kernels read it.  With AVX-512, F32/F16/BF16
+ * weights are copied once into panels of 16 rows stored by column:
+ * element (r, c) at panels[(r / 16) * cols * 16 + c * 16 + r % 16], in W's
+ * type, the last panel padded with zero rows.  One vector load then gives
+ * one column of 16 rows, each token's x[t, c] is broadcast against it, and
+ * 16 outputs build up in one vector with no horizontal sum -- so a pass of
+ * a few tokens costs little more than one.  Q8_0 (and builds without
+ * AVX-512) read the model's rows in place: panels is NULL.
+ */
+typedef struct {
+    const nalar_mat *W;
+    void            *panels;   /* (ceil(rows / 16), cols, 16) or NULL */
+} nalar_cpu_mat;
+
+int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err);
+void nalar_cpu_mat_free(nalar_cpu_mat *M);
+
+void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
+                      int ldx, float *y, int ldy, int64_t r0, int64_t r1,
                       int accumulate);
 
 /* out[c] = W[row, c] as float (embedding lookup), c in [0, cols) */

@@ -1,0 +1,199 @@
+/*
+ * The CPU matrix product against its contract (kernels/cpu_matmul.h), on
+ * awkward shapes: rows not a multiple of 16, row ranges starting and ending
+ * inside a panel, 1-9 tokens (every tile width and its remainders) and a
+ * prefill-sized block, strided x and y, accumulate or not.
+ *   F32/F16/BF16: each output bit-identical to one fmaf chain over the
+ *     columns in order (what makes results independent of the tiles).
+ *   Q8_0: within 1e-5 (relative to the row's |w|.|x|) of a double sum.
+ * Every y element outside the rows and tokens asked for keeps its poison.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_matmul.h"
+#include "fp16.h"
+#include "tap.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+
+static uint32_t
+next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t) (rng >> 16);
+}
+
+
+static float
+frand(void)
+{
+    return (float) (next() % 2000001) / 1000000.0f - 1.0f;
+}
+
+
+/* a (rows, cols) matrix of `type` with random values; w[] gets them as
+ * float (exact: every type widens to float exactly) */
+static void *
+make_mat(ggml_type type, int64_t rows, int64_t cols, float *w)
+{
+    size_t   rs = (size_t) ggml_row_size(type, (uint64_t) cols);
+    uint8_t *d = malloc(rs * (size_t) rows);
+
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = d + rs * (size_t) r;
+
+        for (int64_t c = 0; c < cols; c++) {
+            float    f = frand();
+            uint16_t h;
+
+            switch (type) {
+            case GGML_F32:
+                memcpy(row + 4 * c, &f, 4);
+                w[r * cols + c] = f;
+                break;
+            case GGML_F16:
+                /* sign, exponent 2^-6 .. 2^1, any mantissa */
+                h = (uint16_t) ((next() & 0x8000) | ((9 + next() % 8) << 10)
+                                | (next() & 0x3ff));
+                memcpy(row + 2 * c, &h, 2);
+                w[r * cols + c] = nalar_f16_to_f32(h);
+                break;
+            case GGML_BF16:
+                h = nalar_f32_to_bf16(f);
+                memcpy(row + 2 * c, &h, 2);
+                w[r * cols + c] = nalar_bf16_to_f32(h);
+                break;
+            default:
+                break;
+            }
+        }
+        if (type == GGML_Q8_0) {
+            for (int64_t b = 0; b < cols / QK8_0; b++) {
+                uint8_t *blk = row + 34 * b;
+                uint16_t h = (uint16_t) ((next() % 4 + 8) << 10
+                                         | (next() & 0x3ff));
+
+                memcpy(blk, &h, 2);
+                for (int i = 0; i < QK8_0; i++) {
+                    int8_t q = (int8_t) (next() % 255 - 127);
+
+                    blk[2 + i] = (uint8_t) q;
+                    w[r * cols + b * QK8_0 + i] = (float) q
+                                                  * nalar_f16_to_f32(h);
+                }
+            }
+        }
+    }
+    return d;
+}
+
+
+static int
+check(ggml_type type, int64_t rows, int64_t cols, int n_tok, int64_t r0,
+      int64_t r1, int acc)
+{
+    int            ldx = (int) cols + 3, ldy = (int) rows + 5;
+    float         *w = malloc(sizeof(float) * (size_t) (rows * cols));
+    void          *data = make_mat(type, rows, cols, w);
+    float         *x = malloc(sizeof(float) * (size_t) (n_tok * ldx));
+    float         *y = malloc(sizeof(float) * (size_t) (n_tok * ldy));
+    float         *y0 = malloc(sizeof(float) * (size_t) (n_tok * ldy));
+    nalar_mat      W = { type, rows, cols, data };
+    nalar_cpu_mat  M;
+    nalar_err      err;
+    int            bad = 0;
+
+    for (int i = 0; i < n_tok * ldx; i++) x[i] = frand();
+    for (int i = 0; i < n_tok * ldy; i++) y0[i] = y[i] = frand() + 7.0f;
+    if (nalar_cpu_mat_init(&M, &W, &err) != 0) {
+        diag("%s", err.msg);
+        return 1;
+    }
+    nalar_cpu_matmul(&M, x, n_tok, ldx, y, ldy, r0, r1, acc);
+    for (int t = 0; t < n_tok; t++) {
+        for (int64_t r = 0; r < ldy; r++) {
+            float got = y[t * ldy + r], want;
+
+            if (r < r0 || r >= r1) {
+                want = y0[t * ldy + r];     /* untouched */
+            } else if (type != GGML_Q8_0) {
+                float s = 0;
+
+                for (int64_t c = 0; c < cols; c++) {
+                    s = fmaf(w[r * cols + c], x[t * ldx + c], s);
+                }
+                want = acc ? y0[t * ldy + r] + s : s;
+            } else {
+                double s = 0, mag = 0;
+
+                for (int64_t c = 0; c < cols; c++) {
+                    s += (double) w[r * cols + c] * x[t * ldx + c];
+                    mag += fabs((double) w[r * cols + c] * x[t * ldx + c]);
+                }
+                if (acc) s += y0[t * ldy + r];
+                if (fabs(got - s) > 1e-5 * (mag + 8)) {
+                    bad++;
+                }
+                continue;
+            }
+            if (memcmp(&got, &want, sizeof(float)) != 0) {
+                if (bad++ < 3) {
+                    diag("type %d %lldx%lld tok %d rows [%lld,%lld): y[%d,"
+                         "%lld] = %.9g, want %.9g", (int) type,
+                         (long long) rows, (long long) cols, n_tok,
+                         (long long) r0, (long long) r1, t, (long long) r,
+                         got, want);
+                }
+            }
+        }
+    }
+    nalar_cpu_mat_free(&M);
+    free(w); free(data); free(x); free(y); free(y0);
+    return bad;
+}
+
+
+int
+main(void)
+{
+    static const ggml_type types[] = { GGML_F32, GGML_F16, GGML_BF16,
+                                       GGML_Q8_0 };
+    static const char *names[] = { "f32", "f16", "bf16", "q8_0" };
+
+    for (int ti = 0; ti < 4; ti++) {
+        ggml_type type = types[ti];
+        int       fails = 0, runs = 0;
+
+        /* rows: under a panel, panels plus a part, many panels (groups of
+         * 8 and their remainders); cols: Q8_0 needs multiples of 32 */
+        static const int64_t shapes[][2] = {
+            { 5, 64 }, { 16, 32 }, { 37, 96 }, { 130, 128 }, { 200, 160 },
+            { 384, 64 },
+        };
+
+        for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+            int64_t rows = shapes[si][0];
+            int64_t cols = shapes[si][1] + (type == GGML_Q8_0 ? 0 : 3);
+
+            for (int n_tok = 1; n_tok <= 9; n_tok++) {
+                int64_t r0 = n_tok % 3 == 0 ? 0 : (rows * n_tok / 11);
+                int64_t r1 = n_tok % 2 ? rows : rows - rows / 7;
+
+                fails += check(type, rows, cols, n_tok, r0, r1, n_tok & 1)
+                         != 0;
+                runs++;
+            }
+            fails += check(type, rows, cols, 70, 0, rows, 0) != 0;
+            runs++;
+        }
+        ok(fails == 0, "%s: %d of %d products as the contract says",
+           names[ti], runs - fails, runs);
+    }
+    return done_testing();
+}
