@@ -317,7 +317,7 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
            const float *x, int ldx, float *y, int ldy, int64_t cols,
            int64_t r0, int64_t r1, int accumulate, const int G, const int C)
 {
-    v16            acc[8][4];
+    v16            acc[8][8];
     const uint8_t *pg = panels + g0 * pbytes;
 
     for (int i = 0; i < G; i++) {
@@ -326,7 +326,7 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
         }
     }
     for (int64_t c = 0; c < cols; c++) {
-        v16 xb[4];
+        v16 xb[8];
 
         for (int j = 0; j < C; j++) {
             xb[j] = _mm512_set1_ps(x[(int64_t) j * ldx + c]);
@@ -355,7 +355,7 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 }
 
 
-/* Tiles of up to Gmax panels by C tokens over panels [g, g1). */
+/* Tiles of GMAX panels (then 2, then 1) by C tokens over panels [g, g1) */
 #define PANEL_RUN(TYPE, C, GMAX)                                              \
     do {                                                                      \
         int64_t g_ = g;                                                       \
@@ -363,21 +363,17 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
         while (g_ < g1) {                                                     \
             int64_t left_ = g1 - g_;                                          \
                                                                               \
-            if ((GMAX) >= 8 && left_ >= 8) {                                  \
+            if (left_ >= (GMAX)) {                                            \
                 panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
-                           r1, acc, 8, C);                                    \
-                g_ += 8;                                                      \
-            } else if (left_ >= 4) {                                          \
-                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
-                           r1, acc, 4, C);                                    \
-                g_ += 4;                                                      \
+                           r1, acc, GMAX, C);                                 \
+                g_ += (GMAX);                                                 \
             } else if (left_ >= 2) {                                          \
                 panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
                            r1, acc, 2, C);                                    \
                 g_ += 2;                                                      \
             } else {                                                          \
                 panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
-                           r1, acc, 1, C);                                    \
+                           r1, acc, 1, C);                                     \
                 g_ += 1;                                                      \
             }                                                                 \
         }                                                                     \
@@ -385,9 +381,12 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 
 
 /*
- * One type: the compiler specialises panel_tile() per (type, G, C).  Groups
- * of 8 panels (4 for tiles of 3-4 tokens) are the outer loop, so a group's
- * weights, read once from memory, serve every token tile from cache.
+ * One type: the compiler specialises panel_tile() per (type, G, C).  Up to
+ * 8 tokens make one tile, so each weight is read once per pass (a second
+ * tile would read the group again, from L2 at best); more tokens split into
+ * tiles of equal width (9 = 5 + 4, not 8 + 1).  Groups of 8 panels are the
+ * outer loop, so a group's weights serve every token tile from cache.  G
+ * * C stays within 24 accumulators (of 32 vector registers).
  */
 #define DEFINE_PANEL_MATMUL(NAME, TYPE)                                       \
 static void                                                                   \
@@ -399,28 +398,26 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
                                                                               \
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
     int tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;                 \
+    int nt = (tn + 7) / 8;                                                    \
                                                                               \
     for (int64_t g = ga; g < gb; g += 8) {                                    \
         int64_t g1 = g + 8 < gb ? g + 8 : gb;                                 \
-        int     t = t0;                                                       \
                                                                               \
-        while (t < t0 + tn) {                                                 \
+        for (int k = 0; k < nt; k++) {                                        \
+            int          t = t0 + tn * k / nt;                                \
+            int          w = t0 + tn * (k + 1) / nt - t;                      \
             const float *xt = x + (int64_t) t * ldx;                          \
             float       *yt = y + (int64_t) t * ldy;                          \
-            int          left = t0 + tn - t;                                  \
                                                                               \
-            if (left >= 4) {                                                  \
-                PANEL_RUN(TYPE, 4, 4);                                        \
-                t += 4;                                                       \
-            } else if (left == 3) {                                           \
-                PANEL_RUN(TYPE, 3, 4);                                        \
-                t += 3;                                                       \
-            } else if (left == 2) {                                           \
-                PANEL_RUN(TYPE, 2, 8);                                        \
-                t += 2;                                                       \
-            } else {                                                          \
-                PANEL_RUN(TYPE, 1, 8);                                        \
-                t += 1;                                                       \
+            switch (w) {                                                      \
+            case 1: PANEL_RUN(TYPE, 1, 8); break;                             \
+            case 2: PANEL_RUN(TYPE, 2, 8); break;                             \
+            case 3: PANEL_RUN(TYPE, 3, 6); break;                             \
+            case 4: PANEL_RUN(TYPE, 4, 4); break;                             \
+            case 5: PANEL_RUN(TYPE, 5, 4); break;                             \
+            case 6: PANEL_RUN(TYPE, 6, 4); break;                             \
+            case 7: PANEL_RUN(TYPE, 7, 3); break;                             \
+            default: PANEL_RUN(TYPE, 8, 3); break;                            \
             }                                                                 \
         }                                                                     \
     }                                                                         \
