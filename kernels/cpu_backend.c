@@ -194,6 +194,36 @@ sum_lanes(const float *x, int32_t n)
 }
 
 
+/* max of x[0..n), n >= 1, in 16 lanes (the compiler does not vectorise a
+ * float max: it may not reorder it) */
+static float
+max_lanes(const float *x, int32_t n)
+{
+#if defined(__AVX512F__)
+    __m512  mx = _mm512_set1_ps(-INFINITY);
+    int32_t j = 0;
+
+    for (; j + 16 <= n; j += 16) {
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + j));
+    }
+    if (j < n) {
+        mx = _mm512_mask_max_ps(mx, (__mmask16) ((1u << (n - j)) - 1), mx,
+                                _mm512_maskz_loadu_ps(
+                                    (__mmask16) ((1u << (n - j)) - 1),
+                                    x + j));
+    }
+    return _mm512_reduce_max_ps(mx);
+#else
+    float m = -INFINITY;
+
+    for (int32_t j = 0; j < n; j++) {
+        m = x[j] > m ? x[j] : m;
+    }
+    return m;
+#endif
+}
+
+
 /*
  * Attention works on tiles of Q <= QTILE query rows that read the same keys
  * and values: the heads of one KV group, and consecutive tokens of one
@@ -419,7 +449,9 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
 }
 
 
-/* The tile `item` (token tile, KV head, group of its heads) */
+/* The tile `item` (KV head, token tile, group of its heads): KV-head
+ * major, so a thread's share of the items reads few KV heads' keys and
+ * values, once from memory, then from its cache */
 static ALWAYS_INLINE void
 attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
 {
@@ -429,8 +461,8 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     int                 hp = be->tile_heads, ng = be->head_groups;
     int                 ldqkv = be->q_dim + 2 * be->kv_dim;
     int                 sub = (int) (item % ng);
-    int                 g = (int) (item / ng % c->n_kv_heads);
-    const tok_tile     *tl = &be->tiles[item / ng / c->n_kv_heads];
+    int                 g = (int) (item / ng / be->n_tiles);
+    const tok_tile     *tl = &be->tiles[item / ng % be->n_tiles];
     int                 h0 = g * G + sub * hp;
     int                 nh = G - sub * hp < hp ? G - sub * hp : hp;
     int                 Q = tl->n * nh;
@@ -458,11 +490,8 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     /* per row: softmax over its own positions (scores - max <= 0: the
      * branch-free exp, vectorised); 1 / sum scales the output */
     for (int i = 0; i < Q; i++) {
-        float mx = -INFINITY;
+        float mx = max_lanes(r.sc[i], r.n[i]);
 
-        for (int32_t j = 0; j < r.n[i]; j++) {
-            mx = r.sc[i][j] > mx ? r.sc[i][j] : mx;
-        }
         for (int32_t j = 0; j < r.n[i]; j++) {
             r.sc[i][j] = nalar_exp_neg(r.sc[i][j] - mx);
         }
