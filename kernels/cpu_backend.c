@@ -334,6 +334,8 @@ tile_value(const tile_rows *r, __m512 (*acc)[2][4], const float *vj,
 
     for (int c = 0; c < nv; c++) {
         v[c] = _mm512_loadu_ps(vj + 16 * c);
+        /* one load per value vector: folded into each FMA, Q loads */
+        __asm__("" : "+v"(v[c]));
     }
     for (int i = 0; i < Q; i++) {
         __m512 w;
