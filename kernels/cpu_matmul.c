@@ -317,7 +317,7 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
            const float *x, int ldx, float *y, int ldy, int64_t cols,
            int64_t r0, int64_t r1, int accumulate, const int G, const int C)
 {
-    v16            acc[8][8];
+    v16            acc[8][10];
     const uint8_t *pg = panels + g0 * pbytes;
 
     for (int i = 0; i < G; i++) {
@@ -326,7 +326,7 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
         }
     }
     for (int64_t c = 0; c < cols; c++) {
-        v16 xb[8];
+        v16 xb[10];
 
         for (int j = 0; j < C; j++) {
             xb[j] = _mm512_set1_ps(x[(int64_t) j * ldx + c]);
@@ -382,11 +382,12 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 
 /*
  * One type: the compiler specialises panel_tile() per (type, G, C).  Up to
- * 8 tokens make one tile, so each weight is read once per pass (a second
- * tile would read the group again, from L2 at best); more tokens split into
- * tiles of equal width (9 = 5 + 4, not 8 + 1).  Groups of 8 panels are the
- * outer loop, so a group's weights serve every token tile from cache.  G
- * * C stays within 24 accumulators (of 32 vector registers).
+ * 10 tokens (a verification of up to 9 proposals) make one tile, so each
+ * weight is read once per pass (a second tile would read the group again,
+ * from L2 at best); more tokens split into tiles of at most 8, of equal
+ * width (17 = 6 + 6 + 5, not 8 + 8 + 1).  Groups of 8 panels are the outer
+ * loop, so a group's weights serve every token tile from cache.  G * C
+ * stays within 24 accumulators (of 32 vector registers).
  */
 #define DEFINE_PANEL_MATMUL(NAME, TYPE)                                       \
 static void                                                                   \
@@ -398,7 +399,7 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
                                                                               \
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
     int tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;                 \
-    int nt = (tn + 7) / 8;                                                    \
+    int nt = tn <= 10 ? 1 : (tn + 7) / 8;                                     \
                                                                               \
     for (int64_t g = ga; g < gb; g += 8) {                                    \
         int64_t g1 = g + 8 < gb ? g + 8 : gb;                                 \
@@ -417,7 +418,9 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
             case 5: PANEL_RUN(TYPE, 5, 4); break;                             \
             case 6: PANEL_RUN(TYPE, 6, 4); break;                             \
             case 7: PANEL_RUN(TYPE, 7, 3); break;                             \
-            default: PANEL_RUN(TYPE, 8, 3); break;                            \
+            case 8: PANEL_RUN(TYPE, 8, 3); break;                             \
+            case 9: PANEL_RUN(TYPE, 9, 2); break;                             \
+            default: PANEL_RUN(TYPE, 10, 2); break;                           \
             }                                                                 \
         }                                                                     \
     }                                                                         \
