@@ -237,6 +237,13 @@ nalar_cmd_spec_bench(int argc, char **argv)
         fprintf(stderr, "nalar spec-bench: -m MODEL required, -n 1..400\n");
         return 2;
     }
+    if (strcmp(task, "edit") != 0 && strcmp(task, "edit-spans") != 0
+        && strcmp(task, "prompts") != 0)
+    {
+        fprintf(stderr, "nalar spec-bench: --task is prompts, edit or "
+                "edit-spans, not '%s'\n", task);
+        return 2;
+    }
     reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
     n_b = parse_list(blist, bs, 8);
     n_k = parse_list(klist, ks, 8);
@@ -252,24 +259,41 @@ nalar_cmd_spec_bench(int argc, char **argv)
                                       strlen(bench_prompts[k]), 1, 0,
                                       prompts[k], 64);
     }
-    if (strcmp(task, "edit") == 0) {
+    if (strcmp(task, "prompts") != 0) {
         /* an editing task: the client predicts the text it expects back,
-         * and 90% of it is right: one token in 10 differs, at positions
-         * drawn at random (a fixed period would line up with k + 1) */
+         * and 90% of it is right.  edit: one token in 10 differs, at
+         * positions drawn at random (a fixed period would line up with
+         * k + 1); the hardest case for speculation.  edit-spans: the
+         * changes come as phrases, as a real edit's do: spans of 3 to 9
+         * tokens, each after 9 times its length unchanged. */
+        int spans = strcmp(task, "edit-spans") == 0;
+
         preds = calloc(N_BENCH_PROMPTS, sizeof(*preds));
         spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, 0,
                  NULL, 0, 1, out);
         for (int k = 0; k < N_BENCH_PROMPTS; k++) {
+            int keep = 0, change = 0;
+
             for (int i = 0; i < env.n_gen; i++) {
                 uint64_t h = ((uint64_t) k * 1000003u + (uint64_t) i)
                              * 0x9E3779B97F4A7C15ull;
+                int      wrong;
 
-                preds[k][i] = (h >> 32) % 10 == 0
-                              ? (out[k].ids[i] + 7) % 2000 + 3
-                              : out[k].ids[i];
+                if (spans) {
+                    if (keep == 0 && change == 0) {
+                        change = 3 + (int) ((h >> 40) % 7);
+                        keep = 9 * change;
+                    }
+                    wrong = keep == 0;
+                    if (keep > 0) keep--; else change--;
+                } else {
+                    wrong = (h >> 32) % 10 == 0;
+                }
+                preds[k][i] = wrong ? (out[k].ids[i] + 7) % 2000 + 3
+                                    : out[k].ids[i];
             }
         }
-        proposers[n_modes] = "prediction";
+        proposers[n_modes] = spans ? "prediction-spans" : "prediction";
         modes[n_modes++] = NALAR_SPEC_OFF;
     } else {
         if (env.draft != NULL) {

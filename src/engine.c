@@ -1233,9 +1233,9 @@ verify(nalar_engine *e, nalar_request *r, float *rows, double t)
 }
 
 
-#define PRED_WINDOW 8    /* output tokens that judge the alignment */
-#define PRED_TAIL   3    /* output tokens that re-anchor it */
-#define PRED_REACH  32   /* farthest shift a nearby tail match explains */
+#define PRED_TAIL   3    /* output tokens that re-anchor the alignment */
+#define PRED_REACH  32   /* farthest shift a nearby tail match explains,
+                            and the longest changed span it outlasts */
 
 /*
  * The client's prediction: the output should run along it.  r->pred_off is
@@ -1243,64 +1243,67 @@ verify(nalar_engine *e, nalar_request *r, float *rows, double t)
  * index the next output token should be, or -1 when the output's tail is
  * nowhere in the prediction.
  *
- * Edits the client did not foresee show up as mismatches.  A substitution
- * (a renamed identifier, a changed word) leaves the alignment right: it
- * holds while at most half of the last PRED_WINDOW aligned tokens differ
- * and not all PRED_TAIL newest ones do.  An insertion or a deletion
- * shifts the text: the newest tokens keep differing, the tail of PRED_TAIL
- * tokens soon matches again at the shifted place (within PRED_REACH), and
- * the alignment moves there.  When the window is mostly wrong, the
- * alignment moves to the occurrence of the tail closest to the old one,
- * however far (repetitive text has many).
+ * Edits the client did not foresee show up as mismatches at the current
+ * alignment, newest first:
+ *   - fewer than PRED_TAIL in a row: substituted tokens (a renamed
+ *     identifier); the alignment holds;
+ *   - more: either the text shifted (an insertion or a deletion), and the
+ *     output's last PRED_TAIL tokens occur again in the prediction within
+ *     PRED_REACH of the alignment -- it moves there -- or a whole phrase
+ *     was rewritten: the alignment holds, and once the phrase ends (up to
+ *     PRED_REACH tokens) the output runs along the prediction again where
+ *     it was.  Where the tail recurs nearby (repetitive text: a rewritten
+ *     phrase's own tokens recur a period away), the nearest occurrence
+ *     ahead wins: moving back would meet the same edit again, step after
+ *     step, where moving ahead skips it;
+ *   - more than PRED_REACH: the output left the prediction; the alignment
+ *     moves to the tail's nearest occurrence anywhere, or there is none.
+ * A move needs PRED_TAIL matching tokens: a shorter tail recurs
+ * everywhere.
  */
 static int32_t
 pred_align(nalar_request *r)
 {
     const int32_t *out = r->tokens + r->p.n_prompt, *pred = r->pred;
     int32_t        g = r->n_generated, at = g + r->pred_off;
-    int32_t        w = g < PRED_WINDOW ? g : PRED_WINDOW, miss = 0;
-    int32_t        m = g < PRED_TAIL ? g : PRED_TAIL, best = -1;
-    int            lost;
+    int32_t        run = 0, tail = g < PRED_TAIL ? g : PRED_TAIL;
+    int32_t        best = -1, ahead = -1;
 
-    if (at >= w && at <= r->n_pred) {
-        for (int32_t j = 1; j <= w; j++) {
-            miss += out[g - j] != pred[at - j];
-        }
+    /* newest output tokens that differ from the prediction where aligned */
+    while (run < g && run <= PRED_REACH
+           && (at - 1 - run < 0 || at - 1 - run >= r->n_pred
+               || out[g - 1 - run] != pred[at - 1 - run]))
+    {
+        run++;
     }
-    lost = at < w || at > r->n_pred || miss > (w / 2 > 1 ? w / 2 : 1);
-    if (!lost) {
-        int32_t wrong = 0;
+    if (run < PRED_TAIL && at >= 0 && at <= r->n_pred) {
+        return at;
+    }
+    /* the tail's occurrences: within PRED_REACH of the alignment (a
+     * shift: the nearest one ahead, else the nearest), or anywhere once
+     * the output has left the prediction (the nearest) */
+    for (int32_t s = 0; tail > 0 && s + tail <= r->n_pred; s++) {
+        int32_t to = s + tail;
 
-        while (wrong < m && out[g - 1 - wrong] != pred[at - 1 - wrong]) {
-            wrong++;
+        if ((run <= PRED_REACH && labs((long) (to - at)) > PRED_REACH)
+            || memcmp(pred + s, out + g - tail,
+                      (size_t) tail * sizeof(int32_t)) != 0)
+        {
+            continue;
         }
-        if (wrong < PRED_TAIL) {
-            /* the newest tokens agree, or a few substituted ones differ:
-             * nothing to move.  Moving sooner would, in text that
-             * repeats, jump back a period to the same edit and meet it
-             * again, step after step */
-            return at;
+        if (to > at) {
+            ahead = ahead < 0 || to < ahead ? to : ahead;
         }
-    }
-    /* the occurrence of the longest tail closest to the old alignment;
-     * with the alignment still plausible, only one within PRED_REACH */
-    for (int32_t len = m; len >= (g < 2 ? 1 : 2) && best < 0; len--) {
-        for (int32_t s = 0; s + len <= r->n_pred; s++) {
-            if (memcmp(pred + s, out + g - len,
-                       (size_t) len * sizeof(int32_t)) == 0
-                && (best < 0
-                    || labs((long) (s + len - at))
-                       < labs((long) (best - at))))
-            {
-                best = s + len;
-            }
+        if (best < 0 || labs((long) (to - at)) < labs((long) (best - at))) {
+            best = to;
         }
     }
-    if (best >= 0 && (lost || labs((long) (best - at)) <= PRED_REACH)) {
+    best = run <= PRED_REACH && ahead >= 0 ? ahead : best;
+    if (best >= 0) {
         r->pred_off = best - g;
         return best;
     }
-    return lost ? -1 : at;
+    return run <= PRED_REACH && at >= 0 && at <= r->n_pred ? at : -1;
 }
 
 

@@ -120,4 +120,20 @@ ok(@vb == 7 && $vb[6][1] > $vb[0][1] && $vb[6][2] < 33,
 ok($rc == 2 && $out =~ /--pos must leave 33 positions/,
    "verify-bench refuses a position past the context: $out");
 
+# spec-bench: the editing tasks run end to end (the draft model as target:
+# small and quick); an unknown task is refused
+for my $task ('edit', 'edit-spans') {
+    ($rc, $out) = run($nalar, 'spec-bench', '-m',
+        'models/nalar-kjv-draft-f32.gguf', '--task', $task, '-b', 1, '-k', 4,
+        '-n', 32, '--reps', 1, '-t', 1, '--json');
+    my $label = $task eq 'edit' ? 'prediction' : 'prediction-spans';
+    ok($rc == 0 && $out =~ /"proposer": "$label", "streams": 1, "k": "4".*"acceptance": ([\d.]+)/
+       && $1 > 0.3, "spec-bench --task $task: a $label row, most proposals "
+       . "accepted") or diag $out;
+}
+($rc, $out) = run($nalar, 'spec-bench', '-m',
+    'models/nalar-kjv-draft-f32.gguf', '--task', 'code');
+ok($rc == 2 && $out =~ /--task is prompts, edit or edit-spans, not 'code'/,
+   "spec-bench refuses an unknown task: $out");
+
 done_testing();
