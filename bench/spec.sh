@@ -2,7 +2,8 @@
 # Speculative decoding benchmark: tokens/s with and without speculation for
 # the demo target + draft, `auto` (the draft, and n-gram lookup where the
 # gate holds the draft back), n-gram lookup, and the client's prediction on
-# an editing task (90% of the output predicted), at 1, 4 and 16 streams and
+# an editing task (90% of the output predicted: one token in ten changed,
+# or the changes as phrases), at 1, 4 and 16 streams and
 # k = auto (cost model and step gate), fixed 1, 2, 4, 8, and 0 (a plain
 # against plain control).  Alternating runs on the same engine, the
 # baseline's requests with speculation off; tokens/s are medians, the
@@ -16,8 +17,10 @@ D=models/nalar-kjv-draft-f32.gguf
 {
     build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k 0,auto,1,2,4,8 -n 256 \
         --reps "$REPS" -t "$THREADS" --json
-    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k 0,auto,2,4,8 -n 256 \
-        --reps "$REPS" -t "$THREADS" --json
+    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k 0,auto,2,4,6,8 \
+        -n 256 --reps "$REPS" -t "$THREADS" --json
+    build/nalar spec-bench -m $T --task edit-spans -b 1 -k 0,auto,4,6,8 \
+        -n 256 --reps "$REPS" -t "$THREADS" --json
 } > bench/results/spec.jsonl
 build/nalar verify-bench -m $T -t "$THREADS" > bench/results/verify.md
 cat bench/results/verify.md
@@ -37,7 +40,7 @@ open("bench/results/spec.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 if shutil.which("gnuplot"):
     with open("bench/results/spec.dat", "w") as f:
-        for prop in ("draft", "ngram", "prediction"):
+        for prop in ("draft", "ngram", "prediction", "prediction-spans"):
             for s in (1, 4, 16):
                 pts = [r for r in rows if r["proposer"] == prop
                        and r["streams"] == s and r["k"] not in ("auto", "off (control)")]

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "exp_neg.h"
 #include "cpu_matmul.h"
 #include "cpu_simd.h"
@@ -63,6 +64,11 @@ typedef struct {
      * one KV group and up to tile_tokens consecutive tokens; each KV head's
      * G heads make head_groups tiles per token tile */
     int            tile_heads, tile_tokens, head_groups;
+    /* solo or pooled, by pass size (1 .. MODE_TOKENS tokens): measured
+     * microseconds of each way, and passes measured (see run_pass) */
+    double         mode_us[8][2];
+    int            mode_n[8][2];
+    unsigned       mode_passes[8];
     /* the pass in flight */
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
@@ -601,6 +607,16 @@ finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t lo,
  * own xb (a few hundred floats per token: cheaper than a barrier), then
  * owns a share of the weight rows of the next product.
  */
+/* a pass run by one thread alone has no one to wait for */
+static inline void
+barrier(nalar_pool *pool, int nth)
+{
+    if (nth > 1) {
+        nalar_pool_barrier(pool);
+    }
+}
+
+
 static void
 forward_worker(void *arg, int tid, int nth)
 {
@@ -626,7 +642,7 @@ forward_worker(void *arg, int tid, int nth)
             be->rope_sin[t * (hd / 2) + i] = sinf(theta);
         }
     }
-    nalar_pool_barrier(pool);
+    barrier(pool, nth);
 
     for (int l = 0; l < c->n_layers; l++) {
         const nalar_layer *L = &m->layers[l];
@@ -661,10 +677,10 @@ forward_worker(void *arg, int tid, int nth)
             }
         }
         finish_qkv(be, L, l, lo, hi);
-        nalar_pool_barrier(pool);
+        barrier(pool, nth);
 
         attention(be, l, tid, nth);
-        nalar_pool_barrier(pool);
+        barrier(pool, nth);
 
         /* x += att Wo^T */
         split(dim, tid, nth, 16, &lo, &hi);
@@ -672,7 +688,7 @@ forward_worker(void *arg, int tid, int nth)
             nalar_cpu_matmul(&W->wo, be->att, T, be->q_dim, be->x, dim, lo,
                              hi, 1);
         }
-        nalar_pool_barrier(pool);
+        barrier(pool, nth);
 
         for (int t = 0; t < T; t++) {
             rmsnorm(xb + (int64_t) t * dim, be->x + (int64_t) t * dim,
@@ -701,7 +717,7 @@ forward_worker(void *arg, int tid, int nth)
                 }
             }
         }
-        nalar_pool_barrier(pool);
+        barrier(pool, nth);
 
         /* x += h Wd^T */
         split(dim, tid, nth, 16, &lo, &hi);
@@ -709,7 +725,7 @@ forward_worker(void *arg, int tid, int nth)
             nalar_cpu_matmul(&W->w_down, be->hg, T, c->ffn_dim, be->x, dim,
                              lo, hi, 1);
         }
-        nalar_pool_barrier(pool);
+        barrier(pool, nth);
     }
 
     /* final norm of the rows that want logits, then the output head */
@@ -780,6 +796,69 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
 }
 
 
+/*
+ * Run the pass on the pool, or on the calling thread alone: a pass of a
+ * draft model (a fifth of the target's width or less) is shorter than what
+ * waking the pool and its barriers cost.  A backend that borrows its pool
+ * (a draft's) measures both ways for each pass size up to MODE_TOKENS
+ * tokens -- alternately, 5 passes each, the first (cold) not counted --
+ * then runs the faster way, and the other one pass in 64 (in 512 when it
+ * measured 25% slower) so that a change of load is noticed.  The pool's
+ * owner (the target) always uses the pool: its one-token pass is what the
+ * worker must stay awake for, and running it alone lets the worker fall
+ * asleep, which then slows every pooled pass and would skew the
+ * measurement.  Which thread computes a row changes no bit of it.
+ */
+#define MODE_TOKENS 8
+
+static void
+run_pass(cpu_backend *be, int32_t n_tokens)
+{
+    int      c = n_tokens - 1, solo;
+    double   t0, us, *est;
+    int     *n;
+    unsigned k;
+
+    if (be->owns_pool || nalar_pool_size(be->pool) == 1
+        || n_tokens > MODE_TOKENS)
+    {
+        nalar_pool_run(be->pool, forward_worker, be);
+        return;
+    }
+    k = be->mode_passes[c]++;
+    if (be->mode_n[c][0] < 5 || be->mode_n[c][1] < 5) {
+        solo = be->mode_n[c][1] < be->mode_n[c][0];
+    } else {
+        double   fast = be->mode_us[c][0] < be->mode_us[c][1]
+                        ? be->mode_us[c][0] : be->mode_us[c][1];
+        double   slow = be->mode_us[c][0] + be->mode_us[c][1] - fast;
+        unsigned every = slow > 1.25 * fast ? 512 : 64;
+
+        solo = be->mode_us[c][1] < be->mode_us[c][0];
+        solo ^= k % every == every - 1;
+    }
+    t0 = nalar_now_s();
+    if (solo) {
+        forward_worker(be, 0, 1);
+    } else {
+        nalar_pool_run(be->pool, forward_worker, be);
+    }
+    us = (nalar_now_s() - t0) * 1e6;
+    est = &be->mode_us[c][solo];
+    n = &be->mode_n[c][solo];
+    if (*n == 0) {
+        /* the first pass each way warms caches: not counted */
+    } else if (*n < 5) {
+        *est = (*est * (*n - 1) + us) / *n;
+    } else {
+        /* a moving average; a pass stalled by the OS counts at most
+         * twice the estimate */
+        *est = 0.9 * *est + 0.1 * (us < 2 * *est ? us : 2 * *est);
+    }
+    (*n)++;
+}
+
+
 static int
 cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
             float *logits, nalar_err *err)
@@ -841,7 +920,7 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     be->kv = kv;
     be->batch = batch;
     be->logits = logits;
-    nalar_pool_run(be->pool, forward_worker, be);
+    run_pass(be, batch->n_tokens);
     return 0;
 }
 

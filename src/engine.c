@@ -132,6 +132,8 @@ struct nalar_engine {
     int32_t           dbatch_cap;
     float            *dlogits;        /* (max_running, n_vocab) */
     nalar_cost_table  target_cost;    /* seconds per target pass by size */
+    unsigned          fallback_steps; /* steps that chose between a draft
+                                         and n-gram lookup */
     nalar_spec_gate   gate;           /* whole-step rates: may a step
                                          speculate at all (spec.h) */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
@@ -1521,6 +1523,63 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
 }
 
 
+/* The step's mix were the requests that may fall back to n-gram lookup
+ * (auto with a draft) to use it: step_mix() without changing anything. */
+static unsigned
+fallback_mix(nalar_engine *e)
+{
+    unsigned mix = 0;
+
+    for (int32_t i = 0; i < e->n_running; i++) {
+        nalar_request *r = e->running[i];
+
+        if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
+            || r->p.spec_fixed)
+        {
+            continue;
+        }
+        mix |= r->ngram_fallback && r->prop_now == NALAR_PROP_DRAFT
+               ? nalar_spec_gate_bit(NALAR_PROP_NGRAM, 0)
+               : nalar_spec_gate_bit(r->prop_now, acc_now(r)->alpha[0]);
+    }
+    return mix;
+}
+
+
+/*
+ * auto with a draft: should this step's draft requests propose by n-gram
+ * lookup instead?  Yes where the gate holds the draft back; otherwise by
+ * the gate's measured rates of the two mixes: the faster one, the other
+ * one step in 64 to keep its rate current (n-gram lookup one step in 8
+ * until its rate is known).  Text that repeats itself favours the lookup,
+ * free text the draft.
+ */
+static int
+prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
+             int draft_allowed)
+{
+    unsigned k = e->fallback_steps++;
+    double   rd, rn;
+
+    if (!draft_allowed) {
+        return 1;
+    }
+    rd = nalar_spec_gate_ratio(&e->gate, n_decode, mix);
+    rn = nalar_spec_gate_ratio(&e->gate, n_decode, fallback_mix(e));
+    if (rn < 0) {
+        return k % 8 == 0;
+    }
+    if (rd < 0) {
+        return 0;
+    }
+    return rn > rd ? k % 64 != 0 : k % 64 == 0;
+}
+
+
+/* A draft that must first catch up on more tokens than this (decoded
+ * while it was not used) is cold: see the gate's record in engine_step. */
+#define DRAFT_WARM 9
+
 /* Count of blocks held only for provisional positions of r. */
 static int32_t
 provisional_blocks(const nalar_request *r)
@@ -1546,6 +1605,7 @@ engine_step(nalar_engine *e)
     int32_t        budget = e->opts.max_batch_tokens;
     int32_t        n_tok = 0, n_logits = 0, n_decode = 0, n_prefill = 0;
     int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
+    int            draft_cold = 0;
     int32_t        n_confirmed = 0;
     unsigned       mix = 0;
     int            may_speculate = 1, any_fixed = 0;
@@ -1643,13 +1703,12 @@ engine_step(nalar_engine *e)
      * it; fixed k (benchmarks) bypasses it */
     if (mix != 0 && e->opts.spec_fixed_k <= 0) {
         may_speculate = nalar_spec_gate_allow(&e->gate, n_decode, mix);
-        if (!may_speculate
-            && (mix & nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0)) != 0)
+        if ((mix & nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0)) != 0
+            && prefer_ngram(e, n_decode, mix, may_speculate))
         {
-            /* auto with a draft: where the gate holds the draft back,
-             * n-gram lookup (free to propose) stands in, judged by the
-             * gate as a mix of its own; the draft's KV catches up when
-             * the draft is next used */
+            /* auto with a draft: n-gram lookup (free to propose) stands in
+             * for the draft, judged by the gate as a mix of its own; the
+             * draft's KV catches up when the draft is next used */
             int any = 0;
 
             for (int32_t i = 0; i < e->n_running; i++) {
@@ -1688,6 +1747,11 @@ engine_step(nalar_engine *e)
         }
     }
     if (n_dreq > 0) {
+        for (int32_t i = 0; i < n_dreq; i++) {
+            if (dreqs[i]->n_tokens - dreqs[i]->d_computed > DRAFT_WARM) {
+                draft_cold = 1;
+            }
+        }
         draft_propose(e, dreqs, n_dreq);
     }
 
@@ -1903,9 +1967,15 @@ engine_step(nalar_engine *e)
     pthread_mutex_lock(&e->mu);
     e->m.spec_provisional_blocks = 0;
     pthread_mutex_unlock(&e->mu);
-    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed) {
+    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed
+        && !draft_cold)
+    {
         /* a pure decode step where speculation was possible: its rate,
-         * as plain or as this mix of proposers */
+         * as plain or as this mix of proposers.  Not a step whose draft
+         * first caught up on many tokens decoded without it: that is the
+         * price of switching, paid once, not the rate of drafting, and
+         * counting it would keep an exploring gate from ever letting the
+         * draft run */
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
                                n_confirmed, nalar_now_s() - t_step);
     }
