@@ -60,6 +60,7 @@ typedef struct {
     int32_t       *logit_rows;   /* (cap_tok) batch index of each logit */
     tok_tile      *tiles;        /* (cap_tok) attention's token tiles */
     int32_t        n_tiles;
+    int            one_seq;      /* the tiles are all one sequence's */
     /* the tiles' shape, from the model: a tile holds tile_heads heads of
      * one KV group and up to tile_tokens consecutive tokens; each KV head's
      * G heads make head_groups tiles per token tile */
@@ -457,9 +458,11 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
 }
 
 
-/* The tile `item` (KV head, token tile, group of its heads): KV-head
- * major, so a thread's share of the items reads few KV heads' keys and
- * values, once from memory, then from its cache */
+/* The tile `item`: (KV head, token tile, group of its heads) when the
+ * pass is one sequence's (a verification, a prefill chunk), so a thread's
+ * share reads few KV heads' keys and values, once from memory, then from
+ * its cache; (token tile, KV head, group) otherwise, so a thread's share
+ * is whole sequences, whose blocks no other thread reads */
 static ALWAYS_INLINE void
 attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
 {
@@ -469,8 +472,10 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     int                 hp = be->tile_heads, ng = be->head_groups;
     int                 ldqkv = be->q_dim + 2 * be->kv_dim;
     int                 sub = (int) (item % ng);
-    int                 g = (int) (item / ng / be->n_tiles);
-    const tok_tile     *tl = &be->tiles[item / ng % be->n_tiles];
+    int                 g = (int) (be->one_seq ? item / ng / be->n_tiles
+                                           : item / ng % c->n_kv_heads);
+    const tok_tile     *tl = &be->tiles[be->one_seq ? item / ng % be->n_tiles
+                                        : item / ng / c->n_kv_heads];
     int                 h0 = g * G + sub * hp;
     int                 nh = G - sub * hp < hp ? G - sub * hp : hp;
     int                 Q = tl->n * nh;
@@ -915,6 +920,10 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
             be->tiles[be->n_tiles].n = n;
             be->n_tiles++;
             t += n;
+        }
+        be->one_seq = batch->seq[0] == batch->seq[batch->n_tokens - 1];
+        for (t = 1; t < batch->n_tokens && be->one_seq; t++) {
+            be->one_seq = batch->seq[t] == batch->seq[0];
         }
     }
     be->kv = kv;
