@@ -2,10 +2,13 @@
  * The CPU backend: a Llama forward pass over a batch of tokens from many
  * sequences, reading K/V from the paged pool.
  *
- * The whole pass is one parallel region on the worker pool; phases that
- * depend on each other are separated by barriers.  Work inside a phase is
- * split by weight rows (matrix products), by token (norms, RoPE, KV store)
- * or by (token, head) (attention), so no two threads write the same bytes.
+ * The whole pass is one parallel region on the worker pool (or, for a
+ * draft's small passes, the calling thread alone: run_pass); phases that
+ * depend on each other are separated by barriers, five per layer.  Work
+ * inside a phase is split by weight rows (matrix products, and the RoPE
+ * and KV store of the q/k/v rows a thread computed), by token
+ * (embeddings) or by attention tile, so no two threads write the same
+ * bytes; each thread normalises every token into its own buffer.
  */
 #include <math.h>
 #include <stdlib.h>
