@@ -134,6 +134,8 @@ struct nalar_engine {
     nalar_cost_table  target_cost;    /* seconds per target pass by size */
     unsigned          fallback_steps; /* steps that chose between a draft
                                          and n-gram lookup */
+    double            draft_catchup_s; /* the last draft_propose's first
+                                          pass beyond its second */
     nalar_spec_gate   gate;           /* whole-step rates: may a step
                                          speculate at all (spec.h) */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
@@ -1444,7 +1446,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
     int32_t     V = e->model->cfg.n_vocab, kmax = 0;
     nalar_batch *b = &e->dbatch;
     nalar_err   err;
-    double      t0 = nalar_now_s();
+    double      t0 = nalar_now_s(), pass_s[2] = { 0, 0 };
 
     for (int32_t i = 0; i < n; i++) {
         kmax = reqs[i]->n_prop > kmax ? reqs[i]->n_prop : kmax;
@@ -1502,6 +1504,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
             break;
         }
         nalar_cost_record(&e->draft_cost, nt, nalar_now_s() - ts);
+        pass_s[s < 2 ? s : 1] = nalar_now_s() - ts;
         for (int32_t k = 0, li = 0; k < nt; k++) {
             nalar_request *r = e->dbatch_req[k];
             float         *row;
@@ -1517,6 +1520,9 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
             r->props[s] = nalar_argmax(row, V);
         }
     }
+    /* what the first pass cost beyond the next one: its catch-up */
+    e->draft_catchup_s = pass_s[1] > 0 && pass_s[0] > pass_s[1]
+                         ? pass_s[0] - pass_s[1] : 0;
     pthread_mutex_lock(&e->mu);
     e->m.spec_draft_seconds_total += nalar_now_s() - t0;
     pthread_mutex_unlock(&e->mu);
@@ -1577,7 +1583,8 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
 
 
 /* A draft that must first catch up on more tokens than this (decoded
- * while it was not used) is cold: see the gate's record in engine_step. */
+ * while it was not used) is cold: the gate does not count the catch-up
+ * (see its record in engine_step). */
 #define DRAFT_WARM 9
 
 /* Count of blocks held only for provisional positions of r. */
@@ -1967,17 +1974,15 @@ engine_step(nalar_engine *e)
     pthread_mutex_lock(&e->mu);
     e->m.spec_provisional_blocks = 0;
     pthread_mutex_unlock(&e->mu);
-    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed
-        && !draft_cold)
-    {
+    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed) {
         /* a pure decode step where speculation was possible: its rate,
-         * as plain or as this mix of proposers.  Not a step whose draft
-         * first caught up on many tokens decoded without it: that is the
-         * price of switching, paid once, not the rate of drafting, and
-         * counting it would keep an exploring gate from ever letting the
-         * draft run */
+         * as plain or as this mix of proposers.  A draft that first caught
+         * up on many tokens decoded without it paid the price of
+         * switching, once: not the rate of drafting, and counting it
+         * would keep an exploring gate from ever letting the draft run */
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
-                               n_confirmed, nalar_now_s() - t_step);
+                               n_confirmed, nalar_now_s() - t_step
+                               - (draft_cold ? e->draft_catchup_s : 0));
     }
     publish_metrics(e);
     return 1;

@@ -26,7 +26,9 @@ http {
     server {
         listen 127.0.0.1:%%PORT%%;
         location / { root %%ROOT%%/html; index playground.html; }
-        location /v1/ { nalar_api; }
+        # one token per event: the reads-in-pieces check below must not
+        # hang on how many tokens speculation confirms at once
+        location /v1/ { nalar_api; nalar_speculative off; }
     }
 }
 CONF
