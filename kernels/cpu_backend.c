@@ -6,9 +6,10 @@
  * draft's small passes, the calling thread alone: run_pass); phases that
  * depend on each other are separated by barriers, five per layer.  Work
  * inside a phase is split by weight rows (matrix products, and the RoPE
- * and KV store of the q/k/v rows a thread computed), by token
- * (embeddings) or by attention tile, so no two threads write the same
- * bytes; each thread normalises every token into its own buffer.
+ * and KV store of the q/k/v rows a thread computed; for a pass of many
+ * sequences, by whole sequences), by token (embeddings) or by attention
+ * tile, so no two threads write the same bytes; each thread normalises
+ * every token into its own buffer.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ typedef struct {
     tok_tile      *tiles;        /* (cap_tok) attention's token tiles */
     int32_t        n_tiles;
     int            one_seq;      /* the tiles are all one sequence's */
+    int32_t        max_run;      /* most tokens of one sequence in a row */
     /* the tiles' shape, from the model: a tile holds tile_heads heads of
      * one KV group and up to tile_tokens consecutive tokens; each KV head's
      * G heads make head_groups tiles per token tile */
@@ -563,8 +565,8 @@ attention(cpu_backend *be, int layer, int tid, int nth)
  * and V bytes alone.
  */
 static void
-finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t lo,
-           int64_t hi)
+finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t t0,
+           int64_t t1, int64_t lo, int64_t hi)
 {
     const nalar_config *c = &be->m->cfg;
     const nalar_batch  *bt = be->batch;
@@ -573,7 +575,7 @@ finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t lo,
     int64_t             qd = be->q_dim, kd = be->kv_dim;
     int64_t             ldqkv = qd + 2 * kd;
 
-    for (int t = 0; t < bt->n_tokens; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         float       *row = be->qkv + t * ldqkv;
         const float *cs = be->rope_cos + t * (hd / 2);
         const float *sn = be->rope_sin + t * (hd / 2);
@@ -637,7 +639,7 @@ forward_worker(void *arg, int tid, int nth)
     int                 dim = c->dim, hd = c->head_dim;
     int                 ldqkv = be->q_dim + 2 * be->kv_dim;
     float              *xb = be->xb + (int64_t) tid * be->cap_tok * dim;
-    int64_t             lo, hi;
+    int64_t             lo, hi, t0, t1;
 
     /* embeddings and per-token RoPE angles */
     split(T, tid, nth, 1, &lo, &hi);
@@ -663,28 +665,49 @@ forward_worker(void *arg, int tid, int nth)
         }
 
         /* q, k, v = xb Wq^T, xb Wk^T, xb Wv^T: one row space of
-         * q_dim + 2 kv_dim rows, split over threads by whole heads */
-        split(ldqkv, tid, nth, hd, &lo, &hi);
-        {
-            int64_t qd = be->q_dim, kd = be->kv_dim;
-            int64_t a, b;
+         * q_dim + 2 kv_dim rows, split over threads by whole heads.  A pass
+         * of many sequences splits by token instead: a thread computes,
+         * rotates and stores every head of its tokens, so the K stores
+         * (each touches kv_dim cache lines) are shared out, and each
+         * lands in the cache of the thread that then attends over it */
+        if (!be->one_seq && T >= 4 * nth && be->max_run * 2 * nth <= T) {
+            /* whole sequences per thread: no two threads store into one
+             * block (no sequence is over half a thread's share) */
+            split(T, tid, nth, 1, &t0, &t1);
+            while (t0 > 0 && t0 < T && bt->seq[t0] == bt->seq[t0 - 1]) {
+                t0++;
+            }
+            while (t1 > 0 && t1 < T && bt->seq[t1] == bt->seq[t1 - 1]) {
+                t1++;
+            }
+            lo = 0;
+            hi = ldqkv;
+        } else {
+            t0 = 0;
+            t1 = T;
+            split(ldqkv, tid, nth, hd, &lo, &hi);
+        }
+        if (t0 < t1) {
+            int64_t      qd = be->q_dim, kd = be->kv_dim, a, b;
+            const float *xt = xb + t0 * dim;
+            float       *yt = be->qkv + t0 * ldqkv;
+            int          n = (int) (t1 - t0);
 
             a = lo; b = hi < qd ? hi : qd;
             if (a < b) {
-                nalar_cpu_matmul(&W->wq, xb, T, dim, be->qkv, ldqkv, a, b, 0);
+                nalar_cpu_matmul(&W->wq, xt, n, dim, yt, ldqkv, a, b, 0);
             }
             a = lo > qd ? lo - qd : 0; b = hi - qd < kd ? hi - qd : kd;
             if (a < b) {
-                nalar_cpu_matmul(&W->wk, xb, T, dim, be->qkv + qd, ldqkv,
-                                 a, b, 0);
+                nalar_cpu_matmul(&W->wk, xt, n, dim, yt + qd, ldqkv, a, b, 0);
             }
             a = lo > qd + kd ? lo - qd - kd : 0; b = hi - qd - kd;
             if (a < b) {
-                nalar_cpu_matmul(&W->wv, xb, T, dim, be->qkv + qd + kd,
-                                 ldqkv, a, b, 0);
+                nalar_cpu_matmul(&W->wv, xt, n, dim, yt + qd + kd, ldqkv,
+                                 a, b, 0);
             }
         }
-        finish_qkv(be, L, l, lo, hi);
+        finish_qkv(be, L, l, t0, t1, lo, hi);
         barrier(pool, nth);
 
         attention(be, l, tid, nth);
@@ -924,9 +947,12 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
             be->n_tiles++;
             t += n;
         }
-        be->one_seq = batch->seq[0] == batch->seq[batch->n_tokens - 1];
-        for (t = 1; t < batch->n_tokens && be->one_seq; t++) {
-            be->one_seq = batch->seq[t] == batch->seq[0];
+        be->one_seq = 1;
+        be->max_run = 1;
+        for (int32_t run = 1, i = 1; i < batch->n_tokens; i++) {
+            run = batch->seq[i] == batch->seq[i - 1] ? run + 1 : 1;
+            be->max_run = run > be->max_run ? run : be->max_run;
+            be->one_seq &= batch->seq[i] == batch->seq[0];
         }
     }
     be->kv = kv;
