@@ -1,7 +1,7 @@
 #!/bin/sh
 # Speculative decoding benchmark: tokens/s with and without speculation for
 # the demo target + draft, `auto` (the draft, and n-gram lookup where the
-# gate holds the draft back), n-gram lookup, and the client's prediction on
+# gate holds the draft back or measures it slower), n-gram lookup, and the client's prediction on
 # an editing task (90% of the output predicted: one token in ten changed,
 # or the changes as phrases), at 1, 4 and 16 streams and
 # k = auto (cost model and step gate), fixed 1, 2, 4, 8, and 0 (a plain

@@ -300,7 +300,8 @@ nalar_cmd_spec_bench(int argc, char **argv)
             proposers[n_modes] = "draft";
             modes[n_modes++] = NALAR_SPEC_DRAFT;
             /* the server's default with a draft: the draft, and n-gram
-             * lookup where the gate holds the draft back */
+             * lookup where the gate holds the draft back or measures it
+             * slower */
             proposers[n_modes] = "auto";
             modes[n_modes++] = NALAR_SPEC_AUTO;
         }

@@ -30,6 +30,8 @@
 #include <immintrin.h>
 #endif
 
+#define MODE_TOKENS 8    /* passes up to this size may run solo (run_pass) */
+
 /* batch tokens t0 .. t0 + n - 1: one sequence at consecutive positions */
 typedef struct {
     int32_t t0, n;
@@ -72,9 +74,9 @@ typedef struct {
     int            tile_heads, tile_tokens, head_groups;
     /* solo or pooled, by pass size (1 .. MODE_TOKENS tokens): measured
      * microseconds of each way, and passes measured (see run_pass) */
-    double         mode_us[8][2];
-    int            mode_n[8][2];
-    unsigned       mode_passes[8];
+    double         mode_us[MODE_TOKENS][2];
+    int            mode_n[MODE_TOKENS][2];
+    unsigned       mode_passes[MODE_TOKENS];
     /* the pass in flight */
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
@@ -107,29 +109,6 @@ dot(const float *a, const float *b, int n)
         s = fmaf(a[i], b[i], s);
     }
     return s;
-#endif
-}
-
-
-/* y += a * x */
-static inline void
-axpy(float *y, float a, const float *x, int n)
-{
-#if defined(__AVX512F__)
-    __m512 av = _mm512_set1_ps(a);
-    int    i = 0;
-
-    for (; i + 16 <= n; i += 16) {
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i),
-                                                _mm512_loadu_ps(y + i)));
-    }
-    for (; i < n; i++) {
-        y[i] = fmaf(a, x[i], y[i]);
-    }
-#else
-    for (int i = 0; i < n; i++) {
-        y[i] = fmaf(a, x[i], y[i]);
-    }
 #endif
 }
 
@@ -840,8 +819,6 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
  * asleep, which then slows every pooled pass and would skew the
  * measurement.  Which thread computes a row changes no bit of it.
  */
-#define MODE_TOKENS 8
-
 static void
 run_pass(cpu_backend *be, int32_t n_tokens)
 {

@@ -27,19 +27,14 @@
 typedef __m512 v16;
 
 
-/* 16 weights of row `w` (raw bytes of one row) from column c, masked. */
+/* 16 weights of row `w` (raw bytes of one row) from column c, masked:
+ * Q8_0, or F32 (Q8_0 rows widened by widen_rows). */
 static ALWAYS_INLINE v16
 load_w(ggml_type type, const uint8_t *w, int64_t c, __mmask16 m)
 {
     switch (type) {
     case GGML_F32:
         return _mm512_maskz_loadu_ps(m, (const float *) w + c);
-    case GGML_F16:
-        return _mm512_cvtph_ps(
-            _mm256_maskz_loadu_epi16(m, (const uint16_t *) w + c));
-    case GGML_BF16:
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
-            _mm256_maskz_loadu_epi16(m, (const uint16_t *) w + c)), 16));
     default: {  /* GGML_Q8_0: cols are a multiple of 32, no mask needed */
         const uint8_t *blk = w + (c / QK8_0) * 34;
         uint16_t       d16;
@@ -141,7 +136,7 @@ tile(ggml_type type, const uint8_t *w, int64_t wstride, const float *x,
 
 /* Four rows of W widened to float in a per-thread buffer, so a block of
  * tokens pays the conversion once (values are bit-identical to widening
- * inside the kernel: F16/BF16/Q8_0 -> F32 is exact). */
+ * inside the kernel: Q8_0 -> F32 is exact). */
 typedef struct {
     float  *buf;     /* (cap) */
     int64_t cap;
@@ -210,68 +205,61 @@ widen_rows(ggml_type type, const uint8_t *w, int64_t wstride, int64_t cols)
 }
 
 
-/* One type: the compiler specialises tile() per (type, R, C). */
-#define DEFINE_MATMUL(NAME, TYPE)                                             \
-static void                                                                   \
-NAME(const uint8_t *w, int64_t wstride, const float *x, int n_tok, int ldx,   \
-     float *y, int ldy, int64_t r0, int64_t r1, int64_t cols, int acc)        \
-{                                                                             \
-    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
-        int     tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;        \
-        int64_t r = r0;                                                       \
-                                                                              \
-        for (; r < r1; ) {                                                    \
-            const uint8_t *wr = w + r * wstride;                              \
-            float         *yr = y + (int64_t) t0 * ldy + r;                   \
-            const float   *xt = x + (int64_t) t0 * ldx;                       \
-            int            t = 0;                                             \
-                                                                              \
-            if (tn >= 4 && r + 4 <= r1) {                                     \
-                ggml_type      ty = TYPE;                                     \
-                const uint8_t *ww = wr;                                       \
-                int64_t        ws = wstride;                                  \
-                                                                              \
-                if (TYPE != GGML_F32 && tn >= 8                               \
-                    && (ww = widen_rows(TYPE, wr, wstride, cols)) != NULL)    \
-                {                                                             \
-                    /* widen 4 rows once for the whole token block */         \
-                    ty = GGML_F32;                                            \
-                    ws = cols * (int64_t) sizeof(float);                      \
-                } else {                                                      \
-                    ww = wr;                                                  \
-                }                                                             \
-                for (; t + 4 <= tn; t += 4) {                                 \
-                    if (ty == GGML_F32) {                                     \
-                        tile(GGML_F32, ww, ws, xt + (int64_t) t * ldx, ldx,   \
-                             yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);   \
-                    } else {                                                  \
-                        tile(TYPE, ww, ws, xt + (int64_t) t * ldx, ldx,       \
-                             yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);   \
-                    }                                                         \
-                }                                                             \
-                for (; t < tn; t++) {                                         \
-                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
-                         yr + (int64_t) t * ldy, ldy, cols, acc, 4, 1);       \
-                }                                                             \
-                r += 4;                                                       \
-            } else if (r + 8 <= r1) {                                         \
-                for (; t < tn; t++) {                                         \
-                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
-                         yr + (int64_t) t * ldy, ldy, cols, acc, 8, 1);       \
-                }                                                             \
-                r += 8;                                                       \
-            } else {                                                          \
-                for (; t < tn; t++) {                                         \
-                    tile(TYPE, wr, wstride, xt + (int64_t) t * ldx, ldx,      \
-                         yr + (int64_t) t * ldy, ldy, cols, acc, 1, 1);       \
-                }                                                             \
-                r += 1;                                                       \
-            }                                                                 \
-        }                                                                     \
-    }                                                                         \
-}
+/* Q8_0 rows; the compiler specialises tile() per (type, R, C).  A block
+ * of 8 or more tokens widens 4 rows to F32 once (widen_rows). */
+static void
+matmul_q8_0(const uint8_t *w, int64_t wstride, const float *x, int n_tok,
+            int ldx, float *y, int ldy, int64_t r0, int64_t r1, int64_t cols,
+            int acc)
+{
+    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
+        int     tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
+        int64_t r = r0;
 
-DEFINE_MATMUL(matmul_q8_0, GGML_Q8_0)
+        while (r < r1) {
+            const uint8_t *wr = w + r * wstride;
+            float         *yr = y + (int64_t) t0 * ldy + r;
+            const float   *xt = x + (int64_t) t0 * ldx;
+            int            t = 0;
+            int            R = tn >= 4 && r + 4 <= r1 ? 4
+                               : r + 8 <= r1 ? 8 : 1;
+
+            if (R == 4) {
+                const uint8_t *ww = tn >= 8 ? widen_rows(GGML_Q8_0, wr,
+                                                         wstride, cols)
+                                            : NULL;
+
+                for (; t + 4 <= tn; t += 4) {
+                    if (ww != NULL) {
+                        tile(GGML_F32, ww, cols * (int64_t) sizeof(float),
+                             xt + (int64_t) t * ldx, ldx,
+                             yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);
+                    } else {
+                        tile(GGML_Q8_0, wr, wstride, xt + (int64_t) t * ldx,
+                             ldx, yr + (int64_t) t * ldy, ldy, cols, acc, 4,
+                             4);
+                    }
+                }
+            }
+            for (; t < tn; t++) {
+                const float *xr = xt + (int64_t) t * ldx;
+                float       *yo = yr + (int64_t) t * ldy;
+
+                if (R == 4) {
+                    tile(GGML_Q8_0, wr, wstride, xr, ldx, yo, ldy, cols, acc,
+                         4, 1);
+                } else if (R == 8) {
+                    tile(GGML_Q8_0, wr, wstride, xr, ldx, yo, ldy, cols, acc,
+                         8, 1);
+                } else {
+                    tile(GGML_Q8_0, wr, wstride, xr, ldx, yo, ldy, cols, acc,
+                         1, 1);
+                }
+            }
+            r += R;
+        }
+    }
+}
 
 
 /* --- panels --- */

@@ -76,8 +76,7 @@ struct nalar_request {
      * r->kv written during a verification are provisional: truncated away
      * before the step ends, never published. */
     nalar_proposer   prop;            /* NONE: no speculation */
-    /* auto with a draft: n-gram lookup stands in on steps where the gate
-     * holds the draft back (the draft does not pay at this batch size) */
+    /* auto with a draft: n-gram lookup may stand in (prefer_ngram) */
     int              ngram_fallback;
     nalar_proposer   prop_now;        /* this step's proposer */
     int32_t          spec_k_max;
@@ -134,8 +133,6 @@ struct nalar_engine {
     nalar_cost_table  target_cost;    /* seconds per target pass by size */
     unsigned          fallback_steps; /* steps that chose between a draft
                                          and n-gram lookup */
-    double            draft_catchup_s; /* the last draft_propose's first
-                                          pass beyond its second */
     nalar_spec_gate   gate;           /* whole-step rates: may a step
                                          speculate at all (spec.h) */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
@@ -1342,10 +1339,11 @@ acc_now(nalar_request *r)
 
 
 /* The gate's mix of this step: the bits of the decoding requests' current
- * proposers (requests at a `fixed` location are left out: they speculate
- * whatever the gate says, and set *any_fixed). */
+ * proposers; with `ngram`, as if those that may fall back to n-gram lookup
+ * (auto with a draft) did.  Requests at a `fixed` location are left out:
+ * they speculate whatever the gate says, and set *any_fixed. */
 static unsigned
-step_mix(nalar_engine *e, int *any_fixed)
+step_mix(nalar_engine *e, int ngram, int *any_fixed)
 {
     unsigned mix = 0;
 
@@ -1359,7 +1357,9 @@ step_mix(nalar_engine *e, int *any_fixed)
             *any_fixed = 1;
             continue;
         }
-        mix |= nalar_spec_gate_bit(r->prop_now, acc_now(r)->alpha[0]);
+        mix |= ngram && r->ngram_fallback
+               ? nalar_spec_gate_bit(NALAR_PROP_NGRAM, 0)
+               : nalar_spec_gate_bit(r->prop_now, acc_now(r)->alpha[0]);
     }
     return mix;
 }
@@ -1434,28 +1434,37 @@ dbatch_grow(nalar_engine *e, int32_t n)
 }
 
 
+/* A draft that must first catch up on more tokens than this (decoded
+ * while it was not used) is cold: the gate does not count the catch-up
+ * (see its record in engine_step). */
+#define DRAFT_WARM 9
+
 /*
  * Draft proposals for the requests in reqs[0..n) (each wants n_prop
  * tokens): the first pass brings the draft's KV up to the last confirmed
  * token (catch-up), later passes feed the previous proposal.  A request
- * whose draft KV cannot be reserved proposes nothing this step.
+ * whose draft KV cannot be reserved proposes nothing this step.  Returns
+ * the seconds a cold draft's catch-up took beyond an ordinary pass (its
+ * first pass beyond its second), else 0.
  */
-static void
+static double
 draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
 {
     int32_t     V = e->model->cfg.n_vocab, kmax = 0;
     nalar_batch *b = &e->dbatch;
     nalar_err   err;
     double      t0 = nalar_now_s(), pass_s[2] = { 0, 0 };
+    int         cold = 0;
 
     for (int32_t i = 0; i < n; i++) {
         kmax = reqs[i]->n_prop > kmax ? reqs[i]->n_prop : kmax;
+        cold |= reqs[i]->n_tokens - reqs[i]->d_computed > DRAFT_WARM;
     }
     if (e->dlogits == NULL) {
         e->dlogits = malloc((size_t) e->opts.max_running * V * sizeof(float));
         if (e->dlogits == NULL) {
             for (int32_t i = 0; i < n; i++) reqs[i]->n_prop = 0;
-            return;
+            return 0;
         }
     }
     for (int32_t s = 0; s < kmax; s++) {
@@ -1503,8 +1512,11 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
             }
             break;
         }
-        nalar_cost_record(&e->draft_cost, nt, nalar_now_s() - ts);
-        pass_s[s < 2 ? s : 1] = nalar_now_s() - ts;
+        ts = nalar_now_s() - ts;
+        nalar_cost_record(&e->draft_cost, nt, ts);
+        if (s < 2) {
+            pass_s[s] = ts;
+        }
         for (int32_t k = 0, li = 0; k < nt; k++) {
             nalar_request *r = e->dbatch_req[k];
             float         *row;
@@ -1520,35 +1532,12 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
             r->props[s] = nalar_argmax(row, V);
         }
     }
-    /* what the first pass cost beyond the next one: its catch-up */
-    e->draft_catchup_s = pass_s[1] > 0 && pass_s[0] > pass_s[1]
-                         ? pass_s[0] - pass_s[1] : 0;
     pthread_mutex_lock(&e->mu);
     e->m.spec_draft_seconds_total += nalar_now_s() - t0;
     pthread_mutex_unlock(&e->mu);
-}
-
-
-/* The step's mix were the requests that may fall back to n-gram lookup
- * (auto with a draft) to use it: step_mix() without changing anything. */
-static unsigned
-fallback_mix(nalar_engine *e)
-{
-    unsigned mix = 0;
-
-    for (int32_t i = 0; i < e->n_running; i++) {
-        nalar_request *r = e->running[i];
-
-        if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
-            || r->p.spec_fixed)
-        {
-            continue;
-        }
-        mix |= r->ngram_fallback && r->prop_now == NALAR_PROP_DRAFT
-               ? nalar_spec_gate_bit(NALAR_PROP_NGRAM, 0)
-               : nalar_spec_gate_bit(r->prop_now, acc_now(r)->alpha[0]);
-    }
-    return mix;
+    /* a cold draft's first pass beyond its second: the catch-up */
+    return cold && pass_s[1] > 0 && pass_s[0] > pass_s[1]
+           ? pass_s[0] - pass_s[1] : 0;
 }
 
 
@@ -1566,12 +1555,14 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
 {
     unsigned k = e->fallback_steps++;
     double   rd, rn;
+    int      any_fixed;
 
     if (!draft_allowed) {
         return 1;
     }
     rd = nalar_spec_gate_ratio(&e->gate, n_decode, mix);
-    rn = nalar_spec_gate_ratio(&e->gate, n_decode, fallback_mix(e));
+    rn = nalar_spec_gate_ratio(&e->gate, n_decode,
+                               step_mix(e, 1, &any_fixed));
     if (rn < 0) {
         return k % 8 == 0;
     }
@@ -1581,11 +1572,6 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
     return rn > rd ? k % 64 != 0 : k % 64 == 0;
 }
 
-
-/* A draft that must first catch up on more tokens than this (decoded
- * while it was not used) is cold: the gate does not count the catch-up
- * (see its record in engine_step). */
-#define DRAFT_WARM 9
 
 /* Count of blocks held only for provisional positions of r. */
 static int32_t
@@ -1612,7 +1598,7 @@ engine_step(nalar_engine *e)
     int32_t        budget = e->opts.max_batch_tokens;
     int32_t        n_tok = 0, n_logits = 0, n_decode = 0, n_prefill = 0;
     int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
-    int            draft_cold = 0;
+    double         catchup_s = 0;    /* a cold draft's catch-up */
     int32_t        n_confirmed = 0;
     unsigned       mix = 0;
     int            may_speculate = 1, any_fixed = 0;
@@ -1705,7 +1691,7 @@ engine_step(nalar_engine *e)
     for (int32_t i = 0; i < e->n_running; i++) {
         e->running[i]->prop_now = e->running[i]->prop;
     }
-    mix = step_mix(e, &any_fixed);
+    mix = step_mix(e, 0, &any_fixed);
     /* the gate vetoes speculation where whole steps measured slower with
      * it; fixed k (benchmarks) bypasses it */
     if (mix != 0 && e->opts.spec_fixed_k <= 0) {
@@ -1729,7 +1715,7 @@ engine_step(nalar_engine *e)
                 }
             }
             if (any) {
-                mix = step_mix(e, &any_fixed);
+                mix = step_mix(e, 0, &any_fixed);
                 may_speculate = nalar_spec_gate_allow(&e->gate, n_decode,
                                                       mix);
             }
@@ -1754,12 +1740,7 @@ engine_step(nalar_engine *e)
         }
     }
     if (n_dreq > 0) {
-        for (int32_t i = 0; i < n_dreq; i++) {
-            if (dreqs[i]->n_tokens - dreqs[i]->d_computed > DRAFT_WARM) {
-                draft_cold = 1;
-            }
-        }
-        draft_propose(e, dreqs, n_dreq);
+        catchup_s = draft_propose(e, dreqs, n_dreq);
     }
 
     /* reserve KV for this step's tokens; decodes (1 token plus proposals,
@@ -1981,8 +1962,8 @@ engine_step(nalar_engine *e)
          * switching, once: not the rate of drafting, and counting it
          * would keep an exploring gate from ever letting the draft run */
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
-                               n_confirmed, nalar_now_s() - t_step
-                               - (draft_cold ? e->draft_catchup_s : 0));
+                               n_confirmed,
+                               nalar_now_s() - t_step - catchup_s);
     }
     publish_metrics(e);
     return 1;
