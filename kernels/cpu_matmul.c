@@ -11,6 +11,7 @@
  * C tokens.  Rows and tokens outside full tiles use smaller tiles with the
  * same per-element arithmetic.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,17 +421,37 @@ DEFINE_PANEL_MATMUL(panels_f16, GGML_F16)
 DEFINE_PANEL_MATMUL(panels_bf16, GGML_BF16)
 
 
+/* Every weight of an F32 matrix within F16's finite range. */
+static int
+fits_f16(const nalar_mat *W)
+{
+    const float *w = W->data;
+
+    for (int64_t i = 0; i < W->rows * W->cols; i++) {
+        if (!(fabsf(w[i]) <= 65504.0f)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+
 int
-nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
+                   nalar_err *err)
 {
     int64_t esz, n_panels, wstride;
 
     M->W = W;
     M->panels = NULL;
+    M->ptype = W->type;
     if (W->type != GGML_F32 && W->type != GGML_F16 && W->type != GGML_BF16) {
         return 0;
     }
-    esz = W->type == GGML_F32 ? 4 : 2;
+    if (W->type == GGML_F32 && narrow && fits_f16(W)) {
+        M->ptype = GGML_F16;
+    }
+    esz = M->ptype == GGML_F32 ? 4 : 2;
     n_panels = (W->rows + 15) / 16;
     wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
     /* 64-byte aligned: each column of a panel is one cache line (F32) */
@@ -449,7 +470,16 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
                              + ((r / 16) * W->cols * 16 + r % 16) * esz;
 
         for (int64_t c = 0; c < W->cols; c++) {
-            memcpy(dst + c * 16 * esz, src + c * esz, (size_t) esz);
+            if (M->ptype != W->type) {      /* F32 narrowed to F16 */
+                float    f;
+                uint16_t h;
+
+                memcpy(&f, src + c * 4, 4);
+                h = nalar_f32_to_f16(f);
+                memcpy(dst + c * 16 * esz, &h, 2);
+            } else {
+                memcpy(dst + c * 16 * esz, src + c * esz, (size_t) esz);
+            }
         }
     }
     return 0;
@@ -463,7 +493,7 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     const uint8_t   *p = M->panels;
 
-    switch (W->type) {
+    switch (p != NULL ? M->ptype : W->type) {
     case GGML_F32:
         panels_f32(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         break;
@@ -510,11 +540,14 @@ w_at(ggml_type type, const uint8_t *w, int64_t c)
 
 
 int
-nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
+                   nalar_err *err)
 {
     (void) err;
+    (void) narrow;      /* rows are read in place, in W's type */
     M->W = W;
     M->panels = NULL;
+    M->ptype = W->type;
     return 0;
 }
 

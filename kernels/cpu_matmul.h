@@ -35,9 +35,19 @@
 typedef struct {
     const nalar_mat *W;
     void            *panels;   /* (ceil(rows / 16), cols, 16) or NULL */
+    ggml_type        ptype;    /* the panels' element type: W's, or F16
+                                  for an F32 W narrowed */
 } nalar_cpu_mat;
 
-int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err);
+/*
+ * narrow: hold an F32 W's panels as F16 (each weight rounded to nearest),
+ * which halves the bytes a pass reads; the products are then those of the
+ * rounded weights, so only for a model whose exact numbers do not matter
+ * -- a draft's, which only proposes tokens for the target to verify.  A W
+ * with a weight outside F16's finite range stays F32.
+ */
+int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
+                       nalar_err *err);
 void nalar_cpu_mat_free(nalar_cpu_mat *M);
 
 void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,

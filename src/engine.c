@@ -136,6 +136,9 @@ struct nalar_engine {
     nalar_spec_gate   gate;           /* whole-step rates: may a step
                                          speculate at all (spec.h) */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
+    nalar_accept_stats prop_acc[NALAR_PROP_COUNT];  /* acceptance by
+                                       position of each proposer over all
+                                       requests: a new request's start */
     int32_t           kv_evictable;   /* under mu: cached, unreferenced */
 
     pthread_t         thread;
@@ -449,6 +452,9 @@ nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
         return NULL;
     }
     e->opts = *o;
+    for (int p = 0; p < NALAR_PROP_COUNT; p++) {
+        nalar_accept_init(&e->prop_acc[p], p == NALAR_PROP_DRAFT ? 0.7 : 0.5);
+    }
     e->model_path = strdup(o->model_path);
     e->model_name = dup_or_null(o->model_name);
     e->backend_name = strdup(o->backend != NULL ? o->backend : "cpu");
@@ -594,6 +600,84 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
 }
 
 
+/*
+ * Before serving, passes of the sizes a decode step uses (1 token, and 1
+ * plus up to NALAR_SPEC_MAX_K proposals; a draft's 1 to MAX_K), on a
+ * scratch sequence at position WARM_POS, WARM_REPS times each:
+ *   - the cost model starts from measured pass costs (else the first
+ *     speculating requests would propose a guessed k to measure them);
+ *   - a draft's CPU backend settles whether it runs its passes alone or
+ *     on the pool (it measures both ways, 5 passes each: run_pass), which
+ *     would otherwise slow the steps the step gate first judges it by.
+ * The first pass of each size (cold) is not recorded.  Skipped when the
+ * KV pool cannot spare the blocks; they are released afterwards.
+ */
+#define WARM_POS  64
+#define WARM_REPS 12
+
+static void
+warm_up_model(nalar_backend *be, nalar_kv_pool *kv, nalar_cost_table *cost,
+              int32_t max_tokens, int32_t reps)
+{
+    int32_t      V = be->model->cfg.n_vocab;
+    int32_t      tok[WARM_POS], pos[WARM_POS];
+    int8_t       want[WARM_POS];
+    nalar_seq_kv s, *seq[WARM_POS];
+    nalar_batch  b = { 0, tok, pos, seq, want, 0 };
+    nalar_err    err;
+    float       *logits = malloc((size_t) WARM_POS * V * sizeof(float));
+
+    nalar_seq_kv_init(&s);
+    if (logits == NULL
+        || nalar_seq_kv_reserve(kv, &s, WARM_POS + max_tokens) != 0)
+    {
+        goto done;
+    }
+    for (int32_t i = 0; i < WARM_POS; i++) {
+        tok[i] = (int32_t) ((i * 7919L + 11) % V);
+        seq[i] = &s;
+    }
+    for (int32_t rep = -1; rep < reps; rep++) {
+        for (int32_t n = rep < 0 ? WARM_POS : 1; n <= max_tokens; n++) {
+            int32_t p0 = rep < 0 ? 0 : WARM_POS;
+            double  t0;
+
+            for (int32_t i = 0; i < n; i++) {
+                pos[i] = p0 + i;
+                want[i] = rep >= 0 || i == n - 1;
+            }
+            b.n_tokens = n;
+            b.n_logits = rep < 0 ? 1 : n;
+            t0 = nalar_now_s();
+            if (be->forward(be, kv, &b, logits, &err) != 0) {
+                goto done;
+            }
+            if (rep > 0) {
+                nalar_cost_record(cost, n, nalar_now_s() - t0);
+            }
+            s.n_pos = rep < 0 ? WARM_POS : WARM_POS + n;
+            if (rep < 0) {
+                break;
+            }
+        }
+    }
+done:
+    nalar_seq_kv_release(kv, &s);
+    free(logits);
+}
+
+
+static void
+engine_warm_up(nalar_engine *e)
+{
+    warm_up_model(e->be, &e->kv, &e->target_cost, 1 + NALAR_SPEC_MAX_K, 6);
+    if (e->draft_be != NULL) {
+        warm_up_model(e->draft_be, &e->dkv, &e->draft_cost, NALAR_SPEC_MAX_K,
+                      WARM_REPS);
+    }
+}
+
+
 /* Load the model, the backend (and the draft's) and the KV pools. */
 static int
 engine_load(nalar_engine *e, nalar_err *err)
@@ -654,6 +738,7 @@ engine_load(nalar_engine *e, nalar_err *err)
             return -1;
         }
     }
+    engine_warm_up(e);
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;
     e->m.kv_blocks_free = n_blocks;
@@ -757,6 +842,11 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     return 0;
 }
 
+
+/* A request's acceptance estimates (but for its own prediction's) are
+ * pulled toward its proposer's over all requests, as if by this many
+ * observations (nalar_accept_blend). */
+#define ACC_PRIOR_WEIGHT 4
 
 /* Pick the request's proposer from its mode, the engine's and what the
  * engine has; prepare draft sampling state. */
@@ -1373,6 +1463,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     int32_t cap = r->spec_k_max, k;
     double  verify[NALAR_SPEC_MAX_K + 1], draft_tok = 0, gain;
     int     known = 1;
+    nalar_accept_stats acc;
 
     /* never propose past max_tokens or the context */
     if (cap > r->max_tokens - r->n_generated - 1) {
@@ -1410,7 +1501,13 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     if (!known) {
         return cap < 2 ? cap : 2;     /* measure before deciding */
     }
-    k = nalar_spec_choose_k(acc_now(r), cap, verify, draft_tok, 1.03, &gain);
+    if (r->prop_now == NALAR_PROP_PREDICTION) {
+        acc = *acc_now(r);    /* one client's predictions: its own */
+    } else {
+        nalar_accept_blend(&acc, acc_now(r), &e->prop_acc[r->prop_now],
+                           ACC_PRIOR_WEIGHT);
+    }
+    k = nalar_spec_choose_k(&acc, cap, verify, draft_tok, 1.03, &gain);
     if (k == 0 && ++r->since_spec >= 16) {
         /* probe now and then, alternating a short and a full proposal, so
          * both the acceptance estimates and the cost of larger passes stay
@@ -1901,6 +1998,10 @@ engine_step(nalar_engine *e)
 
             n_confirmed += accepted + 1;
             nalar_accept_update(acc_now(r), kprop, accepted);
+            if (r->prop_now != NALAR_PROP_PREDICTION) {
+                nalar_accept_update(&e->prop_acc[r->prop_now], kprop,
+                                    accepted);
+            }
             pthread_mutex_lock(&e->mu);
             e->m.spec_drafts_total++;
             e->m.spec_draft_tokens_total += (uint64_t) kprop;

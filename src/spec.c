@@ -92,7 +92,7 @@ double
 nalar_cost_estimate(const nalar_cost_table *c, int n_tokens)
 {
     int    lo = -1, hi = -1, i;
-    double est;
+    double est, sl, sh;
 
     if (n_tokens <= 0) {
         return 0;
@@ -110,24 +110,31 @@ nalar_cost_estimate(const nalar_cost_table *c, int n_tokens)
             break;
         }
     }
-    if (lo >= 0 && hi >= 0) {
-        double sl = point_size(lo), sh = point_size(hi);
-        double f = (n_tokens - sl) / (sh - sl);
-
-        est = c->t[lo] + f * (c->t[hi] - c->t[lo]);
-        return est > c->t[lo] ? est : c->t[lo];
+    if (lo < 0 && hi < 0) {
+        return -1;
     }
-    if (lo >= 0) {
-        /* above what was measured: assume compute-bound, linear in n */
-        return c->t[lo] * n_tokens / point_size(lo);
-    }
-    if (hi >= 0) {
+    if (lo < 0) {
         /* below what was measured: proportional to n.  This flatters
          * plain decoding (fewer tokens), so speculation is chosen only
          * on evidence; choosing k = 0 then measures the real cost */
         return c->t[hi] * n_tokens / point_size(hi);
     }
-    return -1;
+    if (hi < 0) {
+        /* above what was measured: assume compute-bound, linear in n */
+        return c->t[lo] * n_tokens / point_size(lo);
+    }
+    sl = point_size(lo);
+    sh = point_size(hi);
+    est = c->t[lo] + (n_tokens - sl) / (sh - sl) * (c->t[hi] - c->t[lo]);
+    est = est > c->t[lo] ? est : c->t[lo];
+    /* and no more than any larger pass measured: a size seldom run (one
+     * speculation rarely chooses) may hold one slow pass for long */
+    for (int j = hi; j < NALAR_COST_POINTS; j++) {
+        if (c->n[j] > 0 && c->t[j] < est) {
+            est = c->t[j];
+        }
+    }
+    return est;
 }
 
 
@@ -137,6 +144,20 @@ nalar_accept_init(nalar_accept_stats *a, double prior)
     for (int i = 0; i < NALAR_SPEC_MAX_K; i++) {
         a->alpha[i] = prior;
         a->seen[i] = 0;
+    }
+}
+
+
+void
+nalar_accept_blend(nalar_accept_stats *out, const nalar_accept_stats *own,
+                   const nalar_accept_stats *prior, int weight)
+{
+    for (int i = 0; i < NALAR_SPEC_MAX_K; i++) {
+        double n = own->seen[i] < 12 ? own->seen[i] : 12;
+
+        out->alpha[i] = (n * own->alpha[i] + weight * prior->alpha[i])
+                        / (n + weight);
+        out->seen[i] = own->seen[i];
     }
 }
 

@@ -62,6 +62,15 @@ typedef struct {
 } nalar_accept_stats;
 
 void nalar_accept_init(nalar_accept_stats *a, double prior);
+/* out = own's estimates pulled toward prior's (a proposer's over all
+ * requests), the prior worth `weight` observations against own's (at most
+ * the ~12 its moving average remembers).  One request's few, noisy
+ * observations neither stand alone nor stay wrong for good: an estimate
+ * that a run of rejections took low (so that the request stopped
+ * proposing and observing) recovers as the proposer's does. */
+void nalar_accept_blend(nalar_accept_stats *out,
+                        const nalar_accept_stats *own,
+                        const nalar_accept_stats *prior, int weight);
 /* After a verification: `proposed` tokens were offered, the first
  * `accepted` of them confirmed. */
 void nalar_accept_update(nalar_accept_stats *a, int proposed, int accepted);

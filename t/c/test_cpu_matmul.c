@@ -94,9 +94,11 @@ make_mat(ggml_type type, int64_t rows, int64_t cols, float *w)
 }
 
 
+static int narrowed;    /* products whose F32 W was held as F16 */
+
 static int
 check(ggml_type type, int64_t rows, int64_t cols, int n_tok, int64_t r0,
-      int64_t r1, int acc)
+      int64_t r1, int acc, int narrow, float big)
 {
     int            ldx = (int) cols + 3, ldy = (int) rows + 5;
     float         *w = malloc(sizeof(float) * (size_t) (rows * cols));
@@ -111,9 +113,21 @@ check(ggml_type type, int64_t rows, int64_t cols, int n_tok, int64_t r0,
 
     for (int i = 0; i < n_tok * ldx; i++) x[i] = frand();
     for (int i = 0; i < n_tok * ldy; i++) y0[i] = y[i] = frand() + 7.0f;
-    if (nalar_cpu_mat_init(&M, &W, &err) != 0) {
+    if (big != 0) {
+        /* one weight outside F16's range: W must stay F32 */
+        w[rows * cols / 2] = big;
+        memcpy((uint8_t *) data + 4 * (rows * cols / 2), &big, 4);
+    }
+    if (nalar_cpu_mat_init(&M, &W, narrow, &err) != 0) {
         diag("%s", err.msg);
         return 1;
+    }
+    if (M.ptype != type) {
+        /* narrowed: the products are those of the weights rounded to F16 */
+        narrowed++;
+        for (int64_t i = 0; i < rows * cols; i++) {
+            w[i] = nalar_f16_to_f32(nalar_f32_to_f16(w[i]));
+        }
     }
     nalar_cpu_matmul(&M, x, n_tok, ldx, y, ldy, r0, r1, acc);
     for (int t = 0; t < n_tok; t++) {
@@ -185,15 +199,40 @@ main(void)
                 int64_t r0 = n_tok % 3 == 0 ? 0 : (rows * n_tok / 11);
                 int64_t r1 = n_tok % 2 ? rows : rows - rows / 7;
 
-                fails += check(type, rows, cols, n_tok, r0, r1, n_tok & 1)
-                         != 0;
+                fails += check(type, rows, cols, n_tok, r0, r1, n_tok & 1,
+                               0, 0) != 0;
                 runs++;
             }
-            fails += check(type, rows, cols, 70, 0, rows, 0) != 0;
+            fails += check(type, rows, cols, 70, 0, rows, 0, 0, 0) != 0;
             runs++;
         }
         ok(fails == 0, "%s: %d of %d products as the contract says",
            names[ti], runs - fails, runs);
+    }
+
+    /* a draft's F32 weights held as F16 (narrow) */
+    {
+        int fails = 0, runs = 0;
+
+        narrowed = 0;
+        for (int n_tok = 1; n_tok <= 9; n_tok += 4) {
+            fails += check(GGML_F32, 130, 131, n_tok, 3, 127, 0, 1, 0) != 0;
+            fails += check(GGML_F32, 37, 64, n_tok, 0, 37, 1, 1, 0) != 0;
+            runs += 2;
+        }
+        ok(fails == 0, "f32 narrowed: %d of %d products are those of the "
+           "weights rounded to f16", runs - fails, runs);
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+        ok(narrowed == runs, "f32 narrowed: held as f16 panels (%d of %d)",
+           narrowed, runs);
+#else
+        ok(narrowed == 0, "f32 narrowed: no panels without AVX-512, rows "
+           "read in place as f32");
+#endif
+        narrowed = 0;
+        fails = check(GGML_F32, 37, 64, 3, 0, 37, 0, 1, 70000.0f) != 0;
+        ok(fails == 0 && narrowed == 0, "f32 with a weight beyond f16's "
+           "range stays f32 when narrowed");
     }
     return done_testing();
 }

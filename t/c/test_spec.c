@@ -249,6 +249,56 @@ test_cost_and_gate(void)
     k = nalar_spec_choose_k(&a, 4, verify, 0.2e-3, 1.03, &gain);
     is_int(k, 0, "every proposal rejected: k = 0");
 
+    /* a request's estimates pulled toward its proposer's: three
+     * rejections of a fresh request move it 3/7 of the way; a long-lived
+     * request's own (at most 12 remembered) outweighs the prior 3:1 */
+    {
+        nalar_accept_stats own, prior, out;
+
+        nalar_accept_init(&prior, 0.8);
+        nalar_accept_init(&own, 0.8);
+        for (int i = 0; i < 3; i++) {
+            nalar_accept_update(&own, 1, 0);
+        }
+        nalar_accept_blend(&out, &own, &prior, 4);
+        ok(fabs(out.alpha[0] - (3 * own.alpha[0] + 4 * 0.8) / 7) < 1e-12
+           && out.alpha[1] == 0.8,
+           "blend: 3 own observations against a prior worth 4 (%.3f, own "
+           "%.3f)", out.alpha[0], own.alpha[0]);
+        for (int i = 0; i < 100; i++) {
+            nalar_accept_update(&own, 1, 0);
+        }
+        nalar_accept_blend(&out, &own, &prior, 4);
+        ok(fabs(out.alpha[0] - (12 * own.alpha[0] + 4 * 0.8) / 16) < 1e-12,
+           "blend: own observations count up to 12 (%.3f)", out.alpha[0]);
+    }
+
+    /* pass costs: a size measured once, slowly, costs no more than a
+     * larger size measured since */
+    {
+        nalar_cost_table c;
+
+        memset(&c, 0, sizeof(c));
+        for (int i = 0; i < 20; i++) {
+            nalar_cost_record(&c, 1, 70e-6);
+            nalar_cost_record(&c, 4, 110e-6);
+        }
+        nalar_cost_record(&c, 2, 200e-6);
+        ok(fabs(nalar_cost_estimate(&c, 1) - 70e-6) < 1e-9
+           && fabs(nalar_cost_estimate(&c, 4) - 110e-6) < 1e-9,
+           "cost: measured sizes as measured");
+        ok(nalar_cost_estimate(&c, 2) <= 110e-6 + 1e-12
+           && nalar_cost_estimate(&c, 3) <= 110e-6 + 1e-12,
+           "cost: a 2-token pass seen once at 200 us is held to the 4-token "
+           "pass's 110 (2: %.0f us, 3: %.0f us)",
+           nalar_cost_estimate(&c, 2) * 1e6,
+           nalar_cost_estimate(&c, 3) * 1e6);
+        ok(nalar_cost_estimate(&c, 3) >= nalar_cost_estimate(&c, 2),
+           "cost: and stays monotone");
+        ok(fabs(nalar_cost_estimate(&c, 8) - 220e-6) < 1e-9,
+           "cost: beyond the largest measured, linear in tokens");
+    }
+
     g = calloc(1, sizeof(*g));
     /* unknown rates: plain first (8 steps), then speculation (4) */
     allowed = 0;
@@ -394,6 +444,10 @@ main(void)
             if (e == NULL) {
                 ok(0, "%s: engine", cfg[c].name);
                 continue;
+            }
+            if (c == 0) {
+                ok(kv_clean(e), "%s: the warm-up passes (target and "
+                   "draft) leave every KV block free", cfg[c].name);
             }
             run_all(e, got, 48, NULL, 0, 1);
             ok(all_equal(ref, got, cfg[c].name),
