@@ -2407,7 +2407,12 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
 
         ctx->blocked = 0;
 
-        if (wev->timer_set) {
+        /*
+         * the send_timeout timer; not limit_rate's delay, which the write
+         * filter may have just set (wev->delayed): deleting it would leave
+         * the connection delayed with nothing to end the delay
+         */
+        if (wev->timer_set && !wev->delayed) {
             ngx_del_timer(wev);
         }
     }

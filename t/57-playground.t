@@ -26,9 +26,11 @@ http {
     server {
         listen 127.0.0.1:%%PORT%%;
         location / { root %%ROOT%%/html; index playground.html; }
-        # one token per event: the reads-in-pieces check below must not
-        # hang on how many tokens speculation confirms at once
-        location /v1/ { nalar_api; nalar_speculative off; }
+        # the reads-in-pieces check below is about the page reading a
+        # stream as it comes: nginx's own rate limit spaces the events
+        # out, since the whole answer now takes a few milliseconds and
+        # may otherwise reach the page in one read
+        location /v1/ { nalar_api; limit_rate 512; }
     }
 }
 CONF

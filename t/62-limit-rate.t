@@ -1,0 +1,86 @@
+#!/usr/bin/perl
+# nginx's limit_rate on a streaming location: the stream is paced (nginx
+# delays the connection's writes) and still arrives whole, in order, ending
+# with [DONE]; the module takes more from the engine when nginx's delay
+# timer lets the write go on.
+use strict;
+use warnings;
+use lib 't/lib';
+use IO::Socket::INET;
+use Test::More;
+use Time::HiRes qw(time);
+use NalarTest;
+
+my $t = NalarTest->new->has_model->has_cli;
+
+$t->write_conf(<<'CONF')->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model kjv %%MODEL%%;
+    nalar_threads 2;
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        location /v1/ { nalar_api; limit_rate 512; }
+        location /fast/ { nalar_api; }
+    }
+}
+CONF
+
+my $N = 200;
+my $prompt = 'And it came to pass';
+my $want = $t->reference_text($prompt, $N, ignore_eos => 1);
+
+sub stream {
+    my ($path) = @_;
+    my $body = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
+                                           max_tokens => $N, temperature => 0,
+                                           ignore_eos => JSON::PP::true,
+                                           stream => JSON::PP::true });
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $t->port, Proto => 'tcp')
+        or die "connect: $!";
+    $s->syswrite("POST $path HTTP/1.1\r\nHost: localhost\r\n"
+                 . "Connection: close\r\nContent-Type: application/json\r\n"
+                 . 'Content-Length: ' . length($body) . "\r\n\r\n$body");
+    my ($raw, $t0, @at) = ('', time);
+    my $sel = IO::Select->new($s);
+    while ($sel->can_read(30 * $NalarTest::SLOW)) {
+        my $n = $s->sysread(my $buf, 65536);
+        last unless $n;
+        $raw .= $buf;
+        push @at, [ time - $t0, length $raw ];
+    }
+    close $s;
+    return ($raw, time - $t0, \@at);
+}
+
+sub text_of {
+    my ($raw) = @_;
+    my $r = NalarTest::parse_response($raw);
+    my @ev = NalarTest::sse_events($r->{body});
+    return undef unless @ev && $ev[-1] eq '[DONE]';
+    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
+}
+
+my ($fast_raw, $fast_s) = stream('/fast/completions');
+is(text_of($fast_raw), $want, 'without limit_rate: the whole stream');
+
+my ($raw, $secs, $at) = stream('/v1/completions');
+my $bytes = length $raw;
+diag(sprintf('%d bytes in %.2f s (unlimited: %.3f s), %d reads', $bytes,
+             $secs, $fast_s, scalar @$at));
+is(text_of($raw), $want, 'limit_rate 512: the whole stream, ending [DONE]');
+# nginx lets the first second's worth go at once, then paces the rest
+my $paced = ($bytes - 512) / 512;
+ok($bytes > 2 * 512, "the stream is larger than two seconds' worth "
+   . "($bytes bytes)");
+ok($secs > 0.5 && $secs < $paced + 5 * $NalarTest::SLOW,
+   sprintf('paced by limit_rate: %.2f s (about %.2f expected; nginx counts '
+           . 'whole seconds)', $secs, $paced));
+my @late = grep { $_->[0] > 0.5 } @$at;
+ok(@late >= 1 && @$at >= 2, 'and it arrived in pieces spread over time ('
+   . scalar(@$at) . ' reads, ' . scalar(@late) . ' after 0.5 s)');
+
+$t->check_log;
+done_testing;
