@@ -601,80 +601,68 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
 
 
 /*
- * Before serving, passes of the sizes a decode step uses (1 token, and 1
- * plus up to NALAR_SPEC_MAX_K proposals; a draft's 1 to MAX_K), on a
- * scratch sequence at position WARM_POS, WARM_REPS times each:
- *   - the cost model starts from measured pass costs (else the first
- *     speculating requests would propose a guessed k to measure them);
- *   - a draft's CPU backend settles whether it runs its passes alone or
- *     on the pool (it measures both ways, 5 passes each: run_pass), which
- *     would otherwise slow the steps the step gate first judges it by.
- * The first pass of each size (cold) is not recorded.  Skipped when the
- * KV pool cannot spare the blocks; they are released afterwards.
+ * Before serving, a draft's CPU backend settles whether it runs its passes
+ * on the engine thread alone or on the pool (run_pass measures both ways,
+ * 5 passes of each size, the pooled ones about twice as slow for the demo
+ * draft): passes of 1 to NALAR_SPEC_MAX_K tokens of a scratch sequence at
+ * position WARM_POS, WARM_REPS times each.  Otherwise the first steps that
+ * speculate would carry those measurements, and the step gate judges the
+ * draft by them.  No cost is recorded: passes with the draft's weights hot
+ * in cache, not pushed out by the target's pass between two of them, say
+ * little about the passes of a step.  Skipped when the KV pool cannot
+ * spare the blocks; they are released afterwards.
  */
 #define WARM_POS  64
 #define WARM_REPS 12
 
 static void
-warm_up_model(nalar_backend *be, nalar_kv_pool *kv, nalar_cost_table *cost,
-              int32_t max_tokens, int32_t reps)
+draft_warm_up(nalar_engine *e)
 {
-    int32_t      V = be->model->cfg.n_vocab;
-    int32_t      tok[WARM_POS], pos[WARM_POS];
-    int8_t       want[WARM_POS];
-    nalar_seq_kv s, *seq[WARM_POS];
-    nalar_batch  b = { 0, tok, pos, seq, want, 0 };
-    nalar_err    err;
-    float       *logits = malloc((size_t) WARM_POS * V * sizeof(float));
+    nalar_backend *be = e->draft_be;
+    int32_t        V = be->model->cfg.n_vocab;
+    int32_t        tok[WARM_POS], pos[WARM_POS];
+    int8_t         want[WARM_POS];
+    nalar_seq_kv   s, *seq[WARM_POS];
+    nalar_batch    b = { 0, tok, pos, seq, want, 0 };
+    nalar_err      err;
+    float         *logits = malloc((size_t) WARM_POS * V * sizeof(float));
 
     nalar_seq_kv_init(&s);
     if (logits == NULL
-        || nalar_seq_kv_reserve(kv, &s, WARM_POS + max_tokens) != 0)
+        || nalar_seq_kv_reserve(&e->dkv, &s, WARM_POS + NALAR_SPEC_MAX_K)
+           != 0)
     {
         goto done;
     }
     for (int32_t i = 0; i < WARM_POS; i++) {
         tok[i] = (int32_t) ((i * 7919L + 11) % V);
+        pos[i] = i;
         seq[i] = &s;
+        want[i] = i == WARM_POS - 1;
     }
-    for (int32_t rep = -1; rep < reps; rep++) {
-        for (int32_t n = rep < 0 ? WARM_POS : 1; n <= max_tokens; n++) {
-            int32_t p0 = rep < 0 ? 0 : WARM_POS;
-            double  t0;
-
+    /* the scratch sequence's prompt, then the passes of each size */
+    b.n_tokens = WARM_POS;
+    b.n_logits = 1;
+    if (be->forward(be, &e->dkv, &b, logits, &err) != 0) {
+        goto done;
+    }
+    s.n_pos = WARM_POS;
+    for (int32_t rep = 0; rep < WARM_REPS; rep++) {
+        for (int32_t n = 1; n <= NALAR_SPEC_MAX_K; n++) {
             for (int32_t i = 0; i < n; i++) {
-                pos[i] = p0 + i;
-                want[i] = rep >= 0 || i == n - 1;
+                pos[i] = WARM_POS + i;
+                want[i] = 1;
             }
             b.n_tokens = n;
-            b.n_logits = rep < 0 ? 1 : n;
-            t0 = nalar_now_s();
-            if (be->forward(be, kv, &b, logits, &err) != 0) {
+            b.n_logits = n;
+            if (be->forward(be, &e->dkv, &b, logits, &err) != 0) {
                 goto done;
-            }
-            if (rep > 0) {
-                nalar_cost_record(cost, n, nalar_now_s() - t0);
-            }
-            s.n_pos = rep < 0 ? WARM_POS : WARM_POS + n;
-            if (rep < 0) {
-                break;
             }
         }
     }
 done:
-    nalar_seq_kv_release(kv, &s);
+    nalar_seq_kv_release(&e->dkv, &s);
     free(logits);
-}
-
-
-static void
-engine_warm_up(nalar_engine *e)
-{
-    warm_up_model(e->be, &e->kv, &e->target_cost, 1 + NALAR_SPEC_MAX_K, 6);
-    if (e->draft_be != NULL) {
-        warm_up_model(e->draft_be, &e->dkv, &e->draft_cost, NALAR_SPEC_MAX_K,
-                      WARM_REPS);
-    }
 }
 
 
@@ -738,7 +726,9 @@ engine_load(nalar_engine *e, nalar_err *err)
             return -1;
         }
     }
-    engine_warm_up(e);
+    if (e->draft != NULL) {
+        draft_warm_up(e);
+    }
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;
     e->m.kv_blocks_free = n_blocks;
@@ -1542,7 +1532,8 @@ dbatch_grow(nalar_engine *e, int32_t n)
  * token (catch-up), later passes feed the previous proposal.  A request
  * whose draft KV cannot be reserved proposes nothing this step.  Returns
  * the seconds a cold draft's catch-up took beyond an ordinary pass (its
- * first pass beyond its second), else 0.
+ * first pass beyond the measured cost of a pass of one token per
+ * request), else 0.
  */
 static double
 draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
@@ -1550,7 +1541,7 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
     int32_t     V = e->model->cfg.n_vocab, kmax = 0;
     nalar_batch *b = &e->dbatch;
     nalar_err   err;
-    double      t0 = nalar_now_s(), pass_s[2] = { 0, 0 };
+    double      t0 = nalar_now_s(), first_s = 0, plain_s;
     int         cold = 0;
 
     for (int32_t i = 0; i < n; i++) {
@@ -1611,8 +1602,8 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
         }
         ts = nalar_now_s() - ts;
         nalar_cost_record(&e->draft_cost, nt, ts);
-        if (s < 2) {
-            pass_s[s] = ts;
+        if (s == 0) {
+            first_s = ts;
         }
         for (int32_t k = 0, li = 0; k < nt; k++) {
             nalar_request *r = e->dbatch_req[k];
@@ -1632,9 +1623,10 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
     pthread_mutex_lock(&e->mu);
     e->m.spec_draft_seconds_total += nalar_now_s() - t0;
     pthread_mutex_unlock(&e->mu);
-    /* a cold draft's first pass beyond its second: the catch-up */
-    return cold && pass_s[1] > 0 && pass_s[0] > pass_s[1]
-           ? pass_s[0] - pass_s[1] : 0;
+    /* a cold draft's first pass beyond an ordinary pass of one token per
+     * request (as measured): the catch-up */
+    plain_s = nalar_cost_estimate(&e->draft_cost, n);
+    return cold && plain_s > 0 && first_s > plain_s ? first_s - plain_s : 0;
 }
 
 
