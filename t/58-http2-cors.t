@@ -48,13 +48,6 @@ my $body = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
                                        stream => JSON::PP::true });
 $t->write_file('body.json', $body);
 
-sub text_of {
-    my ($sse) = @_;
-    my @ev = NalarTest::sse_events($sse);
-    return undef unless @ev && $ev[-1] eq '[DONE]';
-    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
-}
-
 # HTTP/2 + TLS
 
 my $port2 = $t->port(1);
@@ -62,14 +55,14 @@ my $out = `curl -sS -k -N --http2 -D $dir/h2.head -o $dir/h2.body -w '%{http_ver
 is($out, '2', 'the stream went over HTTP/2');
 my $head = $t->read_file('h2.head');
 like($head, qr{^content-type: text/event-stream}mi, 'HTTP/2: event stream');
-is(text_of($t->read_file('h2.body')), $want,
+is(NalarTest::stream_text($t->read_file('h2.body')), $want,
    'HTTP/2 + TLS stream equals nalar generate');
 
 # and over HTTP/1.1, the same
 
 my $r = $t->request('POST', '/v1/completions', body => $body,
                     headers => { 'Content-Type' => 'application/json' });
-is(text_of($r->{body}), $want, 'HTTP/1.1 stream equals it too');
+is(NalarTest::stream_text($r->{body}), $want, 'HTTP/1.1 stream equals it too');
 
 # several HTTP/2 streams on one connection at once (browsers multiplex)
 
@@ -81,7 +74,7 @@ for my $k (1 .. 4) {
         if $k < 4;
 }
 system("$cmd >/dev/null 2>&1");
-my $same = grep { (text_of($t->read_file("p$_.body")) // '') eq $want } 1 .. 4;
+my $same = grep { (NalarTest::stream_text($t->read_file("p$_.body")) // '') eq $want } 1 .. 4;
 is($same, 4, 'four HTTP/2 streams, each equal to nalar generate');
 
 # HTTP/2 clients that go away mid-stream cancel their sequences too
@@ -134,7 +127,7 @@ $r = $t->request('POST', '/v1/completions', body => $body,
                               Origin => $origin });
 is($r->{headers}{'access-control-allow-origin'}, $origin,
    'Access-Control-Allow-Origin on a stream');
-is(text_of($r->{body}), $want, 'the cross-origin stream is the same');
+is(NalarTest::stream_text($r->{body}), $want, 'the cross-origin stream is the same');
 
 $r = $t->post_json('/v1/completions', { model => 'nope', prompt => 'x' },
                    headers => { Origin => $origin });

@@ -56,14 +56,6 @@ sub open_stream {
     return $s;
 }
 
-sub text_of {
-    my ($raw) = @_;
-    my $r = NalarTest::parse_response($raw);
-    my @ev = NalarTest::sse_events($r->{body});
-    return undef unless @ev && $ev[-1] eq '[DONE]';
-    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
-}
-
 # a slow reader: 1 KiB every 10 ms
 
 my $s = open_stream($body);
@@ -75,7 +67,7 @@ while (1) {
     $raw .= $buf;
 }
 close $s;
-is(text_of($raw), $want, 'a slow reader gets the whole stream, unchanged');
+is(NalarTest::raw_stream_text($raw), $want, 'a slow reader gets the whole stream, unchanged');
 like($t->read_file('error.log'), qr/nalar stream blocked: the client is slow/,
      'nginx stopped taking output while the client was behind');
 

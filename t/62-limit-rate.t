@@ -55,22 +55,14 @@ sub stream {
     return ($raw, time - $t0, \@at);
 }
 
-sub text_of {
-    my ($raw) = @_;
-    my $r = NalarTest::parse_response($raw);
-    my @ev = NalarTest::sse_events($r->{body});
-    return undef unless @ev && $ev[-1] eq '[DONE]';
-    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
-}
-
 my ($fast_raw, $fast_s) = stream('/fast/completions');
-is(text_of($fast_raw), $want, 'without limit_rate: the whole stream');
+is(NalarTest::raw_stream_text($fast_raw), $want, 'without limit_rate: the whole stream');
 
 my ($raw, $secs, $at) = stream('/v1/completions');
 my $bytes = length $raw;
 diag(sprintf('%d bytes in %.2f s (unlimited: %.3f s), %d reads', $bytes,
              $secs, $fast_s, scalar @$at));
-is(text_of($raw), $want, 'limit_rate 512: the whole stream, ending [DONE]');
+is(NalarTest::raw_stream_text($raw), $want, 'limit_rate 512: the whole stream, ending [DONE]');
 # nginx lets the first second's worth go at once, then paces the rest
 my $paced = ($bytes - 512) / 512;
 ok($bytes > 2 * 512, "the stream is larger than two seconds' worth "

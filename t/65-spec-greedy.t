@@ -54,9 +54,7 @@ sub text_of {
     my ($r, $stream) = @_;
     return undef unless $r->{status} == 200;
     return $r->{json}{choices}[0]{text} unless $stream;
-    my @ev = NalarTest::sse_events($r->{body});
-    return undef unless @ev && $ev[-1] eq '[DONE]';
-    return join '', map { ref $_ ? $_->{choices}[0]{text} // '' : '' } @ev;
+    return NalarTest::stream_text($r->{body});
 }
 
 sub complete {

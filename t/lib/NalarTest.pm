@@ -367,6 +367,18 @@ sub sse_events {
     return @ev;
 }
 
+# The text of a completion stream's first choice: its SSE body's events
+# joined, or undef unless the stream ended with [DONE].
+sub stream_text {
+    my ($body) = @_;
+    my @ev = sse_events($body // '');
+    return undef unless @ev && $ev[-1] eq '[DONE]';
+    return join '', map { $_->{choices}[0]{text} // '' } @ev[0 .. $#ev - 1];
+}
+
+# the same, from a raw HTTP/1.1 response carrying the stream
+sub raw_stream_text { stream_text(parse_response($_[0])->{body}) }
+
 sub json { $JSON }
 
 # Prometheus text to { 'name{labels}' => value }.
