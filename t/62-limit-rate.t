@@ -1,8 +1,8 @@
 #!/usr/bin/perl
 # nginx's limit_rate on a streaming location: the stream is paced (nginx
 # delays the connection's writes) and still arrives whole, in order, ending
-# with [DONE]; the module takes more from the engine when nginx's delay
-# timer lets the write go on.
+# with [DONE], over HTTP/1.1 and over HTTP/2 + TLS; the module takes more
+# from the engine when nginx's delay timer lets the write go on.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -11,7 +11,13 @@ use Test::More;
 use Time::HiRes qw(time);
 use NalarTest;
 
-my $t = NalarTest->new->has_model->has_cli;
+my $t = NalarTest->new->has_model->has_cli->has_program('curl')
+                     ->has_program('openssl');
+my $dir = $t->dir;
+
+system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
+       . "-keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
+    or plan(skip_all => 'openssl cannot make a certificate');
 
 $t->write_conf(<<'CONF')->run;
 http {
@@ -21,6 +27,9 @@ http {
 
     server {
         listen 127.0.0.1:%%PORT%%;
+        listen 127.0.0.1:%%PORT2%% ssl http2;
+        ssl_certificate %%PREFIX%%/cert.pem;
+        ssl_certificate_key %%PREFIX%%/key.pem;
         location /v1/ { nalar_api; limit_rate 512; }
         location /fast/ { nalar_api; }
     }
@@ -73,6 +82,20 @@ ok($secs > 0.5 && $secs < $paced + 5 * $NalarTest::SLOW,
 my @late = grep { $_->[0] > 0.5 } @$at;
 ok(@late >= 1 && @$at >= 2, 'and it arrived in pieces spread over time ('
    . scalar(@$at) . ' reads, ' . scalar(@late) . ' after 0.5 s)');
+
+# HTTP/2 + TLS: the same pacing on a stream of the connection
+my $body = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
+                                       max_tokens => $N, temperature => 0,
+                                       ignore_eos => JSON::PP::true,
+                                       stream => JSON::PP::true });
+$t->write_file('body.json', $body);
+my $t0 = time;
+my $v = `curl -sS -k -N --http2 -o $dir/h2.body -w '%{http_version}' -H 'Content-Type: application/json' --data-binary \@$dir/body.json --max-time 30 https://127.0.0.1:@{[$t->port(1)]}/v1/completions 2>&1`;
+my $h2_s = time - $t0;
+is($v, '2', 'the HTTP/2 stream went over HTTP/2');
+is(NalarTest::stream_text($t->read_file('h2.body')), $want,
+   sprintf('HTTP/2 + limit_rate 512: the whole stream in %.2f s', $h2_s));
+ok($h2_s > 0.5, 'and paced');
 
 $t->check_log;
 done_testing;
