@@ -2,7 +2,8 @@
 # nginx's limit_rate on a streaming location: the stream is paced (nginx
 # delays the connection's writes) and still arrives whole, in order, ending
 # with [DONE], over HTTP/1.1 and over HTTP/2 + TLS; the module takes more
-# from the engine when nginx's delay timer lets the write go on.
+# from the engine when nginx's delay timer lets the write go on.  A client
+# that hangs up while its stream is held back cancels its sequence.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -32,6 +33,7 @@ http {
         ssl_certificate_key %%PREFIX%%/key.pem;
         location /v1/ { nalar_api; limit_rate 512; }
         location /fast/ { nalar_api; }
+        location = /metrics { nalar_metrics; }
     }
 }
 CONF
@@ -96,6 +98,42 @@ is($v, '2', 'the HTTP/2 stream went over HTTP/2');
 is(NalarTest::stream_text($t->read_file('h2.body')), $want,
    sprintf('HTTP/2 + limit_rate 512: the whole stream in %.2f s', $h2_s));
 ok($h2_s > 0.5, 'and paced');
+
+# a client that hangs up while nginx holds its stream back
+{
+    # 16 choices of 450 tokens: longer than the client stays
+    my $before = $t->metrics;
+    my $big = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
+                                          max_tokens => 450, n => 16,
+                                          ignore_eos => JSON::PP::true,
+                                          stream => JSON::PP::true });
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $t->port, Proto => 'tcp')
+        or die "connect: $!";
+    $s->syswrite("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+                 . "Content-Type: application/json\r\n"
+                 . 'Content-Length: ' . length($big) . "\r\n\r\n$big");
+    my $sel = IO::Select->new($s);
+    $sel->can_read(10 * $NalarTest::SLOW) and $s->sysread(my $buf, 1024);
+    like($buf // '', qr{^HTTP/1.1 200}, 'a paced stream started');
+    close $s;
+    my ($m, $M) = (undef, 'model="kjv"');
+    for (1 .. 100 * $NalarTest::SLOW) {
+        $m = $t->metrics;
+        last if $m->{"nalar_requests_running{$M}"} == 0
+             && $m->{"nalar_kv_blocks_free{$M}"}
+                == $m->{"nalar_kv_blocks_total{$M}"};
+        select(undef, undef, undef, 0.05);
+    }
+    is($m->{"nalar_requests_running{$M}"}, 0,
+       'its client gone: nothing running');
+    is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
+       'and every KV block free');
+    my $generated = $m->{"nalar_generation_tokens_total{$M}"}
+                  - $before->{"nalar_generation_tokens_total{$M}"};
+    ok($generated < 16 * 450 / 2,
+       "its sequences were cancelled ($generated of 7200 tokens generated)");
+}
 
 $t->check_log;
 done_testing;
