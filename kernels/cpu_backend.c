@@ -1139,8 +1139,8 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     /* a draft (the backend that borrows the target's pool) holds F32
      * weights as F16: it only proposes, and its passes are bound by
      * reading weights that the target's pass between two of them has
-     * pushed out of L2 (demo draft: 8.6 against 11.7 us per token, same
-     * proposals) */
+     * pushed out of L2 (the demo draft's one-token pass: 9.3 against
+     * 13.0 us, the same proposals) */
     narrow = shared != NULL;
     be->layers = calloc((size_t) c->n_layers, sizeof(cpu_layer));
     if (be->layers == NULL) {

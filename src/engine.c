@@ -138,7 +138,9 @@ struct nalar_engine {
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
     nalar_accept_stats prop_acc[NALAR_PROP_COUNT];  /* acceptance by
                                        position of each proposer over all
-                                       requests: a new request's start */
+                                       requests, which each request's own
+                                       estimates are pulled toward
+                                       (choose_k) */
     int32_t           kv_evictable;   /* under mu: cached, unreferenced */
 
     pthread_t         thread;
