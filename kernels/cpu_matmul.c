@@ -165,7 +165,7 @@ widen_key_init(void)
 
 
 static const uint8_t *
-widen_rows(ggml_type type, const uint8_t *w, int64_t wstride, int64_t cols)
+widen_rows(const uint8_t *w, int64_t wstride, int64_t cols)
 {
     widen_space *ws;
     float       *widen_buf;
@@ -189,17 +189,11 @@ widen_rows(ggml_type type, const uint8_t *w, int64_t wstride, int64_t cols)
         ws->cap = 4 * cols;
     }
     widen_buf = ws->buf;
+    /* Q8_0: cols are a multiple of 32 */
     for (int i = 0; i < 4; i++) {
-        float  *o = widen_buf + i * cols;
-        int64_t c = 0;
-
-        for (; c + 16 <= cols; c += 16) {
-            _mm512_storeu_ps(o + c, load_w(type, w + i * wstride, c, 0xffff));
-        }
-        if (c < cols) {
-            __mmask16 m = (__mmask16) ((1u << (cols - c)) - 1);
-            _mm512_mask_storeu_ps(o + c, m, load_w(type, w + i * wstride, c,
-                                                   m));
+        for (int64_t c = 0; c < cols; c += 16) {
+            _mm512_storeu_ps(widen_buf + i * cols + c,
+                             load_w(GGML_Q8_0, w + i * wstride, c, 0xffff));
         }
     }
     return (const uint8_t *) widen_buf;
@@ -226,8 +220,7 @@ matmul_q8_0(const uint8_t *w, int64_t wstride, const float *x, int n_tok,
                                : r + 8 <= r1 ? 8 : 1;
 
             if (R == 4) {
-                const uint8_t *ww = tn >= 8 ? widen_rows(GGML_Q8_0, wr,
-                                                         wstride, cols)
+                const uint8_t *ww = tn >= 8 ? widen_rows(wr, wstride, cols)
                                             : NULL;
 
                 for (; t + 4 <= tn; t += 4) {

@@ -25,8 +25,9 @@
 /*
  * A weight matrix as the CPU kernels read it.  With AVX-512, F32/F16/BF16
  * weights are copied once into panels of 16 rows stored by column:
- * element (r, c) at panels[(r / 16) * cols * 16 + c * 16 + r % 16], in W's
- * type, the last panel padded with zero rows.  One vector load then gives
+ * element (r, c) at panels[(r / 16) * cols * 16 + c * 16 + r % 16], in
+ * ptype (W's, or F16 for a narrowed F32 W: see nalar_cpu_mat_init), the
+ * last panel padded with zero rows.  One vector load then gives
  * one column of 16 rows, each token's x[t, c] is broadcast against it, and
  * 16 outputs build up in one vector with no horizontal sum -- so a pass of
  * a few tokens costs little more than one.  Q8_0 (and builds without

@@ -17,13 +17,9 @@ use Time::HiRes qw(sleep);
 use NalarTest;
 
 my $t = NalarTest->new->has_model->has_cli->has_program('node')
-                     ->has_program('openssl');
+                     ->has_tls_cert;
 my $dir = $t->dir;
 my $root = NalarTest::root();
-
-system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
-       . "-keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
-    or plan(skip_all => 'openssl cannot make a certificate');
 
 my $model = "$dir/slow.gguf";
 system("$root/build/nalar", 'mkmodel', '--vocab-from', $NalarTest::MODEL,

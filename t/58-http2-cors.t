@@ -9,12 +9,8 @@ use Test::More;
 use NalarTest;
 
 my $t = NalarTest->new->has_model->has_cli->has_program('curl')
-                     ->has_program('openssl');
+                     ->has_tls_cert;
 my $dir = $t->dir;
-
-system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
-       . "-keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
-    or plan(skip_all => 'openssl cannot make a certificate');
 
 $t->write_conf(<<'CONF')->run;
 http {

@@ -7,7 +7,6 @@ use strict;
 use warnings;
 use lib 't/lib';
 use IO::Socket::INET;
-use Socket qw(SOL_SOCKET SO_RCVBUF);
 use Test::More;
 use Time::HiRes qw(sleep time);
 use NalarTest;
@@ -40,21 +39,8 @@ my $body = NalarTest::json()->encode({ prompt => $prompt, max_tokens => $N,
                                        ignore_eos => JSON::PP::true,
                                        stream => JSON::PP::true });
 
-sub open_stream {
-    my ($body) = @_;
-
-    # a small receive buffer, set before connecting so that the window
-    # is negotiated with it
-    my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!";
-    setsockopt($s, SOL_SOCKET, SO_RCVBUF, pack('i', 8192)) or die "$!";
-    $s->connect(Socket::pack_sockaddr_in($t->port,
-                                         Socket::inet_aton('127.0.0.1')))
-        or die "connect: $!";
-    $s->syswrite("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-                 . "Connection: close\r\nContent-Type: application/json\r\n"
-                 . 'Content-Length: ' . length($body) . "\r\n\r\n$body");
-    return $s;
-}
+# a small receive buffer, so that the stream fills it
+sub open_stream { $t->post_socket('/v1/completions', $_[0], rcvbuf => 8192) }
 
 # a slow reader: 1 KiB every 10 ms
 

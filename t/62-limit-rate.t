@@ -13,12 +13,8 @@ use Time::HiRes qw(time);
 use NalarTest;
 
 my $t = NalarTest->new->has_model->has_cli->has_program('curl')
-                     ->has_program('openssl');
+                     ->has_tls_cert;
 my $dir = $t->dir;
-
-system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
-       . "-keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
-    or plan(skip_all => 'openssl cannot make a certificate');
 
 $t->write_conf(<<'CONF')->run;
 http {
@@ -42,18 +38,19 @@ my $N = 200;
 my $prompt = 'And it came to pass';
 my $want = $t->reference_text($prompt, $N, ignore_eos => 1);
 
+# a socket on which a streaming completion was posted to $path
+sub post_stream {
+    my ($path, %req) = @_;
+    my $body = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
+                                           stream => JSON::PP::true,
+                                           ignore_eos => JSON::PP::true,
+                                           %req });
+    return $t->post_socket($path, $body);
+}
+
 sub stream {
     my ($path) = @_;
-    my $body = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
-                                           max_tokens => $N, temperature => 0,
-                                           ignore_eos => JSON::PP::true,
-                                           stream => JSON::PP::true });
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $t->port, Proto => 'tcp')
-        or die "connect: $!";
-    $s->syswrite("POST $path HTTP/1.1\r\nHost: localhost\r\n"
-                 . "Connection: close\r\nContent-Type: application/json\r\n"
-                 . 'Content-Length: ' . length($body) . "\r\n\r\n$body");
+    my $s = post_stream($path, max_tokens => $N, temperature => 0);
     my ($raw, $t0, @at) = ('', time);
     my $sel = IO::Select->new($s);
     while ($sel->can_read(30 * $NalarTest::SLOW)) {
@@ -103,16 +100,7 @@ ok($h2_s > 0.5, 'and paced');
 {
     # 16 choices of 450 tokens: longer than the client stays
     my $before = $t->metrics;
-    my $big = NalarTest::json()->encode({ model => 'kjv', prompt => $prompt,
-                                          max_tokens => 450, n => 16,
-                                          ignore_eos => JSON::PP::true,
-                                          stream => JSON::PP::true });
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $t->port, Proto => 'tcp')
-        or die "connect: $!";
-    $s->syswrite("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-                 . "Content-Type: application/json\r\n"
-                 . 'Content-Length: ' . length($big) . "\r\n\r\n$big");
+    my $s = post_stream('/v1/completions', max_tokens => 450, n => 16);
     my $sel = IO::Select->new($s);
     $sel->can_read(10 * $NalarTest::SLOW) and $s->sysread(my $buf, 1024);
     like($buf // '', qr{^HTTP/1.1 200}, 'a paced stream started');

@@ -28,6 +28,7 @@ use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
+use Socket ();
 use IO::Select;
 use JSON::PP;
 use POSIX qw(WNOHANG);
@@ -87,6 +88,19 @@ sub has_program {
     my ($self, $prog) = @_;
     my $found = grep { -x "$_/$prog" } split /:/, $ENV{PATH};
     plan(skip_all => "$prog not installed") unless $found;
+    return $self;
+}
+
+# A self-signed certificate for localhost in the prefix (cert.pem,
+# key.pem), for `ssl_certificate %%PREFIX%%/cert.pem`; skips the test
+# where openssl cannot make one.
+sub has_tls_cert {
+    my ($self) = @_;
+    $self->has_program('openssl');
+    system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
+           . "-subj /CN=localhost -keyout $self->{dir}/key.pem "
+           . "-out $self->{dir}/cert.pem >/dev/null 2>&1") == 0
+        or plan(skip_all => 'openssl cannot make a certificate');
     return $self;
 }
 
@@ -309,6 +323,26 @@ sub request {
     close $s;
 
     return parse_response($raw);
+}
+
+# A socket on which `body` (JSON) was POSTed to `path` with Connection:
+# close, for tests that read a response at their own pace or hang up
+# mid-way.  rcvbuf => bytes: a small receive buffer, set before
+# connecting so that the TCP window is negotiated with it.
+sub post_socket {
+    my ($self, $path, $body, %o) = @_;
+    my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!";
+    if ($o{rcvbuf}) {
+        setsockopt($s, Socket::SOL_SOCKET(), Socket::SO_RCVBUF(),
+                   pack('i', $o{rcvbuf})) or die "setsockopt: $!";
+    }
+    $s->connect(Socket::pack_sockaddr_in($self->port,
+                                         Socket::inet_aton('127.0.0.1')))
+        or die "connect: $!";
+    $s->syswrite("POST $path HTTP/1.1\r\nHost: localhost\r\n"
+                 . "Connection: close\r\nContent-Type: application/json\r\n"
+                 . 'Content-Length: ' . length($body) . "\r\n\r\n$body");
+    return $s;
 }
 
 sub parse_response {
