@@ -3,7 +3,8 @@
 # the demo target + draft, `auto` (the draft, and n-gram lookup where the
 # gate holds the draft back or measures it slower), n-gram lookup, and the client's prediction on
 # an editing task (90% of the output predicted: one token in ten changed,
-# or the changes as phrases), at 1, 4 and 16 streams and
+# the changes as phrases, or recurring tokens renamed throughout as an
+# identifier is in code), at 1, 4 and 16 streams and
 # k = auto (cost model and step gate), fixed 1, 2, 4, 8, and 0 (a plain
 # against plain control).  Alternating runs on the same engine, the
 # baseline's requests with speculation off; tokens/s are medians, the
@@ -20,6 +21,8 @@ D=models/nalar-kjv-draft-f32.gguf
     build/nalar spec-bench -m $T --task edit -b 1,4,16 -k 0,auto,2,4,6,8 \
         -n 256 --reps "$REPS" -t "$THREADS" --json
     build/nalar spec-bench -m $T --task edit-spans -b 1 -k 0,auto,4,6,8 \
+        -n 256 --reps "$REPS" -t "$THREADS" --json
+    build/nalar spec-bench -m $T --task edit-rename -b 1 -k 0,auto,4,6,8 \
         -n 256 --reps "$REPS" -t "$THREADS" --json
 } > bench/results/spec.jsonl
 build/nalar verify-bench -m $T -t "$THREADS" > bench/results/verify.md
@@ -40,7 +43,8 @@ open("bench/results/spec.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 if shutil.which("gnuplot"):
     with open("bench/results/spec.dat", "w") as f:
-        for prop in ("draft", "ngram", "prediction", "prediction-spans"):
+        for prop in ("draft", "ngram", "prediction", "prediction-spans",
+                     "prediction-rename"):
             for s in (1, 4, 16):
                 pts = [r for r in rows if r["proposer"] == prop
                        and r["streams"] == s and r["k"] not in ("auto", "off (control)")]

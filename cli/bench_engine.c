@@ -238,10 +238,10 @@ nalar_cmd_spec_bench(int argc, char **argv)
         return 2;
     }
     if (strcmp(task, "edit") != 0 && strcmp(task, "edit-spans") != 0
-        && strcmp(task, "prompts") != 0)
+        && strcmp(task, "edit-rename") != 0 && strcmp(task, "prompts") != 0)
     {
-        fprintf(stderr, "nalar spec-bench: --task is prompts, edit or "
-                "edit-spans, not '%s'\n", task);
+        fprintf(stderr, "nalar spec-bench: --task is prompts, edit, "
+                "edit-spans or edit-rename, not '%s'\n", task);
         return 2;
     }
     reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
@@ -265,13 +265,53 @@ nalar_cmd_spec_bench(int argc, char **argv)
          * positions drawn at random (a fixed period would line up with
          * k + 1); the hardest case for speculation.  edit-spans: the
          * changes come as phrases, as a real edit's do: spans of 3 to 9
-         * tokens, each after 9 times its length unchanged. */
+         * tokens, each after 9 times its length unchanged.  edit-rename:
+         * an identifier renamed throughout, as in code: the output's
+         * recurring tokens (3 or more occurrences), in order of first
+         * appearance, each renamed at every occurrence, as long as at
+         * most a tenth of the output differs -- the same substitution
+         * again and again, not at random places. */
         int spans = strcmp(task, "edit-spans") == 0;
+        int rename = strcmp(task, "edit-rename") == 0;
+        int total_changed = 0;
 
         preds = calloc(N_BENCH_PROMPTS, sizeof(*preds));
         spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, 0,
                  NULL, 0, 1, out);
-        for (int k = 0; k < N_BENCH_PROMPTS; k++) {
+        for (int k = 0; k < N_BENCH_PROMPTS && rename; k++) {
+            int32_t *ids = out[k].ids;
+            int      changed = 0;
+
+            for (int i = 0; i < env.n_gen; i++) {
+                preds[k][i] = ids[i];
+            }
+            for (int i = 0; i < env.n_gen; i++) {
+                int seen = 0, count = 0;
+
+                for (int j = 0; j < i; j++) {
+                    seen |= ids[j] == ids[i];
+                }
+                for (int j = i; j < env.n_gen; j++) {
+                    count += ids[j] == ids[i];
+                }
+                if (seen || count < 3 || (changed + count) * 10 > env.n_gen) {
+                    continue;
+                }
+                for (int j = i; j < env.n_gen; j++) {
+                    if (ids[j] == ids[i]) {
+                        preds[k][j] = (ids[i] + 7) % 2000 + 3;
+                    }
+                }
+                changed += count;
+            }
+            total_changed += changed;
+        }
+        if (rename) {
+            fprintf(stderr, "edit-rename: %.1f%% of the output predicted\n",
+                    100.0 - 100.0 * total_changed
+                            / (N_BENCH_PROMPTS * env.n_gen));
+        }
+        for (int k = 0; k < N_BENCH_PROMPTS && !rename; k++) {
             int keep = 0, change = 0;
 
             for (int i = 0; i < env.n_gen; i++) {
@@ -293,7 +333,8 @@ nalar_cmd_spec_bench(int argc, char **argv)
                                     : out[k].ids[i];
             }
         }
-        proposers[n_modes] = spans ? "prediction-spans" : "prediction";
+        proposers[n_modes] = spans ? "prediction-spans"
+                             : rename ? "prediction-rename" : "prediction";
         modes[n_modes++] = NALAR_SPEC_OFF;
     } else {
         if (env.draft != NULL) {

@@ -122,18 +122,26 @@ ok($rc == 2 && $out =~ /--pos must leave 33 positions/,
 
 # spec-bench: the editing tasks run end to end (the draft model as target:
 # small and quick); an unknown task is refused
-for my $task ('edit', 'edit-spans') {
+my %label = ('edit' => 'prediction', 'edit-spans' => 'prediction-spans',
+             'edit-rename' => 'prediction-rename');
+for my $task (sort keys %label) {
     ($rc, $out) = run($nalar, 'spec-bench', '-m',
         'models/nalar-kjv-draft-f32.gguf', '--task', $task, '-b', 1, '-k', 4,
-        '-n', 32, '--reps', 1, '-t', 1, '--json');
-    my $label = $task eq 'edit' ? 'prediction' : 'prediction-spans';
+        '-n', 64, '--reps', 1, '-t', 1, '--json');
+    my $label = $label{$task};
     ok($rc == 0 && $out =~ /"proposer": "$label", "streams": 1, "k": "4".*"acceptance": ([\d.]+)/
        && $1 > 0.3, "spec-bench --task $task: a $label row, most proposals "
        . "accepted") or diag $out;
+    next unless $task eq 'edit-rename';
+    # it says how much of the output its prediction got right: at least
+    # 90%, and not all of it (some recurring token was renamed)
+    ok($out =~ /edit-rename: ([\d.]+)% of the output predicted/
+       && $1 >= 90 && $1 < 100, "edit-rename renames up to a tenth: $out");
 }
 ($rc, $out) = run($nalar, 'spec-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '--task', 'code');
-ok($rc == 2 && $out =~ /--task is prompts, edit or edit-spans, not 'code'/,
+ok($rc == 2
+   && $out =~ /--task is prompts, edit, edit-spans or edit-rename, not 'code'/,
    "spec-bench refuses an unknown task: $out");
 
 done_testing();
