@@ -52,9 +52,10 @@ usage(void)
         "                 --chat-template FILE] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
-        "  nalar spec-bench -m MODEL [--draft FILE] [--task prompts|edit|edit-spans]"
-        " [-b 1,4,16]\n"
-        "                 [-k 0,1,2,4,8] [-n 96] [-t THREADS] [--json]\n"
+        "  nalar spec-bench -m MODEL [--draft FILE]"
+        " [--task prompts|edit|edit-spans|edit-rename]\n"
+        "                 [-b 1,4,16] [-k 0,1,2,4,8] [-n 96] [-t THREADS]"
+        " [--json]\n"
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n"
         "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n");
