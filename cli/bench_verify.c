@@ -92,7 +92,8 @@ nalar_cmd_verify_bench(int argc, char **argv)
         return 2;
     }
     be = nalar_cpu_backend_create(m, threads, &err);
-    logits = malloc((size_t) MAX_T * m->cfg.n_vocab * sizeof(float));
+    logits = nalar_alloc_lines((size_t) MAX_T * m->cfg.n_vocab
+                               * sizeof(float));
     if (be == NULL || logits == NULL
         || nalar_kv_pool_init(&kv, (pos + MAX_T) / NALAR_KV_BLOCK + 2,
                               m->cfg.n_layers,

@@ -592,7 +592,7 @@ cmd_bench(int argc, char **argv)
     c.b.pos = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
     c.b.seq = calloc((size_t) (p > max_b ? p : max_b), sizeof(*c.b.seq));
     c.b.want_logits = calloc((size_t) (p > max_b ? p : max_b), 1);
-    c.logits = malloc((size_t) max_b * vocab * sizeof(float));
+    c.logits = nalar_alloc_lines((size_t) max_b * vocab * sizeof(float));
     seqs = calloc((size_t) max_b, sizeof(*seqs));
     if (c.b.tokens == NULL || c.b.pos == NULL || c.b.seq == NULL
         || c.b.want_logits == NULL || c.logits == NULL || seqs == NULL)

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend.h"
 #include "clock.h"
@@ -768,9 +769,10 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
         while (cap < n_tok) {
             cap *= 2;
         }
+        /* scratch: nothing in it outlives a pass, so no copy */
 #define GROW(p, n) do {                                                     \
-            void *q_ = realloc(p, (size_t) (n) * sizeof(*(p)));              \
-            if (q_ == NULL) ok = 0; else p = q_;                             \
+            void *q_ = nalar_alloc_lines((size_t) (n) * sizeof(*(p)));       \
+            if (q_ == NULL) ok = 0; else { free(p); p = q_; }                \
         } while (0)
         GROW(be->x, (int64_t) cap * c->dim);
         GROW(be->xb, (int64_t) nth * cap * c->dim);
@@ -953,17 +955,44 @@ cpu_kv_copy(void *ctx, int32_t dst, int32_t src)
 }
 
 
+static float *
+kv_map(size_t n)
+{
+    void *p = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+
+static void
+kv_unmap(float *p, size_t n)
+{
+    if (p != NULL) {
+        munmap(p, n * sizeof(float));
+    }
+}
+
+
+static size_t
+kv_floats(const nalar_kv_pool *p)
+{
+    return (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK * p->kv_dim;
+}
+
+
 static int
 cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 {
-    size_t n = (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK
-               * p->kv_dim;
+    size_t n = kv_floats(p);
 
-    p->k = calloc(n, sizeof(float));
-    p->v = calloc(n, sizeof(float));
+    /* anonymous memory: page-aligned (see nalar_alloc_lines), zero, and
+     * committed only as blocks are first written */
+    p->k = kv_map(n);
+    p->v = kv_map(n);
     if (p->k == NULL || p->v == NULL) {
-        free(p->k);
-        free(p->v);
+        kv_unmap(p->k, n);
+        kv_unmap(p->v, n);
         p->k = p->v = NULL;
         return nalar_fail(err, "cpu backend: cannot allocate %zu MiB of KV",
                           2 * n * sizeof(float) >> 20);
@@ -977,8 +1006,8 @@ cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 static void
 cpu_kv_free(nalar_backend *b, nalar_kv_pool *p)
 {
-    free(p->k);
-    free(p->v);
+    kv_unmap(p->k, kv_floats(p));
+    kv_unmap(p->v, kv_floats(p));
     p->k = p->v = NULL;
 }
 

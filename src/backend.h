@@ -10,11 +10,32 @@
 #ifndef NALAR_BACKEND_H
 #define NALAR_BACKEND_H
 
+#include <stdlib.h>
+
 #include "kv.h"
 #include "model.h"
 #include "nalar_err.h"
 
 typedef struct nalar_backend nalar_backend;
+
+/*
+ * Memory that threads fill by rows (activations, logits, the KV pool)
+ * starts on a cache line, so no 64-byte line straddles two threads' rows:
+ * every row length and split here is a multiple of 16 floats, and malloc
+ * returns 16-byte-aligned memory, which put one line of every row on both
+ * sides of each split (measured: the line at the q | k boundary of the
+ * q/k/v rows doubled the RoPE phase of a 9-token pass).  Contents are
+ * undefined; free() releases it; NULL when out of memory.
+ */
+#define NALAR_LINE 64
+
+static inline void *
+nalar_alloc_lines(size_t bytes)
+{
+    size_t n = (bytes + NALAR_LINE - 1) & ~(size_t) (NALAR_LINE - 1);
+
+    return aligned_alloc(NALAR_LINE, n > 0 ? n : NALAR_LINE);
+}
 
 typedef struct {
     const char *name;

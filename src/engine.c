@@ -627,7 +627,8 @@ draft_warm_up(nalar_engine *e)
     nalar_seq_kv   s, *seq[WARM_POS];
     nalar_batch    b = { 0, tok, pos, seq, want, 0 };
     nalar_err      err;
-    float         *logits = malloc((size_t) WARM_POS * V * sizeof(float));
+    float         *logits = nalar_alloc_lines((size_t) WARM_POS * V
+                                              * sizeof(float));
 
     nalar_seq_kv_init(&s);
     if (logits == NULL
@@ -1551,7 +1552,8 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
         cold |= reqs[i]->n_tokens - reqs[i]->d_computed > DRAFT_WARM;
     }
     if (e->dlogits == NULL) {
-        e->dlogits = malloc((size_t) e->opts.max_running * V * sizeof(float));
+        e->dlogits = nalar_alloc_lines((size_t) e->opts.max_running * V
+                                       * sizeof(float));
         if (e->dlogits == NULL) {
             for (int32_t i = 0; i < n; i++) reqs[i]->n_prop = 0;
             return 0;
@@ -1921,10 +1923,13 @@ engine_step(nalar_engine *e)
     b->n_tokens = n_tok;
     b->n_logits = n_logits;
     if (n_logits > e->logits_cap) {
-        float *l = realloc(e->logits, (size_t) n_logits * V * sizeof(float));
+        /* rows the backend's threads split: on cache lines; a step's
+         * logits are written before they are read, so no copy */
+        float *l = nalar_alloc_lines((size_t) n_logits * V * sizeof(float));
         if (l == NULL) {
             return -1;
         }
+        free(e->logits);
         e->logits = l;
         e->logits_cap = n_logits;
     }
