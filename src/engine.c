@@ -91,6 +91,7 @@ struct nalar_request {
     int32_t          pred_off;        /* prediction index - output index */
     uint32_t         since_spec;      /* steps without speculation */
     uint32_t         probes;          /* speculation probes so far */
+    uint32_t         spec_steps;      /* steps it chose to speculate */
     int32_t          spec_proposed, spec_accepted;   /* under mu */
     int32_t          pred_accepted, pred_rejected;   /* under mu */
 
@@ -1509,6 +1510,9 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
         r->since_spec = 0;
         r->probes++;
         k = r->probes % 2 ? 1 : cap;
+    } else if (k > 0) {
+        /* now and then a neighbouring k, to keep its cost measured */
+        k = nalar_spec_neighbour_k(k, cap, ++r->spec_steps);
     }
     if (k > 0) {
         r->since_spec = 0;

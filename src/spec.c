@@ -223,6 +223,19 @@ nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
 }
 
 
+int
+nalar_spec_neighbour_k(int k, int k_max, unsigned n)
+{
+    int nk;
+
+    if (n == 0 || n % NALAR_SPEC_NEIGHBOUR != 0) {
+        return k;
+    }
+    nk = n / NALAR_SPEC_NEIGHBOUR % 2 ? k + 1 : k - 1;
+    return nk >= 1 && nk <= k_max ? nk : k;
+}
+
+
 /* --- the step gate --- */
 
 #define GATE_MIN_PLAIN  8       /* observations before a rate is trusted */

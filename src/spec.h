@@ -89,6 +89,19 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
                         double margin, double *gain);
 
 /*
+ * The k to run on a request's n-th speculative step (n from 1) when
+ * choose_k said k (1 <= k <= k_max): k, but on every NALAR_SPEC_NEIGHBOUR-th
+ * step a neighbour, alternately k + 1 and k - 1 (where within 1 .. k_max),
+ * so the pass sizes next to the chosen one stay measured.  A size never run
+ * keeps the cost estimate it had, and one slow pass can hold it above a
+ * larger size's for good (seen: the demo draft's k = 4, the fastest fixed
+ * k, was never chosen because its 5-token pass was estimated as dear as a
+ * 6-token one).
+ */
+#define NALAR_SPEC_NEIGHBOUR 16
+int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
+
+/*
  * The step gate: the last word on whether a decode step speculates at all,
  * from measured whole steps rather than modelled parts.  The per-request
  * cost model (above) estimates draft and verify time from forward passes

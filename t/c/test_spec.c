@@ -212,6 +212,29 @@ sample_hist(nalar_engine *e, int *hist, int n_req, uint64_t seed0)
  * The cost model and the step gate, on made-up measurements: what each
  * decides follows from the numbers it was given.
  */
+/* The neighbouring k now and then: one step in NALAR_SPEC_NEIGHBOUR, one
+ * more and one fewer in turn, never outside 1 .. k_max. */
+static void
+test_neighbour_k(void)
+{
+    int N = NALAR_SPEC_NEIGHBOUR, n_k[NALAR_SPEC_MAX_K + 2] = { 0 };
+
+    for (unsigned n = 1; n <= 4 * (unsigned) N; n++) {
+        n_k[nalar_spec_neighbour_k(3, 8, n)]++;
+    }
+    ok(n_k[3] == 4 * N - 4 && n_k[4] == 2 && n_k[2] == 2,
+       "k = 3: %d steps at 3, %d at 4, %d at 2 of %d", n_k[3], n_k[4],
+       n_k[2], 4 * N);
+    is_int(nalar_spec_neighbour_k(3, 8, N), 4, "first the larger");
+    is_int(nalar_spec_neighbour_k(3, 8, 2 * N), 2, "then the smaller");
+    is_int(nalar_spec_neighbour_k(3, 8, N + 1), 3, "otherwise k itself");
+    is_int(nalar_spec_neighbour_k(1, 8, 2 * N), 1, "never below 1");
+    is_int(nalar_spec_neighbour_k(8, 8, N), 8, "never above k_max");
+    is_int(nalar_spec_neighbour_k(8, 8, 2 * N), 7,
+           "k_max's smaller neighbour");
+}
+
+
 static void
 test_cost_and_gate(void)
 {
@@ -397,6 +420,7 @@ main(void)
     char               dir[] = "/tmp/nalar-spec-XXXXXX";
 
     test_cost_and_gate();
+    test_neighbour_k();
 
     /* a random-weights draft sharing the target's vocabulary */
     if (mkdtemp(dir) == NULL) {
