@@ -233,8 +233,16 @@ max_lanes(const float *x, int32_t n)
  * head of up to 64) is two accumulators over even and odd positions, in
  * increasing position, added and scaled by 1 / sum.  Q is a constant in each inlined copy, so the
  * accumulators stay in registers.
+ *
+ * A tile's cost follows the keys and values it reads far more than its
+ * rows (a 2-row tile costs about as much as a 4-row one), so a
+ * verification's tokens share as few tiles as the registers allow: up to
+ * 8 rows where head_dim <= 32 (the demo target: 4 tokens of a KV group's
+ * 2 heads; a 3-token verification then reads each head's keys once, not
+ * twice), 4 rows for larger heads, whose rows need twice the registers
+ * (tile_rows_max).
  */
-#define QTILE 4
+#define QTILE 8    /* rows of a tile at most (tile_rows_max) */
 
 typedef struct {
     const float *q[QTILE];     /* (hd) query rows */
@@ -483,7 +491,11 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     case 1: tile_scores(&r, be->kv, s, layer, col, hd, 1); break;
     case 2: tile_scores(&r, be->kv, s, layer, col, hd, 2); break;
     case 3: tile_scores(&r, be->kv, s, layer, col, hd, 3); break;
-    default: tile_scores(&r, be->kv, s, layer, col, hd, 4); break;
+    case 4: tile_scores(&r, be->kv, s, layer, col, hd, 4); break;
+    case 5: tile_scores(&r, be->kv, s, layer, col, hd, 5); break;
+    case 6: tile_scores(&r, be->kv, s, layer, col, hd, 6); break;
+    case 7: tile_scores(&r, be->kv, s, layer, col, hd, 7); break;
+    default: tile_scores(&r, be->kv, s, layer, col, hd, 8); break;
     }
     /* per row: softmax over its own positions (scores - max <= 0: the
      * branch-free exp, vectorised); 1 / sum scales the output */
@@ -499,7 +511,11 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     case 1: tile_values(&r, inv, be->kv, s, layer, col, hd, 1); break;
     case 2: tile_values(&r, inv, be->kv, s, layer, col, hd, 2); break;
     case 3: tile_values(&r, inv, be->kv, s, layer, col, hd, 3); break;
-    default: tile_values(&r, inv, be->kv, s, layer, col, hd, 4); break;
+    case 4: tile_values(&r, inv, be->kv, s, layer, col, hd, 4); break;
+    case 5: tile_values(&r, inv, be->kv, s, layer, col, hd, 5); break;
+    case 6: tile_values(&r, inv, be->kv, s, layer, col, hd, 6); break;
+    case 7: tile_values(&r, inv, be->kv, s, layer, col, hd, 7); break;
+    default: tile_values(&r, inv, be->kv, s, layer, col, hd, 8); break;
     }
 }
 
@@ -756,6 +772,14 @@ forward_worker(void *arg, int tid, int nth)
 
 /* --- backend plumbing --- */
 
+/* Query rows per attention tile (see the attention kernels' comment). */
+static int
+tile_rows_max(const nalar_config *c)
+{
+    return c->head_dim <= 32 ? QTILE : QTILE / 2;
+}
+
+
 static int
 grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
 {
@@ -907,7 +931,8 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
         return 0;
     }
     /* attention's token tiles: runs of one sequence's consecutive
-     * positions, QTILE query rows at most with the KV group's heads */
+     * positions, tile_tokens at most (tile_rows_max rows with the KV
+     * group's heads) */
     {
         int32_t t = 0;
 
@@ -1146,10 +1171,10 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     be->q_dim = c->n_heads * c->head_dim;
     be->kv_dim = c->n_kv_heads * c->head_dim;
     {
-        int G = c->n_heads / c->n_kv_heads;
+        int G = c->n_heads / c->n_kv_heads, rows = tile_rows_max(c);
 
-        be->tile_heads = G < QTILE ? G : QTILE;
-        be->tile_tokens = QTILE / be->tile_heads;
+        be->tile_heads = G < rows ? G : rows;
+        be->tile_tokens = rows / be->tile_heads;
         be->head_groups = (G + be->tile_heads - 1) / be->tile_heads;
     }
     be->inv_freq = malloc((size_t) (c->head_dim / 2) * sizeof(float));

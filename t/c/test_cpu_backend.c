@@ -5,9 +5,10 @@
  * sequence's tokens -- whatever attention tiles (KV-group heads and
  * consecutive tokens sharing each key and value load) the pass forms.
  * Greedy speculative decoding equal to plain decoding rests on this.  Run
- * for head layouts that tile differently: 2 heads per KV head (tiles of 2
- * tokens), 1 (tiles of 4 tokens), 4 (one token, 4 heads), and a head of 128
- * (rows attended one at a time).
+ * for head layouts that tile differently (tiles of up to 8 rows for heads
+ * of up to 32, 4 rows for larger ones): 2 heads of 32 per KV head (tiles of
+ * 4 tokens), 1 head of 16 (8 tokens), 4 heads of 16 (2 tokens), 1 head of
+ * 64 (4 tokens), and a head of 128 (rows attended one at a time).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,13 +211,14 @@ main(void)
     nalar_mkmodel_opts o;
     nalar_err          err;
     static const struct { int heads, kv_heads, dim; const char *name; } m[] = {
-        { 4, 4, 64, "4 heads, 4 KV heads (tiles of 4 tokens)" },
-        { 4, 1, 64, "4 heads, 1 KV head (4 heads, 1 token)" },
+        { 4, 4, 64, "4 heads, 4 KV heads (tiles of 8 tokens)" },
+        { 4, 1, 64, "4 heads, 1 KV head (tiles of 2 tokens, 4 heads)" },
+        { 2, 2, 128, "heads of 64 (tiles of 4 tokens)" },
         { 2, 1, 256, "head of 128" },
     };
 
     check_model("models/nalar-kjv-target-f32.gguf",
-                "demo target (2 heads per KV head)");
+                "demo target (2 heads per KV head, tiles of 4 tokens)");
     if (mkdtemp(dir) == NULL) {
         return 1;
     }
