@@ -145,6 +145,8 @@ nalar_accept_init(nalar_accept_stats *a, double prior)
         a->alpha[i] = prior;
         a->seen[i] = 0;
     }
+    a->pooled = prior;
+    a->pooled_seen = 0;
 }
 
 
@@ -154,11 +156,16 @@ nalar_accept_blend(nalar_accept_stats *out, const nalar_accept_stats *own,
 {
     for (int i = 0; i < NALAR_SPEC_MAX_K; i++) {
         double n = own->seen[i] < 12 ? own->seen[i] : 12;
+        double m = prior->seen[i] < 12 ? prior->seen[i] : 12;
+        double p = (m * prior->alpha[i]
+                    + NALAR_ACCEPT_POOLED * prior->pooled)
+                   / (m + NALAR_ACCEPT_POOLED);
 
-        out->alpha[i] = (n * own->alpha[i] + weight * prior->alpha[i])
-                        / (n + weight);
+        out->alpha[i] = (n * own->alpha[i] + weight * p) / (n + weight);
         out->seen[i] = own->seen[i];
     }
+    out->pooled = own->pooled;
+    out->pooled_seen = own->pooled_seen;
 }
 
 
@@ -166,15 +173,24 @@ void
 nalar_accept_update(nalar_accept_stats *a, int proposed, int accepted)
 {
     /* positions 0..accepted-1 were reached and accepted; position
-     * `accepted` (if proposed) was reached and rejected */
-    for (int i = 0; i < proposed && i < NALAR_SPEC_MAX_K && i <= accepted;
-         i++)
-    {
-        double x = i < accepted ? 1.0 : 0.0;
-        double w = a->seen[i] < 10 ? 1.0 / (a->seen[i] + 2) : 0.08;
+     * `accepted` (if proposed) was reached and rejected; positions from
+     * `proposed` on were not proposed, and their estimates age */
+    for (int i = 0; i < NALAR_SPEC_MAX_K; i++) {
+        double x = i < accepted ? 1.0 : 0.0, w;
 
+        if (i >= proposed) {
+            a->seen[i] -= a->seen[i] > 0;
+            continue;
+        }
+        if (i > accepted) {
+            continue;
+        }
+        w = a->seen[i] < 10 ? 1.0 / (a->seen[i] + 2) : 0.08;
         a->alpha[i] += w * (x - a->alpha[i]);
         a->seen[i]++;
+        w = a->pooled_seen < 10 ? 1.0 / (a->pooled_seen + 2) : 0.04;
+        a->pooled += w * (x - a->pooled);
+        a->pooled_seen++;
     }
 }
 

@@ -296,6 +296,35 @@ test_cost_and_gate(void)
            "blend: own observations count up to 12 (%.3f)", out.alpha[0]);
     }
 
+    /* a position that steps stopped proposing: its low estimate ages, and
+     * the blend then stands at what all positions measure (pooled) */
+    {
+        nalar_accept_stats own, prior, out;
+
+        nalar_accept_init(&prior, 0.7);
+        nalar_accept_init(&own, 0.7);
+        for (int i = 0; i < 20; i++) {          /* 2 proposed, 1 accepted */
+            nalar_accept_update(&own, 2, 1);
+            nalar_accept_update(&prior, 2, 1);
+        }
+        nalar_accept_blend(&out, &own, &prior, 4);
+        ok(out.alpha[1] < 0.2 && own.seen[1] == 20,
+           "the second position learnt low while proposed (%.3f)",
+           out.alpha[1]);
+        for (int i = 0; i < 30; i++) {          /* then only 1 proposed */
+            nalar_accept_update(&own, 1, 1);
+            nalar_accept_update(&prior, 1, 1);
+        }
+        nalar_accept_blend(&out, &own, &prior, 4);
+        ok(own.seen[1] == 0 && own.alpha[1] < 0.2,
+           "unproposed for 30 steps: its count aged to %d, its own estimate "
+           "unchanged (%.3f)", own.seen[1], own.alpha[1]);
+        ok(fabs(out.alpha[1] - prior.pooled) < 1e-12 && out.alpha[1] > 0.6,
+           "the blend stands at the pooled estimate (%.3f)", out.alpha[1]);
+        ok(out.alpha[0] > 0.9, "the first position keeps its own (%.3f)",
+           out.alpha[0]);
+    }
+
     /* pass costs: a size measured once, slowly, costs no more than a
      * larger size measured since */
     {
