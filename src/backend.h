@@ -52,7 +52,9 @@ struct nalar_backend {
     /* attach storage for `pool` (already initialised with its counts) */
     int  (*kv_alloc)(nalar_backend *be, nalar_kv_pool *pool, nalar_err *err);
     void (*kv_free)(nalar_backend *be, nalar_kv_pool *pool);
-    /* logits: (batch->n_logits, n_vocab) host floats */
+    /* logits: (batch->n_logits, n_vocab) host floats; the CPU backend's
+     * threads split each row, so give it memory from nalar_alloc_lines
+     * (any alignment works, misaligned rows cost a shared line each) */
     int  (*forward)(nalar_backend *be, nalar_kv_pool *pool,
                     const nalar_batch *batch, float *logits, nalar_err *err);
     void (*destroy)(nalar_backend *be);
