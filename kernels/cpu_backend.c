@@ -3,13 +3,19 @@
  * sequences, reading K/V from the paged pool.
  *
  * The whole pass is one parallel region on the worker pool (or, for a
- * draft's small passes, the calling thread alone: run_pass); phases that
- * depend on each other are separated by barriers, five per layer.  Work
- * inside a phase is split by weight rows (matrix products, and the RoPE
- * and KV store of the q/k/v rows a thread computed; for a pass of many
- * sequences, by whole sequences), by token (embeddings) or by attention
- * tile, so no two threads write the same bytes; each thread normalises
- * every token into its own buffer.
+ * draft's small passes, the calling thread alone), run one of two ways
+ * (choose_way measures both and runs the faster):
+ *
+ * - by rows (forward_worker): phases that depend on each other are
+ *   separated by barriers, five per layer.  Work inside a phase is split
+ *   by weight rows (matrix products, and the RoPE and KV store of the
+ *   q/k/v rows a thread computed; for a pass of many sequences, by whole
+ *   sequences), by token (embeddings) or by attention tile, so no two
+ *   threads write the same bytes; each thread normalises every token into
+ *   its own buffer.
+ * - by tokens (forward_tokens, passes of two tokens or more): each thread
+ *   runs the whole model over its own tokens, meeting the others once per
+ *   layer, after the K/V stores.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -31,7 +37,16 @@
 #include <immintrin.h>
 #endif
 
-#define MODE_TOKENS 8    /* passes up to this size may run solo (run_pass) */
+#define MODE_TOKENS 8    /* passes up to this size may run solo (choose_way) */
+#define WAY_CLASSES 21   /* pass sizes 1 .. 16, then 17-32, ..., 257 or more */
+
+/* how a pass runs (choose_way) */
+enum {
+    WAY_ROWS,            /* on the pool, phases split by weight rows */
+    WAY_TOKENS,          /* on the pool, split by token (forward_tokens) */
+    WAY_SOLO,            /* on the calling thread alone */
+    N_WAYS
+};
 
 /* batch tokens t0 .. t0 + n - 1: one sequence at consecutive positions */
 typedef struct {
@@ -73,11 +88,17 @@ typedef struct {
      * one KV group and up to tile_tokens consecutive tokens; each KV head's
      * G heads make head_groups tiles per token tile */
     int            tile_heads, tile_tokens, head_groups;
-    /* solo or pooled, by pass size (1 .. MODE_TOKENS tokens): measured
-     * microseconds of each way, and passes measured (see run_pass) */
-    double         mode_us[MODE_TOKENS][2];
-    int            mode_n[MODE_TOKENS][2];
-    unsigned       mode_passes[MODE_TOKENS];
+    /* the ways a pass may run, by pass size class (way_class): measured
+     * microseconds per token of each, passes measured and passes run (see
+     * choose_way) */
+    double         way_us[WAY_CLASSES][N_WAYS];
+    int            way_n[WAY_CLASSES][N_WAYS];
+    unsigned       way_passes[WAY_CLASSES];
+    /* a pass split by token: thread i's tokens, tiles and logit rows
+     * start at tok_lo[i], tile_lo[i], logit_lo[i] (n_threads + 1 each) */
+    int32_t       *tok_lo;
+    int32_t       *tile_lo;
+    int32_t       *logit_lo;
     /* the pass in flight */
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
@@ -520,36 +541,50 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
 }
 
 
-static void
-attention(cpu_backend *be, int layer, int tid, int nth)
+/*
+ * Attention items [lo, hi) in the pass's item order (attend_tile), or,
+ * `by_tile`, every item of token tiles [lo, hi): a thread that owns whole
+ * tokens (forward_tokens) attends for their tiles alone.
+ */
+static ALWAYS_INLINE void
+attend_range(cpu_backend *be, int layer, float *sc, int64_t lo, int64_t hi,
+             int by_tile, int hd)
 {
-    const nalar_config *c = &be->m->cfg;
-    float              *sc = be->scores
-                             + (int64_t) tid * QTILE * be->scores_cap;
-    int64_t             lo, hi;
+    int64_t nkv = be->m->cfg.n_kv_heads, ng = be->head_groups;
 
-    split((int64_t) be->n_tiles * c->n_kv_heads * be->head_groups, tid, nth,
-          1, &lo, &hi);
-    switch (c->head_dim) {
-    case 16:
+    if (!by_tile) {
         for (int64_t item = lo; item < hi; item++) {
-            attend_tile(be, layer, sc, item, 16);
+            attend_tile(be, layer, sc, item, hd);
         }
-        break;
-    case 32:
-        for (int64_t item = lo; item < hi; item++) {
-            attend_tile(be, layer, sc, item, 32);
+        return;
+    }
+    for (int64_t tile = lo; tile < hi; tile++) {
+        for (int64_t g = 0; g < nkv; g++) {
+            for (int64_t sub = 0; sub < ng; sub++) {
+                int64_t item = be->one_seq
+                               ? (g * be->n_tiles + tile) * ng + sub
+                               : (tile * nkv + g) * ng + sub;
+
+                attend_tile(be, layer, sc, item, hd);
+            }
         }
-        break;
-    case 64:
-        for (int64_t item = lo; item < hi; item++) {
-            attend_tile(be, layer, sc, item, 64);
-        }
-        break;
+    }
+}
+
+
+static void
+attention(cpu_backend *be, int layer, int tid, int64_t lo, int64_t hi,
+          int by_tile)
+{
+    float *sc = be->scores + (int64_t) tid * QTILE * be->scores_cap;
+
+    /* the common head sizes get their own copies of the loops */
+    switch (be->m->cfg.head_dim) {
+    case 16: attend_range(be, layer, sc, lo, hi, by_tile, 16); break;
+    case 32: attend_range(be, layer, sc, lo, hi, by_tile, 32); break;
+    case 64: attend_range(be, layer, sc, lo, hi, by_tile, 64); break;
     default:
-        for (int64_t item = lo; item < hi; item++) {
-            attend_tile(be, layer, sc, item, c->head_dim);
-        }
+        attend_range(be, layer, sc, lo, hi, by_tile, be->m->cfg.head_dim);
     }
 }
 
@@ -623,6 +658,47 @@ barrier(nalar_pool *pool, int nth)
 }
 
 
+/* embeddings and per-token RoPE angles of tokens [t0, t1) */
+static void
+embed(cpu_backend *be, int64_t t0, int64_t t1)
+{
+    const nalar_model *m = be->m;
+    int                dim = m->cfg.dim, hd = m->cfg.head_dim;
+
+    for (int64_t t = t0; t < t1; t++) {
+        nalar_cpu_get_row(&m->tok_embd, be->batch->tokens[t], be->x + t * dim);
+        for (int i = 0; i < hd / 2; i++) {
+            float theta = (float) be->batch->pos[t] * be->inv_freq[i];
+
+            be->rope_cos[t * (hd / 2) + i] = cosf(theta);
+            be->rope_sin[t * (hd / 2) + i] = sinf(theta);
+        }
+    }
+}
+
+
+/* hg = silu(hg) * hu for tokens [t0, t1), rows [lo, hi) */
+static void
+swiglu(cpu_backend *be, int64_t t0, int64_t t1, int64_t lo, int64_t hi)
+{
+    int64_t ffn = be->m->cfg.ffn_dim;
+
+    for (int64_t t = t0; t < t1; t++) {
+        float *g = be->hg + t * ffn;
+        float *u = be->hu + t * ffn;
+
+        /* silu(g) = g * sigmoid(g), sigmoid from e = exp(-|g|) (the
+         * branch-free exp, so the loop vectorises) */
+        for (int64_t i = lo; i < hi; i++) {
+            float e = nalar_exp_neg(-fabsf(g[i]));
+            float sg = (g[i] >= 0 ? 1.0f : e) / (1.0f + e);
+
+            g[i] = g[i] * sg * u[i];
+        }
+    }
+}
+
+
 static void
 forward_worker(void *arg, int tid, int nth)
 {
@@ -637,17 +713,8 @@ forward_worker(void *arg, int tid, int nth)
     float              *xb = be->xb + (int64_t) tid * be->cap_tok * dim;
     int64_t             lo, hi, t0, t1;
 
-    /* embeddings and per-token RoPE angles */
     split(T, tid, nth, 1, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) {
-        nalar_cpu_get_row(&m->tok_embd, bt->tokens[t], be->x + t * dim);
-        for (int i = 0; i < hd / 2; i++) {
-            float theta = (float) bt->pos[t] * be->inv_freq[i];
-
-            be->rope_cos[t * (hd / 2) + i] = cosf(theta);
-            be->rope_sin[t * (hd / 2) + i] = sinf(theta);
-        }
-    }
+    embed(be, lo, hi);
     barrier(pool, nth);
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -706,7 +773,9 @@ forward_worker(void *arg, int tid, int nth)
         finish_qkv(be, L, l, t0, t1, lo, hi);
         barrier(pool, nth);
 
-        attention(be, l, tid, nth);
+        split((int64_t) be->n_tiles * c->n_kv_heads * be->head_groups, tid,
+              nth, 1, &lo, &hi);
+        attention(be, l, tid, lo, hi, 0);
         barrier(pool, nth);
 
         /* x += att Wo^T */
@@ -730,19 +799,7 @@ forward_worker(void *arg, int tid, int nth)
                              lo, hi, 0);
             nalar_cpu_matmul(&W->w_up, xb, T, dim, be->hu, c->ffn_dim,
                              lo, hi, 0);
-            for (int t = 0; t < T; t++) {
-                float *g = be->hg + (int64_t) t * c->ffn_dim;
-                float *u = be->hu + (int64_t) t * c->ffn_dim;
-
-                /* silu(g) = g * sigmoid(g), sigmoid from e = exp(-|g|)
-                 * (the branch-free exp, so the loop vectorises) */
-                for (int64_t i = lo; i < hi; i++) {
-                    float e = nalar_exp_neg(-fabsf(g[i]));
-                    float sg = (g[i] >= 0 ? 1.0f : e) / (1.0f + e);
-
-                    g[i] = g[i] * sg * u[i];
-                }
-            }
+            swiglu(be, 0, T, lo, hi);
         }
         barrier(pool, nth);
 
@@ -766,6 +823,86 @@ forward_worker(void *arg, int tid, int nth)
     if (lo < hi) {
         nalar_cpu_matmul(&be->output, xb, bt->n_logits, dim, be->logits,
                          c->n_vocab, lo, hi, 0);
+    }
+}
+
+
+/*
+ * The pass split by token instead: thread tid runs every layer over its
+ * own tokens [tok_lo[tid], tok_lo[tid + 1]) -- whole weight matrices, its
+ * own rows of x, qkv, att and h, the attention tiles of its tokens (which
+ * never straddle two threads' tokens) and the logits of its rows.  The
+ * threads meet once per layer, after the K/V stores, since a later token
+ * attends over earlier ones another thread stored: one barrier per layer
+ * instead of five, and no activation row crosses between cores.  It pays
+ * for long passes where the cores are far apart: a cache line's round
+ * trip between this machine's two vCPUs measured 175 ns in its fast
+ * phases and 380-500 ns in its slow ones, and the row split exchanges
+ * every activation row at every phase (slow phase: 17 tokens 19%, 33
+ * tokens 21% faster).  Short passes lose, since each thread reads every
+ * weight and a pass's cost grows slowly with its tokens (2 tokens: 112
+ * against 88 us), and so may any pass where the cores are close:
+ * choose_way measures both.
+ */
+static void
+forward_tokens(void *arg, int tid, int nth)
+{
+    cpu_backend        *be = arg;
+    const nalar_model  *m = be->m;
+    const nalar_config *c = &m->cfg;
+    int                 dim = c->dim, ffn = c->ffn_dim;
+    int64_t             qd = be->q_dim, kd = be->kv_dim, ldqkv = qd + 2 * kd;
+    int64_t             t0 = be->tok_lo[tid], t1 = be->tok_lo[tid + 1];
+    int64_t             l0 = be->logit_lo[tid], l1 = be->logit_lo[tid + 1];
+    int                 n = (int) (t1 - t0);
+    float              *xb = be->xb + (int64_t) tid * be->cap_tok * dim;
+
+    embed(be, t0, t1);
+    for (int l = 0; l < c->n_layers; l++) {
+        const nalar_layer *L = &m->layers[l];
+        const cpu_layer   *W = &be->layers[l];
+        float             *qkv = be->qkv + t0 * ldqkv;
+
+        for (int64_t t = t0; t < t1; t++) {
+            rmsnorm(xb + (t - t0) * dim, be->x + t * dim, L->attn_norm, dim,
+                    c->norm_eps);
+        }
+        if (n > 0) {
+            nalar_cpu_matmul(&W->wq, xb, n, dim, qkv, ldqkv, 0, qd, 0);
+            nalar_cpu_matmul(&W->wk, xb, n, dim, qkv + qd, ldqkv, 0, kd, 0);
+            nalar_cpu_matmul(&W->wv, xb, n, dim, qkv + qd + kd, ldqkv, 0,
+                             kd, 0);
+            finish_qkv(be, L, l, t0, t1, 0, ldqkv);
+        }
+        /* every token's K and V of this layer are stored */
+        barrier(be->pool, nth);
+
+        attention(be, l, tid, be->tile_lo[tid], be->tile_lo[tid + 1], 1);
+        if (n == 0) {
+            continue;
+        }
+        nalar_cpu_matmul(&W->wo, be->att + t0 * qd, n, (int) qd,
+                         be->x + t0 * dim, dim, 0, dim, 1);
+        for (int64_t t = t0; t < t1; t++) {
+            rmsnorm(xb + (t - t0) * dim, be->x + t * dim, L->ffn_norm, dim,
+                    c->norm_eps);
+        }
+        nalar_cpu_matmul(&W->w_gate, xb, n, dim, be->hg + t0 * ffn, ffn, 0,
+                         ffn, 0);
+        nalar_cpu_matmul(&W->w_up, xb, n, dim, be->hu + t0 * ffn, ffn, 0,
+                         ffn, 0);
+        swiglu(be, t0, t1, 0, ffn);
+        nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
+                         be->x + t0 * dim, dim, 0, dim, 1);
+    }
+    for (int64_t i = l0; i < l1; i++) {
+        rmsnorm(xb + (i - l0) * dim, be->x + (int64_t) be->logit_rows[i] * dim,
+                m->out_norm, dim, c->norm_eps);
+    }
+    if (l1 > l0) {
+        nalar_cpu_matmul(&be->output, xb, (int) (l1 - l0), dim,
+                         be->logits + l0 * c->n_vocab, c->n_vocab, 0,
+                         c->n_vocab, 0);
     }
 }
 
@@ -832,54 +969,78 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
 }
 
 
-/*
- * Run the pass on the pool, or on the calling thread alone: a pass of a
- * draft model (a fifth of the target's width or less) is shorter than what
- * waking the pool and its barriers cost.  A backend that borrows its pool
- * (a draft's) measures both ways for each pass size up to MODE_TOKENS
- * tokens -- alternately, 5 passes each, the first (cold) not counted --
- * then runs the faster way, and the other one pass in 64 (in 512 when it
- * measured 25% slower) so that a change of load is noticed.  The pool's
- * owner (the target) always uses the pool: its one-token pass is what the
- * worker must stay awake for, and running it alone lets the worker fall
- * asleep, which then slows every pooled pass and would skew the
- * measurement.  Which thread computes a row changes no bit of it.
- */
-static void
-run_pass(cpu_backend *be, int32_t n_tokens)
+/* the class of a pass of n tokens: 1 .. 16 tokens one each, then one per
+ * power of two */
+static int
+way_class(int32_t n)
 {
-    int      c = n_tokens - 1, solo;
-    double   t0, us, *est;
-    int     *n;
+    int c = 16;
+
+    if (n <= 16) {
+        return n - 1;
+    }
+    for (int32_t top = 32; top < n && c < WAY_CLASSES - 1; top *= 2) {
+        c++;
+    }
+    return c;
+}
+
+
+/*
+ * Which way a pass runs, where two could: a draft's small passes (a fifth
+ * of the target's width or less) may run on the calling thread alone,
+ * since they are shorter than what waking the pool and its barriers cost;
+ * the target's passes of two tokens or more may split by token
+ * (forward_tokens).  Each class of pass sizes measures both of its ways --
+ * alternately, 5 passes each, the first (cold) not counted -- then runs
+ * the faster, and the other one pass in 64 (in 512 when it measured 25%
+ * slower) so that a change of load or of where the vCPUs sit is noticed.
+ * The target's one-token pass always runs on the pool by rows: it is what
+ * the worker must stay awake for, and running it alone lets the worker
+ * fall asleep, which then slows every pooled pass and would skew the
+ * measurement.  Which thread computes a row changes no bit of it, nor do
+ * the tiles a split by token forms.
+ */
+static int
+choose_way(cpu_backend *be, int32_t n_tokens, int *alt)
+{
+    int      c = way_class(n_tokens), a = WAY_ROWS, b;
+    int      nth = nalar_pool_size(be->pool);
     unsigned k;
 
-    if (be->owns_pool || nalar_pool_size(be->pool) == 1
-        || n_tokens > MODE_TOKENS)
+    if (nth > 1 && !be->owns_pool && n_tokens <= MODE_TOKENS) {
+        b = WAY_SOLO;
+    } else if (nth > 1 && be->owns_pool && n_tokens >= 2) {
+        b = WAY_TOKENS;
+    } else {
+        *alt = 0;
+        return WAY_ROWS;
+    }
+    *alt = 1;
+    k = be->way_passes[c]++;
+    if (be->way_n[c][a] < 5 || be->way_n[c][b] < 5) {
+        return be->way_n[c][b] < be->way_n[c][a] ? b : a;
+    }
     {
-        nalar_pool_run(be->pool, forward_worker, be);
-        return;
-    }
-    k = be->mode_passes[c]++;
-    if (be->mode_n[c][0] < 5 || be->mode_n[c][1] < 5) {
-        solo = be->mode_n[c][1] < be->mode_n[c][0];
-    } else {
-        double   fast = be->mode_us[c][0] < be->mode_us[c][1]
-                        ? be->mode_us[c][0] : be->mode_us[c][1];
-        double   slow = be->mode_us[c][0] + be->mode_us[c][1] - fast;
+        double   ua = be->way_us[c][a], ub = be->way_us[c][b];
+        double   fast = ua < ub ? ua : ub, slow = ua + ub - fast;
         unsigned every = slow > 1.25 * fast ? 512 : 64;
+        int      w = ub < ua ? b : a;
 
-        solo = be->mode_us[c][1] < be->mode_us[c][0];
-        solo ^= k % every == every - 1;
+        return k % every == every - 1 ? a + b - w : w;
     }
-    t0 = nalar_now_s();
-    if (solo) {
-        forward_worker(be, 0, 1);
-    } else {
-        nalar_pool_run(be->pool, forward_worker, be);
-    }
-    us = (nalar_now_s() - t0) * 1e6;
-    est = &be->mode_us[c][solo];
-    n = &be->mode_n[c][solo];
+}
+
+
+/* the measured time of a pass run `way` */
+static void
+learn_way(cpu_backend *be, int32_t n_tokens, int way, double us)
+{
+    int     c = way_class(n_tokens);
+    double *est = &be->way_us[c][way];
+    int    *n = &be->way_n[c][way];
+
+    us /= n_tokens;
     if (*n == 0) {
         /* the first pass each way warms caches: not counted */
     } else if (*n < 5) {
@@ -899,6 +1060,8 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
 {
     cpu_backend *be = b->impl;
     int32_t      max_pos = 0, n_logits = 0;
+    int          way, timed, nth;
+    double       t0;
 
     for (int32_t t = 0; t < batch->n_tokens; t++) {
         const nalar_seq_kv *s = batch->seq[t];
@@ -930,17 +1093,33 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     if (batch->n_tokens == 0) {
         return 0;
     }
+    way = choose_way(be, batch->n_tokens, &timed);
+    nth = nalar_pool_size(be->pool);
+    /* split by token: thread i's tokens from tok_lo[i] */
+    for (int i = 0; i <= nth; i++) {
+        int64_t lo, hi;
+
+        split(batch->n_tokens, i < nth ? i : nth - 1, nth, 1, &lo, &hi);
+        be->tok_lo[i] = (int32_t) (i < nth ? lo : hi);
+    }
     /* attention's token tiles: runs of one sequence's consecutive
      * positions, tile_tokens at most (tile_rows_max rows with the KV
-     * group's heads) */
+     * group's heads), and, split by token, within one thread's tokens;
+     * each thread's first tile and logit row */
     {
-        int32_t t = 0;
+        int32_t t = 0, owner = 0;
 
         be->n_tiles = 0;
         while (t < batch->n_tokens) {
-            int32_t n = 1;
+            int32_t n = 1, end = batch->n_tokens;
 
-            while (n < be->tile_tokens && t + n < batch->n_tokens
+            while (way == WAY_TOKENS && be->tok_lo[owner + 1] <= t) {
+                be->tile_lo[++owner] = be->n_tiles;
+            }
+            if (way == WAY_TOKENS) {
+                end = be->tok_lo[owner + 1];
+            }
+            while (n < be->tile_tokens && t + n < end
                    && batch->seq[t + n] == batch->seq[t]
                    && batch->pos[t + n] == batch->pos[t] + n)
             {
@@ -950,6 +1129,16 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
             be->tiles[be->n_tiles].n = n;
             be->n_tiles++;
             t += n;
+        }
+        be->tile_lo[0] = 0;
+        while (owner < nth) {
+            be->tile_lo[++owner] = be->n_tiles;
+        }
+        for (int i = 0, li = 0; i <= nth; i++) {
+            while (li < n_logits && be->logit_rows[li] < be->tok_lo[i]) {
+                li++;
+            }
+            be->logit_lo[i] = li;
         }
         be->one_seq = 1;
         be->max_run = 1;
@@ -962,7 +1151,16 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     be->kv = kv;
     be->batch = batch;
     be->logits = logits;
-    run_pass(be, batch->n_tokens);
+    t0 = nalar_now_s();
+    if (way == WAY_SOLO) {
+        forward_worker(be, 0, 1);
+    } else {
+        nalar_pool_run(be->pool, way == WAY_TOKENS ? forward_tokens
+                                                   : forward_worker, be);
+    }
+    if (timed) {
+        learn_way(be, batch->n_tokens, way, (nalar_now_s() - t0) * 1e6);
+    }
     return 0;
 }
 
@@ -1062,6 +1260,9 @@ cpu_destroy(nalar_backend *b)
         free(be->scores);
         free(be->logit_rows);
         free(be->tiles);
+        free(be->tok_lo);
+        free(be->tile_lo);
+        free(be->logit_lo);
         if (be->layers != NULL) {
             for (int l = 0; l < be->m->cfg.n_layers; l++) {
                 cpu_layer *W = &be->layers[l];
@@ -1185,6 +1386,19 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
         nalar_fail(err, "cpu backend: cannot start %d worker threads",
                    n_threads);
         return NULL;
+    }
+    {
+        size_t n = (size_t) nalar_pool_size(be->pool) + 1;
+
+        be->tok_lo = malloc(n * sizeof(int32_t));
+        be->tile_lo = malloc(n * sizeof(int32_t));
+        be->logit_lo = malloc(n * sizeof(int32_t));
+        if (be->tok_lo == NULL || be->tile_lo == NULL || be->logit_lo == NULL)
+        {
+            cpu_destroy(b);
+            nalar_fail(err, "cpu backend: out of memory");
+            return NULL;
+        }
     }
     for (int i = 0; i < c->head_dim / 2; i++) {
         be->inv_freq[i] = powf(c->rope_base,

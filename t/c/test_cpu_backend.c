@@ -8,7 +8,11 @@
  * for head layouts that tile differently (tiles of up to 8 rows for heads
  * of up to 32, 4 rows for larger ones): 2 heads of 32 per KV head (tiles of
  * 4 tokens), 1 head of 16 (8 tokens), 4 heads of 16 (2 tokens), 1 head of
- * 64 (4 tokens), and a head of 128 (rows attended one at a time).
+ * 64 (4 tokens), and a head of 128 (rows attended one at a time).  A
+ * pass of two tokens or more runs split by weight rows or by token (each
+ * thread the whole model over its own tokens); the backend measures both
+ * ways alternately for its first passes of each size, so every pooled
+ * check here runs both (breaking either one fails them).
  */
 #include <stdio.h>
 #include <stdlib.h>
