@@ -11,7 +11,14 @@
  * printed here is the ceiling on any proposer's speedup: with a tokens per
  * step confirmed, speedup <= a * t(1) / t(k + 1) before the proposer's own
  * cost.
+ *
+ * It also measures a cache line's round trip between two threads: passes
+ * split over threads exchange activation rows and meet at barriers, so
+ * how far apart the cores sit decides how well two threads share a pass
+ * (this VM's two vCPUs measured 175 ns in some minutes and 380-500 ns in
+ * others, with 9-token passes 1.75x against 1.1x one thread's speed).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +30,60 @@
 #include "model.h"
 
 #define MAX_T 33
+#define TRIPS 200000
+#define TRIP_SECONDS 0.2     /* at most: one CPU would take a timeslice */
+
+/* the line two threads hand back and forth: even, the first thread's
+ * turn; odd, the peer's; -1, the peer stops */
+static long trip_line[16] __attribute__((aligned(64)));
+
+
+static void *
+trip_peer(void *arg)
+{
+    for ( ;; ) {
+        long v;
+
+        while ((v = __atomic_load_n(&trip_line[0], __ATOMIC_ACQUIRE)) >= 0
+               && v % 2 == 0)
+        {
+            /* spin */
+        }
+        if (v < 0) {
+            return arg;
+        }
+        __atomic_store_n(&trip_line[0], v + 1, __ATOMIC_RELEASE);
+    }
+}
+
+
+/* nanoseconds for a cache line to go to another thread and back; -1 when
+ * no second thread starts */
+static double
+line_round_trip_ns(void)
+{
+    pthread_t t;
+    double    t0 = nalar_now_s(), dt;
+    long      i;
+
+    __atomic_store_n(&trip_line[0], 0, __ATOMIC_RELEASE);
+    if (pthread_create(&t, NULL, trip_peer, NULL) != 0) {
+        return -1;
+    }
+    for (i = 0; i < TRIPS; i++) {
+        while (__atomic_load_n(&trip_line[0], __ATOMIC_ACQUIRE) != 2 * i) {
+            /* spin */
+        }
+        if (i % 1024 == 1023 && nalar_now_s() - t0 > TRIP_SECONDS) {
+            break;
+        }
+        __atomic_store_n(&trip_line[0], 2 * i + 1, __ATOMIC_RELEASE);
+    }
+    dt = nalar_now_s() - t0;
+    __atomic_store_n(&trip_line[0], -1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    return dt / (double) i * 1e9;
+}
 
 
 /* Multiply-adds of one token's forward pass at position pos: the weight
@@ -56,7 +117,7 @@ nalar_cmd_verify_bench(int argc, char **argv)
     int8_t         want[MAX_T];
     nalar_seq_kv  *seq[MAX_T];
     float         *logits;
-    double         t1 = 0, per_tok;
+    double         t1 = 0, per_tok, trip_ns;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -125,6 +186,7 @@ nalar_cmd_verify_bench(int argc, char **argv)
             return 1;
         }
     }
+    trip_ns = line_round_trip_ns();
     if (!json) {
         char nthr[32];
 
@@ -133,10 +195,11 @@ nalar_cmd_verify_bench(int argc, char **argv)
         } else {
             snprintf(nthr, sizeof(nthr), "one per core");
         }
-        printf("one sequence at position %d, threads: %s\n\n"
+        printf("one sequence at position %d, threads: %s; a cache line's "
+               "round trip between two threads: %.0f ns\n\n"
                "| tokens | us per pass | x one token | us per token | "
                "GFLOP/s | ceiling: tokens per pass / cost |\n"
-               "|---:|---:|---:|---:|---:|---:|\n", pos, nthr);
+               "|---:|---:|---:|---:|---:|---:|\n", pos, nthr, trip_ns);
     }
     for (size_t ti = 0; ti < sizeof(ts) / sizeof(ts[0]); ti++) {
         int         T = ts[ti];
@@ -165,9 +228,10 @@ nalar_cmd_verify_bench(int argc, char **argv)
         per_tok = best / T;
         if (json) {
             printf("{\"tokens\": %d, \"pos\": %d, \"us_per_pass\": %.2f, "
-                   "\"ratio\": %.3f, \"gflops\": %.2f}\n", T, pos,
+                   "\"ratio\": %.3f, \"gflops\": %.2f, "
+                   "\"line_round_trip_ns\": %.0f}\n", T, pos,
                    best * 1e6, best / t1,
-                   flops_per_token(&m->cfg, pos) / per_tok / 1e9);
+                   flops_per_token(&m->cfg, pos) / per_tok / 1e9, trip_ns);
         } else {
             printf("| %d | %.1f | %.2f | %.1f | %.1f | %.2fx |\n", T,
                    best * 1e6, best / t1, per_tok * 1e6,

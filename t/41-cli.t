@@ -108,13 +108,16 @@ like($out, qr/^\{"prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, 
 # but cheaper per token than single-token steps
 ($rc, $out) = run($nalar, 'verify-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '-t', 1, '--reps', 1, '--json');
-my @vb = map { /"tokens": (\d+), "pos": 200, "us_per_pass": ([\d.]+), "ratio": ([\d.]+), "gflops": ([\d.]+)\}/ ? [$1, $2, $3] : () }
+my @vb = map { /"tokens": (\d+), "pos": 200, "us_per_pass": ([\d.]+), "ratio": ([\d.]+), "gflops": ([\d.]+), "line_round_trip_ns": (\d+)\}/ ? [$1, $2, $3, $5] : () }
          split /\n/, $out;
 is(join(',', map { $_->[0] } @vb), '1,2,3,5,9,17,33',
    'verify-bench --json: passes of 1 to 33 tokens') or diag $out;
 ok(@vb == 7 && $vb[6][1] > $vb[0][1] && $vb[6][2] < 33,
    "33 tokens cost more than 1 and less than 33 single steps "
    . "(x$vb[6][2])") if @vb;
+ok(@vb && $vb[0][3] > 0,
+   "verify-bench measures a cache line's round trip between two threads "
+   . "($vb[0][3] ns)") if @vb;
 ($rc, $out) = run($nalar, 'verify-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '--pos', 600);
 ok($rc == 2 && $out =~ /--pos must leave 33 positions/,
