@@ -990,8 +990,7 @@ way_class(int32_t n)
  * Which way a pass runs, where two could: a draft's small passes (a fifth
  * of the target's width or less) may run on the calling thread alone,
  * since they are shorter than what waking the pool and its barriers cost;
- * the target's passes of two tokens or more may split by token
- * (forward_tokens).  Each class of pass sizes measures both of its ways --
+ * other passes of two tokens or more may split by token (forward_tokens).  Each class of pass sizes measures both of its ways --
  * alternately, 5 passes each, the first (cold) not counted -- then runs
  * the faster, and the other one pass in 64 (in 512 when it measured 25%
  * slower) so that a change of load or of where the vCPUs sit is noticed.
@@ -1010,7 +1009,7 @@ choose_way(cpu_backend *be, int32_t n_tokens, int *alt)
 
     if (nth > 1 && !be->owns_pool && n_tokens <= MODE_TOKENS) {
         b = WAY_SOLO;
-    } else if (nth > 1 && be->owns_pool && n_tokens >= 2) {
+    } else if (nth > 1 && n_tokens >= 2) {
         b = WAY_TOKENS;
     } else {
         *alt = 0;
