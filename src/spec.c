@@ -121,18 +121,24 @@ nalar_cost_estimate(const nalar_cost_table *c, int n_tokens)
     }
     if (hi < 0) {
         /* above what was measured: assume compute-bound, linear in n */
-        return c->t[lo] * n_tokens / point_size(lo);
-    }
-    sl = point_size(lo);
-    sh = point_size(hi);
-    est = c->t[lo] + (n_tokens - sl) / (sh - sl) * (c->t[hi] - c->t[lo]);
-    est = est > c->t[lo] ? est : c->t[lo];
-    /* and no more than any larger pass measured: a size seldom run (one
-     * speculation rarely chooses) may hold one slow pass for long */
-    for (int j = hi; j < NALAR_COST_POINTS; j++) {
-        if (c->n[j] > 0 && c->t[j] < est) {
-            est = c->t[j];
+        est = c->t[lo] * n_tokens / point_size(lo);
+    } else {
+        sl = point_size(lo);
+        sh = point_size(hi);
+        est = c->t[lo] + (n_tokens - sl) / (sh - sl) * (c->t[hi] - c->t[lo]);
+        est = est > c->t[lo] ? est : c->t[lo];
+        /* and no more than any larger pass measured: a size seldom run
+         * (one speculation rarely chooses) may hold one slow pass for
+         * long */
+        for (int j = hi; j < NALAR_COST_POINTS; j++) {
+            if (c->n[j] > 0 && c->t[j] < est) {
+                est = c->t[j];
+            }
         }
+    }
+    /* nor than as many one-token passes, for the same reason */
+    if (c->n[0] > 0 && c->t[0] * n_tokens < est) {
+        est = c->t[0] * n_tokens;
     }
     return est;
 }

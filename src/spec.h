@@ -43,7 +43,10 @@ int nalar_ngram_propose(const int32_t *corpus, int32_t n_corpus,
 /* Forward-pass time by batch size: one point per size for 1..32 tokens,
  * then four steps per doubling up to 2048; each point a moving estimate of measured
  * seconds that falls fast (cold starts and noise only ever add time) and
- * rises slowly. */
+ * rises slowly.  An estimate is never above a larger size's measured cost,
+ * nor above n one-token passes: a size seldom run may hold one slow pass
+ * for long (a draft's 4-sequence pass measured once at 96 us, against
+ * 8 us for one token, kept auto from drafting at batch 4 for good). */
 #define NALAR_COST_POINTS 56
 typedef struct {
     double t[NALAR_COST_POINTS];

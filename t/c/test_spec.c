@@ -350,6 +350,24 @@ test_cost_and_gate(void)
         ok(fabs(nalar_cost_estimate(&c, 8) - 220e-6) < 1e-9,
            "cost: beyond the largest measured, linear in tokens");
     }
+    /* a size measured once, slowly, with nothing larger measured: held to
+     * as many one-token passes (a draft's 4-sequence pass at 96 us once,
+     * 8 us a token, had kept auto from drafting at batch 4) */
+    {
+        nalar_cost_table c;
+
+        memset(&c, 0, sizeof(c));
+        for (int i = 0; i < 20; i++) {
+            nalar_cost_record(&c, 1, 8e-6);
+            nalar_cost_record(&c, 2, 10e-6);
+        }
+        nalar_cost_record(&c, 4, 96e-6);
+        ok(fabs(nalar_cost_estimate(&c, 4) - 32e-6) < 1e-9,
+           "cost: a 4-token pass seen once at 96 us counts as 4 one-token "
+           "passes, 32 us (%.0f us)", nalar_cost_estimate(&c, 4) * 1e6);
+        ok(fabs(nalar_cost_estimate(&c, 2) - 10e-6) < 1e-9,
+           "cost: sizes measured below that bound stay as measured");
+    }
 
     g = calloc(1, sizeof(*g));
     /* unknown rates: plain first (8 steps), then speculation (4) */
