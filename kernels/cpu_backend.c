@@ -992,8 +992,9 @@ way_class(int32_t n)
  * since they are shorter than what waking the pool and its barriers cost;
  * other passes of two tokens or more may split by token (forward_tokens).
  * Each class of pass sizes measures both of its ways -- alternately, 5
- * passes each, the first (cold) not counted -- then runs the faster, and the other one pass in 64 (in 512 when it measured 25%
- * slower) so that a change of load or of where the vCPUs sit is noticed.
+ * passes each, the first (cold) not counted -- then runs the faster, and
+ * the other one pass in 64 (in 512 when it measured 25% slower) so that a
+ * change of load or of where the vCPUs sit is noticed.
  * The target's one-token pass always runs on the pool by rows: it is what
  * the worker must stay awake for, and running it alone lets the worker
  * fall asleep, which then slows every pooled pass and would skew the
