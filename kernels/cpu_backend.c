@@ -1095,30 +1095,32 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     }
     way = choose_way(be, batch->n_tokens, &timed);
     nth = nalar_pool_size(be->pool);
-    /* split by token: thread i's tokens from tok_lo[i] */
+    /* thread i's tokens start at tok_lo[i]: split by token, even shares;
+     * otherwise thread 0 "owns" them all, so the tiles below span any
+     * tokens */
     for (int i = 0; i <= nth; i++) {
-        int64_t lo, hi;
+        int64_t lo = i == 0 ? 0 : batch->n_tokens, hi;
 
-        split(batch->n_tokens, i < nth ? i : nth - 1, nth, 1, &lo, &hi);
-        be->tok_lo[i] = (int32_t) (i < nth ? lo : hi);
+        if (way == WAY_TOKENS && i < nth) {
+            split(batch->n_tokens, i, nth, 1, &lo, &hi);
+        }
+        be->tok_lo[i] = (int32_t) lo;
     }
     /* attention's token tiles: runs of one sequence's consecutive
      * positions, tile_tokens at most (tile_rows_max rows with the KV
-     * group's heads), and, split by token, within one thread's tokens;
-     * each thread's first tile and logit row */
+     * group's heads), within one thread's tokens; each thread's first
+     * tile and logit row */
     {
         int32_t t = 0, owner = 0;
 
         be->n_tiles = 0;
         while (t < batch->n_tokens) {
-            int32_t n = 1, end = batch->n_tokens;
+            int32_t n = 1, end;
 
-            while (way == WAY_TOKENS && be->tok_lo[owner + 1] <= t) {
+            while (be->tok_lo[owner + 1] <= t) {
                 be->tile_lo[++owner] = be->n_tiles;
             }
-            if (way == WAY_TOKENS) {
-                end = be->tok_lo[owner + 1];
-            }
+            end = be->tok_lo[owner + 1];
             while (n < be->tile_tokens && t + n < end
                    && batch->seq[t + n] == batch->seq[t]
                    && batch->pos[t + n] == batch->pos[t] + n)
