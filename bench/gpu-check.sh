@@ -13,6 +13,9 @@
 # performance goals are reported, not enforced).
 #
 #   sh bench/gpu-check.sh            (from anywhere; logs in build/gpu-check)
+#
+# Needs what `make` needs (OpenSSL's headers among them); where they are not
+# installed, CC may carry the paths: CC="cc -I/x/include -L/x/lib" sh ...
 set -u
 cd "$(dirname "$0")/.." || exit 1
 log=build/gpu-check
@@ -20,6 +23,10 @@ mkdir -p "$log"
 t0=$(date +%s)
 fail=0
 status_build=FAIL status_check=FAIL status_bench=FAIL
+
+# line-buffered output, so a run cut short by its timeout keeps its lines
+lines=
+command -v stdbuf >/dev/null 2>&1 && lines="stdbuf -oL -eL"
 
 say() { printf '== %s (%ss)\n' "$1" "$(( $(date +%s) - t0 ))"; }
 
@@ -38,7 +45,8 @@ else
 fi
 
 say "op checks and greedy equality"
-if timeout 300 ./build/nalar-cuda-check --require-gpu >"$log/check.log" 2>&1
+if timeout 150 $lines ./build/nalar-cuda-check --require-gpu \
+        >"$log/check.log" 2>&1
 then
     status_check=ok
 else
@@ -48,7 +56,7 @@ grep -E '^(FAIL|WARN)|^#' "$log/check.log" | head -n 60
 tail -n 1 "$log/check.log"
 
 say "bench: synthetic llama3-8b, BF16"
-if timeout 300 ./build/nalar bench --synthetic llama3-8b \
+if timeout 210 $lines ./build/nalar bench --synthetic llama3-8b \
         >"$log/bench.txt" 2>&1; then
     status_bench=ok
 else

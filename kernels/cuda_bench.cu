@@ -13,6 +13,7 @@
  * Timings are wall-clock around forward(), which returns after its logits
  * are on the host, so they include the per-step host work the engine pays.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,21 @@ done:
 }
 
 
+/* a line on stderr as each measure lands, so a run cut short (a timeout,
+ * a device fault) still shows how far it got and what it had measured */
+static void
+progress(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "bench: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+}
+
+
 typedef struct {
     nalar_backend *be;
     nalar_kv_pool  kv;
@@ -246,6 +262,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     if (copy_bandwidth(o->device, &bw, err) != 0) {
         return -1;
     }
+    progress("HBM copy bandwidth %.1f GB/s", bw);
     if (o->synthetic != NULL) {
         if (nalar_cuda_synthetic_config(o->synthetic, &cfg, err) != 0) {
             return -1;
@@ -268,6 +285,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     if (r.be == NULL) {
         goto out;
     }
+    progress("%s: weights on the device", name);
     if (P + N + 16 > cfg.n_ctx && o->synthetic == NULL) {
         P = cfg.n_ctx - N - 16 > 16 ? cfg.n_ctx - N - 16 : 16;
     }
@@ -326,6 +344,8 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             goto out;
         }
         prefill_tps = P / (nalar_now_s() - t0);
+        progress("prefill of %d tokens, pass %d: %.1f tok/s", P, rep + 1,
+                 prefill_tps);
     }
 
     /* decode at batch 1: 8 warm-up steps (graph capture), then N timed */
@@ -346,6 +366,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             tok = argmax_row(r.logits, cfg.n_vocab);
         }
         dec_tps = N / (nalar_now_s() - t0);
+        progress("decode batch 1: %.2f tok/s", dec_tps);
     }
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
@@ -400,6 +421,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             }
         }
         bat_tps[k] = (double) B * steps / (nalar_now_s() - t0);
+        progress("decode batch %d: %.1f tok/s", B, bat_tps[k]);
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
         }
