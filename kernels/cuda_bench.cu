@@ -12,12 +12,18 @@
  *
  * Timings are wall-clock around forward(), which returns after its logits
  * are on the host, so they include the per-step host work the engine pays.
+ *
+ * NVTX ranges name one step of each measure for a profiler ("decode-b1",
+ * "decode-b8", ..., "attn-8192": the last step of each), e.g.
+ *   ncu --nvtx --nvtx-include "decode-b1/" nalar bench --synthetic ...
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <nvtx3/nvToolsExt.h>
 
 #include "attention.cuh"
 #include "common.cuh"
@@ -41,6 +47,20 @@ argmax_row(const float *x, int32_t n)
         }
     }
     return best;
+}
+
+
+/* an NVTX range named by a format (closed by nvtxRangePop) */
+static void
+range_push(const char *fmt, ...)
+{
+    char    name[64];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    nvtxRangePushA(name);
 }
 
 
@@ -159,11 +179,17 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
         if (i == 5 && cudaEventRecord(e0, c.stream) != cudaSuccess) {
             goto done;
         }
+        if (i == reps + 4) {
+            range_push("attn-%d", ctx);
+        }
         if (nalar_cuda_attn_decode(&c, out, qd, q, qd, &kv, 0, d, d + 1,
                                    d + 2, 1, cfg->n_heads, cfg->n_kv_heads,
                                    cfg->head_dim, splits, part, err) != 0)
         {
             goto done;
+        }
+        if (i == reps + 4) {
+            nvtxRangePop();
         }
     }
     if (cudaEventRecord(e1, c.stream) != cudaSuccess
@@ -360,8 +386,14 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             r.b.pos[0] = P + i;
             r.b.seq[0] = &seqs[0];
             r.b.want_logits[0] = 1;
+            if (i == N + 7) {
+                range_push("decode-b1");
+            }
             if (step(&r, 1, err) != 0) {
                 goto out;
+            }
+            if (i == N + 7) {
+                nvtxRangePop();
             }
             tok = argmax_row(r.logits, cfg.n_vocab);
         }
@@ -416,8 +448,14 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                 r.b.seq[s] = &seqs[s];
                 r.b.want_logits[s] = 1;
             }
+            if (i == steps + 3) {
+                range_push("decode-b%d", B);
+            }
             if (step(&r, B, err) != 0) {
                 goto out;
+            }
+            if (i == steps + 3) {
+                nvtxRangePop();
             }
         }
         bat_tps[k] = (double) B * steps / (nalar_now_s() - t0);
