@@ -637,6 +637,67 @@ check_matmul(void)
 }
 
 
+/* GEMV rows per warp: 1, 2 and 4 must give the same bits (each (row,
+ * token) sum runs over the same columns in the same order) -- what keeps a
+ * speculative verification pass's logits equal to plain decoding's. */
+static void
+check_gemv_rows(void)
+{
+    static const ggml_type types[] = { GGML_F32, GGML_F16, GGML_BF16 };
+    static const int shapes[][2] = { { 33, 96 }, { 257, 4096 },
+                                     { 1000, 384 }, { 61, 100 } };
+    static const int toks[] = { 1, 2, 3, 5, 8, 9 };
+
+    for (int ti = 0; ti < 3; ti++) {
+        for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+            int    rows = shapes[si][0], cols = shapes[si][1];
+            int    ldx = cols + 4, ldy = rows + 3;
+            hmat   W;
+            nalar_cuda_mat dW;
+            float *x, *dx, *dy, *want, *got;
+            char   shape[96];
+            int    good = 1;
+            nalar_err err;
+
+            hmat_make(&W, types[ti], rows, cols, 1.0f / sqrtf((float) cols));
+            dW = hmat_upload(&W);
+            x = xmalloc((size_t) 9 * ldx * sizeof(float));
+            want = xmalloc((size_t) 9 * ldy * sizeof(float));
+            got = xmalloc((size_t) 9 * ldy * sizeof(float));
+            for (int i = 0; i < 9 * ldx; i++) x[i] = frand();
+            dx = dup_to_dev(x, (size_t) 9 * ldx * sizeof(float));
+            dy = dnew((size_t) 9 * ldy * sizeof(float));
+            for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+                int    n = toks[k];
+                size_t bytes = (size_t) n * ldy * sizeof(float);
+
+                for (int R = 1; R <= 4; R *= 2) {
+                    poison(dy, bytes);
+                    op(nalar_cuda_gemv_rows(&C, &dW, dx, ldx, n, dy, ldy, 0,
+                                            R, &err), &err);
+                    fetch(R == 1 ? want : got, dy, bytes);
+                    for (int t = 0; t < n && R > 1; t++) {
+                        good &= memcmp(want + (int64_t) t * ldy,
+                                       got + (int64_t) t * ldy,
+                                       (size_t) rows * sizeof(float)) == 0;
+                    }
+                }
+            }
+            snprintf(shape, sizeof(shape), "%s %dx%d, 1-9 tokens, 1/2/4 rows",
+                     tname(types[ti]), rows, cols);
+            report_eq("gemv_rows", shape, good,
+                      "rows per warp changed the results");
+            hmat_free(&W, &dW);
+            cudaFree(dx);
+            cudaFree(dy);
+            free(x);
+            free(want);
+            free(got);
+        }
+    }
+}
+
+
 /* --- paged KV and attention --- */
 
 typedef struct {
@@ -1404,6 +1465,7 @@ main(int argc, char **argv)
         check_kv();
         check_attention();
         check_matmul();
+        check_gemv_rows();
         check_sampling();
     }
     if (models) {

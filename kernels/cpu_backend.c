@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "exp_neg.h"
+#include "sampler.h"
 #include "cpu_matmul.h"
 #include "cpu_simd.h"
 #include "threadpool.h"
@@ -103,6 +104,9 @@ typedef struct {
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
     float             *logits;
+    /* forward_argmax's logits: (ids_rows, n_vocab) */
+    float             *ids_logits;
+    int32_t            ids_rows;
 } cpu_backend;
 
 
@@ -1250,6 +1254,7 @@ cpu_destroy(nalar_backend *b)
         if (be->pool != NULL && be->owns_pool) {
             nalar_pool_destroy(be->pool);
         }
+        free(be->ids_logits);
         free(be->x);
         free(be->xb);
         free(be->qkv);
@@ -1346,6 +1351,38 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
 }
 
 
+/* The pass, then each logit row's argmax.  The engine takes this path for
+ * its greedy steps on any backend that has it: on a GPU it saves moving the
+ * logits; here it is the same work as the sampler's greedy pick, and it
+ * keeps the engine's path tested where no GPU is. */
+static int
+cpu_forward_argmax(nalar_backend *b, nalar_kv_pool *kv,
+                   const nalar_batch *batch, int32_t *ids, nalar_err *err)
+{
+    cpu_backend *be = b->impl;
+    int32_t      V = be->m->cfg.n_vocab, n = batch->n_logits;
+
+    if (n > be->ids_rows) {
+        float *l = nalar_alloc_lines((size_t) n * V * sizeof(float));
+
+        if (l == NULL) {
+            return nalar_fail(err, "cpu backend: out of memory for %d rows "
+                              "of logits", n);
+        }
+        free(be->ids_logits);
+        be->ids_logits = l;
+        be->ids_rows = n;
+    }
+    if (cpu_forward(b, kv, batch, be->ids_logits, err) != 0) {
+        return -1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        ids[i] = nalar_argmax(be->ids_logits + (size_t) i * V, V);
+    }
+    return 0;
+}
+
+
 static nalar_backend *
 cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
 {
@@ -1368,6 +1405,7 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     b->kv_alloc = cpu_kv_alloc;
     b->kv_free = cpu_kv_free;
     b->forward = cpu_forward;
+    b->forward_argmax = cpu_forward_argmax;
     b->destroy = cpu_destroy;
     b->impl = be;
     be->m = m;

@@ -25,6 +25,7 @@
 #include "matmul.cuh"
 #include "norm.cuh"
 #include "rope.cuh"
+#include "sample.cuh"
 
 extern "C" {
 #include "cuda_backend.h"
@@ -79,6 +80,8 @@ typedef struct {
     int32_t        *in_h, *in_d;
     int64_t         in_cap;      /* ints */
     float          *logits_h;    /* pinned (cap_logits, n_vocab) */
+    int32_t        *ids_d;       /* (cap_logits) argmax of each row */
+    int32_t        *ids_h;       /* pinned (cap_logits) */
     int32_t         cap_logits;
     /* the pool this backend allocated */
     nalar_kv_pool  *pool;
@@ -296,7 +299,10 @@ free_logits(cuda_backend *be)
 {
     cudaFree(be->logits_d);
     cudaFreeHost(be->logits_h);
+    cudaFree(be->ids_d);
+    cudaFreeHost(be->ids_h);
     be->logits_d = be->logits_h = NULL;
+    be->ids_d = be->ids_h = NULL;
     be->cap_logits = 0;
 }
 
@@ -340,9 +346,12 @@ reserve(cuda_backend *be, int32_t n, int32_t n_rows, int64_t ints,
         CUDA_CHECK(err, cudaStreamSynchronize(be->c.stream));
         free_logits(be);
         DALLOC(be->logits_d, (int64_t) cap * c->n_vocab);
+        DALLOC(be->ids_d, cap);
         CUDA_CHECK(err, cudaMallocHost((void **) &be->logits_h,
                                        (size_t) cap * c->n_vocab
                                        * sizeof(float)));
+        CUDA_CHECK(err, cudaMallocHost((void **) &be->ids_h,
+                                       (size_t) cap * sizeof(int32_t)));
         be->cap_logits = cap;
     }
     if (ints > be->in_cap) {
@@ -541,9 +550,12 @@ run_graph(cuda_backend *be, const nalar_cuda_plan *plan, nalar_err *err)
 }
 
 
+/* One pass; then either the logit rows to `logits` or, with ids != NULL,
+ * each row's argmax (computed on the device: n ints cross the bus, not
+ * n x n_vocab floats). */
 static int
-cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
-             float *logits, nalar_err *err)
+forward_to(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
+           float *logits, int32_t *ids, nalar_err *err)
 {
     cuda_backend       *be = (cuda_backend *) b->impl;
     const nalar_config *c = &be->m->cfg;
@@ -602,7 +614,21 @@ cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
     {
         return -1;
     }
-    if (plan.n_logits > 0) {
+    if (plan.n_logits > 0 && ids != NULL) {
+        size_t bytes = (size_t) plan.n_logits * sizeof(int32_t);
+
+        if (nalar_cuda_argmax(&be->c, be->logits_d, c->n_vocab,
+                              plan.n_logits, c->n_vocab, be->ids_d, err)
+            != 0)
+        {
+            return -1;
+        }
+        CUDA_CHECK(err, cudaMemcpyAsync(be->ids_h, be->ids_d, bytes,
+                                        cudaMemcpyDeviceToHost,
+                                        be->c.stream));
+        CUDA_CHECK(err, cudaStreamSynchronize(be->c.stream));
+        memcpy(ids, be->ids_h, bytes);
+    } else if (plan.n_logits > 0) {
         size_t bytes = (size_t) plan.n_logits * c->n_vocab * sizeof(float);
 
         CUDA_CHECK(err, cudaMemcpyAsync(be->logits_h, be->logits_d, bytes,
@@ -614,6 +640,22 @@ cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
         CUDA_CHECK(err, cudaStreamSynchronize(be->c.stream));
     }
     return 0;
+}
+
+
+static int
+cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
+             float *logits, nalar_err *err)
+{
+    return forward_to(b, pool, batch, logits, NULL, err);
+}
+
+
+static int
+cuda_forward_argmax(nalar_backend *b, nalar_kv_pool *pool,
+                    const nalar_batch *batch, int32_t *ids, nalar_err *err)
+{
+    return forward_to(b, pool, batch, NULL, ids, err);
 }
 
 
@@ -801,6 +843,7 @@ create_common(nalar_model *m, int device, nalar_err *err)
     b->kv_alloc = cuda_kv_alloc;
     b->kv_free = cuda_kv_free;
     b->forward = cuda_forward;
+    b->forward_argmax = cuda_forward_argmax;
     b->destroy = cuda_destroy;
     b->impl = be;
     be->m = m;

@@ -10,8 +10,11 @@
  *   paged attention       the decode kernel alone on one layer at attn_ctx
  *                         positions (shuffled blocks, one token, all heads)
  *
- * Timings are wall-clock around forward(), which returns after its logits
+ * Timings are wall-clock around a step, which returns once its results
  * are on the host, so they include the per-step host work the engine pays.
+ * Decode steps run as the engine runs greedy ones: forward_argmax (token
+ * ids from the device), then again with forward() bringing the logits to
+ * the host (what a step costs when a request in it samples on the CPU).
  *
  * NVTX ranges name one step of each measure for a profiler ("decode-b1",
  * "decode-b8", ..., "attn-8192": the last step of each), e.g.
@@ -28,6 +31,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "kv.cuh"
+#include "matmul.cuh"
 
 extern "C" {
 #include "cuda_backend.h"
@@ -101,10 +105,12 @@ copy_bandwidth(int device, double *gbs, nalar_err *err)
 
 
 /* The decode attention kernel alone: one token at ctx positions, one
- * layer, the model's heads; returns bytes of K/V read per second. */
+ * layer, the model's heads, in `want` splits (0: as many as the engine
+ * would use, returned in *used); returns bytes of K/V read per second. */
 static int
 attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
-                    double *gbs, double *us, nalar_err *err)
+                    int32_t want, double *gbs, double *us, int32_t *used,
+                    nalar_err *err)
 {
     nalar_cuda_ctx c;
     nalar_cuda_kv  kv;
@@ -143,10 +149,12 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
         h[2 + i] = h[2 + j];
         h[2 + j] = t;
     }
-    splits = nalar_cuda_attn_splits(1, cfg->n_kv_heads
-                                    * nalar_cuda_attn_head_chunks(
-                                          cfg->n_heads, cfg->n_kv_heads),
-                                    c.sm_count, 0);
+    splits = want > 0 ? want
+             : nalar_cuda_attn_splits(1, cfg->n_kv_heads
+                                      * nalar_cuda_attn_head_chunks(
+                                            cfg->n_heads, cfg->n_kv_heads),
+                                      c.sm_count, 0);
+    *used = splits;
     if (cudaMalloc((void **) &kv.k, bytes) != cudaSuccess
         || cudaMalloc((void **) &kv.v, bytes) != cudaSuccess
         || cudaMalloc((void **) &d, (size_t) (n_blocks + 2) * 4)
@@ -233,12 +241,85 @@ progress(const char *fmt, ...)
 }
 
 
+/* The GEMV alone on (rows, cols) random BF16 weights, n_tok tokens, each
+ * rows-per-warp choice: weight bytes read per second, on stderr (for
+ * choosing the defaults; the backend's own are in the decode numbers). */
+static int
+gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
+{
+    nalar_cuda_ctx c;
+    nalar_cuda_mat W;
+    float         *x = NULL, *y = NULL;
+    cudaEvent_t    e0 = NULL, e1 = NULL;
+    int            rc = -1, reps = 20;
+
+    memset(&W, 0, sizeof(W));
+    if (nalar_cuda_ctx_init(&c, device, err) != 0) {
+        return -1;
+    }
+    W.type = GGML_BF16;
+    W.rows = rows;
+    W.cols = cols;
+    if (cudaMalloc(&W.data, (size_t) rows * cols * 2) != cudaSuccess
+        || cudaMalloc((void **) &x, (size_t) 8 * cols * 4) != cudaSuccess
+        || cudaMalloc((void **) &y, (size_t) 8 * rows * 4) != cudaSuccess
+        || cudaEventCreate(&e0) != cudaSuccess
+        || cudaEventCreate(&e1) != cudaSuccess
+        || cudaMemset(x, 0, (size_t) 8 * cols * 4) != cudaSuccess)
+    {
+        nalar_fail(err, "bench: no device memory for the GEMV sweep");
+        goto done;
+    }
+    if (nalar_cuda_fill_random(&c, &W, 0.01f, 3, err) != 0) {
+        goto done;
+    }
+    for (int nt = 1; nt <= 8; nt *= 2) {
+        for (int R = 1; R <= 4; R *= 2) {
+            float ms = 0;
+
+            for (int i = 0; i < reps + 3; i++) {
+                if (i == 3 && cudaEventRecord(e0, c.stream) != cudaSuccess) {
+                    goto done;
+                }
+                if (nalar_cuda_gemv_rows(&c, &W, x, cols, nt, y, rows, 0, R,
+                                         err) != 0)
+                {
+                    goto done;
+                }
+            }
+            if (cudaEventRecord(e1, c.stream) != cudaSuccess
+                || cudaEventSynchronize(e1) != cudaSuccess
+                || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+            {
+                nalar_fail(err, "bench: GEMV sweep failed");
+                goto done;
+            }
+            progress("  gemv %lldx%lld, %d tokens, %d rows per warp: "
+                     "%.1f us, %.1f GB/s of weights", (long long) rows,
+                     (long long) cols, nt, R, ms * 1e3 / reps,
+                     (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9);
+        }
+    }
+    rc = 0;
+done:
+    if (e0 != NULL) cudaEventDestroy(e0);
+    if (e1 != NULL) cudaEventDestroy(e1);
+    cudaFree(W.data);
+    cudaFree(x);
+    cudaFree(y);
+    nalar_cuda_ctx_free(&c);
+    return rc;
+}
+
+
 typedef struct {
     nalar_backend *be;
     nalar_kv_pool  kv;
     nalar_batch    b;
     float         *logits;
+    int32_t       *ids;
     int32_t        vocab;
+    int            use_ids;   /* steps end in forward_argmax's token ids */
 } bench_run;
 
 
@@ -252,7 +333,20 @@ step(bench_run *r, int32_t n, nalar_err *err)
     }
     r->b.n_tokens = n;
     r->b.n_logits = nl;
+    if (r->use_ids) {
+        return r->be->forward_argmax(r->be, &r->kv, &r->b, r->ids, err);
+    }
     return r->be->forward(r->be, &r->kv, &r->b, r->logits, err);
+}
+
+
+/* the greedy next token of logit row i of the last step */
+static int32_t
+next_token(const bench_run *r, int32_t i)
+{
+    return r->use_ids ? r->ids[i]
+                      : argmax_row(r->logits + (size_t) i * r->vocab,
+                                   r->vocab);
 }
 
 
@@ -272,7 +366,9 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     nalar_seq_kv  *seqs = NULL;
     double         bw = 0, prefill_tps = 0, dec_tps = 0, att_gbs = 0;
     double         att_us = 0, t0, kv_tok, dec_gbs;
-    double         bat_tps[16];
+    int32_t        att_splits = 0;
+    double         bat_tps[16], bat_logits_tps[16] = { 0 };
+    double         dec_logits_tps = 0;
     int64_t        wbytes;
     int            rc = -1;
     const char    *name;
@@ -342,9 +438,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     r.b.want_logits = (int8_t *) calloc((size_t) cap_tok, 1);
     r.logits = (float *) malloc((size_t) max_b * cfg.n_vocab
                                 * sizeof(float));
+    r.ids = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
     seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
     if (r.b.tokens == NULL || r.b.pos == NULL || r.b.seq == NULL
-        || r.b.want_logits == NULL || r.logits == NULL || seqs == NULL)
+        || r.b.want_logits == NULL || r.logits == NULL || r.ids == NULL
+        || seqs == NULL)
     {
         nalar_fail(err, "bench: out of host memory");
         goto out;
@@ -374,10 +472,18 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                  prefill_tps);
     }
 
-    /* decode at batch 1: 8 warm-up steps (graph capture), then N timed */
-    {
+    /* decode at batch 1: 8 warm-up steps (graph capture), then N timed;
+     * first as the engine's greedy steps run (the backend's argmax, when
+     * it has one), then with the logits brought to the host (the same
+     * positions again) */
+    for (int mode = 0; mode < 2; mode++) {
         int32_t tok = argmax_row(r.logits, cfg.n_vocab);
+        double  tps;
 
+        r.use_ids = mode == 0 && r.be->forward_argmax != NULL;
+        if (mode == 1 && r.be->forward_argmax == NULL) {
+            break;
+        }
         for (int32_t i = 0; i < N + 8; i++) {
             if (i == 8) {
                 t0 = nalar_now_s();
@@ -386,20 +492,28 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             r.b.pos[0] = P + i;
             r.b.seq[0] = &seqs[0];
             r.b.want_logits[0] = 1;
-            if (i == N + 7) {
+            if (i == N + 7 && mode == 0) {
                 range_push("decode-b1");
             }
             if (step(&r, 1, err) != 0) {
                 goto out;
             }
-            if (i == N + 7) {
+            if (i == N + 7 && mode == 0) {
                 nvtxRangePop();
             }
-            tok = argmax_row(r.logits, cfg.n_vocab);
+            tok = next_token(&r, 0);
         }
-        dec_tps = N / (nalar_now_s() - t0);
-        progress("decode batch 1: %.2f tok/s", dec_tps);
+        tps = N / (nalar_now_s() - t0);
+        progress("decode batch 1, %s: %.2f tok/s",
+                 r.use_ids ? "argmax on the device" : "logits to the host",
+                 tps);
+        if (mode == 0) {
+            dec_tps = tps;
+        } else {
+            dec_logits_tps = tps;
+        }
     }
+    r.use_ids = 0;
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
     kv_tok = 2.0 * (P + 8 + N / 2) * cfg.n_kv_heads * cfg.head_dim
@@ -435,40 +549,82 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             }
             done += n;
         }
-        for (int32_t i = 0; i < steps + 4; i++) {
-            if (i == 4) {
-                t0 = nalar_now_s();
+        /* as at batch 1: the engine's greedy way, then logits (the same
+         * positions again) */
+        for (int mode = 0; mode < 2; mode++) {
+            double tps;
+
+            r.use_ids = mode == 0 && r.be->forward_argmax != NULL;
+            if (mode == 1 && r.be->forward_argmax == NULL) {
+                break;
             }
-            for (int32_t s = 0; s < B; s++) {
-                r.b.tokens[s] = i == 0
-                    ? (int32_t) ((s * 17 + 5) % cfg.n_vocab)
-                    : argmax_row(r.logits + (size_t) s * cfg.n_vocab,
-                                 cfg.n_vocab);
-                r.b.pos[s] = ctx_b + i;
-                r.b.seq[s] = &seqs[s];
-                r.b.want_logits[s] = 1;
+            for (int32_t i = 0; i < steps + 4; i++) {
+                if (i == 4) {
+                    t0 = nalar_now_s();
+                }
+                for (int32_t s = 0; s < B; s++) {
+                    r.b.tokens[s] = i == 0
+                        ? (int32_t) ((s * 17 + 5) % cfg.n_vocab)
+                        : next_token(&r, s);
+                    r.b.pos[s] = ctx_b + i;
+                    r.b.seq[s] = &seqs[s];
+                    r.b.want_logits[s] = 1;
+                }
+                if (i == steps + 3 && mode == 0) {
+                    range_push("decode-b%d", B);
+                }
+                if (step(&r, B, err) != 0) {
+                    goto out;
+                }
+                if (i == steps + 3 && mode == 0) {
+                    nvtxRangePop();
+                }
             }
-            if (i == steps + 3) {
-                range_push("decode-b%d", B);
-            }
-            if (step(&r, B, err) != 0) {
-                goto out;
-            }
-            if (i == steps + 3) {
-                nvtxRangePop();
+            tps = (double) B * steps / (nalar_now_s() - t0);
+            progress("decode batch %d, %s: %.1f tok/s", B,
+                     r.use_ids ? "argmax on the device"
+                               : "logits to the host", tps);
+            if (mode == 0) {
+                bat_tps[k] = tps;
+            } else {
+                bat_logits_tps[k] = tps;
             }
         }
-        bat_tps[k] = (double) B * steps / (nalar_now_s() - t0);
-        progress("decode batch %d: %.1f tok/s", B, bat_tps[k]);
+        r.use_ids = 0;
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
         }
     }
 
-    if (attention_bandwidth(o->device, &cfg, actx, &att_gbs, &att_us, err)
-        != 0)
+    if (attention_bandwidth(o->device, &cfg, actx, 0, &att_gbs, &att_us,
+                            &att_splits, err) != 0)
     {
         goto out;
+    }
+    progress("paged attention, ctx %d, %d splits: %.1f us, %.1f GB/s", actx,
+             att_splits, att_us, att_gbs);
+    if (o->synthetic != NULL
+        && (gemv_sweep(o->device, 2 * (int64_t) cfg.ffn_dim, cfg.dim, err)
+            != 0
+            || gemv_sweep(o->device, cfg.dim, cfg.ffn_dim, err) != 0))
+    {
+        goto out;
+    }
+    /* the split count against context, for choosing the engine's */
+    for (int ci = 0; ci < 2; ci++) {
+        static const int32_t sweep[] = { 8, 16, 32, 64, 128, 256, 512 };
+        int32_t ctx = ci == 0 ? 2048 : actx, used;
+        double  g, u;
+
+        for (size_t k = 0; k < sizeof(sweep) / sizeof(sweep[0]); k++) {
+            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], &g, &u,
+                                    &used, err) != 0)
+            {
+                goto out;
+            }
+            progress("  sweep: ctx %d, %d splits: %.1f us, %.1f GB/s", ctx,
+                     used, u, g);
+        }
     }
 
     if (o->json) {
@@ -479,6 +635,12 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                name, bw, P, prefill_tps, dec_tps, dec_gbs, dec_gbs / bw);
         for (int k = 0; k < n_batches; k++) {
             printf("%s\"%d\": %.1f", k ? ", " : "", batches[k], bat_tps[k]);
+        }
+        printf("}, \"decode_logits_tps\": %.2f, \"batched_logits_tps\": {",
+               dec_logits_tps);
+        for (int k = 0; k < n_batches; k++) {
+            printf("%s\"%d\": %.1f", k ? ", " : "", batches[k],
+                   bat_logits_tps[k]);
         }
         printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
                "\"attn_bw_fraction\": %.3f, \"weight_bytes\": %lld}\n",
@@ -501,12 +663,27 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what, bat_tps[k],
                    bat_tps[k] / dec_tps);
         }
+        /* the same steps bringing every row's logits to the host (what a
+         * step costs when any of its requests samples on the CPU) */
+        if (dec_logits_tps > 0) {
+            printf("%-34s %10.2f tok/s\n", "decode batch 1, logits to host",
+                   dec_logits_tps);
+            for (int k = 0; k < n_batches; k++) {
+                char what[64];
+
+                snprintf(what, sizeof(what), "decode batch %d, logits to host",
+                         batches[k]);
+                printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what,
+                       bat_logits_tps[k], bat_logits_tps[k] / dec_logits_tps);
+            }
+        }
         {
             char what[64];
 
             snprintf(what, sizeof(what), "paged attention, ctx %d", actx);
-            printf("%-34s %10.1f GB/s  %.1f us, %.1f%% of copy bandwidth\n",
-                   what, att_gbs, att_us, 100.0 * att_gbs / bw);
+            printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
+                   "copy bandwidth\n", what, att_gbs, att_us, att_splits,
+                   100.0 * att_gbs / bw);
         }
     }
     rc = 0;
@@ -522,6 +699,7 @@ out:
     free(r.b.seq);
     free(r.b.want_logits);
     free(r.logits);
+    free(r.ids);
     if (r.be != NULL) {
         if (r.kv.n_blocks > 0) {
             r.be->kv_free(r.be, &r.kv);

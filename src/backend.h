@@ -57,6 +57,15 @@ struct nalar_backend {
      * (any alignment works, misaligned rows cost a shared line each) */
     int  (*forward)(nalar_backend *be, nalar_kv_pool *pool,
                     const nalar_batch *batch, float *logits, nalar_err *err);
+    /* Optional (NULL: the engine takes logits): the same pass, but each
+     * logit row reduced to its argmax token id, as nalar_argmax picks it
+     * (ties to the lowest id, NaN never wins), in ids (batch->n_logits).
+     * For steps whose every row is decoded greedily with nothing that
+     * needs the distribution (no penalties, no logprobs): a GPU then sends
+     * back n ints instead of n x n_vocab floats. */
+    int  (*forward_argmax)(nalar_backend *be, nalar_kv_pool *pool,
+                           const nalar_batch *batch, int32_t *ids,
+                           nalar_err *err);
     void (*destroy)(nalar_backend *be);
     /* device backends: free device memory in bytes now (for sizing the KV
      * pool after the weights are in place); NULL on the CPU */

@@ -166,6 +166,11 @@ struct nalar_engine {
     int32_t           batch_cap;
     float            *logits;         /* (max_logits, n_vocab) */
     int32_t           logits_cap;
+    /* a greedy step's token ids, when the backend reduces its logits
+     * (forward_argmax); NALAR_BACKEND_ARGMAX=0 turns that off */
+    int32_t          *ids;            /* (ids_cap) */
+    int32_t           ids_cap;
+    int               backend_argmax;
 
     /* metrics (under mu) */
     nalar_metrics     m;
@@ -692,6 +697,10 @@ engine_load(nalar_engine *e, nalar_err *err)
     if (e->be == NULL) {
         return -1;
     }
+    /* NALAR_BACKEND_ARGMAX=0: greedy steps take logits too (for
+     * comparing the two paths) */
+    e->backend_argmax = getenv("NALAR_BACKEND_ARGMAX") == NULL
+                        || strcmp(getenv("NALAR_BACKEND_ARGMAX"), "0") != 0;
     if (e->opts.draft_path != NULL && draft_open(e, err) != 0) {
         return -1;
     }
@@ -1248,15 +1257,36 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
 static void position_rng(nalar_request *r);
 
 
-/* Sample r's next token from its logits row and confirm it. */
+/*
+ * Whether r's next tokens are the argmax of its logits and nothing more is
+ * wanted of them: greedy, no penalty moving the logits, no logprobs.  (The
+ * sampler's greedy pick and nalar_argmax agree on every row of finite
+ * logits; on rows holding infinities they may pick different ones of the
+ * tied extremes.)
+ */
+static int
+greedy_plain(const nalar_request *r)
+{
+    const nalar_sampling *s = &r->sampler.p;
+
+    return !(s->temperature > 0.0f) && s->presence_penalty == 0.0f
+           && s->frequency_penalty == 0.0f && !r->p.logprobs;
+}
+
+
+/* Sample r's next token from its logits row (or take the backend's argmax
+ * of it, `given`, for a greedy_plain request) and confirm it. */
 static void
-emit_token(nalar_engine *e, nalar_request *r, float *row, double t)
+emit_token(nalar_engine *e, nalar_request *r, float *row,
+           const int32_t *given, double t)
 {
     nalar_logprob lp[21];
     int32_t       id;
 
     position_rng(r);
-    id = nalar_sample(&r->sampler, row, r->p.logprobs ? lp : NULL);
+    id = given != NULL ? *given
+                       : nalar_sample(&r->sampler, row,
+                                      r->p.logprobs ? lp : NULL);
     if (!confirm_token(e, r, id, r->p.logprobs ? lp : NULL, t)
         && r->notify != NULL)
     {
@@ -1288,10 +1318,13 @@ position_rng(nalar_request *r)
  * its place.  Proposals are point masses, so this is lossless speculative
  * sampling: acceptance probability p(x) = min(1, p(x)/q(x)) with q(x) = 1,
  * and a rejected position yields a draw from p without x, renormalised --
- * max(0, p - q) normalised.  Returns the number of proposals accepted.
+ * max(0, p - q) normalised.  With `given` (a greedy_plain request whose
+ * rows the backend reduced to their argmax) the draws are given[0..n_prop].
+ * Returns the number of proposals accepted.
  */
 static int32_t
-verify(nalar_engine *e, nalar_request *r, float *rows, double t)
+verify(nalar_engine *e, nalar_request *r, float *rows, const int32_t *given,
+       double t)
 {
     int32_t        V = e->model->cfg.n_vocab, k = r->n_prop, accepted = 0;
     nalar_logprob  lpbuf[21];
@@ -1301,7 +1334,9 @@ verify(nalar_engine *e, nalar_request *r, float *rows, double t)
         int32_t id;
 
         position_rng(r);
-        id = nalar_sample(&r->sampler, rows + (size_t) i * V, lp);
+        id = given != NULL ? given[i]
+                           : nalar_sample(&r->sampler, rows + (size_t) i * V,
+                                          lp);
         if (i < k && id == r->props[i]) {
             accepted++;
             if (confirm_token(e, r, id, lp, t)) {
@@ -1694,6 +1729,7 @@ engine_step(nalar_engine *e)
     nalar_batch   *b = &e->batch;
     int32_t        budget = e->opts.max_batch_tokens;
     int32_t        n_tok = 0, n_logits = 0, n_decode = 0, n_prefill = 0;
+    int            use_ids;
     int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
     double         catchup_s = 0;    /* a cold draft's catch-up */
     int32_t        n_confirmed = 0;
@@ -1941,8 +1977,29 @@ engine_step(nalar_engine *e)
     e->m.spec_provisional_blocks = provisional;
     pthread_mutex_unlock(&e->mu);
 
+    /* every row greedy and plain: the backend's argmax, when it has one */
+    use_ids = e->backend_argmax && e->be->forward_argmax != NULL
+              && n_logits > 0;
+    for (int32_t k = 0; k < n_tok && use_ids; k++) {
+        use_ids = !b->want_logits[k] || greedy_plain(e->batch_req[k]);
+    }
+    if (use_ids && n_logits > e->ids_cap) {
+        int32_t *ids = malloc((size_t) n_logits * sizeof(int32_t));
+
+        if (ids == NULL) {
+            use_ids = 0;
+        } else {
+            free(e->ids);
+            e->ids = ids;
+            e->ids_cap = n_logits;
+        }
+    }
+
     t0 = nalar_now_s();
-    if (e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0) {
+    if (use_ids
+        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, &err) != 0
+        : e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0)
+    {
         while (e->n_running > 0) {
             nalar_request *r = e->running[e->n_running - 1];
 
@@ -1956,6 +2013,7 @@ engine_step(nalar_engine *e)
 
     pthread_mutex_lock(&e->mu);
     e->m.steps_total++;
+    e->m.argmax_steps_total += use_ids != 0;
     if (n_spec > 0) {
         e->m.spec_verify_seconds_total += t - t0;
     }
@@ -1985,7 +2043,8 @@ engine_step(nalar_engine *e)
                 r->kv.n_pos = r->n_computed;
                 /* every computed position holds a confirmed token */
                 cache_publish(e, r, r->n_computed);
-                emit_token(e, r, e->logits + (size_t) li * V, t);
+                emit_token(e, r, use_ids ? NULL : e->logits + (size_t) li * V,
+                           use_ids ? e->ids + li : NULL, t);
                 li++;
                 n_confirmed++;
                 continue;
@@ -1994,7 +2053,9 @@ engine_step(nalar_engine *e)
             /* verification: rows li .. li + n_prop */
             kprop = r->n_prop;
             p0 = b->pos[k];
-            accepted = verify(e, r, e->logits + (size_t) li * V, t);
+            accepted = verify(e, r,
+                              use_ids ? NULL : e->logits + (size_t) li * V,
+                              use_ids ? e->ids + li : NULL, t);
             li += kprop + 1;
             k += kprop;   /* skip the proposals' batch entries */
             r->n_prop = 0;
@@ -2250,6 +2311,7 @@ nalar_engine_destroy(nalar_engine *e)
     free(e->batch.want_logits);
     free(e->batch_req);
     free(e->logits);
+    free(e->ids);
     free(e->running);
     free(e->model_path);
     free(e->model_name);

@@ -131,6 +131,8 @@ typedef struct {
     uint64_t prefix_evictions_total;
     int32_t  prefix_blocks;          /* published blocks held */
     uint64_t steps_total;
+    uint64_t argmax_steps_total;     /* of them, greedy steps whose logits
+                                        the backend reduced to token ids */
     /* histograms: cumulative counts per bucket (le), sum, count */
 #define NALAR_HIST_BUCKETS 14
     uint64_t ttft_buckets[NALAR_HIST_BUCKETS];

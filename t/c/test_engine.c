@@ -204,6 +204,88 @@ test_kv_pool(void)
 }
 
 
+/*
+ * Greedy steps take the backend's argmax (forward_argmax) when every row is
+ * greedy and plain; a row that needs its distribution (here: logprobs)
+ * sends the whole step through logits.  Either way the tokens are the
+ * reference's; NALAR_BACKEND_ARGMAX=0 turns the argmax path off.
+ */
+static void
+check_argmax_path(const char *path)
+{
+    for (int off = 0; off < 2; off++) {
+        nalar_engine  *e;
+        nalar_metrics  mt;
+        int            good = 0;
+
+        if (off) {
+            setenv("NALAR_BACKEND_ARGMAX", "0", 1);
+        }
+        e = engine(path, 512, 0, 2);
+        unsetenv("NALAR_BACKEND_ARGMAX");
+        if (e == NULL) {
+            ok(0, "engine for the argmax path");
+            return;
+        }
+        for (int k = 0; k < N_CASES; k++) {
+            collected      c;
+            nalar_request *r = greedy_req(refs[k].prompt_ids,
+                                          refs[k].n_prompt, N_REF, &c);
+            nalar_err      err;
+
+            nalar_engine_run_sync(e, &r, 1, &err);
+            good += c.n == N_REF && same(c.ids, refs[k].target, N_REF);
+            nalar_request_unref(r);
+        }
+        nalar_engine_metrics(e, &mt);
+        is_int(good, N_CASES, "argmax path %s: the reference tokens",
+               off ? "off" : "on");
+        if (off) {
+            ok(mt.argmax_steps_total == 0, "off: no step took it (%llu)",
+               (unsigned long long) mt.argmax_steps_total);
+        } else {
+            ok(mt.steps_total > 0 && mt.argmax_steps_total == mt.steps_total,
+               "on: every greedy step took it (%llu of %llu)",
+               (unsigned long long) mt.argmax_steps_total,
+               (unsigned long long) mt.steps_total);
+        }
+        if (!off) {
+            /* a greedy request beside one asking for logprobs */
+            nalar_request_params p;
+            nalar_request       *rs[2];
+            collected            c[2];
+            nalar_err            err;
+            uint64_t             before = mt.argmax_steps_total;
+
+            rs[0] = greedy_req(refs[0].prompt_ids, refs[0].n_prompt, N_REF,
+                               &c[0]);
+            memset(&p, 0, sizeof(p));
+            nalar_sampling_default(&p.sampling);
+            p.sampling.temperature = 0;
+            p.prompt = refs[1].prompt_ids;
+            p.n_prompt = refs[1].n_prompt;
+            p.max_tokens = N_REF;
+            p.ignore_eos = 1;
+            p.logprobs = 1;
+            memset(&c[1], 0, sizeof(c[1]));
+            rs[1] = nalar_request_create(&p, collect, &c[1], &err);
+            nalar_engine_run_sync(e, rs, 2, &err);
+            nalar_engine_metrics(e, &mt);
+            ok(c[0].n == N_REF && same(c[0].ids, refs[0].target, N_REF)
+               && c[1].n == N_REF && same(c[1].ids, refs[1].target, N_REF),
+               "beside a logprobs request: the reference tokens");
+            ok(mt.argmax_steps_total == before,
+               "steps with a logprobs row take logits (%llu argmax steps "
+               "of %llu)", (unsigned long long) mt.argmax_steps_total,
+               (unsigned long long) mt.steps_total);
+            nalar_request_unref(rs[0]);
+            nalar_request_unref(rs[1]);
+        }
+        nalar_engine_destroy(e);
+    }
+}
+
+
 int
 main(void)
 {
@@ -244,6 +326,7 @@ main(void)
         is_int(c.finish, NALAR_FINISH_LENGTH, "finish is length");
         nalar_request_unref(r);
     }
+    check_argmax_path(tf32);
     check_batch(e, 0, "target F32 batched (3)", 0);
     check_batch(e, 0, "target F32 batched with 5 others", 5);
     nalar_engine_destroy(e);
