@@ -673,8 +673,9 @@ check_gemv_rows(void)
 
                 for (int R = 1; R <= 4; R *= 2) {
                     poison(dy, bytes);
+                    /* warps per block 8, 4, 2 with it */
                     op(nalar_cuda_gemv_rows(&C, &dW, dx, ldx, n, dy, ldy, 0,
-                                            R, &err), &err);
+                                            R, 8 >> (R / 2), &err), &err);
                     fetch(R == 1 ? want : got, dy, bytes);
                     for (int t = 0; t < n && R > 1; t++) {
                         good &= memcmp(want + (int64_t) t * ldy,
@@ -683,7 +684,8 @@ check_gemv_rows(void)
                     }
                 }
             }
-            snprintf(shape, sizeof(shape), "%s %dx%d, 1-9 tokens, 1/2/4 rows",
+            snprintf(shape, sizeof(shape),
+                     "%s %dx%d, 1-9 tokens, 1/2/4 rows, 8/4/2 warps",
                      tname(types[ti]), rows, cols);
             report_eq("gemv_rows", shape, good,
                       "rows per warp changed the results");
@@ -914,8 +916,10 @@ check_attention_cfg(const att_cfg *a, const int32_t *ctx, int n, int run)
                                   n + 1, a->n_heads, a->n_kv, a->hd,
                                   splits[si], dpart, &err), &err);
         fetch(got, dout, (size_t) (n + 1) * qd * sizeof(float));
-        snprintf(shape, sizeof(shape), "decode h%d/%d hd%d ctx<=%d split %d",
-                 a->n_heads, a->n_kv, a->hd, ctx[longest], splits[si]);
+        snprintf(shape, sizeof(shape),
+                 "decode h%d/%d hd%d ctx<=%d split %d%s", a->n_heads,
+                 a->n_kv, a->hd, ctx[longest], splits[si],
+                 C.attn_prefetch ? "" : " no-prefetch");
         report("attention", shape, nerr(got, ref, (int64_t) (n + 1) * qd),
                THR_F32);
         cudaFree(dpart);
@@ -1464,6 +1468,10 @@ main(int argc, char **argv)
         check_elementwise();
         check_kv();
         check_attention();
+        /* the decode kernel's other loop shape too (prefill repeats) */
+        C.attn_prefetch = !C.attn_prefetch;
+        check_attention();
+        C.attn_prefetch = !C.attn_prefetch;
         check_matmul();
         check_gemv_rows();
         check_sampling();

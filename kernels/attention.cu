@@ -57,7 +57,13 @@ load_row(const float *p, float o[E])
 }
 
 
-template <int HD, int GC>
+/*
+ * PF: the K/V loads of a warp's next step are issued before the scores of
+ * this one are computed (software pipelining: two steps of rows in
+ * registers), so each warp has a step of loads in flight while it works.
+ * Either way every score and sum is computed in the same order.
+ */
+template <int HD, int GC, bool PF>
 static __global__ void __launch_bounds__(ATT_WARPS * WARP)
 attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
                    const float *kc, const float *vc, int32_t n_layers,
@@ -104,30 +110,56 @@ attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
     }
 
     /* the loop bound is warp-uniform: every lane reaches the shuffles */
-    for (int32_t base = j0 + w * PW * ATT_U; base < j1;
-         base += ATT_WARPS * PW * ATT_U)
-    {
-        float kr[ATT_U][E], vr[ATT_U][E], sc[ATT_U][GC];
-        bool  ok[ATT_U];
+    constexpr int32_t STEP = ATT_WARPS * PW * ATT_U;
+    float kn[ATT_U][E], vn[ATT_U][E];
+    bool  okn[ATT_U];
 
+    /* rows of the step at `base` (positions past j1: zeros, not ok) */
+    auto fetch = [&](int32_t base, float (*kd)[E], float (*vd)[E],
+                     bool *okd) {
 #pragma unroll
         for (int u = 0; u < ATT_U; u++) {
             int32_t j = base + u * PW + sub;
 
-            ok[u] = j < j1;
-            if (ok[u]) {
+            okd[u] = j < j1;
+            if (okd[u]) {
                 int64_t off = tbl[j / NALAR_KV_BLOCK] * blk_stride + col
                               + (int64_t) (j % NALAR_KV_BLOCK) * kv_dim;
 
-                load_row<E>(kc + off, kr[u]);
-                load_row<E>(vc + off, vr[u]);
+                load_row<E>(kc + off, kd[u]);
+                load_row<E>(vc + off, vd[u]);
             } else {
 #pragma unroll
                 for (int e = 0; e < E; e++) {
-                    kr[u][e] = 0.0f;
-                    vr[u][e] = 0.0f;
+                    kd[u][e] = 0.0f;
+                    vd[u][e] = 0.0f;
                 }
             }
+        }
+    };
+
+    if (PF && j0 + w * PW * ATT_U < j1) {
+        fetch(j0 + w * PW * ATT_U, kn, vn, okn);
+    }
+    for (int32_t base = j0 + w * PW * ATT_U; base < j1; base += STEP) {
+        float kr[ATT_U][E], vr[ATT_U][E], sc[ATT_U][GC];
+        bool  ok[ATT_U];
+
+        if (PF) {
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                ok[u] = okn[u];
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    kr[u][e] = kn[u][e];
+                    vr[u][e] = vn[u][e];
+                }
+            }
+            if (base + STEP < j1) {
+                fetch(base + STEP, kn, vn, okn);
+            }
+        } else {
+            fetch(base, kr, vr, ok);
         }
 #pragma unroll
         for (int u = 0; u < ATT_U; u++) {
@@ -473,22 +505,25 @@ nalar_cuda_attn_tile_q(int32_t head_dim, int32_t group)
 
 template <int HD>
 static void
-decode_launch_hd(cudaStream_t st, dim3 grid, int gc, float *out,
+decode_launch_hd(cudaStream_t st, dim3 grid, int gc, int pf, float *out,
                  int64_t ld_out, const float *q, int64_t ld_q,
                  const nalar_cuda_kv *kv, int32_t layer, const int32_t *pos,
                  const int32_t *tbl_off, const int32_t *tables,
                  int32_t n_heads, int32_t group, int32_t n_chunks,
                  int32_t n_splits, float *part, float scale)
 {
-#define GO(GC) attn_decode_kernel<HD, GC><<<grid, ATT_WARPS * WARP, 0, st>>>( \
+#define GO(GC, PF) attn_decode_kernel<HD, GC, PF>                            \
+        <<<grid, ATT_WARPS * WARP, 0, st>>>(                                  \
         out, ld_out, q, ld_q, kv->k, kv->v, kv->n_layers, kv->kv_dim, layer,  \
         pos, tbl_off, tables, n_heads, group, n_chunks, n_splits, part, scale)
+#define BY_PF(GC) do { if (pf) GO(GC, true); else GO(GC, false); } while (0)
     switch (gc) {
-    case 1: GO(1); break;
-    case 2: GO(2); break;
-    case 4: GO(4); break;
-    default: GO(8); break;
+    case 1: BY_PF(1); break;
+    case 2: BY_PF(2); break;
+    case 4: BY_PF(4); break;
+    default: BY_PF(8); break;
     }
+#undef BY_PF
 #undef GO
 }
 
@@ -556,7 +591,8 @@ nalar_cuda_attn_decode(nalar_cuda_ctx *c, float *out, int64_t ld_out,
     p = n_splits > 1 ? part : NULL;
     switch (head_dim) {
 #define HD_CASE(HD) case HD:                                                   \
-        decode_launch_hd<HD>(c->stream, grid, gc, out, ld_out, q, ld_q, kv,  \
+        decode_launch_hd<HD>(c->stream, grid, gc, c->attn_prefetch, out,    \
+                             ld_out, q, ld_q, kv,                             \
                              layer, pos, tbl_off, tables, n_heads, group,     \
                              n_chunks, n_splits, p, scale);                   \
         break

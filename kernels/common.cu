@@ -42,6 +42,8 @@ nalar_cuda_ctx_init(nalar_cuda_ctx *c, int device, nalar_err *err)
     if (s != NULL && atoi(s) > 0) {
         c->gemv_max = atoi(s);
     }
+    s = getenv("NALAR_CUDA_ATTN_PREFETCH");
+    c->attn_prefetch = s == NULL || atoi(s) != 0;
     CUDA_CHECK(err, cudaGetDeviceCount(&n));
     if (device < 0 || device >= n) {
         return nalar_fail(err, "cuda: device %d requested but %d device%s "
@@ -56,6 +58,9 @@ nalar_cuda_ctx_init(nalar_cuda_ctx *c, int device, nalar_err *err)
     CUBLAS_CHECK(err, cublasCreate(&c->blas));
     CUBLAS_CHECK(err, cublasSetStream(c->blas, c->stream));
     CUDA_CHECK(err, cudaMalloc(&c->blas_ws, BLAS_WS_BYTES));
+    CUDA_CHECK(err, cudaMalloc((void **) &c->argmax_ws,
+                               NALAR_CUDA_ARGMAX_ROWS
+                               * sizeof(*c->argmax_ws)));
     CUBLAS_CHECK(err, cublasSetWorkspace(c->blas, c->blas_ws,
                                          BLAS_WS_BYTES));
     /* FP32 accumulation everywhere: no TF32 shortcut for F32 weights */
@@ -74,6 +79,7 @@ nalar_cuda_ctx_free(nalar_cuda_ctx *c)
         cublasDestroy(c->blas);
     }
     cudaFree(c->blas_ws);
+    cudaFree(c->argmax_ws);
     cudaFree(c->scratch);
     if (c->stream != NULL) {
         cudaStreamDestroy(c->stream);

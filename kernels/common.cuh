@@ -43,6 +43,8 @@ typedef struct {
     cudaStream_t   stream;       /* every launch and copy of the backend */
     cublasHandle_t blas;         /* bound to stream */
     void          *blas_ws;      /* fixed cuBLAS workspace (graph capture) */
+    /* nalar_cuda_argmax's per-row keys (NALAR_CUDA_ARGMAX_ROWS) */
+    unsigned long long *argmax_ws;
     /* growable device scratch for activation conversion and dequantised
      * weights; grown only outside graph capture */
     void          *scratch;
@@ -50,6 +52,9 @@ typedef struct {
     /* matrix products with at most this many tokens use our GEMV kernels
      * (F32 activations); more go to cuBLAS */
     int32_t        gemv_max;
+    /* decode attention issues a step's K/V loads before the previous
+     * step's arithmetic (NALAR_CUDA_ATTN_PREFETCH=0: after) */
+    int            attn_prefetch;
 } nalar_cuda_ctx;
 
 /* Fill err with "cuda: CALL failed at FILE:LINE: WHAT (code N)"; returns -1. */
@@ -76,6 +81,8 @@ int nalar_cuda_fail_call(nalar_err *err, const char *call, int code,
 
 /* After a launch: a bad configuration shows up here, not in the kernel. */
 #define CUDA_CHECK_LAUNCH(err) CUDA_CHECK(err, cudaGetLastError())
+
+#define NALAR_CUDA_ARGMAX_ROWS 4096
 
 /* Select `device`, create the stream, cuBLAS handle and workspace. */
 int  nalar_cuda_ctx_init(nalar_cuda_ctx *c, int device, nalar_err *err);

@@ -106,11 +106,12 @@ copy_bandwidth(int device, double *gbs, nalar_err *err)
 
 /* The decode attention kernel alone: one token at ctx positions, one
  * layer, the model's heads, in `want` splits (0: as many as the engine
- * would use, returned in *used); returns bytes of K/V read per second. */
+ * would use, returned in *used), prefetching or not (pf; -1: the default);
+ * returns bytes of K/V read per second. */
 static int
 attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
-                    int32_t want, double *gbs, double *us, int32_t *used,
-                    nalar_err *err)
+                    int32_t want, int pf, double *gbs, double *us,
+                    int32_t *used, nalar_err *err)
 {
     nalar_cuda_ctx c;
     nalar_cuda_kv  kv;
@@ -134,6 +135,9 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
     if (nalar_cuda_ctx_init(&c, device, err) != 0) {
         free(h);
         return -1;
+    }
+    if (pf >= 0) {
+        c.attn_prefetch = pf;
     }
     memset(&kv, 0, sizeof(kv));
     /* pos, tbl_off, then a shuffled table */
@@ -273,8 +277,11 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
     if (nalar_cuda_fill_random(&c, &W, 0.01f, 3, err) != 0) {
         goto done;
     }
+    /* each (rows per warp, warps per block), and (0, 0): the defaults */
     for (int nt = 1; nt <= 8; nt *= 2) {
-        for (int R = 1; R <= 4; R *= 2) {
+        for (int v = 0; v < 7; v++) {
+            int   R = v == 0 ? 0 : 1 + (v - 1) / 3;
+            int   wb = v == 0 ? 0 : 8 >> ((v - 1) % 3);
             float ms = 0;
 
             for (int i = 0; i < reps + 3; i++) {
@@ -282,7 +289,7 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
                     goto done;
                 }
                 if (nalar_cuda_gemv_rows(&c, &W, x, cols, nt, y, rows, 0, R,
-                                         err) != 0)
+                                         wb, err) != 0)
                 {
                     goto done;
                 }
@@ -294,9 +301,10 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
                 nalar_fail(err, "bench: GEMV sweep failed");
                 goto done;
             }
-            progress("  gemv %lldx%lld, %d tokens, %d rows per warp: "
-                     "%.1f us, %.1f GB/s of weights", (long long) rows,
-                     (long long) cols, nt, R, ms * 1e3 / reps,
+            progress("  gemv %lldx%lld, %d tokens, %s%d rows/warp, "
+                     "%d warps/block: %.1f us, %.1f GB/s of weights",
+                     (long long) rows, (long long) cols, nt,
+                     v == 0 ? "default " : "", R, wb, ms * 1e3 / reps,
                      (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9);
         }
     }
@@ -596,7 +604,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         }
     }
 
-    if (attention_bandwidth(o->device, &cfg, actx, 0, &att_gbs, &att_us,
+    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, &att_gbs, &att_us,
                             &att_splits, err) != 0)
     {
         goto out;
@@ -606,24 +614,28 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     if (o->synthetic != NULL
         && (gemv_sweep(o->device, 2 * (int64_t) cfg.ffn_dim, cfg.dim, err)
             != 0
-            || gemv_sweep(o->device, cfg.dim, cfg.ffn_dim, err) != 0))
+            || gemv_sweep(o->device, cfg.dim, cfg.ffn_dim, err) != 0
+            || gemv_sweep(o->device, (int64_t) cfg.dim
+                          + 2 * (int64_t) cfg.n_kv_heads * cfg.head_dim,
+                          cfg.dim, err) != 0))
     {
         goto out;
     }
     /* the split count against context, for choosing the engine's */
-    for (int ci = 0; ci < 2; ci++) {
-        static const int32_t sweep[] = { 8, 16, 32, 64, 128, 256, 512 };
-        int32_t ctx = ci == 0 ? 2048 : actx, used;
+    for (int ci = 0; ci < 4; ci++) {
+        static const int32_t sweep[] = { 16, 32, 64, 128, 256 };
+        int32_t ctx = ci % 2 == 0 ? 2048 : actx, used;
+        int     pf = ci < 2;
         double  g, u;
 
         for (size_t k = 0; k < sizeof(sweep) / sizeof(sweep[0]); k++) {
-            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], &g, &u,
-                                    &used, err) != 0)
+            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], pf, &g,
+                                    &u, &used, err) != 0)
             {
                 goto out;
             }
-            progress("  sweep: ctx %d, %d splits: %.1f us, %.1f GB/s", ctx,
-                     used, u, g);
+            progress("  sweep: ctx %d, %d splits, %s: %.1f us, %.1f GB/s",
+                     ctx, used, pf ? "prefetch" : "no prefetch", u, g);
         }
     }
 

@@ -72,7 +72,7 @@ gemv_kernel(const void *W, int64_t rows, int64_t cols, const float *x,
             int vec)
 {
     int          lane = threadIdx.x % WARP;
-    int64_t      r0 = ((int64_t) blockIdx.x * GEMV_WARPS
+    int64_t      r0 = ((int64_t) blockIdx.x * (blockDim.x / WARP)
                        + threadIdx.x / WARP) * R;
     int32_t      t0 = blockIdx.y * NT;
     int32_t      nt = n_tok - t0 < NT ? n_tok - t0 : NT;
@@ -163,30 +163,62 @@ gemv_kernel(const void *W, int64_t rows, int64_t cols, const float *x,
 }
 
 
-/* rows per warp for a token group of nt (R = 0: the default): one row for
- * one token (more rows measured no faster), else four */
+/*
+ * Rows per warp for a token group of nt (want > 0 forces it).  Measured on
+ * an H200 (bench's GEMV sweep, 28672 x 4096 BF16): one token 3.9 TB/s with
+ * one row, 4.0 with two; two, four and eight tokens 3.1/1.7/0.9 TB/s with
+ * one row, 3.4/2.0/1.2 with two, 3.0/1.6/0.8 with four.
+ */
 static int
 gemv_rows_per_warp(int nt, int want)
 {
-    return want > 0 ? want : nt == 1 ? 1 : 4;
+    return want > 0 ? want : nt == 1 ? 1 : 2;
+}
+
+
+/*
+ * Warps per block (want > 0 forces it): the most of 8, 4, 2 that still
+ * gives every SM 8 blocks.  With 8 warps a 4096-row matrix made 512
+ * blocks, 3.9 per SM: an SM with 4 ran a quarter longer than one with 3,
+ * and those products reached 3.0 TB/s where 28672 rows reached 3.9.
+ */
+static int
+gemv_warps_per_block(int64_t rows, int R, int sm_count, int want)
+{
+    int w = GEMV_WARPS;
+
+    if (want > 0) {
+        return want < GEMV_WARPS ? want : GEMV_WARPS;
+    }
+    while (w > 2 && (rows + (int64_t) w * R - 1) / ((int64_t) w * R)
+                    < 8 * (int64_t) sm_count)
+    {
+        w /= 2;
+    }
+    return w;
 }
 
 
 template <int T>
 static void
-gemv_launch_t(cudaStream_t st, const nalar_cuda_mat *W, const float *x,
-              int64_t ldx, int32_t n_tok, float *y, int64_t ldy, int acc,
-              int vec, int want_r)
+gemv_launch_t(cudaStream_t st, int sm_count, const nalar_cuda_mat *W,
+              const float *x, int64_t ldx, int32_t n_tok, float *y,
+              int64_t ldy, int acc, int vec, int want_r, int want_w)
 {
     int  nt = n_tok >= 8 ? 8 : n_tok >= 4 ? 4 : n_tok >= 2 ? 2 : 1;
     int  R = gemv_rows_per_warp(nt, want_r);
-    dim3 grid((unsigned) ((W->rows + GEMV_WARPS * R - 1) / (GEMV_WARPS * R)),
-              (unsigned) ((n_tok + nt - 1) / nt));
+    int  wb;
+    dim3 grid;
 
-#define GO(NT, R) gemv_kernel<T, NT, R><<<grid, GEMV_WARPS * WARP, 0, st>>>(  \
+    R = R >= 4 ? 4 : R == 2 ? 2 : 1;
+    wb = gemv_warps_per_block(W->rows, R, sm_count, want_w);
+    grid = dim3((unsigned) ((W->rows + wb * R - 1) / (wb * R)),
+                (unsigned) ((n_tok + nt - 1) / nt));
+
+#define GO(NT, R) gemv_kernel<T, NT, R><<<grid, wb * WARP, 0, st>>>(          \
         W->data, W->rows, W->cols, x, ldx, n_tok, y, ldy, acc, vec)
 #define BY_R(NT) do {                                                         \
-        if (R >= 4) GO(NT, 4); else if (R == 2) GO(NT, 2); else GO(NT, 1);     \
+        if (R >= 4) GO(NT, 4); else if (R == 2) GO(NT, 2); else GO(NT, 1);    \
     } while (0)
     switch (nt) {
     case 8: BY_R(8); break;
@@ -226,7 +258,7 @@ int
 nalar_cuda_gemv_rows(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
                      const float *x, int64_t ldx, int32_t n_tok, float *y,
                      int64_t ldy, int accumulate, int rows_per_warp,
-                     nalar_err *err)
+                     int warps_per_block, nalar_err *err)
 {
     int vec;
 
@@ -246,16 +278,19 @@ nalar_cuda_gemv_rows(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
           && (uintptr_t) W->data % 16 == 0;
     switch (W->type) {
     case GGML_F32:
-        gemv_launch_t<GGML_F32>(c->stream, W, x, ldx, n_tok, y, ldy,
-                                accumulate, vec, rows_per_warp);
+        gemv_launch_t<GGML_F32>(c->stream, c->sm_count, W, x, ldx, n_tok,
+                                y, ldy, accumulate, vec, rows_per_warp,
+                                warps_per_block);
         break;
     case GGML_F16:
-        gemv_launch_t<GGML_F16>(c->stream, W, x, ldx, n_tok, y, ldy,
-                                accumulate, vec, rows_per_warp);
+        gemv_launch_t<GGML_F16>(c->stream, c->sm_count, W, x, ldx, n_tok,
+                                y, ldy, accumulate, vec, rows_per_warp,
+                                warps_per_block);
         break;
     default:
-        gemv_launch_t<GGML_BF16>(c->stream, W, x, ldx, n_tok, y, ldy,
-                                 accumulate, vec, rows_per_warp);
+        gemv_launch_t<GGML_BF16>(c->stream, c->sm_count, W, x, ldx, n_tok,
+                                 y, ldy, accumulate, vec, rows_per_warp,
+                                 warps_per_block);
         break;
     }
     CUDA_CHECK_LAUNCH(err);
@@ -268,7 +303,7 @@ nalar_cuda_gemv(nalar_cuda_ctx *c, const nalar_cuda_mat *W, const float *x,
                 int64_t ldx, int32_t n_tok, float *y, int64_t ldy,
                 int accumulate, nalar_err *err)
 {
-    return nalar_cuda_gemv_rows(c, W, x, ldx, n_tok, y, ldy, accumulate, 0,
+    return nalar_cuda_gemv_rows(c, W, x, ldx, n_tok, y, ldy, accumulate, 0, 0,
                                 err);
 }
 
