@@ -673,9 +673,8 @@ check_gemv_rows(void)
 
                 for (int R = 1; R <= 4; R *= 2) {
                     poison(dy, bytes);
-                    /* warps per block 8, 4, 2 with it */
                     op(nalar_cuda_gemv_rows(&C, &dW, dx, ldx, n, dy, ldy, 0,
-                                            R, 8 >> (R / 2), &err), &err);
+                                            R, &err), &err);
                     fetch(R == 1 ? want : got, dy, bytes);
                     for (int t = 0; t < n && R > 1; t++) {
                         good &= memcmp(want + (int64_t) t * ldy,
@@ -684,8 +683,7 @@ check_gemv_rows(void)
                     }
                 }
             }
-            snprintf(shape, sizeof(shape),
-                     "%s %dx%d, 1-9 tokens, 1/2/4 rows, 8/4/2 warps",
+            snprintf(shape, sizeof(shape), "%s %dx%d, 1-9 tokens, 1/2/4 rows",
                      tname(types[ti]), rows, cols);
             report_eq("gemv_rows", shape, good,
                       "rows per warp changed the results");

@@ -277,11 +277,13 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
     if (nalar_cuda_fill_random(&c, &W, 0.01f, 3, err) != 0) {
         goto done;
     }
-    /* each (rows per warp, warps per block), and (0, 0): the defaults */
+    /* each rows-per-warp choice; 0: the default for the shape (after one
+     * untimed product, so the first measure starts warm too) */
+    if (nalar_cuda_gemv_rows(&c, &W, x, cols, 1, y, rows, 0, 0, err) != 0) {
+        goto done;
+    }
     for (int nt = 1; nt <= 8; nt *= 2) {
-        for (int v = 0; v < 7; v++) {
-            int   R = v == 0 ? 0 : 1 + (v - 1) / 3;
-            int   wb = v == 0 ? 0 : 8 >> ((v - 1) % 3);
+        for (int R = 0; R <= 4; R = R == 0 ? 1 : 2 * R) {
             float ms = 0;
 
             for (int i = 0; i < reps + 3; i++) {
@@ -289,7 +291,7 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
                     goto done;
                 }
                 if (nalar_cuda_gemv_rows(&c, &W, x, cols, nt, y, rows, 0, R,
-                                         wb, err) != 0)
+                                         err) != 0)
                 {
                     goto done;
                 }
@@ -301,10 +303,11 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
                 nalar_fail(err, "bench: GEMV sweep failed");
                 goto done;
             }
-            progress("  gemv %lldx%lld, %d tokens, %s%d rows/warp, "
-                     "%d warps/block: %.1f us, %.1f GB/s of weights",
-                     (long long) rows, (long long) cols, nt,
-                     v == 0 ? "default " : "", R, wb, ms * 1e3 / reps,
+            progress("  gemv %lldx%lld, %d tokens, %s: %.1f us, %.1f GB/s "
+                     "of weights", (long long) rows, (long long) cols, nt,
+                     R == 0 ? "default rows/warp" : R == 1 ? "1 row/warp"
+                     : R == 2 ? "2 rows/warp" : "4 rows/warp",
+                     ms * 1e3 / reps,
                      (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9);
         }
     }

@@ -72,7 +72,7 @@ gemv_kernel(const void *W, int64_t rows, int64_t cols, const float *x,
             int vec)
 {
     int          lane = threadIdx.x % WARP;
-    int64_t      r0 = ((int64_t) blockIdx.x * (blockDim.x / WARP)
+    int64_t      r0 = ((int64_t) blockIdx.x * GEMV_WARPS
                        + threadIdx.x / WARP) * R;
     int32_t      t0 = blockIdx.y * NT;
     int32_t      nt = n_tok - t0 < NT ? n_tok - t0 : NT;
@@ -164,38 +164,27 @@ gemv_kernel(const void *W, int64_t rows, int64_t cols, const float *x,
 
 
 /*
- * Rows per warp for a token group of nt (want > 0 forces it).  Measured on
- * an H200 (bench's GEMV sweep, 28672 x 4096 BF16): one token 3.9 TB/s with
- * one row, 4.0 with two; two, four and eight tokens 3.1/1.7/0.9 TB/s with
- * one row, 3.4/2.0/1.2 with two, 3.0/1.6/0.8 with four.
+ * Rows per warp for a token group of nt (want > 0 forces it), as measured
+ * on an H200 (the bench's GEMV sweep, BF16, us per product):
+ *
+ *   rows x cols     1 row per warp     2 rows per warp
+ *                   (1 / 2 / 8 tokens)
+ *   28672 x 4096    60 / 76 / 260      61 / 69 / 198
+ *    6144 x 4096    14 / 25 /  60      21 / 22 /  59
+ *    4096 x 14336   36 / 42 / 132      58 / 63 /  97
+ *
+ * Two rows share the activation loads but halve the warps: they pay from
+ * eight tokens on, and from two when the matrix still gives every SM 20
+ * warps.  (Warps per block, 8/4/2, made no difference: within 2%.)
  */
 static int
-gemv_rows_per_warp(int nt, int want)
+gemv_rows_per_warp(int nt, int64_t rows, int sm_count, int want)
 {
-    return want > 0 ? want : nt == 1 ? 1 : 2;
-}
-
-
-/*
- * Warps per block (want > 0 forces it): the most of 8, 4, 2 that still
- * gives every SM 8 blocks.  With 8 warps a 4096-row matrix made 512
- * blocks, 3.9 per SM: an SM with 4 ran a quarter longer than one with 3,
- * and those products reached 3.0 TB/s where 28672 rows reached 3.9.
- */
-static int
-gemv_warps_per_block(int64_t rows, int R, int sm_count, int want)
-{
-    int w = GEMV_WARPS;
-
     if (want > 0) {
-        return want < GEMV_WARPS ? want : GEMV_WARPS;
+        return want >= 4 ? 4 : want == 2 ? 2 : 1;
     }
-    while (w > 2 && (rows + (int64_t) w * R - 1) / ((int64_t) w * R)
-                    < 8 * (int64_t) sm_count)
-    {
-        w /= 2;
-    }
-    return w;
+    return nt >= 8 || (nt >= 2 && rows / 2 >= 20 * (int64_t) sm_count)
+           ? 2 : 1;
 }
 
 
@@ -203,19 +192,14 @@ template <int T>
 static void
 gemv_launch_t(cudaStream_t st, int sm_count, const nalar_cuda_mat *W,
               const float *x, int64_t ldx, int32_t n_tok, float *y,
-              int64_t ldy, int acc, int vec, int want_r, int want_w)
+              int64_t ldy, int acc, int vec, int want_r)
 {
     int  nt = n_tok >= 8 ? 8 : n_tok >= 4 ? 4 : n_tok >= 2 ? 2 : 1;
-    int  R = gemv_rows_per_warp(nt, want_r);
-    int  wb;
-    dim3 grid;
+    int  R = gemv_rows_per_warp(nt, W->rows, sm_count, want_r);
+    dim3 grid((unsigned) ((W->rows + GEMV_WARPS * R - 1) / (GEMV_WARPS * R)),
+              (unsigned) ((n_tok + nt - 1) / nt));
 
-    R = R >= 4 ? 4 : R == 2 ? 2 : 1;
-    wb = gemv_warps_per_block(W->rows, R, sm_count, want_w);
-    grid = dim3((unsigned) ((W->rows + wb * R - 1) / (wb * R)),
-                (unsigned) ((n_tok + nt - 1) / nt));
-
-#define GO(NT, R) gemv_kernel<T, NT, R><<<grid, wb * WARP, 0, st>>>(          \
+#define GO(NT, R) gemv_kernel<T, NT, R><<<grid, GEMV_WARPS * WARP, 0, st>>>(  \
         W->data, W->rows, W->cols, x, ldx, n_tok, y, ldy, acc, vec)
 #define BY_R(NT) do {                                                         \
         if (R >= 4) GO(NT, 4); else if (R == 2) GO(NT, 2); else GO(NT, 1);    \
@@ -258,7 +242,7 @@ int
 nalar_cuda_gemv_rows(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
                      const float *x, int64_t ldx, int32_t n_tok, float *y,
                      int64_t ldy, int accumulate, int rows_per_warp,
-                     int warps_per_block, nalar_err *err)
+                     nalar_err *err)
 {
     int vec;
 
@@ -279,18 +263,15 @@ nalar_cuda_gemv_rows(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
     switch (W->type) {
     case GGML_F32:
         gemv_launch_t<GGML_F32>(c->stream, c->sm_count, W, x, ldx, n_tok,
-                                y, ldy, accumulate, vec, rows_per_warp,
-                                warps_per_block);
+                                y, ldy, accumulate, vec, rows_per_warp);
         break;
     case GGML_F16:
         gemv_launch_t<GGML_F16>(c->stream, c->sm_count, W, x, ldx, n_tok,
-                                y, ldy, accumulate, vec, rows_per_warp,
-                                warps_per_block);
+                                y, ldy, accumulate, vec, rows_per_warp);
         break;
     default:
         gemv_launch_t<GGML_BF16>(c->stream, c->sm_count, W, x, ldx, n_tok,
-                                 y, ldy, accumulate, vec, rows_per_warp,
-                                 warps_per_block);
+                                 y, ldy, accumulate, vec, rows_per_warp);
         break;
     }
     CUDA_CHECK_LAUNCH(err);
@@ -303,7 +284,7 @@ nalar_cuda_gemv(nalar_cuda_ctx *c, const nalar_cuda_mat *W, const float *x,
                 int64_t ldx, int32_t n_tok, float *y, int64_t ldy,
                 int accumulate, nalar_err *err)
 {
-    return nalar_cuda_gemv_rows(c, W, x, ldx, n_tok, y, ldy, accumulate, 0, 0,
+    return nalar_cuda_gemv_rows(c, W, x, ldx, n_tok, y, ldy, accumulate, 0,
                                 err);
 }
 

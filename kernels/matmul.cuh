@@ -31,14 +31,13 @@ int nalar_cuda_gemv(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
                     const float *x, int64_t ldx, int32_t n_tok, float *y,
                     int64_t ldy, int accumulate, nalar_err *err);
 
-/* The same with rows_per_warp (1, 2 or 4) and warps_per_block (2, 4 or
- * 8) forced (0: the defaults for the shape): the results are identical
- * whatever they are (the check program holds it to that, the bench times
- * each). */
+/* The same with rows_per_warp (1, 2 or 4; 0: the default for the shape)
+ * forced: the results are identical whatever it is (the check program
+ * holds it to that, the bench times each). */
 int nalar_cuda_gemv_rows(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
                          const float *x, int64_t ldx, int32_t n_tok, float *y,
                          int64_t ldy, int accumulate, int rows_per_warp,
-                         int warps_per_block, nalar_err *err);
+                         nalar_err *err);
 
 size_t nalar_cuda_matmul_scratch_bytes(const nalar_cuda_ctx *c,
                                        const nalar_cuda_mat *W,
