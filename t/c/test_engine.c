@@ -79,8 +79,10 @@ engine(const char *path, int chunk, int64_t kv_bytes, int threads)
 }
 
 
+/* greedy, n tokens past EOS; with logprobs when asked */
 static nalar_request *
-greedy_req(const int32_t *prompt, int n_prompt, int n, collected *c)
+greedy_req_lp(const int32_t *prompt, int n_prompt, int n, int logprobs,
+              collected *c)
 {
     nalar_request_params p;
     nalar_err            err;
@@ -92,8 +94,16 @@ greedy_req(const int32_t *prompt, int n_prompt, int n, collected *c)
     p.n_prompt = n_prompt;
     p.max_tokens = n;
     p.ignore_eos = 1;
+    p.logprobs = logprobs;
     memset(c, 0, sizeof(*c));
     return nalar_request_create(&p, collect, c, &err);
+}
+
+
+static nalar_request *
+greedy_req(const int32_t *prompt, int n_prompt, int n, collected *c)
+{
+    return greedy_req_lp(prompt, n_prompt, n, 0, c);
 }
 
 
@@ -251,24 +261,15 @@ check_argmax_path(const char *path)
         }
         if (!off) {
             /* a greedy request beside one asking for logprobs */
-            nalar_request_params p;
-            nalar_request       *rs[2];
-            collected            c[2];
-            nalar_err            err;
-            uint64_t             before = mt.argmax_steps_total;
+            nalar_request *rs[2];
+            collected      c[2];
+            nalar_err      err;
+            uint64_t       before = mt.argmax_steps_total;
 
             rs[0] = greedy_req(refs[0].prompt_ids, refs[0].n_prompt, N_REF,
                                &c[0]);
-            memset(&p, 0, sizeof(p));
-            nalar_sampling_default(&p.sampling);
-            p.sampling.temperature = 0;
-            p.prompt = refs[1].prompt_ids;
-            p.n_prompt = refs[1].n_prompt;
-            p.max_tokens = N_REF;
-            p.ignore_eos = 1;
-            p.logprobs = 1;
-            memset(&c[1], 0, sizeof(c[1]));
-            rs[1] = nalar_request_create(&p, collect, &c[1], &err);
+            rs[1] = greedy_req_lp(refs[1].prompt_ids, refs[1].n_prompt,
+                                  N_REF, 1, &c[1]);
             nalar_engine_run_sync(e, rs, 2, &err);
             nalar_engine_metrics(e, &mt);
             ok(c[0].n == N_REF && same(c[0].ids, refs[0].target, N_REF)
