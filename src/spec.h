@@ -136,7 +136,8 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * loss, up to 8192), which start from a mostly forgotten estimate, so a
  * change of load or of text is noticed at the next burst.  Symmetrically, while
  * speculation wins, one step in `gap` runs plain to keep the plain rate
- * current.  A loss measured at a smaller batch size vetoes speculation at
+ * current (16, or as many as keep those plain steps' cost under 1% at the
+ * measured win, up to 1024).  A loss measured at a smaller batch size vetoes speculation at
  * larger ones (verification only gets dearer as the batch grows) until the
  * smaller one measures a win.  Only steps without prompt tokens are
  * recorded.
