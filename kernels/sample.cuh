@@ -1,9 +1,11 @@
 /*
- * Logits post-processing on the device: one block per row of logits
- * (n_rows, ld), n_vocab wide.
+ * Logits post-processing on the device, over rows of logits (n_rows, ld),
+ * n_vocab wide: one block per row, but for argmax.
  *
  * argmax: ids[r] = argmax of row r; the lowest id wins ties and NaN never
- *   wins (an all-NaN row gives 0), as nalar_argmax does.
+ *   wins (an all-NaN row gives 0), as nalar_argmax does.  Blocks of 4096
+ *   entries each, merged through the context's argmax_ws (so calls on one
+ *   context's stream run one after another, as they do).
  *
  * sample: per row, with that row's parameters (device array):
  *   temperature <= 0: argmax.  Else keep the top_k largest logits (ties at
