@@ -128,9 +128,9 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * the gate keeps decayed sums of confirmed tokens and seconds for steps
  * without proposals (plain) and, per mix of proposers (a bitmask of
  * proposer and acceptance class: nalar_spec_gate_bit), steps with them.  The plain rate is measured first (8
- * steps), then speculation (4 steps).  A step may speculate while its
+ * steps), then speculation (8 steps).  A step may speculate while its
  * rate beats the plain rate by 3%; otherwise speculation is off
- * but for a burst of 4 exploring steps every `gap` steps (16, doubling on
+ * but for a burst of 8 exploring steps every `gap` steps (16, doubling on
  * every exploration that confirms the loss up to 1024, and at least long
  * enough that a burst costs under 1% of plain throughput at the measured
  * loss, up to 8192), which start from a mostly forgotten estimate, so a
