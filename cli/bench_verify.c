@@ -80,6 +80,13 @@ line_round_trip_ns(void)
         __atomic_store_n(&trip_line[0], 2 * i + 1, __ATOMIC_RELEASE);
     }
     dt = nalar_now_s() - t0;
+    /* the peer may still be answering the last odd value: take its answer
+     * before telling it to stop, or its store would overwrite the -1 and
+     * it would spin for good (seen: a run that completed every trip hung
+     * in pthread_join) */
+    while (__atomic_load_n(&trip_line[0], __ATOMIC_ACQUIRE) != 2 * i) {
+        /* spin */
+    }
     __atomic_store_n(&trip_line[0], -1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
     return dt / (double) i * 1e9;

@@ -106,7 +106,7 @@ like($out, qr/^\{"prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, 
 
 # verify-bench: one line per pass size, each pass dearer than the last
 # but cheaper per token than single-token steps
-($rc, $out) = run($nalar, 'verify-bench', '-m',
+($rc, $out) = run('timeout', 60, $nalar, 'verify-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '-t', 1, '--reps', 1, '--json');
 my @vb = map { /"tokens": (\d+), "pos": 200, "us_per_pass": ([\d.]+), "ratio": ([\d.]+), "gflops": ([\d.]+), "line_round_trip_ns": (\d+)\}/ ? [$1, $2, $3, $5] : () }
          split /\n/, $out;
@@ -118,6 +118,16 @@ ok(@vb == 7 && $vb[6][1] > $vb[0][1] && $vb[6][2] < 33,
 ok(@vb && $vb[0][3] > 0,
    "verify-bench measures a cache line's round trip between two threads "
    . "($vb[0][3] ns)") if @vb;
+# the round trip's two threads stop cleanly: a peer answering the last
+# trip after the stop signal once overwrote it and spun for good (3 of 12
+# runs hung); 8 more runs, each under a time limit
+my $hung = 0;
+for my $i (1 .. 8) {
+    ($rc, $out) = run('timeout', 30, $nalar, 'verify-bench', '-m',
+        'models/nalar-kjv-draft-f32.gguf', '-t', 1, '--reps', 1, '--json');
+    $hung++ if $rc != 0;
+}
+is($hung, 0, 'verify-bench: 8 more runs, none hung in the round trip');
 ($rc, $out) = run($nalar, 'verify-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '--pos', 600);
 ok($rc == 2 && $out =~ /--pos must leave 33 positions/,
