@@ -37,20 +37,7 @@ extern "C" {
 #include "cuda_backend.h"
 #include "cuda_plan.h"
 #include "clock.h"
-}
-
-
-static int32_t
-argmax_row(const float *x, int32_t n)
-{
-    int32_t best = 0;
-
-    for (int32_t i = 1; i < n; i++) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
+#include "sampler.h"
 }
 
 
@@ -356,7 +343,7 @@ static int32_t
 next_token(const bench_run *r, int32_t i)
 {
     return r->use_ids ? r->ids[i]
-                      : argmax_row(r->logits + (size_t) i * r->vocab,
+                      : nalar_argmax(r->logits + (size_t) i * r->vocab,
                                    r->vocab);
 }
 
@@ -488,7 +475,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
      * it has one), then with the logits brought to the host (the same
      * positions again) */
     for (int mode = 0; mode < 2; mode++) {
-        int32_t tok = argmax_row(r.logits, cfg.n_vocab);
+        int32_t tok = nalar_argmax(r.logits, cfg.n_vocab);
         double  tps;
 
         r.use_ids = mode == 0 && r.be->forward_argmax != NULL;
