@@ -200,6 +200,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
 {
     spec_env      env = { NULL, NULL, 0, 96 };
     const char   *task = "prompts", *blist = "1,4,16", *klist = "0,1,2,4,8";
+    const char   *only = NULL;
     int           bs[8], ks[8], n_b, n_k, json = 0, reps = 5;
     int32_t       prompts[N_BENCH_PROMPTS][64];
     int           n_prompts[N_BENCH_PROMPTS];
@@ -228,6 +229,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
         else if (strcmp(a, "-n") == 0) env.n_gen = atoi(v);
         else if (strcmp(a, "-t") == 0) env.threads = atoi(v);
         else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else if (strcmp(a, "--only") == 0) only = v;
         else {
             fprintf(stderr, "nalar spec-bench: unknown option '%s'\n", a);
             return 2;
@@ -358,6 +360,9 @@ nalar_cmd_spec_bench(int argc, char **argv)
                reps);
     }
     for (int pi = 0; pi < n_modes; pi++) {
+        if (only != NULL && strcmp(only, proposers[pi]) != 0) {
+            continue;
+        }
         for (int bi = 0; bi < n_b; bi++) {
             int           b = bs[bi] > MAX_REQ / SPEC_WAVES
                                   ? MAX_REQ / SPEC_WAVES : bs[bi];
@@ -396,14 +401,14 @@ nalar_cmd_spec_bench(int argc, char **argv)
                     confirmed += (double) reps * bench_len(i, env.n_gen);
                 }
                 {
-                    double ratio[MAX_REPS], mp, ms;
+                    double ratio[MAX_REPS], pair[MAX_REPS], mp, ms;
 
                     /* the speedup: median of the paired ratios (each
                      * speculative run against the plain run just before
                      * it), steadier than a ratio of medians on a machine
                      * whose speed drifts (median() sorts: pair first) */
                     for (int r = 0; r < reps; r++) {
-                        ratio[r] = ts[r] / tp[r];
+                        ratio[r] = pair[r] = ts[r] / tp[r];
                     }
                     sp = median(ratio, reps);
                     mp = median(tp, reps);
@@ -419,7 +424,8 @@ nalar_cmd_spec_bench(int argc, char **argv)
                                "%.3f, \"acceptance\": %.3f, "
                                "\"accepted_per_step\": %.2f, "
                                "\"draft_ms_per_token\": %.4f, "
-                               "\"verify_ms_per_token\": %.4f}\n",
+                               "\"verify_ms_per_token\": %.4f, "
+                               "\"speedups\": [",
                                proposers[pi], b, kname, ms, mp, sp,
                                mt.spec_draft_tokens_total
                                ? (double) mt.spec_accepted_tokens_total
@@ -430,6 +436,11 @@ nalar_cmd_spec_bench(int argc, char **argv)
                                1e3 * mt.spec_draft_seconds_total / confirmed,
                                1e3 * mt.spec_verify_seconds_total
                                / confirmed);
+                        /* every pair's ratio, in the order run */
+                        for (int r = 0; r < reps; r++) {
+                            printf("%s%.3f", r ? ", " : "", pair[r]);
+                        }
+                        printf("]}\n");
                     } else {
                         char kbuf[16];
 

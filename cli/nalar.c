@@ -55,7 +55,8 @@ usage(void)
         "  nalar spec-bench -m MODEL [--draft FILE]"
         " [--task prompts|edit|edit-spans|edit-rename]\n"
         "                 [-b 1,4,16] [-k 0,1,2,4,8] [-n 96] [-t THREADS]"
-        " [--json]\n"
+        " [--reps 5]\n"
+        "                 [--only draft|auto|ngram|prediction...] [--json]\n"
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n"
         "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n");

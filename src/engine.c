@@ -91,6 +91,7 @@ struct nalar_request {
     int32_t          pred_off;        /* prediction index - output index */
     uint32_t         since_spec;      /* steps without speculation */
     uint32_t         probes;          /* speculation probes so far */
+    int              probing;         /* this step's k is a probe's */
     uint32_t         spec_steps;      /* steps it chose to speculate */
     int32_t          spec_proposed, spec_accepted;   /* under mu */
     int32_t          pred_accepted, pred_rejected;   /* under mu */
@@ -1494,6 +1495,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
     int     known = 1;
     nalar_accept_stats acc;
 
+    r->probing = 0;
     /* never propose past max_tokens or the context */
     if (cap > r->max_tokens - r->n_generated - 1) {
         cap = r->max_tokens - r->n_generated - 1;
@@ -1544,6 +1546,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
          * keep speculation off for good) */
         r->since_spec = 0;
         r->probes++;
+        r->probing = 1;
         k = r->probes % 2 ? 1 : cap;
     } else if (k > 0) {
         /* now and then a neighbouring k, to keep its cost measured */
@@ -1734,7 +1737,7 @@ engine_step(nalar_engine *e)
     double         catchup_s = 0;    /* a cold draft's catch-up */
     int32_t        n_confirmed = 0;
     unsigned       mix = 0;
-    int            may_speculate = 1, any_fixed = 0;
+    int            may_speculate = 1, any_fixed = 0, any_probe = 0;
     nalar_request *dreqs[256];
     nalar_err      err;
     double         t, t0, t_step = nalar_now_s();
@@ -1864,6 +1867,7 @@ engine_step(nalar_engine *e)
         }
         r->n_prop = choose_k(e, r, n_decode, n_prefill,
                              r->prop_now == NALAR_PROP_DRAFT ? n_decode : 0);
+        any_probe |= r->probing;
         if (r->n_prop > 0 && r->prop_now != NALAR_PROP_DRAFT) {
             r->n_prop = propose_lookup(r, r->n_prop);
         } else if (r->n_prop > 0 && n_dreq < 256) {
@@ -2120,12 +2124,19 @@ engine_step(nalar_engine *e)
     pthread_mutex_lock(&e->mu);
     e->m.spec_provisional_blocks = 0;
     pthread_mutex_unlock(&e->mu);
-    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed) {
+    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed
+        && !any_probe)
+    {
         /* a pure decode step where speculation was possible: its rate,
          * as plain or as this mix of proposers.  A draft that first caught
          * up on many tokens decoded without it paid the price of
          * switching, once: not the rate of drafting, and counting it
-         * would keep an exploring gate from ever letting the draft run */
+         * would keep an exploring gate from ever letting the draft run.
+         * A probe (a request trying k its cost model ruled out, see
+         * choose_k) is not what speculating does either: one k = 8 probe
+         * of a cold draft, confirming one token, read as 0.45x just after
+         * an exploration had forgotten the old rate, and held the draft
+         * back for the next 966 steps */
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
                                n_confirmed,
                                nalar_now_s() - t_step - catchup_s);

@@ -357,8 +357,7 @@ nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix)
         return 1;          /* then a few speculative steps */
     }
     if (g->burst[c][mix] > 0) {
-        g->burst[c][mix]--;
-        return 1;
+        return 1;          /* until the burst's steps are recorded */
     }
     if (++*since < *gap) {
         return spec >= plain * GATE_MARGIN;     /* the better mode */
@@ -407,6 +406,9 @@ nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
         /* a step stalled by something else (the OS, another process)
          * would weigh on a ratio of sums for dozens of steps: clip it */
         seconds = GATE_CLIP * r->sec / r->w;
+    }
+    if (mix != 0 && g->burst[c][mix & (NALAR_GATE_MIXES - 1)] > 0) {
+        g->burst[c][mix & (NALAR_GATE_MIXES - 1)]--;
     }
     r->tok = r->tok * GATE_DECAY + tokens;
     r->sec = r->sec * GATE_DECAY + seconds;

@@ -127,20 +127,22 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * For each decode batch size (exact up to 16 sequences, then by doubling)
  * the gate keeps decayed sums of confirmed tokens and seconds for steps
  * without proposals (plain) and, per mix of proposers (a bitmask of
- * proposer and acceptance class: nalar_spec_gate_bit), steps with them.  The plain rate is measured first (8
- * steps), then speculation (8 steps).  A step may speculate while its
- * rate beats the plain rate by 3%; otherwise speculation is off
- * but for a burst of 8 exploring steps every `gap` steps (16, doubling on
- * every exploration that confirms the loss up to 1024, and at least long
- * enough that a burst costs under 1% of plain throughput at the measured
- * loss, up to 8192), which start from a mostly forgotten estimate, so a
- * change of load or of text is noticed at the next burst.  Symmetrically, while
- * speculation wins, one step in `gap` runs plain to keep the plain rate
- * current (16, or as many as keep those plain steps' cost under 1% at the
- * measured win, up to 1024).  A loss measured at a smaller batch size vetoes speculation at
- * larger ones (verification only gets dearer as the batch grows) until the
- * smaller one measures a win.  Only steps without prompt tokens are
- * recorded.
+ * proposer and acceptance class: nalar_spec_gate_bit), steps with them.
+ * The plain rate is measured first (8 steps), then speculation (8 steps).
+ * A step may speculate while its rate beats the plain rate by 3%;
+ * otherwise speculation is off but for a burst of exploring steps every
+ * `gap` steps (16, doubling on every exploration that confirms the loss up
+ * to 1024, and at least long enough that a burst costs under 1% of plain
+ * throughput at the measured loss, up to 8192).  A burst starts from a
+ * mostly forgotten estimate, so a change of load or of text is noticed,
+ * and lasts until 8 speculative steps are recorded: a step it allowed
+ * whose requests all chose k = 0 is a plain one and does not count.
+ * Symmetrically, while speculation wins, one step in `gap` runs plain to
+ * keep the plain rate current (16, or as many as keep those plain steps'
+ * cost under 1% at the measured win, up to 1024).  A loss measured at a
+ * smaller batch size vetoes speculation at larger ones (verification only
+ * gets dearer as the batch grows) until the smaller one measures a win.
+ * Only steps without prompt tokens are recorded.
  */
 #define NALAR_GATE_CELLS 24
 #define NALAR_GATE_MIXES 256
@@ -159,7 +161,8 @@ typedef struct {
                                                              the last
                                                              exploration */
     int        burst[NALAR_GATE_CELLS][NALAR_GATE_MIXES];  /* exploring
-                                                             steps left */
+                                                             steps still
+                                                             to record */
 } nalar_spec_gate;
 
 /* A request's bit in a step's mix: its proposer and, for a client's own

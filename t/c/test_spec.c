@@ -235,6 +235,65 @@ test_neighbour_k(void)
 }
 
 
+/*
+ * An exploring burst ends when its speculative steps are recorded, not
+ * when the gate has let that many steps speculate: the requests of a
+ * step the gate allows may all choose k = 0 (their cost model says no),
+ * and such a step is a plain one.  Seen on the demo draft: a burst spent
+ * on plain steps left the forgotten rate to the next speculative step
+ * alone, a probe confirming one token in 3x the time, read as 0.45x; the
+ * loss it showed held speculation off for the next 966 steps.
+ */
+static void
+test_gate_burst(void)
+{
+    unsigned          d = nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0.7);
+    nalar_spec_gate  *g = calloc(1, sizeof(*g));
+    int               allowed = 0, i;
+
+    /* plain measured at 4 tokens a step, speculation at 4 (no gain) */
+    for (i = 0; i < 200; i++) {
+        int s = nalar_spec_gate_allow(g, 1, d);
+
+        nalar_spec_gate_record(g, 1, s ? d : 0, 4.0, 1e-3);
+    }
+    ok(nalar_spec_gate_ratio(g, 1, d) < 1.03,
+       "burst: speculation measured without gain");
+    /* the next exploration */
+    for (i = 0; i < 2000 && !nalar_spec_gate_allow(g, 1, d); i++) {
+        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+    }
+    ok(i < 2000, "burst: an exploration starts (after %d plain steps)", i);
+    /* its first 20 steps stay plain (k = 0 chosen): still exploring */
+    nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+    for (i = 0; i < 20; i++) {
+        allowed += nalar_spec_gate_allow(g, 1, d);
+        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+    }
+    is_int(allowed, 20, "burst: plain steps do not use it up");
+    /* one slow speculative step (1 token in 3 ms) does not make the
+     * reading; the seven after it, at 1.5x, do */
+    nalar_spec_gate_record(g, 1, d, 1.0, 3e-3);
+    allowed = 0;
+    for (i = 0; i < 7; i++) {
+        allowed += nalar_spec_gate_allow(g, 1, d);
+        nalar_spec_gate_record(g, 1, d, 6.0, 1e-3);
+    }
+    is_int(allowed, 7, "burst: it goes on until 8 speculative steps");
+    allowed = 0;
+    for (i = 0; i < 100; i++) {
+        int s = nalar_spec_gate_allow(g, 1, d);
+
+        allowed += s;
+        nalar_spec_gate_record(g, 1, s ? d : 0, s ? 6.0 : 4.0, 1e-3);
+    }
+    ok(allowed >= 90, "burst: its 1.5x reading opens the gate (%d of the "
+       "next 100 steps speculated, ratio %.2f)", allowed,
+       nalar_spec_gate_ratio(g, 1, d));
+    free(g);
+}
+
+
 static void
 test_cost_and_gate(void)
 {
@@ -459,6 +518,7 @@ test_cost_and_gate(void)
                                                            0.7)), 1,
            "a win at the smaller batch lifts the larger one's veto");
     free(g);
+    test_gate_burst();
 }
 
 
