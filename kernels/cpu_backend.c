@@ -104,9 +104,6 @@ typedef struct {
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
     float             *logits;
-    /* forward_argmax's logits: (ids_rows, n_vocab) */
-    float             *ids_logits;
-    int32_t            ids_rows;
 } cpu_backend;
 
 
@@ -1254,7 +1251,6 @@ cpu_destroy(nalar_backend *b)
         if (be->pool != NULL && be->owns_pool) {
             nalar_pool_destroy(be->pool);
         }
-        free(be->ids_logits);
         free(be->x);
         free(be->xb);
         free(be->qkv);
@@ -1351,33 +1347,27 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
 }
 
 
-/* The pass, then each logit row's argmax.  The engine takes this path for
- * its greedy steps on any backend that has it: on a GPU it saves moving the
- * logits; here it is the same work as the sampler's greedy pick, and it
- * keeps the engine's path tested where no GPU is. */
+/* The pass into scratch, then each logit row's argmax.  The engine takes
+ * this path for its greedy steps on any backend that has it: on a GPU it
+ * saves moving the logits; here it is the same work as the sampler's
+ * greedy pick, and it keeps the engine's path tested where no GPU is. */
 static int
 cpu_forward_argmax(nalar_backend *b, nalar_kv_pool *kv,
-                   const nalar_batch *batch, int32_t *ids, nalar_err *err)
+                   const nalar_batch *batch, int32_t *ids, float *scratch,
+                   nalar_err *err)
 {
     cpu_backend *be = b->impl;
-    int32_t      V = be->m->cfg.n_vocab, n = batch->n_logits;
+    int32_t      V = be->m->cfg.n_vocab;
 
-    if (n > be->ids_rows) {
-        float *l = nalar_alloc_lines((size_t) n * V * sizeof(float));
-
-        if (l == NULL) {
-            return nalar_fail(err, "cpu backend: out of memory for %d rows "
-                              "of logits", n);
-        }
-        free(be->ids_logits);
-        be->ids_logits = l;
-        be->ids_rows = n;
+    if (scratch == NULL) {
+        return nalar_fail(err, "cpu backend: forward_argmax needs room for "
+                          "the logits");
     }
-    if (cpu_forward(b, kv, batch, be->ids_logits, err) != 0) {
+    if (cpu_forward(b, kv, batch, scratch, err) != 0) {
         return -1;
     }
-    for (int32_t i = 0; i < n; i++) {
-        ids[i] = nalar_argmax(be->ids_logits + (size_t) i * V, V);
+    for (int32_t i = 0; i < batch->n_logits; i++) {
+        ids[i] = nalar_argmax(scratch + (size_t) i * V, V);
     }
     return 0;
 }

@@ -653,8 +653,10 @@ cuda_forward(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
 
 static int
 cuda_forward_argmax(nalar_backend *b, nalar_kv_pool *pool,
-                    const nalar_batch *batch, int32_t *ids, nalar_err *err)
+                    const nalar_batch *batch, int32_t *ids, float *scratch,
+                    nalar_err *err)
 {
+    (void) scratch;     /* the logits stay on the device */
     return forward_to(b, pool, batch, NULL, ids, err);
 }
 

@@ -332,7 +332,8 @@ step(bench_run *r, int32_t n, nalar_err *err)
     r->b.n_tokens = n;
     r->b.n_logits = nl;
     if (r->use_ids) {
-        return r->be->forward_argmax(r->be, &r->kv, &r->b, r->ids, err);
+        return r->be->forward_argmax(r->be, &r->kv, &r->b, r->ids, NULL,
+                                     err);
     }
     return r->be->forward(r->be, &r->kv, &r->b, r->logits, err);
 }

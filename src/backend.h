@@ -62,10 +62,14 @@ struct nalar_backend {
      * (ties to the lowest id, NaN never wins), in ids (batch->n_logits).
      * For steps whose every row is decoded greedily with nothing that
      * needs the distribution (no penalties, no logprobs): a GPU then sends
-     * back n ints instead of n x n_vocab floats. */
+     * back n ints instead of n x n_vocab floats.  scratch: room for the
+     * logits, (batch->n_logits, n_vocab) floats laid out as forward's,
+     * that the backend may overwrite: the CPU backend computes them there
+     * (the caller's own logits buffer, so a greedy step holds no second
+     * copy); a GPU leaves it alone, and may be given NULL. */
     int  (*forward_argmax)(nalar_backend *be, nalar_kv_pool *pool,
                            const nalar_batch *batch, int32_t *ids,
-                           nalar_err *err);
+                           float *scratch, nalar_err *err);
     void (*destroy)(nalar_backend *be);
     /* device backends: free device memory in bytes now (for sizing the KV
      * pool after the weights are in place); NULL on the CPU */

@@ -2001,7 +2001,8 @@ engine_step(nalar_engine *e)
 
     t0 = nalar_now_s();
     if (use_ids
-        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, &err) != 0
+        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, e->logits, &err)
+          != 0
         : e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0)
     {
         while (e->n_running > 0) {
