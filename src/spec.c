@@ -280,6 +280,10 @@ nalar_spec_neighbour_k(int k, int k_max, unsigned n)
 #define GATE_BURST      8       /* speculative steps per exploration (as
                                    many as a first reading, GATE_MIN_SPEC) */
 #define GATE_FORGET     0.05    /* weight left to the old rate by one */
+#define GATE_BURST_SPAN 32      /* steps a burst may wait for its 8
+                                   speculative ones (the sequences of a
+                                   step it allows may all choose k = 0):
+                                   then it ends, the old rate standing */
 
 
 /*
@@ -357,7 +361,10 @@ nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix)
         return 1;          /* then a few speculative steps */
     }
     if (g->burst[c][mix] > 0) {
-        return 1;          /* until the burst's steps are recorded */
+        if (++g->burst_age[c][mix] <= GATE_BURST_SPAN) {
+            return 1;      /* until the burst's steps are recorded */
+        }
+        g->burst[c][mix] = 0;
     }
     if (++*since < *gap) {
         return spec >= plain * GATE_MARGIN;     /* the better mode */
@@ -365,15 +372,13 @@ nalar_spec_gate_allow(nalar_spec_gate *g, int n_decode, unsigned mix)
     /* explore the other mode; a loss confirmed again waits longer */
     *since = 0;
     if (spec < plain * GATE_MARGIN) {
-        /* a burst of speculative steps whose rate mostly replaces the old
-         * one (kept at the weight of about one step) */
-        nalar_rate *r = &g->spec[c][mix];
-        double      loss;
+        /* a burst of speculative steps, measured apart: once complete,
+         * its rate mostly replaces the old one (see record) */
+        double loss;
 
-        r->tok *= GATE_FORGET;
-        r->sec *= GATE_FORGET;
-        r->w *= GATE_FORGET;
-        g->burst[c][mix] = GATE_BURST - 1;
+        memset(&g->fresh[c][mix], 0, sizeof(nalar_rate));
+        g->burst[c][mix] = GATE_BURST;
+        g->burst_age[c][mix] = 0;
         /* the next wait: doubled, and long enough that a burst as slow as
          * the last one costs at most GATE_EXPLORE of plain throughput (a
          * burst of B steps at rate ratio x costs B (1/x - 1) plain steps) */
@@ -408,12 +413,29 @@ nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
         seconds = GATE_CLIP * r->sec / r->w;
     }
     if (mix != 0 && g->burst[c][mix & (NALAR_GATE_MIXES - 1)] > 0) {
-        g->burst[c][mix & (NALAR_GATE_MIXES - 1)]--;
+        /* an exploring burst: its steps apart from the old rate, which
+         * they replace (but for about a step's weight) only once all 8
+         * are in, so that no reading rests on one or two steps */
+        nalar_rate *f = &g->fresh[c][mix & (NALAR_GATE_MIXES - 1)];
+
+        f->tok += tokens;
+        f->sec += seconds;
+        f->w += 1;
+        if (--g->burst[c][mix & (NALAR_GATE_MIXES - 1)] > 0) {
+            return;
+        }
+        r->tok = r->tok * GATE_FORGET + f->tok;
+        r->sec = r->sec * GATE_FORGET + f->sec;
+        r->w = r->w * GATE_FORGET + f->w;
+        r->n += GATE_BURST;
+        tokens = 0;     /* recorded */
     }
-    r->tok = r->tok * GATE_DECAY + tokens;
-    r->sec = r->sec * GATE_DECAY + seconds;
-    r->w = r->w * GATE_DECAY + 1;
-    r->n++;
+    if (tokens > 0) {
+        r->tok = r->tok * GATE_DECAY + tokens;
+        r->sec = r->sec * GATE_DECAY + seconds;
+        r->w = r->w * GATE_DECAY + 1;
+        r->n++;
+    }
     if (mix != 0 && r->n >= GATE_MIN_SPEC) {
         /* speculation that wins again shortens the wait between explorations
          * of plain decoding; see nalar_spec_gate_allow */

@@ -133,10 +133,12 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * otherwise speculation is off but for a burst of exploring steps every
  * `gap` steps (16, doubling on every exploration that confirms the loss up
  * to 1024, and at least long enough that a burst costs under 1% of plain
- * throughput at the measured loss, up to 8192).  A burst starts from a
- * mostly forgotten estimate, so a change of load or of text is noticed,
- * and lasts until 8 speculative steps are recorded: a step it allowed
- * whose requests all chose k = 0 is a plain one and does not count.
+ * throughput at the measured loss, up to 8192).  A burst is measured
+ * apart and, once 8 speculative steps are in, replaces the old estimate
+ * but for about a step's weight, so a change of load or of text is
+ * noticed; a step it allowed whose requests all chose k = 0 is a plain
+ * one and does not count, and a burst that gets no 8 speculative steps
+ * within 32 ends with the old estimate standing.
  * Symmetrically, while speculation wins, one step in `gap` runs plain to
  * keep the plain rate current (16, or as many as keep those plain steps'
  * cost under 1% at the measured win, up to 1024).  A loss measured at a
@@ -163,6 +165,9 @@ typedef struct {
     int        burst[NALAR_GATE_CELLS][NALAR_GATE_MIXES];  /* exploring
                                                              steps still
                                                              to record */
+    int        burst_age[NALAR_GATE_CELLS][NALAR_GATE_MIXES]; /* steps
+                                                             it allowed */
+    nalar_rate fresh[NALAR_GATE_CELLS][NALAR_GATE_MIXES];  /* its steps */
 } nalar_spec_gate;
 
 /* A request's bit in a step's mix: its proposer and, for a client's own

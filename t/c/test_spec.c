@@ -290,6 +290,36 @@ test_gate_burst(void)
     ok(allowed >= 90, "burst: its 1.5x reading opens the gate (%d of the "
        "next 100 steps speculated, ratio %.2f)", allowed,
        nalar_spec_gate_ratio(g, 1, d));
+
+    /* a burst whose steps all stay plain ends after 32 of them, and the
+     * reading before it stands */
+    memset(g, 0, sizeof(*g));
+    for (i = 0; i < 200; i++) {
+        int s = nalar_spec_gate_allow(g, 1, d);
+
+        nalar_spec_gate_record(g, 1, s ? d : 0, 4.0, 1e-3);
+    }
+    for (i = 0; i < 2000 && !nalar_spec_gate_allow(g, 1, d); i++) {
+        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+    }
+    {
+        double before = nalar_spec_gate_ratio(g, 1, d);
+
+        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+        allowed = 0;
+        for (i = 0; i < 40; i++) {
+            allowed += nalar_spec_gate_allow(g, 1, d);
+            nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+        }
+        is_int(allowed, 32, "burst: with no speculative step it ends after "
+               "32 steps");
+        /* at its full weight (the 8 or more steps it rests on): one slow
+         * step moves it, but not to what that step alone reads (0.17) */
+        nalar_spec_gate_record(g, 1, d, 1.0, 3e-3);
+        ok(fabs(nalar_spec_gate_ratio(g, 1, d) - before) < 0.3,
+           "burst: and the reading before it stands (%.3f, %.3f after "
+           "one slow step)", before, nalar_spec_gate_ratio(g, 1, d));
+    }
     free(g);
 }
 
