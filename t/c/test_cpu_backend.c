@@ -94,7 +94,8 @@ feed(rig *g, const int *sizes, int n_sizes, int mixed, float *out)
     int8_t        want[MAXB];
     nalar_seq_kv *seq[MAXB];
     int32_t       mine[MAXB];
-    float        *logits = malloc((size_t) MAXB * g->V * sizeof(float));
+    float        *logits = nalar_alloc_lines((size_t) MAXB * g->V
+                                             * sizeof(float));
     nalar_err     err;
     int           rc = 0, pi = 0;
     int32_t       p = 0, po = 0;
