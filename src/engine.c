@@ -91,7 +91,6 @@ struct nalar_request {
     int32_t          pred_off;        /* prediction index - output index */
     uint32_t         since_spec;      /* steps without speculation */
     uint32_t         probes;          /* speculation probes so far */
-    int              probing;         /* this step's k is a probe's */
     uint32_t         spec_steps;      /* steps it chose to speculate */
     int32_t          spec_proposed, spec_accepted;   /* under mu */
     int32_t          pred_accepted, pred_rejected;   /* under mu */
@@ -1485,17 +1484,17 @@ step_mix(nalar_engine *e, int ngram, int *any_fixed)
 }
 
 
-/* How many tokens r should propose this step (0: plain decode). */
+/* How many tokens r should propose this step (0: plain decode); *probe
+ * set when that k is a probe's (below), else left alone. */
 static int32_t
 choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
-         int32_t n_prefill, int32_t n_draft)
+         int32_t n_prefill, int32_t n_draft, int *probe)
 {
     int32_t cap = r->spec_k_max, k;
     double  verify[NALAR_SPEC_MAX_K + 1], draft_tok = 0, gain;
     int     known = 1;
     nalar_accept_stats acc;
 
-    r->probing = 0;
     /* never propose past max_tokens or the context */
     if (cap > r->max_tokens - r->n_generated - 1) {
         cap = r->max_tokens - r->n_generated - 1;
@@ -1546,7 +1545,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
          * keep speculation off for good) */
         r->since_spec = 0;
         r->probes++;
-        r->probing = 1;
+        *probe = 1;
         k = r->probes % 2 ? 1 : cap;
     } else if (k > 0) {
         /* now and then a neighbouring k, to keep its cost measured */
@@ -1866,8 +1865,8 @@ engine_step(nalar_engine *e)
             continue;
         }
         r->n_prop = choose_k(e, r, n_decode, n_prefill,
-                             r->prop_now == NALAR_PROP_DRAFT ? n_decode : 0);
-        any_probe |= r->probing;
+                             r->prop_now == NALAR_PROP_DRAFT ? n_decode : 0,
+                             &any_probe);
         if (r->n_prop > 0 && r->prop_now != NALAR_PROP_DRAFT) {
             r->n_prop = propose_lookup(r, r->n_prop);
         } else if (r->n_prop > 0 && n_dreq < 256) {

@@ -399,12 +399,13 @@ nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
                        double tokens, double seconds)
 {
     int         c = gate_cell(n_decode);
+    unsigned    m = mix & (NALAR_GATE_MIXES - 1);
     nalar_rate *r;
 
     if (!(seconds > 0) || tokens <= 0) {
         return;
     }
-    r = mix == 0 ? &g->plain[c] : &g->spec[c][mix & (NALAR_GATE_MIXES - 1)];
+    r = mix == 0 ? &g->plain[c] : &g->spec[c][m];
     if (r->n >= GATE_MIN_SPEC && r->w > 0
         && seconds > GATE_CLIP * r->sec / r->w)
     {
@@ -412,25 +413,23 @@ nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
          * would weigh on a ratio of sums for dozens of steps: clip it */
         seconds = GATE_CLIP * r->sec / r->w;
     }
-    if (mix != 0 && g->burst[c][mix & (NALAR_GATE_MIXES - 1)] > 0) {
+    if (mix != 0 && g->burst[c][m] > 0) {
         /* an exploring burst: its steps apart from the old rate, which
          * they replace (but for about a step's weight) only once all 8
          * are in, so that no reading rests on one or two steps */
-        nalar_rate *f = &g->fresh[c][mix & (NALAR_GATE_MIXES - 1)];
+        nalar_rate *f = &g->fresh[c][m];
 
         f->tok += tokens;
         f->sec += seconds;
         f->w += 1;
-        if (--g->burst[c][mix & (NALAR_GATE_MIXES - 1)] > 0) {
+        if (--g->burst[c][m] > 0) {
             return;
         }
         r->tok = r->tok * GATE_FORGET + f->tok;
         r->sec = r->sec * GATE_FORGET + f->sec;
         r->w = r->w * GATE_FORGET + f->w;
         r->n += GATE_BURST;
-        tokens = 0;     /* recorded */
-    }
-    if (tokens > 0) {
+    } else {
         r->tok = r->tok * GATE_DECAY + tokens;
         r->sec = r->sec * GATE_DECAY + seconds;
         r->w = r->w * GATE_DECAY + 1;
@@ -442,8 +441,7 @@ nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
         double plain = rate_of(&g->plain[c], GATE_MIN_PLAIN);
 
         if (plain > 0 && r->tok / r->sec >= plain * GATE_MARGIN) {
-            g->gap[c][mix & (NALAR_GATE_MIXES - 1)] =
-                win_gap(plain, r->tok / r->sec);
+            g->gap[c][m] = win_gap(plain, r->tok / r->sec);
         }
     }
 }

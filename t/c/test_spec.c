@@ -244,6 +244,31 @@ test_neighbour_k(void)
  * alone, a probe confirming one token in 3x the time, read as 0.45x; the
  * loss it showed held speculation off for the next 966 steps.
  */
+/*
+ * A fresh gate where one sequence's plain and speculative steps both
+ * confirm 4 tokens a millisecond (no gain), run until the gate next
+ * explores speculation; its first step, plain, recorded.  Returns the
+ * plain steps waited (2000: it never explored).
+ */
+static int
+gate_to_exploration(nalar_spec_gate *g, unsigned d)
+{
+    int i;
+
+    memset(g, 0, sizeof(*g));
+    for (i = 0; i < 200; i++) {
+        int s = nalar_spec_gate_allow(g, 1, d);
+
+        nalar_spec_gate_record(g, 1, s ? d : 0, 4.0, 1e-3);
+    }
+    for (i = 0; i < 2000 && !nalar_spec_gate_allow(g, 1, d); i++) {
+        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+    }
+    nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
+    return i;
+}
+
+
 static void
 test_gate_burst(void)
 {
@@ -252,20 +277,11 @@ test_gate_burst(void)
     int               allowed = 0, i;
 
     /* plain measured at 4 tokens a step, speculation at 4 (no gain) */
-    for (i = 0; i < 200; i++) {
-        int s = nalar_spec_gate_allow(g, 1, d);
-
-        nalar_spec_gate_record(g, 1, s ? d : 0, 4.0, 1e-3);
-    }
+    i = gate_to_exploration(g, d);
     ok(nalar_spec_gate_ratio(g, 1, d) < 1.03,
        "burst: speculation measured without gain");
-    /* the next exploration */
-    for (i = 0; i < 2000 && !nalar_spec_gate_allow(g, 1, d); i++) {
-        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
-    }
     ok(i < 2000, "burst: an exploration starts (after %d plain steps)", i);
     /* its first 20 steps stay plain (k = 0 chosen): still exploring */
-    nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
     for (i = 0; i < 20; i++) {
         allowed += nalar_spec_gate_allow(g, 1, d);
         nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
@@ -293,19 +309,10 @@ test_gate_burst(void)
 
     /* a burst whose steps all stay plain ends after 32 of them, and the
      * reading before it stands */
-    memset(g, 0, sizeof(*g));
-    for (i = 0; i < 200; i++) {
-        int s = nalar_spec_gate_allow(g, 1, d);
-
-        nalar_spec_gate_record(g, 1, s ? d : 0, 4.0, 1e-3);
-    }
-    for (i = 0; i < 2000 && !nalar_spec_gate_allow(g, 1, d); i++) {
-        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
-    }
+    gate_to_exploration(g, d);
     {
         double before = nalar_spec_gate_ratio(g, 1, d);
 
-        nalar_spec_gate_record(g, 1, 0, 4.0, 1e-3);
         allowed = 0;
         for (i = 0; i < 40; i++) {
             allowed += nalar_spec_gate_allow(g, 1, d);
