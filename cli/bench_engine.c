@@ -421,12 +421,16 @@ nalar_cmd_spec_bench(int argc, char **argv)
                         printf("{\"proposer\": \"%s\", \"streams\": %d, "
                                "\"k\": \"%s\", \"tokens_per_s\": %.1f, "
                                "\"plain_tokens_per_s\": %.1f, \"speedup\": "
-                               "%.3f, \"acceptance\": %.3f, "
+                               "%.3f, \"accepted\": %llu, \"proposed\": "
+                               "%llu, \"acceptance\": %.3f, "
                                "\"accepted_per_step\": %.2f, "
                                "\"draft_ms_per_token\": %.4f, "
                                "\"verify_ms_per_token\": %.4f, "
                                "\"speedups\": [",
                                proposers[pi], b, kname, ms, mp, sp,
+                               (unsigned long long)
+                               mt.spec_accepted_tokens_total,
+                               (unsigned long long) mt.spec_draft_tokens_total,
                                mt.spec_draft_tokens_total
                                ? (double) mt.spec_accepted_tokens_total
                                  / mt.spec_draft_tokens_total : 0,

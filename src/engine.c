@@ -137,6 +137,7 @@ struct nalar_engine {
     nalar_spec_gate   gate;           /* whole-step rates: may a step
                                          speculate at all (spec.h) */
     nalar_cost_table  draft_cost;     /* seconds per draft pass by size */
+    nalar_probe_pace  probe_pace;     /* what probes may cost (spec.h) */
     nalar_accept_stats prop_acc[NALAR_PROP_COUNT];  /* acceptance by
                                        position of each proposer over all
                                        requests, which each request's own
@@ -1484,6 +1485,32 @@ step_mix(nalar_engine *e, int ngram, int *any_fixed)
 }
 
 
+/* A draft that must first catch up on more tokens than this (decoded
+ * while it was not used) is cold: the gate does not count the catch-up
+ * (see its record in engine_step), and choose_k weighs it. */
+#define DRAFT_WARM 9
+
+
+/*
+ * Would r's cold draft repay its catch-up?  Yes when what is left of the
+ * request (at most), decoded at the cost model's gain over plain decoding
+ * (plain_tok: r's share of a plain pass), saves more time than the draft
+ * takes to catch up.  (Seen: 16 streams draining to 5, a step's
+ * catch-up of 10.8 ms -- 35 plain steps -- for requests with a few dozen
+ * tokens left; catch-ups took 6% of the run.)
+ */
+static int
+catchup_repays(nalar_engine *e, const nalar_request *r, double plain_tok,
+               double gain)
+{
+    int32_t left = r->max_tokens - r->n_generated;
+    double  cost = nalar_cost_estimate(&e->draft_cost,
+                                       r->n_tokens - r->d_computed);
+
+    return cost < 0 || left * plain_tok * (1 - 1 / gain) > cost;
+}
+
+
 /* How many tokens r should propose this step (0: plain decode); *probe
  * set when that k is a probe's (below), else left alone. */
 static int32_t
@@ -1492,6 +1519,7 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
 {
     int32_t cap = r->spec_k_max, k;
     double  verify[NALAR_SPEC_MAX_K + 1], draft_tok = 0, gain;
+    double  decode[NALAR_SPEC_MAX_K + 1];   /* verify, without prefill */
     int     known = 1;
     nalar_accept_stats acc;
 
@@ -1518,6 +1546,8 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
             break;
         }
         verify[j] = tt / n_decode;
+        tt = nalar_cost_estimate(&e->target_cost, n_decode * (1 + j));
+        decode[j] = (tt > 0 ? tt : 0) / n_decode;
     }
     if (r->prop_now == NALAR_PROP_DRAFT) {
         double td = nalar_cost_estimate(&e->draft_cost,
@@ -1529,7 +1559,14 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
         }
     }
     if (!known) {
-        return cap < 2 ? cap : 2;     /* measure before deciding */
+        /* measure before deciding: one request a step, as a probe (at 16
+         * streams, every request's first draft catching up at once took
+         * 3 ms, ten plain steps) */
+        if (*probe) {
+            return 0;
+        }
+        *probe = 1;
+        return cap < 2 ? cap : 2;
     }
     if (r->prop_now == NALAR_PROP_PREDICTION) {
         acc = *acc_now(r);    /* one client's predictions: its own */
@@ -1538,11 +1575,28 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
                            ACC_PRIOR_WEIGHT);
     }
     k = nalar_spec_choose_k(&acc, cap, verify, draft_tok, 1.03, &gain);
-    if (k == 0 && ++r->since_spec >= 16) {
+    if (k > 0 && r->prop_now == NALAR_PROP_DRAFT
+        && r->n_tokens - r->d_computed > DRAFT_WARM)
+    {
+        /* a catch-up is repaid by the decode steps after this one, which
+         * have no prompt tokens to make verification cheap */
+        double g = gain;
+
+        if (n_prefill > 0) {
+            nalar_spec_choose_k(&acc, cap, decode, draft_tok, 1.03, &g);
+        }
+        if (!catchup_repays(e, r, decode[0], g)) {
+            k = 0;
+        }
+    }
+    if (k == 0 && ++r->since_spec >= 16 && !*probe
+        && nalar_probe_allow(&e->probe_pace))
+    {
         /* probe now and then, alternating a short and a full proposal, so
          * both the acceptance estimates and the cost of larger passes stay
          * current (a cost measured once on a busy machine would otherwise
-         * keep speculation off for good) */
+         * keep speculation off for good); one request a step, as the
+         * engine's probe budget allows */
         r->since_spec = 0;
         r->probes++;
         *probe = 1;
@@ -1564,11 +1618,6 @@ dbatch_grow(nalar_engine *e, int32_t n)
     return batch_reserve(&e->dbatch, &e->dbatch_req, &e->dbatch_cap, n);
 }
 
-
-/* A draft that must first catch up on more tokens than this (decoded
- * while it was not used) is cold: the gate does not count the catch-up
- * (see its record in engine_step). */
-#define DRAFT_WARM 9
 
 /*
  * Draft proposals for the requests in reqs[0..n) (each wants n_prop
@@ -1680,8 +1729,12 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
  * lookup instead?  Yes where the gate holds the draft back; otherwise by
  * the gate's measured rates of the two mixes: the faster one, the other
  * one step in 64 to keep its rate current (n-gram lookup one step in 8
- * until its rate is known).  Text that repeats itself favours the lookup,
- * free text the draft.
+ * until its rate is known).  A draft still without a rate of its own
+ * counts as plain decoding: a draft whose cost model keeps choosing k = 0
+ * never gets one, and its steps are plain ones (seen: a random-weights
+ * draft held auto to 0.93-0.99x, the lookup standing in one step in 8
+ * and then never, where the lookup alone ran at 1.27x).  Text that
+ * repeats itself favours the lookup, free text the draft.
  */
 static int
 prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
@@ -1701,7 +1754,7 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
         return k % 8 == 0;
     }
     if (rd < 0) {
-        return 0;
+        rd = 1.0;
     }
     return rn > rd ? k % 64 != 0 : k % 64 == 0;
 }
@@ -1734,7 +1787,7 @@ engine_step(nalar_engine *e)
     int            use_ids;
     int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
     double         catchup_s = 0;    /* a cold draft's catch-up */
-    int32_t        n_confirmed = 0;
+    int32_t        n_confirmed = 0, n_unprop = 0;
     unsigned       mix = 0;
     int            may_speculate = 1, any_fixed = 0, any_probe = 0;
     nalar_request *dreqs[256];
@@ -1963,6 +2016,12 @@ engine_step(nalar_engine *e)
     if (n_tok == 0) {
         return e->n_running > 0;
     }
+    /* the step's tokens but for proposals: what it would have cost
+     * without a probe */
+    n_unprop = n_tok;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        n_unprop -= e->running[i]->n_prop;
+    }
     b->n_tokens = n_tok;
     b->n_logits = n_logits;
     if (n_logits > e->logits_cap) {
@@ -2140,6 +2199,19 @@ engine_step(nalar_engine *e)
         nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
                                n_confirmed,
                                nalar_now_s() - t_step - catchup_s);
+    }
+    {
+        /* a probe's cost: its step over the target pass the step would
+         * have been without it (bookkeeping counted in: the budget errs
+         * toward fewer probes) */
+        double step_s = nalar_now_s() - t_step, excess = 0;
+
+        if (any_probe) {
+            double plain = nalar_cost_estimate(&e->target_cost, n_unprop);
+
+            excess = step_s - (plain > 0 ? plain : 0);
+        }
+        nalar_probe_record(&e->probe_pace, step_s, excess);
     }
     publish_metrics(e);
     return 1;

@@ -258,6 +258,28 @@ nalar_spec_neighbour_k(int k, int k_max, unsigned n)
 }
 
 
+int
+nalar_probe_allow(const nalar_probe_pace *p)
+{
+    return p->credit >= 0;
+}
+
+
+void
+nalar_probe_record(nalar_probe_pace *p, double seconds, double excess)
+{
+    if (seconds > 0) {
+        p->credit += NALAR_PROBE_SHARE * seconds;
+    }
+    if (excess > 0) {
+        p->credit -= excess;
+    }
+    if (p->credit > 0) {
+        p->credit = 0;
+    }
+}
+
+
 /* --- the step gate --- */
 
 #define GATE_MIN_PLAIN  8       /* observations before a rate is trusted */

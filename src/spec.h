@@ -117,6 +117,29 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
 int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
 
 /*
+ * Probe pacing.  A request whose cost model keeps choosing k = 0 probes
+ * now and then (a short or a full proposal) so that acceptance and the
+ * cost of larger passes stay measured; but a probe costs its step real
+ * time -- a draft first catches up on every token it missed, then runs k
+ * passes -- and each request probing one step in 16 made nearly every
+ * step at 16 sequences a probe's: 9-12% of a run, 0.83-0.86x of plain
+ * decoding.  So probes share one budget per engine: every step adds
+ * NALAR_PROBE_SHARE of its seconds, a probe step takes what it cost over
+ * the same step without the probe, and a probe waits while the budget is
+ * below zero (it never saves up beyond zero).  Probing so costs at most
+ * about 1% of throughput at any batch size.
+ */
+#define NALAR_PROBE_SHARE 0.01
+typedef struct {
+    double credit;          /* seconds, <= 0 */
+} nalar_probe_pace;
+
+/* 1: a request may probe this step. */
+int  nalar_probe_allow(const nalar_probe_pace *p);
+/* A finished step of `seconds`, `excess` of them a probe's (0: none). */
+void nalar_probe_record(nalar_probe_pace *p, double seconds, double excess);
+
+/*
  * The step gate: the last word on whether a decode step speculates at all,
  * from measured whole steps rather than modelled parts.  The per-request
  * cost model (above) estimates draft and verify time from forward passes

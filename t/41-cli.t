@@ -151,6 +151,32 @@ for my $task (sort keys %label) {
     ok($out =~ /edit-rename: ([\d.]+)% of the output predicted/
        && $1 >= 90 && $1 < 100, "edit-rename renames up to a tenth: $out");
 }
+# auto with a draft that never proposes the target's token (random
+# weights sharing the vocabulary): n-gram lookup stands in for it, as the
+# lookup pays on the demo model's repetitive text; the draft alone
+# confirms nothing.  (The optimised build: under ASan verification is
+# dear enough that neither proposer pays.)
+{
+    my $dir = tempdir(CLEANUP => 1);
+    my %got;
+
+    ($rc, $out) = run($nalar, 'mkmodel', '--dim', 64, '--layers', 1,
+        '--ffn', 128, '--vocab-from', 'models/nalar-kjv-target-f32.gguf',
+        '--seed', 7, '-o', "$dir/bad.gguf");
+    is($rc, 0, "a random-weights draft: $out");
+    for my $p ('draft', 'auto') {
+        ($rc, $out) = run($nalar, 'spec-bench', '-m',
+            'models/nalar-kjv-target-f32.gguf', '--draft', "$dir/bad.gguf",
+            '--only', $p, '-b', 1, '-k', 'auto', '-n', 96, '--reps', 2,
+            '-t', 2, '--json');
+        ($got{$p}) = $out =~ /"accepted": (\d+), "proposed": \d+/;
+        diag "bad draft, $p: $out";
+    }
+    ok(defined $got{draft} && $got{draft} <= 2,
+       "the random draft alone confirms (next to) nothing: $got{draft}");
+    ok(defined $got{auto} && $got{auto} >= 40,
+       "auto with it: n-gram lookup stands in, $got{auto} confirmed");
+}
 ($rc, $out) = run($nalar, 'spec-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '--task', 'code');
 ok($rc == 2

@@ -331,6 +331,54 @@ test_gate_burst(void)
 }
 
 
+/* Probes share one budget: 1% of the steps' time.  At 16 sequences, a
+ * probe step of 800 us over a plain one of 300 us (excess 500 us) may come
+ * once in 50 ms of steps; each request's own one-in-16 rule alone had
+ * nearly every step carry a probe. */
+static void
+test_probe_pace(void)
+{
+    nalar_probe_pace p = { 0 };
+    int              steps = 0, probes = 0;
+
+    ok(nalar_probe_allow(&p), "probe pace: a fresh engine may probe");
+    nalar_probe_record(&p, 800e-6, 500e-6);
+    ok(!nalar_probe_allow(&p), "probe pace: not right after a probe");
+    while (!nalar_probe_allow(&p) && steps < 100000) {
+        nalar_probe_record(&p, 300e-6, 0);
+        steps++;
+    }
+    ok(steps >= 160 && steps <= 170,
+       "probe pace: the next after 100x its excess of steps (%d steps of "
+       "300 us after 500 us)", steps);
+    /* credit is not saved up: after a long run without probes, one probe
+     * again waits its full span */
+    for (int i = 0; i < 10000; i++) {
+        nalar_probe_record(&p, 300e-6, 0);
+    }
+    nalar_probe_record(&p, 800e-6, 500e-6);
+    ok(!nalar_probe_allow(&p), "probe pace: idle time buys no burst");
+    /* a steady state: probing whenever allowed costs ~1% */
+    {
+        double spent = 0, total = 0;
+
+        p.credit = 0;
+        for (int i = 0; i < 100000; i++) {
+            int probe = nalar_probe_allow(&p);
+
+            probes += probe;
+            spent += probe ? 500e-6 : 0;
+            total += probe ? 800e-6 : 300e-6;
+            nalar_probe_record(&p, probe ? 800e-6 : 300e-6,
+                               probe ? 500e-6 : 0);
+        }
+        ok(spent / total > 0.009 && spent / total < 0.011,
+           "probe pace: probes cost %.2f%% of the time (%d probes)",
+           100 * spent / total, probes);
+    }
+}
+
+
 static void
 test_cost_and_gate(void)
 {
@@ -571,6 +619,7 @@ main(void)
 
     test_cost_and_gate();
     test_neighbour_k();
+    test_probe_pace();
 
     /* a random-weights draft sharing the target's vocabulary */
     if (mkdtemp(dir) == NULL) {
@@ -611,7 +660,6 @@ main(void)
             { "bad draft (adaptive)", bad_draft, NALAR_SPEC_DRAFT, 0 },
             { "auto with a bad draft", bad_draft, NALAR_SPEC_AUTO, 0 },
         };
-        uint64_t bad_adaptive = 0;
 
         for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
             e = engine(cfg[c].draft, cfg[c].mode, cfg[c].k, 0, 0);
@@ -645,23 +693,10 @@ main(void)
                    < m.spec_draft_tokens_total,
                    "bad draft: most proposals rejected");
             }
-            if (cfg[c].draft == bad_draft && cfg[c].k == 0) {
-                if (cfg[c].mode == NALAR_SPEC_DRAFT) {
-                    bad_adaptive = m.spec_accepted_tokens_total;
-                } else {
-                    /* the gate holds the bad draft back (it costs more
-                     * than it confirms), and in auto n-gram lookup stands
-                     * in: some of the repetitive demo outputs get
-                     * confirmed by it, which the draft alone never does.
-                     * (How much depends on whether lookup pays on this
-                     * machine, ASan and all: the gate judges it too.) */
-                    ok(m.spec_accepted_tokens_total > 2 * bad_adaptive + 2,
-                       "auto with a bad draft: n-gram lookup stands in "
-                       "(%llu accepted, %llu with the draft alone)",
-                       (unsigned long long) m.spec_accepted_tokens_total,
-                       (unsigned long long) bad_adaptive);
-                }
-            }
+            /* that auto lets n-gram lookup stand in for a bad draft is
+             * checked on the optimised build (t/41-cli.t): under ASan
+             * verification costs enough that neither proposer pays, and
+             * what little either speculates is the cost model's probes */
             ok(kv_clean(e), "%s: every KV block back, none provisional",
                cfg[c].name);
             nalar_engine_destroy(e);
