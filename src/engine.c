@@ -1579,12 +1579,19 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
         && r->n_tokens - r->d_computed > DRAFT_WARM)
     {
         /* a catch-up is repaid by the decode steps after this one, which
-         * have no prompt tokens to make verification cheap */
-        double g = gain;
+         * have no prompt tokens to make verification cheap; at the gain
+         * the gate measures the draft making at this batch size where it
+         * has, for the model's own, near its margin when it just chose
+         * k > 0, would refuse catch-ups ever longer (the draft falling
+         * further behind) and hold a 1.4x draft at 1.35x */
+        double g = gain, gm = nalar_spec_gate_ratio(
+                                 &e->gate, n_decode,
+                                 nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0));
 
         if (n_prefill > 0) {
             nalar_spec_choose_k(&acc, cap, decode, draft_tok, 1.03, &g);
         }
+        g = gm > g ? gm : g;
         if (!catchup_repays(e, r, decode[0], g)) {
             k = 0;
         }
@@ -2211,7 +2218,10 @@ engine_step(nalar_engine *e)
 
             excess = step_s - (plain > 0 ? plain : 0);
         }
-        nalar_probe_record(&e->probe_pace, step_s, excess);
+        nalar_probe_record(&e->probe_pace, step_s, excess,
+                           nalar_spec_gate_best(&e->gate, n_decode)
+                           >= NALAR_GATE_MARGIN
+                           ? NALAR_PROBE_SHARE_WIN : NALAR_PROBE_SHARE);
     }
     publish_metrics(e);
     return 1;

@@ -266,10 +266,11 @@ nalar_probe_allow(const nalar_probe_pace *p)
 
 
 void
-nalar_probe_record(nalar_probe_pace *p, double seconds, double excess)
+nalar_probe_record(nalar_probe_pace *p, double seconds, double excess,
+                   double share)
 {
     if (seconds > 0) {
-        p->credit += NALAR_PROBE_SHARE * seconds;
+        p->credit += share * seconds;
     }
     if (excess > 0) {
         p->credit -= excess;
@@ -293,8 +294,7 @@ nalar_probe_record(nalar_probe_pace *p, double seconds, double excess)
 #define GATE_GAP_MIN    16
 #define GATE_GAP_MAX    1024    /* by doubling; by the loss, up to: */
 #define GATE_GAP_LOSS   8192
-#define GATE_MARGIN     1.03    /* speculate when measured this much
-                                   faster: noise alone rarely gets there */
+#define GATE_MARGIN     NALAR_GATE_MARGIN
 #define GATE_CLIP       3.0     /* a step's seconds count up to this many
                                    times the mean step's */
 #define GATE_EXPLORE    0.01    /* most of plain throughput that exploring
@@ -477,4 +477,18 @@ nalar_spec_gate_ratio(const nalar_spec_gate *g, int n_decode, unsigned mix)
     double spec = rate_of(&g->spec[c][mix & (NALAR_GATE_MIXES - 1)], GATE_MIN_SPEC);
 
     return plain > 0 && spec > 0 ? spec / plain : -1;
+}
+
+
+double
+nalar_spec_gate_best(const nalar_spec_gate *g, int n_decode)
+{
+    double best = -1;
+
+    for (unsigned m = 1; m < NALAR_GATE_MIXES; m++) {
+        double r = nalar_spec_gate_ratio(g, n_decode, m);
+
+        best = r > best ? r : best;
+    }
+    return best;
 }

@@ -123,21 +123,31 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * time -- a draft first catches up on every token it missed, then runs k
  * passes -- and each request probing one step in 16 made nearly every
  * step at 16 sequences a probe's: 9-12% of a run, 0.83-0.86x of plain
- * decoding.  So probes share one budget per engine: every step adds
- * NALAR_PROBE_SHARE of its seconds, a probe step takes what it cost over
- * the same step without the probe, and a probe waits while the budget is
- * below zero (it never saves up beyond zero).  Probing so costs at most
- * about 1% of throughput at any batch size.
+ * decoding.  So probes share one budget per engine: every step adds a
+ * share of its seconds, a probe step takes what it cost over the same
+ * step without the probe, and a probe waits while the budget is below
+ * zero (it never saves up beyond zero).  The share is
+ * NALAR_PROBE_SHARE_WIN (one request at batch 1: about the old one probe
+ * in 16 steps) where the step gate measures speculation winning at the
+ * step's batch size with some mix of proposers (not necessarily this
+ * step's: a client's prediction that stopped matching has a mix of its
+ * own, and is what probes are for), since a request at k = 0 there is missing that win
+ * and a probe is how it finds its way back (the demo draft at batch 1
+ * lost 5% on 1%); else NALAR_PROBE_SHARE, as probes there mostly confirm
+ * what the gate knows.
  */
-#define NALAR_PROBE_SHARE 0.01
+#define NALAR_PROBE_SHARE     0.01
+#define NALAR_PROBE_SHARE_WIN 0.10
 typedef struct {
     double credit;          /* seconds, <= 0 */
 } nalar_probe_pace;
 
 /* 1: a request may probe this step. */
 int  nalar_probe_allow(const nalar_probe_pace *p);
-/* A finished step of `seconds`, `excess` of them a probe's (0: none). */
-void nalar_probe_record(nalar_probe_pace *p, double seconds, double excess);
+/* A finished step of `seconds`, `excess` of them a probe's (0: none), and
+ * `share` of them (NALAR_PROBE_SHARE or _WIN) added to the budget. */
+void nalar_probe_record(nalar_probe_pace *p, double seconds, double excess,
+                        double share);
 
 /*
  * The step gate: the last word on whether a decode step speculates at all,
@@ -170,6 +180,8 @@ void nalar_probe_record(nalar_probe_pace *p, double seconds, double excess);
  * Only steps without prompt tokens are recorded.
  */
 #define NALAR_GATE_CELLS 24
+#define NALAR_GATE_MARGIN 1.03  /* speculate when measured this much
+                                   faster: noise alone rarely gets there */
 #define NALAR_GATE_MIXES 256
 
 typedef struct {
@@ -216,5 +228,7 @@ void nalar_spec_gate_record(nalar_spec_gate *g, int n_decode, unsigned mix,
 /* Measured rate with `mix` over the plain rate (< 0 when unknown). */
 double nalar_spec_gate_ratio(const nalar_spec_gate *g, int n_decode,
                              unsigned mix);
+/* The best of those over every mix measured at n_decode's batch size. */
+double nalar_spec_gate_best(const nalar_spec_gate *g, int n_decode);
 
 #endif

@@ -342,10 +342,10 @@ test_probe_pace(void)
     int              steps = 0, probes = 0;
 
     ok(nalar_probe_allow(&p), "probe pace: a fresh engine may probe");
-    nalar_probe_record(&p, 800e-6, 500e-6);
+    nalar_probe_record(&p, 800e-6, 500e-6, NALAR_PROBE_SHARE);
     ok(!nalar_probe_allow(&p), "probe pace: not right after a probe");
     while (!nalar_probe_allow(&p) && steps < 100000) {
-        nalar_probe_record(&p, 300e-6, 0);
+        nalar_probe_record(&p, 300e-6, 0, NALAR_PROBE_SHARE);
         steps++;
     }
     ok(steps >= 160 && steps <= 170,
@@ -354,9 +354,9 @@ test_probe_pace(void)
     /* credit is not saved up: after a long run without probes, one probe
      * again waits its full span */
     for (int i = 0; i < 10000; i++) {
-        nalar_probe_record(&p, 300e-6, 0);
+        nalar_probe_record(&p, 300e-6, 0, NALAR_PROBE_SHARE);
     }
-    nalar_probe_record(&p, 800e-6, 500e-6);
+    nalar_probe_record(&p, 800e-6, 500e-6, NALAR_PROBE_SHARE);
     ok(!nalar_probe_allow(&p), "probe pace: idle time buys no burst");
     /* a steady state: probing whenever allowed costs ~1% */
     {
@@ -370,12 +370,38 @@ test_probe_pace(void)
             spent += probe ? 500e-6 : 0;
             total += probe ? 800e-6 : 300e-6;
             nalar_probe_record(&p, probe ? 800e-6 : 300e-6,
-                               probe ? 500e-6 : 0);
+                               probe ? 500e-6 : 0, NALAR_PROBE_SHARE);
         }
         ok(spent / total > 0.009 && spent / total < 0.011,
            "probe pace: probes cost %.2f%% of the time (%d probes)",
            100 * spent / total, probes);
     }
+}
+
+
+/* The best measured ratio at a batch size, over every mix: what decides
+ * the probe share (above). */
+static void
+test_gate_best(void)
+{
+    static nalar_spec_gate g;
+    unsigned pred_hi = nalar_spec_gate_bit(NALAR_PROP_PREDICTION, 0.9);
+    unsigned pred_lo = nalar_spec_gate_bit(NALAR_PROP_PREDICTION, 0.1);
+
+    memset(&g, 0, sizeof(g));
+    ok(nalar_spec_gate_best(&g, 1) < 0, "gate best: nothing measured");
+    for (int i = 0; i < 8; i++) {
+        nalar_spec_gate_record(&g, 1, 0, 1, 100e-6);
+        nalar_spec_gate_record(&g, 1, pred_hi, 5, 200e-6);
+        nalar_spec_gate_record(&g, 1, pred_lo, 1, 120e-6);
+    }
+    ok(fabs(nalar_spec_gate_best(&g, 1) - 2.5) < 1e-9,
+       "gate best: the winning mix's 2.5x, not the losing one's (%.3f)",
+       nalar_spec_gate_best(&g, 1));
+    ok(nalar_spec_gate_ratio(&g, 1, pred_lo) < 1,
+       "gate best: the losing mix measured apart");
+    ok(nalar_spec_gate_best(&g, 4) < 0,
+       "gate best: another batch size knows nothing of it");
 }
 
 
@@ -620,6 +646,7 @@ main(void)
     test_cost_and_gate();
     test_neighbour_k();
     test_probe_pace();
+    test_gate_best();
 
     /* a random-weights draft sharing the target's vocabulary */
     if (mkdtemp(dir) == NULL) {
