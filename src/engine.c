@@ -1737,7 +1737,8 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
  * the gate's measured rates of the two mixes: the faster one, the other
  * one step in 64 to keep its rate current (n-gram lookup one step in 8
  * until its rate is known).  A draft still without a rate of its own
- * counts as plain decoding: a draft whose cost model keeps choosing k = 0
+ * counts as plain decoding (the lookup must beat it by the gate's
+ * margin): a draft whose cost model keeps choosing k = 0
  * never gets one, and its steps are plain ones (seen: a random-weights
  * draft held auto to 0.93-0.99x, the lookup standing in one step in 8
  * and then never, where the lookup alone ran at 1.27x).  Text that
@@ -1761,7 +1762,8 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
         return k % 8 == 0;
     }
     if (rd < 0) {
-        rd = 1.0;
+        rd = NALAR_GATE_MARGIN;     /* plain, which a win must beat by as
+                                       much */
     }
     return rn > rd ? k % 64 != 0 : k % 64 == 0;
 }
