@@ -1493,9 +1493,9 @@ step_mix(nalar_engine *e, int ngram, int *any_fixed)
 
 /*
  * Would r's cold draft repay its catch-up?  Yes when what is left of the
- * request (at most), decoded at the cost model's gain over plain decoding
- * (plain_tok: r's share of a plain pass), saves more time than the draft
- * takes to catch up.  (Seen: 16 streams draining to 5, a step's
+ * request (at most), decoded at `gain` over plain decoding (plain_tok:
+ * r's share of a plain pass), saves more time than the draft takes to
+ * catch up.  (Seen: 16 streams draining to 5, a step's
  * catch-up of 10.8 ms -- 35 plain steps -- for requests with a few dozen
  * tokens left; catch-ups took 6% of the run.)
  */
@@ -1579,11 +1579,12 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
         && r->n_tokens - r->d_computed > DRAFT_WARM)
     {
         /* a catch-up is repaid by the decode steps after this one, which
-         * have no prompt tokens to make verification cheap; at the gain
-         * the gate measures the draft making at this batch size where it
-         * has, for the model's own, near its margin when it just chose
-         * k > 0, would refuse catch-ups ever longer (the draft falling
-         * further behind) and hold a 1.4x draft at 1.35x */
+         * have no prompt tokens to make verification cheap.  The gain is
+         * the larger of the model's and the one the gate measures for the
+         * draft at this batch size: the model's alone sits near its
+         * margin just when it turns k back on, so it refused catch-ups
+         * ever longer as the draft fell further behind (a 1.4x draft ran
+         * 1.35x) */
         double g = gain, gm = nalar_spec_gate_ratio(
                                  &e->gate, n_decode,
                                  nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0));
@@ -1737,12 +1738,12 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
  * the gate's measured rates of the two mixes: the faster one, the other
  * one step in 64 to keep its rate current (n-gram lookup one step in 8
  * until its rate is known).  A draft still without a rate of its own
- * counts as plain decoding (the lookup must beat it by the gate's
- * margin): a draft whose cost model keeps choosing k = 0
- * never gets one, and its steps are plain ones (seen: a random-weights
- * draft held auto to 0.93-0.99x, the lookup standing in one step in 8
- * and then never, where the lookup alone ran at 1.27x).  Text that
- * repeats itself favours the lookup, free text the draft.
+ * counts as plain decoding, which the lookup must beat by the gate's
+ * margin: a draft whose cost model keeps choosing k = 0 never gets a
+ * rate, and its steps are plain ones (seen: a random-weights draft held
+ * auto to 0.93-0.99x, the lookup standing in one step in 8 and then
+ * never, where the lookup alone ran at 1.27x).  Text that repeats itself
+ * favours the lookup, free text the draft.
  */
 static int
 prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
@@ -2209,10 +2210,11 @@ engine_step(nalar_engine *e)
                                n_confirmed,
                                nalar_now_s() - t_step - catchup_s);
     }
-    {
-        /* a probe's cost: its step over the target pass the step would
-         * have been without it (bookkeeping counted in: the budget errs
-         * toward fewer probes) */
+    if (any_probe || !nalar_probe_allow(&e->probe_pace)) {
+        /* the probe budget (a full one stays full: no need to look up
+         * the gate's best ratio every step).  A probe's cost: its step
+         * over the target pass the step would have been without it
+         * (bookkeeping counted in: the budget errs toward fewer probes) */
         double step_s = nalar_now_s() - t_step, excess = 0;
 
         if (any_probe) {

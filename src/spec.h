@@ -131,10 +131,10 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * in 16 steps) where the step gate measures speculation winning at the
  * step's batch size with some mix of proposers (not necessarily this
  * step's: a client's prediction that stopped matching has a mix of its
- * own, and is what probes are for), since a request at k = 0 there is missing that win
- * and a probe is how it finds its way back (the demo draft at batch 1
- * lost 5% on 1%); else NALAR_PROBE_SHARE, as probes there mostly confirm
- * what the gate knows.
+ * own, and is what probes are for), since a request at k = 0 there is
+ * missing that win and a probe is how it finds its way back (the demo
+ * draft at batch 1 lost 5% on 1%); else NALAR_PROBE_SHARE, as probes
+ * there mostly confirm what the gate knows.
  */
 #define NALAR_PROBE_SHARE     0.01
 #define NALAR_PROBE_SHARE_WIN 0.10
