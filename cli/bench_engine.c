@@ -401,14 +401,17 @@ nalar_cmd_spec_bench(int argc, char **argv)
                     confirmed += (double) reps * bench_len(i, env.n_gen);
                 }
                 {
-                    double ratio[MAX_REPS], mp, ms;
+                    double ratio[MAX_REPS], pair[MAX_REPS], mp, ms;
 
                     /* the speedup: median of the paired ratios (each
                      * speculative run against the plain run just before
                      * it), steadier than a ratio of medians on a machine
-                     * whose speed drifts (median() sorts: pair first) */
+                     * whose speed drifts.  median() sorts its array in
+                     * place, so the ratios are kept, in run order, apart
+                     * (ts and tp are sorted below: their quotients after
+                     * that pair no runs) */
                     for (int r = 0; r < reps; r++) {
-                        ratio[r] = ts[r] / tp[r];
+                        ratio[r] = pair[r] = ts[r] / tp[r];
                     }
                     sp = median(ratio, reps);
                     mp = median(tp, reps);
@@ -442,7 +445,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
                                / confirmed);
                         /* every pair's ratio, in the order run */
                         for (int r = 0; r < reps; r++) {
-                            printf("%s%.3f", r ? ", " : "", ts[r] / tp[r]);
+                            printf("%s%.3f", r ? ", " : "", pair[r]);
                         }
                         printf("]}\n");
                     } else {

@@ -1519,7 +1519,6 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
 {
     int32_t cap = r->spec_k_max, k;
     double  verify[NALAR_SPEC_MAX_K + 1], draft_tok = 0, gain;
-    double  decode[NALAR_SPEC_MAX_K + 1];   /* verify, without prefill */
     int     known = 1;
     nalar_accept_stats acc;
 
@@ -1546,8 +1545,6 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
             break;
         }
         verify[j] = tt / n_decode;
-        tt = nalar_cost_estimate(&e->target_cost, n_decode * (1 + j));
-        decode[j] = (tt > 0 ? tt : 0) / n_decode;
     }
     if (r->prop_now == NALAR_PROP_DRAFT) {
         double td = nalar_cost_estimate(&e->draft_cost,
@@ -1585,15 +1582,24 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
          * margin just when it turns k back on, so it refused catch-ups
          * ever longer as the draft fell further behind (a 1.4x draft ran
          * 1.35x) */
-        double g = gain, gm = nalar_spec_gate_ratio(
-                                 &e->gate, n_decode,
-                                 nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0));
+        double  g = gain, gm = nalar_spec_gate_ratio(
+                                  &e->gate, n_decode,
+                                  nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0));
+        double  decode[NALAR_SPEC_MAX_K + 1], *d = verify;
 
         if (n_prefill > 0) {
+            /* the same passes without the prompt tokens */
+            for (int32_t j = 0; j <= cap; j++) {
+                double tt = nalar_cost_estimate(&e->target_cost,
+                                                n_decode * (1 + j));
+
+                decode[j] = (tt > 0 ? tt : 0) / n_decode;
+            }
+            d = decode;
             nalar_spec_choose_k(&acc, cap, decode, draft_tok, 1.03, &g);
         }
         g = gm > g ? gm : g;
-        if (!catchup_repays(e, r, decode[0], g)) {
+        if (!catchup_repays(e, r, d[0], g)) {
             k = 0;
         }
     }
@@ -2026,11 +2032,13 @@ engine_step(nalar_engine *e)
     if (n_tok == 0) {
         return e->n_running > 0;
     }
-    /* the step's tokens but for proposals: what it would have cost
-     * without a probe */
-    n_unprop = n_tok;
-    for (int32_t i = 0; i < e->n_running; i++) {
-        n_unprop -= e->running[i]->n_prop;
+    /* a probe's step: its tokens but for proposals, what it would have
+     * cost without the probe */
+    if (any_probe) {
+        n_unprop = n_tok;
+        for (int32_t i = 0; i < e->n_running; i++) {
+            n_unprop -= e->running[i]->n_prop;
+        }
     }
     b->n_tokens = n_tok;
     b->n_logits = n_logits;

@@ -151,6 +151,27 @@ for my $task (sort keys %label) {
     ok($out =~ /edit-rename: ([\d.]+)% of the output predicted/
        && $1 >= 90 && $1 < 100, "edit-rename renames up to a tenth: $out");
 }
+# each row's "speedups" are its paired ratios (speculative run over the
+# plain run before it) in run order, so their median is the row's
+# "speedup"; the medians' in-place sort once scrambled them into ratios of
+# the i-th slowest runs, which pair none
+($rc, $out) = run($nalar, 'spec-bench', '-m',
+    'models/nalar-kjv-draft-f32.gguf', '--task', 'edit', '-b', 1,
+    '-k', '0,2,4,8', '-n', 64, '--reps', 5, '-t', 1, '--json');
+{
+    my ($rows, $paired) = (0, 0);
+
+    for my $l (split /\n/, $out) {
+        next unless $l =~ /"speedup": ([\d.]+).*"speedups": \[([^\]]*)\]/;
+        my ($sp, @r) = ($1, sort { $a <=> $b } split /,\s*/, $2);
+        $rows++;
+        $paired++ if @r == 5 && abs($r[2] - $sp) < 0.0015;
+    }
+    ok($rows == 4 && $paired == 4,
+       "spec-bench: each row's speedup is the median of its paired "
+       . "ratios ($paired of $rows rows)") or diag $out;
+}
+
 # auto with a draft that never proposes the target's token (random
 # weights sharing the vocabulary): n-gram lookup stands in for it, as the
 # lookup pays on the demo model's repetitive text; the draft alone
