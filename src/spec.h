@@ -122,7 +122,7 @@ int nalar_spec_neighbour_k(int k, int k_max, unsigned n);
  * cost of larger passes stay measured; but a probe costs its step real
  * time -- a draft first catches up on every token it missed, then runs k
  * passes -- and each request probing one step in 16 made nearly every
- * step at 16 sequences a probe's: 9-12% of a run, 0.83-0.86x of plain
+ * step at 16 sequences a probe's: 9-12% of a run, 0.846x of plain
  * decoding.  So probes share one budget per engine: every step adds a
  * share of its seconds, a probe step takes what it cost over the same
  * step without the probe, and a probe waits while the budget is below
