@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "opts.h"
 #include "clock.h"
 #include "engine.h"
 #include "model.h"
@@ -212,28 +213,23 @@ nalar_cmd_spec_bench(int argc, char **argv)
     const char   *proposers[4];
     int           modes[4], n_modes = 0;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const nalar_opt opts[] = {
+        { "-m", NULL, NALAR_OPT_STR, &env.model, NULL, 0 },
+        { "--draft", NULL, NALAR_OPT_STR, &env.draft, NULL, 0 },
+        { "--task", NULL, NALAR_OPT_STR, &task, NULL, 0 },
+        { "-b", NULL, NALAR_OPT_STR, &blist, NULL, 0 },
+        { "-k", NULL, NALAR_OPT_STR, &klist, NULL, 0 },
+        { "-n", NULL, NALAR_OPT_INT, &env.n_gen, NULL, 0 },
+        { "-t", NULL, NALAR_OPT_INT, &env.threads, NULL, 0 },
+        { "--reps", NULL, NALAR_OPT_INT, &reps, NULL, 0 },
+        { "--only", NULL, NALAR_OPT_STR, &only, NULL, 0 },
+        { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
+    };
 
-        if (strcmp(a, "--json") == 0) { json = 1; continue; }
-        if (v == NULL) {
-            fprintf(stderr, "nalar spec-bench: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "-m") == 0) env.model = v;
-        else if (strcmp(a, "--draft") == 0) env.draft = v;
-        else if (strcmp(a, "--task") == 0) task = v;
-        else if (strcmp(a, "-b") == 0) blist = v;
-        else if (strcmp(a, "-k") == 0) klist = v;
-        else if (strcmp(a, "-n") == 0) env.n_gen = atoi(v);
-        else if (strcmp(a, "-t") == 0) env.threads = atoi(v);
-        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
-        else if (strcmp(a, "--only") == 0) only = v;
-        else {
-            fprintf(stderr, "nalar spec-bench: unknown option '%s'\n", a);
-            return 2;
-        }
+    if (nalar_opts_parse("spec-bench", argc, argv, opts,
+                         (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
+    {
+        return 2;
     }
     if (env.model == NULL || env.n_gen < 1 || env.n_gen > 400) {
         fprintf(stderr, "nalar spec-bench: -m MODEL required, -n 1..400\n");
@@ -551,23 +547,18 @@ nalar_cmd_prefix_bench(int argc, char **argv)
     int32_t      *prompt, *warm;
     int32_t       V;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const nalar_opt opts[] = {
+        { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
+        { "-p", NULL, NALAR_OPT_INT, &len, NULL, 0 },
+        { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
+        { "--reps", NULL, NALAR_OPT_INT, &reps, NULL, 0 },
+        { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
+    };
 
-        if (strcmp(a, "--json") == 0) { json = 1; continue; }
-        if (v == NULL) {
-            fprintf(stderr, "nalar prefix-bench: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "-m") == 0) model = v;
-        else if (strcmp(a, "-p") == 0) len = atoi(v);
-        else if (strcmp(a, "-t") == 0) threads = atoi(v);
-        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
-        else {
-            fprintf(stderr, "nalar prefix-bench: unknown option '%s'\n", a);
-            return 2;
-        }
+    if (nalar_opts_parse("prefix-bench", argc, argv, opts,
+                         (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
+    {
+        return 2;
     }
     if (model == NULL || len < 32) {
         fprintf(stderr, "nalar prefix-bench: -m MODEL required, -p >= 32\n");

@@ -25,6 +25,7 @@
 
 #include "backend.h"
 #include "bench.h"
+#include "opts.h"
 #include "clock.h"
 #include "kv.h"
 #include "model.h"
@@ -126,23 +127,18 @@ nalar_cmd_verify_bench(int argc, char **argv)
     float         *logits;
     double         t1 = 0, per_tok, trip_ns;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    const nalar_opt opts[] = {
+        { "-m", NULL, NALAR_OPT_STR, &path, NULL, 0 },
+        { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
+        { "--pos", NULL, NALAR_OPT_INT, &pos, NULL, 0 },
+        { "--reps", NULL, NALAR_OPT_INT, &reps, NULL, 0 },
+        { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
+    };
 
-        if (strcmp(a, "--json") == 0) { json = 1; continue; }
-        if (v == NULL) {
-            fprintf(stderr, "nalar verify-bench: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "-m") == 0) path = v;
-        else if (strcmp(a, "-t") == 0) threads = atoi(v);
-        else if (strcmp(a, "--pos") == 0) pos = atoi(v);
-        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
-        else {
-            fprintf(stderr, "nalar verify-bench: unknown option '%s'\n", a);
-            return 2;
-        }
+    if (nalar_opts_parse("verify-bench", argc, argv, opts,
+                         (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
+    {
+        return 2;
     }
     if (path == NULL || reps < 1) {
         fprintf(stderr, "nalar verify-bench: -m MODEL required\n");

@@ -25,6 +25,7 @@
 #include "engine.h"
 #include "gguf.h"
 #include "mkmodel.h"
+#include "opts.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -60,18 +61,6 @@ usage(void)
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n"
         "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n");
-}
-
-
-/* Value of option argv[*i] (advancing *i), or NULL with a message. */
-static const char *
-optval(int argc, char **argv, int *i)
-{
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "nalar: option %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
 }
 
 
@@ -143,7 +132,7 @@ gen_notify(nalar_request *r, void *ctx)
 static int
 cmd_generate(int argc, char **argv)
 {
-    const char          *model = NULL, *prompt = "", *v;
+    const char          *model = NULL, *prompt = "";
     const char          *stops[16];
     nalar_engine_opts    eo;
     nalar_request_params rp;
@@ -159,58 +148,49 @@ cmd_generate(int argc, char **argv)
     memset(&rp, 0, sizeof(rp));
     nalar_sampling_default(&rp.sampling);
     rp.max_tokens = 128;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    {
+        const char      *spec = NULL;
+        const nalar_opt  opts[] = {
+            { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
+            { "-p", NULL, NALAR_OPT_STR, &prompt, NULL, 0 },
+            { "-n", NULL, NALAR_OPT_INT, &rp.max_tokens, NULL, 0 },
+            { "--temp", NULL, NALAR_OPT_FLOAT, &rp.sampling.temperature,
+              NULL, 0 },
+            { "--top-k", NULL, NALAR_OPT_INT, &rp.sampling.top_k, NULL, 0 },
+            { "--top-p", NULL, NALAR_OPT_FLOAT, &rp.sampling.top_p, NULL,
+              0 },
+            { "--min-p", NULL, NALAR_OPT_FLOAT, &rp.sampling.min_p, NULL,
+              0 },
+            { "--seed", NULL, NALAR_OPT_U64, &rp.sampling.seed, NULL, 0 },
+            { "--stop", NULL, NALAR_OPT_STRS, stops, &n_stop, 16 },
+            { "-t", "--threads", NALAR_OPT_INT, &eo.n_threads, NULL, 0 },
+            { "--chunk", NULL, NALAR_OPT_INT, &eo.max_batch_tokens, NULL,
+              0 },
+            { "--backend", NULL, NALAR_OPT_STR, &eo.backend, NULL, 0 },
+            { "--device", NULL, NALAR_OPT_INT, &eo.device, NULL, 0 },
+            { "--gpu-memory", NULL, NALAR_OPT_DOUBLE, &eo.gpu_memory, NULL,
+              0 },
+            { "--draft", NULL, NALAR_OPT_STR, &eo.draft_path, NULL, 0 },
+            { "--spec", NULL, NALAR_OPT_STR, &spec, NULL, 0 },
+            { "--spec-k", NULL, NALAR_OPT_INT, &eo.spec_fixed_k, NULL, 0 },
+            { "--ids", NULL, NALAR_OPT_FLAG, &g.print_ids, NULL, 0 },
+            { "--ignore-eos", NULL, NALAR_OPT_FLAG, &rp.ignore_eos, NULL,
+              0 },
+        };
 
-#define VAL() do { if ((v = optval(argc, argv, &i)) == NULL) return 2; } \
-              while (0)
-        if (strcmp(a, "-m") == 0) { VAL(); model = v; }
-        else if (strcmp(a, "-p") == 0) { VAL(); prompt = v; }
-        else if (strcmp(a, "-n") == 0) { VAL(); rp.max_tokens = atoi(v); }
-        else if (strcmp(a, "--temp") == 0) {
-            VAL(); rp.sampling.temperature = (float) atof(v);
-        } else if (strcmp(a, "--top-k") == 0) {
-            VAL(); rp.sampling.top_k = atoi(v);
-        } else if (strcmp(a, "--top-p") == 0) {
-            VAL(); rp.sampling.top_p = (float) atof(v);
-        } else if (strcmp(a, "--min-p") == 0) {
-            VAL(); rp.sampling.min_p = (float) atof(v);
-        } else if (strcmp(a, "--seed") == 0) {
-            VAL(); rp.sampling.seed = strtoull(v, NULL, 10);
-        } else if (strcmp(a, "--stop") == 0) {
-            VAL();
-            if (n_stop < 16) stops[n_stop++] = v;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            VAL(); eo.n_threads = atoi(v);
-        } else if (strcmp(a, "--chunk") == 0) {
-            VAL(); eo.max_batch_tokens = atoi(v);
-        } else if (strcmp(a, "--backend") == 0) {
-            VAL(); eo.backend = v;
-        } else if (strcmp(a, "--device") == 0) {
-            VAL(); eo.device = atoi(v);
-        } else if (strcmp(a, "--gpu-memory") == 0) {
-            VAL(); eo.gpu_memory = atof(v);
-        } else if (strcmp(a, "--draft") == 0) {
-            VAL(); eo.draft_path = v;
-            if (eo.spec_mode == 0) eo.spec_mode = NALAR_SPEC_DRAFT;
-        } else if (strcmp(a, "--spec") == 0) {
-            VAL();
-            eo.spec_mode = nalar_bench_spec_mode(v);
-            if (eo.spec_mode < 0) {
-                fprintf(stderr, "nalar generate: --spec off|draft|ngram|"
-                        "auto\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--spec-k") == 0) {
-            VAL(); eo.spec_fixed_k = atoi(v);
-        } else if (strcmp(a, "--ids") == 0) { g.print_ids = 1; }
-        else if (strcmp(a, "--ignore-eos") == 0) { rp.ignore_eos = 1; }
-        else {
-            fprintf(stderr, "nalar generate: unknown option '%s'\n", a);
+        if (nalar_opts_parse("generate", argc, argv, opts,
+                             (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
+        {
             usage();
             return 2;
         }
-#undef VAL
+        /* --spec, else the draft when one is given */
+        eo.spec_mode = spec != NULL ? nalar_bench_spec_mode(spec)
+                       : eo.draft_path != NULL ? NALAR_SPEC_DRAFT : 0;
+        if (eo.spec_mode < 0) {
+            fprintf(stderr, "nalar generate: --spec off|draft|ngram|auto\n");
+            return 2;
+        }
     }
     if (model == NULL) {
         fprintf(stderr, "nalar generate: -m MODEL is required\n");
@@ -389,48 +369,50 @@ static int
 cmd_mkmodel(int argc, char **argv)
 {
     nalar_mkmodel_opts o;
-    const char        *out = NULL, *v, *tmpl_path = NULL;
+    const char        *out = NULL, *tmpl_path = NULL;
     char              *tmpl = NULL;
     nalar_err          err;
     int                rc;
 
     nalar_mkmodel_defaults(&o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    {
+        const char      *type = NULL;
+        const nalar_opt  opts[] = {
+            { "--dim", NULL, NALAR_OPT_INT, &o.dim, NULL, 0 },
+            { "--layers", NULL, NALAR_OPT_INT, &o.n_layers, NULL, 0 },
+            { "--heads", NULL, NALAR_OPT_INT, &o.n_heads, NULL, 0 },
+            { "--kv-heads", NULL, NALAR_OPT_INT, &o.n_kv_heads, NULL, 0 },
+            { "--ffn", NULL, NALAR_OPT_INT, &o.ffn_dim, NULL, 0 },
+            { "--vocab", NULL, NALAR_OPT_INT, &o.n_vocab, NULL, 0 },
+            { "--ctx", NULL, NALAR_OPT_INT, &o.n_ctx, NULL, 0 },
+            { "--seed", NULL, NALAR_OPT_U64, &o.seed, NULL, 0 },
+            { "--bpe", NULL, NALAR_OPT_FLAG, &o.bpe, NULL, 0 },
+            { "--vocab-from", NULL, NALAR_OPT_STR, &o.vocab_from, NULL, 0 },
+            { "--chat-template", NULL, NALAR_OPT_STR, &tmpl_path, NULL, 0 },
+            { "-o", NULL, NALAR_OPT_STR, &out, NULL, 0 },
+            { "--type", NULL, NALAR_OPT_STR, &type, NULL, 0 },
+        };
 
-#define VAL() do { if ((v = optval(argc, argv, &i)) == NULL) return 2; } \
-              while (0)
-        if (strcmp(a, "--dim") == 0) { VAL(); o.dim = atoi(v); }
-        else if (strcmp(a, "--layers") == 0) { VAL(); o.n_layers = atoi(v); }
-        else if (strcmp(a, "--heads") == 0) { VAL(); o.n_heads = atoi(v); }
-        else if (strcmp(a, "--kv-heads") == 0) {
-            VAL(); o.n_kv_heads = atoi(v);
-        } else if (strcmp(a, "--ffn") == 0) { VAL(); o.ffn_dim = atoi(v); }
-        else if (strcmp(a, "--vocab") == 0) { VAL(); o.n_vocab = atoi(v); }
-        else if (strcmp(a, "--ctx") == 0) { VAL(); o.n_ctx = atoi(v); }
-        else if (strcmp(a, "--seed") == 0) {
-            VAL(); o.seed = strtoull(v, NULL, 10);
-        } else if (strcmp(a, "--bpe") == 0) { o.bpe = 1; }
-        else if (strcmp(a, "--vocab-from") == 0) { VAL(); o.vocab_from = v; }
-        else if (strcmp(a, "--chat-template") == 0) {
-            VAL(); tmpl_path = v;
-        } else if (strcmp(a, "-o") == 0) { VAL(); out = v; }
-        else if (strcmp(a, "--type") == 0) {
-            VAL();
-            if (strcmp(v, "f32") == 0) o.type = GGML_F32;
-            else if (strcmp(v, "f16") == 0) o.type = GGML_F16;
-            else if (strcmp(v, "bf16") == 0) o.type = GGML_BF16;
-            else if (strcmp(v, "q8_0") == 0) o.type = GGML_Q8_0;
-            else {
-                fprintf(stderr, "nalar mkmodel: unknown type '%s' (f32, "
-                        "f16, bf16, q8_0)\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "nalar mkmodel: unknown option '%s'\n", a);
+        if (nalar_opts_parse("mkmodel", argc, argv, opts,
+                             (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
+        {
             return 2;
         }
-#undef VAL
+        if (type == NULL) {
+            /* the defaults' */
+        } else if (strcmp(type, "f32") == 0) {
+            o.type = GGML_F32;
+        } else if (strcmp(type, "f16") == 0) {
+            o.type = GGML_F16;
+        } else if (strcmp(type, "bf16") == 0) {
+            o.type = GGML_BF16;
+        } else if (strcmp(type, "q8_0") == 0) {
+            o.type = GGML_Q8_0;
+        } else {
+            fprintf(stderr, "nalar mkmodel: unknown type '%s' (f32, f16, "
+                    "bf16, q8_0)\n", type);
+            return 2;
+        }
     }
     if (out == NULL) {
         fprintf(stderr, "nalar mkmodel: -o FILE is required\n");
@@ -475,7 +457,7 @@ bench_batch(bench_ctx *c, int32_t n, nalar_err *err)
 static int
 cmd_bench(int argc, char **argv)
 {
-    const char   *model = NULL, *v, *blist = "1,4,16";
+    const char   *model = NULL, *blist = "1,4,16";
     int           p = 128, n = 128, threads = 0, json = 0;
     int           bs[16], n_bs = 0, max_b = 1, vocab;
     double        prefill_tps, decode_tps, batched[16];
@@ -488,26 +470,25 @@ cmd_bench(int argc, char **argv)
     const char   *cu_backend = NULL, *cu_synthetic = NULL;  /* CUDA bench */
 #endif
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-
-#define VAL() do { if ((v = optval(argc, argv, &i)) == NULL) return 2; } \
-              while (0)
-        if (strcmp(a, "-m") == 0) { VAL(); model = v; }
-        else if (strcmp(a, "-p") == 0) { VAL(); p = atoi(v); }
-        else if (strcmp(a, "-n") == 0) { VAL(); n = atoi(v); }
-        else if (strcmp(a, "-b") == 0) { VAL(); blist = v; }
-        else if (strcmp(a, "-t") == 0) { VAL(); threads = atoi(v); }
-        else if (strcmp(a, "--json") == 0) { json = 1; }
+    {
+        const nalar_opt opts[] = {
+            { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
+            { "-p", NULL, NALAR_OPT_INT, &p, NULL, 0 },
+            { "-n", NULL, NALAR_OPT_INT, &n, NULL, 0 },
+            { "-b", NULL, NALAR_OPT_STR, &blist, NULL, 0 },
+            { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
+            { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
 #ifdef NALAR_CUDA
-        else if (strcmp(a, "--backend") == 0) { VAL(); cu_backend = v; }
-        else if (strcmp(a, "--synthetic") == 0) { VAL(); cu_synthetic = v; }
+            { "--backend", NULL, NALAR_OPT_STR, &cu_backend, NULL, 0 },
+            { "--synthetic", NULL, NALAR_OPT_STR, &cu_synthetic, NULL, 0 },
 #endif
-        else {
-            fprintf(stderr, "nalar bench: unknown option '%s'\n", a);
+        };
+
+        if (nalar_opts_parse("bench", argc, argv, opts,
+                             (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
+        {
             return 2;
         }
-#undef VAL
     }
 #ifdef NALAR_CUDA
     /* --- CUDA: --backend cuda [-m MODEL] or --synthetic SHAPE (random

@@ -204,4 +204,43 @@ ok($rc == 2
    && $out =~ /--task is prompts, edit, edit-spans or edit-rename, not 'code'/,
    "spec-bench refuses an unknown task: $out");
 
+# every command reads its options from one table (cli/opts.c): a value that
+# is not a number, a missing value, an unknown option and a repeated option
+# past its limit are refused, by name, with status 2 (atoi once read
+# "-n abc" as 0 and "--reps 2x" as 2)
+for my $c (
+    [[qw(generate -m models/nalar-kjv-target-f32.gguf -n abc)],
+     qr/^nalar generate: -n wants an integer, not 'abc'$/m],
+    [[qw(generate -m models/nalar-kjv-target-f32.gguf --temp 0.5x)],
+     qr/^nalar generate: --temp wants a number, not '0.5x'$/m],
+    [[qw(generate -m models/nalar-kjv-target-f32.gguf --seed -3)],
+     qr/^nalar generate: --seed wants a non-negative integer, not '-3'$/m],
+    [[qw(generate -m models/nalar-kjv-target-f32.gguf --spec maybe)],
+     qr/^nalar generate: --spec off\|draft\|ngram\|auto$/m],
+    [[qw(generate -m models/nalar-kjv-target-f32.gguf),
+      map { ('--stop', "s$_") } 1 .. 17],
+     qr/^nalar generate: --stop at most 16 times$/m],
+    [[qw(spec-bench -m models/nalar-kjv-target-f32.gguf --reps 2x)],
+     qr/^nalar spec-bench: --reps wants an integer, not '2x'$/m],
+    [[qw(prefix-bench -m models/nalar-kjv-target-f32.gguf --bogus 1)],
+     qr/^nalar prefix-bench: unknown option '--bogus'$/m],
+    [[qw(verify-bench -m models/nalar-kjv-target-f32.gguf --pos)],
+     qr/^nalar verify-bench: --pos needs a value$/m],
+    [[qw(bench -m models/nalar-kjv-target-f32.gguf -t two)],
+     qr/^nalar bench: -t wants an integer, not 'two'$/m],
+    [[qw(mkmodel --dim 6.4 -o /dev/null)],
+     qr/^nalar mkmodel: --dim wants an integer, not '6.4'$/m],
+    [[qw(mkmodel --type q4 -o /dev/null)],
+     qr/^nalar mkmodel: unknown type 'q4'/m],
+) {
+    ($rc, $out) = run($nalar, @{$c->[0]});
+    ok($rc == 2 && $out =~ $c->[1], "refused: @{$c->[0]}[0, -2, -1]")
+        or diag $out;
+}
+($rc, $out) = run($nalar, qw(generate -m models/nalar-kjv-target-f32.gguf
+    -p In --threads 1 --seed 18446744073709551615 --temp 0.7 --stop zz
+    --stop yy -n 4 --ids --ignore-eos));
+ok($rc == 0 && $out =~ /^\d+ \d+ \d+ \d+$/,
+   "options at their limits and an alias (--threads) are taken: $out");
+
 done_testing();
