@@ -609,73 +609,6 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
 }
 
 
-/*
- * Before serving, a draft's CPU backend settles whether it runs its passes
- * on the engine thread alone or on the pool (run_pass measures both ways,
- * 5 passes of each size, the pooled ones about twice as slow for the demo
- * draft): passes of 1 to NALAR_SPEC_MAX_K tokens of a scratch sequence at
- * position WARM_POS, WARM_REPS times each.  Otherwise the first steps that
- * speculate would carry those measurements, and the step gate judges the
- * draft by them.  No cost is recorded: passes with the draft's weights hot
- * in cache, not pushed out by the target's pass between two of them, say
- * little about the passes of a step.  Skipped when the KV pool cannot
- * spare the blocks; they are released afterwards.
- */
-#define WARM_POS  64
-#define WARM_REPS 12
-
-static void
-draft_warm_up(nalar_engine *e)
-{
-    nalar_backend *be = e->draft_be;
-    int32_t        V = be->model->cfg.n_vocab;
-    int32_t        tok[WARM_POS], pos[WARM_POS];
-    int8_t         want[WARM_POS];
-    nalar_seq_kv   s, *seq[WARM_POS];
-    nalar_batch    b = { 0, tok, pos, seq, want, 0 };
-    nalar_err      err;
-    float         *logits = nalar_alloc_lines((size_t) WARM_POS * V
-                                              * sizeof(float));
-
-    nalar_seq_kv_init(&s);
-    if (logits == NULL
-        || nalar_seq_kv_reserve(&e->dkv, &s, WARM_POS + NALAR_SPEC_MAX_K)
-           != 0)
-    {
-        goto done;
-    }
-    for (int32_t i = 0; i < WARM_POS; i++) {
-        tok[i] = (int32_t) ((i * 7919L + 11) % V);
-        pos[i] = i;
-        seq[i] = &s;
-        want[i] = i == WARM_POS - 1;
-    }
-    /* the scratch sequence's prompt, then the passes of each size */
-    b.n_tokens = WARM_POS;
-    b.n_logits = 1;
-    if (be->forward(be, &e->dkv, &b, logits, &err) != 0) {
-        goto done;
-    }
-    s.n_pos = WARM_POS;
-    for (int32_t rep = 0; rep < WARM_REPS; rep++) {
-        for (int32_t n = 1; n <= NALAR_SPEC_MAX_K; n++) {
-            for (int32_t i = 0; i < n; i++) {
-                pos[i] = WARM_POS + i;
-                want[i] = 1;
-            }
-            b.n_tokens = n;
-            b.n_logits = n;
-            if (be->forward(be, &e->dkv, &b, logits, &err) != 0) {
-                goto done;
-            }
-        }
-    }
-done:
-    nalar_seq_kv_release(&e->dkv, &s);
-    free(logits);
-}
-
-
 /* Load the model, the backend (and the draft's) and the KV pools. */
 static int
 engine_load(nalar_engine *e, nalar_err *err)
@@ -740,8 +673,12 @@ engine_load(nalar_engine *e, nalar_err *err)
             return -1;
         }
     }
-    if (e->draft != NULL) {
-        draft_warm_up(e);
+    if (e->draft != NULL && e->draft_be->warm_up != NULL) {
+        /* passes of every size a proposal takes, before serving: else the
+         * first steps that speculate would carry the backend's own
+         * measurements of its passes (on the CPU, which way each size
+         * runs), and the step gate would judge the draft by them */
+        e->draft_be->warm_up(e->draft_be, &e->dkv, NALAR_SPEC_MAX_K);
     }
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;
