@@ -349,6 +349,59 @@ next_token(const bench_run *r, int32_t i)
 }
 
 
+/*
+ * Greedy decode steps of B sequences, seqs[0..B), from position pos0:
+ * `warm` untimed steps (the first feeds first[s], each later one the last
+ * step's greedy tokens), then `timed` ones.  Twice over the same
+ * positions: as the engine's greedy steps run (the backend's argmax, when
+ * it has one), then with the logits brought to the host.  tps[0] and
+ * tps[1]: tokens/s each way (tps[1] left alone without an argmax).  The
+ * last timed step of the first way is the NVTX range "decode-bB".
+ */
+static int
+timed_decode(bench_run *r, nalar_seq_kv *seqs, int32_t B,
+             const int32_t *first, int32_t pos0, int32_t warm, int32_t timed,
+             double tps[2], nalar_err *err)
+{
+    for (int mode = 0; mode < 2; mode++) {
+        int32_t n = warm + timed;
+        double  t0 = 0;
+
+        r->use_ids = mode == 0 && r->be->forward_argmax != NULL;
+        if (mode == 1 && r->be->forward_argmax == NULL) {
+            break;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            if (i == warm) {
+                t0 = nalar_now_s();
+            }
+            for (int32_t s = 0; s < B; s++) {
+                r->b.tokens[s] = i == 0 ? first[s] : next_token(r, s);
+                r->b.pos[s] = pos0 + i;
+                r->b.seq[s] = &seqs[s];
+                r->b.want_logits[s] = 1;
+            }
+            if (i == n - 1 && mode == 0) {
+                range_push("decode-b%d", B);
+            }
+            if (step(r, B, err) != 0) {
+                r->use_ids = 0;
+                return -1;
+            }
+            if (i == n - 1 && mode == 0) {
+                nvtxRangePop();
+            }
+        }
+        tps[mode] = (double) B * timed / (nalar_now_s() - t0);
+        progress("decode batch %d, %s: %.2f tok/s", B,
+                 r->use_ids ? "argmax on the device" : "logits to the host",
+                 tps[mode]);
+    }
+    r->use_ids = 0;
+    return 0;
+}
+
+
 int
 nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
 {
@@ -363,6 +416,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     nalar_config   cfg;
     bench_run      r;
     nalar_seq_kv  *seqs = NULL;
+    int32_t       *first = NULL;     /* (max_b) the first step's tokens */
     double         bw = 0, prefill_tps = 0, dec_tps = 0, att_gbs = 0;
     double         att_us = 0, t0, kv_tok, dec_gbs;
     int32_t        att_splits = 0;
@@ -439,9 +493,10 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                                 * sizeof(float));
     r.ids = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
     seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
+    first = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
     if (r.b.tokens == NULL || r.b.pos == NULL || r.b.seq == NULL
         || r.b.want_logits == NULL || r.logits == NULL || r.ids == NULL
-        || seqs == NULL)
+        || seqs == NULL || first == NULL)
     {
         nalar_fail(err, "bench: out of host memory");
         goto out;
@@ -471,48 +526,18 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                  prefill_tps);
     }
 
-    /* decode at batch 1: 8 warm-up steps (graph capture), then N timed;
-     * first as the engine's greedy steps run (the backend's argmax, when
-     * it has one), then with the logits brought to the host (the same
-     * positions again) */
-    for (int mode = 0; mode < 2; mode++) {
-        int32_t tok = nalar_argmax(r.logits, cfg.n_vocab);
-        double  tps;
+    /* decode at batch 1: 8 warm-up steps (graph capture), then N timed,
+     * from the prompt's greedy token */
+    {
+        double tps[2] = { 0, 0 };
 
-        r.use_ids = mode == 0 && r.be->forward_argmax != NULL;
-        if (mode == 1 && r.be->forward_argmax == NULL) {
-            break;
+        first[0] = nalar_argmax(r.logits, cfg.n_vocab);
+        if (timed_decode(&r, seqs, 1, first, P, 8, N, tps, err) != 0) {
+            goto out;
         }
-        for (int32_t i = 0; i < N + 8; i++) {
-            if (i == 8) {
-                t0 = nalar_now_s();
-            }
-            r.b.tokens[0] = tok;
-            r.b.pos[0] = P + i;
-            r.b.seq[0] = &seqs[0];
-            r.b.want_logits[0] = 1;
-            if (i == N + 7 && mode == 0) {
-                range_push("decode-b1");
-            }
-            if (step(&r, 1, err) != 0) {
-                goto out;
-            }
-            if (i == N + 7 && mode == 0) {
-                nvtxRangePop();
-            }
-            tok = next_token(&r, 0);
-        }
-        tps = N / (nalar_now_s() - t0);
-        progress("decode batch 1, %s: %.2f tok/s",
-                 r.use_ids ? "argmax on the device" : "logits to the host",
-                 tps);
-        if (mode == 0) {
-            dec_tps = tps;
-        } else {
-            dec_logits_tps = tps;
-        }
+        dec_tps = tps[0];
+        dec_logits_tps = tps[1];
     }
-    r.use_ids = 0;
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
     kv_tok = 2.0 * (P + 8 + N / 2) * cfg.n_kv_heads * cfg.head_dim
@@ -548,48 +573,21 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             }
             done += n;
         }
-        /* as at batch 1: the engine's greedy way, then logits (the same
-         * positions again) */
-        for (int mode = 0; mode < 2; mode++) {
-            double tps;
+        /* as at batch 1, 4 warm-up steps */
+        {
+            double tps[2] = { 0, 0 };
 
-            r.use_ids = mode == 0 && r.be->forward_argmax != NULL;
-            if (mode == 1 && r.be->forward_argmax == NULL) {
-                break;
+            for (int32_t s = 0; s < B; s++) {
+                first[s] = (int32_t) ((s * 17 + 5) % cfg.n_vocab);
             }
-            for (int32_t i = 0; i < steps + 4; i++) {
-                if (i == 4) {
-                    t0 = nalar_now_s();
-                }
-                for (int32_t s = 0; s < B; s++) {
-                    r.b.tokens[s] = i == 0
-                        ? (int32_t) ((s * 17 + 5) % cfg.n_vocab)
-                        : next_token(&r, s);
-                    r.b.pos[s] = ctx_b + i;
-                    r.b.seq[s] = &seqs[s];
-                    r.b.want_logits[s] = 1;
-                }
-                if (i == steps + 3 && mode == 0) {
-                    range_push("decode-b%d", B);
-                }
-                if (step(&r, B, err) != 0) {
-                    goto out;
-                }
-                if (i == steps + 3 && mode == 0) {
-                    nvtxRangePop();
-                }
+            if (timed_decode(&r, seqs, B, first, ctx_b, 4, steps, tps, err)
+                != 0)
+            {
+                goto out;
             }
-            tps = (double) B * steps / (nalar_now_s() - t0);
-            progress("decode batch %d, %s: %.1f tok/s", B,
-                     r.use_ids ? "argmax on the device"
-                               : "logits to the host", tps);
-            if (mode == 0) {
-                bat_tps[k] = tps;
-            } else {
-                bat_logits_tps[k] = tps;
-            }
+            bat_tps[k] = tps[0];
+            bat_logits_tps[k] = tps[1];
         }
-        r.use_ids = 0;
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
         }
@@ -697,6 +695,7 @@ out:
         }
     }
     free(seqs);
+    free(first);
     free(r.b.tokens);
     free(r.b.pos);
     free(r.b.seq);
