@@ -8,22 +8,34 @@
 # k = auto (cost model and step gate), fixed 1, 2, 4, 8, and 0 (a plain
 # against plain control).  Alternating runs on the same engine, the
 # baseline's requests with speculation off; tokens/s are medians, the
-# speedup the median of paired ratios.  Then the cost of one verification
+# speedup the median of paired ratios (REPS pairs; 2 REPS, at most 15, for
+# the auto and control rows).  Then the cost of one verification
 # pass against its size (nalar verify-bench).  Writes bench/results/spec.md,
 # bench/results/spec.jsonl, bench/results/verify.md and bench/spec.png.
 # Usage: sh bench/spec.sh [REPS] [THREADS]
 . "$(dirname "$0")/setup.sh"
 T=models/nalar-kjv-target-f32.gguf
 D=models/nalar-kjv-draft-f32.gguf
+# the rows a goal is judged on (auto, and the plain-against-plain control
+# that shows the comparison's noise) get twice the repetitions, at most 15:
+# at 7, one run's control medians spanned 0.97-1.05x, and a 16-stream
+# draft auto row read 0.94x where 15 repetitions read 0.99-1.01x
+AREPS=$((REPS * 2 > 15 ? 15 : REPS * 2))
+# spec_rows TASK STREAMS FIXED_KS [--draft FILE]: a task's control and auto
+# rows, then its fixed-k rows
+spec_rows() {
+    task=$1 b=$2 ks=$3
+    shift 3
+    build/nalar spec-bench -m $T --task "$task" -b "$b" -n 256 \
+        -t "$THREADS" --json -k 0,auto --reps "$AREPS" "$@"
+    build/nalar spec-bench -m $T --task "$task" -b "$b" -n 256 \
+        -t "$THREADS" --json -k "$ks" --reps "$REPS" "$@"
+}
 {
-    build/nalar spec-bench -m $T --draft $D -b 1,4,16 -k 0,auto,1,2,4,8 -n 256 \
-        --reps "$REPS" -t "$THREADS" --json
-    build/nalar spec-bench -m $T --task edit -b 1,4,16 -k 0,auto,2,4,6,8 \
-        -n 256 --reps "$REPS" -t "$THREADS" --json
-    build/nalar spec-bench -m $T --task edit-spans -b 1 -k 0,auto,4,6,8 \
-        -n 256 --reps "$REPS" -t "$THREADS" --json
-    build/nalar spec-bench -m $T --task edit-rename -b 1 -k 0,auto,4,6,8 \
-        -n 256 --reps "$REPS" -t "$THREADS" --json
+    spec_rows prompts 1,4,16 1,2,4,8 --draft $D
+    spec_rows edit 1,4,16 2,4,6,8
+    spec_rows edit-spans 1 4,6,8
+    spec_rows edit-rename 1 4,6,8
 } > bench/results/spec.jsonl
 # one thread and the run's threads: how well the threads share a pass
 # (this machine's second vCPU is sometimes placed far from the first, and
@@ -37,6 +49,13 @@ cat bench/results/verify.md
 python3 - <<'PY'
 import json, shutil, subprocess
 rows = [json.loads(l) for l in open("bench/results/spec.jsonl") if l.strip()]
+# each proposer's rows by streams, then control, auto and fixed k (the
+# control and auto rows were run apart, with more repetitions)
+first = {}
+for i, r in enumerate(rows):
+    first.setdefault(r["proposer"], i)
+rank = lambda k: -2 if k == "off (control)" else -1 if k == "auto" else int(k)
+rows.sort(key=lambda r: (first[r["proposer"]], r["streams"], rank(r["k"])))
 out = ["| proposer | streams | k | tokens/s | plain tokens/s | speedup | "
        "acceptance | accepted per step | draft ms/token | verify ms/token |",
        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
