@@ -55,7 +55,7 @@ store(const nalar_opt *o, const char *v)
     case NALAR_OPT_U64: {
         unsigned long long x;
 
-        if (v[0] == '-') {
+        if (strchr(v, '-') != NULL) {   /* strtoull would negate it */
             return -1;
         }
         x = strtoull(v, &end, 10);

@@ -215,6 +215,8 @@ for my $c (
      qr/^nalar generate: --temp wants a number, not '0.5x'$/m],
     [[qw(generate -m models/nalar-kjv-target-f32.gguf --seed -3)],
      qr/^nalar generate: --seed wants a non-negative integer, not '-3'$/m],
+    [['mkmodel', '--seed', "' -3'", '-o', '/dev/null'],
+     qr/^nalar mkmodel: --seed wants a non-negative integer, not ' -3'$/m],
     [[qw(generate -m models/nalar-kjv-target-f32.gguf --spec maybe)],
      qr/^nalar generate: --spec off\|draft\|ngram\|auto$/m],
     [[qw(generate -m models/nalar-kjv-target-f32.gguf),
