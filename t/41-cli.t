@@ -185,13 +185,24 @@ for my $task (sort keys %label) {
         '--ffn', 128, '--vocab-from', 'models/nalar-kjv-target-f32.gguf',
         '--seed', 7, '-o', "$dir/bad.gguf");
     is($rc, 0, "a random-weights draft: $out");
+    # auto: up to 3 runs, the best counts.  Whether the lookup stands in
+    # is the step gate's call from measured step times, and a machine
+    # busy with something else can lock it out for a whole short run
+    # (with a busy loop on one of the 2 cores: 120, 14 and 107 confirmed;
+    # idle: 99-124).  The build before the fix never lets it in: 14 and
+    # 19, under the bar in every run.
     for my $p ('draft', 'auto') {
-        ($rc, $out) = run($nalar, 'spec-bench', '-m',
-            'models/nalar-kjv-target-f32.gguf', '--draft', "$dir/bad.gguf",
-            '--only', $p, '-b', 1, '-k', 'auto', '-n', 96, '--reps', 2,
-            '-t', 2, '--json');
-        ($got{$p}) = $out =~ /"accepted": (\d+), "proposed": \d+/;
-        diag "bad draft, $p: $out";
+        for my $try (1 .. ($p eq 'auto' ? 3 : 1)) {
+            ($rc, $out) = run($nalar, 'spec-bench', '-m',
+                'models/nalar-kjv-target-f32.gguf', '--draft',
+                "$dir/bad.gguf", '--only', $p, '-b', 1, '-k', 'auto',
+                '-n', 96, '--reps', 2, '-t', 2, '--json');
+            my ($n) = $out =~ /"accepted": (\d+), "proposed": \d+/;
+            diag "bad draft, $p, run $try: $out";
+            $got{$p} = $n if defined $n
+                && (!defined $got{$p} || $n > $got{$p});
+            last if defined $got{$p} && $got{$p} >= 40;
+        }
     }
     ok(defined $got{draft} && $got{draft} <= 2,
        "the random draft alone confirms (next to) nothing: $got{draft}");
