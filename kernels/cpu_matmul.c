@@ -6,6 +6,9 @@
  * C broadcasts of x feed G * C FMAs.  Each output lane is its own FMA
  * chain over the columns, so every tile shape gives the same bits.
  *
+ * Pairs (narrowed, with AVX512-BF16): the same tiles over BF16 column
+ * pairs, one vdpbf16ps chain per output lane (see "BF16 pair panels").
+ *
  * Rows (Q8_0): an R x C tile (R weight rows, C tokens) with R*C 16-lane
  * accumulators; W's 16-column chunk is widened to float once and used for
  * C tokens.  Rows and tokens outside full tiles use smaller tiles with the
@@ -337,8 +340,9 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 }
 
 
-/* Tiles of GMAX panels (then 2, then 1) by C tokens over panels [g, g1) */
-#define PANEL_RUN(TYPE, C, GMAX)                                              \
+/* Tiles of GMAX panels (then 2, then 1) by C tokens over panels [g, g1):
+ * TILE(g0, G, C) computes one */
+#define PANEL_RUN(TILE, C, GMAX)                                              \
     do {                                                                      \
         int64_t g_ = g;                                                       \
                                                                               \
@@ -346,16 +350,13 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
             int64_t left_ = g1 - g_;                                          \
                                                                               \
             if (left_ >= (GMAX)) {                                            \
-                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
-                           r1, acc, GMAX, C);                                 \
+                TILE(g_, GMAX, C);                                            \
                 g_ += (GMAX);                                                 \
             } else if (left_ >= 2) {                                          \
-                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
-                           r1, acc, 2, C);                                    \
+                TILE(g_, 2, C);                                               \
                 g_ += 2;                                                      \
             } else {                                                          \
-                panel_tile(TYPE, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0,   \
-                           r1, acc, 1, C);                                     \
+                TILE(g_, 1, C);                                               \
                 g_ += 1;                                                      \
             }                                                                 \
         }                                                                     \
@@ -363,20 +364,21 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 
 
 /*
- * One type: the compiler specialises panel_tile() per (type, G, C).  Up to
- * 10 tokens (a verification of up to 9 proposals) make one tile, so each
+ * One panel layout (PBYTES: bytes per panel; TILE: its tile, see
+ * PANEL_RUN): the compiler specialises the tile per (G, C).  Up to 10
+ * tokens (a verification of up to 9 proposals) make one tile, so each
  * weight is read once per pass (a second tile would read the group again,
  * from L2 at best); more tokens split into tiles of at most 8, of equal
  * width (17 = 6 + 6 + 5, not 8 + 8 + 1).  Groups of 8 panels are the outer
  * loop, so a group's weights serve every token tile from cache.  G * C
  * stays within 24 accumulators (of 32 vector registers).
  */
-#define DEFINE_PANEL_MATMUL(NAME, TYPE)                                       \
+#define DEFINE_PANEL_MATMUL(NAME, PBYTES, TILE)                               \
 static void                                                                   \
 NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
      float *y, int ldy, int64_t r0, int64_t r1, int acc)                      \
 {                                                                             \
-    int64_t pbytes = cols * 16 * (TYPE == GGML_F32 ? 4 : 2);                  \
+    int64_t pbytes = (PBYTES);                                                \
     int64_t ga = r0 / 16, gb = (r1 + 15) / 16;                                \
                                                                               \
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
@@ -393,25 +395,135 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
             float       *yt = y + (int64_t) t * ldy;                          \
                                                                               \
             switch (w) {                                                      \
-            case 1: PANEL_RUN(TYPE, 1, 8); break;                             \
-            case 2: PANEL_RUN(TYPE, 2, 8); break;                             \
-            case 3: PANEL_RUN(TYPE, 3, 6); break;                             \
-            case 4: PANEL_RUN(TYPE, 4, 4); break;                             \
-            case 5: PANEL_RUN(TYPE, 5, 4); break;                             \
-            case 6: PANEL_RUN(TYPE, 6, 4); break;                             \
-            case 7: PANEL_RUN(TYPE, 7, 3); break;                             \
-            case 8: PANEL_RUN(TYPE, 8, 3); break;                             \
-            case 9: PANEL_RUN(TYPE, 9, 2); break;                             \
-            default: PANEL_RUN(TYPE, 10, 2); break;                           \
+            case 1: PANEL_RUN(TILE, 1, 8); break;                             \
+            case 2: PANEL_RUN(TILE, 2, 8); break;                             \
+            case 3: PANEL_RUN(TILE, 3, 6); break;                             \
+            case 4: PANEL_RUN(TILE, 4, 4); break;                             \
+            case 5: PANEL_RUN(TILE, 5, 4); break;                             \
+            case 6: PANEL_RUN(TILE, 6, 4); break;                             \
+            case 7: PANEL_RUN(TILE, 7, 3); break;                             \
+            case 8: PANEL_RUN(TILE, 8, 3); break;                             \
+            case 9: PANEL_RUN(TILE, 9, 2); break;                             \
+            default: PANEL_RUN(TILE, 10, 2); break;                           \
             }                                                                 \
         }                                                                     \
     }                                                                         \
     }                                                                         \
 }
 
-DEFINE_PANEL_MATMUL(panels_f32, GGML_F32)
-DEFINE_PANEL_MATMUL(panels_f16, GGML_F16)
-DEFINE_PANEL_MATMUL(panels_bf16, GGML_BF16)
+#define TILE_F32(g0, G, C)                                                    \
+    panel_tile(GGML_F32, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, \
+               G, C)
+#define TILE_F16(g0, G, C)                                                    \
+    panel_tile(GGML_F16, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, \
+               G, C)
+#define TILE_BF16(g0, G, C)                                                   \
+    panel_tile(GGML_BF16, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1,     \
+               acc, G, C)
+
+DEFINE_PANEL_MATMUL(panels_f32, cols * 16 * 4, TILE_F32)
+DEFINE_PANEL_MATMUL(panels_f16, cols * 16 * 2, TILE_F16)
+DEFINE_PANEL_MATMUL(panels_bf16, cols * 16 * 2, TILE_BF16)
+
+
+#if defined(__AVX512BF16__)
+
+/*
+ * --- BF16 pair panels: a draft's weights (narrowed), with vdpbf16ps ---
+ *
+ * A 64-byte column of a pair panel holds columns 2q and 2q + 1 of 16 rows,
+ * interleaved (row i's two weights in 32-bit lane i); x is rounded to BF16
+ * and each token's pair (x[2q], x[2q + 1]) broadcast against it, so one
+ * vdpbf16ps does 32 multiply-adds where an F32 FMA does 16, from half the
+ * bytes.  Only for weights whose exact products do not matter: a draft
+ * only proposes, and the target verifies every proposal.
+ */
+
+#define PAIR_CHUNK 128   /* column pairs of x rounded to BF16 at a time */
+
+/* x[0 .. n) (n <= 2 * PAIR_CHUNK) rounded to BF16, as pairs: out[q] holds
+ * x[2q] in its low half and x[2q + 1] in its high half (0 past n) */
+static ALWAYS_INLINE void
+x_pairs(const float *x, int64_t n, uint32_t *out)
+{
+    for (int64_t c = 0; c < n; c += 32) {
+        int64_t   left = n - c;
+        __mmask16 lo = left >= 16 ? 0xffff
+                                  : (__mmask16) ((1u << left) - 1);
+        __mmask16 hi = left >= 32 ? 0xffff
+                       : left <= 16 ? 0
+                       : (__mmask16) ((1u << (left - 16)) - 1);
+        __m512    a = _mm512_maskz_loadu_ps(lo, x + c);
+        __m512    b = _mm512_maskz_loadu_ps(hi, x + c + 16);
+        __m512bh  v = _mm512_cvtne2ps_pbh(b, a);    /* a's in the low half */
+
+        _mm512_storeu_si512(out + c / 2, (__m512i) v);
+    }
+}
+
+
+/* Pair panels g0 .. g0 + G - 1 by tokens 0 .. C - 1 of x: each output lane
+ * is one chain of vdpbf16ps over the column pairs in order, whatever the
+ * tile */
+static ALWAYS_INLINE void
+pair_tile(const uint8_t *panels, int64_t pbytes, int64_t g0, const float *x,
+          int ldx, float *y, int ldy, int64_t cols, int64_t r0, int64_t r1,
+          int accumulate, const int G, const int C)
+{
+    __m512         acc[8][10];
+    uint32_t       xp[10][PAIR_CHUNK] __attribute__((aligned(64)));
+    const uint8_t *pg = panels + g0 * pbytes;
+    int64_t        n_pairs = (cols + 1) / 2;
+
+    for (int i = 0; i < G; i++) {
+        for (int j = 0; j < C; j++) {
+            acc[i][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t q0 = 0; q0 < n_pairs; q0 += PAIR_CHUNK) {
+        int64_t qn = n_pairs - q0 < PAIR_CHUNK ? n_pairs - q0 : PAIR_CHUNK;
+        int64_t xn = cols - 2 * q0 < 2 * qn ? cols - 2 * q0 : 2 * qn;
+
+        for (int j = 0; j < C; j++) {
+            x_pairs(x + (int64_t) j * ldx + 2 * q0, xn, xp[j]);
+        }
+        for (int64_t q = 0; q < qn; q++) {
+            __m512bh xb[10];
+
+            for (int j = 0; j < C; j++) {
+                xb[j] = (__m512bh) _mm512_set1_epi32((int) xp[j][q]);
+            }
+            for (int i = 0; i < G; i++) {
+                __m512bh wv = (__m512bh) _mm512_loadu_si512(
+                                  pg + i * pbytes + (q0 + q) * 64);
+
+                for (int j = 0; j < C; j++) {
+                    acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, xb[j]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < G; i++) {
+        __mmask16 m = panel_mask(g0 + i, r0, r1);
+
+        for (int j = 0; j < C; j++) {
+            float *o = y + (int64_t) j * ldy + 16 * (g0 + i);
+            v16    v = acc[i][j];
+
+            if (accumulate) {
+                v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
+            }
+            _mm512_mask_storeu_ps(o, m, v);
+        }
+    }
+}
+
+#define TILE_PAIRS(g0, G, C)                                                  \
+    pair_tile(p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, G, C)
+
+DEFINE_PANEL_MATMUL(panels_pairs, (cols + 1) / 2 * 64, TILE_PAIRS)
+
+#endif
 
 
 /* Every weight of an F32 matrix within F16's finite range. */
@@ -429,6 +541,41 @@ fits_f16(const nalar_mat *W)
 }
 
 
+#if defined(__AVX512BF16__)
+/* W (F32, F16 or BF16) as BF16 pair panels: element (r, c) at
+ * panels[(r / 16) * n_pairs * 32 + (c / 2) * 32 + (r % 16) * 2 + c % 2] */
+static int
+pairs_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+{
+    int64_t n_pairs = (W->cols + 1) / 2, n_panels = (W->rows + 15) / 16;
+    size_t  bytes = (size_t) (n_panels * n_pairs * 64);
+    float  *row = malloc((size_t) W->cols * sizeof(float));
+
+    if (row == NULL || posix_memalign(&M->panels, 64, bytes) != 0) {
+        free(row);
+        M->panels = NULL;
+        return nalar_fail(err, "cpu backend: out of memory for a %lld x "
+                          "%lld weight's panels", (long long) W->rows,
+                          (long long) W->cols);
+    }
+    memset(M->panels, 0, bytes);
+    for (int64_t r = 0; r < W->rows; r++) {
+        uint16_t *pan = (uint16_t *) M->panels + (r / 16) * n_pairs * 32;
+
+        nalar_cpu_get_row(W, r, row);
+        for (int64_t c = 0; c < W->cols; c++) {
+            pan[(c / 2) * 32 + (r % 16) * 2 + c % 2] =
+                nalar_f32_to_bf16(row[c]);
+        }
+    }
+    free(row);
+    M->ptype = GGML_BF16;
+    M->pairs = 1;
+    return 0;
+}
+#endif
+
+
 int
 nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                    nalar_err *err)
@@ -438,9 +585,15 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->W = W;
     M->panels = NULL;
     M->ptype = W->type;
+    M->pairs = 0;
     if (W->type != GGML_F32 && W->type != GGML_F16 && W->type != GGML_BF16) {
         return 0;
     }
+#if defined(__AVX512BF16__)
+    if (narrow) {
+        return pairs_init(M, W, err);
+    }
+#endif
     if (W->type == GGML_F32 && narrow && fits_f16(W)) {
         M->ptype = GGML_F16;
     }
@@ -486,6 +639,12 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     const uint8_t   *p = M->panels;
 
+#if defined(__AVX512BF16__)
+    if (M->pairs) {
+        panels_pairs(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
+        return;
+    }
+#endif
     switch (p != NULL ? M->ptype : W->type) {
     case GGML_F32:
         panels_f32(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);

@@ -13,6 +13,9 @@
  *     s = fma(W[r, c], x[t, c], s) for c = 0 .. cols - 1; then y (+)= s.
  *   Q8_0: 16-lane FMA accumulation over columns in order, then one fixed
  *     horizontal reduction.
+ *   BF16 pairs (a narrowed W, see nalar_cpu_mat_init): x rounded to BF16,
+ *     then one vdpbf16ps chain over the column pairs in order, from 0:
+ *     s = dpbf16(s, (W[r, 2q], W[r, 2q + 1]), (x[t, 2q], x[t, 2q + 1])).
  */
 #ifndef NALAR_CPU_MATMUL_H
 #define NALAR_CPU_MATMUL_H
@@ -38,14 +41,20 @@ typedef struct {
     void            *panels;   /* (ceil(rows / 16), cols, 16) or NULL */
     ggml_type        ptype;    /* the panels' element type: W's, or F16
                                   for an F32 W narrowed */
+    int              pairs;    /* 1: BF16 pair panels (ptype BF16):
+                                  element (r, c) at panels[(r / 16)
+                                  * ceil(cols / 2) * 32 + (c / 2) * 32
+                                  + (r % 16) * 2 + c % 2] */
 } nalar_cpu_mat;
 
 /*
- * narrow: hold an F32 W's panels as F16 (each weight rounded to nearest),
- * which halves the bytes a pass reads; the products are then those of the
- * rounded weights, so only for a model whose exact numbers do not matter
- * -- a draft's, which only proposes tokens for the target to verify.  A W
- * with a weight outside F16's finite range stays F32.
+ * narrow: for a model whose exact numbers do not matter -- a draft's,
+ * which only proposes tokens for the target to verify.  Where the CPU has
+ * AVX512-BF16, W (F32, F16 or BF16) is held as BF16 pair panels (each
+ * weight rounded to nearest) and x is rounded too: half the bytes of F32
+ * and half the instructions of F16.  Elsewhere an F32 W's panels are held
+ * as F16 (half the bytes), unless a weight lies outside F16's finite
+ * range.
  */
 int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                        nalar_err *err);

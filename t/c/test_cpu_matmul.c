@@ -95,6 +95,58 @@ make_mat(ggml_type type, int64_t rows, int64_t cols, float *w)
 
 
 static int narrowed;    /* products whose F32 W was held as F16 */
+static int paired;      /* products of W held as BF16 pair panels */
+
+
+/* A product of BF16 pair panels (see cpu_matmul.h): each output bit for
+ * bit that of its token alone over all rows (a 1-token tile of 8 panels:
+ * so every tile shape gives the same bits), and within 1e-5 of the row's
+ * |w|.|x| of the double sum of the weights and x rounded to BF16.
+ * Returns the count of bad outputs. */
+static int
+check_pairs(const nalar_cpu_mat *M, const float *w, const float *x, int ldx,
+            const float *y, const float *y0, int ldy, int64_t rows,
+            int64_t cols, int n_tok, int64_t r0, int64_t r1, int acc)
+{
+    float *alone = malloc(sizeof(float) * (size_t) rows);
+    int    bad = 0;
+
+    for (int t = 0; t < n_tok; t++) {
+        nalar_cpu_matmul(M, x + (int64_t) t * ldx, 1, ldx, alone, (int) rows,
+                         0, rows, 0);
+        for (int64_t r = 0; r < ldy; r++) {
+            float  got = y[t * ldy + r], want;
+            double s = 0, mag = 0;
+
+            if (r < r0 || r >= r1) {
+                bad += memcmp(&got, &y0[t * ldy + r], sizeof(float)) != 0;
+                continue;
+            }
+            want = acc ? y0[t * ldy + r] + alone[r] : alone[r];
+            for (int64_t c = 0; c < cols; c++) {
+                double p = (double) nalar_bf16_to_f32(nalar_f32_to_bf16(
+                               w[r * cols + c]))
+                           * nalar_bf16_to_f32(nalar_f32_to_bf16(
+                               x[t * ldx + c]));
+
+                s += p;
+                mag += fabs(p);
+            }
+            if (memcmp(&got, &want, sizeof(float)) != 0
+                || fabs(alone[r] - s) > 1e-5 * mag + 1e-6)
+            {
+                if (bad++ < 3) {
+                    diag("pairs %lldx%lld tok %d: y[%d,%lld] = %.9g, alone "
+                         "%.9g, double %.9g", (long long) rows,
+                         (long long) cols, n_tok, t, (long long) r, got,
+                         alone[r], s);
+                }
+            }
+        }
+    }
+    free(alone);
+    return bad;
+}
 
 static int
 check(ggml_type type, int64_t rows, int64_t cols, int n_tok, int64_t r0,
@@ -121,6 +173,15 @@ check(ggml_type type, int64_t rows, int64_t cols, int n_tok, int64_t r0,
     if (nalar_cpu_mat_init(&M, &W, narrow, &err) != 0) {
         diag("%s", err.msg);
         return 1;
+    }
+    if (M.pairs) {
+        paired++;
+        nalar_cpu_matmul(&M, x, n_tok, ldx, y, ldy, r0, r1, acc);
+        bad = check_pairs(&M, w, x, ldx, y, y0, ldy, rows, cols, n_tok, r0,
+                          r1, acc);
+        nalar_cpu_mat_free(&M);
+        free(w); free(data); free(x); free(y); free(y0);
+        return bad;
     }
     if (M.ptype != type) {
         /* narrowed: the products are those of the weights rounded to F16 */
@@ -210,16 +271,37 @@ main(void)
            names[ti], runs - fails, runs);
     }
 
-    /* a draft's F32 weights held as F16 (narrow) */
+    /* a draft's weights (narrow): BF16 pair panels where the CPU has
+     * AVX512-BF16, else an F32 W held as F16 */
     {
         int fails = 0, runs = 0;
 
-        narrowed = 0;
+        narrowed = paired = 0;
         for (int n_tok = 1; n_tok <= 9; n_tok += 4) {
             fails += check(GGML_F32, 130, 131, n_tok, 3, 127, 0, 1, 0) != 0;
             fails += check(GGML_F32, 37, 64, n_tok, 0, 37, 1, 1, 0) != 0;
             runs += 2;
         }
+#if defined(__AVX512BF16__)
+        for (int n_tok = 1; n_tok <= 10; n_tok++) {
+            fails += check(GGML_F32, 384, 67, n_tok, n_tok % 3 ? 16 : 0,
+                           384 - n_tok, n_tok & 1, 1, 0) != 0;
+            fails += check(GGML_F16, 40, 193, n_tok, 0, 40, 0, 1, 0) != 0;
+            fails += check(GGML_BF16, 17, 300, n_tok, 1, 17, 1, 1, 0) != 0;
+            runs += 3;
+        }
+        fails += check(GGML_F32, 130, 96, 70, 0, 130, 0, 1, 0) != 0;
+        runs++;
+        ok(fails == 0, "narrowed: %d of %d products as the pair contract "
+           "says (bits of each token alone; within 1e-5 of the BF16 "
+           "products)", runs - fails, runs);
+        ok(paired == runs && narrowed == 0, "narrowed: held as bf16 pair "
+           "panels (%d of %d)", paired, runs);
+        paired = 0;
+        fails = check(GGML_F32, 37, 64, 3, 0, 37, 0, 1, 70000.0f) != 0;
+        ok(fails == 0 && paired == 1, "narrowed: a weight beyond f16's "
+           "range fits bf16 pair panels");
+#else
         ok(fails == 0, "f32 narrowed: %d of %d products are those of the "
            "weights rounded to f16", runs - fails, runs);
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -233,6 +315,7 @@ main(void)
         fails = check(GGML_F32, 37, 64, 3, 0, 37, 0, 1, 70000.0f) != 0;
         ok(fails == 0 && narrowed == 0, "f32 with a weight beyond f16's "
            "range stays f32 when narrowed");
+#endif
     }
     return done_testing();
 }
