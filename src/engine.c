@@ -610,6 +610,94 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
 
 
 /* Load the model, the backend (and the draft's) and the KV pools. */
+/* cost_seed: passes of one sequence of 1 .. NALAR_SPEC_MAX_K + 1 tokens
+ * (the last confirmed token and up to k proposals), after a prompt */
+#define SEED_POS     32
+#define SEED_ROUNDS  12        /* as many as the CPU backend needs to
+                                  settle which way each size runs */
+#define SEED_BUDGET  0.5       /* seconds at most (a large model on a CPU
+                                  measures what the budget allows) */
+
+/*
+ * Seed a cost table with what passes of 1 .. NALAR_SPEC_MAX_K + 1 tokens of
+ * one sequence cost on `be`: the fastest of up to SEED_ROUNDS rounds, the
+ * sizes interleaved so that a slow spell of the machine falls on all alike.
+ * Without it, a size was first measured when speculation first chose it
+ * and stood until then at what interpolation or a slow first pass said;
+ * seen: a 2-token pass estimated at 80.7 us (the CPU backend's first
+ * passes of a size alternate its two ways) and a 3-token one at the
+ * 4-token pass's 92.6, where both measure 58 and 71 us once settled.  The
+ * cost model then chose k = 3 (a 1.07x k on that machine; k = 2 ran 1.3x)
+ * at every step, never measured the smaller passes again, and the step
+ * gate, judging the draft by those steps, held it back for most of a run.
+ * Skipped when the pool cannot spare the scratch sequence's blocks.
+ */
+static void
+cost_seed(nalar_backend *be, nalar_kv_pool *kv, int32_t n_vocab,
+          nalar_cost_table *cost)
+{
+    enum { N = NALAR_SPEC_MAX_K + 1 };
+    int32_t       tok[SEED_POS], pos[SEED_POS];
+    int8_t        want[SEED_POS];
+    nalar_seq_kv  s, *seq[SEED_POS];
+    nalar_batch   b = { 0, tok, pos, seq, want, 0 };
+    double        best[N + 1], t_end = nalar_now_s() + SEED_BUDGET;
+    float        *logits = nalar_alloc_lines((size_t) N * n_vocab
+                                             * sizeof(float));
+    nalar_err     err;
+
+    nalar_seq_kv_init(&s);
+    if (logits == NULL || nalar_seq_kv_reserve(kv, &s, SEED_POS + N) != 0) {
+        goto done;
+    }
+    for (int32_t i = 0; i < SEED_POS; i++) {
+        tok[i] = (int32_t) ((i * 7919L + 11) % n_vocab);
+        pos[i] = i;
+        seq[i] = &s;
+        want[i] = i == SEED_POS - 1;
+    }
+    b.n_tokens = SEED_POS;
+    b.n_logits = 1;
+    if (be->forward(be, kv, &b, logits, &err) != 0) {
+        goto done;
+    }
+    s.n_pos = SEED_POS;
+    for (int n = 0; n <= N; n++) {
+        best[n] = -1;
+    }
+    for (int round = 0; round < SEED_ROUNDS; round++) {
+        for (int32_t n = 1; n <= N; n++) {
+            double t0;
+
+            if (nalar_now_s() > t_end) {
+                goto record;
+            }
+            for (int32_t i = 0; i < n; i++) {
+                pos[i] = SEED_POS + i;
+                want[i] = 1;
+            }
+            b.n_tokens = n;
+            b.n_logits = n;
+            t0 = nalar_now_s();
+            if (be->forward(be, kv, &b, logits, &err) != 0) {
+                goto record;
+            }
+            t0 = nalar_now_s() - t0;
+            best[n] = best[n] < 0 || t0 < best[n] ? t0 : best[n];
+        }
+    }
+record:
+    for (int32_t n = 1; n <= N; n++) {
+        if (best[n] > 0) {
+            nalar_cost_record(cost, n, best[n]);
+        }
+    }
+done:
+    nalar_seq_kv_release(kv, &s);
+    free(logits);
+}
+
+
 static int
 engine_load(nalar_engine *e, nalar_err *err)
 {
@@ -680,6 +768,13 @@ engine_load(nalar_engine *e, nalar_err *err)
          * runs), and the step gate would judge the draft by them */
         e->draft_be->warm_up(e->draft_be, &e->dkv, NALAR_SPEC_MAX_K);
     }
+    /* what verifying (and drafting) k proposals costs, before the cost
+     * model first chooses k */
+    cost_seed(e->be, &e->kv, e->model->cfg.n_vocab, &e->target_cost);
+    if (e->draft != NULL) {
+        cost_seed(e->draft_be, &e->dkv, e->draft->cfg.n_vocab,
+                  &e->draft_cost);
+    }
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;
     e->m.kv_blocks_free = n_blocks;
@@ -726,6 +821,17 @@ nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
                             + e->kv_evictable;
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+
+double
+nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
+{
+    if (draft && e->draft == NULL) {
+        return -1;
+    }
+    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
+                               n_tokens);
 }
 
 

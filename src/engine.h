@@ -170,6 +170,13 @@ int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 nalar_model *nalar_engine_model(nalar_engine *e);
 const char  *nalar_engine_model_name(nalar_engine *e);
 void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
+/* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
+ * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes
+ * of one sequence of 1 .. NALAR_SPEC_MAX_K + 1 tokens are measured at load.
+ * The engine thread updates the estimates: read them only while no step
+ * runs (before nalar_engine_start, or between nalar_engine_run_sync calls:
+ * tests and the CLI). */
+double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 
 nalar_request *nalar_request_create(const nalar_request_params *p,
                                     nalar_notify_fn notify, void *notify_ctx,

@@ -695,8 +695,24 @@ main(void)
                 continue;
             }
             if (c == 0) {
+                int measured = 0;
+
                 ok(kv_clean(e), "%s: the draft's warm-up passes leave "
                    "every KV block free", cfg[c].name);
+                /* seeded at load (cost_seed), before any step ran: the
+                 * pass sizes of a verification and of a draft's proposals */
+                for (int32_t n = 1; n <= NALAR_SPEC_MAX_K + 1; n++) {
+                    measured += nalar_engine_pass_cost(e, 0, n) > 0
+                                && nalar_engine_pass_cost(e, 1, n) > 0;
+                }
+                ok(measured == NALAR_SPEC_MAX_K + 1, "%s: passes of 1 to %d "
+                   "tokens of the target and the draft measured at load "
+                   "(%d of them)", cfg[c].name, NALAR_SPEC_MAX_K + 1,
+                   measured);
+                ok(nalar_engine_pass_cost(e, 0, NALAR_SPEC_MAX_K + 1)
+                   > nalar_engine_pass_cost(e, 0, 1),
+                   "%s: a %d-token pass costs more than a 1-token one",
+                   cfg[c].name, NALAR_SPEC_MAX_K + 1);
             }
             run_all(e, got, 48, NULL, 0, 1);
             ok(all_equal(ref, got, cfg[c].name),
