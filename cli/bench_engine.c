@@ -226,9 +226,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
         { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
     };
 
-    if (nalar_opts_parse("spec-bench", argc, argv, opts,
-                         (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
-    {
+    if (NALAR_OPTS_PARSE("spec-bench", argc, argv, opts) != 0) {
         return 2;
     }
     if (env.model == NULL || env.n_gen < 1 || env.n_gen > 400) {
@@ -555,9 +553,7 @@ nalar_cmd_prefix_bench(int argc, char **argv)
         { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
     };
 
-    if (nalar_opts_parse("prefix-bench", argc, argv, opts,
-                         (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
-    {
+    if (NALAR_OPTS_PARSE("prefix-bench", argc, argv, opts) != 0) {
         return 2;
     }
     if (model == NULL || len < 32) {

@@ -135,9 +135,7 @@ nalar_cmd_verify_bench(int argc, char **argv)
         { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
     };
 
-    if (nalar_opts_parse("verify-bench", argc, argv, opts,
-                         (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
-    {
+    if (NALAR_OPTS_PARSE("verify-bench", argc, argv, opts) != 0) {
         return 2;
     }
     if (path == NULL || reps < 1) {

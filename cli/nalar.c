@@ -178,9 +178,7 @@ cmd_generate(int argc, char **argv)
               0 },
         };
 
-        if (nalar_opts_parse("generate", argc, argv, opts,
-                             (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
-        {
+        if (NALAR_OPTS_PARSE("generate", argc, argv, opts) != 0) {
             usage();
             return 2;
         }
@@ -393,9 +391,7 @@ cmd_mkmodel(int argc, char **argv)
             { "--type", NULL, NALAR_OPT_STR, &type, NULL, 0 },
         };
 
-        if (nalar_opts_parse("mkmodel", argc, argv, opts,
-                             (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
-        {
+        if (NALAR_OPTS_PARSE("mkmodel", argc, argv, opts) != 0) {
             return 2;
         }
         if (type == NULL) {
@@ -484,9 +480,7 @@ cmd_bench(int argc, char **argv)
 #endif
         };
 
-        if (nalar_opts_parse("bench", argc, argv, opts,
-                             (int) (sizeof(opts) / sizeof(opts[0]))) != 0)
-        {
+        if (NALAR_OPTS_PARSE("bench", argc, argv, opts) != 0) {
             return 2;
         }
     }

@@ -33,5 +33,9 @@ typedef struct {
  * Returns 0, or 2 after a message on stderr. */
 int nalar_opts_parse(const char *cmd, int argc, char **argv,
                      const nalar_opt *opts, int n);
+/* the same over an array of options (not a pointer: its size is taken) */
+#define NALAR_OPTS_PARSE(cmd, argc, argv, opts)                               \
+    nalar_opts_parse((cmd), (argc), (argv), (opts),                           \
+                     (int) (sizeof(opts) / sizeof((opts)[0])))
 
 #endif
