@@ -1830,30 +1830,30 @@ provisional_blocks(const nalar_request *r)
 }
 
 
-/*
- * One scheduling step: drop cancelled requests, admit waiting ones, build a
- * batch (decodes first, with speculative proposals where they pay, then
- * prefill chunks within the token budget), run the forward pass, sample or
- * verify.  Returns 1 if work was done, 0 if idle, -1 on a backend failure
- * (every running request is finished with the error).
- */
-static int
-engine_step(nalar_engine *e)
-{
-    nalar_batch   *b = &e->batch;
-    int32_t        budget = e->opts.max_batch_tokens;
-    int32_t        n_tok = 0, n_logits = 0, n_decode = 0, n_prefill = 0;
-    int            use_ids;
-    int32_t        n_spec = 0, n_dreq = 0, V, provisional = 0;
-    double         catchup_s = 0;    /* a cold draft's catch-up */
-    int32_t        n_confirmed = 0, n_unprop = 0;
-    unsigned       mix = 0;
-    int            may_speculate = 1, any_fixed = 0, any_probe = 0;
-    nalar_request *dreqs[256];
-    nalar_err      err;
-    double         t, t0, t_step = nalar_now_s();
+/* What one step planned and measured, handed from phase to phase */
+typedef struct {
+    int32_t  n_decode;      /* sequences with one token to decode */
+    int32_t  n_prefill;     /* prompt tokens the step may carry */
+    unsigned mix;           /* the gate's proposer mix (step_mix) */
+    int      any_fixed;     /* a request at a fixed-k location */
+    int      any_probe;     /* a request trying a k its model ruled out */
+    double   catchup_s;     /* a cold draft's catch-up (draft_propose) */
+    int32_t  n_tok;         /* batch tokens */
+    int32_t  n_logits;      /* of them, with logits wanted */
+    int32_t  n_spec;        /* requests verifying proposals */
+    int32_t  provisional;   /* blocks held for proposals only */
+    int32_t  n_unprop;      /* a probe's step: its tokens but proposals */
+    int      use_ids;       /* the backend reduced each row to its argmax */
+    int32_t  n_confirmed;   /* tokens the step confirmed */
+    double   t_start;       /* when the step began */
+    double   t_pass;        /* when its forward pass ended */
+} step_plan;
 
-    /* cancelled requests leave first: their blocks go back to the pool */
+
+/* Cancelled requests leave first: their blocks go back to the pool. */
+static void
+step_drop_cancelled(nalar_engine *e)
+{
     for (int32_t i = 0; i < e->n_running; ) {
         nalar_request *r = e->running[i];
 
@@ -1864,8 +1864,13 @@ engine_step(nalar_engine *e)
         }
         i++;
     }
+}
 
-    /* admission, FCFS: the head waits until its whole context fits */
+
+/* Admission, FCFS: the head waits until its whole context fits. */
+static void
+step_admit(nalar_engine *e)
+{
     for ( ;; ) {
         nalar_request *r;
         int32_t        need, reserved = 0;
@@ -1909,42 +1914,46 @@ engine_step(nalar_engine *e)
         r->state = REQ_RUNNING;
         e->running[e->n_running++] = r;
     }
+}
 
-    if (e->n_running == 0) {
-        /* cancellations may have just emptied the running set */
-        publish_metrics(e);
-        return 0;
-    }
-    V = e->model->cfg.n_vocab;
-    if (batch_grow(e, budget + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0) {
-        return -1;
-    }
 
-    /* plan speculation: how many decodes and prompt tokens this step has,
-     * then each speculating request's k from the cost model */
+/*
+ * Plan speculation: how many decodes and prompt tokens this step has, then
+ * each speculating request's k from the cost model (under the step gate),
+ * and the draft's proposals.
+ */
+static void
+step_plan_speculation(nalar_engine *e, step_plan *sp)
+{
+    int32_t        budget = e->opts.max_batch_tokens, n_dreq = 0;
+    int            may_speculate = 1;
+    nalar_request *dreqs[256];
+
     for (int32_t i = 0; i < e->n_running; i++) {
         nalar_request *r = e->running[i];
         int32_t        todo = r->n_tokens - r->n_computed;
 
         r->n_prop = 0;
         if (todo == 1) {
-            n_decode++;
+            sp->n_decode++;
         } else {
-            n_prefill += todo;
+            sp->n_prefill += todo;
         }
     }
-    n_prefill = n_prefill < budget - n_decode ? n_prefill : budget - n_decode;
-    n_prefill = n_prefill > 0 ? n_prefill : 0;
+    if (sp->n_prefill > budget - sp->n_decode) {
+        sp->n_prefill = budget - sp->n_decode;
+    }
+    sp->n_prefill = sp->n_prefill > 0 ? sp->n_prefill : 0;
     for (int32_t i = 0; i < e->n_running; i++) {
         e->running[i]->prop_now = e->running[i]->prop;
     }
-    mix = step_mix(e, 0, &any_fixed);
+    sp->mix = step_mix(e, 0, &sp->any_fixed);
     /* the gate vetoes speculation where whole steps measured slower with
      * it; fixed k (benchmarks) bypasses it */
-    if (mix != 0 && e->opts.spec_fixed_k <= 0) {
-        may_speculate = nalar_spec_gate_allow(&e->gate, n_decode, mix);
-        if ((mix & nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0)) != 0
-            && prefer_ngram(e, n_decode, mix, may_speculate))
+    if (sp->mix != 0 && e->opts.spec_fixed_k <= 0) {
+        may_speculate = nalar_spec_gate_allow(&e->gate, sp->n_decode, sp->mix);
+        if ((sp->mix & nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0)) != 0
+            && prefer_ngram(e, sp->n_decode, sp->mix, may_speculate))
         {
             /* auto with a draft: n-gram lookup (free to propose) stands in
              * for the draft, judged by the gate as a mix of its own; the
@@ -1962,9 +1971,9 @@ engine_step(nalar_engine *e)
                 }
             }
             if (any) {
-                mix = step_mix(e, 0, &any_fixed);
-                may_speculate = nalar_spec_gate_allow(&e->gate, n_decode,
-                                                      mix);
+                sp->mix = step_mix(e, 0, &sp->any_fixed);
+                may_speculate = nalar_spec_gate_allow(&e->gate, sp->n_decode,
+                                                      sp->mix);
             }
         }
     }
@@ -1976,9 +1985,9 @@ engine_step(nalar_engine *e)
         {
             continue;
         }
-        r->n_prop = choose_k(e, r, n_decode, n_prefill,
-                             r->prop_now == NALAR_PROP_DRAFT ? n_decode : 0,
-                             &any_probe);
+        r->n_prop = choose_k(e, r, sp->n_decode, sp->n_prefill,
+                             r->prop_now == NALAR_PROP_DRAFT
+                             ? sp->n_decode : 0, &sp->any_probe);
         if (r->n_prop > 0 && r->prop_now != NALAR_PROP_DRAFT) {
             r->n_prop = propose_lookup(r, r->n_prop);
         } else if (r->n_prop > 0 && n_dreq < 256) {
@@ -1988,12 +1997,24 @@ engine_step(nalar_engine *e)
         }
     }
     if (n_dreq > 0) {
-        catchup_s = draft_propose(e, dreqs, n_dreq);
+        sp->catchup_s = draft_propose(e, dreqs, n_dreq);
     }
+}
 
-    /* reserve KV for this step's tokens; decodes (1 token plus proposals,
-     * at provisional positions) go first, then prefill chunks in admission
-     * order while the budget lasts */
+
+/*
+ * Reserve KV for this step's tokens and batch them: decodes (1 token plus
+ * proposals, at provisional positions) first, then prefill chunks in
+ * admission order while the token budget lasts.  sp->n_tok may come out 0
+ * (every request preempted or finished).
+ */
+static void
+step_build_batch(nalar_engine *e, step_plan *sp)
+{
+    nalar_batch *b = &e->batch;
+    int32_t      budget = e->opts.max_batch_tokens;
+
+    sp->n_tok = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < e->n_running; i++) {
             nalar_request *r = e->running[i];
@@ -2037,17 +2058,17 @@ engine_step(nalar_engine *e)
                 int32_t p = r->n_computed + k;
                 int     last = p >= r->n_tokens - 1;
 
-                b->tokens[n_tok] = p < r->n_tokens ? r->tokens[p]
+                b->tokens[sp->n_tok] = p < r->n_tokens ? r->tokens[p]
                                    : r->props[p - r->n_tokens];
-                b->pos[n_tok] = p;
-                b->seq[n_tok] = &r->kv;
-                b->want_logits[n_tok] = last;
-                e->batch_req[n_tok] = r;
-                n_tok++;
+                b->pos[sp->n_tok] = p;
+                b->seq[sp->n_tok] = &r->kv;
+                b->want_logits[sp->n_tok] = last;
+                e->batch_req[sp->n_tok] = r;
+                sp->n_tok++;
             }
             if (r->n_prop > 0) {
-                n_spec++;
-                provisional += provisional_blocks(r);
+                sp->n_spec++;
+                sp->provisional += provisional_blocks(r);
             }
             budget -= n;
         }
@@ -2056,8 +2077,8 @@ engine_step(nalar_engine *e)
     {
         int32_t w = 0;
 
-        n_logits = 0;
-        for (int32_t k = 0; k < n_tok; k++) {
+        sp->n_logits = 0;
+        for (int32_t k = 0; k < sp->n_tok; k++) {
             nalar_request *r = e->batch_req[k];
 
             if (r->state != REQ_RUNNING) {
@@ -2067,59 +2088,76 @@ engine_step(nalar_engine *e)
             b->pos[w] = b->pos[k];
             b->seq[w] = b->seq[k];
             b->want_logits[w] = b->want_logits[k];
-            n_logits += b->want_logits[k];
+            sp->n_logits += b->want_logits[k];
             e->batch_req[w++] = r;
         }
-        n_tok = w;
+        sp->n_tok = w;
     }
-    if (n_tok == 0) {
-        return e->n_running > 0;
+    if (sp->n_tok == 0) {
+        return;
     }
     /* a probe's step: its tokens but for proposals, what it would have
      * cost without the probe */
-    if (any_probe) {
-        n_unprop = n_tok;
+    if (sp->any_probe) {
+        sp->n_unprop = sp->n_tok;
         for (int32_t i = 0; i < e->n_running; i++) {
-            n_unprop -= e->running[i]->n_prop;
+            sp->n_unprop -= e->running[i]->n_prop;
         }
     }
-    b->n_tokens = n_tok;
-    b->n_logits = n_logits;
-    if (n_logits > e->logits_cap) {
+    b->n_tokens = sp->n_tok;
+    b->n_logits = sp->n_logits;
+}
+
+
+/*
+ * The forward pass over the batch, timed into the target's cost table.
+ * Returns -1 when out of memory for the logits, or on a backend failure
+ * (every running request is then finished with the error).
+ */
+static int
+step_forward(nalar_engine *e, step_plan *sp)
+{
+    nalar_batch *b = &e->batch;
+    int32_t      V = e->model->cfg.n_vocab;
+    nalar_err    err;
+    double       t, t0;
+
+    if (sp->n_logits > e->logits_cap) {
         /* rows the backend's threads split: on cache lines; a step's
          * logits are written before they are read, so no copy */
-        float *l = nalar_alloc_lines((size_t) n_logits * V * sizeof(float));
+        float *l = nalar_alloc_lines((size_t) sp->n_logits * V
+                                     * sizeof(float));
         if (l == NULL) {
             return -1;
         }
         free(e->logits);
         e->logits = l;
-        e->logits_cap = n_logits;
+        e->logits_cap = sp->n_logits;
     }
     pthread_mutex_lock(&e->mu);
-    e->m.spec_provisional_blocks = provisional;
+    e->m.spec_provisional_blocks = sp->provisional;
     pthread_mutex_unlock(&e->mu);
 
     /* every row greedy and plain: the backend's argmax, when it has one */
-    use_ids = e->backend_argmax && e->be->forward_argmax != NULL
-              && n_logits > 0;
-    for (int32_t k = 0; k < n_tok && use_ids; k++) {
-        use_ids = !b->want_logits[k] || greedy_plain(e->batch_req[k]);
+    sp->use_ids = e->backend_argmax && e->be->forward_argmax != NULL
+                  && sp->n_logits > 0;
+    for (int32_t k = 0; k < sp->n_tok && sp->use_ids; k++) {
+        sp->use_ids = !b->want_logits[k] || greedy_plain(e->batch_req[k]);
     }
-    if (use_ids && n_logits > e->ids_cap) {
-        int32_t *ids = malloc((size_t) n_logits * sizeof(int32_t));
+    if (sp->use_ids && sp->n_logits > e->ids_cap) {
+        int32_t *ids = malloc((size_t) sp->n_logits * sizeof(int32_t));
 
         if (ids == NULL) {
-            use_ids = 0;
+            sp->use_ids = 0;
         } else {
             free(e->ids);
             e->ids = ids;
-            e->ids_cap = n_logits;
+            e->ids_cap = sp->n_logits;
         }
     }
 
     t0 = nalar_now_s();
-    if (use_ids
+    if (sp->use_ids
         ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, e->logits, &err)
           != 0
         : e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0)
@@ -2133,102 +2171,113 @@ engine_step(nalar_engine *e)
         return -1;
     }
     t = nalar_now_s();
-    nalar_cost_record(&e->target_cost, n_tok, t - t0);
+    nalar_cost_record(&e->target_cost, sp->n_tok, t - t0);
 
     pthread_mutex_lock(&e->mu);
     e->m.steps_total++;
-    e->m.argmax_steps_total += use_ids != 0;
-    if (n_spec > 0) {
+    e->m.argmax_steps_total += sp->use_ids != 0;
+    if (sp->n_spec > 0) {
         e->m.spec_verify_seconds_total += t - t0;
     }
     pthread_mutex_unlock(&e->mu);
+    sp->t_pass = t;
+    return 0;
+}
 
-    /* advance: KV covers the batched positions; sample or verify where
-     * there are logits (a request's rows are consecutive) */
-    {
-        int32_t li = 0;
 
-        for (int32_t k = 0; k < n_tok; k++) {
-            nalar_request *r = e->batch_req[k];
-            int32_t        p0, accepted, kprop;
+/*
+ * Advance: KV covers the batched positions; sample or verify where there
+ * are logits (a request's rows are consecutive); finished requests leave.
+ */
+static void
+step_advance(nalar_engine *e, step_plan *sp)
+{
+    nalar_batch *b = &e->batch;
+    int32_t      V = e->model->cfg.n_vocab;
+    int          use_ids = sp->use_ids;
+    double       t = sp->t_pass;
+    int32_t      li = 0;
 
-            if (!b->want_logits[k]) {
-                r->n_computed = b->pos[k] + 1;
-                r->kv.n_pos = r->n_computed;
-                continue;
-            }
-            if (r->n_generated == 0) {
-                pthread_mutex_lock(&e->mu);
-                e->m.prompt_tokens_total += (uint64_t) r->p.n_prompt;
-                pthread_mutex_unlock(&e->mu);
-            }
-            if (r->n_prop == 0) {
-                r->n_computed = b->pos[k] + 1;
-                r->kv.n_pos = r->n_computed;
-                /* every computed position holds a confirmed token */
-                cache_publish(e, r, r->n_computed);
-                emit_token(e, r, use_ids ? NULL : e->logits + (size_t) li * V,
-                           use_ids ? e->ids + li : NULL, t);
-                li++;
-                n_confirmed++;
-                continue;
-            }
+    for (int32_t k = 0; k < sp->n_tok; k++) {
+        nalar_request *r = e->batch_req[k];
+        int32_t        p0, accepted, kprop;
 
-            /* verification: rows li .. li + n_prop */
-            kprop = r->n_prop;
-            p0 = b->pos[k];
-            accepted = verify(e, r,
-                              use_ids ? NULL : e->logits + (size_t) li * V,
-                              use_ids ? e->ids + li : NULL, t);
-            li += kprop + 1;
-            k += kprop;   /* skip the proposals' batch entries */
-            r->n_prop = 0;
-
-            n_confirmed += accepted + 1;
-            nalar_accept_update(acc_now(r), kprop, accepted);
-            if (r->prop_now != NALAR_PROP_PREDICTION) {
-                nalar_accept_update(&e->prop_acc[r->prop_now], kprop,
-                                    accepted);
-            }
-            pthread_mutex_lock(&e->mu);
-            e->m.spec_drafts_total++;
-            e->m.spec_draft_tokens_total += (uint64_t) kprop;
-            e->m.spec_accepted_tokens_total += (uint64_t) accepted;
-            for (int32_t i = 0; i < accepted; i++) {
-                e->m.spec_accepted_per_pos[i]++;
-            }
-            pthread_mutex_unlock(&e->mu);
-            pthread_mutex_lock(&r->mu);
-            r->spec_proposed += kprop;
-            r->spec_accepted += accepted;
-            if (r->prop == NALAR_PROP_PREDICTION) {
-                r->pred_accepted += accepted;
-                r->pred_rejected += kprop - accepted;
-            }
-            pthread_mutex_unlock(&r->mu);
-
-            if (r->state == REQ_FINISHED) {
-                continue;   /* finishing released every block */
-            }
-            /* roll back: keep KV of the last confirmed token and the
-             * accepted proposals; provisional blocks go back to the pool */
-            r->n_computed = p0 + 1 + accepted;
-            nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
+        if (!b->want_logits[k]) {
+            r->n_computed = b->pos[k] + 1;
             r->kv.n_pos = r->n_computed;
+            continue;
+        }
+        if (r->n_generated == 0) {
+            pthread_mutex_lock(&e->mu);
+            e->m.prompt_tokens_total += (uint64_t) r->p.n_prompt;
+            pthread_mutex_unlock(&e->mu);
+        }
+        if (r->n_prop == 0) {
+            r->n_computed = b->pos[k] + 1;
+            r->kv.n_pos = r->n_computed;
+            /* every computed position holds a confirmed token */
             cache_publish(e, r, r->n_computed);
-            if (r->prop_now == NALAR_PROP_DRAFT) {
-                /* the draft computed the last token and proposals
-                 * 1..kprop-1; those that were confirmed stay valid */
-                int32_t keep = p0 + 1 + (accepted < kprop - 1 ? accepted
-                                                              : kprop - 1);
-                if (r->d_computed > keep) {
-                    r->d_computed = keep;
-                }
-                nalar_seq_kv_truncate(&e->dkv, &r->dkv, r->d_computed);
+            emit_token(e, r, use_ids ? NULL : e->logits + (size_t) li * V,
+                       use_ids ? e->ids + li : NULL, t);
+            li++;
+            sp->n_confirmed++;
+            continue;
+        }
+
+        /* verification: rows li .. li + n_prop */
+        kprop = r->n_prop;
+        p0 = b->pos[k];
+        accepted = verify(e, r,
+                          use_ids ? NULL : e->logits + (size_t) li * V,
+                          use_ids ? e->ids + li : NULL, t);
+        li += kprop + 1;
+        k += kprop;   /* skip the proposals' batch entries */
+        r->n_prop = 0;
+
+        sp->n_confirmed += accepted + 1;
+        nalar_accept_update(acc_now(r), kprop, accepted);
+        if (r->prop_now != NALAR_PROP_PREDICTION) {
+            nalar_accept_update(&e->prop_acc[r->prop_now], kprop,
+                                accepted);
+        }
+        pthread_mutex_lock(&e->mu);
+        e->m.spec_drafts_total++;
+        e->m.spec_draft_tokens_total += (uint64_t) kprop;
+        e->m.spec_accepted_tokens_total += (uint64_t) accepted;
+        for (int32_t i = 0; i < accepted; i++) {
+            e->m.spec_accepted_per_pos[i]++;
+        }
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&r->mu);
+        r->spec_proposed += kprop;
+        r->spec_accepted += accepted;
+        if (r->prop == NALAR_PROP_PREDICTION) {
+            r->pred_accepted += accepted;
+            r->pred_rejected += kprop - accepted;
+        }
+        pthread_mutex_unlock(&r->mu);
+
+        if (r->state == REQ_FINISHED) {
+            continue;   /* finishing released every block */
+        }
+        /* roll back: keep KV of the last confirmed token and the
+         * accepted proposals; provisional blocks go back to the pool */
+        r->n_computed = p0 + 1 + accepted;
+        nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
+        r->kv.n_pos = r->n_computed;
+        cache_publish(e, r, r->n_computed);
+        if (r->prop_now == NALAR_PROP_DRAFT) {
+            /* the draft computed the last token and proposals
+             * 1..kprop-1; those that were confirmed stay valid */
+            int32_t keep = p0 + 1 + (accepted < kprop - 1 ? accepted
+                                                          : kprop - 1);
+            if (r->d_computed > keep) {
+                r->d_computed = keep;
             }
-            if (r->notify != NULL) {
-                r->notify(r, r->notify_ctx);
-            }
+            nalar_seq_kv_truncate(&e->dkv, &r->dkv, r->d_computed);
+        }
+        if (r->notify != NULL) {
+            r->notify(r, r->notify_ctx);
         }
     }
     for (int32_t i = 0; i < e->n_running; ) {
@@ -2244,8 +2293,15 @@ engine_step(nalar_engine *e)
     pthread_mutex_lock(&e->mu);
     e->m.spec_provisional_blocks = 0;
     pthread_mutex_unlock(&e->mu);
-    if (n_prefill == 0 && n_decode > 0 && mix != 0 && !any_fixed
-        && !any_probe)
+}
+
+
+/* What the step teaches the step gate and the probe budget. */
+static void
+step_learn(nalar_engine *e, const step_plan *sp)
+{
+    if (sp->n_prefill == 0 && sp->n_decode > 0 && sp->mix != 0
+        && !sp->any_fixed && !sp->any_probe)
     {
         /* a pure decode step where speculation was possible: its rate,
          * as plain or as this mix of proposers.  A draft that first caught
@@ -2257,27 +2313,66 @@ engine_step(nalar_engine *e)
          * of a cold draft, confirming one token, read as 0.45x just after
          * an exploration had forgotten the old rate, and held the draft
          * back for the next 966 steps */
-        nalar_spec_gate_record(&e->gate, n_decode, n_spec > 0 ? mix : 0,
-                               n_confirmed,
-                               nalar_now_s() - t_step - catchup_s);
+        nalar_spec_gate_record(&e->gate, sp->n_decode,
+                               sp->n_spec > 0 ? sp->mix : 0, sp->n_confirmed,
+                               nalar_now_s() - sp->t_start - sp->catchup_s);
     }
-    if (any_probe || !nalar_probe_allow(&e->probe_pace)) {
+    if (sp->any_probe || !nalar_probe_allow(&e->probe_pace)) {
         /* the probe budget (a full one stays full: no need to look up
          * the gate's best ratio every step).  A probe's cost: its step
          * over the target pass the step would have been without it
          * (bookkeeping counted in: the budget errs toward fewer probes) */
-        double step_s = nalar_now_s() - t_step, excess = 0;
+        double step_s = nalar_now_s() - sp->t_start, excess = 0;
 
-        if (any_probe) {
-            double plain = nalar_cost_estimate(&e->target_cost, n_unprop);
+        if (sp->any_probe) {
+            double plain = nalar_cost_estimate(&e->target_cost, sp->n_unprop);
 
             excess = step_s - (plain > 0 ? plain : 0);
         }
         nalar_probe_record(&e->probe_pace, step_s, excess,
-                           nalar_spec_gate_best(&e->gate, n_decode)
+                           nalar_spec_gate_best(&e->gate, sp->n_decode)
                            >= NALAR_GATE_MARGIN
                            ? NALAR_PROBE_SHARE_WIN : NALAR_PROBE_SHARE);
     }
+}
+
+
+/*
+ * One scheduling step: drop cancelled requests, admit waiting ones, build a
+ * batch (decodes first, with speculative proposals where they pay, then
+ * prefill chunks within the token budget), run the forward pass, sample or
+ * verify.  Returns 1 if work was done, 0 if idle, -1 on a backend failure
+ * (every running request is finished with the error).
+ */
+static int
+engine_step(nalar_engine *e)
+{
+    step_plan sp;
+
+    memset(&sp, 0, sizeof(sp));
+    sp.t_start = nalar_now_s();
+    step_drop_cancelled(e);
+    step_admit(e);
+    if (e->n_running == 0) {
+        /* cancellations may have just emptied the running set */
+        publish_metrics(e);
+        return 0;
+    }
+    if (batch_grow(e, e->opts.max_batch_tokens
+                      + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0)
+    {
+        return -1;
+    }
+    step_plan_speculation(e, &sp);
+    step_build_batch(e, &sp);
+    if (sp.n_tok == 0) {
+        return e->n_running > 0;
+    }
+    if (step_forward(e, &sp) != 0) {
+        return -1;
+    }
+    step_advance(e, &sp);
+    step_learn(e, &sp);
     publish_metrics(e);
     return 1;
 }
