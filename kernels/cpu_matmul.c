@@ -296,6 +296,28 @@ panel_mask(int64_t g, int64_t r0, int64_t r1)
 }
 
 
+/* A tile's G x C accumulators into y: panel g0 + i's rows in [r0, r1), for
+ * token j, added to y's when accumulating */
+static ALWAYS_INLINE void
+store_tile(v16 acc[8][10], const int G, const int C, int64_t g0, int64_t r0,
+           int64_t r1, float *y, int ldy, int accumulate)
+{
+    for (int i = 0; i < G; i++) {
+        __mmask16 m = panel_mask(g0 + i, r0, r1);
+
+        for (int j = 0; j < C; j++) {
+            float *o = y + (int64_t) j * ldy + 16 * (g0 + i);
+            v16    v = acc[i][j];
+
+            if (accumulate) {
+                v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
+            }
+            _mm512_mask_storeu_ps(o, m, v);
+        }
+    }
+}
+
+
 /* Panels g0 .. g0 + G - 1 by tokens 0 .. C - 1 of x (see the file's top) */
 static ALWAYS_INLINE void
 panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
@@ -324,19 +346,7 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
             }
         }
     }
-    for (int i = 0; i < G; i++) {
-        __mmask16 m = panel_mask(g0 + i, r0, r1);
-
-        for (int j = 0; j < C; j++) {
-            float *o = y + (int64_t) j * ldy + 16 * (g0 + i);
-            v16    v = acc[i][j];
-
-            if (accumulate) {
-                v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
-            }
-            _mm512_mask_storeu_ps(o, m, v);
-        }
-    }
+    store_tile(acc, G, C, g0, r0, r1, y, ldy, accumulate);
 }
 
 
@@ -503,19 +513,7 @@ pair_tile(const uint8_t *panels, int64_t pbytes, int64_t g0, const float *x,
             }
         }
     }
-    for (int i = 0; i < G; i++) {
-        __mmask16 m = panel_mask(g0 + i, r0, r1);
-
-        for (int j = 0; j < C; j++) {
-            float *o = y + (int64_t) j * ldy + 16 * (g0 + i);
-            v16    v = acc[i][j];
-
-            if (accumulate) {
-                v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
-            }
-            _mm512_mask_storeu_ps(o, m, v);
-        }
-    }
+    store_tile(acc, G, C, g0, r0, r1, y, ldy, accumulate);
 }
 
 #define TILE_PAIRS(g0, G, C)                                                  \
