@@ -1819,6 +1819,25 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
 }
 
 
+/*
+ * A client's prediction the step gate does not veto: its first PRED_FRESH
+ * verifications.  The gate's rates are of other requests' predictions, and
+ * say nothing of this client's; its own verifications (choose_k prices
+ * them by its acceptance alone) decide after that, and their steps feed
+ * the gate fresh readings.  Seen: with a busy loop on one of the 2 cores,
+ * a few slow readings held every later prediction back for the rest of a
+ * test (t/66: exact predictions accepted nothing, 2 of 6 runs).
+ */
+#define PRED_FRESH 4
+
+static int
+pred_fresh(const nalar_request *r)
+{
+    return r->prop_now == NALAR_PROP_PREDICTION
+           && r->acc.seen[0] < PRED_FRESH;
+}
+
+
 /* Count of blocks held only for provisional positions of r. */
 static int32_t
 provisional_blocks(const nalar_request *r)
@@ -1981,7 +2000,7 @@ step_plan_speculation(nalar_engine *e, step_plan *sp)
         nalar_request *r = e->running[i];
 
         if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
-            || (!may_speculate && !r->p.spec_fixed))
+            || (!may_speculate && !r->p.spec_fixed && !pred_fresh(r)))
         {
             continue;
         }
