@@ -1373,70 +1373,6 @@ cpu_forward_argmax(nalar_backend *b, nalar_kv_pool *kv,
 }
 
 
-/*
- * Settle which way each small pass runs (choose_way measures both ways, 5
- * passes each: for a draft, the calling thread alone against the pool,
- * which for the demo draft is about twice as slow) before serving: passes
- * of 1 to max_tokens tokens of a scratch sequence at position WARM_POS,
- * WARM_REPS times each.  What the passes cost is for choose_way alone:
- * with the weights hot in cache, not pushed out by another model's pass
- * between two of them, they say little about a serving step's.  Skipped
- * when the KV pool cannot spare the blocks; they are released afterwards.
- */
-#define WARM_POS  64
-#define WARM_REPS 12
-
-static void
-cpu_warm_up(nalar_backend *be, nalar_kv_pool *kv, int32_t max_tokens)
-{
-    int32_t        V = be->model->cfg.n_vocab;
-    int32_t        tok[WARM_POS], pos[WARM_POS];
-    int8_t         want[WARM_POS];
-    nalar_seq_kv   s, *seq[WARM_POS];
-    nalar_batch    b = { 0, tok, pos, seq, want, 0 };
-    nalar_err      err;
-    float         *logits = nalar_alloc_lines((size_t) WARM_POS * V
-                                              * sizeof(float));
-
-    max_tokens = max_tokens < WARM_POS ? max_tokens : WARM_POS;
-    nalar_seq_kv_init(&s);
-    if (logits == NULL
-        || nalar_seq_kv_reserve(kv, &s, WARM_POS + max_tokens) != 0)
-    {
-        goto done;
-    }
-    for (int32_t i = 0; i < WARM_POS; i++) {
-        tok[i] = (int32_t) ((i * 7919L + 11) % V);
-        pos[i] = i;
-        seq[i] = &s;
-        want[i] = i == WARM_POS - 1;
-    }
-    /* the scratch sequence's prompt, then the passes of each size */
-    b.n_tokens = WARM_POS;
-    b.n_logits = 1;
-    if (cpu_forward(be, kv, &b, logits, &err) != 0) {
-        goto done;
-    }
-    s.n_pos = WARM_POS;
-    for (int32_t rep = 0; rep < WARM_REPS; rep++) {
-        for (int32_t n = 1; n <= max_tokens; n++) {
-            for (int32_t i = 0; i < n; i++) {
-                pos[i] = WARM_POS + i;
-                want[i] = 1;
-            }
-            b.n_tokens = n;
-            b.n_logits = n;
-            if (cpu_forward(be, kv, &b, logits, &err) != 0) {
-                goto done;
-            }
-        }
-    }
-done:
-    nalar_seq_kv_release(kv, &s);
-    free(logits);
-}
-
-
 static nalar_backend *
 cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
 {
@@ -1460,7 +1396,6 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     b->kv_free = cpu_kv_free;
     b->forward = cpu_forward;
     b->forward_argmax = cpu_forward_argmax;
-    b->warm_up = cpu_warm_up;
     b->destroy = cpu_destroy;
     b->impl = be;
     be->m = m;

@@ -70,13 +70,6 @@ struct nalar_backend {
     int  (*forward_argmax)(nalar_backend *be, nalar_kv_pool *pool,
                            const nalar_batch *batch, int32_t *ids,
                            float *scratch, nalar_err *err);
-    /* Optional (NULL: nothing to settle): passes of 1 to max_tokens
-     * tokens of a scratch sequence in `pool` (released afterwards;
-     * skipped when the pool cannot spare its blocks), so that what the
-     * backend measures of its own passes (the CPU's: which way each size
-     * runs) is settled before serving */
-    void (*warm_up)(nalar_backend *be, nalar_kv_pool *pool,
-                    int32_t max_tokens);
     void (*destroy)(nalar_backend *be);
     /* device backends: free device memory in bytes now (for sizing the KV
      * pool after the weights are in place); NULL on the CPU */

@@ -630,6 +630,13 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
  * cost model then chose k = 3 (a 1.07x k on that machine; k = 2 ran 1.3x)
  * at every step, never measured the smaller passes again, and the step
  * gate, judging the draft by those steps, held it back for most of a run.
+ *
+ * The same passes settle what the backend measures of its own passes (the
+ * CPU's: which way each size runs, 5 passes each way, see choose_way), so
+ * the first steps that speculate, and the step gate judging them, do not
+ * carry that measurement.  The costs recorded are of passes with the
+ * model's weights hot in cache (a draft's serving pass, after a target's,
+ * takes longer: 9.0 against 7.2 us); serving passes correct them.
  * Skipped when the pool cannot spare the scratch sequence's blocks.
  */
 static void
@@ -761,15 +768,9 @@ engine_load(nalar_engine *e, nalar_err *err)
             return -1;
         }
     }
-    if (e->draft != NULL && e->draft_be->warm_up != NULL) {
-        /* passes of every size a proposal takes, before serving: else the
-         * first steps that speculate would carry the backend's own
-         * measurements of its passes (on the CPU, which way each size
-         * runs), and the step gate would judge the draft by them */
-        e->draft_be->warm_up(e->draft_be, &e->dkv, NALAR_SPEC_MAX_K);
-    }
     /* what verifying (and drafting) k proposals costs, before the cost
-     * model first chooses k */
+     * model first chooses k; the same passes settle which way the CPU
+     * backend runs each size (see cost_seed) */
     cost_seed(e->be, &e->kv, e->model->cfg.n_vocab, &e->target_cost);
     if (e->draft != NULL) {
         cost_seed(e->draft_be, &e->dkv, e->draft->cfg.n_vocab,

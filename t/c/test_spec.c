@@ -697,8 +697,8 @@ main(void)
             if (c == 0) {
                 int measured = 0;
 
-                ok(kv_clean(e), "%s: the draft's warm-up passes leave "
-                   "every KV block free", cfg[c].name);
+                ok(kv_clean(e), "%s: the passes measured at load "
+                   "leave every KV block free", cfg[c].name);
                 /* seeded at load (cost_seed), before any step ran: the
                  * pass sizes of a verification and of a draft's proposals */
                 for (int32_t n = 1; n <= NALAR_SPEC_MAX_K + 1; n++) {
