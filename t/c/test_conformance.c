@@ -1,0 +1,410 @@
+/*
+ * The engine's math against an independent reference: tiny random-weight
+ * GGUF models of the model conformance kit (t/data/conformance/README.md),
+ * each with the float64 logits of a numpy forward pass (checked against
+ * llama.cpp).  For every file the CPU backend runs the reference's three
+ * teacher-forced sequences in one pass each, and the engine decodes the
+ * greedy continuation with its own KV cache.  Checks, with the kit's
+ * tolerance for the file's type:
+ *   - the logits at the reference's top-16 ids of every position;
+ *   - the logsumexp over the whole vocabulary at every position;
+ *   - the argmax at every position whose reference margin > 2 x tolerance;
+ *   - the greedy ids up to the first step whose margin is <= 2 x tolerance;
+ *   - the tokenizer gives llama.cpp's ids for the KJV sequence's text.
+ * The CPU backend dequantizes exactly and keeps F32 activations and an F32
+ * KV cache, so its logits must also be within EXACT_TOL, the kit's bound
+ * for such an engine (F16 activations or an F16 KV cache would break it;
+ * it sees qwen2's RMSNorm eps at a tenth of its value).
+ * A missing or unreadable fixture is a failure.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "kv.h"
+#include "model.h"
+#include "collect.h"
+#include "tap.h"
+#include "tokenizer.h"
+
+#define DIR     "t/data/conformance/"
+#define N_SEQ   3
+#define N_POS   64
+#define N_TOP   16
+#define N_GREEDY 32
+#define EXACT_TOL 1e-4
+
+/* the files checked; each has DIR NAME.gguf and DIR NAME.ref.json */
+static const char *const files[] = { "llama-F16", "qwen2-F16" };
+
+/* the kit's recommended absolute tolerance per storage type */
+static const struct { const char *type; double tol; } tols[] = {
+    { "F32", 0.015 }, { "F16", 0.027 }, { "BF16", 0.083 },
+    { "Q8_0", 0.25 }, { "Q4_0", 0.27 }, { "Q4_K_M", 0.65 },
+    { "Q5_K_M", 0.37 }, { "Q6_K", 0.38 },
+};
+
+
+/* arr[i] as a number, NAN when it is not one */
+static double
+num_at(json_t *arr, size_t i)
+{
+    json_t *v = json_array_get(arr, i);
+
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+
+/* an array of exactly n numbers (the ids or values of the reference) */
+static int
+nums(json_t *arr, size_t n, double *out)
+{
+    if (!json_is_array(arr) || json_array_size(arr) != n) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out[i] = num_at(arr, i);
+        if (isnan(out[i])) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
+static int
+ids_of(json_t *arr, size_t n, int32_t *out, int32_t n_vocab)
+{
+    double d[N_POS];
+
+    if (n > N_POS || nums(arr, n, d) != 0) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] < 0 || d[i] >= n_vocab || d[i] != (int32_t) d[i]) {
+            return -1;
+        }
+        out[i] = (int32_t) d[i];
+    }
+    return 0;
+}
+
+
+/* the whole sequence in one pass; logits (N_POS, V) */
+static int
+forward_seq(nalar_backend *be, nalar_kv_pool *kv, const int32_t *ids,
+            float *logits)
+{
+    int32_t       tok[N_POS], pos[N_POS];
+    int8_t        want[N_POS];
+    nalar_seq_kv *seq[N_POS];
+    nalar_seq_kv  s;
+    nalar_batch   b;
+    nalar_err     err;
+    int           rc;
+
+    nalar_seq_kv_init(&s);
+    if (nalar_seq_kv_reserve(kv, &s, N_POS) != 0) {
+        diag("KV pool too small");
+        return -1;
+    }
+    for (int32_t i = 0; i < N_POS; i++) {
+        tok[i] = ids[i];
+        pos[i] = i;
+        want[i] = 1;
+        seq[i] = &s;
+    }
+    b.n_tokens = N_POS;
+    b.tokens = tok;
+    b.pos = pos;
+    b.seq = seq;
+    b.want_logits = want;
+    b.n_logits = N_POS;
+    rc = be->forward(be, kv, &b, logits, &err);
+    if (rc != 0) {
+        diag("forward: %s", err.msg);
+    }
+    nalar_seq_kv_release(kv, &s);
+    return rc;
+}
+
+
+/*
+ * Teacher-forced checks of one sequence; raises *max_err, *max_lse and
+ * counts argmax disagreements at confident positions in *bad_top1.
+ * Returns -1 when the reference entry is malformed.
+ */
+static int
+check_teacher(json_t *tch, const float *logits, int32_t V, double tol,
+              double *max_err, double *max_lse, int *bad_top1, int *n_conf)
+{
+    json_t *top_ids = json_object_get(tch, "top_ids");
+    json_t *top_lg = json_object_get(tch, "top_logits");
+    double  lse[N_POS], margin[N_POS];
+
+    if (nums(json_object_get(tch, "logsumexp"), N_POS, lse) != 0
+        || nums(json_object_get(tch, "margin"), N_POS, margin) != 0
+        || json_array_size(top_ids) != N_POS
+        || json_array_size(top_lg) != N_POS)
+    {
+        return -1;
+    }
+    for (int32_t p = 0; p < N_POS; p++) {
+        const float *row = logits + (size_t) p * V;
+        int32_t      ids[N_TOP], arg = 0;
+        double       vals[N_TOP], mx = row[0], sum = 0;
+
+        if (ids_of(json_array_get(top_ids, p), N_TOP, ids, V) != 0
+            || nums(json_array_get(top_lg, p), N_TOP, vals) != 0)
+        {
+            return -1;
+        }
+        for (int k = 0; k < N_TOP; k++) {
+            double e = fabs((double) row[ids[k]] - vals[k]);
+
+            /* NaN compares false: make it the worst error */
+            *max_err = e <= *max_err ? *max_err : (isnan(e) ? INFINITY : e);
+        }
+        for (int32_t v = 1; v < V; v++) {
+            if (row[v] > row[arg]) {
+                arg = v;
+            }
+        }
+        mx = row[arg];
+        for (int32_t v = 0; v < V; v++) {
+            sum += exp((double) row[v] - mx);
+        }
+        {
+            double e = fabs(mx + log(sum) - lse[p]);
+
+            *max_lse = e <= *max_lse ? *max_lse : (isnan(e) ? INFINITY : e);
+        }
+        if (margin[p] > 2 * tol) {
+            (*n_conf)++;
+            *bad_top1 += arg != ids[0];
+        }
+    }
+    return 0;
+}
+
+
+/* The greedy continuation through the engine (its scheduler, KV cache and
+ * sampler); returns the number of steps that had to match, or -1. */
+static int
+check_greedy(const char *path, json_t *greedy, int32_t V, double tol,
+             const char *name)
+{
+    int32_t              prompt[8], want[N_GREEDY];
+    double               margins[N_GREEDY];
+    nalar_engine_opts    o;
+    nalar_request_params p;
+    nalar_engine        *e;
+    nalar_request       *r;
+    nalar_err            err;
+    collected           *c;
+    int                  strict = N_GREEDY, first_diff = -1;
+
+    if (ids_of(json_object_get(greedy, "prompt"), 8, prompt, V) != 0
+        || ids_of(json_object_get(greedy, "ids"), N_GREEDY, want, V) != 0
+        || nums(json_object_get(greedy, "margins"), N_GREEDY, margins) != 0)
+    {
+        ok(0, "%s: the reference has a greedy prompt, ids and margins",
+           name);
+        return -1;
+    }
+    for (int i = 0; i < N_GREEDY; i++) {
+        if (margins[i] <= 2 * tol) {
+            strict = i;
+            break;
+        }
+    }
+    memset(&o, 0, sizeof(o));
+    o.model_path = path;
+    o.n_threads = 2;
+    e = nalar_engine_create(&o, &err);
+    if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+        ok(0, "%s: engine: %s", name, err.msg);
+        nalar_engine_destroy(e);
+        return -1;
+    }
+    c = calloc(1, sizeof(*c));
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt = prompt;
+    p.n_prompt = 8;
+    p.max_tokens = N_GREEDY;
+    p.ignore_eos = 1;
+    r = c != NULL ? nalar_request_create(&p, collect, c, &err) : NULL;
+    if (r == NULL || nalar_engine_run_sync(e, &r, 1, &err) != 0) {
+        ok(0, "%s: greedy request: %s", name, err.msg);
+    } else {
+        for (int i = 0; i < c->n && i < N_GREEDY; i++) {
+            if (c->ids[i] != want[i]) {
+                first_diff = i;
+                break;
+            }
+        }
+        if (first_diff < 0 && c->n < N_GREEDY) {
+            first_diff = c->n;
+        }
+        ok(c->n == N_GREEDY && (first_diff < 0 || first_diff >= strict),
+           "%s: greedy: %d ids, the first %d (margin > %.3f) equal the "
+           "reference's%s", name, c->n, strict, 2 * tol,
+           first_diff < 0 ? ", and all 32 do" : "");
+        if (first_diff >= 0) {
+            diag("%s: first difference at step %d: got %d, want %d "
+                 "(reference margin %.4f)", name, first_diff,
+                 first_diff < c->n ? c->ids[first_diff] : -1,
+                 want[first_diff], margins[first_diff]);
+        }
+    }
+    if (r != NULL) {
+        nalar_request_unref(r);
+    }
+    free(c);
+    nalar_engine_destroy(e);
+    return strict;
+}
+
+
+/* llama.cpp's ids for the text (the reference's kjv_text sequence) */
+static void
+check_tokenizer(const nalar_model *m, json_t *seq, const int32_t *want,
+                const char *name)
+{
+    const char *text = json_string_value(json_object_get(seq, "text"));
+    int32_t    *ids;
+    int         n;
+
+    if (text == NULL) {
+        ok(0, "%s: the kjv_text sequence has its text", name);
+        return;
+    }
+    ids = malloc(4096 * sizeof(int32_t));
+    n = ids != NULL ? nalar_tokenize(m->tok, text, strlen(text), 1, 0, ids,
+                                     4096)
+                    : -1;
+    ok(n >= N_POS && n <= 4096
+       && memcmp(ids, want, N_POS * sizeof(int32_t)) == 0,
+       "%s: the tokenizer gives llama.cpp's %d ids for the KJV text", name,
+       N_POS);
+    free(ids);
+}
+
+
+static void
+check_file(const char *base)
+{
+    char           gguf_path[256], ref_path[256];
+    json_t        *ref, *seqs, *teacher;
+    json_error_t   jerr;
+    const char    *type;
+    double         tol = -1, max_err = 0, max_lse = 0;
+    int            bad_top1 = 0, n_conf = 0, malformed = 0;
+    nalar_model   *m;
+    nalar_backend *be;
+    nalar_kv_pool  kv;
+    nalar_err      err;
+    float         *logits;
+    int32_t        V;
+
+    snprintf(gguf_path, sizeof(gguf_path), DIR "%s.gguf", base);
+    snprintf(ref_path, sizeof(ref_path), DIR "%s.ref.json", base);
+    ref = json_load_file(ref_path, 0, &jerr);
+    if (ref == NULL) {
+        ok(0, "%s: reference %s: %s", base, ref_path, jerr.text);
+        return;
+    }
+    type = json_string_value(json_object_get(ref, "type"));
+    for (size_t i = 0; type != NULL && i < sizeof(tols) / sizeof(tols[0]);
+         i++)
+    {
+        if (strcmp(type, tols[i].type) == 0) {
+            tol = tols[i].tol;
+        }
+    }
+    seqs = json_object_get(ref, "sequences");
+    teacher = json_object_get(ref, "teacher");
+    if (tol < 0 || json_array_size(seqs) != N_SEQ
+        || json_array_size(teacher) != N_SEQ)
+    {
+        ok(0, "%s: reference has a known type, %d sequences and %d teacher "
+           "entries", base, N_SEQ, N_SEQ);
+        json_decref(ref);
+        return;
+    }
+    err.msg[0] = '\0';
+    memset(&kv, 0, sizeof(kv));
+    m = nalar_model_load(gguf_path, &err);
+    be = m != NULL ? nalar_cpu_backend_create(m, 2, &err) : NULL;
+    V = m != NULL ? m->cfg.n_vocab : 0;
+    logits = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
+    ok(be != NULL && logits != NULL
+       && nalar_kv_pool_init(&kv, 8, m->cfg.n_layers,
+                             m->cfg.n_kv_heads * m->cfg.head_dim, &err) == 0
+       && be->kv_alloc(be, &kv, &err) == 0,
+       "%s: loaded on the CPU backend (%s, tolerance %.3f)%s%s", base, type,
+       tol, err.msg[0] ? ": " : "", err.msg);
+    if (be == NULL || logits == NULL || kv.k == NULL) {
+        /* the pool's bookkeeping is freed; its storage was not attached */
+        nalar_kv_pool_free(&kv);
+        if (be != NULL) {
+            be->destroy(be);
+        }
+        free(logits);
+        nalar_model_destroy(m);
+        json_decref(ref);
+        return;
+    }
+    for (int s = 0; s < N_SEQ; s++) {
+        json_t *seq = json_array_get(seqs, s);
+        int32_t ids[N_POS];
+
+        if (ids_of(json_object_get(seq, "ids"), N_POS, ids, V) != 0) {
+            malformed = 1;
+            continue;
+        }
+        if (s == 0) {
+            check_tokenizer(m, seq, ids, base);
+        }
+        if (forward_seq(be, &kv, ids, logits) != 0
+            || check_teacher(json_array_get(teacher, s), logits, V, tol,
+                             &max_err, &max_lse, &bad_top1, &n_conf) != 0)
+        {
+            malformed = 1;
+        }
+    }
+    ok(!malformed, "%s: %d sequences of %d positions run and compared",
+       base, N_SEQ, N_POS);
+    ok(max_err <= tol, "%s: logits at the top-%d ids of every position "
+       "within %.3f (max abs error %.2e)", base, N_TOP, tol, max_err);
+    ok(max_err <= EXACT_TOL, "%s: and within %.0e, as an engine with F32 "
+       "activations and KV cache must be", base, EXACT_TOL);
+    ok(max_lse <= tol, "%s: logsumexp of every position within %.3f "
+       "(max abs error %.2e)", base, tol, max_lse);
+    ok(n_conf > 0 && bad_top1 == 0, "%s: argmax is the reference's at all "
+       "%d positions with margin > %.3f (%d differ)", base, n_conf, 2 * tol,
+       bad_top1);
+    check_greedy(gguf_path, json_object_get(ref, "greedy"), V, tol, base);
+    be->kv_free(be, &kv);
+    nalar_kv_pool_free(&kv);
+    be->destroy(be);
+    free(logits);
+    nalar_model_destroy(m);
+    json_decref(ref);
+}
+
+
+int
+main(void)
+{
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        check_file(files[i]);
+    }
+    return done_testing();
+}
