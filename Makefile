@@ -51,12 +51,26 @@ build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) -It/c $< build/asan/libnalar.a -o $@ $(LDLIBS)
 
-# libFuzzer target for the GGUF reader (clang only).
-fuzz: build/fuzz_gguf
-build/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c $(HDRS)
+# libFuzzer targets (clang only): fuzz/fuzz_NAME.c becomes build/fuzz_NAME,
+# with its seed corpus in fuzz/corpus/NAME; each target lists the sources
+# it links below.  `make fuzz` builds them; `make fuzz FUZZ_SECONDS=300`
+# then runs each (or those named in FUZZ_ONLY) for that long, keeping what
+# it finds in build/fuzz-corpus/NAME and any crash in build/fuzz-crash/.
+FUZZ_BIN   = $(patsubst fuzz/%.c,build/%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -I. \
+             -fsanitize=fuzzer,address,undefined
+build/fuzz_gguf: src/gguf.c src/nalar_err.c
+build/fuzz_jwt: src/jwt.c src/nalar_err.c
+build/fuzz_chat: ngx_nalar_chat.c src/nalar_err.c
+build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
+
+fuzz: $(FUZZ_BIN)
+ifneq ($(FUZZ_SECONDS),)
+	@sh scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_ONLY)
+endif
+build/fuzz_%: fuzz/fuzz_%.c $(HDRS)
 	@mkdir -p build
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
-	    fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c -o $@ -lm
+	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -lcrypto -ljansson -lm
 
 include module.mk
 -include cuda.mk

@@ -4,7 +4,7 @@
  * array element and the first and last byte of every tensor) so ASan sees
  * any pointer that escapes the input.
  *
- *   make fuzz && ./build/fuzz_gguf -max_total_time=60 fuzz/corpus
+ *   make fuzz && ./build/fuzz_gguf -max_total_time=60 fuzz/corpus/gguf
  */
 #include <stdint.h>
 #include <stdlib.h>

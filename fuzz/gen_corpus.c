@@ -3,7 +3,7 @@
  * every value type, every tensor type, a vocab-only file and a v2 header.
  *
  *   cc -std=c11 -D_GNU_SOURCE -Isrc fuzz/gen_corpus.c src/gguf.c \
- *       src/nalar_err.c -o /tmp/gen_corpus && /tmp/gen_corpus fuzz/corpus
+ *       src/nalar_err.c -o /tmp/gen_corpus && /tmp/gen_corpus fuzz/corpus/gguf
  */
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +31,7 @@ save(gguf_writer *w, const char *dir, const char *name)
 int
 main(int argc, char **argv)
 {
-    const char  *dir = argc > 1 ? argv[1] : "fuzz/corpus";
+    const char  *dir = argc > 1 ? argv[1] : "fuzz/corpus/gguf";
     const char  *toks[] = { "<unk>", "<s>", "</s>", "\xe2\x96\x81", "a",
                             "\xe2\x96\x81" "a", "ab" };
     float        scores[] = { 0, 0, 0, -1, -2, -3, -4 };

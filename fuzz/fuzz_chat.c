@@ -1,0 +1,170 @@
+/*
+ * libFuzzer target for the chat templates (ngx_nalar_chat.c).  Byte 0:
+ *   0xff: the rest is a Jinja template: nalar_chat_style_detect must name a
+ *         style, ChatML whenever "<|im_start|>" is in it; and the rest as a
+ *         style name must parse back to itself or be refused;
+ *   else: style = byte 0 % 5 (auto, chatml, llama2, llama3, zephyr), then
+ *         messages as records [role][len][len bytes]: role 0-4 is system,
+ *         developer, user, assistant, tool; a larger role byte r takes the
+ *         first (r - 5) % 12 of the record's bytes as the role text.
+ * nalar_chat_render must refuse any unknown role (and llama2 a tool
+ * message) with a reason, and otherwise return NUL-terminated text of the
+ * length it reports that ends with the style's generation prompt and holds
+ * every message's content in order (llama2: every user and assistant
+ * content; it folds the system prompt into the next user turn).
+ *
+ *   make fuzz && ./build/fuzz_chat -max_total_time=60 fuzz/corpus/chat
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ngx_nalar_chat.h"
+
+#define MAX_MSGS 64
+
+
+static void
+die(const char *what)
+{
+    fprintf(stderr, "fuzz_chat: %s\n", what);
+    abort();
+}
+
+
+static int
+is_role(const nalar_chat_msg *m, const char *r)
+{
+    return m->role_len == strlen(r) && memcmp(m->role, r, m->role_len) == 0;
+}
+
+
+static void
+template(const uint8_t *d, size_t n)
+{
+    char *s = malloc(n + 1);
+    int   st;
+
+    if (s == NULL) {
+        return;
+    }
+    memcpy(s, d, n);
+    s[n] = '\0';
+    st = nalar_chat_style_detect(s);
+    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_ZEPHYR) {
+        die("detect gave no style");
+    }
+    if (strstr(s, "<|im_start|>") != NULL && st != NALAR_CHAT_CHATML) {
+        die("a ChatML template detected as another style");
+    }
+    st = nalar_chat_style_parse(s, n);
+    if (st >= 0 && strcmp(nalar_chat_style_name(st), s) != 0) {
+        die("style name does not parse back");
+    }
+    free(s);
+}
+
+
+static const char *
+gen_prompt(nalar_chat_style s)
+{
+    switch (s) {
+    case NALAR_CHAT_LLAMA3:
+        return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    case NALAR_CHAT_ZEPHYR:
+        return "<|assistant|>\n";
+    case NALAR_CHAT_LLAMA2:
+        return "";
+    default:
+        return "<|im_start|>assistant\n";
+    }
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const char *roles[] = { "system", "developer", "user",
+                                   "assistant", "tool" };
+    nalar_chat_msg    msgs[MAX_MSGS];
+    nalar_chat_style  style;
+    nalar_err         err;
+    size_t            n = 0, i = 1, len = 0, at = 0;
+    int               unknown = 0, tool = 0;
+    const char       *gp;
+    char             *text, *p;
+
+    if (size == 0) {
+        return 0;
+    }
+    if (data[0] == 0xff) {
+        template(data + 1, size - 1);
+        return 0;
+    }
+    style = (nalar_chat_style) (data[0] % 5);
+    while (i + 2 <= size && n < MAX_MSGS) {
+        uint8_t r = data[i], l = data[i + 1];
+        size_t  avail = size - i - 2, cl = l < avail ? l : avail;
+        size_t  rl = r < 5 ? 0 : (size_t) (r - 5) % 12;
+
+        rl = rl < cl ? rl : cl;
+        if (r < 5) {
+            msgs[n].role = roles[r];
+            msgs[n].role_len = strlen(roles[r]);
+        } else {
+            msgs[n].role = (const char *) data + i + 2;
+            msgs[n].role_len = rl;
+        }
+        msgs[n].content = (const char *) data + i + 2 + rl;
+        msgs[n].content_len = cl - rl;
+        if (!(is_role(&msgs[n], "system") || is_role(&msgs[n], "developer")
+              || is_role(&msgs[n], "user") || is_role(&msgs[n], "assistant")
+              || is_role(&msgs[n], "tool")))
+        {
+            unknown = 1;
+        }
+        tool |= is_role(&msgs[n], "tool");
+        n++;
+        i += 2 + cl;
+    }
+
+    err.msg[0] = '\0';
+    text = nalar_chat_render(style, msgs, n, &len, &err);
+    if (unknown || (style == NALAR_CHAT_LLAMA2 && tool)) {
+        if (text != NULL || err.msg[0] == '\0') {
+            die("a message of an unknown role was rendered");
+        }
+        if (unknown && strstr(err.msg, "unknown role") == NULL) {
+            die("the refusal does not say the role is unknown");
+        }
+        return 0;
+    }
+    if (text == NULL) {
+        die("render failed on known roles");
+    }
+    if (text[len] != '\0') {
+        die("rendered text is not NUL-terminated at its length");
+    }
+    gp = gen_prompt(style);
+    if (len < strlen(gp) || strcmp(text + len - strlen(gp), gp) != 0) {
+        die("rendered text does not end with the generation prompt");
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (style == NALAR_CHAT_LLAMA2
+            && !(is_role(&msgs[k], "user") || is_role(&msgs[k], "assistant")))
+        {
+            continue;
+        }
+        p = msgs[k].content_len == 0
+            ? text + at
+            : memmem(text + at, len - at, msgs[k].content,
+                     msgs[k].content_len);
+        if (p == NULL) {
+            die("a message's content is missing or out of order");
+        }
+        at = (size_t) (p - text) + msgs[k].content_len;
+    }
+    free(text);
+    return 0;
+}
