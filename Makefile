@@ -58,10 +58,10 @@ build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
 # it finds in build/fuzz-corpus/NAME and any crash in build/fuzz-crash/.
 FUZZ_BIN   = $(patsubst fuzz/%.c,build/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -I. \
-             -fsanitize=fuzzer,address,undefined
+             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 build/fuzz_gguf: src/gguf.c src/nalar_err.c
 build/fuzz_jwt: src/jwt.c src/nalar_err.c
-build/fuzz_chat: ngx_nalar_chat.c src/nalar_err.c
+build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat.h src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)

@@ -13,7 +13,7 @@
  * every message's content in order (llama2: every user and assistant
  * content; it folds the system prompt into the next user turn).
  *
- *   make fuzz && ./build/fuzz_chat -max_total_time=60 fuzz/corpus/chat
+ *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=chat
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * array element and the first and last byte of every tensor) so ASan sees
  * any pointer that escapes the input.
  *
- *   make fuzz && ./build/fuzz_gguf -max_total_time=60 fuzz/corpus/gguf
+ *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=gguf
  */
 #include <stdint.h>
 #include <stdlib.h>

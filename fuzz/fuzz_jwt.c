@@ -20,7 +20,7 @@
  * (a non-empty string without control characters, or an integer in
  * decimal); the same token with one signature bit flipped is refused.
  *
- *   make fuzz && ./build/fuzz_jwt -max_total_time=60 fuzz/corpus/jwt
+ *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=jwt
  */
 #include <jansson.h>
 #include <openssl/bn.h>

@@ -15,8 +15,7 @@
  * Invalid UTF-8 only has to decode to valid UTF-8 (the server takes text
  * from JSON strings, which are valid).
  *
- *   make fuzz && ./build/fuzz_tokenizer -max_total_time=60 \
- *       fuzz/corpus/tokenizer
+ *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=tokenizer
  */
 #include <stdint.h>
 #include <stdio.h>
