@@ -50,9 +50,13 @@ save("jwt", "signed-hs", b"\x01\x1d" + j({"alg": "HS256"}) + b"\x00"
      + j(claims))
 save("jwt", "signed-hs-int", b"\x01\x03" + j({"alg": "HS256", "kid": "k"})
      + b"\x00" + j({"tenant": 9007199254740993, "exp": 1.7e9 + 0.5}))
-save("jwt", "signed-es", b"\x02\x0e" + j({"alg": "ES256", "typ": "JWT"})
-     + b"\x00" + j({"org": "o", "iss": "https://issuer.example",
-                    "aud": "nalar", "iat": 1700000059}))
+es_claims = j({"org": "o", "iss": "https://issuer.example", "aud": "nalar",
+               "iat": 1700000059})
+# iat 59 s ahead: accepted with the 60 s leeway (0x10), refused without
+save("jwt", "signed-es", b"\x02\x1e" + j({"alg": "ES256", "typ": "JWT"})
+     + b"\x00" + es_claims)
+save("jwt", "signed-es-iat", b"\x02\x0e" + j({"alg": "ES256"}) + b"\x00"
+     + es_claims)
 rk = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 pn = rk.public_key().public_numbers()
 ek = ec.generate_private_key(ec.SECP384R1())
