@@ -188,6 +188,8 @@ struct ngx_http_nalar_ctx_s {
 
     ngx_buf_t                 *error_body;  /* nginx's error page, as
                                                JSON */
+    ngx_uint_t                 err_status;  /* ngx_http_nalar_error()'s */
+    ngx_buf_t                 *err_body;    /* its JSON, until sent */
     ngx_chain_t               *free;        /* stream buffers to reuse */
     ngx_chain_t               *busy;        /* stream buffers in flight */
 
@@ -196,10 +198,12 @@ struct ngx_http_nalar_ctx_s {
     unsigned                   token_ids:1; /* logprobs tokens as ids */
     unsigned                   header_sent:1;
     unsigned                   blocked:1;   /* waiting for the client */
+    unsigned                   failed:1;    /* a choice failed mid-stream */
     unsigned                   done:1;
 };
 
 
+static ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
@@ -253,6 +257,11 @@ static void ngx_http_nalar_notify(nalar_request *req, void *data);
 static void ngx_http_nalar_done_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
+static ngx_buf_t *ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j);
+static ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_buf_t *b);
+static ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
+    ngx_int_t rc);
 static ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *param, const char *code,
     const char *fmt, ...);
@@ -594,6 +603,19 @@ static ngx_str_t  ngx_http_nalar_sse_type = ngx_string("text/event-stream");
 
 
 /* content handlers */
+
+
+/*
+ * Request steps return a status; an error one of them recorded with
+ * ngx_http_nalar_error() is sent by ngx_http_nalar_send_error(), here and
+ * where the request body or the engine's output finishes a request.
+ */
+
+static ngx_int_t
+ngx_http_nalar_content_handler(ngx_http_request_t *r)
+{
+    return ngx_http_nalar_send_error(r, ngx_http_nalar_handler(r));
+}
 
 
 static ngx_int_t
@@ -1238,7 +1260,7 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    ngx_http_finalize_request(r, rc);
+    ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
 }
 
 
@@ -1321,20 +1343,15 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     params.spec_max_k = (int) nlcf->spec_max_k;
     params.spec_fixed = (int) nlcf->spec_fixed;
 
-    /*
-     * The steps below answer a bad request themselves: a step that returns
-     * NGX_OK with the header sent has sent an error response.
-     */
-
     rc = ngx_http_nalar_parse(r, ctx, root, &params, &stops, &max_tokens);
 
-    if (rc == NGX_OK && !r->header_sent) {
+    if (rc == NGX_OK) {
         rc = ngx_http_nalar_prompt(r, ctx, root, &params, &stops);
     }
 
     json_decref(root);
 
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -1394,7 +1411,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ctx->prompt_tokens = params.n_prompt;
 
     rc = ngx_http_nalar_submit(r, ctx, &params);
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -1839,7 +1856,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     rc = ngx_http_nalar_prediction(r, tok, json_object_get(root, "prediction"),
                                    p);
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -2008,7 +2025,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     free(text);
 
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -2461,7 +2478,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 
         if (rc != NGX_OK) {
             ctx->done = 1;
-            ngx_http_finalize_request(r, rc);
+            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
             return;
         }
 
@@ -2470,6 +2487,29 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
             ch->slot = NULL;
             ctx->n_done++;
         }
+
+        if (ctx->failed) {
+            break;
+        }
+    }
+
+    /* a choice that failed mid-stream ends the stream: the others are
+     * cancelled, and [DONE] follows its error event */
+
+    for (i = 0; ctx->failed && i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot == NULL) {
+            continue;
+        }
+
+        if (ch->submitted && ch->slot->req) {
+            nalar_request_cancel(ch->slot->req);
+        }
+
+        ngx_http_nalar_slot_release(ch->slot);
+        ch->slot = NULL;
+        ctx->n_done++;
     }
 
     if (ctx->n_done == ctx->n) {
@@ -2484,7 +2524,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
             return;
         }
 
-        if (ctx->include_usage) {
+        if (ctx->include_usage && !ctx->failed) {
             json_t  *u;
 
             u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
@@ -2605,7 +2645,8 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
                                         "The engine failed: %s", o->error);
         }
 
-        /* mid-stream: an error event, then the stream ends as usual */
+        /* after the header no status can be sent: an error event ends
+         * the stream (see ngx_http_nalar_pump()) */
 
         chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
                           "message", o->error, "type", "server_error",
@@ -2616,6 +2657,7 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
         }
 
         json_decref(chunk);
+        ctx->failed = 1;
         return NGX_OK;
     }
 
@@ -3373,25 +3415,50 @@ ngx_http_nalar_done_handler(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
 {
-    size_t        len;
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_buf_t  *b;
+
+    b = ngx_http_nalar_json_buf(r, j);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_nalar_send_buf(r, status, b);
+}
+
+
+/* The compact JSON and a newline, the response's last buffer. */
+
+static ngx_buf_t *
+ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j)
+{
+    size_t      len;
+    ngx_buf_t  *b;
 
     len = json_dumpb(j, NULL, 0, JSON_COMPACT);
     if (len == 0) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     b = ngx_create_temp_buf(r->pool, len + 1);
     if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
     *b->last++ = '\n';
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
+
+    return b;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_send_buf(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b)
+{
+    ngx_int_t     rc;
+    ngx_chain_t   out;
 
     r->headers_out.status = status;
     r->headers_out.content_length_n = b->last - b->pos;
@@ -3412,17 +3479,23 @@ ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
 }
 
 
-/* {"error":{"message","type","param","code"}} with the status */
+/*
+ * Records {"error":{"message","type","param","code"}} and its status, and
+ * returns the status: the step returns it to its caller, and
+ * ngx_http_nalar_send_error() sends it.  After the header, no status can
+ * be sent: NGX_ERROR.
+ */
 
 static ngx_int_t
 ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *param, const char *code,
     const char *fmt, ...)
 {
-    u_char      msg[1024], *p;
-    json_t     *j;
-    va_list     args;
-    ngx_int_t   rc;
+    u_char                 msg[1024], *p;
+    json_t                *j;
+    va_list                args;
+    ngx_buf_t             *b;
+    ngx_http_nalar_ctx_t  *ctx;
 
     va_start(args, fmt);
     p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
@@ -3452,10 +3525,59 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_nalar_send_json(r, status, j);
+    b = ngx_http_nalar_json_buf(r, j);
     json_decref(j);
 
-    return rc;
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->request = r;
+        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+    }
+
+    ctx->err_status = status;
+    ctx->err_body = b;
+
+    return status;
+}
+
+
+/*
+ * The one place a recorded error is sent: `rc` is what a step returned,
+ * and the result is what to finalize the request with.
+ */
+
+static ngx_int_t
+ngx_http_nalar_send_error(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_buf_t             *b;
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (rc < NGX_HTTP_SPECIAL_RESPONSE || ctx == NULL
+        || ctx->err_body == NULL || (ngx_uint_t) rc != ctx->err_status)
+    {
+        return rc;
+    }
+
+    b = ctx->err_body;
+    ctx->err_body = NULL;
+
+    if (r->header_sent) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_nalar_send_buf(r, ctx->err_status, b);
 }
 
 
@@ -4479,7 +4601,7 @@ ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     nlcf->handler = cmd->offset;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_nalar_handler;
+    clcf->handler = ngx_http_nalar_content_handler;
 
     return NGX_CONF_OK;
 }
