@@ -63,15 +63,13 @@ typedef struct {
     ngx_str_t                  name;
     ngx_str_t                  path;        /* NUL-terminated */
     ngx_str_t                  draft;       /* NUL-terminated, or empty */
-    nalar_engine              *engine;      /* per worker; NULL in master */
-    nalar_chat_style           style;       /* from the GGUF, once ready */
-    unsigned                   style_known:1;
-    unsigned                   load_logged:1;
 } ngx_http_nalar_model_t;
 
 
 typedef struct {
     ngx_array_t                models;      /* ngx_http_nalar_model_t */
+    ngx_array_t                shared;      /* ngx_http_nalar_shared_t *,
+                                               every nalar_shared_prefix */
     ngx_int_t                  threads;
     off_t                      kv_cache;
     ngx_int_t                  max_batch_tokens;
@@ -92,19 +90,45 @@ typedef struct {
 /*
  * nalar_shared_prefix: the operator's text, tokenized in each worker once
  * per model and per tokenization (literal for completions, control tokens
- * parsed for chat) when a request first needs it.
+ * parsed for chat) when the model is ready.
  */
 typedef struct {
     int32_t                   *ids;         /* (n) */
-    int32_t                    n;           /* -1: not tokenized yet */
+    int32_t                    n;
 } ngx_http_nalar_prefix_ids_t;
 
 
 typedef struct {
     ngx_str_t                  file;
     ngx_str_t                  text;
-    ngx_http_nalar_prefix_ids_t  *ids;      /* (models, 2) or NULL */
+    ngx_uint_t                 index;       /* in the main conf's shared */
 } ngx_http_nalar_shared_t;
+
+
+/*
+ * A model in a worker: its engine and what is learnt from the model once
+ * it is loaded.  Configuration is read-only in workers; what they change
+ * lives in the runtime, made in init_process and freed in exit_process.
+ */
+typedef struct {
+    ngx_str_t                  name;        /* the configuration's */
+    nalar_engine              *engine;      /* NULL: did not start */
+    nalar_chat_style           style;       /* from the GGUF, once ready */
+    ngx_http_nalar_prefix_ids_t  *prefix;   /* (shared prefixes, 2), once
+                                               the model is ready */
+    unsigned                   style_known:1;
+    unsigned                   load_logged:1;
+} ngx_http_nalar_model_rt_t;
+
+
+typedef struct {
+    ngx_pool_t                *pool;
+    ngx_http_nalar_main_conf_t  *conf;
+    ngx_http_nalar_model_rt_t *models;      /* (conf->models.nelts) */
+    ngx_uint_t                 n_models;
+    ngx_event_t                load_ev;
+    ngx_connection_t           load_conn;   /* load_ev's data, for logging */
+} ngx_http_nalar_runtime_t;
 
 
 typedef struct {
@@ -162,7 +186,7 @@ typedef struct {
 
 struct ngx_http_nalar_ctx_s {
     ngx_http_request_t        *request;
-    ngx_http_nalar_model_t    *model;
+    ngx_http_nalar_model_rt_t *model;
     ngx_uint_t                 endpoint;
     ngx_uint_t                 n;           /* choices */
     ngx_uint_t                 n_done;
@@ -267,7 +291,7 @@ static ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
     const char *fmt, ...);
 static ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
-static ngx_http_nalar_model_t *ngx_http_nalar_find_model(
+static ngx_http_nalar_model_rt_t *ngx_http_nalar_find_model(
     ngx_http_request_t *r, const char *name);
 static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
     const nalar_tokenizer *tok, int32_t id, json_t **bytes);
@@ -588,10 +612,10 @@ static ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
 static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 static int                ngx_http_nalar_efd = -1;
 static ngx_connection_t  *ngx_http_nalar_conn;
-static ngx_http_nalar_main_conf_t  *ngx_http_nalar_mcf;  /* this cycle's */
-static ngx_event_t                  ngx_http_nalar_load_ev;
-static ngx_connection_t             ngx_http_nalar_load_conn;
+static ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
 static void ngx_http_nalar_load_watch(ngx_event_t *ev);
+static ngx_int_t ngx_http_nalar_tokenize_shared(
+    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -898,7 +922,7 @@ ngx_http_nalar_health(ngx_http_request_t *r)
     ngx_uint_t                   i, status, loading;
     nalar_err                    err;
     const char                  *s;
-    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
@@ -910,7 +934,7 @@ ngx_http_nalar_health(ngx_http_request_t *r)
 
     status = NGX_HTTP_OK;
     loading = 0;
-    model = nmcf->models.elts;
+    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
         err.msg[0] = '\0';
@@ -987,7 +1011,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     ngx_uint_t                   i, k, h;
     ngx_chain_t                  out;
     nalar_metrics               *m;
-    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     static struct {
@@ -1068,7 +1092,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     }
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = nmcf->models.elts;
+    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
 
     m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
     if (m == NULL) {
@@ -1528,7 +1552,7 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     double                   d;
     json_int_t               n;
     const char              *name;
-    ngx_http_nalar_model_t  *model;
+    ngx_http_nalar_model_rt_t  *model;
 
     chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
 
@@ -3602,20 +3626,18 @@ ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
 }
 
 
-static ngx_http_nalar_model_t *
+static ngx_http_nalar_model_rt_t *
 ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
 {
-    size_t                       len;
-    ngx_uint_t                   i;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
+    size_t                      len;
+    ngx_uint_t                  i;
+    ngx_http_nalar_model_rt_t  *model;
 
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = nmcf->models.elts;
-
-    if (nmcf->models.nelts == 0) {
+    if (ngx_http_nalar_rt == NULL || ngx_http_nalar_rt->n_models == 0) {
         return NULL;
     }
+
+    model = ngx_http_nalar_rt->models;
 
     if (name == NULL) {
         return &model[0];
@@ -3623,7 +3645,7 @@ ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
 
     len = ngx_strlen(name);
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < ngx_http_nalar_rt->n_models; i++) {
         if (model[i].name.len == len
             && ngx_strncmp(model[i].name.data, name, len) == 0)
         {
@@ -4004,14 +4026,11 @@ static ngx_int_t
 ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_request_params *p)
 {
-    int                           n, cap, special;
-    int32_t                       i, *ids;
-    ngx_uint_t                    k;
-    nalar_model                  *m;
+    int                           special;
+    int32_t                       i;
     ngx_http_nalar_shared_t      *sp;
     ngx_http_nalar_prefix_ids_t  *pi;
     ngx_http_nalar_loc_conf_t    *nlcf;
-    ngx_http_nalar_main_conf_t   *nmcf;
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
@@ -4033,58 +4052,20 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         return NGX_OK;
     }
 
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    /* the load watch tokenizes them when the model is ready; a request
+     * may come first */
 
-    if (sp->ids == NULL) {
-        sp->ids = ngx_palloc(ngx_cycle->pool, 2 * nmcf->models.nelts
-                                              * sizeof(*sp->ids));
-        if (sp->ids == NULL) {
-            return NGX_ERROR;
-        }
-
-        for (k = 0; k < 2 * nmcf->models.nelts; k++) {
-            sp->ids[k].ids = NULL;
-            sp->ids[k].n = -1;
-        }
+    if (ctx->model->prefix == NULL
+        && ngx_http_nalar_tokenize_shared(ctx->model, r->connection->log)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     /* tokenized as the prompt is: control tokens are parsed for chat */
 
     special = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
-    k = ctx->model - (ngx_http_nalar_model_t *) nmcf->models.elts;
-    pi = &sp->ids[2 * k + special];
-
-    if (pi->n < 0) {
-        m = nalar_engine_model(ctx->model->engine);
-        cap = (int) sp->text.len + 16;
-
-        for ( ;; ) {
-            ids = ngx_palloc(ngx_cycle->pool, cap * sizeof(int32_t));
-            if (ids == NULL) {
-                return NGX_ERROR;
-            }
-
-            n = nalar_tokenize(m->tok, (const char *) sp->text.data,
-                               sp->text.len, nalar_tok_add_bos(m->tok),
-                               special, ids, cap);
-            if (n <= cap) {
-                break;
-            }
-
-            cap = n;
-        }
-
-        if (n < 0) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "nalar_shared_prefix \"%V\" could not be tokenized "
-                          "for the model \"%V\"", &sp->file,
-                          &ctx->model->name);
-            n = 0;
-        }
-
-        pi->ids = ids;
-        pi->n = n;
-    }
+    pi = &ctx->model->prefix[2 * sp->index + special];
 
     for (i = 0; i < pi->n && i < p->n_prompt; i++) {
         if (pi->ids[i] != p->prompt[i]) {
@@ -4278,7 +4259,10 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
 
     if (ngx_array_init(&nmcf->models, cf->pool, 2,
                        sizeof(ngx_http_nalar_model_t))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_array_init(&nmcf->shared, cf->pool, 1,
+                          sizeof(ngx_http_nalar_shared_t *))
+           != NGX_OK)
     {
         return NULL;
     }
@@ -4847,12 +4831,13 @@ ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_nalar_loc_conf_t *nlcf = conf;
 
-    off_t                     size;
-    ssize_t                   n;
-    ngx_str_t                *value;
-    ngx_file_t                file;
-    ngx_file_info_t           fi;
-    ngx_http_nalar_shared_t  *sp;
+    off_t                        size;
+    ssize_t                      n;
+    ngx_str_t                   *value;
+    ngx_file_t                   file;
+    ngx_file_info_t              fi;
+    ngx_http_nalar_shared_t     *sp, **spp;
+    ngx_http_nalar_main_conf_t  *nmcf;
 
     if (nlcf->shared != NGX_CONF_UNSET_PTR) {
         return "is duplicate";
@@ -4869,12 +4854,6 @@ ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (sp == NULL) {
         return NGX_CONF_ERROR;
     }
-
-    /*
-     * set by ngx_pcalloc():
-     *
-     *     sp->ids = NULL;
-     */
 
     sp->file = value[1];
 
@@ -4953,6 +4932,16 @@ done:
         return NGX_CONF_ERROR;
     }
 
+    nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
+
+    spp = ngx_array_push(&nmcf->shared);
+    if (spp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *spp = sp;
+    sp->index = nmcf->shared.nelts - 1;
+
     nlcf->shared = sp;
 
     return NGX_CONF_OK;
@@ -4975,10 +4964,12 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     sigset_t                     set, old;
     ngx_uint_t                   i;
     nalar_err                    err;
+    ngx_pool_t                  *pool;
     ngx_event_t                 *rev;
     nalar_engine_opts            opts;
     ngx_connection_t            *c;
     ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_runtime_t    *rt;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     if (ngx_process != NGX_PROCESS_WORKER
@@ -4993,7 +4984,29 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_http_nalar_mcf = nmcf;
+    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, cycle->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    rt = ngx_pcalloc(pool, sizeof(ngx_http_nalar_runtime_t));
+    if (rt == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    rt->pool = pool;
+    rt->conf = nmcf;
+    rt->n_models = nmcf->models.nelts;
+
+    rt->models = ngx_pcalloc(pool, rt->n_models
+                                   * sizeof(ngx_http_nalar_model_rt_t));
+    if (rt->models == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    ngx_http_nalar_rt = rt;
 
     ngx_queue_init(&ngx_http_nalar_done);
     ngx_queue_init(&ngx_http_nalar_free_slots);
@@ -5045,6 +5058,8 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     sigdelset(&set, SIGBUS);
 
     for (i = 0; i < nmcf->models.nelts; i++) {
+        rt->models[i].name = model[i].name;
+
         ngx_memzero(&opts, sizeof(nalar_engine_opts));
 
         opts.model_path = (char *) model[i].path.data;
@@ -5070,9 +5085,9 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
             opts.draft_path = (char *) model[i].draft.data;
         }
 
-        model[i].engine = nalar_engine_create(&opts, &err);
+        rt->models[i].engine = nalar_engine_create(&opts, &err);
 
-        if (model[i].engine == NULL) {
+        if (rt->models[i].engine == NULL) {
             ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
                           "nalar_model \"%V\": %s", &model[i].name, err.msg);
             continue;
@@ -5084,11 +5099,11 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
                           "nalar: pthread_sigmask() failed");
         }
 
-        if (nalar_engine_start(model[i].engine, &err) != 0) {
+        if (nalar_engine_start(rt->models[i].engine, &err) != 0) {
             ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
                           "nalar_model \"%V\": %s", &model[i].name, err.msg);
-            nalar_engine_destroy(model[i].engine);
-            model[i].engine = NULL;
+            nalar_engine_destroy(rt->models[i].engine);
+            rt->models[i].engine = NULL;
         }
 
         if (err_no == 0) {
@@ -5097,12 +5112,12 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     }
 
     /* event logging reads ((ngx_connection_t *) data)->fd */
-    ngx_http_nalar_load_conn.fd = (ngx_socket_t) -1;
-    ngx_http_nalar_load_ev.data = &ngx_http_nalar_load_conn;
-    ngx_http_nalar_load_ev.handler = ngx_http_nalar_load_watch;
-    ngx_http_nalar_load_ev.log = cycle->log;
-    ngx_http_nalar_load_ev.cancelable = 1;
-    ngx_add_timer(&ngx_http_nalar_load_ev, 10);
+    rt->load_conn.fd = (ngx_socket_t) -1;
+    rt->load_ev.data = &rt->load_conn;
+    rt->load_ev.handler = ngx_http_nalar_load_watch;
+    rt->load_ev.log = cycle->log;
+    rt->load_ev.cancelable = 1;
+    ngx_add_timer(&rt->load_ev, 10);
 
     return NGX_OK;
 }
@@ -5111,7 +5126,8 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
 /*
  * Models load on engine threads; this timer, on the event loop, polls
  * their state until each is ready or failed and says which in error_log
- * (a failure names its reason: no GPU, not enough memory, ...).
+ * (a failure names its reason: no GPU, not enough memory, ...).  A ready
+ * model's shared prefixes are tokenized here, once in the worker.
  */
 
 
@@ -5121,19 +5137,19 @@ ngx_http_nalar_load_watch(ngx_event_t *ev)
     int                          state;
     ngx_uint_t                   i, pending;
     nalar_err                    err;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_runtime_t    *rt;
+    ngx_http_nalar_model_rt_t   *model;
 
-    nmcf = ngx_http_nalar_mcf;
+    rt = ngx_http_nalar_rt;
 
-    if (nmcf == NULL) {
+    if (rt == NULL) {
         return;
     }
 
-    model = nmcf->models.elts;
+    model = rt->models;
     pending = 0;
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < rt->n_models; i++) {
         if (model[i].engine == NULL || model[i].load_logged) {
             continue;
         }
@@ -5151,6 +5167,10 @@ ngx_http_nalar_load_watch(ngx_event_t *ev)
         if (state == 1) {
             ngx_log_error(NGX_LOG_NOTICE, ev->log, 0,
                           "nalar_model \"%V\": ready", &model[i].name);
+
+            if (model[i].prefix == NULL) {
+                (void) ngx_http_nalar_tokenize_shared(&model[i], ev->log);
+            }
 
         } else {
             ngx_log_error(NGX_LOG_ERR, ev->log, 0,
@@ -5172,25 +5192,22 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
 {
     ngx_uint_t                   i;
     ngx_http_nalar_slot_t      **slots;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_runtime_t    *rt;
 
-    nmcf = ngx_http_nalar_mcf;
+    rt = ngx_http_nalar_rt;
 
-    if (nmcf == NULL) {
+    if (rt == NULL) {
         return;
     }
 
-    if (ngx_http_nalar_load_ev.timer_set) {
-        ngx_del_timer(&ngx_http_nalar_load_ev);
+    if (rt->load_ev.timer_set) {
+        ngx_del_timer(&rt->load_ev);
     }
 
-    model = nmcf->models.elts;
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        if (model[i].engine) {
-            nalar_engine_destroy(model[i].engine);
-            model[i].engine = NULL;
+    for (i = 0; i < rt->n_models; i++) {
+        if (rt->models[i].engine) {
+            nalar_engine_destroy(rt->models[i].engine);
+            rt->models[i].engine = NULL;
         }
     }
 
@@ -5211,5 +5228,74 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_nalar_all_slots.nelts = 0;
-    ngx_http_nalar_mcf = NULL;
+    ngx_http_nalar_rt = NULL;
+
+    ngx_destroy_pool(rt->pool);
+}
+
+
+/*
+ * The model's ids of every nalar_shared_prefix, both ways (literal and
+ * with control tokens), from the worker's runtime pool; a text that cannot
+ * be tokenized shares nothing.  The model must be ready.
+ */
+
+static ngx_int_t
+ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
+    ngx_log_t *log)
+{
+    int                           n, cap, special;
+    int32_t                      *ids;
+    ngx_uint_t                    k;
+    nalar_model                  *m;
+    ngx_http_nalar_shared_t     **sp;
+    ngx_http_nalar_runtime_t     *rt;
+    ngx_http_nalar_prefix_ids_t  *prefix;
+
+    rt = ngx_http_nalar_rt;
+    sp = rt->conf->shared.elts;
+
+    prefix = ngx_pcalloc(rt->pool, (2 * rt->conf->shared.nelts + 1)
+                                   * sizeof(ngx_http_nalar_prefix_ids_t));
+    if (prefix == NULL) {
+        return NGX_ERROR;
+    }
+
+    m = nalar_engine_model(model->engine);
+
+    for (k = 0; k < 2 * rt->conf->shared.nelts; k++) {
+        special = k & 1;
+        cap = (int) sp[k / 2]->text.len + 16;
+
+        for ( ;; ) {
+            ids = ngx_palloc(rt->pool, cap * sizeof(int32_t));
+            if (ids == NULL) {
+                return NGX_ERROR;
+            }
+
+            n = nalar_tokenize(m->tok, (const char *) sp[k / 2]->text.data,
+                               sp[k / 2]->text.len, nalar_tok_add_bos(m->tok),
+                               special, ids, cap);
+            if (n <= cap) {
+                break;
+            }
+
+            cap = n;
+        }
+
+        if (n < 0) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "nalar_shared_prefix \"%V\" could not be tokenized "
+                          "for the model \"%V\"", &sp[k / 2]->file,
+                          &model->name);
+            n = 0;
+        }
+
+        prefix[k].ids = ids;
+        prefix[k].n = n;
+    }
+
+    model->prefix = prefix;
+
+    return NGX_OK;
 }
