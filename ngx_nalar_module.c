@@ -24,6 +24,8 @@
 #include <sys/eventfd.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 #include "engine.h"
 #include "jwt.h"
@@ -139,6 +141,7 @@ typedef struct {
     /* tenant and prefix cache scope */
     ngx_http_complex_value_t  *tenant;      /* nalar_tenant */
     nalar_jwt_keyset          *jwt;         /* nalar_jwt_key, or NULL */
+    ngx_str_t                  jwt_id;      /* SHA-256 of its file, hex */
     ngx_str_t                  jwt_claim;   /* NUL-terminated, or empty */
     ngx_str_t                  jwt_issuer;
     ngx_str_t                  jwt_audience;
@@ -201,6 +204,8 @@ struct ngx_http_nalar_ctx_s {
     /* the tenant, established once per request (a token is verified
      * once however often $nalar_tenant is read) */
     ngx_str_t                  tenant;      /* NUL-terminated */
+    ngx_str_t                  scope;       /* the tenant and where it
+                                               came from; NUL-terminated */
     ngx_uint_t                 tenant_state;    /* NGX_HTTP_NALAR_TENANT_* */
     ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
 
@@ -302,6 +307,7 @@ static ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
 
 static ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
 static ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
+static void ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex);
 static ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
 static ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
@@ -3852,7 +3858,9 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
 static ngx_http_nalar_ctx_t *
 ngx_http_nalar_tenant(ngx_http_request_t *r)
 {
+    int                         is_string;
     u_char                     *p, *last;
+    size_t                      len;
     nalar_err                   err;
     ngx_str_t                   value;
     nalar_jwt_policy            policy;
@@ -3860,6 +3868,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
     char                        claim[NGX_HTTP_NALAR_MAX_TENANT];
+    u_char                      ca[2 * EVP_MAX_MD_SIZE + 1];
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
@@ -3886,6 +3895,8 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
     ctx->tenant_conf = nlcf;
     ctx->tenant_state = NGX_HTTP_NALAR_TENANT_OK;
     ngx_str_null(&ctx->tenant);
+    ngx_str_null(&ctx->scope);
+    is_string = 1;
 
     if (nlcf->jwt == NULL) {
 
@@ -3947,8 +3958,9 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
         policy.leeway = nlcf->jwt_leeway;
         policy.now = ngx_time();
 
-        if (nalar_jwt_verify(nlcf->jwt, (const char *) p, last - p, &policy,
-                             claim, sizeof(claim), &err)
+        if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
+                                   &policy, claim, sizeof(claim), &is_string,
+                                   &err)
             != 0)
         {
             ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -3971,10 +3983,97 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     *ngx_cpymem(ctx->tenant.data, p, ctx->tenant.len) = '\0';
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "nalar tenant: \"%V\"", &ctx->tenant);
+    /*
+     * The prefix cache scope names where the identity came from, so that
+     * the same name from two sources never meets: the key (its file's
+     * SHA-256), issuer and claim that vouched for it, and the claim's JSON
+     * type ("777" is not 777); or the nalar_tenant expression and the CA
+     * of a verified client certificate.  Every part but the last has its
+     * length or a fixed size.
+     */
+
+    if (nlcf->jwt) {
+        len = sizeof("jwt:::::s:") - 1 + nlcf->jwt_id.len
+              + 2 * NGX_SIZE_T_LEN + nlcf->jwt_issuer.len
+              + nlcf->jwt_claim.len + ctx->tenant.len;
+
+    } else {
+        ngx_http_nalar_client_ca(r, ca);
+
+        len = sizeof("var:::ca=:") - 1 + NGX_SIZE_T_LEN
+              + nlcf->tenant->value.len + ngx_strlen(ca) + ctx->tenant.len;
+    }
+
+    ctx->scope.data = ngx_pnalloc(r->pool, len + 1);
+    if (ctx->scope.data == NULL) {
+        return NULL;
+    }
+
+    if (nlcf->jwt) {
+        p = ngx_sprintf(ctx->scope.data, "jwt:%V:%uz:%V:%uz:%V:%c:%V",
+                        &nlcf->jwt_id, nlcf->jwt_issuer.len,
+                        &nlcf->jwt_issuer, nlcf->jwt_claim.len,
+                        &nlcf->jwt_claim, is_string ? 's' : 'n',
+                        &ctx->tenant);
+
+    } else {
+        p = ngx_sprintf(ctx->scope.data, "var:%uz:%V:ca=%s:%V",
+                        nlcf->tenant->value.len, &nlcf->tenant->value, ca,
+                        &ctx->tenant);
+    }
+
+    *p = '\0';
+    ctx->scope.len = p - ctx->scope.data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar tenant: \"%V\", scope \"%V\"", &ctx->tenant,
+                   &ctx->scope);
 
     return ctx;
+}
+
+
+/*
+ * The CA of a verified client certificate, as the SHA-256 of its issuer
+ * name (which a resumed session has too) in hex; "-" without one.
+ */
+
+static void
+ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex)
+{
+#if (NGX_HTTP_SSL)
+    X509          *cert;
+    u_char         md[EVP_MAX_MD_SIZE];
+    unsigned int   n;
+
+    if (r->connection->ssl != NULL
+        && SSL_get_verify_result(r->connection->ssl->connection)
+           == X509_V_OK)
+    {
+        cert = SSL_get_peer_certificate(r->connection->ssl->connection);
+
+        if (cert != NULL) {
+            n = 0;
+
+            if (X509_NAME_digest(X509_get_issuer_name(cert), EVP_sha256(),
+                                 md, &n)
+                != 1)
+            {
+                n = 0;
+            }
+
+            X509_free(cert);
+
+            if (n > 0) {
+                *ngx_hex_dump(hex, md, n) = '\0';
+                return;
+            }
+        }
+    }
+#endif
+
+    hex[0] = '-';
+    hex[1] = '\0';
 }
 
 
@@ -4043,7 +4142,7 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     } else {
         /* NULL for a single tenant: the global scope */
-        p->cache_scope = (const char *) ctx->tenant.data;
+        p->cache_scope = (const char *) ctx->scope.data;
     }
 
     sp = nlcf->shared;
@@ -4380,6 +4479,7 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->keepalive, prev->keepalive, 15000);
     ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
     ngx_conf_merge_ptr_value(conf->jwt, prev->jwt, NULL);
+    ngx_conf_merge_str_value(conf->jwt_id, prev->jwt_id, "");
     ngx_conf_merge_str_value(conf->jwt_claim, prev->jwt_claim, "sub");
     ngx_conf_merge_str_value(conf->jwt_issuer, prev->jwt_issuer, "");
     ngx_conf_merge_str_value(conf->jwt_audience, prev->jwt_audience, "");
@@ -4766,9 +4866,14 @@ ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_nalar_loc_conf_t *nlcf = conf;
 
+    FILE                *fp;
+    size_t               n;
+    u_char               buf[4096], md[EVP_MAX_MD_SIZE];
     nalar_err            err;
     ngx_str_t           *value, file;
+    EVP_MD_CTX          *mdc;
     const char          *alg;
+    unsigned int         md_len;
     nalar_jwt_keyset    *k;
     ngx_pool_cleanup_t  *cln;
 
@@ -4808,6 +4913,47 @@ ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     cln->data = k;
 
     nlcf->jwt = k;
+
+    /* the key's identity in cache scopes: tenants that different keys
+     * vouch for never share */
+
+    fp = fopen((const char *) file.data, "rb");
+    mdc = EVP_MD_CTX_new();
+    md_len = 0;
+
+    if (fp != NULL && mdc != NULL
+        && EVP_DigestInit_ex(mdc, EVP_sha256(), NULL) == 1)
+    {
+        while ((n = fread(buf, 1, sizeof(buf), fp)) > 0) {
+            if (EVP_DigestUpdate(mdc, buf, n) != 1) {
+                break;
+            }
+        }
+
+        if (!ferror(fp) && EVP_DigestFinal_ex(mdc, md, &md_len) != 1) {
+            md_len = 0;
+        }
+    }
+
+    EVP_MD_CTX_free(mdc);
+
+    if (fp != NULL) {
+        (void) fclose(fp);
+    }
+
+    if (md_len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_jwt_key: cannot hash \"%V\"", &file);
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->jwt_id.data = ngx_pnalloc(cf->pool, 2 * md_len);
+    if (nlcf->jwt_id.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->jwt_id.len = ngx_hex_dump(nlcf->jwt_id.data, md, md_len)
+                       - nlcf->jwt_id.data;
 
     return NGX_CONF_OK;
 }
