@@ -24,6 +24,8 @@
 #include <sys/eventfd.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 #include "engine.h"
 #include "jwt.h"
@@ -63,15 +65,13 @@ typedef struct {
     ngx_str_t                  name;
     ngx_str_t                  path;        /* NUL-terminated */
     ngx_str_t                  draft;       /* NUL-terminated, or empty */
-    nalar_engine              *engine;      /* per worker; NULL in master */
-    nalar_chat_style           style;       /* from the GGUF, once ready */
-    unsigned                   style_known:1;
-    unsigned                   load_logged:1;
 } ngx_http_nalar_model_t;
 
 
 typedef struct {
     ngx_array_t                models;      /* ngx_http_nalar_model_t */
+    ngx_array_t                shared;      /* ngx_http_nalar_shared_t *,
+                                               every nalar_shared_prefix */
     ngx_int_t                  threads;
     off_t                      kv_cache;
     ngx_int_t                  max_batch_tokens;
@@ -92,19 +92,45 @@ typedef struct {
 /*
  * nalar_shared_prefix: the operator's text, tokenized in each worker once
  * per model and per tokenization (literal for completions, control tokens
- * parsed for chat) when a request first needs it.
+ * parsed for chat) when the model is ready.
  */
 typedef struct {
     int32_t                   *ids;         /* (n) */
-    int32_t                    n;           /* -1: not tokenized yet */
+    int32_t                    n;
 } ngx_http_nalar_prefix_ids_t;
 
 
 typedef struct {
     ngx_str_t                  file;
     ngx_str_t                  text;
-    ngx_http_nalar_prefix_ids_t  *ids;      /* (models, 2) or NULL */
+    ngx_uint_t                 index;       /* in the main conf's shared */
 } ngx_http_nalar_shared_t;
+
+
+/*
+ * A model in a worker: its engine and what is learnt from the model once
+ * it is loaded.  Configuration is read-only in workers; what they change
+ * lives in the runtime, made in init_process and freed in exit_process.
+ */
+typedef struct {
+    ngx_str_t                  name;        /* the configuration's */
+    nalar_engine              *engine;      /* NULL: did not start */
+    nalar_chat_style           style;       /* from the GGUF, once ready */
+    ngx_http_nalar_prefix_ids_t  *prefix;   /* (shared prefixes, 2), once
+                                               the model is ready */
+    unsigned                   style_known:1;
+    unsigned                   load_logged:1;
+} ngx_http_nalar_model_rt_t;
+
+
+typedef struct {
+    ngx_pool_t                *pool;
+    ngx_http_nalar_main_conf_t  *conf;
+    ngx_http_nalar_model_rt_t *models;      /* (conf->models.nelts) */
+    ngx_uint_t                 n_models;
+    ngx_event_t                load_ev;
+    ngx_connection_t           load_conn;   /* load_ev's data, for logging */
+} ngx_http_nalar_runtime_t;
 
 
 typedef struct {
@@ -115,6 +141,7 @@ typedef struct {
     /* tenant and prefix cache scope */
     ngx_http_complex_value_t  *tenant;      /* nalar_tenant */
     nalar_jwt_keyset          *jwt;         /* nalar_jwt_key, or NULL */
+    ngx_str_t                  jwt_id;      /* SHA-256 of its file, hex */
     ngx_str_t                  jwt_claim;   /* NUL-terminated, or empty */
     ngx_str_t                  jwt_issuer;
     ngx_str_t                  jwt_audience;
@@ -162,7 +189,7 @@ typedef struct {
 
 struct ngx_http_nalar_ctx_s {
     ngx_http_request_t        *request;
-    ngx_http_nalar_model_t    *model;
+    ngx_http_nalar_model_rt_t *model;
     ngx_uint_t                 endpoint;
     ngx_uint_t                 n;           /* choices */
     ngx_uint_t                 n_done;
@@ -177,6 +204,8 @@ struct ngx_http_nalar_ctx_s {
     /* the tenant, established once per request (a token is verified
      * once however often $nalar_tenant is read) */
     ngx_str_t                  tenant;      /* NUL-terminated */
+    ngx_str_t                  scope;       /* the tenant and where it
+                                               came from; NUL-terminated */
     ngx_uint_t                 tenant_state;    /* NGX_HTTP_NALAR_TENANT_* */
     ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
 
@@ -188,6 +217,8 @@ struct ngx_http_nalar_ctx_s {
 
     ngx_buf_t                 *error_body;  /* nginx's error page, as
                                                JSON */
+    ngx_uint_t                 err_status;  /* ngx_http_nalar_error()'s */
+    ngx_buf_t                 *err_body;    /* its JSON, until sent */
     ngx_chain_t               *free;        /* stream buffers to reuse */
     ngx_chain_t               *busy;        /* stream buffers in flight */
 
@@ -196,10 +227,12 @@ struct ngx_http_nalar_ctx_s {
     unsigned                   token_ids:1; /* logprobs tokens as ids */
     unsigned                   header_sent:1;
     unsigned                   blocked:1;   /* waiting for the client */
+    unsigned                   failed:1;    /* a choice failed mid-stream */
     unsigned                   done:1;
 };
 
 
+static ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
@@ -253,12 +286,17 @@ static void ngx_http_nalar_notify(nalar_request *req, void *data);
 static void ngx_http_nalar_done_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
+static ngx_buf_t *ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j);
+static ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_buf_t *b);
+static ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
+    ngx_int_t rc);
 static ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *param, const char *code,
     const char *fmt, ...);
 static ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
-static ngx_http_nalar_model_t *ngx_http_nalar_find_model(
+static ngx_http_nalar_model_rt_t *ngx_http_nalar_find_model(
     ngx_http_request_t *r, const char *name);
 static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
     const nalar_tokenizer *tok, int32_t id, json_t **bytes);
@@ -269,6 +307,7 @@ static ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
 
 static ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
 static ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
+static void ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex);
 static ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
 static ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
@@ -579,10 +618,10 @@ static ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
 static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 static int                ngx_http_nalar_efd = -1;
 static ngx_connection_t  *ngx_http_nalar_conn;
-static ngx_http_nalar_main_conf_t  *ngx_http_nalar_mcf;  /* this cycle's */
-static ngx_event_t                  ngx_http_nalar_load_ev;
-static ngx_connection_t             ngx_http_nalar_load_conn;
+static ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
 static void ngx_http_nalar_load_watch(ngx_event_t *ev);
+static ngx_int_t ngx_http_nalar_tokenize_shared(
+    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -594,6 +633,19 @@ static ngx_str_t  ngx_http_nalar_sse_type = ngx_string("text/event-stream");
 
 
 /* content handlers */
+
+
+/*
+ * Request steps return a status; an error one of them recorded with
+ * ngx_http_nalar_error() is sent by ngx_http_nalar_send_error(), here and
+ * where the request body or the engine's output finishes a request.
+ */
+
+static ngx_int_t
+ngx_http_nalar_content_handler(ngx_http_request_t *r)
+{
+    return ngx_http_nalar_send_error(r, ngx_http_nalar_handler(r));
+}
 
 
 static ngx_int_t
@@ -876,7 +928,7 @@ ngx_http_nalar_health(ngx_http_request_t *r)
     ngx_uint_t                   i, status, loading;
     nalar_err                    err;
     const char                  *s;
-    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
@@ -888,7 +940,7 @@ ngx_http_nalar_health(ngx_http_request_t *r)
 
     status = NGX_HTTP_OK;
     loading = 0;
-    model = nmcf->models.elts;
+    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
         err.msg[0] = '\0';
@@ -965,7 +1017,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     ngx_uint_t                   i, k, h;
     ngx_chain_t                  out;
     nalar_metrics               *m;
-    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     static struct {
@@ -1046,7 +1098,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     }
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = nmcf->models.elts;
+    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
 
     m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
     if (m == NULL) {
@@ -1238,7 +1290,7 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    ngx_http_finalize_request(r, rc);
+    ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
 }
 
 
@@ -1321,20 +1373,15 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     params.spec_max_k = (int) nlcf->spec_max_k;
     params.spec_fixed = (int) nlcf->spec_fixed;
 
-    /*
-     * The steps below answer a bad request themselves: a step that returns
-     * NGX_OK with the header sent has sent an error response.
-     */
-
     rc = ngx_http_nalar_parse(r, ctx, root, &params, &stops, &max_tokens);
 
-    if (rc == NGX_OK && !r->header_sent) {
+    if (rc == NGX_OK) {
         rc = ngx_http_nalar_prompt(r, ctx, root, &params, &stops);
     }
 
     json_decref(root);
 
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -1394,7 +1441,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ctx->prompt_tokens = params.n_prompt;
 
     rc = ngx_http_nalar_submit(r, ctx, &params);
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -1511,7 +1558,7 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     double                   d;
     json_int_t               n;
     const char              *name;
-    ngx_http_nalar_model_t  *model;
+    ngx_http_nalar_model_rt_t  *model;
 
     chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
 
@@ -1839,7 +1886,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     rc = ngx_http_nalar_prediction(r, tok, json_object_get(root, "prediction"),
                                    p);
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -2008,7 +2055,7 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     free(text);
 
-    if (rc != NGX_OK || r->header_sent) {
+    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -2461,7 +2508,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 
         if (rc != NGX_OK) {
             ctx->done = 1;
-            ngx_http_finalize_request(r, rc);
+            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
             return;
         }
 
@@ -2470,6 +2517,29 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
             ch->slot = NULL;
             ctx->n_done++;
         }
+
+        if (ctx->failed) {
+            break;
+        }
+    }
+
+    /* a choice that failed mid-stream ends the stream: the others are
+     * cancelled, and [DONE] follows its error event */
+
+    for (i = 0; ctx->failed && i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot == NULL) {
+            continue;
+        }
+
+        if (ch->submitted && ch->slot->req) {
+            nalar_request_cancel(ch->slot->req);
+        }
+
+        ngx_http_nalar_slot_release(ch->slot);
+        ch->slot = NULL;
+        ctx->n_done++;
     }
 
     if (ctx->n_done == ctx->n) {
@@ -2484,7 +2554,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
             return;
         }
 
-        if (ctx->include_usage) {
+        if (ctx->include_usage && !ctx->failed) {
             json_t  *u;
 
             u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
@@ -2605,7 +2675,8 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
                                         "The engine failed: %s", o->error);
         }
 
-        /* mid-stream: an error event, then the stream ends as usual */
+        /* after the header no status can be sent: an error event ends
+         * the stream (see ngx_http_nalar_pump()) */
 
         chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
                           "message", o->error, "type", "server_error",
@@ -2616,6 +2687,7 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
         }
 
         json_decref(chunk);
+        ctx->failed = 1;
         return NGX_OK;
     }
 
@@ -3373,25 +3445,50 @@ ngx_http_nalar_done_handler(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
 {
-    size_t        len;
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_buf_t  *b;
+
+    b = ngx_http_nalar_json_buf(r, j);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_nalar_send_buf(r, status, b);
+}
+
+
+/* The compact JSON and a newline, the response's last buffer. */
+
+static ngx_buf_t *
+ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j)
+{
+    size_t      len;
+    ngx_buf_t  *b;
 
     len = json_dumpb(j, NULL, 0, JSON_COMPACT);
     if (len == 0) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     b = ngx_create_temp_buf(r->pool, len + 1);
     if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
     *b->last++ = '\n';
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
+
+    return b;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_send_buf(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b)
+{
+    ngx_int_t     rc;
+    ngx_chain_t   out;
 
     r->headers_out.status = status;
     r->headers_out.content_length_n = b->last - b->pos;
@@ -3412,17 +3509,23 @@ ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
 }
 
 
-/* {"error":{"message","type","param","code"}} with the status */
+/*
+ * Records {"error":{"message","type","param","code"}} and its status, and
+ * returns the status: the step returns it to its caller, and
+ * ngx_http_nalar_send_error() sends it.  After the header, no status can
+ * be sent: NGX_ERROR.
+ */
 
 static ngx_int_t
 ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *param, const char *code,
     const char *fmt, ...)
 {
-    u_char      msg[1024], *p;
-    json_t     *j;
-    va_list     args;
-    ngx_int_t   rc;
+    u_char                 msg[1024], *p;
+    json_t                *j;
+    va_list                args;
+    ngx_buf_t             *b;
+    ngx_http_nalar_ctx_t  *ctx;
 
     va_start(args, fmt);
     p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
@@ -3452,10 +3555,59 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_nalar_send_json(r, status, j);
+    b = ngx_http_nalar_json_buf(r, j);
     json_decref(j);
 
-    return rc;
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->request = r;
+        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+    }
+
+    ctx->err_status = status;
+    ctx->err_body = b;
+
+    return status;
+}
+
+
+/*
+ * The one place a recorded error is sent: `rc` is what a step returned,
+ * and the result is what to finalize the request with.
+ */
+
+static ngx_int_t
+ngx_http_nalar_send_error(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_buf_t             *b;
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (rc < NGX_HTTP_SPECIAL_RESPONSE || ctx == NULL
+        || ctx->err_body == NULL || (ngx_uint_t) rc != ctx->err_status)
+    {
+        return rc;
+    }
+
+    b = ctx->err_body;
+    ctx->err_body = NULL;
+
+    if (r->header_sent) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_nalar_send_buf(r, ctx->err_status, b);
 }
 
 
@@ -3480,20 +3632,18 @@ ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
 }
 
 
-static ngx_http_nalar_model_t *
+static ngx_http_nalar_model_rt_t *
 ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
 {
-    size_t                       len;
-    ngx_uint_t                   i;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
+    size_t                      len;
+    ngx_uint_t                  i;
+    ngx_http_nalar_model_rt_t  *model;
 
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = nmcf->models.elts;
-
-    if (nmcf->models.nelts == 0) {
+    if (ngx_http_nalar_rt == NULL || ngx_http_nalar_rt->n_models == 0) {
         return NULL;
     }
+
+    model = ngx_http_nalar_rt->models;
 
     if (name == NULL) {
         return &model[0];
@@ -3501,7 +3651,7 @@ ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
 
     len = ngx_strlen(name);
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < ngx_http_nalar_rt->n_models; i++) {
         if (model[i].name.len == len
             && ngx_strncmp(model[i].name.data, name, len) == 0)
         {
@@ -3708,7 +3858,9 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
 static ngx_http_nalar_ctx_t *
 ngx_http_nalar_tenant(ngx_http_request_t *r)
 {
+    int                         is_string;
     u_char                     *p, *last;
+    size_t                      len;
     nalar_err                   err;
     ngx_str_t                   value;
     nalar_jwt_policy            policy;
@@ -3716,6 +3868,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
     char                        claim[NGX_HTTP_NALAR_MAX_TENANT];
+    u_char                      ca[2 * EVP_MAX_MD_SIZE + 1];
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
@@ -3742,6 +3895,8 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
     ctx->tenant_conf = nlcf;
     ctx->tenant_state = NGX_HTTP_NALAR_TENANT_OK;
     ngx_str_null(&ctx->tenant);
+    ngx_str_null(&ctx->scope);
+    is_string = 1;
 
     if (nlcf->jwt == NULL) {
 
@@ -3803,8 +3958,9 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
         policy.leeway = nlcf->jwt_leeway;
         policy.now = ngx_time();
 
-        if (nalar_jwt_verify(nlcf->jwt, (const char *) p, last - p, &policy,
-                             claim, sizeof(claim), &err)
+        if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
+                                   &policy, claim, sizeof(claim), &is_string,
+                                   &err)
             != 0)
         {
             ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -3827,10 +3983,97 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     *ngx_cpymem(ctx->tenant.data, p, ctx->tenant.len) = '\0';
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "nalar tenant: \"%V\"", &ctx->tenant);
+    /*
+     * The prefix cache scope names where the identity came from, so that
+     * the same name from two sources never meets: the key (its file's
+     * SHA-256), issuer and claim that vouched for it, and the claim's JSON
+     * type ("777" is not 777); or the nalar_tenant expression and the CA
+     * of a verified client certificate.  Every part but the last has its
+     * length or a fixed size.
+     */
+
+    if (nlcf->jwt) {
+        len = sizeof("jwt:::::s:") - 1 + nlcf->jwt_id.len
+              + 2 * NGX_SIZE_T_LEN + nlcf->jwt_issuer.len
+              + nlcf->jwt_claim.len + ctx->tenant.len;
+
+    } else {
+        ngx_http_nalar_client_ca(r, ca);
+
+        len = sizeof("var:::ca=:") - 1 + NGX_SIZE_T_LEN
+              + nlcf->tenant->value.len + ngx_strlen(ca) + ctx->tenant.len;
+    }
+
+    ctx->scope.data = ngx_pnalloc(r->pool, len + 1);
+    if (ctx->scope.data == NULL) {
+        return NULL;
+    }
+
+    if (nlcf->jwt) {
+        p = ngx_sprintf(ctx->scope.data, "jwt:%V:%uz:%V:%uz:%V:%c:%V",
+                        &nlcf->jwt_id, nlcf->jwt_issuer.len,
+                        &nlcf->jwt_issuer, nlcf->jwt_claim.len,
+                        &nlcf->jwt_claim, is_string ? 's' : 'n',
+                        &ctx->tenant);
+
+    } else {
+        p = ngx_sprintf(ctx->scope.data, "var:%uz:%V:ca=%s:%V",
+                        nlcf->tenant->value.len, &nlcf->tenant->value, ca,
+                        &ctx->tenant);
+    }
+
+    *p = '\0';
+    ctx->scope.len = p - ctx->scope.data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar tenant: \"%V\", scope \"%V\"", &ctx->tenant,
+                   &ctx->scope);
 
     return ctx;
+}
+
+
+/*
+ * The CA of a verified client certificate, as the SHA-256 of its issuer
+ * name (which a resumed session has too) in hex; "-" without one.
+ */
+
+static void
+ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex)
+{
+#if (NGX_HTTP_SSL)
+    X509          *cert;
+    u_char         md[EVP_MAX_MD_SIZE];
+    unsigned int   n;
+
+    if (r->connection->ssl != NULL
+        && SSL_get_verify_result(r->connection->ssl->connection)
+           == X509_V_OK)
+    {
+        cert = SSL_get_peer_certificate(r->connection->ssl->connection);
+
+        if (cert != NULL) {
+            n = 0;
+
+            if (X509_NAME_digest(X509_get_issuer_name(cert), EVP_sha256(),
+                                 md, &n)
+                != 1)
+            {
+                n = 0;
+            }
+
+            X509_free(cert);
+
+            if (n > 0) {
+                *ngx_hex_dump(hex, md, n) = '\0';
+                return;
+            }
+        }
+    }
+#endif
+
+    hex[0] = '-';
+    hex[1] = '\0';
 }
 
 
@@ -3882,14 +4125,11 @@ static ngx_int_t
 ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_request_params *p)
 {
-    int                           n, cap, special;
-    int32_t                       i, *ids;
-    ngx_uint_t                    k;
-    nalar_model                  *m;
+    int                           special;
+    int32_t                       i;
     ngx_http_nalar_shared_t      *sp;
     ngx_http_nalar_prefix_ids_t  *pi;
     ngx_http_nalar_loc_conf_t    *nlcf;
-    ngx_http_nalar_main_conf_t   *nmcf;
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
@@ -3902,7 +4142,7 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     } else {
         /* NULL for a single tenant: the global scope */
-        p->cache_scope = (const char *) ctx->tenant.data;
+        p->cache_scope = (const char *) ctx->scope.data;
     }
 
     sp = nlcf->shared;
@@ -3911,58 +4151,20 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         return NGX_OK;
     }
 
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    /* the load watch tokenizes them when the model is ready; a request
+     * may come first */
 
-    if (sp->ids == NULL) {
-        sp->ids = ngx_palloc(ngx_cycle->pool, 2 * nmcf->models.nelts
-                                              * sizeof(*sp->ids));
-        if (sp->ids == NULL) {
-            return NGX_ERROR;
-        }
-
-        for (k = 0; k < 2 * nmcf->models.nelts; k++) {
-            sp->ids[k].ids = NULL;
-            sp->ids[k].n = -1;
-        }
+    if (ctx->model->prefix == NULL
+        && ngx_http_nalar_tokenize_shared(ctx->model, r->connection->log)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     /* tokenized as the prompt is: control tokens are parsed for chat */
 
     special = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
-    k = ctx->model - (ngx_http_nalar_model_t *) nmcf->models.elts;
-    pi = &sp->ids[2 * k + special];
-
-    if (pi->n < 0) {
-        m = nalar_engine_model(ctx->model->engine);
-        cap = (int) sp->text.len + 16;
-
-        for ( ;; ) {
-            ids = ngx_palloc(ngx_cycle->pool, cap * sizeof(int32_t));
-            if (ids == NULL) {
-                return NGX_ERROR;
-            }
-
-            n = nalar_tokenize(m->tok, (const char *) sp->text.data,
-                               sp->text.len, nalar_tok_add_bos(m->tok),
-                               special, ids, cap);
-            if (n <= cap) {
-                break;
-            }
-
-            cap = n;
-        }
-
-        if (n < 0) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "nalar_shared_prefix \"%V\" could not be tokenized "
-                          "for the model \"%V\"", &sp->file,
-                          &ctx->model->name);
-            n = 0;
-        }
-
-        pi->ids = ids;
-        pi->n = n;
-    }
+    pi = &ctx->model->prefix[2 * sp->index + special];
 
     for (i = 0; i < pi->n && i < p->n_prompt; i++) {
         if (pi->ids[i] != p->prompt[i]) {
@@ -4156,7 +4358,10 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
 
     if (ngx_array_init(&nmcf->models, cf->pool, 2,
                        sizeof(ngx_http_nalar_model_t))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_array_init(&nmcf->shared, cf->pool, 1,
+                          sizeof(ngx_http_nalar_shared_t *))
+           != NGX_OK)
     {
         return NULL;
     }
@@ -4274,6 +4479,7 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->keepalive, prev->keepalive, 15000);
     ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
     ngx_conf_merge_ptr_value(conf->jwt, prev->jwt, NULL);
+    ngx_conf_merge_str_value(conf->jwt_id, prev->jwt_id, "");
     ngx_conf_merge_str_value(conf->jwt_claim, prev->jwt_claim, "sub");
     ngx_conf_merge_str_value(conf->jwt_issuer, prev->jwt_issuer, "");
     ngx_conf_merge_str_value(conf->jwt_audience, prev->jwt_audience, "");
@@ -4479,7 +4685,7 @@ ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     nlcf->handler = cmd->offset;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_nalar_handler;
+    clcf->handler = ngx_http_nalar_content_handler;
 
     return NGX_CONF_OK;
 }
@@ -4660,9 +4866,14 @@ ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_nalar_loc_conf_t *nlcf = conf;
 
+    FILE                *fp;
+    size_t               n;
+    u_char               buf[4096], md[EVP_MAX_MD_SIZE];
     nalar_err            err;
     ngx_str_t           *value, file;
+    EVP_MD_CTX          *mdc;
     const char          *alg;
+    unsigned int         md_len;
     nalar_jwt_keyset    *k;
     ngx_pool_cleanup_t  *cln;
 
@@ -4703,6 +4914,47 @@ ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     nlcf->jwt = k;
 
+    /* the key's identity in cache scopes: tenants that different keys
+     * vouch for never share */
+
+    fp = fopen((const char *) file.data, "rb");
+    mdc = EVP_MD_CTX_new();
+    md_len = 0;
+
+    if (fp != NULL && mdc != NULL
+        && EVP_DigestInit_ex(mdc, EVP_sha256(), NULL) == 1)
+    {
+        while ((n = fread(buf, 1, sizeof(buf), fp)) > 0) {
+            if (EVP_DigestUpdate(mdc, buf, n) != 1) {
+                break;
+            }
+        }
+
+        if (!ferror(fp) && EVP_DigestFinal_ex(mdc, md, &md_len) != 1) {
+            md_len = 0;
+        }
+    }
+
+    EVP_MD_CTX_free(mdc);
+
+    if (fp != NULL) {
+        (void) fclose(fp);
+    }
+
+    if (md_len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_jwt_key: cannot hash \"%V\"", &file);
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->jwt_id.data = ngx_pnalloc(cf->pool, 2 * md_len);
+    if (nlcf->jwt_id.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->jwt_id.len = ngx_hex_dump(nlcf->jwt_id.data, md, md_len)
+                       - nlcf->jwt_id.data;
+
     return NGX_CONF_OK;
 }
 
@@ -4725,12 +4977,13 @@ ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_nalar_loc_conf_t *nlcf = conf;
 
-    off_t                     size;
-    ssize_t                   n;
-    ngx_str_t                *value;
-    ngx_file_t                file;
-    ngx_file_info_t           fi;
-    ngx_http_nalar_shared_t  *sp;
+    off_t                        size;
+    ssize_t                      n;
+    ngx_str_t                   *value;
+    ngx_file_t                   file;
+    ngx_file_info_t              fi;
+    ngx_http_nalar_shared_t     *sp, **spp;
+    ngx_http_nalar_main_conf_t  *nmcf;
 
     if (nlcf->shared != NGX_CONF_UNSET_PTR) {
         return "is duplicate";
@@ -4747,12 +5000,6 @@ ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (sp == NULL) {
         return NGX_CONF_ERROR;
     }
-
-    /*
-     * set by ngx_pcalloc():
-     *
-     *     sp->ids = NULL;
-     */
 
     sp->file = value[1];
 
@@ -4831,6 +5078,16 @@ done:
         return NGX_CONF_ERROR;
     }
 
+    nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
+
+    spp = ngx_array_push(&nmcf->shared);
+    if (spp == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *spp = sp;
+    sp->index = nmcf->shared.nelts - 1;
+
     nlcf->shared = sp;
 
     return NGX_CONF_OK;
@@ -4853,10 +5110,12 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     sigset_t                     set, old;
     ngx_uint_t                   i;
     nalar_err                    err;
+    ngx_pool_t                  *pool;
     ngx_event_t                 *rev;
     nalar_engine_opts            opts;
     ngx_connection_t            *c;
     ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_runtime_t    *rt;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     if (ngx_process != NGX_PROCESS_WORKER
@@ -4871,7 +5130,29 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_http_nalar_mcf = nmcf;
+    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, cycle->log);
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    rt = ngx_pcalloc(pool, sizeof(ngx_http_nalar_runtime_t));
+    if (rt == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    rt->pool = pool;
+    rt->conf = nmcf;
+    rt->n_models = nmcf->models.nelts;
+
+    rt->models = ngx_pcalloc(pool, rt->n_models
+                                   * sizeof(ngx_http_nalar_model_rt_t));
+    if (rt->models == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
+
+    ngx_http_nalar_rt = rt;
 
     ngx_queue_init(&ngx_http_nalar_done);
     ngx_queue_init(&ngx_http_nalar_free_slots);
@@ -4923,6 +5204,8 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     sigdelset(&set, SIGBUS);
 
     for (i = 0; i < nmcf->models.nelts; i++) {
+        rt->models[i].name = model[i].name;
+
         ngx_memzero(&opts, sizeof(nalar_engine_opts));
 
         opts.model_path = (char *) model[i].path.data;
@@ -4948,9 +5231,9 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
             opts.draft_path = (char *) model[i].draft.data;
         }
 
-        model[i].engine = nalar_engine_create(&opts, &err);
+        rt->models[i].engine = nalar_engine_create(&opts, &err);
 
-        if (model[i].engine == NULL) {
+        if (rt->models[i].engine == NULL) {
             ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
                           "nalar_model \"%V\": %s", &model[i].name, err.msg);
             continue;
@@ -4962,11 +5245,11 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
                           "nalar: pthread_sigmask() failed");
         }
 
-        if (nalar_engine_start(model[i].engine, &err) != 0) {
+        if (nalar_engine_start(rt->models[i].engine, &err) != 0) {
             ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
                           "nalar_model \"%V\": %s", &model[i].name, err.msg);
-            nalar_engine_destroy(model[i].engine);
-            model[i].engine = NULL;
+            nalar_engine_destroy(rt->models[i].engine);
+            rt->models[i].engine = NULL;
         }
 
         if (err_no == 0) {
@@ -4975,12 +5258,12 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     }
 
     /* event logging reads ((ngx_connection_t *) data)->fd */
-    ngx_http_nalar_load_conn.fd = (ngx_socket_t) -1;
-    ngx_http_nalar_load_ev.data = &ngx_http_nalar_load_conn;
-    ngx_http_nalar_load_ev.handler = ngx_http_nalar_load_watch;
-    ngx_http_nalar_load_ev.log = cycle->log;
-    ngx_http_nalar_load_ev.cancelable = 1;
-    ngx_add_timer(&ngx_http_nalar_load_ev, 10);
+    rt->load_conn.fd = (ngx_socket_t) -1;
+    rt->load_ev.data = &rt->load_conn;
+    rt->load_ev.handler = ngx_http_nalar_load_watch;
+    rt->load_ev.log = cycle->log;
+    rt->load_ev.cancelable = 1;
+    ngx_add_timer(&rt->load_ev, 10);
 
     return NGX_OK;
 }
@@ -4989,7 +5272,8 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
 /*
  * Models load on engine threads; this timer, on the event loop, polls
  * their state until each is ready or failed and says which in error_log
- * (a failure names its reason: no GPU, not enough memory, ...).
+ * (a failure names its reason: no GPU, not enough memory, ...).  A ready
+ * model's shared prefixes are tokenized here, once in the worker.
  */
 
 
@@ -4999,19 +5283,19 @@ ngx_http_nalar_load_watch(ngx_event_t *ev)
     int                          state;
     ngx_uint_t                   i, pending;
     nalar_err                    err;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_runtime_t    *rt;
+    ngx_http_nalar_model_rt_t   *model;
 
-    nmcf = ngx_http_nalar_mcf;
+    rt = ngx_http_nalar_rt;
 
-    if (nmcf == NULL) {
+    if (rt == NULL) {
         return;
     }
 
-    model = nmcf->models.elts;
+    model = rt->models;
     pending = 0;
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < rt->n_models; i++) {
         if (model[i].engine == NULL || model[i].load_logged) {
             continue;
         }
@@ -5029,6 +5313,10 @@ ngx_http_nalar_load_watch(ngx_event_t *ev)
         if (state == 1) {
             ngx_log_error(NGX_LOG_NOTICE, ev->log, 0,
                           "nalar_model \"%V\": ready", &model[i].name);
+
+            if (model[i].prefix == NULL) {
+                (void) ngx_http_nalar_tokenize_shared(&model[i], ev->log);
+            }
 
         } else {
             ngx_log_error(NGX_LOG_ERR, ev->log, 0,
@@ -5050,25 +5338,22 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
 {
     ngx_uint_t                   i;
     ngx_http_nalar_slot_t      **slots;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_runtime_t    *rt;
 
-    nmcf = ngx_http_nalar_mcf;
+    rt = ngx_http_nalar_rt;
 
-    if (nmcf == NULL) {
+    if (rt == NULL) {
         return;
     }
 
-    if (ngx_http_nalar_load_ev.timer_set) {
-        ngx_del_timer(&ngx_http_nalar_load_ev);
+    if (rt->load_ev.timer_set) {
+        ngx_del_timer(&rt->load_ev);
     }
 
-    model = nmcf->models.elts;
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        if (model[i].engine) {
-            nalar_engine_destroy(model[i].engine);
-            model[i].engine = NULL;
+    for (i = 0; i < rt->n_models; i++) {
+        if (rt->models[i].engine) {
+            nalar_engine_destroy(rt->models[i].engine);
+            rt->models[i].engine = NULL;
         }
     }
 
@@ -5089,5 +5374,74 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_nalar_all_slots.nelts = 0;
-    ngx_http_nalar_mcf = NULL;
+    ngx_http_nalar_rt = NULL;
+
+    ngx_destroy_pool(rt->pool);
+}
+
+
+/*
+ * The model's ids of every nalar_shared_prefix, both ways (literal and
+ * with control tokens), from the worker's runtime pool; a text that cannot
+ * be tokenized shares nothing.  The model must be ready.
+ */
+
+static ngx_int_t
+ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
+    ngx_log_t *log)
+{
+    int                           n, cap, special;
+    int32_t                      *ids;
+    ngx_uint_t                    k;
+    nalar_model                  *m;
+    ngx_http_nalar_shared_t     **sp;
+    ngx_http_nalar_runtime_t     *rt;
+    ngx_http_nalar_prefix_ids_t  *prefix;
+
+    rt = ngx_http_nalar_rt;
+    sp = rt->conf->shared.elts;
+
+    prefix = ngx_pcalloc(rt->pool, (2 * rt->conf->shared.nelts + 1)
+                                   * sizeof(ngx_http_nalar_prefix_ids_t));
+    if (prefix == NULL) {
+        return NGX_ERROR;
+    }
+
+    m = nalar_engine_model(model->engine);
+
+    for (k = 0; k < 2 * rt->conf->shared.nelts; k++) {
+        special = k & 1;
+        cap = (int) sp[k / 2]->text.len + 16;
+
+        for ( ;; ) {
+            ids = ngx_palloc(rt->pool, cap * sizeof(int32_t));
+            if (ids == NULL) {
+                return NGX_ERROR;
+            }
+
+            n = nalar_tokenize(m->tok, (const char *) sp[k / 2]->text.data,
+                               sp[k / 2]->text.len, nalar_tok_add_bos(m->tok),
+                               special, ids, cap);
+            if (n <= cap) {
+                break;
+            }
+
+            cap = n;
+        }
+
+        if (n < 0) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "nalar_shared_prefix \"%V\" could not be tokenized "
+                          "for the model \"%V\"", &sp[k / 2]->file,
+                          &model->name);
+            n = 0;
+        }
+
+        prefix[k].ids = ids;
+        prefix[k].n = n;
+    }
+
+    model->prefix = prefix;
+
+    return NGX_OK;
 }

@@ -1025,7 +1025,7 @@ check_claims(json_t *pl, const nalar_jwt_policy *p, nalar_err *err)
    characters (it lands in log lines and rate-limit keys) or an integer. */
 static int
 extract_claim(json_t *pl, const char *name, char *out, size_t cap,
-              nalar_err *err)
+              int *is_string, nalar_err *err)
 {
     json_t *v = json_object_get(pl, name);
     size_t  n;
@@ -1033,6 +1033,7 @@ extract_claim(json_t *pl, const char *name, char *out, size_t cap,
     if (v == NULL) {
         return nalar_fail(err, "jwt: claim %s missing", name);
     }
+    *is_string = json_is_string(v);
     if (json_is_integer(v)) {
         n = (size_t) snprintf(out, cap, "%lld", (long long) json_integer_value(v));
         if (n >= cap) {
@@ -1132,6 +1133,17 @@ nalar_jwt_verify(const nalar_jwt_keyset *k, const char *token, size_t len,
                  const nalar_jwt_policy *p, char *out, size_t cap,
                  nalar_err *err)
 {
+    int is_string;
+
+    return nalar_jwt_verify_claim(k, token, len, p, out, cap, &is_string,
+                                  err);
+}
+
+int
+nalar_jwt_verify_claim(const nalar_jwt_keyset *k, const char *token,
+                       size_t len, const nalar_jwt_policy *p, char *out,
+                       size_t cap, int *is_string, nalar_err *err)
+{
     const char    *dot1, *dot2, *alg, *claim;
     const jwt_key *key;
     unsigned char *scratch = NULL;
@@ -1216,7 +1228,7 @@ nalar_jwt_verify(const nalar_jwt_keyset *k, const char *token, size_t len,
         goto done;
     }
     claim = p->claim ? p->claim : "sub";
-    rc = extract_claim(pl, claim, out, cap, err);
+    rc = extract_claim(pl, claim, out, cap, is_string, err);
 done:
     json_decref(hdr);
     json_decref(pl);

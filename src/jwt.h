@@ -61,4 +61,10 @@ int nalar_jwt_verify(const nalar_jwt_keyset *k, const char *token, size_t len,
                      const nalar_jwt_policy *p, char *out, size_t cap,
                      nalar_err *err);
 
+/* The same, and *is_string says whether the claim was a JSON string (1)
+   or an integer (0): "777" and 777 are different identities. */
+int nalar_jwt_verify_claim(const nalar_jwt_keyset *k, const char *token,
+                           size_t len, const nalar_jwt_policy *p, char *out,
+                           size_t cap, int *is_string, nalar_err *err);
+
 #endif

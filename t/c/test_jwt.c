@@ -748,6 +748,25 @@ main(void)
        "numeric claim longer than the buffer refused");
     free(tok);
 
+    /* The claim's JSON type: 777 and "777" read the same, typed apart. */
+    {
+        int is_string = -1;
+
+        tok = make_token("{\"alg\":\"HS256\"}", "{\"sub\":777}", SG_HS256, 0);
+        rc = nalar_jwt_verify_claim(ks[KS_HS256], tok, strlen(tok), &p, out,
+                                    sizeof(out), &is_string, &err);
+        ok(rc == 0 && strcmp(out, "777") == 0 && is_string == 0,
+           "numeric claim: \"777\", an integer");
+        free(tok);
+        tok = make_token("{\"alg\":\"HS256\"}", "{\"sub\":\"777\"}", SG_HS256,
+                         0);
+        rc = nalar_jwt_verify_claim(ks[KS_HS256], tok, strlen(tok), &p, out,
+                                    sizeof(out), &is_string, &err);
+        ok(rc == 0 && strcmp(out, "777") == 0 && is_string == 1,
+           "string claim: \"777\", a string");
+        free(tok);
+    }
+
     /* Every single-character change to a valid token must be refused:
        base64url is decoded canonically, so any change alters the signed
        bytes or the signature.  (Also a crash hunt under ASan.) */
