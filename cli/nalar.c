@@ -11,6 +11,7 @@
  *                  --bpe --vocab-from FILE --chat-template FILE] -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,28 +69,18 @@ static int32_t *
 tokenize_text(const nalar_tokenizer *tok, const char *text, int add_bos,
               int special, int *n)
 {
-    int      cap = (int) strlen(text) + 16;
-    int32_t *ids = malloc((size_t) cap * sizeof(int32_t));
+    nalar_tok_text  piece = { text, strlen(text), special };
+    int32_t        *ids;
+    int             more;
 
-    if (ids == NULL) {
-        return NULL;
-    }
-    *n = nalar_tokenize(tok, text, strlen(text), add_bos, special, ids, cap);
-    if (*n > cap) {
-        int32_t *more = realloc(ids, (size_t) *n * sizeof(int32_t));
-
-        if (more == NULL) {
-            free(ids);
-            return NULL;
-        }
-        ids = more;
-        cap = *n;
-        *n = nalar_tokenize(tok, text, strlen(text), add_bos, special, ids,
-                            cap);
-    }
-    if (*n < 0) {
+    *n = nalar_tokenize_bounded(tok, &piece, 1, add_bos, INT_MAX - 1, &ids,
+                                &more);
+    if (*n < 0 || more) {
         free(ids);
         return NULL;
+    }
+    if (ids == NULL) {
+        ids = malloc(sizeof(int32_t));
     }
     return ids;
 }
@@ -100,6 +91,7 @@ tokenize_text(const nalar_tokenizer *tok, const char *text, int add_bos,
 typedef struct {
     int print_ids;
     int first_id;
+    int failed;
 } gen_state;
 
 
@@ -124,6 +116,7 @@ gen_notify(nalar_request *r, void *ctx)
     fflush(stdout);
     if (out.finish == NALAR_FINISH_ERROR) {
         fprintf(stderr, "nalar: %s\n", out.error);
+        g->failed = 1;
     }
     nalar_output_free(&out);
 }
@@ -140,7 +133,7 @@ cmd_generate(int argc, char **argv)
     nalar_request       *r;
     nalar_err            err;
     nalar_model         *m;
-    gen_state            g = { 0, 1 };
+    gen_state            g = { 0, 1, 0 };
     int32_t             *ids;
     int                  n_ids, n_stop = 0;
 
@@ -226,7 +219,7 @@ cmd_generate(int argc, char **argv)
     printf("\n");
     nalar_request_unref(r);
     nalar_engine_destroy(e);
-    return 0;
+    return g.failed ? 1 : 0;
 }
 
 
