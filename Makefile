@@ -51,6 +51,10 @@ build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) -It/c $< build/asan/libnalar.a -o $@ $(LDLIBS)
 
+# the chat templates live beside the module but need no nginx: their test
+# compiles them in
+build/t/test_chat: ngx_nalar_chat.c ngx_nalar_chat.h
+
 # libFuzzer target for the GGUF reader (clang only).
 fuzz: build/fuzz_gguf
 build/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/nalar_err.c $(HDRS)
