@@ -1240,8 +1240,9 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
 
 /*
  * Parses the request and submits one engine request per choice (the
- * engine tokenizes and checks the prompt).  NGX_DONE: submitted, the response follows from the done
- * queue; anything else is what to finalize the request with.
+ * engine tokenizes and checks the prompt).  NGX_DONE: submitted, the
+ * response follows from the done queue; anything else is what to finalize
+ * the request with.
  */
 
 static ngx_int_t
