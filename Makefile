@@ -51,6 +51,10 @@ build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) -It/c $< build/asan/libnalar.a -o $@ $(LDLIBS)
 
+# the chat templates live beside the module but need no nginx: their test
+# compiles them in
+build/t/test_chat: ngx_nalar_chat.c ngx_nalar_chat.h
+
 # libFuzzer targets (clang only): fuzz/fuzz_NAME.c becomes build/fuzz_NAME,
 # with its seed corpus in fuzz/corpus/NAME; each target lists the sources
 # it links below.  `make fuzz` builds them; `make fuzz FUZZ_SECONDS=300`

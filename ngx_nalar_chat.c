@@ -15,48 +15,71 @@
 
 #include "ngx_nalar_chat.h"
 
+/* The pieces rendered so far: markup or message content. */
 typedef struct {
-    char   *p;
-    size_t  len;
-    size_t  cap;
-    int     failed;
+    nalar_tok_text  *v;
+    size_t           n;
+    size_t           cap;
+    int              failed;
 } chat_buf;
 
 
 static void
-chat_put(chat_buf *b, const char *s, size_t n)
+chat_piece(chat_buf *b, const char *s, size_t n, int special)
 {
-    char    *np;
-    size_t   cap;
+    size_t           cap;
+    nalar_tok_text  *nv;
 
-    if (b->failed) {
+    if (b->failed || n == 0) {
         return;
     }
 
-    if (b->len + n + 1 > b->cap) {
-        cap = (b->cap ? b->cap * 2 : 256);
-        while (cap < b->len + n + 1) {
-            cap *= 2;
-        }
-        np = realloc(b->p, cap);
-        if (np == NULL) {
+    if (b->n == b->cap) {
+        cap = b->cap ? b->cap * 2 : 16;
+        nv = realloc(b->v, cap * sizeof(nalar_tok_text));
+        if (nv == NULL) {
             b->failed = 1;
             return;
         }
-        b->p = np;
+        b->v = nv;
         b->cap = cap;
     }
 
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+    b->v[b->n].text = s;
+    b->v[b->n].len = n;
+    b->v[b->n].special = special;
+    b->n++;
 }
 
+
+/* template markup: its control tokens are parsed */
 
 static void
 chat_puts(chat_buf *b, const char *s)
 {
-    chat_put(b, s, strlen(s));
+    chat_piece(b, s, strlen(s), 1);
+}
+
+
+/* the role names a template writes (checked against a fixed list first) */
+
+static void
+chat_role(chat_buf *b, const nalar_chat_msg *m)
+{
+    chat_piece(b, m->role, m->role_len, 1);
+}
+
+
+/* what a message says: literal text, never a control token */
+
+static void
+chat_content(chat_buf *b, const nalar_chat_msg *m)
+{
+    size_t  i;
+
+    for (i = 0; i < m->n_parts; i++) {
+        chat_piece(b, m->parts[i].text, m->parts[i].len, 0);
+    }
 }
 
 
@@ -153,10 +176,10 @@ render_chatml(chat_buf *b, const nalar_chat_msg *msgs, size_t n)
         if (role_is(&msgs[i], "developer")) {
             chat_puts(b, "system");
         } else {
-            chat_put(b, msgs[i].role, msgs[i].role_len);
+            chat_role(b, &msgs[i]);
         }
         chat_puts(b, "\n");
-        chat_put(b, msgs[i].content, msgs[i].content_len);
+        chat_content(b, &msgs[i]);
         chat_puts(b, "<|im_end|>\n");
     }
 
@@ -174,10 +197,10 @@ render_llama3(chat_buf *b, const nalar_chat_msg *msgs, size_t n)
         if (role_is(&msgs[i], "developer")) {
             chat_puts(b, "system");
         } else {
-            chat_put(b, msgs[i].role, msgs[i].role_len);
+            chat_role(b, &msgs[i]);
         }
         chat_puts(b, "<|end_header_id|>\n\n");
-        chat_put(b, msgs[i].content, msgs[i].content_len);
+        chat_content(b, &msgs[i]);
         chat_puts(b, "<|eot_id|>");
     }
 
@@ -195,10 +218,10 @@ render_zephyr(chat_buf *b, const nalar_chat_msg *msgs, size_t n)
         if (role_is(&msgs[i], "developer")) {
             chat_puts(b, "system");
         } else {
-            chat_put(b, msgs[i].role, msgs[i].role_len);
+            chat_role(b, &msgs[i]);
         }
         chat_puts(b, "|>\n");
-        chat_put(b, msgs[i].content, msgs[i].content_len);
+        chat_content(b, &msgs[i]);
         chat_puts(b, "</s>\n");
     }
 
@@ -215,35 +238,51 @@ static int
 render_llama2(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
               nalar_err *err)
 {
-    size_t                 i;
-    int                    first;
-    const nalar_chat_msg  *sys;
+    size_t  i, k, sys;
+    int     first, n_sys;
 
-    sys = NULL;
+    /* the system messages since the last turn go into the next user turn's
+     * <<SYS>> block, in order; one that no user turn follows has no place
+     * in this template and is refused rather than dropped */
+
+    sys = 0;
+    n_sys = 0;
     first = 1;
 
     for (i = 0; i < n; i++) {
         if (role_system(&msgs[i])) {
-            sys = &msgs[i];
+            if (n_sys++ == 0) {
+                sys = i;
+            }
             continue;
         }
 
         if (role_is(&msgs[i], "user")) {
             chat_puts(b, first ? "[INST] " : "<s>[INST] ");
-            if (sys) {
+            if (n_sys > 0) {
                 chat_puts(b, "<<SYS>>\n");
-                chat_put(b, sys->content, sys->content_len);
+                for (k = sys; k < i; k++) {
+                    if (role_system(&msgs[k])) {
+                        if (k != sys) {
+                            chat_puts(b, "\n\n");
+                        }
+                        chat_content(b, &msgs[k]);
+                    }
+                }
                 chat_puts(b, "\n<</SYS>>\n\n");
-                sys = NULL;
+                n_sys = 0;
             }
-            chat_put(b, msgs[i].content, msgs[i].content_len);
+            chat_content(b, &msgs[i]);
             chat_puts(b, " [/INST]");
             first = 0;
 
-        } else if (role_is(&msgs[i], "assistant")) {
+        } else if (role_is(&msgs[i], "assistant") && n_sys == 0) {
             chat_puts(b, " ");
-            chat_put(b, msgs[i].content, msgs[i].content_len);
+            chat_content(b, &msgs[i]);
             chat_puts(b, " </s>");
+
+        } else if (role_is(&msgs[i], "assistant")) {
+            break;
 
         } else {
             return nalar_fail(err, "messages[%zu]: role \"%.*s\" is not "
@@ -252,13 +291,19 @@ render_llama2(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
         }
     }
 
+    if (n_sys > 0) {
+        return nalar_fail(err, "messages[%zu]: the llama2 chat template "
+                          "places a system message in the user turn that "
+                          "follows it, and none does", sys);
+    }
+
     return 0;
 }
 
 
-char *
+nalar_tok_text *
 nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
-                  size_t *len, nalar_err *err)
+                  size_t *n_pieces, nalar_err *err)
 {
     size_t    i;
     chat_buf  b;
@@ -278,7 +323,7 @@ nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
     switch (s) {
     case NALAR_CHAT_LLAMA2:
         if (render_llama2(&b, msgs, n, err) != 0) {
-            free(b.p);
+            free(b.v);
             return NULL;
         }
         break;
@@ -293,14 +338,70 @@ nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
         break;
     }
 
-    chat_put(&b, "", 0);
+    if (!b.failed && b.v == NULL) {
+        /* no pieces: an empty prompt (BOS alone) */
+        b.v = malloc(sizeof(nalar_tok_text));
+        b.failed = (b.v == NULL);
+    }
 
-    if (b.failed || b.p == NULL) {
-        free(b.p);
+    if (b.failed) {
+        free(b.v);
         nalar_fail(err, "chat template: out of memory");
         return NULL;
     }
 
-    *len = b.len;
-    return b.p;
+    *n_pieces = b.n;
+    return b.v;
+}
+
+
+int
+nalar_chat_content(const json_t *content, nalar_tok_text *parts,
+                   nalar_err *err)
+{
+    size_t   j;
+    json_t  *part, *type, *text;
+
+    if (json_is_string(content)) {
+        parts[0].text = json_string_value(content);
+        parts[0].len = json_string_length(content);
+        parts[0].special = 0;
+        return 1;
+    }
+
+    if (content == NULL || json_is_null(content)) {
+        return 0;
+    }
+
+    if (!json_is_array(content)) {
+        nalar_fail(err, "content must be a string or an array of text parts");
+        return -1;
+    }
+
+    for (j = 0; j < json_array_size(content); j++) {
+        part = json_array_get(content, j);
+        type = json_object_get(part, "type");
+        text = json_object_get(part, "text");
+
+        if (!json_is_string(type)
+            || strcmp(json_string_value(type), "text") != 0
+            || !json_is_string(text))
+        {
+            nalar_fail(err, "content[%zu]: only text parts are supported", j);
+            return -1;
+        }
+
+        parts[j].text = json_string_value(text);
+        parts[j].len = json_string_length(text);
+        parts[j].special = 0;
+    }
+
+    return (int) j;
+}
+
+
+size_t
+nalar_chat_n_parts(const json_t *content)
+{
+    return json_is_array(content) ? json_array_size(content) : 1;
 }

@@ -9,7 +9,10 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "nalar_err.h"
+#include "tokenizer.h"
 
 typedef enum {
     NALAR_CHAT_AUTO = 0,     /* from the model's tokenizer.chat_template */
@@ -20,10 +23,11 @@ typedef enum {
 } nalar_chat_style;
 
 typedef struct {
-    const char *role;        /* system, developer, user, assistant, tool */
-    size_t      role_len;
-    const char *content;     /* UTF-8 */
-    size_t      content_len;
+    const char           *role;    /* system, developer, user, assistant,
+                                      tool */
+    size_t                role_len;
+    const nalar_tok_text *parts;   /* the content: literal UTF-8 text */
+    size_t                n_parts;
 } nalar_chat_msg;
 
 /* "chatml", "llama2", "llama3", "zephyr", "auto"; -1 when unknown. */
@@ -35,13 +39,30 @@ const char *nalar_chat_style_name(nalar_chat_style s);
 nalar_chat_style nalar_chat_style_detect(const char *jinja);
 
 /*
- * Renders the messages followed by the assistant's generation prompt.
- * The BOS token is not written: the tokenizer adds it.  Returns malloc'd
- * NUL-terminated text (length in *len), or NULL with err (unknown role,
- * out of memory).
+ * Renders the messages followed by the assistant's generation prompt, as
+ * pieces of text to be tokenized one after the other
+ * (nalar_tokenize_bounded): the template's markup (special = 1, where its
+ * control tokens are parsed) and the messages' content parts (special = 0:
+ * what a user writes never becomes a control token).  The BOS token is not
+ * written: the tokenizer adds it.  The pieces point into msgs and static
+ * text.  Returns a malloc'd array (length in *n_pieces), or NULL with err
+ * (unknown role, out of memory).
  */
-char *nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs,
-                        size_t n, size_t *len, nalar_err *err);
+nalar_tok_text *nalar_chat_render(nalar_chat_style s,
+                                  const nalar_chat_msg *msgs, size_t n,
+                                  size_t *n_pieces, nalar_err *err);
+
+/*
+ * OpenAI's content value: a string, null (no text), or an array of
+ * {"type": "text", "text": ...} parts, whose texts follow one another (the
+ * tokenizer encodes adjacent literal pieces as one text).  Fills `parts`
+ * (room for nalar_chat_n_parts(content)) with literal pieces pointing into
+ * the JSON; returns their number, or -1 with err ("content[2]: only text
+ * parts are supported").
+ */
+int nalar_chat_content(const json_t *content, nalar_tok_text *parts,
+                       nalar_err *err);
+size_t nalar_chat_n_parts(const json_t *content);
 
 /* The text that ends an assistant turn in this style (a stop string for
  * vocabularies where it is not a single end-of-generation token). */

@@ -249,20 +249,16 @@ static ngx_int_t ngx_http_nalar_parse(ngx_http_request_t *r,
 static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
     ngx_array_t *stops);
-static ngx_int_t ngx_http_nalar_token_ids(ngx_http_request_t *r,
-    const nalar_tokenizer *tok, const char *field, const char *text,
-    size_t len, int add_bos, int special, int32_t **ids, int *n);
-static ngx_int_t ngx_http_nalar_tokenize(ngx_http_request_t *r,
-    const nalar_tokenizer *tok, const char *text, size_t len,
-    int special, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_prediction(ngx_http_request_t *r,
-    const nalar_tokenizer *tok, json_t *v, nalar_request_params *p);
+    json_t *v, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
 static void ngx_http_nalar_write_handler(ngx_http_request_t *r);
 static void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
+static ngx_int_t ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx,
+    nalar_output *o);
 static ngx_int_t ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx,
     ngx_uint_t i, nalar_output *out, ngx_chain_t ***ll);
 static ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
@@ -1295,9 +1291,10 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
 
 
 /*
- * Parses the request, tokenizes the prompt and submits one engine request
- * per choice.  NGX_DONE: submitted, the response follows from the done
- * queue; anything else is what to finalize the request with.
+ * Parses the request and submits one engine request per choice (the
+ * engine tokenizes and checks the prompt).  NGX_DONE: submitted, the
+ * response follows from the done queue; anything else is what to finalize
+ * the request with.
  */
 
 static ngx_int_t
@@ -1306,13 +1303,12 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     u_char                     *data;
     size_t                      len;
     json_t                     *root;
-    int32_t                     max_tokens, n_ctx;
+    int32_t                     max_tokens;
     ngx_int_t                   rc;
     ngx_array_t                 stops;
     json_error_t                jerr;
     nalar_request_params        params;
     ngx_event_t                *rev;
-    nalar_kv_pool              *kv;
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
 
@@ -1375,72 +1371,31 @@ ngx_http_nalar_start(ngx_http_request_t *r)
 
     rc = ngx_http_nalar_parse(r, ctx, root, &params, &stops, &max_tokens);
 
+    params.max_tokens = max_tokens;
+    params.max_tokens_fit = 1;
+
     if (rc == NGX_OK) {
         rc = ngx_http_nalar_prompt(r, ctx, root, &params, &stops);
     }
 
-    json_decref(root);
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    /* the prompt must leave room for at least one token */
-
-    n_ctx = nalar_engine_model(ctx->model->engine)->cfg.n_ctx;
-
-    if (params.n_prompt >= n_ctx
-        || (max_tokens > 0 && params.n_prompt + max_tokens > n_ctx))
-    {
-        return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
-                                    "invalid_request_error",
-                                    ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
-                                    ? "messages" : "prompt",
-                                    "context_length_exceeded",
-                                    "This model's maximum context length is "
-                                    "%d tokens. However, you requested %d "
-                                    "tokens (%d in the prompt, %d in the "
-                                    "completion). Please reduce the prompt "
-                                    "or the completion length.",
-                                    n_ctx,
-                                    params.n_prompt + (max_tokens > 0
-                                                       ? max_tokens : 1),
-                                    params.n_prompt,
-                                    max_tokens > 0 ? max_tokens : 1);
-    }
-
-    /* a prompt the whole KV pool cannot hold is the client's mistake, not
-     * a busy server */
-
-    kv = nalar_engine_kv(ctx->model->engine);
-
-    if (kv != NULL
-        && (params.n_prompt + NALAR_KV_BLOCK) / NALAR_KV_BLOCK > kv->n_blocks)
-    {
-        return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
-                                    "invalid_request_error",
-                                    ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
-                                    ? "messages" : "prompt",
-                                    "context_length_exceeded",
-                                    "The prompt has %d tokens but the KV "
-                                    "cache holds only %d",
-                                    params.n_prompt,
-                                    kv->n_blocks * NALAR_KV_BLOCK);
-    }
-
     /* the prefix cache scope: from authentication, never from the body */
 
-    if (ngx_http_nalar_scope(r, ctx, &params) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (rc == NGX_OK && ngx_http_nalar_scope(r, ctx, &params) != NGX_OK) {
+        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    params.max_tokens = max_tokens;
-    params.stop = stops.elts;
-    params.n_stop = (int32_t) stops.nelts;
+    /* the prompt's text points into the JSON until the engine's requests
+     * have copied it */
 
-    ctx->prompt_tokens = params.n_prompt;
+    if (rc == NGX_OK) {
+        params.stop = stops.elts;
+        params.n_stop = (int32_t) stops.nelts;
 
-    rc = ngx_http_nalar_submit(r, ctx, &params);
+        rc = ngx_http_nalar_submit(r, ctx, &params);
+    }
+
+    json_decref(root);
+
     if (rc != NGX_OK) {
         return rc;
     }
@@ -1462,12 +1417,8 @@ ngx_http_nalar_start(ngx_http_request_t *r)
         ngx_post_event(rev, &ngx_posted_events);
     }
 
-    if (ctx->stream) {
-        rc = ngx_http_nalar_send_stream_header(r, ctx);
-        if (rc == NGX_ERROR || rc > NGX_OK) {
-            return rc;
-        }
-    }
+    /* a stream's header waits for the engine to accept the prompt: a
+     * refused one is answered with its status (ngx_http_nalar_pump) */
 
     ctx->timer.handler = ngx_http_nalar_timer_handler;
     ctx->timer.data = ctx;
@@ -1826,27 +1777,28 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
 
 /*
- * The prompt, as token ids: `prompt` (a string, one-element array of a
- * string, or an array of ids) or `messages` rendered with the chat
- * template.
+ * The prompt: `prompt` (a string, one-element array of a string, or an
+ * array of ids) or `messages` rendered with the chat template.  Text goes
+ * to the engine as pieces (pointing into the JSON, copied by
+ * nalar_request_create), which tokenizes it on its thread, bounded by the
+ * context; only an id array is checked here, after counting it.
  */
 
 static ngx_int_t
 ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     json_t *root, nalar_request_params *p, ngx_array_t *stops)
 {
-    int                         state;
-    char                       *text, **sp;
-    json_t                     *v, *e, *content, *part, *t;
-    size_t                      i, j, n, len;
-    int32_t                    *ids, n_vocab;
+    int                         state, k;
+    char                       *text, **sp, msg[256];
+    json_t                     *v, *e, *t;
+    size_t                      i, n, n_pieces;
+    int32_t                    *ids, n_vocab, n_ctx, count;
     nalar_err                   err;
     ngx_int_t                   rc;
-    ngx_str_t                   buf;
     ngx_uint_t                  style;
     nalar_model                *m;
     nalar_chat_msg             *msgs;
-    const nalar_tokenizer      *tok;
+    nalar_tok_text             *pieces, *rendered;
     ngx_http_nalar_loc_conf_t  *nlcf;
 
     /* the model must be ready for its tokenizer */
@@ -1879,12 +1831,12 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     }
 
     m = nalar_engine_model(ctx->model->engine);
-    tok = m->tok;
-    n_vocab = nalar_tok_n_vocab(tok);
+    n_vocab = nalar_tok_n_vocab(m->tok);
+    n_ctx = m->cfg.n_ctx;
 
     /* OpenAI's predicted output: verified as speculative proposals */
 
-    rc = ngx_http_nalar_prediction(r, tok, json_object_get(root, "prediction"),
+    rc = ngx_http_nalar_prediction(r, json_object_get(root, "prediction"),
                                    p);
     if (rc != NGX_OK) {
         return rc;
@@ -1902,8 +1854,20 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
         if (json_is_string(v)) {
             /* completions take the text literally: "<s>" is not BOS */
-            return ngx_http_nalar_tokenize(r, tok, json_string_value(v),
-                                           json_string_length(v), 0, p);
+
+            pieces = ngx_palloc(r->pool, sizeof(nalar_tok_text));
+            if (pieces == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            pieces->text = json_string_value(v);
+            pieces->len = json_string_length(v);
+            pieces->special = 0;
+
+            p->prompt_text = pieces;
+            p->n_prompt_text = 1;
+
+            return NGX_OK;
         }
 
         if (!json_is_array(v) || json_array_size(v) == 0) {
@@ -1912,7 +1876,22 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
                                       "non-empty array of token ids");
         }
 
+        /* counted before anything is copied */
+
         n = json_array_size(v);
+        count = (int32_t) ngx_min(n, (size_t) NGX_MAX_INT32_VALUE);
+
+        if (count >= n_ctx
+            && nalar_engine_check_prompt(ctx->model->engine, count, 0,
+                                         p->max_tokens, msg, sizeof(msg))
+               != 0)
+        {
+            ctx->prompt_tokens = count;
+
+            return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_request_error", "prompt",
+                                        "context_length_exceeded", "%s", msg);
+        }
 
         ids = ngx_palloc(r->pool, n * sizeof(int32_t));
         if (ids == NULL) {
@@ -1959,7 +1938,6 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     for (i = 0; i < n; i++) {
         e = json_array_get(v, i);
         t = json_object_get(e, "role");
-        content = json_object_get(e, "content");
 
         if (!json_is_object(e) || !json_is_string(t)) {
             return ngx_http_nalar_bad(r, "messages",
@@ -1970,60 +1948,22 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         msgs[i].role = json_string_value(t);
         msgs[i].role_len = json_string_length(t);
 
-        if (json_is_string(content)) {
-            msgs[i].content = json_string_value(content);
-            msgs[i].content_len = json_string_length(content);
-            continue;
-        }
+        t = json_object_get(e, "content");
 
-        if (content == NULL || json_is_null(content)) {
-            msgs[i].content = "";
-            continue;
-        }
-
-        if (!json_is_array(content)) {
-            return ngx_http_nalar_bad(r, "messages",
-                                      "messages[%uz].content must be a "
-                                      "string or an array of text parts", i);
-        }
-
-        /* text parts are joined */
-
-        len = 0;
-
-        for (j = 0; j < json_array_size(content); j++) {
-            part = json_array_get(content, j);
-            t = json_object_get(part, "text");
-
-            if (!json_is_string(json_object_get(part, "type"))
-                || ngx_strcmp(json_string_value(json_object_get(part, "type")),
-                              "text") != 0
-                || !json_is_string(t))
-            {
-                return ngx_http_nalar_bad(r, "messages",
-                                          "messages[%uz].content[%uz]: only "
-                                          "text parts are supported", i, j);
-            }
-
-            len += json_string_length(t);
-        }
-
-        buf.data = ngx_pnalloc(r->pool, len + 1);
-        if (buf.data == NULL) {
+        pieces = ngx_palloc(r->pool,
+                            nalar_chat_n_parts(t) * sizeof(nalar_tok_text));
+        if (pieces == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        buf.len = 0;
-
-        for (j = 0; j < json_array_size(content); j++) {
-            t = json_object_get(json_array_get(content, j), "text");
-            ngx_memcpy(buf.data + buf.len, json_string_value(t),
-                       json_string_length(t));
-            buf.len += json_string_length(t);
+        k = nalar_chat_content(t, pieces, &err);
+        if (k < 0) {
+            return ngx_http_nalar_bad(r, "messages", "messages[%uz].%s", i,
+                                      err.msg);
         }
 
-        msgs[i].content = (char *) buf.data;
-        msgs[i].content_len = buf.len;
+        msgs[i].parts = pieces;
+        msgs[i].n_parts = k;
     }
 
     /* the template: the location's override, else the model's own */
@@ -2042,22 +1982,27 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         style = ctx->model->style;
     }
 
-    text = nalar_chat_render(style, msgs, n, &len, &err);
-    if (text == NULL) {
+    rendered = nalar_chat_render(style, msgs, n, &n_pieces, &err);
+    if (rendered == NULL) {
         return ngx_http_nalar_bad(r, "messages", "%s", err.msg);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "nalar chat prompt (%s): \"%s\"",
-                   nalar_chat_style_name(style), text);
+                   "nalar chat prompt (%s): %uz pieces",
+                   nalar_chat_style_name(style), n_pieces);
 
-    rc = ngx_http_nalar_tokenize(r, tok, text, len, 1, p);
-
-    free(text);
-
-    if (rc != NGX_OK) {
-        return rc;
+    pieces = ngx_palloc(r->pool, n_pieces * sizeof(nalar_tok_text));
+    if (pieces == NULL) {
+        free(rendered);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    ngx_memcpy(pieces, rendered, n_pieces * sizeof(nalar_tok_text));
+    free(rendered);
+
+    p->prompt_text = pieces;
+    p->n_prompt_text = (int32_t) n_pieces;
+    p->prompt_param = "messages";
 
     /* the end-of-turn marker stops generation even where the vocabulary
      * has no single token for it */
@@ -2073,84 +2018,20 @@ ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 }
 
 
-static ngx_int_t
-ngx_http_nalar_tokenize(ngx_http_request_t *r, const nalar_tokenizer *tok,
-    const char *text, size_t len, int special, nalar_request_params *p)
-{
-    int        n;
-    int32_t   *ids;
-    ngx_int_t  rc;
-
-    rc = ngx_http_nalar_token_ids(r, tok, "prompt", text, len,
-                                  nalar_tok_add_bos(tok), special, &ids, &n);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    p->prompt = ids;
-    p->n_prompt = n;
-
-    return NGX_OK;
-}
-
-
 /*
- * Token ids of `len` bytes of text, in the request pool; `field` names the
- * request field in error messages.
- */
-
-static ngx_int_t
-ngx_http_nalar_token_ids(ngx_http_request_t *r, const nalar_tokenizer *tok,
-    const char *field, const char *text, size_t len, int add_bos,
-    int special, int32_t **ids, int *n)
-{
-    int  cap;
-
-    if (len > 0x3fffffff) {
-        return ngx_http_nalar_bad(r, field, "%s is too long", field);
-    }
-
-    cap = (int) len + 16;
-
-    for ( ;; ) {
-        *ids = ngx_palloc(r->pool, cap * sizeof(int32_t));
-        if (*ids == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        *n = nalar_tokenize(tok, text, len, add_bos, special, *ids, cap);
-        if (*n < 0) {
-            return ngx_http_nalar_bad(r, field, "%s could not be tokenized",
-                                      field);
-        }
-
-        if (*n <= cap) {
-            return NGX_OK;
-        }
-
-        cap = *n;
-    }
-}
-
-
-/*
- * `prediction`: {"type": "content", "content": string or text parts}.  The
- * text continues the answer, so it is tokenized without BOS; where the
- * tokenizer puts a dummy-prefix space before the text (SentencePiece), a
- * leading space of the text is that space, not a second one.  Under
+ * `prediction`: {"type": "content", "content": string or text parts}, for
+ * the engine to tokenize (see prediction_text in engine.h).  Under
  * `nalar_speculative off` the prediction is ignored.
  */
 
 static ngx_int_t
-ngx_http_nalar_prediction(ngx_http_request_t *r, const nalar_tokenizer *tok,
-    json_t *v, nalar_request_params *p)
+ngx_http_nalar_prediction(ngx_http_request_t *r, json_t *v,
+    nalar_request_params *p)
 {
-    int        n;
-    ngx_int_t  rc;
-    json_t    *content, *part, *t;
-    size_t     j, len;
-    int32_t   *ids;
-    ngx_str_t  text;
+    int              k;
+    json_t          *content, *t;
+    nalar_err        err;
+    nalar_tok_text  *parts;
 
     if (v == NULL || json_is_null(v)) {
         return NGX_OK;
@@ -2170,69 +2051,23 @@ ngx_http_nalar_prediction(ngx_http_request_t *r, const nalar_tokenizer *tok,
                                   "array of text parts}");
     }
 
-    if (json_is_string(content)) {
-        text.data = (u_char *) json_string_value(content);
-        text.len = json_string_length(content);
+    parts = ngx_palloc(r->pool,
+                       nalar_chat_n_parts(content) * sizeof(nalar_tok_text));
+    if (parts == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    } else {
-        len = 0;
-
-        for (j = 0; j < json_array_size(content); j++) {
-            part = json_array_get(content, j);
-            t = json_object_get(part, "type");
-
-            if (!json_is_string(t)
-                || ngx_strcmp(json_string_value(t), "text") != 0
-                || !json_is_string(json_object_get(part, "text")))
-            {
-                return ngx_http_nalar_bad(r, "prediction",
-                                          "prediction.content[%uz]: only "
-                                          "text parts are supported", j);
-            }
-
-            len += json_string_length(json_object_get(part, "text"));
-        }
-
-        text.data = ngx_pnalloc(r->pool, len + 1);
-        if (text.data == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        text.len = 0;
-
-        for (j = 0; j < json_array_size(content); j++) {
-            t = json_object_get(json_array_get(content, j), "text");
-            ngx_memcpy(text.data + text.len, json_string_value(t),
-                       json_string_length(t));
-            text.len += json_string_length(t);
-        }
+    k = nalar_chat_content(content, parts, &err);
+    if (k < 0) {
+        return ngx_http_nalar_bad(r, "prediction", "prediction.%s", err.msg);
     }
 
     if (p->spec_mode == NALAR_SPEC_OFF) {
         return NGX_OK;
     }
 
-
-    if (text.len > 0 && text.data[0] == ' '
-        && nalar_tok_kind_of(tok) == TOK_SPM
-        && nalar_tok_add_space_prefix(tok))
-    {
-        text.data++;
-        text.len--;
-    }
-
-    if (text.len == 0) {
-        return NGX_OK;
-    }
-
-    rc = ngx_http_nalar_token_ids(r, tok, "prediction", (char *) text.data,
-                                  text.len, 0, 0, &ids, &n);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    p->prediction = ids;
-    p->n_prediction = n;
+    p->prediction_text = parts;
+    p->n_prediction_text = k;
 
     return NGX_OK;
 }
@@ -2502,6 +2337,28 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
             continue;
         }
 
+        if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent) {
+            /* refused (or failed) before a stream's header or any part of
+             * the response: an error response; the cleanup cancels the
+             * other choices */
+            ctx->prompt_tokens = o.n_prompt;
+            rc = ngx_http_nalar_refused(ctx, &o);
+            nalar_output_free(&o);
+            ctx->done = 1;
+            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+            return;
+        }
+
+        if (ctx->stream && !ctx->header_sent && o.accepted) {
+            rc = ngx_http_nalar_send_stream_header(r, ctx);
+            if (rc == NGX_ERROR || rc > NGX_OK) {
+                nalar_output_free(&o);
+                ctx->done = 1;
+                ngx_http_finalize_request(r, rc);
+                return;
+            }
+        }
+
         rc = ngx_http_nalar_absorb(ctx, i, &o, &ll);
 
         nalar_output_free(&o);
@@ -2633,6 +2490,39 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 
 
 /*
+ * The response to a request the engine refused (its prompt: 400 with the
+ * error code) or failed before anything was sent.
+ */
+
+static ngx_int_t
+ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx, nalar_output *o)
+{
+    const char          *param;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    if (o->err_status == 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: model \"%V\": %s", &ctx->model->name,
+                      o->error);
+
+        return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    "server_error", NULL, NULL,
+                                    "The engine failed: %s", o->error);
+    }
+
+    param = o->err_param[0] ? o->err_param : NULL;
+
+    return ngx_http_nalar_error(r, o->err_status,
+                                o->err_status >= NGX_HTTP_INTERNAL_SERVER_ERROR
+                                ? "server_error" : "invalid_request_error",
+                                param, o->err_code[0] ? o->err_code : NULL,
+                                "%s", o->error);
+}
+
+
+/*
  * One take of one choice: usage, and either an SSE chunk appended to the
  * output or the text accumulated for the final response.
  */
@@ -2669,14 +2559,7 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
                       "nalar: model \"%V\": %s", &ctx->model->name,
                       o->error);
 
-        if (!ctx->stream) {
-            return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                        "server_error", NULL, NULL,
-                                        "The engine failed: %s", o->error);
-        }
-
-        /* after the header no status can be sent: an error event ends
-         * the stream (see ngx_http_nalar_pump()) */
+        /* mid-stream: an error event, then the stream ends as usual */
 
         chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
                           "message", o->error, "type", "server_error",
@@ -4126,7 +4009,6 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_request_params *p)
 {
     int                           special;
-    int32_t                       i;
     ngx_http_nalar_shared_t      *sp;
     ngx_http_nalar_prefix_ids_t  *pi;
     ngx_http_nalar_loc_conf_t    *nlcf;
@@ -4166,19 +4048,10 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     special = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
     pi = &ctx->model->prefix[2 * sp->index + special];
 
-    for (i = 0; i < pi->n && i < p->n_prompt; i++) {
-        if (pi->ids[i] != p->prompt[i]) {
-            break;
-        }
-    }
+    /* the engine finds the whole blocks the prompt begins with */
 
-    /* the engine shares whole blocks only */
-
-    p->n_shared_prefix = i / NALAR_KV_BLOCK * NALAR_KV_BLOCK;
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "nalar shared prefix: %d of %d tokens",
-                   p->n_shared_prefix, pi->n);
+    p->shared_prefix = pi->ids;
+    p->n_shared_ids = pi->n;
 
     return NGX_OK;
 }

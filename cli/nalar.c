@@ -8,9 +8,11 @@
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
  *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
- *                  --bpe --vocab-from FILE --chat-template FILE] -o FILE
+ *                  --bpe --chatml --vocab-from FILE --chat-template FILE]
+ *                  -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +51,7 @@ usage(void)
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
-        " --vocab-from FILE\n"
+        " --chatml --vocab-from FILE\n"
         "                 --chat-template FILE] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
@@ -68,28 +70,18 @@ static int32_t *
 tokenize_text(const nalar_tokenizer *tok, const char *text, int add_bos,
               int special, int *n)
 {
-    int      cap = (int) strlen(text) + 16;
-    int32_t *ids = malloc((size_t) cap * sizeof(int32_t));
+    nalar_tok_text  piece = { text, strlen(text), special };
+    int32_t        *ids;
+    int             more;
 
-    if (ids == NULL) {
-        return NULL;
-    }
-    *n = nalar_tokenize(tok, text, strlen(text), add_bos, special, ids, cap);
-    if (*n > cap) {
-        int32_t *more = realloc(ids, (size_t) *n * sizeof(int32_t));
-
-        if (more == NULL) {
-            free(ids);
-            return NULL;
-        }
-        ids = more;
-        cap = *n;
-        *n = nalar_tokenize(tok, text, strlen(text), add_bos, special, ids,
-                            cap);
-    }
-    if (*n < 0) {
+    *n = nalar_tokenize_bounded(tok, &piece, 1, add_bos, INT_MAX - 1, &ids,
+                                &more);
+    if (*n < 0 || more) {
         free(ids);
         return NULL;
+    }
+    if (ids == NULL) {
+        ids = malloc(sizeof(int32_t));
     }
     return ids;
 }
@@ -100,6 +92,7 @@ tokenize_text(const nalar_tokenizer *tok, const char *text, int add_bos,
 typedef struct {
     int print_ids;
     int first_id;
+    int failed;
 } gen_state;
 
 
@@ -124,6 +117,7 @@ gen_notify(nalar_request *r, void *ctx)
     fflush(stdout);
     if (out.finish == NALAR_FINISH_ERROR) {
         fprintf(stderr, "nalar: %s\n", out.error);
+        g->failed = 1;
     }
     nalar_output_free(&out);
 }
@@ -140,7 +134,7 @@ cmd_generate(int argc, char **argv)
     nalar_request       *r;
     nalar_err            err;
     nalar_model         *m;
-    gen_state            g = { 0, 1 };
+    gen_state            g = { 0, 1, 0 };
     int32_t             *ids;
     int                  n_ids, n_stop = 0;
 
@@ -226,7 +220,7 @@ cmd_generate(int argc, char **argv)
     printf("\n");
     nalar_request_unref(r);
     nalar_engine_destroy(e);
-    return 0;
+    return g.failed ? 1 : 0;
 }
 
 
@@ -385,6 +379,7 @@ cmd_mkmodel(int argc, char **argv)
             { "--ctx", NULL, NALAR_OPT_INT, &o.n_ctx, NULL, 0 },
             { "--seed", NULL, NALAR_OPT_U64, &o.seed, NULL, 0 },
             { "--bpe", NULL, NALAR_OPT_FLAG, &o.bpe, NULL, 0 },
+            { "--chatml", NULL, NALAR_OPT_FLAG, &o.chatml, NULL, 0 },
             { "--vocab-from", NULL, NALAR_OPT_STR, &o.vocab_from, NULL, 0 },
             { "--chat-template", NULL, NALAR_OPT_STR, &tmpl_path, NULL, 0 },
             { "-o", NULL, NALAR_OPT_STR, &out, NULL, 0 },

@@ -8,10 +8,10 @@
  *         developer, user, assistant, tool; a larger role byte r takes the
  *         first (r - 5) % 12 of the record's bytes as the role text.
  * nalar_chat_render must refuse any unknown role (and llama2 a tool
- * message) with a reason, and otherwise return NUL-terminated text of the
- * length it reports that ends with the style's generation prompt and holds
- * every message's content in order (llama2: every user and assistant
- * content; it folds the system prompt into the next user turn).
+ * message, and a system message no user turn follows) with a reason, and
+ * otherwise return pieces whose text ends with the style's generation
+ * prompt and holds every message's content in order, where no piece of a
+ * message's content is markup (special).
  *
  *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=chat
  */
@@ -88,10 +88,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char *roles[] = { "system", "developer", "user",
                                    "assistant", "tool" };
     nalar_chat_msg    msgs[MAX_MSGS];
+    nalar_tok_text    parts[MAX_MSGS], *pieces;
     nalar_chat_style  style;
     nalar_err         err;
-    size_t            n = 0, i = 1, len = 0, at = 0;
-    int               unknown = 0, tool = 0;
+    size_t            n = 0, i = 1, len = 0, at = 0, n_pieces = 0;
+    int               unknown = 0, tool = 0, orphan = 0;
     const char       *gp;
     char             *text, *p;
 
@@ -116,8 +117,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             msgs[n].role = (const char *) data + i + 2;
             msgs[n].role_len = rl;
         }
-        msgs[n].content = (const char *) data + i + 2 + rl;
-        msgs[n].content_len = cl - rl;
+        parts[n].text = (const char *) data + i + 2 + rl;
+        parts[n].len = cl - rl;
+        parts[n].special = 0;
+        msgs[n].parts = &parts[n];
+        msgs[n].n_parts = 1;
         if (!(is_role(&msgs[n], "system") || is_role(&msgs[n], "developer")
               || is_role(&msgs[n], "user") || is_role(&msgs[n], "assistant")
               || is_role(&msgs[n], "tool")))
@@ -130,9 +134,26 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     err.msg[0] = '\0';
-    text = nalar_chat_render(style, msgs, n, &len, &err);
-    if (unknown || (style == NALAR_CHAT_LLAMA2 && tool)) {
-        if (text != NULL || err.msg[0] == '\0') {
+    pieces = nalar_chat_render(style, msgs, n, &n_pieces, &err);
+    if (style == NALAR_CHAT_LLAMA2 && !unknown && !tool) {
+        /* llama2 puts system messages into the next user turn: one that
+         * no user turn follows (before an assistant turn or the end) is
+         * refused */
+        int pending = 0;
+
+        for (size_t k = 0; k < n && !orphan; k++) {
+            if (is_role(&msgs[k], "user")) {
+                pending = 0;
+            } else if (is_role(&msgs[k], "assistant")) {
+                orphan = pending;
+            } else {
+                pending = 1;
+            }
+        }
+        orphan |= pending;
+    }
+    if (unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))) {
+        if (pieces != NULL || err.msg[0] == '\0') {
             die("a message of an unknown role was rendered");
         }
         if (unknown && strstr(err.msg, "unknown role") == NULL) {
@@ -140,30 +161,48 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         return 0;
     }
-    if (text == NULL) {
+    if (pieces == NULL) {
+        fprintf(stderr, "fuzz_chat: %s\n", err.msg);
         die("render failed on known roles");
     }
-    if (text[len] != '\0') {
-        die("rendered text is not NUL-terminated at its length");
+    /* what the client wrote is literal: a piece that points into a
+     * message's content is never one whose control tokens are parsed (the
+     * role, checked against the known roles above, may be markup) */
+    for (size_t k = 0; k < n_pieces; k++) {
+        for (size_t m = 0; pieces[k].special && m < n; m++) {
+            if (pieces[k].len > 0 && pieces[k].text >= parts[m].text
+                && pieces[k].text < parts[m].text + parts[m].len)
+            {
+                die("a message's content is a special piece");
+            }
+        }
+        len += pieces[k].len;
     }
+    text = malloc(len + 1);
+    if (text == NULL) {
+        die("out of memory");
+    }
+    len = 0;
+    for (size_t k = 0; k < n_pieces; k++) {
+        if (pieces[k].len > 0) {
+            memcpy(text + len, pieces[k].text, pieces[k].len);
+        }
+        len += pieces[k].len;
+    }
+    text[len] = '\0';
+    free(pieces);
     gp = gen_prompt(style);
     if (len < strlen(gp) || strcmp(text + len - strlen(gp), gp) != 0) {
         die("rendered text does not end with the generation prompt");
     }
     for (size_t k = 0; k < n; k++) {
-        if (style == NALAR_CHAT_LLAMA2
-            && !(is_role(&msgs[k], "user") || is_role(&msgs[k], "assistant")))
-        {
-            continue;
-        }
-        p = msgs[k].content_len == 0
+        p = parts[k].len == 0
             ? text + at
-            : memmem(text + at, len - at, msgs[k].content,
-                     msgs[k].content_len);
+            : memmem(text + at, len - at, parts[k].text, parts[k].len);
         if (p == NULL) {
             die("a message's content is missing or out of order");
         }
-        at = (size_t) (p - text) + msgs[k].content_len;
+        at = (size_t) (p - text) + parts[k].len;
     }
     free(text);
     return 0;

@@ -46,7 +46,17 @@ struct nalar_request {
 
     /* parameters (owned copies) */
     nalar_request_params p;
-    int32_t         *prompt;          /* (n_prompt) */
+    int32_t         *prompt;          /* (n_prompt); NULL until intake
+                                         tokenizes `pieces` */
+    /* text for intake to tokenize, NULL once tokenized or when ids came */
+    nalar_tok_text  *pieces;          /* (n_pieces) into `text` */
+    int32_t          n_pieces;
+    char            *text;
+    nalar_tok_text  *pred_pieces;     /* (n_pred_pieces) into pred_text */
+    int32_t          n_pred_pieces;
+    char            *pred_text;
+    int32_t         *shared;          /* (p.n_shared_ids) or NULL */
+    char             param[16];       /* the field prompt errors name */
     char           **stops;           /* (n_stop) */
     char            *scope;           /* cache scope ("" = global) */
     int32_t         *stop_ids;        /* (n_stop_ids) */
@@ -105,6 +115,11 @@ struct nalar_request {
     nalar_finish     finish;
     int              finish_taken;
     char             error[256];
+    int              err_status;      /* a refusal: HTTP status, code */
+    char             err_code[32];
+    char             err_param[16];
+    int              accepted;        /* passed intake */
+    int              accept_taken;
     int32_t          n_cached;
     double           queue_ms, ttft_ms;
 };
@@ -153,8 +168,10 @@ struct nalar_engine {
     int               state;          /* atomic: 0 loading, 1 ready, -1 */
     nalar_err         load_err;
 
-    /* waiting queue, FIFO (under mu) */
+    /* waiting queue, FIFO (under mu); n_waiting counts the intake queue
+     * (submitted, not checked yet) too */
     nalar_request    *wait_head, *wait_tail;
+    nalar_request    *in_head, *in_tail;
     int32_t           n_waiting;
 
     /* running set (engine thread) */
@@ -193,13 +210,44 @@ hist_add(uint64_t *buckets, double *sum, uint64_t *count, double v)
 
 /* --- requests --- */
 
+/* An owned copy of text pieces, their texts back to back in *text. */
+static nalar_tok_text *
+pieces_copy(const nalar_tok_text *src, int32_t n, char **text)
+{
+    nalar_tok_text *dst;
+    size_t          total = 0, off = 0;
+
+    for (int32_t i = 0; i < n; i++) {
+        total += src[i].len;
+    }
+    dst = malloc(((size_t) (n > 0 ? n : 0) + 1) * sizeof(*dst));
+    *text = malloc(total + 1);
+    if (dst == NULL || *text == NULL) {
+        free(dst);
+        free(*text);
+        *text = NULL;
+        return NULL;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (src[i].len > 0) {
+            memcpy(*text + off, src[i].text, src[i].len);
+        }
+        dst[i].text = *text + off;
+        dst[i].len = src[i].len;
+        dst[i].special = src[i].special;
+        off += src[i].len;
+    }
+    return dst;
+}
+
+
 nalar_request *
 nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
                      void *notify_ctx, nalar_err *err)
 {
     nalar_request *r;
 
-    if (p->n_prompt <= 0) {
+    if (p->n_prompt <= 0 && p->prompt_text == NULL) {
         nalar_fail(err, "the prompt is empty");
         return NULL;
     }
@@ -213,13 +261,31 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     r->notify_ctx = notify_ctx;
     r->p = *p;
     pthread_mutex_init(&r->mu, NULL);
-    r->prompt = malloc((size_t) p->n_prompt * sizeof(int32_t));
+    snprintf(r->param, sizeof(r->param), "%s",
+             p->prompt_param != NULL ? p->prompt_param : "prompt");
+    r->p.prompt_param = NULL;
+    r->p.prompt_text = NULL;
+    r->p.prediction_text = NULL;
+    r->p.shared_prefix = NULL;
+    if (p->prompt_text != NULL) {
+        r->p.n_prompt = 0;
+        r->n_pieces = p->n_prompt_text > 0 ? p->n_prompt_text : 0;
+        r->pieces = pieces_copy(p->prompt_text, r->n_pieces, &r->text);
+        if (r->pieces == NULL) {
+            goto oom;
+        }
+    } else {
+        r->prompt = malloc((size_t) p->n_prompt * sizeof(int32_t));
+        if (r->prompt == NULL) {
+            goto oom;
+        }
+        memcpy(r->prompt, p->prompt, (size_t) p->n_prompt * sizeof(int32_t));
+    }
     r->stops = calloc((size_t) p->n_stop + 1, sizeof(char *));
     r->stop_ids = malloc(((size_t) p->n_stop_ids + 1) * sizeof(int32_t));
-    if (r->prompt == NULL || r->stops == NULL || r->stop_ids == NULL) {
+    if (r->stops == NULL || r->stop_ids == NULL) {
         goto oom;
     }
-    memcpy(r->prompt, p->prompt, (size_t) p->n_prompt * sizeof(int32_t));
     for (int i = 0; i < p->n_stop; i++) {
         r->stops[i] = strdup(p->stop[i]);
         if (r->stops[i] == NULL) {
@@ -230,7 +296,16 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
         memcpy(r->stop_ids, p->stop_ids,
                (size_t) p->n_stop_ids * sizeof(int32_t));
     }
-    if (p->n_prediction > 0) {
+    if (p->prediction_text != NULL) {
+        r->p.n_prediction = 0;
+        r->n_pred_pieces = p->n_prediction_text > 0 ? p->n_prediction_text
+                                                    : 0;
+        r->pred_pieces = pieces_copy(p->prediction_text, r->n_pred_pieces,
+                                     &r->pred_text);
+        if (r->pred_pieces == NULL) {
+            goto oom;
+        }
+    } else if (p->n_prediction > 0) {
         r->pred = malloc((size_t) p->n_prediction * sizeof(int32_t));
         if (r->pred == NULL) {
             goto oom;
@@ -240,6 +315,16 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
         r->n_pred = p->n_prediction;
     }
     r->p.prediction = r->pred;
+    if (p->shared_prefix != NULL && p->n_shared_ids > 0) {
+        r->shared = malloc((size_t) p->n_shared_ids * sizeof(int32_t));
+        if (r->shared == NULL) {
+            goto oom;
+        }
+        memcpy(r->shared, p->shared_prefix,
+               (size_t) p->n_shared_ids * sizeof(int32_t));
+    } else {
+        r->p.n_shared_ids = 0;
+    }
     nalar_seq_kv_init(&r->dkv);
     r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
     if (r->scope == NULL) {
@@ -303,6 +388,11 @@ nalar_request_unref(nalar_request *r)
     free(r->stops);
     free(r->stop_ids);
     free(r->prompt);
+    free(r->pieces);
+    free(r->text);
+    free(r->pred_pieces);
+    free(r->pred_text);
+    free(r->shared);
     free(r->tokens);
     free(r->out_text);
     free(r->out_ids);
@@ -348,7 +438,13 @@ nalar_request_take(nalar_request *r, nalar_output *out)
         out->finish = r->finish;
         r->finish_taken = 1;
         memcpy(out->error, r->error, sizeof(out->error));
+        out->err_status = r->err_status;
+        memcpy(out->err_code, r->err_code, sizeof(out->err_code));
+        memcpy(out->err_param, r->err_param, sizeof(out->err_param));
     }
+    out->accepted = r->accepted;
+    any = r->accepted && !r->accept_taken;
+    r->accept_taken = r->accepted;
     out->n_prompt = r->p.n_prompt;
     out->n_cached = r->n_cached;
     out->n_completion = r->n_generated;
@@ -358,7 +454,7 @@ nalar_request_take(nalar_request *r, nalar_output *out)
     out->spec_accepted = r->spec_accepted;
     out->pred_accepted = r->pred_accepted;
     out->pred_rejected = r->pred_rejected;
-    any = out->text_len > 0 || out->n_ids > 0
+    any = any || out->text_len > 0 || out->n_ids > 0
           || out->finish != NALAR_FINISH_NONE;
     pthread_mutex_unlock(&r->mu);
     return any;
@@ -839,28 +935,8 @@ nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
 int
 nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
 {
-    const nalar_config *c;
-    int32_t             need;
-
     if (nalar_engine_state(e, NULL) != 1) {
         return nalar_fail(err, "the model is still loading");
-    }
-    c = &e->model->cfg;
-    if (r->p.n_prompt >= c->n_ctx) {
-        return nalar_fail(err, "the prompt has %d tokens but the model's "
-                          "context is %d tokens", r->p.n_prompt, c->n_ctx);
-    }
-    for (int32_t i = 0; i < r->p.n_prompt; i++) {
-        if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
-            return nalar_fail(err, "prompt token %d is outside the "
-                              "vocabulary (0..%d)", r->prompt[i],
-                              c->n_vocab - 1);
-        }
-    }
-    need = (r->p.n_prompt + 1 + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
-    if (need > e->kv.n_blocks) {
-        return nalar_fail(err, "the prompt needs %d KV blocks but the cache "
-                          "holds %d", need, e->kv.n_blocks);
     }
 
     pthread_mutex_lock(&e->mu);
@@ -878,16 +954,237 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     r->state = REQ_WAITING;
     r->t_submit = nalar_now_s();
     r->next = NULL;
-    if (e->wait_tail != NULL) {
-        e->wait_tail->next = r;
+    if (e->in_tail != NULL) {
+        e->in_tail->next = r;
     } else {
-        e->wait_head = r;
+        e->in_head = r;
     }
-    e->wait_tail = r;
+    e->in_tail = r;
     e->n_waiting++;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return 0;
+}
+
+
+int
+nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
+                          int32_t max_tokens, char *msg, size_t cap)
+{
+    int32_t     n_ctx = e->model->cfg.n_ctx;
+    int32_t     n_gen = max_tokens > 0 ? max_tokens : 1;
+    const char *al = more ? "at least " : "";
+
+    if (more || n_prompt >= n_ctx
+        || (max_tokens > 0 && (int64_t) n_prompt + max_tokens > n_ctx))
+    {
+        snprintf(msg, cap, "This model's maximum context length is %d "
+                 "tokens. However, you requested %s%lld tokens (%s%d in the "
+                 "prompt, %d in the completion). Please reduce the prompt "
+                 "or the completion length.", n_ctx, al,
+                 (long long) n_prompt + n_gen, al, n_prompt, n_gen);
+        return -1;
+    }
+    /* a prompt the whole KV pool cannot hold is the client's mistake, not
+     * a busy server */
+    if (e->kv_ready
+        && (n_prompt + NALAR_KV_BLOCK) / NALAR_KV_BLOCK > e->kv.n_blocks)
+    {
+        snprintf(msg, cap, "The prompt has %d tokens but the KV cache holds "
+                 "only %d", n_prompt, e->kv.n_blocks * NALAR_KV_BLOCK);
+        return -1;
+    }
+    return 0;
+}
+
+
+static void finish_unref(nalar_engine *e, nalar_request *r, nalar_finish why,
+                         const char *error);
+
+
+/* Why intake refused a request. */
+typedef struct {
+    int         status;
+    const char *code;
+    const char *param;
+    char        msg[256];
+} intake_refusal;
+
+
+/*
+ * Intake of one request (engine thread, no lock held): the prompt's ids,
+ * tokenized from text at most up to the context, and checked; the
+ * prediction's ids; the shared prefix.  Adds the tokens it made to *work.
+ * 0, or -1 with why the request is refused.
+ */
+static int
+intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
+           intake_refusal *no)
+{
+    const nalar_config    *c = &e->model->cfg;
+    const nalar_tokenizer *tok = e->model->tok;
+    int32_t               *ids, i;
+    int                    n, more = 0;
+
+    no->status = 400;
+    no->code = NULL;
+    no->param = r->param;
+    if (r->pieces != NULL) {
+        n = nalar_tokenize_bounded(tok, r->pieces, (size_t) r->n_pieces,
+                                   nalar_tok_add_bos(tok), c->n_ctx, &ids,
+                                   &more);
+        if (n < 0) {
+            snprintf(no->msg, sizeof(no->msg), "%s could not be tokenized",
+                     r->param);
+            return -1;
+        }
+        *work += n;
+        free(r->pieces);
+        free(r->text);
+        r->pieces = NULL;
+        r->text = NULL;
+        pthread_mutex_lock(&r->mu);
+        r->prompt = ids;
+        r->p.prompt = ids;
+        /* where counting stopped, one more token is known to be there */
+        r->p.n_prompt = more ? n + 1 : n;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (r->p.n_prompt <= 0) {
+        snprintf(no->msg, sizeof(no->msg), "the prompt is empty");
+        return -1;
+    }
+    if (nalar_engine_check_prompt(e, r->p.n_prompt, more,
+                                  r->p.max_tokens_fit ? r->p.max_tokens : 0,
+                                  no->msg, sizeof(no->msg)) != 0)
+    {
+        no->code = "context_length_exceeded";
+        return -1;
+    }
+    for (i = 0; i < r->p.n_prompt; i++) {
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
+            snprintf(no->msg, sizeof(no->msg), "prompt token %d is outside "
+                     "the vocabulary (0..%d)", r->prompt[i], c->n_vocab - 1);
+            return -1;
+        }
+    }
+    if (r->pred_pieces != NULL) {
+        /* the prediction continues the answer: no BOS, and a leading
+         * space is the dummy-prefix space SentencePiece puts there */
+        for (i = 0; i < r->n_pred_pieces; i++) {
+            nalar_tok_text *pc = &r->pred_pieces[i];
+
+            if (pc->len == 0) {
+                continue;
+            }
+            if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
+                && nalar_tok_add_space_prefix(tok))
+            {
+                pc->text++;
+                pc->len--;
+            }
+            break;
+        }
+        /* predictions longer than the context are cut: only so much of
+         * one can ever be verified */
+        n = nalar_tokenize_bounded(tok, r->pred_pieces,
+                                   (size_t) r->n_pred_pieces, 0, c->n_ctx,
+                                   &ids, &more);
+        if (n < 0) {
+            no->param = "prediction";
+            snprintf(no->msg, sizeof(no->msg),
+                     "prediction could not be tokenized");
+            return -1;
+        }
+        *work += n;
+        free(r->pred_pieces);
+        free(r->pred_text);
+        r->pred_pieces = NULL;
+        r->pred_text = NULL;
+        r->pred = ids;
+        r->n_pred = n;
+        r->p.prediction = ids;
+        r->p.n_prediction = n;
+    }
+    if (r->shared != NULL) {
+        for (i = 0; i < r->p.n_shared_ids && i < r->p.n_prompt; i++) {
+            if (r->shared[i] != r->prompt[i]) {
+                break;
+            }
+        }
+        /* the engine shares whole blocks only */
+        r->p.n_shared_prefix = i / NALAR_KV_BLOCK * NALAR_KV_BLOCK;
+    }
+    return 0;
+}
+
+
+/*
+ * Intake (see engine.h): each submitted request, in submission order, is
+ * checked and queued for admission, or refused.  While requests run, a
+ * step tokenizes about one context's worth, at least one request.
+ */
+static void
+step_intake(nalar_engine *e)
+{
+    int32_t        work = 0;
+    nalar_request *r;
+    intake_refusal no;
+
+    for ( ;; ) {
+        pthread_mutex_lock(&e->mu);
+        r = e->in_head;
+        if (r == NULL
+            || (work >= e->model->cfg.n_ctx && e->n_running > 0))
+        {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->in_head = r->next;
+        if (e->in_head == NULL) {
+            e->in_tail = NULL;
+        }
+        pthread_mutex_unlock(&e->mu);
+
+        if (__atomic_load_n(&r->cancelled, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_lock(&e->mu);
+            e->n_waiting--;
+            pthread_mutex_unlock(&e->mu);
+            finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
+            continue;
+        }
+
+        if (intake_one(e, r, &work, &no) != 0) {
+            pthread_mutex_lock(&e->mu);
+            e->n_waiting--;
+            pthread_mutex_unlock(&e->mu);
+            pthread_mutex_lock(&r->mu);
+            r->err_status = no.status;
+            snprintf(r->err_code, sizeof(r->err_code), "%s",
+                     no.code != NULL ? no.code : "");
+            snprintf(r->err_param, sizeof(r->err_param), "%s", no.param);
+            pthread_mutex_unlock(&r->mu);
+            finish_unref(e, r, NALAR_FINISH_ERROR, no.msg);
+            continue;
+        }
+
+        pthread_mutex_lock(&r->mu);
+        r->accepted = 1;
+        pthread_mutex_unlock(&r->mu);
+        if (r->notify != NULL) {
+            r->notify(r, r->notify_ctx);
+        }
+
+        pthread_mutex_lock(&e->mu);
+        r->next = NULL;
+        if (e->wait_tail != NULL) {
+            e->wait_tail->next = r;
+        } else {
+            e->wait_head = r;
+        }
+        e->wait_tail = r;
+        pthread_mutex_unlock(&e->mu);
+    }
 }
 
 
@@ -2372,6 +2669,7 @@ engine_step(nalar_engine *e)
     memset(&sp, 0, sizeof(sp));
     sp.t_start = nalar_now_s();
     step_drop_cancelled(e);
+    step_intake(e);
     step_admit(e);
     if (e->n_running == 0) {
         /* cancellations may have just emptied the running set */
@@ -2405,8 +2703,14 @@ fail_all_waiting(nalar_engine *e, nalar_finish why, const char *msg)
         nalar_request *r;
 
         pthread_mutex_lock(&e->mu);
-        r = e->wait_head;
+        r = e->in_head;
         if (r != NULL) {
+            e->in_head = r->next;
+            if (e->in_head == NULL) {
+                e->in_tail = NULL;
+            }
+            e->n_waiting--;
+        } else if ((r = e->wait_head) != NULL) {
             e->wait_head = r->next;
             if (e->wait_head == NULL) {
                 e->wait_tail = NULL;

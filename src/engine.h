@@ -15,6 +15,17 @@
  * Each step: every running sequence contributes its next token (decode), and
  * waiting prompts contribute prefill chunks while the step's token budget
  * (max_batch_tokens) lasts; admission is FCFS.
+ *
+ * Intake: a submitted request is checked on the engine thread, not by the
+ * submitter.  A prompt given as text (prompt_text) is tokenized there,
+ * bounded by the context: tokenizing stops once the prompt cannot fit
+ * (nalar_tokenize_bounded), so what a request costs the engine does not
+ * grow with its body, and a step spends at most about one context's worth
+ * of tokenizing while other requests run.  A prompt that does not fit the
+ * context with its max_tokens, or the KV pool, finishes the request with
+ * NALAR_FINISH_ERROR and an HTTP status and OpenAI error code in the
+ * output (err_status 400, err_code "context_length_exceeded"); a prompt
+ * that passes is `accepted` (one notify says so) and queued.
  */
 #ifndef NALAR_ENGINE_H
 #define NALAR_ENGINE_H
@@ -24,6 +35,7 @@
 #include "nalar_err.h"
 #include "sampler.h"
 #include "spec.h"
+#include "tokenizer.h"
 
 typedef struct nalar_engine  nalar_engine;
 typedef struct nalar_request nalar_request;
@@ -68,8 +80,18 @@ typedef enum {
 typedef struct {
     const int32_t *prompt;       /* copied at create */
     int32_t        n_prompt;
+    /* or the prompt as text (when prompt_text is not NULL): pieces copied
+     * at create, tokenized at intake with BOS where the model adds one */
+    const nalar_tok_text *prompt_text;
+    int32_t        n_prompt_text;
+    const char    *prompt_param; /* the request field prompt errors name
+                                    (copied); NULL: "prompt" */
     nalar_sampling sampling;
     int32_t        max_tokens;   /* <=0: until the context is full */
+    int            max_tokens_fit; /* 1: a prompt that leaves the context
+                                      less room than max_tokens is refused
+                                      (OpenAI's rule); 0: generation stops
+                                      at the context's end */
     const char   **stop;         /* stop strings, copied */
     int32_t        n_stop;
     const int32_t *stop_ids;     /* extra stop tokens, copied */
@@ -82,6 +104,10 @@ typedef struct {
     const char    *cache_scope;
     int32_t        n_shared_prefix; /* leading tokens that are an operator-
                                        declared shared prefix (global scope)*/
+    const int32_t *shared_prefix;   /* or that prefix's ids (copied): at
+                                       intake n_shared_prefix becomes the
+                                       whole blocks the prompt begins with */
+    int32_t        n_shared_ids;
     int            no_cache;     /* 1: neither look up nor publish */
     /* speculative decoding */
     int            spec_mode;    /* nalar_spec_mode; DEFAULT: engine's */
@@ -91,6 +117,12 @@ typedef struct {
                                     know speculation pays, and tests */
     const int32_t *prediction;   /* predicted output tokens (copied) */
     int32_t        n_prediction;
+    /* or the prediction as text (when prediction_text is not NULL; copied):
+     * tokenized at intake without BOS, up to the context's length; where
+     * the tokenizer puts a dummy-prefix space before text (SentencePiece),
+     * a leading space of the text is that space */
+    const nalar_tok_text *prediction_text;
+    int32_t        n_prediction_text;
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
@@ -104,7 +136,17 @@ typedef struct {
     nalar_logprob *logprobs;    /* (n_ids, 1 + n_logprobs) or NULL */
     nalar_finish   finish;      /* set once, with the last output */
     char           error[256];  /* when finish == NALAR_FINISH_ERROR */
-    /* usage so far */
+    /* when the request itself was refused (its prompt): the HTTP status
+     * (400), OpenAI's error code and the request field; 0 and "" for a
+     * failure of the engine */
+    int            err_status;
+    char           err_code[32];
+    char           err_param[16];
+    int            accepted;    /* the prompt passed intake (set from the
+                                   take after that on); n_prompt is its
+                                   length */
+    /* usage so far; n_prompt also when refused: the tokens counted (the
+     * context + 1 where counting stopped) */
     int32_t        n_prompt;
     int32_t        n_cached;
     int32_t        n_completion;
@@ -183,9 +225,19 @@ nalar_request *nalar_request_create(const nalar_request_params *p,
                                     nalar_err *err);
 void nalar_request_ref(nalar_request *r);
 void nalar_request_unref(nalar_request *r);
-/* -1 with err when the queue is full, the engine is not ready, or the
- * prompt does not fit the context. */
+/* -1 with err when the queue is full or the engine is not ready.  The
+ * prompt is checked at intake (see the top of this file). */
 int  nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err);
+/*
+ * The context check of intake, for callers that can refuse before
+ * submitting (a token-id array too long to copy): 0 when a prompt of
+ * n_prompt tokens leaves room in the context for max_tokens (<= 0: one)
+ * and fits the KV pool, else -1 with OpenAI's context_length_exceeded
+ * message in msg.  more: n_prompt is where counting stopped, the prompt
+ * has more.  Valid once the engine is ready.
+ */
+int  nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
+                               int32_t max_tokens, char *msg, size_t cap);
 /* Asynchronous: the engine drops the sequence (and its KV) at the next
  * step boundary and finishes it with NALAR_FINISH_CANCELLED. */
 void nalar_request_cancel(nalar_request *r);

@@ -45,6 +45,7 @@ nalar_mkmodel_defaults(nalar_mkmodel_opts *o)
     o->type = GGML_F32;
     o->seed = 1;
     o->bpe = 0;
+    o->chatml = 0;
     o->vocab_from = NULL;
     o->chat_template = NULL;
     o->rope_base = 10000.0f;
@@ -585,7 +586,7 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
             nalar_err *err)
 {
     vocab v;
-    int   rc;
+    int   rc, n_base;
 
     memset(&v, 0, sizeof(v));
     v.scores = calloc((size_t) o->n_vocab, sizeof(float));
@@ -599,10 +600,18 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
         goto done;
     }
 
+    /* the ChatML tokens come last: every other id is the same as without */
+    n_base = o->n_vocab - (o->chatml ? 2 : 0);
     if (o->bpe) {
-        rc = build_bpe(&v, o->n_vocab);
+        rc = build_bpe(&v, n_base);
     } else {
-        rc = build_spm(&v, o->n_vocab);
+        rc = build_spm(&v, n_base);
+    }
+    if (rc == 0 && o->chatml
+        && (vocab_add(&v, "<|im_start|>", 0.0f, TT_CONTROL) != 1
+            || vocab_add(&v, "<|im_end|>", 0.0f, TT_CONTROL) != 1))
+    {
+        rc = -1;
     }
     if (rc != 0) {
         rc = nalar_fail(err, "%s: could not build a %d-token %s vocabulary",
@@ -619,8 +628,8 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
                        (size_t) v.tok.n);
         gguf_w_arr_str(w, "tokenizer.ggml.merges",
                        (const char **) v.merges.s, (size_t) v.merges.n);
-        gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t) v.tok.n - 1);
-        gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t) v.tok.n - 1);
+        gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t) n_base - 1);
+        gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t) n_base - 1);
         gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
         gguf_w_bool(w, "tokenizer.ggml.add_eos_token", 0);
     } else {
@@ -734,12 +743,18 @@ check_opts(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                           o->dim, o->ffn_dim);
     }
     if (o->vocab_from == NULL
-        && (o->n_vocab < (o->bpe ? 257 : 260) || o->n_vocab > MAX_VOCAB))
+        && (o->n_vocab < (o->bpe ? 257 : 260) + (o->chatml ? 2 : 0)
+            || o->n_vocab > MAX_VOCAB))
     {
         return nalar_fail(err, "%s: n_vocab %d out of range (%d..%d for a "
                           "%s vocabulary)", path, o->n_vocab,
-                          o->bpe ? 257 : 260, MAX_VOCAB,
-                          o->bpe ? "BPE" : "SPM");
+                          (o->bpe ? 257 : 260) + (o->chatml ? 2 : 0),
+                          MAX_VOCAB, o->bpe ? "BPE" : "SPM");
+    }
+    if (o->vocab_from != NULL && o->chatml) {
+        return nalar_fail(err, "%s: chatml adds tokens to a vocabulary made "
+                          "here, not to one copied from %s", path,
+                          o->vocab_from);
     }
     if (!(o->rope_base > 0.0f)) {
         return nalar_fail(err, "%s: rope_base must be positive", path);

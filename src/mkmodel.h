@@ -27,6 +27,9 @@ typedef struct {
     ggml_type   type;         /* matrices: F32, F16, BF16, Q8_0 or Q4_0 */
     uint64_t    seed;
     int         bpe;          /* 0 = SPM vocab, 1 = byte-level BPE vocab */
+    int         chatml;       /* 1: the vocabulary's last two tokens are
+                                 ChatML's control tokens <|im_start|> and
+                                 <|im_end|> */
     const char *vocab_from;   /* optional path: copy tokenizer.* metadata
                                  from this GGUF (n_vocab then comes from
                                  it) */
@@ -37,7 +40,8 @@ typedef struct {
 } nalar_mkmodel_opts;
 
 /* dim 128, layers 2, heads 4, kv 2, ffn 384, vocab 2048, ctx 512, F32,
- * seed 1, SPM vocab, no chat template, rope base 10000 */
+ * seed 1, SPM vocab without ChatML tokens, no chat template, rope base
+ * 10000 */
 void nalar_mkmodel_defaults(nalar_mkmodel_opts *o);
 
 int nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path,

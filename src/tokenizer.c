@@ -109,16 +109,27 @@ piece_of(const nalar_tokenizer *t, int32_t id, uint32_t *len)
     return t->text + t->text_off[id];
 }
 
-/* Growable id list for the encoder's output. */
+/* Growable id list for the encoder's output; ids past `lim` are dropped
+ * (the encoder stops soon after: see full()). */
 typedef struct {
     int32_t *v;
     size_t   n, cap;
+    size_t   lim;
     int      oom;
 } idvec;
+
+static int
+full(const idvec *o)
+{
+    return o->n >= o->lim;
+}
 
 static void
 push_id(idvec *o, int32_t id)
 {
+    if (full(o)) {
+        return;
+    }
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 64;
         int32_t *v = realloc(o->v, cap * sizeof(*v));
@@ -1122,6 +1133,7 @@ bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
             }
         }
         if (m->oom) goto done;
+        if (full(out)) break;
     }
     rc = 0;
 done:
@@ -1211,21 +1223,16 @@ partition(const nalar_tokenizer *t, const char *text, int parse_special,
     return rc;
 }
 
-int
-nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
-               int add_bos, int parse_special, int32_t *out, int cap)
+/* Encodes the fragments of `text` into ids (up to ids->lim). */
+static int
+encode(const nalar_tokenizer *t, const char *text, size_t len,
+       const fragvec *fv, int add_bos, idvec *ids)
 {
-    fragvec fv = { 0 };
-    idvec ids = { 0 };
     merger m = { 0 };
     int prev_special = 1;   /* SPM: a dummy prefix before the first text */
     int rc = -1;
 
-    if (t == NULL || (text == NULL && len > 0) || len > INT_MAX / 8) return -1;
-
-    if (add_bos && t->bos >= 0) push_id(&ids, t->bos);
-    if (len > 0 && push_frag(&fv, 0, len, -1) < 0) goto done;
-    if (len > 0 && partition(t, text, parse_special, &fv) < 0) goto done;
+    if (add_bos && t->bos >= 0) push_id(ids, t->bos);
 
     /* symbols: SPM one per character (+1 for the prefix); BPE one per
        byte of a word, where an invalid byte became 3 bytes of U+FFFD */
@@ -1233,24 +1240,45 @@ nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
     m.sym = malloc(((t->kind == TOK_SPM ? len : 3 * len) + 2) * sizeof(symbol));
     if (m.sym == NULL) goto done;
 
-    for (size_t i = 0; i < fv.n; i++) {
-        const fragment *fr = &fv.v[i];
+    for (size_t i = 0; i < fv->n && !full(ids); i++) {
+        const fragment *fr = &fv->v[i];
         if (fr->id >= 0) {
-            push_id(&ids, fr->id);
+            push_id(ids, fr->id);
             prev_special = 1;
             continue;
         }
         if (t->kind == TOK_SPM) {
             if (spm_fragment(t, &m, text + fr->off, fr->len,
-                             t->add_space_prefix && prev_special, &ids) < 0)
+                             t->add_space_prefix && prev_special, ids) < 0)
                 goto done;
         } else {
-            if (bpe_fragment(t, &m, text + fr->off, fr->len, &ids) < 0)
+            if (bpe_fragment(t, &m, text + fr->off, fr->len, ids) < 0)
                 goto done;
         }
         prev_special = 0;
     }
-    if (ids.oom || ids.n > INT_MAX) goto done;
+    rc = ids->oom ? -1 : 0;
+done:
+    free(m.sym);
+    free(m.q.v);
+    return rc;
+}
+
+int
+nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
+               int add_bos, int parse_special, int32_t *out, int cap)
+{
+    fragvec fv = { 0 };
+    idvec ids = { 0 };
+    int rc = -1;
+
+    if (t == NULL || (text == NULL && len > 0) || len > INT_MAX / 8) return -1;
+
+    ids.lim = (size_t) INT_MAX + 1;
+    if (len > 0 && push_frag(&fv, 0, len, -1) < 0) goto done;
+    if (len > 0 && partition(t, text, parse_special, &fv) < 0) goto done;
+    if (encode(t, text, len, &fv, add_bos, &ids) < 0 || ids.n > INT_MAX)
+        goto done;
 
     if (out != NULL && cap > 0 && ids.n > 0)
         memcpy(out, ids.v, (ids.n < (size_t) cap ? ids.n : (size_t) cap)
@@ -1259,8 +1287,102 @@ nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
 done:
     free(fv.v);
     free(ids.v);
-    free(m.sym);
-    free(m.q.v);
+    return rc;
+}
+
+int
+nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
+                       size_t n, int add_bos, int max_ids, int32_t **out,
+                       int *more)
+{
+    fragvec fv = { 0 }, one = { 0 };
+    idvec ids = { 0 };
+    size_t total = 0, limit, used, off;
+    char *buf = NULL;
+    const char *text;
+    int over = 0, rc = -1;
+
+    *out = NULL;
+    *more = 0;
+    if (t == NULL || max_ids < 0 || max_ids == INT_MAX || (pc == NULL && n > 0))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if ((pc[i].text == NULL && pc[i].len > 0) || pc[i].len > SIZE_MAX / 2
+            || total + pc[i].len < total)
+            return -1;
+        total += pc[i].len;
+    }
+
+    /* no token stands for more bytes of text than its piece has (a space
+       is one byte of text and three of "\xE2\x96\x81"; byte tokens stand
+       for one), so text longer than this has more than max_ids tokens */
+    limit = ((size_t) max_ids + 1) * (t->max_piece > 0 ? t->max_piece : 1);
+    used = total;
+    if (total > limit) {
+        used = limit;
+        over = 1;
+    }
+    if (used > INT_MAX / 8) return -1;
+
+    /* the text the pieces make, up to `used` bytes, cut at a character */
+    if (n == 1) {
+        text = pc[0].text;
+    } else {
+        /* one byte more when cut: the character test below reads it */
+        size_t want = over ? used + 1 : used;
+
+        buf = malloc(want + 1);
+        if (buf == NULL) return -1;
+        off = 0;
+        for (size_t i = 0; i < n && off < want; i++) {
+            size_t k = pc[i].len < want - off ? pc[i].len : want - off;
+            if (k > 0) memcpy(buf + off, pc[i].text, k);
+            off += k;
+        }
+        text = buf;
+    }
+    while (over && used > 0 && ((uint8_t) text[used] & 0xC0) == 0x80) used--;
+
+    /* each piece is split at the special tokens it may hold; literal text
+       that continues across pieces is one fragment, encoded as a whole */
+    off = 0;
+    for (size_t i = 0; i < n && off < used; i++) {
+        size_t len = pc[i].len < used - off ? pc[i].len : used - off;
+
+        if (len == 0) continue;
+        one.n = 0;
+        if (push_frag(&one, off, len, -1) < 0
+            || partition(t, text, pc[i].special, &one) < 0)
+            goto done;
+        for (size_t k = 0; k < one.n; k++) {
+            fragment *last = fv.n > 0 ? &fv.v[fv.n - 1] : NULL;
+
+            if (one.v[k].id < 0 && last != NULL && last->id < 0
+                && last->off + last->len == one.v[k].off) {
+                last->len += one.v[k].len;
+            } else if (push_frag(&fv, one.v[k].off, one.v[k].len,
+                                 one.v[k].id) < 0) {
+                goto done;
+            }
+        }
+        off += len;
+    }
+
+    ids.lim = (size_t) max_ids + 1;
+    if (encode(t, text, used, &fv, add_bos, &ids) < 0) goto done;
+    if (ids.n > (size_t) max_ids) {
+        over = 1;
+        ids.n = (size_t) max_ids;
+    }
+    *out = ids.v;
+    ids.v = NULL;
+    *more = over;
+    rc = (int) ids.n;
+done:
+    free(ids.v);
+    free(fv.v);
+    free(one.v);
+    free(buf);
     return rc;
 }
 

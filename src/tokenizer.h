@@ -54,6 +54,36 @@ int nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
                    int add_bos, int parse_special, int32_t *out, int cap);
 
 /*
+ * A piece of text to encode.  special: control tokens written in it are
+ * parsed (template markup); 0: the text is literal (what a user wrote).
+ */
+typedef struct {
+    const char *text;
+    size_t      len;
+    int         special;
+} nalar_tok_text;
+
+/*
+ * Encodes the pieces as one text, with at most max_ids ids: the entry point
+ * for text of any length.  Each piece is split at the special tokens it
+ * may hold (control tokens only where `special`; user-defined tokens
+ * always); literal text that continues from one piece into the next is
+ * encoded as a whole, so ordinary text gets the same ids however it is cut
+ * into pieces.  The work is bounded by max_ids, not by the text: text
+ * longer than (max_ids + 1) times the longest vocabulary piece is not read
+ * past that (no token stands for more bytes than its piece has, so it has
+ * more than max_ids tokens), and encoding stops once max_ids are there.
+ * Returns the number of ids in *ids (malloc'd, NULL for none; at most
+ * max_ids), -1 on error (out of memory).  *more is set to 1 when the text
+ * has more than max_ids tokens: *ids then holds its first ones, of which
+ * the last few may differ from the ids of the whole text.
+ */
+int nalar_tokenize_bounded(const nalar_tokenizer *t,
+                           const nalar_tok_text *pieces, size_t n_pieces,
+                           int add_bos, int max_ids, int32_t **ids,
+                           int *more);
+
+/*
  * The bytes a token contributes to the output text: byte tokens give their
  * byte, "▁" becomes a space (SPM), byte-level BPE maps back to raw bytes,
  * control tokens give nothing.  Returns bytes written (at most cap).

@@ -17,8 +17,9 @@ typedef struct {
     size_t       len;
     nalar_finish finish;        /* NONE until the last take */
     int32_t      cached;        /* prompt tokens served from the cache */
-    nalar_output last;          /* the speculation counters of the last
-                                   take (no pointers) */
+    nalar_output last;          /* the speculation counters, prompt
+                                   length and refusal of the last take
+                                   (no pointers) */
 } collected;
 
 
@@ -46,6 +47,14 @@ collect(nalar_request *r, void *ctx)
     c->last.pred_accepted = o.pred_accepted;
     c->last.pred_rejected = o.pred_rejected;
     c->last.n_cached = o.n_cached;
+    c->last.n_prompt = o.n_prompt;
+    c->last.accepted = o.accepted;
+    if (o.finish != NALAR_FINISH_NONE) {
+        c->last.err_status = o.err_status;
+        memcpy(c->last.err_code, o.err_code, sizeof(o.err_code));
+        memcpy(c->last.err_param, o.err_param, sizeof(o.err_param));
+        memcpy(c->last.error, o.error, sizeof(o.error));
+    }
     nalar_output_free(&o);
 }
 

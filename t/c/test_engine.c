@@ -287,6 +287,84 @@ check_argmax_path(const char *path)
 }
 
 
+/* a request whose prompt is text, tokenized by the engine at intake */
+static nalar_request *
+text_req(const nalar_tok_text *pc, int n_pc, int n, int fit, collected *c)
+{
+    nalar_request_params p;
+    nalar_err            err;
+
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt_text = pc;
+    p.n_prompt_text = n_pc;
+    p.prompt_param = "messages";
+    p.max_tokens = n;
+    p.max_tokens_fit = fit;
+    p.ignore_eos = 1;
+    memset(c, 0, sizeof(*c));
+    return nalar_request_create(&p, collect, c, &err);
+}
+
+
+static void
+test_text_prompts(nalar_engine *e)
+{
+    collected       c;
+    nalar_err       err;
+    nalar_request  *r;
+    nalar_tok_text  pc[3];
+    char           *big;
+    size_t          n_big = 4 << 20;
+
+    /* the same generation as from the reference ids, from text cut into
+     * pieces anywhere */
+    pc[0] = (nalar_tok_text) { refs[0].prompt, 3, 0 };
+    pc[1] = (nalar_tok_text) { refs[0].prompt + 3, 5, 1 };
+    pc[2] = (nalar_tok_text) { refs[0].prompt + 8,
+                               strlen(refs[0].prompt) - 8, 0 };
+    r = text_req(pc, 3, N_REF, 1, &c);
+    nalar_engine_run_sync(e, &r, 1, &err);
+    ok(c.n == N_REF && same(c.ids, refs[0].target, N_REF),
+       "text prompt in pieces: the reference generation");
+    is_int(c.last.n_prompt, refs[0].n_prompt, "its prompt length");
+    ok(c.last.accepted, "accepted");
+    nalar_request_unref(r);
+
+    /* max_tokens past the context: refused with max_tokens_fit, else
+     * generation stops at the context's end */
+    r = text_req(pc, 3, 600, 1, &c);
+    nalar_engine_run_sync(e, &r, 1, &err);
+    ok(c.finish == NALAR_FINISH_ERROR
+       && strcmp(c.last.err_code, "context_length_exceeded") == 0
+       && strcmp(c.last.err_param, "messages") == 0
+       && strstr(c.last.error, "600 in the completion") != NULL,
+       "prompt + max_tokens over the context: %s", c.last.error);
+    nalar_request_unref(r);
+
+    /* 4 MB of text: counting stops past the context */
+    big = malloc(n_big);
+    if (big == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < n_big; i++) {
+        big[i] = "abc def "[i % 8];
+    }
+    pc[0] = (nalar_tok_text) { big, n_big, 0 };
+    r = text_req(pc, 1, 4, 1, &c);
+    nalar_engine_run_sync(e, &r, 1, &err);
+    ok(c.finish == NALAR_FINISH_ERROR && c.last.err_status == 400
+       && strcmp(c.last.err_code, "context_length_exceeded") == 0
+       && strstr(c.last.error, "at least 513 in the prompt") != NULL,
+       "4 MB prompt refused: %s", c.last.error);
+    is_int(c.last.n_prompt, 513, "counted up to the context + 1");
+    ok(kv_all_free(e), "no KV block held");
+    nalar_request_unref(r);
+    free(big);
+}
+
+
 int
 main(void)
 {
@@ -414,18 +492,28 @@ main(void)
         nalar_request_unref(r);
         nalar_request_unref(r2);
 
-        /* a prompt as long as the context is refused with a message */
+        /* a prompt as long as the context is refused at intake: the
+         * request finishes with the error, its status and code */
         {
             int32_t *big = calloc(600, sizeof(int32_t));
 
             for (int i = 0; i < 600; i++) big[i] = 300;
             r = greedy_req(big, 600, 4, &c);
-            ok(nalar_engine_submit(e, r, &err) == -1
-               && strstr(err.msg, "context") != NULL,
-               "over-long prompt refused: %s", err.msg);
+            ok(nalar_engine_submit(e, r, &err) == 0, "submit takes it");
+            nalar_engine_run_sync(e, NULL, 0, &err);
+            ok(c.finish == NALAR_FINISH_ERROR && c.last.err_status == 400
+               && strcmp(c.last.err_code, "context_length_exceeded") == 0
+               && strcmp(c.last.err_param, "prompt") == 0
+               && strstr(c.last.error, "maximum context length is 512")
+                  != NULL,
+               "over-long prompt refused: %s", c.last.error);
+            is_int(c.last.n_prompt, 600, "with its length");
+            ok(!c.last.accepted, "never accepted");
+            ok(kv_all_free(e), "no KV block held");
             nalar_request_unref(r);
             free(big);
         }
+        test_text_prompts(e);
     }
     nalar_engine_destroy(e);
     return done_testing();

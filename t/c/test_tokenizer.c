@@ -876,6 +876,85 @@ test_speed(void)
     nalar_tokenizer_destroy(t);
 }
 
+/* nalar_tokenize_bounded: pieces, the special flag per piece, the bound */
+static void
+test_bounded(const nalar_tokenizer *t, const char *name)
+{
+    static const char text[] = "Hello world, it's a <s>test</s> of "
+                               "pieces:  tabs\tand\nnewlines  here ";
+    size_t   len = sizeof(text) - 1, n_big = 8 << 20;
+    int32_t  whole[256], *ids;
+    int      n, k, more, cuts = 0, bad = 0;
+    char    *big;
+    nalar_tok_text pc[3];
+
+    /* one literal piece: nalar_tokenize's ids */
+    n = nalar_tokenize(t, text, len, 1, 0, whole, 256);
+    pc[0] = (nalar_tok_text) { text, len, 0 };
+    k = nalar_tokenize_bounded(t, pc, 1, 1, 256, &ids, &more);
+    ok(k == n && !more && memcmp(ids, whole, n * sizeof(int32_t)) == 0,
+       "%s: one piece = nalar_tokenize (%d ids)", name, k);
+    free(ids);
+
+    /* literal text cut into three pieces anywhere: the same ids */
+    for (size_t a = 0; a <= len; a += 3) {
+        for (size_t b = a; b <= len; b += 7) {
+            pc[0] = (nalar_tok_text) { text, a, 0 };
+            pc[1] = (nalar_tok_text) { text + a, b - a, 0 };
+            pc[2] = (nalar_tok_text) { text + b, len - b, 0 };
+            k = nalar_tokenize_bounded(t, pc, 3, 1, 256, &ids, &more);
+            bad += k != n || more
+                   || memcmp(ids, whole, n * sizeof(int32_t)) != 0;
+            cuts++;
+            free(ids);
+        }
+    }
+    ok(bad == 0, "%s: literal text in 3 pieces, %d cuts: the same ids "
+       "(%d differ)", name, cuts, bad);
+
+    /* special per piece: BOS written in markup is BOS, in content text */
+    {
+        const char *bos = nalar_tok_piece(t, nalar_tok_bos(t));
+
+        pc[0] = (nalar_tok_text) { bos, strlen(bos), 1 };
+        pc[1] = (nalar_tok_text) { bos, strlen(bos), 0 };
+    }
+    k = nalar_tokenize_bounded(t, pc, 2, 0, 256, &ids, &more);
+    n = 0;
+    for (int i = 0; i < k; i++) {
+        n += ids[i] == nalar_tok_bos(t);
+    }
+    ok(k > 0 && ids[0] == nalar_tok_bos(t) && n == 1,
+       "%s: BOS in markup is BOS, in content it is text", name);
+    free(ids);
+
+    /* the bound: at most max_ids ids, their first ones */
+    pc[0] = (nalar_tok_text) { text, len, 0 };
+    n = nalar_tokenize(t, text, len, 1, 0, whole, 256);
+    k = nalar_tokenize_bounded(t, pc, 1, 1, 5, &ids, &more);
+    ok(k == 5 && more && memcmp(ids, whole, 4 * sizeof(int32_t)) == 0,
+       "%s: max_ids 5 of %d: 5 ids, more", name, n);
+    free(ids);
+    k = nalar_tokenize_bounded(t, pc, 1, 1, n, &ids, &more);
+    ok(k == n && !more, "%s: max_ids = the count: all, no more", name);
+    free(ids);
+
+    /* 8 MB: stops at the bound, having read a bounded prefix */
+    big = malloc(n_big);
+    if (big == NULL) return;
+    for (size_t i = 0; i < n_big; i++) big[i] = "In the beginning "[i % 17];
+    pc[0] = (nalar_tok_text) { big, n_big, 0 };
+    pc[1] = (nalar_tok_text) { big, 100, 1 };
+    k = nalar_tokenize_bounded(t, pc, 2, 1, 512, &ids, &more);
+    ok(k == 512 && more, "%s: 8 MB of text, max_ids 512: 512 ids and more",
+       name);
+    free(ids);
+    free(big);
+
+    ok(nalar_tokenize_bounded(t, NULL, 0, 0, 16, &ids, &more) == 0
+       && ids == NULL && !more, "%s: no pieces, no BOS: no ids", name);
+}
+
 int
 main(void)
 {
@@ -898,6 +977,9 @@ main(void)
         test_streaming(bpe, "gpt2");
         if (demo) test_streaming(demo, "demo");
         test_special(spm, bpe);
+        test_bounded(spm, "llama-spm");
+        test_bounded(bpe, "gpt2");
+        if (demo) test_bounded(demo, "demo");
         test_hostile(spm, "llama-spm");
         test_hostile(bpe, "gpt2");
         nalar_tokenizer_destroy(demo);
