@@ -6,9 +6,12 @@
  * fn, nalar_pool_barrier() synchronises all n threads, so a whole forward
  * pass is one parallel region with a barrier between dependent phases.
  *
- * Idle workers spin briefly (a decode step follows the previous one within
- * microseconds) and then sleep on a condition variable, so an idle server
- * burns no CPU.
+ * Every wait (idle workers between passes, the barrier, the caller's wait
+ * for the workers at the end of a run) spins briefly, yielding its core
+ * after the first microseconds, then sleeps on a futex: a pass's short
+ * waits stay out of the kernel on an idle machine, a thread never burns a
+ * core another of ours needs for more than a bounded spin, and an idle
+ * server burns no CPU.
  */
 #ifndef NALAR_THREADPOOL_H
 #define NALAR_THREADPOOL_H
