@@ -6,9 +6,11 @@ use strict;
 use warnings;
 use File::Temp qw(tempdir);
 use Test::More;
+use lib 't/lib';
+use NalarTest;
 
 my $nalar = './build/nalar';
-plan skip_all => "$nalar not built" unless -x $nalar;
+NalarTest::missing("$nalar not built") unless -x $nalar;
 
 sub run { my $out = `@_ 2>&1`; return ($? >> 8, $out); }
 

@@ -13,7 +13,8 @@ use NalarTest;
 my $t = NalarTest->new->has_model->has_cli->has_program('node')
                      ->has_program('chromium');
 my $root = NalarTest::root();
-plan(skip_all => 't/node_modules/playwright-core missing (cd t && npm install)')
+NalarTest::missing('t/node_modules/playwright-core missing (cd t && npm install)',
+                   optional => 1)
     unless -d "$root/t/node_modules/playwright-core";
 
 $t->write_conf(<<'CONF')->run;

@@ -25,7 +25,7 @@ my $model = "$dir/slow.gguf";
 system("$root/build/nalar", 'mkmodel', '--vocab-from', $NalarTest::MODEL,
        '--dim', '384', '--layers', '6', '--heads', '6', '--kv-heads', '6',
        '--ffn', '1024', '--ctx', '1024', '--seed', '3', '-o', $model) == 0
-    or plan(skip_all => 'nalar mkmodel failed');
+    or $t->fail_file('nalar mkmodel failed');
 
 $t->write_conf(<<'CONF')->run;
 http {
