@@ -50,7 +50,7 @@ CONF
     like($out, $case->[1], "nginx -t says why: $case->[2]");
 }
 
-$t->write_conf(<<'CONF')->run;
+$t->write_conf(<<'CONF')->run(health => '/open/v1/health');
 http {
     %%NALAR_HTTP%%
     nalar_model kjv %%MODEL%%;
