@@ -107,7 +107,8 @@ for (1 .. 600 * $NalarTest::SLOW) {
     sleep 0.05;
 }
 my $r = $t->request('POST', '/ka/v1/completions', body => $body,
-                    headers => { 'Content-Type' => 'application/json' });
+                    headers => { 'Content-Type' => 'application/json' },
+                    timeout => 600 * $NalarTest::SLOW);
 waitpid $busy, 0;
 
 my ($before_data) = $r->{body} =~ /^(.*?)^data: /ms;
