@@ -9,6 +9,11 @@ use File::Temp qw(tempdir tempfile);
 
 my $fuzzer = './build/fuzz_gguf';
 if (!-x $fuzzer) {
+    # `make test` builds it; under CI=true its absence fails
+    if (($ENV{CI} // '') eq 'true') {
+        print "1..1\nnot ok 1 - $fuzzer not built (make fuzz needs clang)\n";
+        exit 1;
+    }
     print "1..0 # SKIP $fuzzer not built (make fuzz needs clang)\n";
     exit 0;
 }

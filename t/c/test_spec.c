@@ -709,10 +709,12 @@ main(void)
                    "tokens of the target and the draft measured at load "
                    "(%d of them)", cfg[c].name, NALAR_SPEC_MAX_K + 1,
                    measured);
-                ok(nalar_engine_pass_cost(e, 0, NALAR_SPEC_MAX_K + 1)
-                   > nalar_engine_pass_cost(e, 0, 1),
-                   "%s: a %d-token pass costs more than a 1-token one",
-                   cfg[c].name, NALAR_SPEC_MAX_K + 1);
+                /* how the costs compare is the host's speed: shown,
+                 * not asserted */
+                diag("%s: a %d-token pass %.1f us, a 1-token one %.1f us",
+                     cfg[c].name, NALAR_SPEC_MAX_K + 1,
+                     1e6 * nalar_engine_pass_cost(e, 0, NALAR_SPEC_MAX_K + 1),
+                     1e6 * nalar_engine_pass_cost(e, 0, 1));
             }
             run_all(e, got, 48, NULL, 0, 1);
             ok(all_equal(ref, got, cfg[c].name),
