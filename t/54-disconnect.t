@@ -48,7 +48,7 @@ for my $k (0 .. 31) {
                       max_tokens => $MAX, ignore_eos => JSON::PP::true,
                       temperature => 0.8, seed => $k,
                       stream => $stream ? JSON::PP::true : JSON::PP::false },
-            timeout => $stream ? 60 : $delay,
+            timeout => $stream ? 600 : $delay,
             on_data => sub {
                 my $n = () = $_[0] =~ /^data: /mg;
                 return $n < $stop_after;

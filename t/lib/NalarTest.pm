@@ -348,7 +348,7 @@ sub request {
 
     my $raw = '';
     my $sel = IO::Select->new($s);
-    my $deadline = time + ($o{timeout} || 60);
+    my $deadline = time + ($o{timeout} || 600);   # a backstop, not a bound
     while (time < $deadline) {
         last unless $sel->can_read($deadline - time);
         my $n = $s->sysread(my $buf, 65536);
