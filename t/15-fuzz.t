@@ -15,6 +15,11 @@ my $secs = 20;
 my @names = map { m{^fuzz/fuzz_(\w+)\.c$} ? $1 : () } sort glob 'fuzz/fuzz_*.c';
 
 if (!grep { -x "./build/fuzz_$_" } @names) {
+    # `make test` builds them; under CI=true their absence fails
+    if (($ENV{CI} // '') eq 'true') {
+        print "1..1\nnot ok 1 - no fuzz target built (make fuzz needs clang)\n";
+        exit 1;
+    }
     print "1..0 # SKIP no fuzz target built (make fuzz needs clang)\n";
     exit 0;
 }

@@ -107,10 +107,14 @@ $r = $t->post_json('/fast/v1/completions',
 is($r->{status}, 200, 'completion under /fast/v1/');
 is($r->{json}{usage}{completion_tokens}, 4, 'four tokens');
 
-# the access log is written after the response: give it a moment
-select(undef, undef, undef, 0.2);
-my $log = $t->read_file('nalar.log');
-my ($line) = grep { /^200 kjv/ } split /\n/, $log;
+# the access log is written after the response: wait for the line
+my ($log, $line) = ('', undef);
+for (1 .. 600 * $NalarTest::SLOW) {
+    $log = $t->read_file('nalar.log');
+    ($line) = grep { /^200 kjv/ } split /\n/, $log;
+    last if defined $line;
+    select(undef, undef, undef, 0.05);
+}
 like($line // '', qr/^200 kjv 4 \d+ 4 [\d.]+ [\d.]+$/,
      'variables: model, prompt, cached, completion tokens, ttft, queue')
     or diag($log);

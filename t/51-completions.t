@@ -156,9 +156,15 @@ is($r->{json}{usage}{completion_tokens}, 3 * $N, 'usage sums the choices');
 my @s = map {
     $t->post_json('/v1/completions',
                   { prompt => 'A wise man', max_tokens => 16,
-                    temperature => 0.9, top_p => 0.95, seed => 42 })->{json}
+                    temperature => 0.9, top_p => 0.95, seed => 42,
+                    ignore_eos => JSON::PP::true })
 } 1 .. 2;
-is($s[0]{choices}[0]{text}, $s[1]{choices}[0]{text},
+for my $i (0, 1) {
+    is($s[$i]{status}, 200, "seeded sample $i: 200");
+    is($s[$i]{json}{usage}{completion_tokens}, 16,
+       "seeded sample $i: 16 tokens");
+}
+is($s[0]{json}{choices}[0]{text}, $s[1]{json}{choices}[0]{text},
    'the same seed gives the same sample');
 
 # 16 at once: every client gets the reference, streaming or not

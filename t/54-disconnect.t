@@ -7,6 +7,7 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use IO::Socket::INET;
+use Time::HiRes qw(time);
 use NalarTest;
 
 my $t = NalarTest->new->has_model;
@@ -17,10 +18,12 @@ http {
     nalar_model kjv %%MODEL%%;
     nalar_threads 2;
     nalar_max_batch_tokens 64;
+    log_format early '$status $nalar_prompt_tokens $nalar_completion_tokens';
 
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { nalar_api; }
+        location /early/v1/ { nalar_api; access_log early.log early; }
         location = /metrics { nalar_metrics; }
     }
 }
@@ -45,7 +48,7 @@ for my $k (0 .. 31) {
                       max_tokens => $MAX, ignore_eos => JSON::PP::true,
                       temperature => 0.8, seed => $k,
                       stream => $stream ? JSON::PP::true : JSON::PP::false },
-            timeout => $stream ? 60 : $delay,
+            timeout => $stream ? 600 : $delay,
             on_data => sub {
                 my $n = () = $_[0] =~ /^data: /mg;
                 return $n < $stop_after;
@@ -61,7 +64,7 @@ is($finished, 0, 'every streaming client hung up mid-stream');
 # the cancellations land at the next step boundary: poll briefly
 
 my $m;
-for (1 .. 100 * $NalarTest::SLOW) {
+for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     $m = $t->metrics;
     last if $m->{"nalar_requests_running{$M}"} == 0
          && $m->{"nalar_requests_waiting{$M}"} == 0
@@ -91,7 +94,9 @@ ok($generated < 32 * $MAX / 2,
 
 # a client that sends its request and hangs up at once, before nginx has
 # even read it: the EOF comes before the request is submitted, and must
-# still cancel it (16 choices of 450 tokens would take a while)
+# still cancel it (16 choices of 450 tokens would take a while).  Its own
+# location logs it: 499 with its prompt counted says the request was
+# parsed and submitted, not refused before it reached the engine.
 
 $before = $t->metrics;
 my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port,
@@ -99,21 +104,36 @@ my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port,
 my $req = NalarTest::json()->encode({ prompt => 'A wise man', n => 16,
                                       max_tokens => 450,
                                       ignore_eos => JSON::PP::true });
-$s->syswrite("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+$s->syswrite("POST /early/v1/completions HTTP/1.1\r\nHost: localhost\r\n"
              . "Content-Length: " . length($req) . "\r\n\r\n$req");
 close $s;
-for (1 .. 100 * $NalarTest::SLOW) {
+my $line = '';
+my $deadline = time + 30 * $NalarTest::SLOW;
+while (time < $deadline) {
+    $line = $t->read_file('early.log');
+    last if $line ne '';
     select(undef, undef, undef, 0.02);
+}
+like($line, qr/^499 4 \d+$/,
+     'the early leaver was submitted (its 4 prompt tokens counted) and '
+     . 'ended as a client that left') or diag("early.log: $line");
+my ($done) = $line =~ /(\d+)$/;
+ok(defined $done && $done < 16 * 450,
+   'it was cancelled: ' . ($done // '?') . ' of 7200 tokens generated');
+for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     $m = $t->metrics;
-    last if $m->{"nalar_generation_tokens_total{$M}"}
-            > $before->{"nalar_generation_tokens_total{$M}"}
-         && $m->{"nalar_requests_running{$M}"} == 0;
+    last if $m->{"nalar_requests_running{$M}"} == 0
+         && $m->{"nalar_kv_blocks_free{$M}"}
+            == $m->{"nalar_kv_blocks_total{$M}"};
+    select(undef, undef, undef, 0.05);
 }
 $generated = $m->{"nalar_generation_tokens_total{$M}"}
            - $before->{"nalar_generation_tokens_total{$M}"};
 ok($generated < 16 * 450 / 2,
    "a request whose client left before it was read is cancelled "
    . "($generated of 7200 tokens)");
+is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
+   'and its KV blocks are free');
 
 # and the server still answers normally
 

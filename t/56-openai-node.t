@@ -9,7 +9,8 @@ use Test::More;
 use NalarTest;
 
 my $t = NalarTest->new->has_model->has_cli->has_program('node');
-plan(skip_all => 't/node_modules/openai missing (cd t && npm install)')
+NalarTest::missing('t/node_modules/openai missing (cd t && npm install)',
+                   optional => 1)
     unless -d NalarTest::root() . '/t/node_modules/openai';
 
 $t->write_conf(<<'CONF')->run;

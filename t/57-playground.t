@@ -13,7 +13,8 @@ use NalarTest;
 my $t = NalarTest->new->has_model->has_cli->has_program('node')
                      ->has_program('chromium');
 my $root = NalarTest::root();
-plan(skip_all => 't/node_modules/playwright-core missing (cd t && npm install)')
+NalarTest::missing('t/node_modules/playwright-core missing (cd t && npm install)',
+                   optional => 1)
     unless -d "$root/t/node_modules/playwright-core";
 
 $t->write_conf(<<'CONF')->run;
@@ -54,6 +55,22 @@ like($o->{usage}, qr/^prompt 4 tokens \(\d+ cached\), completion \d+, total \d+$
 like($o->{status}, qr/^done in/, 'the stream ended with [DONE]');
 ok(($o->{reads} // 0) > 1,
    "the response body arrived in pieces ($o->{reads} reads)");
+
+# what the page showed while streaming: each sample extends the one before
+# and the last is the whole text, with at least one partial text between
+# the empty start and the end
+my @samples = grep { $_ ne '' } @{ $o->{samples} || [] };
+my $grows = 1;
+for my $i (1 .. $#samples) {
+    $grows = 0 unless length $samples[$i] > length $samples[$i - 1]
+                   && substr($samples[$i], 0, length $samples[$i - 1])
+                      eq $samples[$i - 1];
+}
+ok($grows, 'each text shown extends the one before')
+    or diag(explain(\@samples));
+is($samples[-1], $want, 'the last text shown is the completion');
+my @partial = grep { length $_ < length $want } @samples;
+ok(@partial >= 1, scalar(@partial) . ' partial texts shown before the end');
 ok(-s $shot, 'screenshot kept in t/artifacts/playground.png');
 my @errors = grep { /^(error|pageerror)/ } @{ $o->{console} || [] };
 is_deeply(\@errors, [], 'no errors in the page console');

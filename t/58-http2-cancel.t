@@ -25,7 +25,7 @@ my $model = "$dir/slow.gguf";
 system("$root/build/nalar", 'mkmodel', '--vocab-from', $NalarTest::MODEL,
        '--dim', '384', '--layers', '6', '--heads', '6', '--kv-heads', '6',
        '--ffn', '1024', '--ctx', '1024', '--seed', '3', '-o', $model) == 0
-    or plan(skip_all => 'nalar mkmodel failed');
+    or $t->fail_file('nalar mkmodel failed');
 
 $t->write_conf(<<'CONF')->run;
 http {
@@ -69,7 +69,8 @@ my $m0 = $t->metrics;
 my $gen0 = metric($m0, 'nalar_generation_tokens_total') // 0;
 
 my $origin = 'https://127.0.0.1:' . $t->port(1);
-my $limit = 60 * $NalarTest::SLOW;
+# a backstop against a server that never answers, not a speed limit
+my $limit = 600 * $NalarTest::SLOW;
 my $json = `node $root/t/js/h2-cancel.mjs $origin slow $N '$prompt' $limit 2>&1`;
 is($?, 0, 'the node client ran') or diag($json);
 my $o = eval { NalarTest::json()->decode($json) } || {};
@@ -111,7 +112,7 @@ ok(defined $first && !(grep { ($_->{running} // 0) > 1 } @s[$first .. $#s]),
 # all released, and the engine did B's tokens and only a few of A's
 
 my ($ok, $m) = (0, undef);
-for (1 .. 100 * $NalarTest::SLOW) {
+for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     $m = $t->metrics;
     my ($run, $free, $total) = map { metric($m, $_) }
         qw(nalar_requests_running nalar_kv_blocks_free nalar_kv_blocks_total);

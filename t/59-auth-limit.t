@@ -17,7 +17,7 @@ my $hash = `openssl passwd -apr1 s3cret`;
 chomp $hash;
 $t->write_file('htpasswd', "alice:$hash\n");
 
-$t->write_conf(<<'CONF')->run;
+$t->write_conf(<<'CONF')->run(health => '/one/v1/health');
 http {
     %%NALAR_HTTP%%
     nalar_model kjv %%MODEL%%;

@@ -14,8 +14,8 @@ use NalarTest;
 my $t = NalarTest->new->has_model->has_cli;
 
 my $v = `$NalarTest::NGINX -V 2>&1`;
-plan(skip_all => "$NalarTest::NGINX is built without "
-                 . "http_auth_request_module (nginx -V)")
+NalarTest::missing("$NalarTest::NGINX is built without "
+                   . "http_auth_request_module (nginx -V)", optional => 1)
     unless $v =~ /--with-http_auth_request_module\b/;
 
 $t->write_conf(<<'CONF');

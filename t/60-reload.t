@@ -3,6 +3,11 @@
 # was running finishes with all its tokens and [DONE], new requests are
 # served by the new workers, old workers exit, and nothing is logged as
 # an alert (no descriptor left open).
+#
+# Nothing here races the engine: the clients send their requests but read
+# nothing until the test has signalled (so every stream certainly ends
+# after the signal), and the signal comes once /metrics shows streams both
+# running and waiting in the engine.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -19,6 +24,7 @@ http {
     nalar_model kjv %%MODEL%%;
     nalar_threads 1;
     nalar_max_running 2;    # 2 run, 6 wait: the signal finds both kinds
+    send_timeout 600s;      # the clients read only after the signal
 
     server {
         listen 127.0.0.1:%%PORT%%;
@@ -30,18 +36,24 @@ CONF
 
 my $N = 450;
 
-# Streams that record (status, completion tokens, saw [DONE]) in a file.
+# Streams that record (status, completion tokens, saw [DONE]) in a file;
+# each reads its response only once the file go-$tag exists.
 sub start_streams {
     my ($tag, $n) = @_;
     my @pids;
+    my $body = NalarTest::json()->encode({
+        prompt => 'And it came to pass', max_tokens => $N,
+        ignore_eos => JSON::PP::true, temperature => 0,
+        stream => JSON::PP::true,
+        stream_options => { include_usage => JSON::PP::true } });
     for my $k (1 .. $n) {
         push @pids, NalarTest::fork_client(sub {
-            my $r = $t->request('POST', '/v1/completions',
-                json => { prompt => 'And it came to pass', max_tokens => $N,
-                          ignore_eos => JSON::PP::true, temperature => 0,
-                          stream => JSON::PP::true,
-                          stream_options => { include_usage =>
-                                              JSON::PP::true } });
+            my $s = $t->post_socket('/v1/completions', $body);
+            Time::HiRes::sleep(0.02) until -e "$dir/go-$tag";
+            my $raw = '';
+            while ($s->sysread(my $buf, 65536)) { $raw .= $buf; }
+            close $s;
+            my $r = NalarTest::parse_response($raw);
             my @ev = eval { NalarTest::sse_events($r->{body}) };
             my ($usage) = map { $_->{usage} } grep { ref && $_->{usage} } @ev;
             open my $fh, '>', "$dir/$tag$k" or die;
@@ -55,16 +67,18 @@ sub start_streams {
     return @pids;
 }
 
-# Wait until n streams are running in the engine: a client whose request
-# nginx has not read yet when the signal comes is an idle connection, and
-# nginx closes idle connections on a graceful shutdown (its own behaviour,
-# not what this test is about).
+# Wait until n streams are running in the engine and at least one more
+# waits: a client whose request nginx has not read yet when the signal
+# comes is an idle connection, and nginx closes idle connections on a
+# graceful shutdown (its own behaviour, not what this test is about).
 sub wait_running {
     my ($n) = @_;
-    for (1 .. 400) {
+    my $deadline = Time::HiRes::time() + 120 * $NalarTest::SLOW;
+    while (Time::HiRes::time() < $deadline) {
         my $m = $t->metrics;
-        my ($k) = grep { /^nalar_requests_running/ } keys %$m;
-        return 1 if $k && $m->{$k} >= $n;
+        my ($run) = map { $m->{$_} } grep { /^nalar_requests_running/ } keys %$m;
+        my ($wait) = map { $m->{$_} } grep { /^nalar_requests_waiting/ } keys %$m;
+        return 1 if ($run // 0) >= $n && ($wait // 0) >= 1;
         select(undef, undef, undef, 0.025);
     }
     return 0;
@@ -78,17 +92,17 @@ sub results {
 }
 
 # Every stream that nginx accepted got all its tokens and [DONE], and the
-# signal really came while streams were running (some ended after it).
+# signal really came while they were open (each ended after it).
 sub check_streams {
     my ($tag, $since, $what) = @_;
     my @all = map { $t->read_file("$tag$_") } 1 .. 8;
     my @accepted = grep { /^200 / } @all;
     my @complete = grep { /^200 $N done / } @all;
-    ok(@accepted >= 2 && @complete == @accepted,
+    ok(@accepted >= 3 && @complete == @accepted,
        "every stream accepted before the $what got all tokens and [DONE]")
         or diag(join "\n", @all);
-    ok(scalar results($tag, 8, $since) >= 1,
-       "streams were running at the $what and finished after it")
+    ok(scalar results($tag, 8, $since) == @accepted,
+       "every accepted stream finished after the $what")
         or diag(join "\n", @all);
 }
 
@@ -101,22 +115,41 @@ sub workers {
 # reload while 8 streams run
 
 my @pids = start_streams('r', 8);
-ok(wait_running(2), 'streams running before the reload');
+ok(wait_running(2), 'streams running (and waiting) before the reload');
 my $hup = Time::HiRes::time();
 $t->signal('HUP');
-select(undef, undef, undef, 0.3);
 
-my $r = $t->post_json('/v1/completions', { prompt => 'A wise man',
-                                            max_tokens => 4 });
-is($r->{status}, 200, 'a new request during the reload is served');
+# the new worker is up while the old one still holds the unread streams
+my $w;
+my $deadline = Time::HiRes::time() + 60 * $NalarTest::SLOW;
+do { select(undef, undef, undef, 0.05); $w = workers() }
+    while $w < 2 && Time::HiRes::time() < $deadline;
+is($w, 2, 'a new worker beside the old one');
 
+# once the old worker has stopped accepting (it logs that it is shutting
+# down) and the new one's model is loaded, a new request is the new one's
+$deadline = Time::HiRes::time() + 60 * $NalarTest::SLOW;
+select(undef, undef, undef, 0.05)
+    until $t->read_file('error.log') =~ /gracefully shutting down/
+          || Time::HiRes::time() > $deadline;
+my $r;
+$deadline = Time::HiRes::time() + 60 * $NalarTest::SLOW;
+do { $r = $t->get('/v1/health') }
+    while $r->{status} != 200 && Time::HiRes::time() < $deadline;
+
+$r = $t->post_json('/v1/completions', { prompt => 'A wise man',
+                                         max_tokens => 4 });
+is($r->{status}, 200, 'a new request during the reload is served')
+    or diag("$r->{status} $r->{body}");
+
+$t->write_file('go-r', '');
 waitpid $_, 0 for @pids;
 check_streams('r', $hup, 'reload');
 
 # the old worker goes once its streams are done
 
-my $w;
-for (1 .. 100) {
+$deadline = Time::HiRes::time() + 60 * $NalarTest::SLOW;
+while (Time::HiRes::time() < $deadline) {
     $w = workers();
     last if $w == 1;
     select(undef, undef, undef, 0.05);
@@ -129,15 +162,17 @@ like($t->read_file('error.log'), qr/gracefully shutting down/,
 # quit while 8 streams run: the master waits for them
 
 @pids = start_streams('q', 8);
-ok(wait_running(2), 'streams running before the quit');
+ok(wait_running(2), 'streams running (and waiting) before the quit');
 my $master = $t->pid;
 my $quit = Time::HiRes::time();
 $t->signal('QUIT');
+$t->write_file('go-q', '');
 
 waitpid $_, 0 for @pids;
 check_streams('q', $quit, 'quit');
 
-for (1 .. 200) {
+$deadline = Time::HiRes::time() + 60 * $NalarTest::SLOW;
+while (Time::HiRes::time() < $deadline) {
     last unless kill 0, $master;
     select(undef, undef, undef, 0.05);
 }

@@ -3,6 +3,8 @@
 # leaves greedy answers equal to `nalar generate` token for token, and the
 # metrics show proposals verified and accepted; OpenAI's `prediction` field
 # is verified the same way; nalar_prefix_cache reports cached prompt tokens.
+# Speculation is `fixed`: every step proposes, whatever the step gate would
+# measure on this host, so the proposal counts are certain.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -18,6 +20,7 @@ http {
     nalar_model plain %%MODEL%%;
     nalar_threads 2;
     nalar_prefix_cache on;
+    nalar_speculative auto max=4 fixed;
 
     server {
         listen 127.0.0.1:%%PORT%%;

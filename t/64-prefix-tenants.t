@@ -19,7 +19,8 @@ my $dir = $t->dir;
 my $secret = 'prefix-cache-test-secret-of-32+bytes!';
 $t->write_file('jwt.secret', "$secret\n");
 
-$t->write_conf(<<'CONF')->run;
+# /ready/v1/health: readiness without a token
+$t->write_conf(<<'CONF')->run(health => '/ready/v1/health');
 http {
     %%NALAR_HTTP%%
     nalar_model kjv %%MODEL%%;
@@ -40,6 +41,7 @@ http {
         }
 
         location = /metrics { nalar_metrics; }
+        location = /ready/v1/health { nalar_jwt_key off; nalar_api; }
     }
 }
 CONF

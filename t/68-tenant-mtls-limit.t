@@ -18,7 +18,7 @@ my $dir = $t->dir;
 sub sh {
     my ($cmd) = @_;
     system("cd $dir && ($cmd) >/dev/null 2>&1") == 0
-        or plan(skip_all => "openssl failed: $cmd");
+        or NalarTest::missing("openssl failed: $cmd", optional => 1);
 }
 
 # a test CA, a server certificate, two clients of the CA and one outsider
@@ -80,10 +80,13 @@ http {
 CONF
 
 # the model is ready once the plain server says so
-for (1 .. 600) {
-    last if $t->get('/v1/health', port => $t->port(1))->{status} == 200;
+my $ready = 0;
+for (1 .. 1200 * $NalarTest::SLOW) {
+    $ready = $t->get('/v1/health', port => $t->port(1))->{status} == 200
+        and last;
     select undef, undef, undef, 0.05;
 }
+$ready or $t->fail_file('the plain server never said the model is ready');
 
 my $N = 16;
 my $prompt = 'And God said, Let there be light: and there was light. And God '

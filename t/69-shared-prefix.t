@@ -37,7 +37,8 @@ CONF
     like($out, $case->[1], "nginx -t says why: $case->[0]");
 }
 
-$t->write_conf(<<'CONF')->run;
+# /ready/v1/health: readiness without a token
+$t->write_conf(<<'CONF')->run(health => '/ready/v1/health');
 http {
     %%NALAR_HTTP%%
     nalar_model kjv %%MODEL%%;
@@ -56,6 +57,7 @@ http {
             nalar_api;
         }
         location = /metrics { nalar_metrics; }
+        location = /ready/v1/health { nalar_jwt_key off; nalar_api; }
     }
 }
 CONF

@@ -144,8 +144,9 @@ check_vocab(const char *path, const char *model, uint64_t n_tokens,
     const gguf_kv *kv;
     char          *s;
 
+    /* the fixtures are in the repository: a missing one is a failure */
     if (access(path, R_OK) != 0) {
-        ok(1, "# SKIP %s not present", path);
+        ok(0, "%s present", path);
         return;
     }
     f = gguf_open(path, &err);

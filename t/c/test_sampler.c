@@ -397,7 +397,12 @@ test_penalties(void)
     ok(fabsf(l[0] - 1.5f) < 1e-6, "presence does not grow with count");
     nalar_sampler_accept(&s, -1);
     nalar_sampler_accept(&s, 3);
-    ok(1, "accept ignores out-of-range ids");
+    is_int(s.counts[0] * 100 + s.counts[1] * 10 + s.counts[2], 200,
+           "accept ignores out-of-range ids: counts stay {2, 0, 0}");
+    memcpy(l, base, sizeof(l));
+    nalar_sample(&s, l, NULL);
+    ok(fabsf(l[0] - 1.5f) < 1e-6 && l[1] == 1.9f && l[2] == 0.5f,
+       "and the penalties after them are those of the in-range ids");
     nalar_sampler_free(&s);
 
     p.presence_penalty = 0;

@@ -700,19 +700,30 @@ main(void)
                 ok(kv_clean(e), "%s: the passes measured at load "
                    "leave every KV block free", cfg[c].name);
                 /* seeded at load (cost_seed), before any step ran: the
-                 * pass sizes of a verification and of a draft's proposals */
+                 * pass sizes of a verification and of a draft's proposals,
+                 * as many as its time budget allowed (on a busy host,
+                 * none: the count is shown, not asserted); an estimate is
+                 * a cost or unknown, never zero */
+                int sane = 1;
+
                 for (int32_t n = 1; n <= NALAR_SPEC_MAX_K + 1; n++) {
-                    measured += nalar_engine_pass_cost(e, 0, n) > 0
-                                && nalar_engine_pass_cost(e, 1, n) > 0;
+                    double t = nalar_engine_pass_cost(e, 0, n);
+                    double d = nalar_engine_pass_cost(e, 1, n);
+
+                    measured += t > 0 && d > 0;
+                    sane &= (t > 0 || t < 0) && (d > 0 || d < 0);
                 }
-                ok(measured == NALAR_SPEC_MAX_K + 1, "%s: passes of 1 to %d "
-                   "tokens of the target and the draft measured at load "
-                   "(%d of them)", cfg[c].name, NALAR_SPEC_MAX_K + 1,
-                   measured);
-                ok(nalar_engine_pass_cost(e, 0, NALAR_SPEC_MAX_K + 1)
-                   > nalar_engine_pass_cost(e, 0, 1),
-                   "%s: a %d-token pass costs more than a 1-token one",
-                   cfg[c].name, NALAR_SPEC_MAX_K + 1);
+                ok(sane, "%s: each pass size's estimate at load is a cost "
+                   "or unknown", cfg[c].name);
+                diag("%s: passes of 1 to %d tokens of the target and the "
+                     "draft measured at load: %d of them", cfg[c].name,
+                     NALAR_SPEC_MAX_K + 1, measured);
+                /* how the costs compare is the host's speed: shown,
+                 * not asserted */
+                diag("%s: a %d-token pass %.1f us, a 1-token one %.1f us",
+                     cfg[c].name, NALAR_SPEC_MAX_K + 1,
+                     1e6 * nalar_engine_pass_cost(e, 0, NALAR_SPEC_MAX_K + 1),
+                     1e6 * nalar_engine_pass_cost(e, 0, 1));
             }
             run_all(e, got, 48, NULL, 0, 1);
             ok(all_equal(ref, got, cfg[c].name),

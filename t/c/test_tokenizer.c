@@ -865,14 +865,17 @@ test_pretokenizers(void)
     }
 }
 
+/* The largest vocabulary here (50k tokens, 50k merges) builds whole; how
+ * long it takes is printed, not asserted (bench/ measures speed). */
 static void
-test_speed(void)
+test_large_vocab(void)
 {
     double ms = 0;
     nalar_tokenizer *t = load(VOCAB_DIR "ggml-vocab-gpt-2.gguf", &ms);
-    ok(t != NULL, "gpt2 vocab loads");
-    /* 50k tokens + 50k merges; generous bound for the sanitized build */
-    ok(ms < 100, "gpt2 tokenizer created in %.1f ms", ms);
+    ok(t != NULL, "gpt2 vocab loads (%.1f ms)", ms);
+    if (t != NULL) {
+        is_int(nalar_tok_n_vocab(t), 50257, "gpt2: 50257 tokens");
+    }
     nalar_tokenizer_destroy(t);
 }
 
@@ -963,7 +966,7 @@ main(void)
     test_vectors("ggml-vocab-llama-spm.gguf");
     test_vectors("ggml-vocab-gpt-2.gguf");
     test_demo();
-    test_speed();
+    test_large_vocab();
     test_pretokenizers();
 
     spm = load(VOCAB_DIR "ggml-vocab-llama-spm.gguf", NULL);

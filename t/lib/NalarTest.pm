@@ -57,12 +57,32 @@ our $MODEL = "$ROOT/models/nalar-kjv-target-f32.gguf";
 our $DRAFT = "$ROOT/models/nalar-kjv-draft-f32.gguf";
 our $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
 
+# A piece the file needs is missing.  Under CI=true it fails the file;
+# so does a missing required piece (nginx, the module, the CLI, the demo
+# model) wherever the build ran (build/ exists).  Otherwise the file is
+# skipped: an optional program (optional => 1) on a developer's machine,
+# or anything in a checkout that was never built.
+sub missing {
+    my ($what, %o) = @_;
+    my $ci = ($ENV{CI} // '') eq 'true';
+
+    plan(skip_all => $what)
+        unless $ci || (!$o{optional} && -d "$ROOT/build");
+
+    my $tb = Test::More->builder;
+    plan(tests => 1) unless $tb->has_plan;
+    fail("missing: $what");
+    diag($ci ? 'CI=true: a missing piece fails'
+             : "$ROOT/build exists: the build ran, so this must be there");
+    exit 1;
+}
+
 sub new {
     my ($class, %opts) = @_;
 
-    plan(skip_all => "$NGINX not found") unless -x $NGINX;
-    plan(skip_all => "$MODULE not built (make module"
-                     . ($ENV{NALAR_ASAN} ? '-asan)' : ')')) unless -f $MODULE;
+    missing("$NGINX not found") unless -x $NGINX;
+    missing("$MODULE not built (make module"
+            . ($ENV{NALAR_ASAN} ? '-asan)' : ')')) unless -f $MODULE;
 
     my $dir = tempdir('nalar-test-XXXXXX', TMPDIR => 1,
                       CLEANUP => !$ENV{NALAR_TEST_KEEP});
@@ -79,7 +99,7 @@ sub root { $ROOT }
 # Skips the whole file unless the demo model is there.
 sub has_model {
     my ($self) = @_;
-    plan(skip_all => "$MODEL missing") unless -f $MODEL;
+    missing("$MODEL missing") unless -f $MODEL;
     return $self;
 }
 
@@ -87,7 +107,7 @@ sub has_model {
 sub has_program {
     my ($self, $prog) = @_;
     my $found = grep { -x "$_/$prog" } split /:/, $ENV{PATH};
-    plan(skip_all => "$prog not installed") unless $found;
+    missing("$prog not installed", optional => 1) unless $found;
     return $self;
 }
 
@@ -100,7 +120,7 @@ sub has_tls_cert {
     system("openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
            . "-subj /CN=localhost -keyout $self->{dir}/key.pem "
            . "-out $self->{dir}/cert.pem >/dev/null 2>&1") == 0
-        or plan(skip_all => 'openssl cannot make a certificate');
+        or missing('openssl cannot make a certificate', optional => 1);
     return $self;
 }
 
@@ -191,7 +211,8 @@ sub test_conf {
 }
 
 # Starts nginx and waits until it answers (and, unless told otherwise,
-# until /v1/health says the models are ready).
+# until /v1/health says the models are ready); a server that never gets
+# there fails the file, with the end of error.log.
 sub run {
     my ($self, %opts) = @_;
     my $dir = $self->{dir};
@@ -204,14 +225,32 @@ sub run {
 
     if (!exists $opts{health} || $opts{health}) {
         my $path = $opts{health} || '/v1/health';
-        my $deadline = time + 30;
+        my $deadline = time + 30 * $SLOW;
+        my $r;
         while (time < $deadline) {
-            my $r = $self->request('GET', $path);
-            last if $r->{status} == 200;
+            $r = $self->request('GET', $path);
+            return $self if $r->{status} == 200;
             sleep 0.05;
         }
+        $self->fail_file("$path did not answer 200 in " . 30 * $SLOW
+                         . " s (last: $r->{status} "
+                         . ($r->{body} // '') . ')');
     }
     return $self;
+}
+
+# Ends the file with a failure, naming the last lines of error.log.
+sub fail_file {
+    my ($self, $why) = @_;
+    my @log = grep { /\[(emerg|alert|crit|error|warn|notice)\]/ }
+              split /\n/, $self->read_file('error.log');
+    splice @log, 0, @log - 20 if @log > 20;
+    my $tb = Test::More->builder;
+    plan(tests => 1) unless $tb->has_plan;
+    fail($why);
+    diag("error.log ends:\n" . join("\n", @log));
+    $self->stop;
+    exit 1;
 }
 
 sub wait_port {
@@ -309,7 +348,7 @@ sub request {
 
     my $raw = '';
     my $sel = IO::Select->new($s);
-    my $deadline = time + ($o{timeout} || 60);
+    my $deadline = time + ($o{timeout} || 600);   # a backstop, not a bound
     while (time < $deadline) {
         last unless $sel->can_read($deadline - time);
         my $n = $s->sysread(my $buf, 65536);
@@ -476,7 +515,7 @@ sub tokenize_special {
 
 sub has_cli {
     my ($self) = @_;
-    plan(skip_all => "$ROOT/build/nalar not built") unless -x "$ROOT/build/nalar";
+    missing("$ROOT/build/nalar not built") unless -x "$ROOT/build/nalar";
     return $self;
 }
 

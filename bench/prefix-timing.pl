@@ -1,5 +1,6 @@
 #!/usr/bin/perl
-# Nothing of a tenant's cache crosses to another, not even as timing.
+# Benchmark (not a test: it measures time): nothing of a tenant's cache
+# crosses to another, not even as timing.
 # Tenant A caches a 400-token prompt; then 100 alternating pairs of probes,
 # each by a tenant never seen before: A's prompt, and a never-seen prompt of
 # the same length.  The foreign probes of A's prompt report cached_tokens 0
@@ -7,9 +8,14 @@
 # is indistinguishable from the cold probes' (Welch's t-test, |t| < 4),
 # while A's own repeats -- the positive control that shows the measurement
 # can see a hit -- are clearly faster (median under 3/4 of the cold one).
+# t/69-prefix-isolation.t asserts the behaviour (cached_tokens); this
+# measures the timing side channel.  Prints TAP; run from the repository
+# root: `perl bench/prefix-timing.pl` (NALAR_TIMING_PAIRS=N pairs, 100 by
+# default), on a quiet machine.
 use strict;
 use warnings;
-use lib 't/lib';
+use FindBin;
+use lib "$FindBin::Bin/../t/lib";
 use List::Util qw(sum);
 use Test::More;
 use NalarTest;
@@ -20,7 +26,8 @@ my $t = NalarTest->new->has_model;
 my $secret = 'timing-test-secret-0123456789abcdefgh';
 $t->write_file('jwt.secret', $secret);
 
-$t->write_conf(<<'CONF')->run;
+# /ready/v1/health: readiness without a token
+$t->write_conf(<<'CONF')->run(health => '/ready/v1/health');
 http {
     %%NALAR_HTTP%%
     nalar_model kjv %%MODEL%%;
@@ -34,6 +41,7 @@ http {
             nalar_api;
             add_header X-TTFT $nalar_ttft_ms always;
         }
+        location = /ready/v1/health { nalar_jwt_key off; nalar_api; }
     }
 }
 CONF
