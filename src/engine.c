@@ -1159,6 +1159,9 @@ publish_metrics(nalar_engine *e)
     }
     pthread_mutex_lock(&e->mu);
     e->m.requests_running = e->n_running;
+    if (e->n_running == 0) {
+        e->m.spec_provisional_blocks = 0;
+    }
     e->m.prefix_queries_total = st.queries;
     e->m.prefix_hits_total = st.hits;
     e->m.prefix_evictions_total = st.evictions;
@@ -2386,9 +2389,13 @@ engine_step(nalar_engine *e)
     step_plan_speculation(e, &sp);
     step_build_batch(e, &sp);
     if (sp.n_tok == 0) {
+        /* every request finished or was preempted while batching: the
+         * gauges must say so even if the engine now goes idle */
+        publish_metrics(e);
         return e->n_running > 0;
     }
     if (step_forward(e, &sp) != 0) {
+        publish_metrics(e);
         return -1;
     }
     step_advance(e, &sp);
