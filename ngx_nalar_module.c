@@ -2200,6 +2200,7 @@ static ngx_int_t
 ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_request_params *p)
 {
+    int                       rc;
     u_char                   *id;
     ngx_uint_t                i;
     nalar_err                 err;
@@ -2266,7 +2267,22 @@ ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         slot->req = req;
         pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
-        if (nalar_engine_submit(ctx->model->engine, req, &err) != 0) {
+        rc = nalar_engine_submit(ctx->model->engine, req, &err);
+
+        if (rc == -2) {
+
+            /* too long ever to run here: the client's mistake */
+
+            return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_request_error",
+                                        "max_tokens",
+                                        "context_length_exceeded",
+                                        "The request is too long: %s. "
+                                        "Please reduce the prompt or the "
+                                        "completion length.", err.msg);
+        }
+
+        if (rc != 0) {
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                           "nalar: model \"%V\": %s", &ctx->model->name,
                           err.msg);

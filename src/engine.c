@@ -847,8 +847,9 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     }
     c = &e->model->cfg;
     if (r->p.n_prompt >= c->n_ctx) {
-        return nalar_fail(err, "the prompt has %d tokens but the model's "
-                          "context is %d tokens", r->p.n_prompt, c->n_ctx);
+        nalar_fail(err, "the prompt has %d tokens but the model's "
+                   "context is %d tokens", r->p.n_prompt, c->n_ctx);
+        return -2;
     }
     for (int32_t i = 0; i < r->p.n_prompt; i++) {
         if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
@@ -859,8 +860,25 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     }
     need = (r->p.n_prompt + 1 + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
     if (need > e->kv.n_blocks) {
-        return nalar_fail(err, "the prompt needs %d KV blocks but the cache "
-                          "holds %d", need, e->kv.n_blocks);
+        nalar_fail(err, "the prompt has %d tokens but the KV cache holds "
+                   "only %d tokens", r->p.n_prompt,
+                   e->kv.n_blocks * NALAR_KV_BLOCK);
+        return -2;
+    }
+    /* a sequence must fit the pool alone (others are preempted for it,
+     * choices of one prompt and speculation's proposals included: they
+     * wait or give way); without max_tokens, the pool bounds it as the
+     * context does (request_start) */
+    if (r->p.max_tokens > 0
+        && r->p.n_prompt + (int64_t) r->p.max_tokens
+           > (int64_t) e->kv.n_blocks * NALAR_KV_BLOCK)
+    {
+        nalar_fail(err, "the KV cache holds %d tokens but %lld tokens "
+                   "were requested (%d in the prompt, %d in the "
+                   "completion)", e->kv.n_blocks * NALAR_KV_BLOCK,
+                   (long long) r->p.n_prompt + r->p.max_tokens,
+                   r->p.n_prompt, r->p.max_tokens);
+        return -2;
     }
 
     pthread_mutex_lock(&e->mu);
@@ -956,6 +974,10 @@ request_start(nalar_engine *e, nalar_request *r)
     memcpy(r->tokens, r->prompt, (size_t) r->p.n_prompt * sizeof(int32_t));
     r->n_tokens = r->p.n_prompt;
     r->max_tokens = c->n_ctx - r->p.n_prompt;
+    if (e->kv.n_blocks * NALAR_KV_BLOCK < c->n_ctx) {
+        /* the most one sequence can ever hold (nalar_engine_submit) */
+        r->max_tokens = e->kv.n_blocks * NALAR_KV_BLOCK - r->p.n_prompt;
+    }
     if (r->p.max_tokens > 0 && r->p.max_tokens < r->max_tokens) {
         r->max_tokens = r->p.max_tokens;
     }

@@ -69,7 +69,8 @@ typedef struct {
     const int32_t *prompt;       /* copied at create */
     int32_t        n_prompt;
     nalar_sampling sampling;
-    int32_t        max_tokens;   /* <=0: until the context is full */
+    int32_t        max_tokens;   /* <=0: until the context (or a smaller
+                                    KV cache) is full */
     const char   **stop;         /* stop strings, copied */
     int32_t        n_stop;
     const int32_t *stop_ids;     /* extra stop tokens, copied */
@@ -183,8 +184,12 @@ nalar_request *nalar_request_create(const nalar_request_params *p,
                                     nalar_err *err);
 void nalar_request_ref(nalar_request *r);
 void nalar_request_unref(nalar_request *r);
-/* -1 with err when the queue is full, the engine is not ready, or the
- * prompt does not fit the context. */
+/* -1 with err when the queue is full or the engine is not ready; -2 with
+ * err when the request is too long ever to run here (the client's
+ * mistake): its prompt does not fit the context, or its prompt plus
+ * max_tokens is more than the KV cache holds.  Without
+ * max_tokens a sequence ends ("length") where the context or the KV cache
+ * is full, whichever is smaller. */
 int  nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err);
 /* Asynchronous: the engine drops the sequence (and its KV) at the next
  * step boundary and finishes it with NALAR_FINISH_CANCELLED. */
