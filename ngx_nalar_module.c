@@ -1483,7 +1483,11 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
             continue;
         }
 
-        p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        /* a chunked body may end with an empty buffer (pos NULL) */
+
+        if (b->last != b->pos) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
     }
 
     *len = p - *data;
