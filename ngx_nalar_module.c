@@ -40,6 +40,7 @@
 #define NGX_HTTP_NALAR_EP_CHAT         2
 #define NGX_HTTP_NALAR_EP_MODELS       3
 #define NGX_HTTP_NALAR_EP_HEALTH       4
+#define NGX_HTTP_NALAR_EP_MODEL        5      /* /models/{id} */
 
 #define NGX_HTTP_NALAR_MAX_N        16      /* choices per request */
 #define NGX_HTTP_NALAR_MAX_STOP     4       /* user stop strings, as OpenAI */
@@ -202,6 +203,7 @@ struct ngx_http_nalar_ctx_s {
 
 static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
+static ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
@@ -629,6 +631,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
                                     &r->method_name, &r->uri);
 
     case NGX_HTTP_NALAR_EP_MODELS:
+    case NGX_HTTP_NALAR_EP_MODEL:
     case NGX_HTTP_NALAR_EP_HEALTH:
         if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
             break;
@@ -638,8 +641,8 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return (ep == NGX_HTTP_NALAR_EP_MODELS) ? ngx_http_nalar_models(r)
-                                                : ngx_http_nalar_health(r);
+        return (ep == NGX_HTTP_NALAR_EP_HEALTH) ? ngx_http_nalar_health(r)
+                                                : ngx_http_nalar_models(r);
 
     default:
         if (!(r->method & NGX_HTTP_POST)) {
@@ -695,6 +698,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
 
     if (ngx_http_nalar_add_header(r, "Allow",
                                   (ep == NGX_HTTP_NALAR_EP_MODELS
+                                   || ep == NGX_HTTP_NALAR_EP_MODEL
                                    || ep == NGX_HTTP_NALAR_EP_HEALTH)
                                   ? "GET, HEAD, OPTIONS" : "POST, OPTIONS")
         != NGX_OK)
@@ -750,7 +754,38 @@ ngx_http_nalar_endpoint(ngx_str_t *uri)
         }
     }
 
-    return NGX_HTTP_NALAR_EP_NONE;
+    return ngx_http_nalar_model_id(uri, NULL);
+}
+
+
+/*
+ * /models/{id}: the id is everything after the first "/models/" (a model
+ * name may hold a slash), a trailing slash forgiven.
+ */
+
+static ngx_uint_t
+ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id)
+{
+    u_char  *p, *last;
+
+    last = uri->data + uri->len;
+
+    if (last - uri->data > 1 && last[-1] == '/') {
+        last--;
+    }
+
+    p = ngx_strnstr(uri->data, "/models/", last - uri->data);
+
+    if (p == NULL || last - p <= (ssize_t) sizeof("/models/") - 1) {
+        return NGX_HTTP_NALAR_EP_NONE;
+    }
+
+    if (id != NULL) {
+        id->data = p + sizeof("/models/") - 1;
+        id->len = last - id->data;
+    }
+
+    return NGX_HTTP_NALAR_EP_MODEL;
 }
 
 
@@ -826,24 +861,59 @@ ngx_http_nalar_preflight(ngx_http_request_t *r)
 }
 
 
+/* /models: the list; /models/{id}: one model object, or 404 */
+
 static ngx_int_t
 ngx_http_nalar_models(ngx_http_request_t *r)
 {
     json_t                      *list, *data, *m;
+    ngx_str_t                    id;
     ngx_int_t                    rc;
     ngx_uint_t                   i;
     ngx_http_nalar_model_t      *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    model = nmcf->models.elts;
+
+    if (ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_MODEL) {
+        (void) ngx_http_nalar_model_id(&r->uri, &id);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            if (model[i].name.len == id.len
+                && ngx_strncmp(model[i].name.data, id.data, id.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (i == nmcf->models.nelts) {
+            return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                        "invalid_request_error", "model",
+                                        "model_not_found",
+                                        "The model `%V` does not exist", &id);
+        }
+
+        m = json_pack("{s:s%,s:s,s:I,s:s}",
+                      "id", model[i].name.data, model[i].name.len,
+                      "object", "model",
+                      "created", (json_int_t) nmcf->created,
+                      "owned_by", "nalar");
+        if (m == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, m);
+        json_decref(m);
+
+        return rc;
+    }
 
     data = json_array();
     list = json_pack("{s:s,s:o}", "object", "list", "data", data);
     if (list == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    model = nmcf->models.elts;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
         m = json_pack("{s:s%,s:s,s:I,s:s}",

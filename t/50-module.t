@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # The module loads into Debian's nginx; nginx -t validates model files;
-# /v1/health, /v1/models, endpoint routing by URI suffix, the variables.
+# /v1/health, /v1/models, /v1/models/{id}, endpoint routing by URI suffix,
+# the variables.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -96,6 +97,31 @@ ok($j->{data}[0]{created} > 0, 'models: created');
 
 $r = $t->get('/fast/v1/models');
 is($r->{status}, 200, 'endpoint chosen by the URI suffix in another location');
+
+# one model: /models/{id}
+
+for my $path ('/v1/models/kjv', '/v1/models/kjv/', '/fast/v1/models/kjv') {
+    $r = $t->get($path);
+    is($r->{status}, 200, "GET $path: 200");
+    $j = eval { $t->json->decode($r->{body}) } || {};
+    is_deeply([ @$j{qw(id object owned_by)} ], [ 'kjv', 'model', 'nalar' ],
+              "GET $path: the model object");
+    ok(($j->{created} // 0) > 0, "GET $path: created");
+}
+for my $path ('/v1/models/nope', '/v1/models/kjv/x', '/v1/models/KJV') {
+    $r = $t->get($path);
+    is($r->{status}, 404, "GET $path: 404");
+    $j = eval { $t->json->decode($r->{body}) } || {};
+    is($j->{error}{code}, 'model_not_found', "GET $path: model_not_found");
+    is($j->{error}{type}, 'invalid_request_error',
+       "GET $path: invalid_request_error");
+    is($j->{error}{param}, 'model', "GET $path: param model");
+}
+$r = $t->request('HEAD', '/v1/models/kjv');
+is($r->{status}, 200, 'HEAD /v1/models/kjv');
+$r = $t->post_json('/v1/models/kjv', {});
+is($r->{status}, 405, 'POST /v1/models/kjv: 405');
+is($r->{headers}{allow}, 'GET, HEAD, OPTIONS', 'with Allow');
 
 $r = $t->request('HEAD', '/v1/models');
 is($r->{status}, 200, 'HEAD models');
