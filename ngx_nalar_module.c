@@ -603,6 +603,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
 {
     ngx_int_t                  rc;
     ngx_uint_t                 ep;
+    ngx_http_nalar_ctx_t      *ctx;
     ngx_http_core_loc_conf_t  *clcf;
     ngx_http_nalar_loc_conf_t *nlcf;
 
@@ -641,8 +642,25 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return (ep == NGX_HTTP_NALAR_EP_HEALTH) ? ngx_http_nalar_health(r)
-                                                : ngx_http_nalar_models(r);
+        if (ep == NGX_HTTP_NALAR_EP_HEALTH) {
+            return ngx_http_nalar_health(r);
+        }
+
+        /* the models need the token completions need, even where
+         * `satisfy any` let the request past the access phase */
+
+        ctx = ngx_http_nalar_tenant(r);
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_MISSING
+            || ctx->tenant_state == NGX_HTTP_NALAR_TENANT_INVALID)
+        {
+            return ngx_http_nalar_unauthorized(r, ctx);
+        }
+
+        return ngx_http_nalar_models(r);
 
     default:
         if (!(r->method & NGX_HTTP_POST)) {
@@ -3758,7 +3776,8 @@ ngx_http_nalar_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
  * Access phase: where nalar_jwt_key is set, an API request without a valid
  * bearer token ends here with 401, as auth_basic's do (and under `satisfy
  * any` the content handler refuses it again, so it never reaches a model).
- * CORS preflights carry no credentials and never reach a model either.
+ * CORS preflights carry no credentials and never reach a model either;
+ * /health is for load balancers, which carry none.
  */
 
 static ngx_int_t
@@ -3770,7 +3789,8 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
     if (nlcf->handler != NGX_HTTP_NALAR_API || nlcf->jwt == NULL
-        || r->method == NGX_HTTP_OPTIONS)
+        || r->method == NGX_HTTP_OPTIONS
+        || ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_HEALTH)
     {
         return NGX_DECLINED;
     }
