@@ -64,6 +64,8 @@ typedef struct {
     ngx_str_t                  name;
     ngx_str_t                  path;        /* NUL-terminated */
     ngx_str_t                  draft;       /* NUL-terminated, or empty */
+    int64_t                    kv_block;    /* bytes of one KV block */
+    int64_t                    draft_kv_block;
     nalar_engine              *engine;      /* per worker; NULL in master */
     nalar_chat_style           style;       /* from the GGUF, once ready */
     unsigned                   style_known:1;
@@ -86,6 +88,8 @@ typedef struct {
     ngx_uint_t                 spec_mode;   /* http-level nalar_speculative,
                                                the engines' default */
     ngx_int_t                  spec_max_k;
+    ngx_flag_t                 spec_draft;  /* nalar_speculative draft
+                                               somewhere */
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
 
@@ -4261,6 +4265,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
      *
      *     nmcf->backend = { 0, NULL };
      *     nmcf->gpu_memory = 0;
+     *     nmcf->spec_draft = 0;
      *     nmcf->created = 0;
      */
 
@@ -4289,6 +4294,10 @@ static char *
 ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    int64_t                  block;
+    ngx_uint_t               i;
+    ngx_http_nalar_model_t  *model;
 
     /* 0 and unset mean "the engine's default" */
 
@@ -4331,6 +4340,35 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
                            "\"nalar_device\" and \"nalar_gpu_memory\" need "
                            "\"nalar_backend cuda\"");
         return NGX_CONF_ERROR;
+    }
+
+    /* what each engine will be given must hold one block of its model
+     * (on a GPU the draft's block comes out of the same budget) */
+
+    model = nmcf->models.elts;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        block = model[i].kv_block;
+
+        if (ngx_strcmp(nmcf->backend.data, "cuda") == 0) {
+            block += model[i].draft_kv_block;
+        }
+
+        if (nmcf->kv_cache > 0 && nmcf->kv_cache < block) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"nalar_kv_cache\" of %O bytes is smaller "
+                               "than one KV block of model \"%V\" (%L "
+                               "bytes)", nmcf->kv_cache, &model[i].name,
+                               block);
+            return NGX_CONF_ERROR;
+        }
+
+        if (nmcf->spec_draft && model[i].draft.len == 0) {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "\"nalar_speculative draft\": model \"%V\" "
+                               "has no \"draft=\" model, its requests are "
+                               "not speculated", &model[i].name);
+        }
     }
 
     nmcf->created = ngx_time();
@@ -4552,14 +4590,19 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     /* ngx_conf_full_name() leaves the names NUL-terminated */
 
-    if (nalar_model_check((char *) model->path.data, &err) != 0) {
+    if (nalar_model_check_kv((char *) model->path.data, &model->kv_block,
+                             &err)
+        != 0)
+    {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "nalar_model \"%V\": %s", &model->name, err.msg);
         return NGX_CONF_ERROR;
     }
 
     if (model->draft.len) {
-        if (nalar_model_check((char *) model->draft.data, &err) != 0
+        if (nalar_model_check_kv((char *) model->draft.data,
+                                 &model->draft_kv_block, &err)
+            != 0
             || ngx_http_nalar_same_vocab((char *) model->path.data,
                                          (char *) model->draft.data, &err)
                != 0)
@@ -4748,8 +4791,13 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     nlcf->spec_max_k = k;
     nlcf->spec_fixed = fixed;
 
+    nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
+
+    if (mode == NALAR_SPEC_DRAFT) {
+        nmcf->spec_draft = 1;
+    }
+
     if (cf->cmd_type == NGX_HTTP_MAIN_CONF) {
-        nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
         nmcf->spec_mode = mode;
         nmcf->spec_max_k = k;
     }

@@ -1,5 +1,6 @@
 #!/usr/bin/perl
-# The module loads into Debian's nginx; nginx -t validates model files;
+# The module loads into Debian's nginx; nginx -t validates model files and
+# the KV cache size, and warns of draft speculation without a draft;
 # /v1/health, /v1/models, /v1/models/{id}, endpoint routing by URI suffix,
 # the variables.
 use strict;
@@ -49,6 +50,52 @@ http {
 CONF
 ($rc, $out) = $t->test_conf;
 like($out, qr/invalid chat template "jinja"/, 'unknown chat template refused');
+
+# a KV cache smaller than one block of a model is refused; speculation by
+# a draft for a model without one is a warning naming the model
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_kv_cache 16k;
+}
+CONF
+($rc, $out) = $t->test_conf;
+isnt($rc, 0, 'nginx -t fails on a KV cache smaller than one block');
+like($out, qr/"nalar_kv_cache" of 16384 bytes is smaller than one KV block of model "kjv" \(49152 bytes\)/,
+     'and says which model and how big a block is') or diag($out);
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_kv_cache 48k;
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'one block is enough for nginx -t') or diag($out);
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_model fast %%MODEL%% draft=%%DRAFT%%;
+    server { location / { nalar_speculative draft; nalar_api; } }
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'nalar_speculative draft without a draft= model: nginx -t passes')
+    or diag($out);
+like($out, qr/\[warn\].*"nalar_speculative draft": model "kjv" has no "draft=" model/,
+     'with a warning naming the model') or diag($out);
+unlike($out, qr/model "fast" has no/, 'none for the model with a draft');
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_speculative auto;
+}
+CONF
+($rc, $out) = $t->test_conf;
+unlike($out, qr/nalar_speculative/, 'no warning for auto') or diag($out);
 
 # a working configuration
 
