@@ -219,6 +219,8 @@ static ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
 static ngx_int_t ngx_http_nalar_parse(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
     ngx_array_t *stops, int32_t *max_tokens);
+static ngx_int_t ngx_http_nalar_logit_bias(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
     ngx_array_t *stops);
@@ -1073,9 +1075,8 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           "Prompt tokens processed (prefill)." },
         { "nalar_generation_tokens_total", "counter",
           "Tokens generated." },
-        /* a constant for the engine's life; typed counter because the
-         * fixed name ends in _total, which Prometheus reserves for them */
-        { "nalar_kv_blocks_total", "counter",
+        /* the pool's size: a gauge, constant for the engine's life */
+        { "nalar_kv_blocks_capacity", "gauge",
           "KV cache blocks in the pool (constant while the engine runs)." },
         { "nalar_kv_blocks_free", "gauge",
           "KV cache blocks no running sequence holds." },
@@ -1593,6 +1594,70 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
                          param, "invalid_value", fmt, ##__VA_ARGS__)
 
 
+/*
+ * logit_bias (OpenAI): {"token id": bias from -100 to 100, ...}, added to
+ * the logits before sampling, greedy included.  NGX_DECLINED when valid
+ * (or absent), else what answering the error returned.
+ */
+
+static ngx_int_t
+ngx_http_nalar_logit_bias(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    json_t *root, nalar_request_params *p)
+{
+    char         *end;
+    long          id;
+    json_t       *v, *e;
+    double        d;
+    const char   *key;
+    nalar_model  *m;
+
+    v = json_object_get(root, "logit_bias");
+
+    if (v == NULL || json_is_null(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_nalar_bad(r, "logit_bias", "logit_bias must be an "
+                                  "object mapping token ids to numbers");
+    }
+
+    if (json_object_size(v) > NALAR_MAX_LOGIT_BIAS) {
+        return ngx_http_nalar_bad(r, "logit_bias", "logit_bias has more than "
+                                  "%d entries", NALAR_MAX_LOGIT_BIAS);
+    }
+
+    m = nalar_engine_model(ctx->model->engine);
+
+    json_object_foreach(v, key, e) {
+        errno = 0;
+        id = strtol(key, &end, 10);
+
+        if (*key < '0' || *key > '9' || *end != '\0' || errno != 0
+            || id > INT32_MAX
+            || (m != NULL && id >= m->cfg.n_vocab))
+        {
+            return ngx_http_nalar_bad(r, "logit_bias", "logit_bias: \"%s\" "
+                                      "is not a token id of the model", key);
+        }
+
+        d = json_is_number(e) ? json_number_value(e) : -1000;
+
+        if (!(d >= -100 && d <= 100)) {
+            return ngx_http_nalar_bad(r, "logit_bias", "logit_bias: the bias "
+                                      "of token %s must be a number from "
+                                      "-100 to 100", key);
+        }
+
+        p->sampling.bias_id[p->sampling.n_bias] = (int32_t) id;
+        p->sampling.bias[p->sampling.n_bias] = (float) d;
+        p->sampling.n_bias++;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 /* The sampling and output fields. */
 
 static ngx_int_t
@@ -1605,6 +1670,7 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     json_t                  *v, *e;
     size_t                   i, len;
     double                   d;
+    ngx_int_t                rc;
     json_int_t               n;
     const char              *name;
     ngx_http_nalar_model_t  *model;
@@ -1661,6 +1727,27 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     v = json_object_get(root, "echo");
     if (v && json_is_true(v)) {
         return ngx_http_nalar_bad(r, "echo", "echo is not supported");
+    }
+
+    /* what cannot be honoured is refused, not ignored */
+
+    v = json_object_get(root, "best_of");
+    if (v && !json_is_null(v)
+        && !(json_is_integer(v) && json_integer_value(v) == 1))
+    {
+        return ngx_http_nalar_bad(r, "best_of", "best_of is not supported");
+    }
+
+    v = json_object_get(root, "suffix");
+    if (v && !json_is_null(v)
+        && !(json_is_string(v) && json_string_length(v) == 0))
+    {
+        return ngx_http_nalar_bad(r, "suffix", "suffix is not supported");
+    }
+
+    rc = ngx_http_nalar_logit_bias(r, ctx, root, p);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* vLLM's extensions: logprobs tokens as "token_id:N", and generating
@@ -1791,10 +1878,16 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
                                       "logprobs must be a boolean");
         }
 
+        e = json_object_get(root, "top_logprobs");
+
+        if (e && !json_is_null(e) && !(v && json_is_true(v))) {
+            return ngx_http_nalar_bad(r, "top_logprobs",
+                                      "top_logprobs needs logprobs: true");
+        }
+
         if (v && json_is_true(v)) {
             ctx->logprobs = 0;
 
-            e = json_object_get(root, "top_logprobs");
             if (e && !json_is_null(e)) {
                 if (!json_is_integer(e) || json_integer_value(e) < 0
                     || json_integer_value(e) > NGX_HTTP_NALAR_MAX_LOGPROBS)

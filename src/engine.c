@@ -1340,7 +1340,8 @@ greedy_plain(const nalar_request *r)
     const nalar_sampling *s = &r->sampler.p;
 
     return !(s->temperature > 0.0f) && s->presence_penalty == 0.0f
-           && s->frequency_penalty == 0.0f && !r->p.logprobs;
+           && s->frequency_penalty == 0.0f && s->n_bias == 0
+           && !r->p.logprobs;
 }
 
 

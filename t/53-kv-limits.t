@@ -30,9 +30,9 @@ http {
 }
 CONF
 
-my $total = $t->metrics->{'nalar_kv_blocks_total{model="kjv"}'};
+my $total = $t->metrics->{'nalar_kv_blocks_capacity{model="kjv"}'};
 ok($total && $total * 16 < 512, "the pool ($total blocks) is smaller than "
-   . 'the context') or BAIL_OUT('no nalar_kv_blocks_total');
+   . 'the context') or BAIL_OUT('no nalar_kv_blocks_capacity');
 my $cap = $total * 16;
 
 # the gauges settle to running 0 and every block free (deadline generous:
