@@ -50,7 +50,12 @@ ASAN_PIC_OBJ    = $(patsubst %.c,build/asan-pic/obj/%.o,$(ENGINE_SRC))
 ASAN_NGX_CC_OPT = -g -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer
 
 .PHONY: module-asan
+ifneq ($(wildcard $(NGX_SRC)/configure),)
 module-asan: $(NGX_MODULE_ASAN)
+else
+module-asan:
+	@echo "module-asan: $(NGX_SRC) not found; install nginx-dev (make deps)"
+endif
 
 build/asan-pic/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -60,7 +65,9 @@ build/asan-pic/libnalar.a: $(ASAN_PIC_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(NGX_BUILD_ASAN)/objs/Makefile: config config.make
+# `config` checks that NALAR_LIB exists: the library comes first (order
+# only: a rebuilt library relinks the module, it does not reconfigure)
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make | build/asan-pic/libnalar.a
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD_ASAN)

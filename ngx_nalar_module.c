@@ -42,6 +42,7 @@
 #define NGX_HTTP_NALAR_EP_CHAT         2
 #define NGX_HTTP_NALAR_EP_MODELS       3
 #define NGX_HTTP_NALAR_EP_HEALTH       4
+#define NGX_HTTP_NALAR_EP_MODEL        5      /* /models/{id} */
 
 #define NGX_HTTP_NALAR_MAX_N        16      /* choices per request */
 #define NGX_HTTP_NALAR_MAX_STOP     4       /* user stop strings, as OpenAI */
@@ -65,6 +66,8 @@ typedef struct {
     ngx_str_t                  name;
     ngx_str_t                  path;        /* NUL-terminated */
     ngx_str_t                  draft;       /* NUL-terminated, or empty */
+    int64_t                    kv_block;    /* bytes of one KV block */
+    int64_t                    draft_kv_block;
 } ngx_http_nalar_model_t;
 
 
@@ -85,6 +88,8 @@ typedef struct {
     ngx_uint_t                 spec_mode;   /* http-level nalar_speculative,
                                                the engines' default */
     ngx_int_t                  spec_max_k;
+    ngx_flag_t                 spec_draft;  /* nalar_speculative draft
+                                               somewhere */
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
 
@@ -235,6 +240,7 @@ struct ngx_http_nalar_ctx_s {
 static ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
+static ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
@@ -246,6 +252,8 @@ static ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
 static ngx_int_t ngx_http_nalar_parse(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
     ngx_array_t *stops, int32_t *max_tokens);
+static ngx_int_t ngx_http_nalar_logit_bias(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
     ngx_array_t *stops);
@@ -649,6 +657,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
 {
     ngx_int_t                  rc;
     ngx_uint_t                 ep;
+    ngx_http_nalar_ctx_t      *ctx;
     ngx_http_core_loc_conf_t  *clcf;
     ngx_http_nalar_loc_conf_t *nlcf;
 
@@ -677,6 +686,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
                                     &r->method_name, &r->uri);
 
     case NGX_HTTP_NALAR_EP_MODELS:
+    case NGX_HTTP_NALAR_EP_MODEL:
     case NGX_HTTP_NALAR_EP_HEALTH:
         if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
             break;
@@ -686,8 +696,25 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return (ep == NGX_HTTP_NALAR_EP_MODELS) ? ngx_http_nalar_models(r)
-                                                : ngx_http_nalar_health(r);
+        if (ep == NGX_HTTP_NALAR_EP_HEALTH) {
+            return ngx_http_nalar_health(r);
+        }
+
+        /* the models need the token completions need, even where
+         * `satisfy any` let the request past the access phase */
+
+        ctx = ngx_http_nalar_tenant(r);
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_MISSING
+            || ctx->tenant_state == NGX_HTTP_NALAR_TENANT_INVALID)
+        {
+            return ngx_http_nalar_unauthorized(r, ctx);
+        }
+
+        return ngx_http_nalar_models(r);
 
     default:
         if (!(r->method & NGX_HTTP_POST)) {
@@ -743,6 +770,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
 
     if (ngx_http_nalar_add_header(r, "Allow",
                                   (ep == NGX_HTTP_NALAR_EP_MODELS
+                                   || ep == NGX_HTTP_NALAR_EP_MODEL
                                    || ep == NGX_HTTP_NALAR_EP_HEALTH)
                                   ? "GET, HEAD, OPTIONS" : "POST, OPTIONS")
         != NGX_OK)
@@ -798,7 +826,38 @@ ngx_http_nalar_endpoint(ngx_str_t *uri)
         }
     }
 
-    return NGX_HTTP_NALAR_EP_NONE;
+    return ngx_http_nalar_model_id(uri, NULL);
+}
+
+
+/*
+ * /models/{id}: the id is everything after the first "/models/" (a model
+ * name may hold a slash), a trailing slash forgiven.
+ */
+
+static ngx_uint_t
+ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id)
+{
+    u_char  *p, *last;
+
+    last = uri->data + uri->len;
+
+    if (last - uri->data > 1 && last[-1] == '/') {
+        last--;
+    }
+
+    p = ngx_strnstr(uri->data, "/models/", last - uri->data);
+
+    if (p == NULL || last - p <= (ssize_t) sizeof("/models/") - 1) {
+        return NGX_HTTP_NALAR_EP_NONE;
+    }
+
+    if (id != NULL) {
+        id->data = p + sizeof("/models/") - 1;
+        id->len = last - id->data;
+    }
+
+    return NGX_HTTP_NALAR_EP_MODEL;
 }
 
 
@@ -874,24 +933,59 @@ ngx_http_nalar_preflight(ngx_http_request_t *r)
 }
 
 
+/* /models: the list; /models/{id}: one model object, or 404 */
+
 static ngx_int_t
 ngx_http_nalar_models(ngx_http_request_t *r)
 {
     json_t                      *list, *data, *m;
+    ngx_str_t                    id;
     ngx_int_t                    rc;
     ngx_uint_t                   i;
     ngx_http_nalar_model_t      *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    model = nmcf->models.elts;
+
+    if (ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_MODEL) {
+        (void) ngx_http_nalar_model_id(&r->uri, &id);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            if (model[i].name.len == id.len
+                && ngx_strncmp(model[i].name.data, id.data, id.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (i == nmcf->models.nelts) {
+            return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                        "invalid_request_error", "model",
+                                        "model_not_found",
+                                        "The model `%V` does not exist", &id);
+        }
+
+        m = json_pack("{s:s%,s:s,s:I,s:s}",
+                      "id", model[i].name.data, model[i].name.len,
+                      "object", "model",
+                      "created", (json_int_t) nmcf->created,
+                      "owned_by", "nalar");
+        if (m == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, m);
+        json_decref(m);
+
+        return rc;
+    }
 
     data = json_array();
     list = json_pack("{s:s,s:o}", "object", "list", "data", data);
     if (list == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    model = nmcf->models.elts;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
         m = json_pack("{s:s%,s:s,s:I,s:s}",
@@ -1029,9 +1123,8 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           "Prompt tokens processed (prefill)." },
         { "nalar_generation_tokens_total", "counter",
           "Tokens generated." },
-        /* a constant for the engine's life; typed counter because the
-         * fixed name ends in _total, which Prometheus reserves for them */
-        { "nalar_kv_blocks_total", "counter",
+        /* the pool's size: a gauge, constant for the engine's life */
+        { "nalar_kv_blocks_capacity", "gauge",
           "KV cache blocks in the pool (constant while the engine runs)." },
         { "nalar_kv_blocks_free", "gauge",
           "KV cache blocks no running sequence holds." },
@@ -1481,7 +1574,11 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
             continue;
         }
 
-        p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        /* a chunked body may end with an empty buffer (pos NULL) */
+
+        if (b->last != b->pos) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        }
     }
 
     *len = p - *data;
@@ -1493,6 +1590,70 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
 #define ngx_http_nalar_bad(r, param, fmt, ...)                               \
     ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST, "invalid_request_error",    \
                          param, "invalid_value", fmt, ##__VA_ARGS__)
+
+
+/*
+ * logit_bias (OpenAI): {"token id": bias from -100 to 100, ...}, added to
+ * the logits before sampling, greedy included.  NGX_DECLINED when valid
+ * (or absent), else what answering the error returned.
+ */
+
+static ngx_int_t
+ngx_http_nalar_logit_bias(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    json_t *root, nalar_request_params *p)
+{
+    char         *end;
+    long          id;
+    json_t       *v, *e;
+    double        d;
+    const char   *key;
+    nalar_model  *m;
+
+    v = json_object_get(root, "logit_bias");
+
+    if (v == NULL || json_is_null(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (!json_is_object(v)) {
+        return ngx_http_nalar_bad(r, "logit_bias", "logit_bias must be an "
+                                  "object mapping token ids to numbers");
+    }
+
+    if (json_object_size(v) > NALAR_MAX_LOGIT_BIAS) {
+        return ngx_http_nalar_bad(r, "logit_bias", "logit_bias has more than "
+                                  "%d entries", NALAR_MAX_LOGIT_BIAS);
+    }
+
+    m = nalar_engine_model(ctx->model->engine);
+
+    json_object_foreach(v, key, e) {
+        errno = 0;
+        id = strtol(key, &end, 10);
+
+        if (*key < '0' || *key > '9' || *end != '\0' || errno != 0
+            || id > INT32_MAX
+            || (m != NULL && id >= m->cfg.n_vocab))
+        {
+            return ngx_http_nalar_bad(r, "logit_bias", "logit_bias: \"%s\" "
+                                      "is not a token id of the model", key);
+        }
+
+        d = json_is_number(e) ? json_number_value(e) : -1000;
+
+        if (!(d >= -100 && d <= 100)) {
+            return ngx_http_nalar_bad(r, "logit_bias", "logit_bias: the bias "
+                                      "of token %s must be a number from "
+                                      "-100 to 100", key);
+        }
+
+        p->sampling.bias_id[p->sampling.n_bias] = (int32_t) id;
+        p->sampling.bias[p->sampling.n_bias] = (float) d;
+        p->sampling.n_bias++;
+    }
+
+    return NGX_DECLINED;
+}
 
 
 /* The sampling and output fields. */
@@ -1507,6 +1668,7 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     json_t                  *v, *e;
     size_t                   i, len;
     double                   d;
+    ngx_int_t                rc;
     json_int_t               n;
     const char              *name;
     ngx_http_nalar_model_rt_t  *model;
@@ -1563,6 +1725,27 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     v = json_object_get(root, "echo");
     if (v && json_is_true(v)) {
         return ngx_http_nalar_bad(r, "echo", "echo is not supported");
+    }
+
+    /* what cannot be honoured is refused, not ignored */
+
+    v = json_object_get(root, "best_of");
+    if (v && !json_is_null(v)
+        && !(json_is_integer(v) && json_integer_value(v) == 1))
+    {
+        return ngx_http_nalar_bad(r, "best_of", "best_of is not supported");
+    }
+
+    v = json_object_get(root, "suffix");
+    if (v && !json_is_null(v)
+        && !(json_is_string(v) && json_string_length(v) == 0))
+    {
+        return ngx_http_nalar_bad(r, "suffix", "suffix is not supported");
+    }
+
+    rc = ngx_http_nalar_logit_bias(r, ctx, root, p);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* vLLM's extensions: logprobs tokens as "token_id:N", and generating
@@ -1693,10 +1876,16 @@ ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
                                       "logprobs must be a boolean");
         }
 
+        e = json_object_get(root, "top_logprobs");
+
+        if (e && !json_is_null(e) && !(v && json_is_true(v))) {
+            return ngx_http_nalar_bad(r, "top_logprobs",
+                                      "top_logprobs needs logprobs: true");
+        }
+
         if (v && json_is_true(v)) {
             ctx->logprobs = 0;
 
-            e = json_object_get(root, "top_logprobs");
             if (e && !json_is_null(e)) {
                 if (!json_is_integer(e) || json_integer_value(e) < 0
                     || json_integer_value(e) > NGX_HTTP_NALAR_MAX_LOGPROBS)
@@ -2082,6 +2271,7 @@ static ngx_int_t
 ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_request_params *p)
 {
+    int                       rc;
     u_char                   *id;
     ngx_uint_t                i;
     nalar_err                 err;
@@ -2148,7 +2338,9 @@ ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         slot->req = req;
         pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
-        if (nalar_engine_submit(ctx->model->engine, req, &err) != 0) {
+        rc = nalar_engine_submit(ctx->model->engine, req, &err);
+
+        if (rc != 0) {
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                           "nalar: model \"%V\": %s", &ctx->model->name,
                           err.msg);
@@ -3701,7 +3893,8 @@ ngx_http_nalar_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
  * Access phase: where nalar_jwt_key is set, an API request without a valid
  * bearer token ends here with 401, as auth_basic's do (and under `satisfy
  * any` the content handler refuses it again, so it never reaches a model).
- * CORS preflights carry no credentials and never reach a model either.
+ * CORS preflights carry no credentials and never reach a model either;
+ * /health is for load balancers, which carry none.
  */
 
 static ngx_int_t
@@ -3713,7 +3906,8 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
     if (nlcf->handler != NGX_HTTP_NALAR_API || nlcf->jwt == NULL
-        || r->method == NGX_HTTP_OPTIONS)
+        || r->method == NGX_HTTP_OPTIONS
+        || ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_HEALTH)
     {
         return NGX_DECLINED;
     }
@@ -4226,6 +4420,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
      *
      *     nmcf->backend = { 0, NULL };
      *     nmcf->gpu_memory = 0;
+     *     nmcf->spec_draft = 0;
      *     nmcf->created = 0;
      */
 
@@ -4257,6 +4452,10 @@ static char *
 ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    int64_t                  block;
+    ngx_uint_t               i;
+    ngx_http_nalar_model_t  *model;
 
     /* 0 and unset mean "the engine's default" */
 
@@ -4299,6 +4498,35 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
                            "\"nalar_device\" and \"nalar_gpu_memory\" need "
                            "\"nalar_backend cuda\"");
         return NGX_CONF_ERROR;
+    }
+
+    /* what each engine will be given must hold one block of its model
+     * (on a GPU the draft's block comes out of the same budget) */
+
+    model = nmcf->models.elts;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        block = model[i].kv_block;
+
+        if (ngx_strcmp(nmcf->backend.data, "cuda") == 0) {
+            block += model[i].draft_kv_block;
+        }
+
+        if (nmcf->kv_cache > 0 && nmcf->kv_cache < block) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"nalar_kv_cache\" of %O bytes is smaller "
+                               "than one KV block of model \"%V\" (%L "
+                               "bytes)", nmcf->kv_cache, &model[i].name,
+                               block);
+            return NGX_CONF_ERROR;
+        }
+
+        if (nmcf->spec_draft && model[i].draft.len == 0) {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "\"nalar_speculative draft\": model \"%V\" "
+                               "has no \"draft=\" model, its requests are "
+                               "not speculated", &model[i].name);
+        }
     }
 
     nmcf->created = ngx_time();
@@ -4521,14 +4749,19 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     /* ngx_conf_full_name() leaves the names NUL-terminated */
 
-    if (nalar_model_check((char *) model->path.data, &err) != 0) {
+    if (nalar_model_check_kv((char *) model->path.data, &model->kv_block,
+                             &err)
+        != 0)
+    {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "nalar_model \"%V\": %s", &model->name, err.msg);
         return NGX_CONF_ERROR;
     }
 
     if (model->draft.len) {
-        if (nalar_model_check((char *) model->draft.data, &err) != 0
+        if (nalar_model_check_kv((char *) model->draft.data,
+                                 &model->draft_kv_block, &err)
+            != 0
             || ngx_http_nalar_same_vocab((char *) model->path.data,
                                          (char *) model->draft.data, &err)
                != 0)
@@ -4717,8 +4950,13 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     nlcf->spec_max_k = k;
     nlcf->spec_fixed = fixed;
 
+    nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
+
+    if (mode == NALAR_SPEC_DRAFT) {
+        nmcf->spec_draft = 1;
+    }
+
     if (cf->cmd_type == NGX_HTTP_MAIN_CONF) {
-        nmcf = ngx_http_conf_get_module_main_conf(cf, ngx_nalar_module);
         nmcf->spec_mode = mode;
         nmcf->spec_max_k = k;
     }

@@ -1061,6 +1061,23 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         no->code = "context_length_exceeded";
         return -1;
     }
+    /* a sequence must fit the pool alone (others are preempted for it,
+     * choices of one prompt and speculation's proposals included: they
+     * wait or give way); without max_tokens, the pool bounds it as the
+     * context does (request_start) */
+    if (e->kv_ready && r->p.max_tokens > 0
+        && r->p.n_prompt + (int64_t) r->p.max_tokens
+           > (int64_t) e->kv.n_blocks * NALAR_KV_BLOCK)
+    {
+        snprintf(no->msg, sizeof(no->msg), "the KV cache holds %d tokens "
+                 "but %lld tokens were requested (%d in the prompt, %d in "
+                 "the completion)", e->kv.n_blocks * NALAR_KV_BLOCK,
+                 (long long) r->p.n_prompt + r->p.max_tokens,
+                 r->p.n_prompt, r->p.max_tokens);
+        no->code = "context_length_exceeded";
+        no->param = "max_tokens";
+        return -1;
+    }
     for (i = 0; i < r->p.n_prompt; i++) {
         if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
             snprintf(no->msg, sizeof(no->msg), "prompt token %d is outside "
@@ -1253,6 +1270,10 @@ request_start(nalar_engine *e, nalar_request *r)
     memcpy(r->tokens, r->prompt, (size_t) r->p.n_prompt * sizeof(int32_t));
     r->n_tokens = r->p.n_prompt;
     r->max_tokens = c->n_ctx - r->p.n_prompt;
+    if (e->kv.n_blocks * NALAR_KV_BLOCK < c->n_ctx) {
+        /* the most one sequence can ever hold (nalar_engine_submit) */
+        r->max_tokens = e->kv.n_blocks * NALAR_KV_BLOCK - r->p.n_prompt;
+    }
     if (r->p.max_tokens > 0 && r->p.max_tokens < r->max_tokens) {
         r->max_tokens = r->p.max_tokens;
     }
@@ -1456,6 +1477,9 @@ publish_metrics(nalar_engine *e)
     }
     pthread_mutex_lock(&e->mu);
     e->m.requests_running = e->n_running;
+    if (e->n_running == 0) {
+        e->m.spec_provisional_blocks = 0;
+    }
     e->m.prefix_queries_total = st.queries;
     e->m.prefix_hits_total = st.hits;
     e->m.prefix_evictions_total = st.evictions;
@@ -1612,7 +1636,8 @@ greedy_plain(const nalar_request *r)
     const nalar_sampling *s = &r->sampler.p;
 
     return !(s->temperature > 0.0f) && s->presence_penalty == 0.0f
-           && s->frequency_penalty == 0.0f && !r->p.logprobs;
+           && s->frequency_penalty == 0.0f && s->n_bias == 0
+           && !r->p.logprobs;
 }
 
 
@@ -2684,9 +2709,13 @@ engine_step(nalar_engine *e)
     step_plan_speculation(e, &sp);
     step_build_batch(e, &sp);
     if (sp.n_tok == 0) {
+        /* every request finished or was preempted while batching: the
+         * gauges must say so even if the engine now goes idle */
+        publish_metrics(e);
         return e->n_running > 0;
     }
     if (step_forward(e, &sp) != 0) {
+        publish_metrics(e);
         return -1;
     }
     step_advance(e, &sp);

@@ -87,7 +87,10 @@ typedef struct {
     const char    *prompt_param; /* the request field prompt errors name
                                     (copied); NULL: "prompt" */
     nalar_sampling sampling;
-    int32_t        max_tokens;   /* <=0: until the context is full */
+    int32_t        max_tokens;   /* <=0: until the context (or a smaller
+                                    KV cache) is full; prompt + max_tokens
+                                    beyond the KV cache is refused at
+                                    intake */
     int            max_tokens_fit; /* 1: a prompt that leaves the context
                                       less room than max_tokens is refused
                                       (OpenAI's rule); 0: generation stops

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "fp16.h"
 #include "model.h"
 
@@ -411,6 +412,21 @@ nalar_model_check(const char *path, nalar_err *err)
     if (m == NULL) {
         return -1;
     }
+    nalar_model_destroy(m);
+    return 0;
+}
+
+
+int
+nalar_model_check_kv(const char *path, int64_t *kv_block_bytes,
+                     nalar_err *err)
+{
+    nalar_model *m = model_open(path, 0, err);
+
+    if (m == NULL) {
+        return -1;
+    }
+    *kv_block_bytes = nalar_kv_block_bytes(m);
     nalar_model_destroy(m);
     return 0;
 }

@@ -73,6 +73,9 @@ typedef struct nalar_model {
 /* Validate header, architecture, tensor table and vocabulary without
  * touching weight bytes (for `nginx -t`). */
 int nalar_model_check(const char *path, nalar_err *err);
+/* The same, and the bytes one KV block of the model takes. */
+int nalar_model_check_kv(const char *path, int64_t *kv_block_bytes,
+                         nalar_err *err);
 
 nalar_model *nalar_model_load(const char *path, nalar_err *err);
 void nalar_model_destroy(nalar_model *m);

@@ -1,6 +1,7 @@
 /*
  * Token sampling.  One call turns a row of logits into a token:
  *
+ *   l[t] += logit_bias[t]
  *   l[t] -= count[t] * frequency_penalty + (count[t] > 0) * presence_penalty
  *   T == 0:  argmax l
  *   else:    keep the top-k logits, e[t] = exp((l[t] - max l) / T),
@@ -42,6 +43,7 @@ nalar_sampling_default(nalar_sampling *s)
     s->frequency_penalty = 0.0f;
     s->seed = 0xC0FFEE5EEDULL;
     s->n_logprobs = 0;
+    s->n_bias = 0;
 }
 
 
@@ -144,6 +146,17 @@ nalar_sampler_init(nalar_sampler *s, const nalar_sampling *p, int32_t n_vocab)
     }
     if (s->p.n_logprobs > 20) {
         s->p.n_logprobs = 20;
+    }
+    if (s->p.n_bias < 0 || s->p.n_bias > NALAR_MAX_LOGIT_BIAS) {
+        s->p.n_bias = 0;
+    }
+    for (int32_t i = 0; i < s->p.n_bias; i++) {
+        if (s->p.bias_id[i] < 0 || s->p.bias_id[i] >= n_vocab
+            || !isfinite(s->p.bias[i]))
+        {
+            s->p.bias[i] = 0.0f;   /* ignored */
+            s->p.bias_id[i] = 0;
+        }
     }
 
     s->n_vocab = n_vocab;
@@ -375,6 +388,10 @@ candidates(nalar_sampler *s, float *l, double *sum, int *all)
     float    m;
 
     *all = 0;
+
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        l[p->bias_id[i]] += p->bias[i];
+    }
 
     /*
      * Penalties (OpenAI), then clamp so the order is total and exp() defined:

@@ -1,8 +1,9 @@
 /*
  * Token sampling from one row of logits.
  *
- * Order of transforms (as llama.cpp / vLLM apply them): penalties on the raw
- * logits, then greedy short-cut when temperature == 0, else top-k, then
+ * Order of transforms (as llama.cpp / vLLM apply them): logit bias and
+ * penalties on the raw logits, then greedy short-cut when temperature == 0,
+ * else top-k, then
  * softmax at temperature, top-p (nucleus), min-p, renormalise and draw with
  * the request's own seeded RNG.  The same transforms produce the target
  * distribution that speculative verification compares against.
@@ -11,6 +12,8 @@
 #define NALAR_SAMPLER_H
 
 #include <stdint.h>
+
+#define NALAR_MAX_LOGIT_BIAS 300
 
 typedef struct {
     float    temperature;        /* 0 = greedy */
@@ -21,6 +24,11 @@ typedef struct {
     float    frequency_penalty;  /* OpenAI semantics: -2..2 */
     uint64_t seed;
     int32_t  n_logprobs;         /* top-N logprobs to report, 0..20 */
+    /* OpenAI's logit_bias: bias[i] (-100..100) is added to the logit of
+     * token bias_id[i] before anything else */
+    int32_t  n_bias;
+    int32_t  bias_id[NALAR_MAX_LOGIT_BIAS];
+    float    bias[NALAR_MAX_LOGIT_BIAS];
 } nalar_sampling;
 
 void nalar_sampling_default(nalar_sampling *s);

@@ -1,6 +1,8 @@
 #!/usr/bin/perl
-# The module loads into Debian's nginx; nginx -t validates model files;
-# /v1/health, /v1/models, endpoint routing by URI suffix, the variables.
+# The module loads into Debian's nginx; nginx -t validates model files and
+# the KV cache size, and warns of draft speculation without a draft;
+# /v1/health, /v1/models, /v1/models/{id}, endpoint routing by URI suffix,
+# the variables.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -49,6 +51,52 @@ CONF
 ($rc, $out) = $t->test_conf;
 like($out, qr/invalid chat template "jinja"/, 'unknown chat template refused');
 
+# a KV cache smaller than one block of a model is refused; speculation by
+# a draft for a model without one is a warning naming the model
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_kv_cache 16k;
+}
+CONF
+($rc, $out) = $t->test_conf;
+isnt($rc, 0, 'nginx -t fails on a KV cache smaller than one block');
+like($out, qr/"nalar_kv_cache" of 16384 bytes is smaller than one KV block of model "kjv" \(49152 bytes\)/,
+     'and says which model and how big a block is') or diag($out);
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_kv_cache 48k;
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'one block is enough for nginx -t') or diag($out);
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_model fast %%MODEL%% draft=%%DRAFT%%;
+    server { location / { nalar_speculative draft; nalar_api; } }
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'nalar_speculative draft without a draft= model: nginx -t passes')
+    or diag($out);
+like($out, qr/\[warn\].*"nalar_speculative draft": model "kjv" has no "draft=" model/,
+     'with a warning naming the model') or diag($out);
+unlike($out, qr/model "fast" has no/, 'none for the model with a draft');
+
+$t->write_conf(<<'CONF');
+http {
+    nalar_model kjv %%MODEL%%;
+    nalar_speculative auto;
+}
+CONF
+($rc, $out) = $t->test_conf;
+unlike($out, qr/nalar_speculative/, 'no warning for auto') or diag($out);
+
 # a working configuration
 
 $t->write_conf(<<'CONF');
@@ -96,6 +144,31 @@ ok($j->{data}[0]{created} > 0, 'models: created');
 
 $r = $t->get('/fast/v1/models');
 is($r->{status}, 200, 'endpoint chosen by the URI suffix in another location');
+
+# one model: /models/{id}
+
+for my $path ('/v1/models/kjv', '/v1/models/kjv/', '/fast/v1/models/kjv') {
+    $r = $t->get($path);
+    is($r->{status}, 200, "GET $path: 200");
+    $j = eval { $t->json->decode($r->{body}) } || {};
+    is_deeply([ @$j{qw(id object owned_by)} ], [ 'kjv', 'model', 'nalar' ],
+              "GET $path: the model object");
+    ok(($j->{created} // 0) > 0, "GET $path: created");
+}
+for my $path ('/v1/models/nope', '/v1/models/kjv/x', '/v1/models/KJV') {
+    $r = $t->get($path);
+    is($r->{status}, 404, "GET $path: 404");
+    $j = eval { $t->json->decode($r->{body}) } || {};
+    is($j->{error}{code}, 'model_not_found', "GET $path: model_not_found");
+    is($j->{error}{type}, 'invalid_request_error',
+       "GET $path: invalid_request_error");
+    is($j->{error}{param}, 'model', "GET $path: param model");
+}
+$r = $t->request('HEAD', '/v1/models/kjv');
+is($r->{status}, 200, 'HEAD /v1/models/kjv');
+$r = $t->post_json('/v1/models/kjv', {});
+is($r->{status}, 405, 'POST /v1/models/kjv: 405');
+is($r->{headers}{allow}, 'GET, HEAD, OPTIONS', 'with Allow');
 
 $r = $t->request('HEAD', '/v1/models');
 is($r->{status}, 200, 'HEAD models');

@@ -184,7 +184,7 @@ is($bad, 0, '16 concurrent clients all equal nalar generate');
 my $m = $t->metrics;
 is($m->{'nalar_requests_running{model="kjv"}'}, 0, 'nothing running after');
 is($m->{'nalar_kv_blocks_free{model="kjv"}'},
-   $m->{'nalar_kv_blocks_total{model="kjv"}'}, 'every KV block free after');
+   $m->{'nalar_kv_blocks_capacity{model="kjv"}'}, 'every KV block free after');
 
 $t->check_log;
 done_testing;

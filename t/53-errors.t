@@ -94,6 +94,25 @@ my @table = (
     [ 'chat: top_logprobs 21', 'POST', '/v1/chat/completions',
       { messages => [ { role => 'user', content => 'x' } ],
         logprobs => \1, top_logprobs => 21 }, 400, 'top_logprobs' ],
+    [ 'chat: top_logprobs without logprobs', 'POST', '/v1/chat/completions',
+      { messages => [ { role => 'user', content => 'x' } ],
+        top_logprobs => 2 }, 400, 'top_logprobs' ],
+    [ 'best_of 2', 'POST', '/v1/completions', { prompt => 'x', best_of => 2 },
+      400, 'best_of' ],
+    [ 'suffix', 'POST', '/v1/completions', { prompt => 'x', suffix => 'end' },
+      400, 'suffix' ],
+    [ 'logit_bias not an object', 'POST', '/v1/completions',
+      { prompt => 'x', logit_bias => [1] }, 400, 'logit_bias' ],
+    [ 'logit_bias: a key not a token id', 'POST', '/v1/completions',
+      { prompt => 'x', logit_bias => { abc => 1 } }, 400, 'logit_bias' ],
+    [ 'logit_bias: a token beyond the vocabulary', 'POST', '/v1/completions',
+      { prompt => 'x', logit_bias => { 999999 => 1 } }, 400, 'logit_bias' ],
+    [ 'logit_bias: a negative token id', 'POST', '/v1/completions',
+      { prompt => 'x', logit_bias => { -1 => 1 } }, 400, 'logit_bias' ],
+    [ 'logit_bias 101', 'POST', '/v1/completions',
+      { prompt => 'x', logit_bias => { 300 => 101 } }, 400, 'logit_bias' ],
+    [ 'logit_bias a string', 'POST', '/v1/completions',
+      { prompt => 'x', logit_bias => { 300 => 'x' } }, 400, 'logit_bias' ],
     [ 'unknown path', 'POST', '/v1/embeddings', { input => 'x' }, 404, undef,
       'unknown_url' ],
     [ 'GET completions', 'GET', '/v1/completions', undef, 405, undef,
@@ -134,6 +153,49 @@ for my $row (@table) {
         like($r->{headers}{allow} // '', qr/OPTIONS/, 'Allow header')
             if $status == 405;
     };
+}
+
+# accepted as no-ops: best_of 1, an empty suffix
+
+for my $f ([ best_of => 1 ], [ suffix => '' ]) {
+    my $r = $t->post_json('/v1/completions', { prompt => 'A wise man',
+                                               max_tokens => 2, @$f });
+    is($r->{status}, 200, "$f->[0] " . NalarTest::json()->encode($f->[1])
+                          . ' changes nothing: 200');
+}
+
+# logit_bias: +100 on one token makes greedy and sampled decoding choose it,
+# -100 on the greedy choice makes greedy choose another
+
+{
+    my %req = (prompt => 'A wise man', max_tokens => 4, temperature => 0,
+               ignore_eos => JSON::PP::true, logprobs => 1,
+               return_tokens_as_token_ids => JSON::PP::true);
+    my $ids = sub {
+        my ($r) = @_;
+        return [ map { /^token_id:(\d+)$/ ? $1 : $_ }
+                 @{ $r->{json}{choices}[0]{logprobs}{tokens} || [] } ];
+    };
+    my $plain = $t->post_json('/v1/completions', \%req);
+    my $first = $ids->($plain)->[0];
+    ok(defined $first, "greedy's first token is $first");
+
+    my $r = $t->post_json('/v1/completions',
+                          { %req, logit_bias => { 300 => 100 } });
+    is($r->{status}, 200, 'logit_bias +100: 200');
+    is_deeply($ids->($r), [ (300) x 4 ], 'greedy: every token is the biased one');
+
+    $r = $t->post_json('/v1/completions',
+                       { %req, temperature => 1, seed => 7,
+                         logit_bias => { 300 => 100 } });
+    is_deeply($ids->($r), [ (300) x 4 ],
+              'sampled: every token is the biased one');
+
+    $r = $t->post_json('/v1/completions',
+                       { %req, logit_bias => { $first => -100 } });
+    is($r->{status}, 200, 'logit_bias -100: 200');
+    isnt($ids->($r)->[0], $first, 'greedy avoids the banned token');
+    ok(!grep({ $_ == $first } @{ $ids->($r) }), 'in every position');
 }
 
 # the connection survives a 400 (keep-alive) and the next request works

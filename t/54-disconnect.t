@@ -31,7 +31,7 @@ CONF
 
 my $M = 'model="kjv"';
 my $before = $t->metrics;
-ok($before->{"nalar_kv_blocks_total{$M}"} > 0, 'the pool has blocks');
+ok($before->{"nalar_kv_blocks_capacity{$M}"} > 0, 'the pool has blocks');
 
 my $MAX = 400;
 srand(12345);
@@ -68,7 +68,7 @@ for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     $m = $t->metrics;
     last if $m->{"nalar_requests_running{$M}"} == 0
          && $m->{"nalar_requests_waiting{$M}"} == 0
-         && $m->{"nalar_kv_blocks_free{$M}"} == $m->{"nalar_kv_blocks_total{$M}"};
+         && $m->{"nalar_kv_blocks_free{$M}"} == $m->{"nalar_kv_blocks_capacity{$M}"};
     select(undef, undef, undef, 0.05);
 }
 
@@ -79,12 +79,12 @@ if ($m->{"nalar_requests_running{$M}"} != 0) {
     diag('after one more request: running '
          . $again->{"nalar_requests_running{$M}"} . ', free '
          . $again->{"nalar_kv_blocks_free{$M}"} . ' of '
-         . $again->{"nalar_kv_blocks_total{$M}"});
+         . $again->{"nalar_kv_blocks_capacity{$M}"});
 }
 is($m->{"nalar_requests_running{$M}"}, 0, 'no request running');
 is($m->{"nalar_requests_waiting{$M}"}, 0, 'no request waiting');
-is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
-   'nalar_kv_blocks_free is back at nalar_kv_blocks_total');
+is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_capacity{$M}"},
+   'nalar_kv_blocks_free is back at nalar_kv_blocks_capacity');
 
 my $generated = $m->{"nalar_generation_tokens_total{$M}"}
               - $before->{"nalar_generation_tokens_total{$M}"};

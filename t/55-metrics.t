@@ -40,10 +40,14 @@ is($?, 0, 'promtool check metrics accepts the exposition') or diag($out);
 
 my @names = qw(nalar_requests_running nalar_requests_waiting
                nalar_prompt_tokens_total nalar_generation_tokens_total
-               nalar_kv_blocks_total nalar_kv_blocks_free
+               nalar_kv_blocks_capacity nalar_kv_blocks_free
                nalar_preemptions_total);
 for my $n (@names) {
     like($r->{body}, qr/^# TYPE $n (gauge|counter)$/m, "$n typed");
+}
+for my $n (qw(nalar_kv_blocks_capacity nalar_kv_blocks_free
+              nalar_requests_running nalar_requests_waiting)) {
+    like($r->{body}, qr/^# TYPE $n gauge$/m, "$n is a gauge");
 }
 for my $h (qw(nalar_time_to_first_token_seconds
               nalar_inter_token_latency_seconds nalar_queue_time_seconds)) {

@@ -115,7 +115,7 @@ my ($ok, $m) = (0, undef);
 for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     $m = $t->metrics;
     my ($run, $free, $total) = map { metric($m, $_) }
-        qw(nalar_requests_running nalar_kv_blocks_free nalar_kv_blocks_total);
+        qw(nalar_requests_running nalar_kv_blocks_free nalar_kv_blocks_capacity);
     if (defined $run && $run == 0 && defined $free && $free == $total) {
         $ok = 1;
         last;
@@ -123,10 +123,10 @@ for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     sleep 0.05;
 }
 ok($ok, 'then nothing running and nalar_kv_blocks_free equals '
-   . 'nalar_kv_blocks_total')
+   . 'nalar_kv_blocks_capacity')
     or diag(join ', ', map { "$_ " . (metric($m, $_) // 'none') }
             qw(nalar_requests_running nalar_kv_blocks_free
-               nalar_kv_blocks_total));
+               nalar_kv_blocks_capacity));
 
 # C (4 tokens) ran on the same connection after B
 my $c = eval { NalarTest::json()->decode($o->{c_body}) } || {};

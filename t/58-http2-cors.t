@@ -93,7 +93,7 @@ like($t->read_file('gone.body'), qr/^data: \{/,
         my $r = $t->get('/metrics');
         my ($run) = $r->{body} =~ /^nalar_requests_running\{model="kjv"\} (\d+)/m;
         my ($free) = $r->{body} =~ /^nalar_kv_blocks_free\{model="kjv"\} (\d+)/m;
-        my ($total) = $r->{body} =~ /^nalar_kv_blocks_total\{model="kjv"\} (\d+)/m;
+        my ($total) = $r->{body} =~ /^nalar_kv_blocks_capacity\{model="kjv"\} (\d+)/m;
         if (defined $run && $run == 0 && $free == $total) { $ok = 1; last; }
         select(undef, undef, undef, 0.05);
     }
@@ -102,7 +102,7 @@ like($t->read_file('gone.body'), qr/^data: \{/,
         $t->post_json('/v1/completions', { prompt => 'A', max_tokens => 1 });
         my $b = $t->get('/metrics')->{body};
         diag('after one more request: ',
-             join ', ', $b =~ /^(nalar_(?:requests_running|kv_blocks_free|kv_blocks_total)\{.*)$/mg);
+             join ', ', $b =~ /^(nalar_(?:requests_running|kv_blocks_free|kv_blocks_capacity)\{.*)$/mg);
     }
     ok($ok, 'an HTTP/2 client gone mid-stream: nothing running, KV free');
 }

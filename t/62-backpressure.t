@@ -86,12 +86,12 @@ close $s;
 my $m;
 for (1 .. 1200 * $NalarTest::SLOW) {   # >= 60 s
     $m = $t->metrics;
-    last if $m->{"nalar_kv_blocks_free{$M}"} == $m->{"nalar_kv_blocks_total{$M}"}
+    last if $m->{"nalar_kv_blocks_free{$M}"} == $m->{"nalar_kv_blocks_capacity{$M}"}
          && $m->{"nalar_requests_running{$M}"} == 0;
     sleep 0.05;
 }
 is($m->{"nalar_requests_running{$M}"}, 0, 'nothing running after the cut');
-is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
+is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_capacity{$M}"},
    'every KV block free after the cut');
 
 # keep-alive comments while queued behind a long request (8 x 450 tokens,

@@ -112,12 +112,12 @@ ok($h2_s > 0.5, 'and paced');
         $m = $t->metrics;
         last if $m->{"nalar_requests_running{$M}"} == 0
              && $m->{"nalar_kv_blocks_free{$M}"}
-                == $m->{"nalar_kv_blocks_total{$M}"};
+                == $m->{"nalar_kv_blocks_capacity{$M}"};
         select(undef, undef, undef, 0.05);
     }
     is($m->{"nalar_requests_running{$M}"}, 0,
        'its client gone: nothing running');
-    is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_total{$M}"},
+    is($m->{"nalar_kv_blocks_free{$M}"}, $m->{"nalar_kv_blocks_capacity{$M}"},
        'and every KV block free');
     my $generated = $m->{"nalar_generation_tokens_total{$M}"}
                   - $before->{"nalar_generation_tokens_total{$M}"};

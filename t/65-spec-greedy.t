@@ -185,7 +185,7 @@ $m = $t->metrics;
 is($M->('provisional_kv_blocks', $_), 0,
    "$_: no provisional block after the batches") for qw(kjv bad plain);
 is($m->{"nalar_kv_blocks_free{model=\"$_\"}"},
-   $m->{"nalar_kv_blocks_total{model=\"$_\"}"},
+   $m->{"nalar_kv_blocks_capacity{model=\"$_\"}"},
    "$_: every KV block free") for qw(kjv bad plain);
 
 $t->check_log;

@@ -262,6 +262,29 @@ is($r->{headers}{'www-authenticate'}, 'Bearer error="invalid_token"',
 $r = call('/any/v1/completions', $hs->());
 is($r->{status}, 200, 'satisfy any: a valid token passes');
 
+# /health is for load balancers: no token needed; the models need the
+# token completions need, satisfy any included
+
+for my $loc ('/v1', '/any/v1') {
+    for my $tok (undef, $hs->()) {
+        my %h = defined $tok ? (Authorization => "Bearer $tok") : ();
+        my $with = defined $tok ? 'with' : 'without';
+        $r = $t->get("$loc/health", headers => \%h);
+        is($r->{status}, 200, "$loc/health $with a token: 200");
+        for my $path ("$loc/models", "$loc/models/kjv") {
+            $r = $t->get($path, headers => \%h);
+            is($r->{status}, defined $tok ? 200 : 401,
+               "$path $with a token: " . (defined $tok ? 200 : 401));
+        }
+    }
+}
+$r = $t->get('/any/v1/models', headers => { Authorization => 'Bearer bad' });
+is($r->{status}, 401, 'satisfy any: /models with a bad token: 401');
+is(eval { $t->json->decode($r->{body})->{error}{type} },
+   'authentication_error', 'satisfy any: /models JSON error');
+is($r->{headers}{'www-authenticate'}, 'Bearer error="invalid_token"',
+   'satisfy any: /models WWW-Authenticate');
+
 # nalar_jwt_key off: no token needed, a single tenant
 
 $r = call('/open/v1/completions', undef);

@@ -79,7 +79,7 @@ for my $round (1 .. 3) {
                  && $m->{"nalar_requests_waiting{$M}"} == 0
                  && $m->{"nalar_spec_decode_provisional_kv_blocks{$M}"} == 0
                  && $m->{"nalar_kv_blocks_free{$M}"}
-                    == $m->{"nalar_kv_blocks_total{$M}"};
+                    == $m->{"nalar_kv_blocks_capacity{$M}"};
         }
         last if $ok;
         select(undef, undef, undef, 0.05);

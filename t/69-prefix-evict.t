@@ -32,7 +32,7 @@ http {
 CONF
 
 my $m = $t->metrics;
-is($m->{'nalar_kv_blocks_total{model="kjv"}'}, 40, 'the pool has 40 blocks');
+is($m->{'nalar_kv_blocks_capacity{model="kjv"}'}, 40, 'the pool has 40 blocks');
 
 my $N = 24;
 my $text = 'In the beginning God created the heaven and the earth. And the '

@@ -175,6 +175,64 @@ check_batch(nalar_engine *e, int draft, const char *what, int extra)
 }
 
 
+/* On a pool smaller than the context (cap tokens): what can never fit is
+ * refused at submit, naming the numbers; what fits runs to its end, and
+ * without max_tokens the pool bounds the sequence as the context does. */
+static void
+check_kv_admission(nalar_engine *e, int cap)
+{
+    int32_t        prompt[100];
+    collected      c[3];
+    nalar_request *r[3];
+    nalar_err      err;
+    char           want[160];
+    int            rc;
+
+    memset(&err, 0, sizeof(err));
+    for (int i = 0; i < 100; i++) {
+        prompt[i] = 300 + i;
+    }
+    r[0] = greedy_req(prompt, 100, cap - 100 + 1, &c[0]);
+    rc = nalar_engine_submit(e, r[0], &err);
+    nalar_engine_run_sync(e, NULL, 0, &err);
+    snprintf(want, sizeof(want), "the KV cache holds %d tokens but %d "
+             "tokens were requested (100 in the prompt, %d in the "
+             "completion)", cap, cap + 1, cap - 100 + 1);
+    ok(rc == 0 && c[0].finish == NALAR_FINISH_ERROR
+       && c[0].last.err_status == 400
+       && strcmp(c[0].last.err_code, "context_length_exceeded") == 0
+       && strcmp(c[0].last.err_param, "max_tokens") == 0
+       && strcmp(c[0].last.error, want) == 0,
+       "prompt + max_tokens one beyond the KV cache refused at intake: %s",
+       c[0].last.error);
+    ok(!c[0].last.accepted, "never accepted");
+    nalar_request_unref(r[0]);
+    ok(kv_all_free(e), "the refused request took no KV block");
+
+    /* exactly the pool, three at once: they take turns */
+    for (int i = 0; i < 3; i++) {
+        r[i] = greedy_req(prompt, 100, cap - 100, &c[i]);
+    }
+    ok(nalar_engine_run_sync(e, r, 3, &err) == 0,
+       "the pool's worth, three times, runs");
+    for (int i = 0; i < 3; i++) {
+        ok(c[i].n == cap - 100 && c[i].finish == NALAR_FINISH_LENGTH,
+           "choice %d: %d tokens (want %d), finish %d", i, c[i].n,
+           cap - 100, c[i].finish);
+        nalar_request_unref(r[i]);
+    }
+
+    /* no max_tokens: until the pool is full */
+    r[0] = greedy_req(prompt, 100, 0, &c[0]);
+    ok(nalar_engine_run_sync(e, r, 1, &err) == 0
+       && c[0].n == cap - 100 && c[0].finish == NALAR_FINISH_LENGTH,
+       "without max_tokens the KV cache bounds the sequence: %d tokens "
+       "(want %d), finish %d", c[0].n, cap - 100, c[0].finish);
+    nalar_request_unref(r[0]);
+    ok(kv_all_free(e), "every KV block is back after the admission checks");
+}
+
+
 static void
 test_kv_pool(void)
 {
@@ -437,6 +495,7 @@ main(void)
             ok(mt.preemptions_total > 0, "preemption happened (%llu)",
                (unsigned long long) mt.preemptions_total);
         }
+        check_kv_admission(e, 12 * NALAR_KV_BLOCK);
         nalar_engine_destroy(e);
     }
 

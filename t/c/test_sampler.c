@@ -927,6 +927,83 @@ test_stop(void)
 }
 
 
+/* ---- logit_bias ---- */
+
+static void
+test_logit_bias(void)
+{
+    nalar_sampling p;
+    nalar_sampler  s;
+    float          l[8], base[8] = { 1, 3, 2, 0, 0.5f, 2.5f, -1, 0 };
+    int            all = 1, none = 1;
+
+    /* greedy: +10 on token 6 wins over the argmax (1); -100 on the argmax
+     * leaves the runner-up (5) */
+    nalar_sampling_default(&p);
+    p.temperature = 0;
+    p.n_bias = 1;
+    p.bias_id[0] = 6;
+    p.bias[0] = 10;
+    nalar_sampler_init(&s, &p, 8);
+    memcpy(l, base, sizeof(l));
+    is_int(nalar_sample(&s, l, NULL), 6, "greedy: +10 on token 6 picks it");
+    nalar_sampler_free(&s);
+
+    p.bias_id[0] = 1;
+    p.bias[0] = -100;
+    nalar_sampler_init(&s, &p, 8);
+    memcpy(l, base, sizeof(l));
+    is_int(nalar_sample(&s, l, NULL), 5, "greedy: -100 on the argmax "
+           "picks the runner-up");
+    memcpy(l, base, sizeof(l));
+    nalar_sampler_dist(&s, l);
+    ok(s.probs[1] == 0.0f && s.probs[5] == 1.0f, "the greedy distribution "
+       "moves with the bias");
+    nalar_sampler_free(&s);
+
+    /* sampled: +100 on token 3 takes all the mass; -100 on tokens 1, 2, 5
+     * leaves them none */
+    p.temperature = 1;
+    p.bias_id[0] = 3;
+    p.bias[0] = 100;
+    nalar_sampler_init(&s, &p, 8);
+    for (int i = 0; i < 200; i++) {
+        memcpy(l, base, sizeof(l));
+        all &= nalar_sample(&s, l, NULL) == 3;
+    }
+    ok(all, "sampled: +100 on token 3 is drawn 200 times of 200");
+    nalar_sampler_free(&s);
+
+    p.n_bias = 3;
+    p.bias_id[0] = 1;
+    p.bias_id[1] = 2;
+    p.bias_id[2] = 5;
+    p.bias[0] = p.bias[1] = p.bias[2] = -100;
+    nalar_sampler_init(&s, &p, 8);
+    for (int i = 0; i < 200; i++) {
+        int32_t t;
+
+        memcpy(l, base, sizeof(l));
+        t = nalar_sample(&s, l, NULL);
+        none &= t != 1 && t != 2 && t != 5;
+    }
+    ok(none, "sampled: tokens biased -100 are never drawn in 200");
+    nalar_sampler_free(&s);
+
+    /* out of range ids are ignored, not written */
+    p.n_bias = 2;
+    p.bias_id[0] = 8;
+    p.bias_id[1] = -1;
+    p.bias[0] = p.bias[1] = 100;
+    p.temperature = 0;
+    nalar_sampler_init(&s, &p, 8);
+    memcpy(l, base, sizeof(l));
+    is_int(nalar_sample(&s, l, NULL), 1, "ids outside the vocabulary are "
+           "ignored");
+    nalar_sampler_free(&s);
+}
+
+
 int
 main(void)
 {
@@ -940,5 +1017,6 @@ main(void)
     test_hostile();
     test_big_vocab();
     test_stop();
+    test_logit_bias();
     return done_testing();
 }

@@ -1,5 +1,6 @@
 // The official OpenAI Node.js client against the nginx module: completions
-// and chat completions, streamed and not, /v1/models and an error.
+// and chat completions, streamed and not, /v1/models, /v1/models/{id} and
+// errors.
 // Usage: node openai.mjs BASE_URL PROMPT N; prints one JSON object.
 import OpenAI from 'openai';
 
@@ -47,6 +48,19 @@ for await (const chunk of cs) {
 
 const models = await client.models.list();
 out.models = models.data.map((m) => m.id);
+
+const model = await client.models.retrieve('kjv');
+out.model = { id: model.id, object: model.object, owned_by: model.owned_by,
+              created: model.created };
+
+try {
+    await client.models.retrieve('nope');
+    out.retrieve_error_status = 0;
+} catch (e) {
+    out.retrieve_error_status = e.status;
+    out.retrieve_error_code = e.code;
+    out.retrieve_error_type = e.type;
+}
 
 try {
     await client.completions.create({ model: 'nope', prompt: 'x' });
