@@ -803,13 +803,6 @@ nalar_engine_model(nalar_engine *e)
 }
 
 
-const char *
-nalar_engine_model_name(nalar_engine *e)
-{
-    return nalar_engine_state(e, NULL) == 1 ? e->model_name : e->opts.model_name;
-}
-
-
 void
 nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
 {

@@ -168,7 +168,6 @@ void nalar_engine_destroy(nalar_engine *e);
 int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 /* valid once ready */
 nalar_model *nalar_engine_model(nalar_engine *e);
-const char  *nalar_engine_model_name(nalar_engine *e);
 void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
 /* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
  * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes
