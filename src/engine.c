@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "model.h"
 #include "prefix_cache.h"
@@ -175,6 +176,11 @@ struct nalar_engine {
 
     /* metrics (under mu) */
     nalar_metrics     m;
+
+    /* tests only (engine_test.h) */
+    int               fault[NALAR_FAULT_COUNT];
+    void            (*idle_fn)(void *arg);
+    void             *idle_arg;
 };
 
 
@@ -438,6 +444,35 @@ push_output(nalar_request *r, const char *text, size_t len, int32_t id,
 
 
 /* --- the engine --- */
+
+void
+nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n)
+{
+    __atomic_store_n(&e->fault[site], n, __ATOMIC_RELAXED);
+}
+
+
+void
+nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg), void *arg)
+{
+    e->idle_fn = fn;
+    e->idle_arg = arg;
+}
+
+
+/* Is this the armed fault at `site` (engine_test.h)? */
+static int
+test_fault(nalar_engine *e, nalar_fault_site site)
+{
+    int n = __atomic_load_n(&e->fault[site], __ATOMIC_RELAXED);
+
+    if (n <= 0) {
+        return 0;
+    }
+    __atomic_store_n(&e->fault[site], n - 1, __ATOMIC_RELAXED);
+    return n == 1;
+}
+
 
 static char *
 dup_or_null(const char *s)
@@ -2124,24 +2159,25 @@ step_build_batch(nalar_engine *e, step_plan *sp)
 
 /*
  * The forward pass over the batch, timed into the target's cost table.
- * Returns -1 when out of memory for the logits, or on a backend failure
- * (every running request is then finished with the error).
+ * Returns -1 with err when out of memory for the logits, or on a backend
+ * failure.
  */
 static int
-step_forward(nalar_engine *e, step_plan *sp)
+step_forward(nalar_engine *e, step_plan *sp, nalar_err *err)
 {
     nalar_batch *b = &e->batch;
     int32_t      V = e->model->cfg.n_vocab;
-    nalar_err    err;
     double       t, t0;
 
     if (sp->n_logits > e->logits_cap) {
         /* rows the backend's threads split: on cache lines; a step's
          * logits are written before they are read, so no copy */
-        float *l = nalar_alloc_lines((size_t) sp->n_logits * V
-                                     * sizeof(float));
+        float *l = test_fault(e, NALAR_FAULT_LOGITS) ? NULL
+                   : nalar_alloc_lines((size_t) sp->n_logits * V
+                                       * sizeof(float));
         if (l == NULL) {
-            return -1;
+            return nalar_fail(err, "engine: out of memory for %d logit "
+                              "rows", sp->n_logits);
         }
         free(e->logits);
         e->logits = l;
@@ -2170,17 +2206,13 @@ step_forward(nalar_engine *e, step_plan *sp)
     }
 
     t0 = nalar_now_s();
-    if (sp->use_ids
-        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, e->logits, &err)
+    if (test_fault(e, NALAR_FAULT_FORWARD)
+        ? nalar_fail(err, "backend: injected failure") != 0
+        : sp->use_ids
+        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, e->logits, err)
           != 0
-        : e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0)
+        : e->be->forward(e->be, &e->kv, b, e->logits, err) != 0)
     {
-        while (e->n_running > 0) {
-            nalar_request *r = e->running[e->n_running - 1];
-
-            e->n_running--;
-            finish_unref(e, r, NALAR_FINISH_ERROR, err.msg);
-        }
         return -1;
     }
     t = nalar_now_s();
@@ -2350,15 +2382,34 @@ step_learn(nalar_engine *e, const step_plan *sp)
 }
 
 
+/* A step failed: every running request finishes with its error, and its
+ * KV goes back to the pool.  Waiting requests stay: the next step tries
+ * them afresh. */
+static void
+fail_running(nalar_engine *e, const char *msg)
+{
+    while (e->n_running > 0) {
+        nalar_request *r = e->running[--e->n_running];
+
+        finish_unref(e, r, NALAR_FINISH_ERROR, msg);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.spec_provisional_blocks = 0;
+    pthread_mutex_unlock(&e->mu);
+    publish_metrics(e);
+}
+
+
 /*
  * One scheduling step: drop cancelled requests, admit waiting ones, build a
  * batch (decodes first, with speculative proposals where they pay, then
  * prefill chunks within the token budget), run the forward pass, sample or
- * verify.  Returns 1 if work was done, 0 if idle, -1 on a backend failure
- * (every running request is finished with the error).
+ * verify.  Returns 1 if work was done, 0 if idle, -1 with err when the step
+ * failed (out of memory, or the backend): every request that was running
+ * is then finished with that error (fail_running), none is left running.
  */
 static int
-engine_step(nalar_engine *e)
+engine_step(nalar_engine *e, nalar_err *err)
 {
     step_plan sp;
 
@@ -2371,9 +2422,12 @@ engine_step(nalar_engine *e)
         publish_metrics(e);
         return 0;
     }
-    if (batch_grow(e, e->opts.max_batch_tokens
-                      + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0)
+    if (test_fault(e, NALAR_FAULT_BATCH)
+        || batch_grow(e, e->opts.max_batch_tokens
+                         + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0)
     {
+        nalar_fail(err, "engine: out of memory for the batch");
+        fail_running(e, err->msg);
         return -1;
     }
     step_plan_speculation(e, &sp);
@@ -2381,7 +2435,8 @@ engine_step(nalar_engine *e)
     if (sp.n_tok == 0) {
         return e->n_running > 0;
     }
-    if (step_forward(e, &sp) != 0) {
+    if (step_forward(e, &sp, err) != 0) {
+        fail_running(e, err->msg);
         return -1;
     }
     step_advance(e, &sp);
@@ -2428,7 +2483,7 @@ engine_main(void *arg)
         }
     }
     for ( ;; ) {
-        int idle;
+        nalar_err err;
 
         pthread_mutex_lock(&e->mu);
         while (!e->stop && e->n_waiting == 0 && e->n_running == 0) {
@@ -2443,12 +2498,13 @@ engine_main(void *arg)
             fail_all_waiting(e, NALAR_FINISH_ERROR, e->load_err.msg);
             continue;
         }
-        idle = engine_step(e) == 0;
-        if (idle && e->n_waiting > 0 && e->n_running == 0) {
-            /* nothing admissible and nothing running: cannot happen with
-             * a consistent pool, but never spin */
-            fail_all_waiting(e, NALAR_FINISH_ERROR,
-                             "the KV cache cannot hold this request");
+        /* an idle step (0) found the queue empty when nothing ran: with
+         * nothing running, step_admit takes the head whatever it needs,
+         * so a request waiting now arrived since, and the wait above
+         * sees it.  A failed step (-1) finished what was running; the
+         * queue gets the next step. */
+        if (engine_step(e, &err) == 0 && e->idle_fn != NULL) {
+            e->idle_fn(e->idle_arg);
         }
     }
     return NULL;
@@ -2502,18 +2558,21 @@ nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
             break;
         }
     }
+    /* until nothing runs or waits: a failed step finished what was
+     * running, and what waits still runs (as on the engine thread) */
     for ( ;; ) {
-        int rc = engine_step(e);
+        nalar_err step_err;
+        int       rc = engine_step(e, &step_err), waiting;
 
-        if (rc < 0) {
-            return nalar_fail(err, "engine: forward pass failed");
+        if (rc < 0 && !failed) {
+            *err = step_err;
+            failed = 1;
         }
-        if (rc == 0 && e->n_waiting == 0) {
+        pthread_mutex_lock(&e->mu);
+        waiting = e->n_waiting;
+        pthread_mutex_unlock(&e->mu);
+        if (rc == 0 && waiting == 0 && e->n_running == 0) {
             return failed ? -1 : 0;
-        }
-        if (rc == 0) {
-            fail_all_waiting(e, NALAR_FINISH_ERROR,
-                             "the KV cache cannot hold this request");
         }
     }
 }
