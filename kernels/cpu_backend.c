@@ -836,14 +836,11 @@ forward_worker(void *arg, int tid, int nth)
  * threads meet once per layer, after the K/V stores, since a later token
  * attends over earlier ones another thread stored: one barrier per layer
  * instead of five, and no activation row crosses between cores.  It pays
- * for long passes where the cores are far apart: a cache line's round
- * trip between this machine's two vCPUs measured 175 ns in its fast
- * phases and 380-500 ns in its slow ones, and the row split exchanges
- * every activation row at every phase (slow phase: 17 tokens 19%, 33
- * tokens 21% faster).  Short passes lose, since each thread reads every
- * weight and a pass's cost grows slowly with its tokens (2 tokens: 112
- * against 88 us), and so may any pass where the cores are close:
- * choose_way measures both.
+ * for long passes where a cache line's round trip between cores is
+ * costly, since the row split exchanges every activation row at every
+ * phase.  Short passes lose, since each thread reads every weight and a
+ * pass's cost grows slowly with its tokens, and so may any pass where the
+ * cores are close: choose_way measures both.
  */
 static void
 forward_tokens(void *arg, int tid, int nth)
@@ -1435,12 +1432,11 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
                                -2.0f * (float) i / (float) c->head_dim);
     }
     /* a draft (the backend that borrows the target's pool) holds its
-     * weights narrowed (nalar_cpu_mat_init): it only proposes, and its
-     * passes are bound by reading weights that the target's pass between
-     * two of them has pushed out of L2 and by the products' instructions
-     * (the demo draft's one-token pass after a target's: F32 13.0, F16
-     * 9.3, BF16 pairs 9.0 against F16's 10.4 us, with 1755 against 1760
-     * of 2500 proposals accepted) */
+     * weights narrowed (nalar_cpu_mat_init): it only proposes, so a
+     * rounded weight costs at most a rejected proposal, never a token,
+     * and its passes are bound by reading weights that the target's pass
+     * between two of them has pushed out of L2 and by the products'
+     * instructions, both of which narrower weights cut */
     narrow = shared != NULL;
     be->layers = calloc((size_t) c->n_layers, sizeof(cpu_layer));
     if (be->layers == NULL) {

@@ -657,21 +657,18 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
  * Seed a cost table with what passes of 1 .. NALAR_SPEC_MAX_K + 1 tokens of
  * one sequence cost on `be`: the fastest of up to SEED_ROUNDS rounds, the
  * sizes interleaved so that a slow spell of the machine falls on all alike.
- * Without it, a size was first measured when speculation first chose it
- * and stood until then at what interpolation or a slow first pass said;
- * seen: a 2-token pass estimated at 80.7 us (the CPU backend's first
- * passes of a size alternate its two ways) and a 3-token one at the
- * 4-token pass's 92.6, where both measure 58 and 71 us once settled.  The
- * cost model then chose k = 3 (a 1.07x k on that machine; k = 2 ran 1.3x)
- * at every step, never measured the smaller passes again, and the step
- * gate, judging the draft by those steps, held it back for most of a run.
+ * Every size is measured before the cost model first chooses k: the model
+ * measures only the sizes it chooses, so a size it has not measured would
+ * stand at what interpolation or one slow first pass says, and one such
+ * estimate can fix k at a worse size for good (and the step gate, judging
+ * the draft by those steps, hold the draft back).
  *
  * The same passes settle what the backend measures of its own passes (the
- * CPU's: which way each size runs, 5 passes each way, see choose_way), so
- * the first steps that speculate, and the step gate judging them, do not
- * carry that measurement.  The costs recorded are of passes with the
- * model's weights hot in cache (a draft's serving pass, after a target's,
- * takes longer: 9.0 against 7.2 us); serving passes correct them.
+ * CPU's: which way each size runs, see choose_way), so the first steps
+ * that speculate, and the step gate judging them, do not carry that
+ * measurement.  The costs recorded are of passes with the model's weights
+ * hot in cache, which a serving pass need not have (a draft's, after a
+ * target's, runs colder); serving passes correct them.
  * Skipped when the pool cannot spare the scratch sequence's blocks.
  */
 static void
@@ -1651,9 +1648,8 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
          * have no prompt tokens to make verification cheap.  The gain is
          * the larger of the model's and the one the gate measures for the
          * draft at this batch size: the model's alone sits near its
-         * margin just when it turns k back on, so it refused catch-ups
-         * ever longer as the draft fell further behind (a 1.4x draft ran
-         * 1.35x) */
+         * margin just when it turns k back on, so it would refuse
+         * catch-ups ever longer as the draft fell further behind */
         double  g = gain, gm = nalar_spec_gate_ratio(
                                   &e->gate, n_decode,
                                   nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0));
@@ -2354,10 +2350,10 @@ step_learn(nalar_engine *e, const step_plan *sp)
          * switching, once: not the rate of drafting, and counting it
          * would keep an exploring gate from ever letting the draft run.
          * A probe (a request trying k its cost model ruled out, see
-         * choose_k) is not what speculating does either: one k = 8 probe
-         * of a cold draft, confirming one token, read as 0.45x just after
-         * an exploration had forgotten the old rate, and held the draft
-         * back for the next 966 steps */
+         * choose_k) is not what speculating does either: a probe at a k
+         * the model ruled out may confirm little, and read as the draft's
+         * rate (most of all just after the gate has forgotten the old
+         * one) it would hold the draft back long after */
         nalar_spec_gate_record(&e->gate, sp->n_decode,
                                sp->n_spec > 0 ? sp->mix : 0, sp->n_confirmed,
                                nalar_now_s() - sp->t_start - sp->catchup_s);
