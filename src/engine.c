@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "engine.h"
 #include "engine_test.h"
+#include "gguf.h"
 #include "kv.h"
 #include "model.h"
 #include "prefix_cache.h"
@@ -531,39 +532,74 @@ nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
 }
 
 
-/* A draft must share the target's vocabulary exactly: same tokens in the
- * same order, same special ids. */
+/* The comparison nalar_same_vocab makes, of two loaded tokenizers. */
 static int
-draft_check_vocab(const nalar_model *t, const nalar_model *d, nalar_err *err)
+vocab_compare(const nalar_tokenizer *t, const nalar_tokenizer *d,
+              const char *target, const char *draft, nalar_err *err)
 {
-    int32_t n = nalar_tok_n_vocab(t->tok);
+    int32_t n = nalar_tok_n_vocab(t);
 
-    if (nalar_tok_n_vocab(d->tok) != n) {
-        return nalar_fail(err, "draft %s has %d tokens but target %s has %d: "
-                          "a draft must share the target's vocabulary",
-                          d->path, nalar_tok_n_vocab(d->tok), t->path, n);
+    if (nalar_tok_n_vocab(d) != n) {
+        return nalar_fail(err, "%s has a vocabulary of %d tokens but the "
+                          "target %s has %d: a draft must share the "
+                          "target's vocabulary", draft, nalar_tok_n_vocab(d),
+                          target, n);
     }
-    if (nalar_tok_bos(t->tok) != nalar_tok_bos(d->tok)
-        || nalar_tok_eos(t->tok) != nalar_tok_eos(d->tok)
-        || nalar_tok_kind_of(t->tok) != nalar_tok_kind_of(d->tok))
+    if (nalar_tok_kind_of(t) != nalar_tok_kind_of(d)
+        || nalar_tok_bos(t) != nalar_tok_bos(d)
+        || nalar_tok_eos(t) != nalar_tok_eos(d))
     {
-        return nalar_fail(err, "draft %s: special tokens or tokenizer kind "
-                          "differ from target %s", d->path, t->path);
+        return nalar_fail(err, "%s: the vocabulary's tokenizer kind or "
+                          "special tokens (BOS, EOS) differ from the target "
+                          "%s", draft, target);
     }
     for (int32_t i = 0; i < n; i++) {
-        const char *a = nalar_tok_piece(t->tok, i);
-        const char *b = nalar_tok_piece(d->tok, i);
+        const char *a = nalar_tok_piece(t, i);
+        const char *b = nalar_tok_piece(d, i);
 
         if (a == NULL || b == NULL || strcmp(a, b) != 0
-            || nalar_tok_is_eog(t->tok, i) != nalar_tok_is_eog(d->tok, i))
+            || nalar_tok_is_eog(t, i) != nalar_tok_is_eog(d, i))
         {
-            return nalar_fail(err, "draft %s: token %d is '%s' but the "
-                              "target's is '%s': a draft must share the "
-                              "target's vocabulary", d->path, i,
+            return nalar_fail(err, "%s: token %d of the vocabulary is "
+                              "\"%s\" but the target's is \"%s\": a draft "
+                              "must share the target's vocabulary", draft, i,
                               b != NULL ? b : "", a != NULL ? a : "");
         }
     }
     return 0;
+}
+
+
+int
+nalar_same_vocab(const char *target, const char *draft, nalar_err *err)
+{
+    nalar_tokenizer *t = NULL, *d = NULL;
+    gguf_file       *f;
+    int              rc = -1;
+
+    f = gguf_open(target, err);
+    if (f == NULL) {
+        goto done;
+    }
+    t = nalar_tokenizer_create(f, err);
+    gguf_close(f);
+    if (t == NULL) {
+        goto done;
+    }
+    f = gguf_open(draft, err);
+    if (f == NULL) {
+        goto done;
+    }
+    d = nalar_tokenizer_create(f, err);
+    gguf_close(f);
+    if (d == NULL) {
+        goto done;
+    }
+    rc = vocab_compare(t, d, target, draft, err);
+done:
+    nalar_tokenizer_destroy(d);
+    nalar_tokenizer_destroy(t);
+    return rc;
 }
 
 
@@ -575,7 +611,9 @@ draft_open(nalar_engine *e, nalar_err *err)
     if (e->draft == NULL) {
         return -1;
     }
-    if (draft_check_vocab(e->model, e->draft, err) != 0) {
+    if (vocab_compare(e->model->tok, e->draft->tok, e->model->path,
+                      e->draft->path, err) != 0)
+    {
         return -1;
     }
     e->draft_be = nalar_backend_create_sharing(e->draft, e->be, err);

@@ -164,6 +164,16 @@ int  nalar_engine_start(nalar_engine *e, nalar_err *err);
  * engine. */
 void nalar_engine_destroy(nalar_engine *e);
 
+/*
+ * A draft proposes token ids the target verifies, so both must mean the
+ * same by every id: same number of tokens, same pieces and end-of-
+ * generation marks, same tokenizer kind and BOS/EOS.  Reads only the two
+ * files' tokenizers (no weights): the engine checks a draft with it at
+ * load, and nginx at `nginx -t`.  0, or -1 with err naming the first
+ * difference.
+ */
+int  nalar_same_vocab(const char *target, const char *draft, nalar_err *err);
+
 /* 0 loading, 1 ready, -1 failed (message in err) */
 int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 /* valid once ready */
