@@ -1301,6 +1301,7 @@ nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
  * unit tests) still link, and a request for "cuda" fails cleanly.
  */
 extern nalar_backend *nalar_cuda_backend_create(nalar_model *m, int device,
+                                                int32_t gemv_max,
                                                 nalar_err *err)
     __attribute__((weak));
 extern int nalar_cuda_device_count(void) __attribute__((weak));
@@ -1308,7 +1309,8 @@ extern int nalar_cuda_device_count(void) __attribute__((weak));
 
 /* The CUDA backend on `device` (< 0: worker mod the devices visible). */
 static nalar_backend *
-cuda_create(nalar_model *m, int device, int worker, nalar_err *err)
+cuda_create(nalar_model *m, int device, int worker, int32_t gemv_max,
+            nalar_err *err)
 {
     if (nalar_cuda_backend_create == NULL || nalar_cuda_device_count == NULL)
     {
@@ -1319,7 +1321,8 @@ cuda_create(nalar_model *m, int device, int worker, nalar_err *err)
     device = nalar_backend_pick_device(device, worker,
                                        nalar_cuda_device_count(), "cuda",
                                        err);
-    return device < 0 ? NULL : nalar_cuda_backend_create(m, device, err);
+    return device < 0 ? NULL
+                      : nalar_cuda_backend_create(m, device, gemv_max, err);
 }
 #endif
 
@@ -1332,7 +1335,7 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
     if (strcmp(other->name, "cuda") == 0) {
         /* the draft on the target's device; the engine thread runs the
          * draft's passes and the target's one after the other */
-        return cuda_create(m, other->device, 0, err);
+        return cuda_create(m, other->device, 0, 0, err);
     }
 #endif
     if (strcmp(other->name, "cpu") != 0) {
@@ -1502,7 +1505,8 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
 #ifdef NALAR_CUDA
     if (strcmp(name, "cuda") == 0) {
         return cuda_create(m, o != NULL ? o->device : 0,
-                           o != NULL ? o->worker : 0, err);
+                           o != NULL ? o->worker : 0,
+                           o != NULL ? o->gemv_max : 0, err);
     }
     nalar_fail(err, "backend '%s' is not built into this binary (available: "
                "cpu, cuda)", name);

@@ -170,10 +170,9 @@ struct nalar_engine {
     float            *logits;         /* (max_logits, n_vocab) */
     int32_t           logits_cap;
     /* a greedy step's token ids, when the backend reduces its logits
-     * (forward_argmax); NALAR_BACKEND_ARGMAX=0 turns that off */
+     * (forward_argmax) */
     int32_t          *ids;            /* (ids_cap) */
     int32_t           ids_cap;
-    int               backend_argmax;
 
     /* metrics (under mu) */
     nalar_metrics     m;
@@ -779,7 +778,8 @@ static int
 engine_load(nalar_engine *e, nalar_err *err)
 {
     nalar_backend_opts bo = { e->backend_name, e->opts.n_threads,
-                              e->opts.device, e->opts.worker };
+                              e->opts.device, e->opts.worker,
+                              e->opts.gpu_gemv_max };
     int32_t            n_blocks;
 
     e->model = nalar_model_load(e->model_path, err);
@@ -796,10 +796,6 @@ engine_load(nalar_engine *e, nalar_err *err)
     if (e->be == NULL) {
         return -1;
     }
-    /* NALAR_BACKEND_ARGMAX=0: greedy steps take logits too (for
-     * comparing the two paths) */
-    e->backend_argmax = getenv("NALAR_BACKEND_ARGMAX") == NULL
-                        || strcmp(getenv("NALAR_BACKEND_ARGMAX"), "0") != 0;
     if (e->opts.draft_path != NULL && draft_open(e, err) != 0) {
         return -1;
     }
@@ -2222,7 +2218,7 @@ step_forward(nalar_engine *e, step_plan *sp, nalar_err *err)
     pthread_mutex_unlock(&e->mu);
 
     /* every row greedy and plain: the backend's argmax, when it has one */
-    sp->use_ids = e->backend_argmax && e->be->forward_argmax != NULL
+    sp->use_ids = e->be->forward_argmax != NULL
                   && sp->n_logits > 0;
     for (int32_t k = 0; k < sp->n_tok && sp->use_ids; k++) {
         sp->use_ids = !b->want_logits[k] || greedy_plain(e->batch_req[k]);

@@ -44,6 +44,12 @@ typedef struct {
                                     draft together): (0, 1] a fraction of
                                     the free memory once the weights are
                                     in place, > 1 bytes; <= 0: 0.9 */
+    int32_t     gpu_gemv_max;    /* passes of up to this many tokens use
+                                    the FP32-activation GEMV kernels, whose
+                                    results do not depend on the pass's
+                                    size; larger ones cuBLAS, which rounds
+                                    activations to the weights' type;
+                                    <= 0: 8 */
     int32_t     max_batch_tokens;/* per-step token budget; <=0: 512 */
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */

@@ -225,7 +225,7 @@ test_kv_pool(void)
  * Greedy steps take the backend's argmax (forward_argmax) when every row is
  * greedy and plain; a row that needs its distribution (here: logprobs)
  * sends the whole step through logits.  Either way the tokens are the
- * reference's; NALAR_BACKEND_ARGMAX=0 turns the argmax path off.
+ * reference's.
  */
 static void
 check_argmax_path(const char *path)
@@ -235,19 +235,17 @@ check_argmax_path(const char *path)
         nalar_metrics  mt;
         int            good = 0;
 
-        if (off) {
-            setenv("NALAR_BACKEND_ARGMAX", "0", 1);
-        }
         e = engine(path, 512, 0, 2);
-        unsetenv("NALAR_BACKEND_ARGMAX");
         if (e == NULL) {
             ok(0, "engine for the argmax path");
             return;
         }
         for (int k = 0; k < N_CASES; k++) {
             collected      c;
-            nalar_request *r = greedy_req(refs[k].prompt_ids,
-                                          refs[k].n_prompt, N_REF, &c);
+            /* off: asking for logprobs takes the logits path */
+            nalar_request *r = greedy_req_lp(refs[k].prompt_ids,
+                                             refs[k].n_prompt, N_REF, off,
+                                             &c);
             nalar_err      err;
 
             nalar_engine_run_sync(e, &r, 1, &err);
