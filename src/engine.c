@@ -2528,11 +2528,11 @@ engine_main(void *arg)
             fail_all_waiting(e, NALAR_FINISH_ERROR, e->load_err.msg);
             continue;
         }
-        /* an idle step (0) found the queue empty when nothing ran: with
-         * nothing running, step_admit takes the head whatever it needs,
-         * so a request waiting now arrived since, and the wait above
-         * sees it.  A failed step (-1) finished what was running; the
-         * queue gets the next step. */
+        /* an idle step (0) leaves nothing running, and a failed one (-1)
+         * has finished what ran; whatever waits now (a request submitted
+         * since step_admit looked, one preempted in the step) the next
+         * step admits, since with nothing running step_admit takes the
+         * head whatever it needs: nothing waiting is ever unadmittable */
         if (engine_step(e, &err) == 0 && e->idle_fn != NULL) {
             e->idle_fn(e->idle_arg);
         }
