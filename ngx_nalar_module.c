@@ -328,8 +328,6 @@ static char *ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_nalar_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static int ngx_http_nalar_same_vocab(const char *target, const char *draft,
-    nalar_err *err);
 static char *ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -4604,93 +4602,6 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * A draft proposes token ids the target verifies, so both must mean the
- * same thing by every id: same size, same pieces, same special tokens.
- * Only the tokenizers are read (metadata, no weights).
- */
-
-static int
-ngx_http_nalar_same_vocab(const char *target, const char *draft,
-    nalar_err *err)
-{
-    int               rc;
-    int32_t           i, n;
-    gguf_file        *f;
-    const char       *a, *b;
-    nalar_tokenizer  *t, *d;
-
-    rc = -1;
-    t = NULL;
-    d = NULL;
-
-    f = gguf_open(target, err);
-    if (f == NULL) {
-        goto done;
-    }
-
-    t = nalar_tokenizer_create(f, err);
-    gguf_close(f);
-    if (t == NULL) {
-        goto done;
-    }
-
-    f = gguf_open(draft, err);
-    if (f == NULL) {
-        goto done;
-    }
-
-    d = nalar_tokenizer_create(f, err);
-    gguf_close(f);
-    if (d == NULL) {
-        goto done;
-    }
-
-    n = nalar_tok_n_vocab(t);
-
-    if (nalar_tok_n_vocab(d) != n) {
-        nalar_fail(err, "%s has a vocabulary of %d tokens but the target %s "
-                   "has %d: a draft must share the target's vocabulary",
-                   draft, nalar_tok_n_vocab(d), target, n);
-        goto done;
-    }
-
-    if (nalar_tok_kind_of(t) != nalar_tok_kind_of(d)
-        || nalar_tok_bos(t) != nalar_tok_bos(d)
-        || nalar_tok_eos(t) != nalar_tok_eos(d))
-    {
-        nalar_fail(err, "%s: the vocabulary's tokenizer kind or special "
-                   "tokens (BOS, EOS) differ from the target %s", draft,
-                   target);
-        goto done;
-    }
-
-    for (i = 0; i < n; i++) {
-        a = nalar_tok_piece(t, i);
-        b = nalar_tok_piece(d, i);
-
-        if (a == NULL || b == NULL || ngx_strcmp(a, b) != 0
-            || nalar_tok_is_eog(t, i) != nalar_tok_is_eog(d, i))
-        {
-            nalar_fail(err, "%s: token %d of the vocabulary is \"%s\" but "
-                       "the target's is \"%s\": a draft must share the "
-                       "target's vocabulary", draft, i, b ? b : "",
-                       a ? a : "");
-            goto done;
-        }
-    }
-
-    rc = 0;
-
-done:
-
-    nalar_tokenizer_destroy(d);
-    nalar_tokenizer_destroy(t);
-
-    return rc;
-}
-
-
-/*
  * nalar_model NAME PATH [draft=PATH];
  * The file is validated now (header, architecture, tensor table,
  * vocabulary) without reading weights, so `nginx -t` catches a bad model.
@@ -4762,9 +4673,8 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (nalar_model_check_kv((char *) model->draft.data,
                                  &model->draft_kv_block, &err)
             != 0
-            || ngx_http_nalar_same_vocab((char *) model->path.data,
-                                         (char *) model->draft.data, &err)
-               != 0)
+            || nalar_same_vocab((char *) model->path.data,
+                                (char *) model->draft.data, &err) != 0)
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "nalar_model \"%V\" draft: %s", &model->name,

@@ -1335,7 +1335,8 @@ check_sampling(void)
 /* four prompts (5..300 tokens, chunked at 64 tokens a step, so prefill
  * chunks meet decode steps in one batch) generating 48 tokens each */
 static int
-generate(const char *path, const char *backend, collected out[4])
+generate(const char *path, const char *backend, int32_t gemv_max,
+         collected out[4])
 {
     static const int   lens[4] = { 5, 40, 120, 300 };
     nalar_engine_opts  o;
@@ -1353,6 +1354,7 @@ generate(const char *path, const char *backend, collected out[4])
     o.model_path = path;
     o.backend = backend;
     o.max_batch_tokens = 64;
+    o.gpu_gemv_max = gemv_max;
     e = nalar_engine_create(&o, &err);
     if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
         printf("#    %s on %s: %s\n", backend, path, err.msg);
@@ -1388,14 +1390,17 @@ generate(const char *path, const char *backend, collected out[4])
 
 
 static void
-check_greedy(const char *dir, const char *file, int strict)
+check_greedy(const char *dir, const char *file, int strict,
+             int32_t gemv_max)
 {
     char      path[1024], shape[128];
     collected cpu[4], gpu[4];
     int       first = -1, which = -1;
 
     snprintf(path, sizeof(path), "%s/%s", dir, file);
-    if (generate(path, "cpu", cpu) != 0 || generate(path, "cuda", gpu) != 0) {
+    if (generate(path, "cpu", 0, cpu) != 0
+        || generate(path, "cuda", gemv_max, gpu) != 0)
+    {
         report_eq("greedy", file, 0, "generation failed");
         return;
     }
@@ -1410,9 +1415,8 @@ check_greedy(const char *dir, const char *file, int strict)
             }
         }
     }
-    snprintf(shape, sizeof(shape), "%s, 4 prompts x 48 tokens, gemv<=%s",
-             file, getenv("NALAR_CUDA_GEMV_MAX") != NULL
-                   ? getenv("NALAR_CUDA_GEMV_MAX") : "8");
+    snprintf(shape, sizeof(shape), "%s, 4 prompts x 48 tokens, gemv<=%d",
+             file, gemv_max > 0 ? (int) gemv_max : 8);
     if (first >= 0 && !strict) {
         printf("WARN %-14s %-58s prompt %d differs from token %d (activations "
                "rounded for cuBLAS; not counted)\n", "greedy", shape, which,
@@ -1476,13 +1480,11 @@ main(int argc, char **argv)
     }
     if (models) {
         /* the default path (cuBLAS for batches over 8 tokens) ... */
-        check_greedy(dir, "nalar-kjv-target-f32.gguf", 1);
-        check_greedy(dir, "nalar-kjv-target-f16.gguf", 0);
+        check_greedy(dir, "nalar-kjv-target-f32.gguf", 1, 0);
+        check_greedy(dir, "nalar-kjv-target-f16.gguf", 0, 0);
         /* ... and FP32 activations throughout: must match exactly */
-        setenv("NALAR_CUDA_GEMV_MAX", "1000000", 1);
-        check_greedy(dir, "nalar-kjv-target-f32.gguf", 1);
-        check_greedy(dir, "nalar-kjv-target-f16.gguf", 1);
-        unsetenv("NALAR_CUDA_GEMV_MAX");
+        check_greedy(dir, "nalar-kjv-target-f32.gguf", 1, 1000000);
+        check_greedy(dir, "nalar-kjv-target-f16.gguf", 1, 1000000);
     }
     nalar_cuda_ctx_free(&C);
     printf("nalar-cuda-check: %d passed, %d failed\n", n_pass, n_fail);

@@ -44,7 +44,8 @@ usage(void)
         " [--stop STR]\n"
         "                 [-t THREADS] [--chunk N] [--backend cpu|cuda]"
         " [--device N]\n"
-        "                 [--gpu-memory FRACTION|BYTES] [--draft FILE]\n"
+        "                 [--gpu-memory FRACTION|BYTES] [--gpu-gemv-max N]"
+        " [--draft FILE]\n"
         "                 [--spec off|draft|ngram|auto] [--spec-k K]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar inspect MODEL\n"
@@ -163,6 +164,8 @@ cmd_generate(int argc, char **argv)
             { "--backend", NULL, NALAR_OPT_STR, &eo.backend, NULL, 0 },
             { "--device", NULL, NALAR_OPT_INT, &eo.device, NULL, 0 },
             { "--gpu-memory", NULL, NALAR_OPT_DOUBLE, &eo.gpu_memory, NULL,
+              0 },
+            { "--gpu-gemv-max", NULL, NALAR_OPT_INT, &eo.gpu_gemv_max, NULL,
               0 },
             { "--draft", NULL, NALAR_OPT_STR, &eo.draft_path, NULL, 0 },
             { "--spec", NULL, NALAR_OPT_STR, &spec, NULL, 0 },

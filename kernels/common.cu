@@ -32,18 +32,12 @@ nalar_cuda_fail_call(nalar_err *err, const char *call, int code,
 int
 nalar_cuda_ctx_init(nalar_cuda_ctx *c, int device, nalar_err *err)
 {
-    int         n = 0;
-    const char *s;
+    int n = 0;
 
     memset(c, 0, sizeof(*c));
     c->device = device;
     c->gemv_max = 8;
-    s = getenv("NALAR_CUDA_GEMV_MAX");
-    if (s != NULL && atoi(s) > 0) {
-        c->gemv_max = atoi(s);
-    }
-    s = getenv("NALAR_CUDA_ATTN_PREFETCH");
-    c->attn_prefetch = s == NULL || atoi(s) != 0;
+    c->attn_prefetch = 1;
     CUDA_CHECK(err, cudaGetDeviceCount(&n));
     if (device < 0 || device >= n) {
         return nalar_fail(err, "cuda: device %d requested but %d device%s "

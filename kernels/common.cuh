@@ -50,10 +50,12 @@ typedef struct {
     void          *scratch;
     size_t         scratch_bytes;
     /* matrix products with at most this many tokens use our GEMV kernels
-     * (F32 activations); more go to cuBLAS */
+     * (F32 activations); more go to cuBLAS.  8 unless the backend's
+     * creator says otherwise */
     int32_t        gemv_max;
     /* decode attention issues a step's K/V loads before the previous
-     * step's arithmetic (NALAR_CUDA_ATTN_PREFETCH=0: after) */
+     * step's arithmetic (1, always in serving; 0: after, which the check
+     * and bench programs also exercise) */
     int            attn_prefetch;
 } nalar_cuda_ctx;
 

@@ -836,14 +836,11 @@ forward_worker(void *arg, int tid, int nth)
  * threads meet once per layer, after the K/V stores, since a later token
  * attends over earlier ones another thread stored: one barrier per layer
  * instead of five, and no activation row crosses between cores.  It pays
- * for long passes where the cores are far apart: a cache line's round
- * trip between this machine's two vCPUs measured 175 ns in its fast
- * phases and 380-500 ns in its slow ones, and the row split exchanges
- * every activation row at every phase (slow phase: 17 tokens 19%, 33
- * tokens 21% faster).  Short passes lose, since each thread reads every
- * weight and a pass's cost grows slowly with its tokens (2 tokens: 112
- * against 88 us), and so may any pass where the cores are close:
- * choose_way measures both.
+ * for long passes where a cache line's round trip between cores is
+ * costly, since the row split exchanges every activation row at every
+ * phase.  Short passes lose, since each thread reads every weight and a
+ * pass's cost grows slowly with its tokens, and so may any pass where the
+ * cores are close: choose_way measures both.
  */
 static void
 forward_tokens(void *arg, int tid, int nth)
@@ -1304,6 +1301,7 @@ nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
  * unit tests) still link, and a request for "cuda" fails cleanly.
  */
 extern nalar_backend *nalar_cuda_backend_create(nalar_model *m, int device,
+                                                int32_t gemv_max,
                                                 nalar_err *err)
     __attribute__((weak));
 extern int nalar_cuda_device_count(void) __attribute__((weak));
@@ -1311,7 +1309,8 @@ extern int nalar_cuda_device_count(void) __attribute__((weak));
 
 /* The CUDA backend on `device` (< 0: worker mod the devices visible). */
 static nalar_backend *
-cuda_create(nalar_model *m, int device, int worker, nalar_err *err)
+cuda_create(nalar_model *m, int device, int worker, int32_t gemv_max,
+            nalar_err *err)
 {
     if (nalar_cuda_backend_create == NULL || nalar_cuda_device_count == NULL)
     {
@@ -1322,7 +1321,8 @@ cuda_create(nalar_model *m, int device, int worker, nalar_err *err)
     device = nalar_backend_pick_device(device, worker,
                                        nalar_cuda_device_count(), "cuda",
                                        err);
-    return device < 0 ? NULL : nalar_cuda_backend_create(m, device, err);
+    return device < 0 ? NULL
+                      : nalar_cuda_backend_create(m, device, gemv_max, err);
 }
 #endif
 
@@ -1335,7 +1335,7 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
     if (strcmp(other->name, "cuda") == 0) {
         /* the draft on the target's device; the engine thread runs the
          * draft's passes and the target's one after the other */
-        return cuda_create(m, other->device, 0, err);
+        return cuda_create(m, other->device, 0, 0, err);
     }
 #endif
     if (strcmp(other->name, "cpu") != 0) {
@@ -1435,12 +1435,11 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
                                -2.0f * (float) i / (float) c->head_dim);
     }
     /* a draft (the backend that borrows the target's pool) holds its
-     * weights narrowed (nalar_cpu_mat_init): it only proposes, and its
-     * passes are bound by reading weights that the target's pass between
-     * two of them has pushed out of L2 and by the products' instructions
-     * (the demo draft's one-token pass after a target's: F32 13.0, F16
-     * 9.3, BF16 pairs 9.0 against F16's 10.4 us, with 1755 against 1760
-     * of 2500 proposals accepted) */
+     * weights narrowed (nalar_cpu_mat_init): it only proposes, so a
+     * rounded weight costs at most a rejected proposal, never a token,
+     * and its passes are bound by reading weights that the target's pass
+     * between two of them has pushed out of L2 and by the products'
+     * instructions, both of which narrower weights cut */
     narrow = shared != NULL;
     be->layers = calloc((size_t) c->n_layers, sizeof(cpu_layer));
     if (be->layers == NULL) {
@@ -1506,7 +1505,8 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
 #ifdef NALAR_CUDA
     if (strcmp(name, "cuda") == 0) {
         return cuda_create(m, o != NULL ? o->device : 0,
-                           o != NULL ? o->worker : 0, err);
+                           o != NULL ? o->worker : 0,
+                           o != NULL ? o->gemv_max : 0, err);
     }
     nalar_fail(err, "backend '%s' is not built into this binary (available: "
                "cpu, cuda)", name);

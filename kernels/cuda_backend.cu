@@ -87,7 +87,6 @@ typedef struct {
     nalar_kv_pool  *pool;
     nalar_cuda_kv   kv;
     /* decode graphs, by log2 of the padded token count */
-    int             graphs_on;
     cudaGraphExec_t graph[N_GRAPHS];
     int             seen[N_GRAPHS];   /* eager runs; -1: not capturable */
     /* an error in the copy-on-write callback (which cannot return one) */
@@ -582,7 +581,7 @@ forward_to(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
     for (int32_t t = 1; t < T && decode_step; t++) {
         decode_step = batch->seq[t] != batch->seq[t - 1];
     }
-    if (decode_step && be->graphs_on) {
+    if (decode_step) {
         P = nalar_cuda_bucket(T);
     }
     ints = nalar_cuda_plan_ints(batch, P);
@@ -603,7 +602,7 @@ forward_to(nalar_backend *b, nalar_kv_pool *pool, const nalar_batch *batch,
     CUDA_CHECK(err, cudaMemcpyAsync(be->in_d, be->in_h,
                                     (size_t) plan.n_ints * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, be->c.stream));
-    if (decode_step && be->graphs_on && plan.max_tile == 1) {
+    if (decode_step && plan.max_tile == 1) {
         rc = run_graph(be, &plan, err);
         if (rc < 0) {
             return -1;
@@ -819,12 +818,11 @@ cuda_free_memory(nalar_backend *b)
 
 
 static nalar_backend *
-create_common(nalar_model *m, int device, nalar_err *err)
+create_common(nalar_model *m, int device, int32_t gemv_max, nalar_err *err)
 {
     nalar_backend      *b;
     cuda_backend       *be;
     const nalar_config *c = &m->cfg;
-    const char         *s;
     float              *inv;
 
     if (check_config(c, err) != 0) {
@@ -855,8 +853,6 @@ create_common(nalar_model *m, int device, nalar_err *err)
     be->tile_q = nalar_cuda_attn_tile_q(c->head_dim,
                                         c->n_heads / c->n_kv_heads);
     be->n_chunks = nalar_cuda_attn_head_chunks(c->n_heads, c->n_kv_heads);
-    s = getenv("NALAR_CUDA_GRAPHS");
-    be->graphs_on = s == NULL || strcmp(s, "0") != 0;
     be->L = (cu_layer *) calloc((size_t) c->n_layers, sizeof(cu_layer));
     inv = (float *) malloc((size_t) (c->head_dim / 2) * sizeof(float));
     if (be->L == NULL || inv == NULL) {
@@ -872,6 +868,9 @@ create_common(nalar_model *m, int device, nalar_err *err)
         return NULL;
     }
     be->have_ctx = 1;
+    if (gemv_max > 0) {
+        be->c.gemv_max = gemv_max;
+    }
     /* the CPU backend's table, bit for bit */
     for (int i = 0; i < c->head_dim / 2; i++) {
         inv[i] = powf(c->rope_base, -2.0f * (float) i / (float) c->head_dim);
@@ -887,7 +886,8 @@ create_common(nalar_model *m, int device, nalar_err *err)
 
 
 nalar_backend *
-nalar_cuda_backend_create(nalar_model *m, int device, nalar_err *err)
+nalar_cuda_backend_create(nalar_model *m, int device, int32_t gemv_max,
+                          nalar_err *err)
 {
     nalar_backend      *b;
     cuda_backend       *be;
@@ -898,7 +898,7 @@ nalar_cuda_backend_create(nalar_model *m, int device, nalar_err *err)
         return NULL;
     }
     c = &m->cfg;
-    b = create_common(m, device, err);
+    b = create_common(m, device, gemv_max, err);
     if (b == NULL) {
         return NULL;
     }
@@ -1039,7 +1039,7 @@ nalar_cuda_backend_create_synthetic(const nalar_config *cfg, ggml_type type,
     }
     stub->cfg = *cfg;
     stub->name = strdup("synthetic");
-    b = create_common(stub, device, err);
+    b = create_common(stub, device, 0, err);
     if (b == NULL) {
         free(stub->name);
         free(stub);

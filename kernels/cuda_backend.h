@@ -9,10 +9,6 @@
  * power-of-two bucket and, from the second step of a bucket on, replayed
  * as a CUDA graph.
  *
- * Environment: NALAR_CUDA_GRAPHS=0 turns graphs off; NALAR_CUDA_GEMV_MAX=N
- * sends products of up to N tokens through the FP32-activation GEMV
- * kernels (default 8) and larger ones through cuBLAS.
- *
  * Plain C header: the engine and the check program include it.
  */
 #ifndef NALAR_CUDA_BACKEND_H
@@ -28,8 +24,11 @@
 extern "C" {
 #endif
 
+/* gemv_max: matrix products of up to this many tokens go through the
+ * FP32-activation GEMV kernels, larger ones through cuBLAS; <= 0: the
+ * default (nalar_cuda_ctx_init) */
 nalar_backend *nalar_cuda_backend_create(nalar_model *m, int device,
-                                         nalar_err *err);
+                                         int32_t gemv_max, nalar_err *err);
 
 /*
  * A backend for a model shape with random weights of `type` (F16, BF16 or

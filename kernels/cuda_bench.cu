@@ -454,7 +454,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             return -1;
         }
         cfg = m->cfg;
-        r.be = nalar_cuda_backend_create(m, o->device, err);
+        r.be = nalar_cuda_backend_create(m, o->device, 0, err);
         name = o->model_path;
     }
     if (r.be == NULL) {

@@ -44,6 +44,10 @@ typedef struct {
      * (nginx worker i on GPU i mod count) */
     int         device;
     int         worker;
+    /* GPU: matrix products of up to this many tokens through the GEMV
+     * kernels with FP32 activations, larger ones through the vendor
+     * library; <= 0: the backend's default */
+    int32_t     gemv_max;
 } nalar_backend_opts;
 
 struct nalar_backend {

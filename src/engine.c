@@ -18,6 +18,8 @@
 #include "backend.h"
 #include "clock.h"
 #include "engine.h"
+#include "engine_test.h"
+#include "gguf.h"
 #include "kv.h"
 #include "model.h"
 #include "prefix_cache.h"
@@ -185,13 +187,17 @@ struct nalar_engine {
     float            *logits;         /* (max_logits, n_vocab) */
     int32_t           logits_cap;
     /* a greedy step's token ids, when the backend reduces its logits
-     * (forward_argmax); NALAR_BACKEND_ARGMAX=0 turns that off */
+     * (forward_argmax) */
     int32_t          *ids;            /* (ids_cap) */
     int32_t           ids_cap;
-    int               backend_argmax;
 
     /* metrics (under mu) */
     nalar_metrics     m;
+
+    /* tests only (engine_test.h) */
+    int               fault[NALAR_FAULT_COUNT];
+    void            (*idle_fn)(void *arg);
+    void             *idle_arg;
 };
 
 
@@ -535,6 +541,35 @@ push_output(nalar_request *r, const char *text, size_t len, int32_t id,
 
 /* --- the engine --- */
 
+void
+nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n)
+{
+    __atomic_store_n(&e->fault[site], n, __ATOMIC_RELAXED);
+}
+
+
+void
+nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg), void *arg)
+{
+    e->idle_fn = fn;
+    e->idle_arg = arg;
+}
+
+
+/* Is this the armed fault at `site` (engine_test.h)? */
+static int
+test_fault(nalar_engine *e, nalar_fault_site site)
+{
+    int n = __atomic_load_n(&e->fault[site], __ATOMIC_RELAXED);
+
+    if (n <= 0) {
+        return 0;
+    }
+    __atomic_store_n(&e->fault[site], n - 1, __ATOMIC_RELAXED);
+    return n == 1;
+}
+
+
 static char *
 dup_or_null(const char *s)
 {
@@ -592,39 +627,74 @@ nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
 }
 
 
-/* A draft must share the target's vocabulary exactly: same tokens in the
- * same order, same special ids. */
+/* The comparison nalar_same_vocab makes, of two loaded tokenizers. */
 static int
-draft_check_vocab(const nalar_model *t, const nalar_model *d, nalar_err *err)
+vocab_compare(const nalar_tokenizer *t, const nalar_tokenizer *d,
+              const char *target, const char *draft, nalar_err *err)
 {
-    int32_t n = nalar_tok_n_vocab(t->tok);
+    int32_t n = nalar_tok_n_vocab(t);
 
-    if (nalar_tok_n_vocab(d->tok) != n) {
-        return nalar_fail(err, "draft %s has %d tokens but target %s has %d: "
-                          "a draft must share the target's vocabulary",
-                          d->path, nalar_tok_n_vocab(d->tok), t->path, n);
+    if (nalar_tok_n_vocab(d) != n) {
+        return nalar_fail(err, "%s has a vocabulary of %d tokens but the "
+                          "target %s has %d: a draft must share the "
+                          "target's vocabulary", draft, nalar_tok_n_vocab(d),
+                          target, n);
     }
-    if (nalar_tok_bos(t->tok) != nalar_tok_bos(d->tok)
-        || nalar_tok_eos(t->tok) != nalar_tok_eos(d->tok)
-        || nalar_tok_kind_of(t->tok) != nalar_tok_kind_of(d->tok))
+    if (nalar_tok_kind_of(t) != nalar_tok_kind_of(d)
+        || nalar_tok_bos(t) != nalar_tok_bos(d)
+        || nalar_tok_eos(t) != nalar_tok_eos(d))
     {
-        return nalar_fail(err, "draft %s: special tokens or tokenizer kind "
-                          "differ from target %s", d->path, t->path);
+        return nalar_fail(err, "%s: the vocabulary's tokenizer kind or "
+                          "special tokens (BOS, EOS) differ from the target "
+                          "%s", draft, target);
     }
     for (int32_t i = 0; i < n; i++) {
-        const char *a = nalar_tok_piece(t->tok, i);
-        const char *b = nalar_tok_piece(d->tok, i);
+        const char *a = nalar_tok_piece(t, i);
+        const char *b = nalar_tok_piece(d, i);
 
         if (a == NULL || b == NULL || strcmp(a, b) != 0
-            || nalar_tok_is_eog(t->tok, i) != nalar_tok_is_eog(d->tok, i))
+            || nalar_tok_is_eog(t, i) != nalar_tok_is_eog(d, i))
         {
-            return nalar_fail(err, "draft %s: token %d is '%s' but the "
-                              "target's is '%s': a draft must share the "
-                              "target's vocabulary", d->path, i,
+            return nalar_fail(err, "%s: token %d of the vocabulary is "
+                              "\"%s\" but the target's is \"%s\": a draft "
+                              "must share the target's vocabulary", draft, i,
                               b != NULL ? b : "", a != NULL ? a : "");
         }
     }
     return 0;
+}
+
+
+int
+nalar_same_vocab(const char *target, const char *draft, nalar_err *err)
+{
+    nalar_tokenizer *t = NULL, *d = NULL;
+    gguf_file       *f;
+    int              rc = -1;
+
+    f = gguf_open(target, err);
+    if (f == NULL) {
+        goto done;
+    }
+    t = nalar_tokenizer_create(f, err);
+    gguf_close(f);
+    if (t == NULL) {
+        goto done;
+    }
+    f = gguf_open(draft, err);
+    if (f == NULL) {
+        goto done;
+    }
+    d = nalar_tokenizer_create(f, err);
+    gguf_close(f);
+    if (d == NULL) {
+        goto done;
+    }
+    rc = vocab_compare(t, d, target, draft, err);
+done:
+    nalar_tokenizer_destroy(d);
+    nalar_tokenizer_destroy(t);
+    return rc;
 }
 
 
@@ -636,7 +706,9 @@ draft_open(nalar_engine *e, nalar_err *err)
     if (e->draft == NULL) {
         return -1;
     }
-    if (draft_check_vocab(e->model, e->draft, err) != 0) {
+    if (vocab_compare(e->model->tok, e->draft->tok, e->model->path,
+                      e->draft->path, err) != 0)
+    {
         return -1;
     }
     e->draft_be = nalar_backend_create_sharing(e->draft, e->be, err);
@@ -718,21 +790,18 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
  * Seed a cost table with what passes of 1 .. NALAR_SPEC_MAX_K + 1 tokens of
  * one sequence cost on `be`: the fastest of up to SEED_ROUNDS rounds, the
  * sizes interleaved so that a slow spell of the machine falls on all alike.
- * Without it, a size was first measured when speculation first chose it
- * and stood until then at what interpolation or a slow first pass said;
- * seen: a 2-token pass estimated at 80.7 us (the CPU backend's first
- * passes of a size alternate its two ways) and a 3-token one at the
- * 4-token pass's 92.6, where both measure 58 and 71 us once settled.  The
- * cost model then chose k = 3 (a 1.07x k on that machine; k = 2 ran 1.3x)
- * at every step, never measured the smaller passes again, and the step
- * gate, judging the draft by those steps, held it back for most of a run.
+ * Every size is measured before the cost model first chooses k: the model
+ * measures only the sizes it chooses, so a size it has not measured would
+ * stand at what interpolation or one slow first pass says, and one such
+ * estimate can fix k at a worse size for good (and the step gate, judging
+ * the draft by those steps, hold the draft back).
  *
  * The same passes settle what the backend measures of its own passes (the
- * CPU's: which way each size runs, 5 passes each way, see choose_way), so
- * the first steps that speculate, and the step gate judging them, do not
- * carry that measurement.  The costs recorded are of passes with the
- * model's weights hot in cache (a draft's serving pass, after a target's,
- * takes longer: 9.0 against 7.2 us); serving passes correct them.
+ * CPU's: which way each size runs, see choose_way), so the first steps
+ * that speculate, and the step gate judging them, do not carry that
+ * measurement.  The costs recorded are of passes with the model's weights
+ * hot in cache, which a serving pass need not have (a draft's, after a
+ * target's, runs colder); serving passes correct them.
  * Skipped when the pool cannot spare the scratch sequence's blocks.
  */
 static void
@@ -805,7 +874,8 @@ static int
 engine_load(nalar_engine *e, nalar_err *err)
 {
     nalar_backend_opts bo = { e->backend_name, e->opts.n_threads,
-                              e->opts.device, e->opts.worker };
+                              e->opts.device, e->opts.worker,
+                              e->opts.gpu_gemv_max };
     int32_t            n_blocks;
 
     e->model = nalar_model_load(e->model_path, err);
@@ -822,10 +892,6 @@ engine_load(nalar_engine *e, nalar_err *err)
     if (e->be == NULL) {
         return -1;
     }
-    /* NALAR_BACKEND_ARGMAX=0: greedy steps take logits too (for
-     * comparing the two paths) */
-    e->backend_argmax = getenv("NALAR_BACKEND_ARGMAX") == NULL
-                        || strcmp(getenv("NALAR_BACKEND_ARGMAX"), "0") != 0;
     if (e->opts.draft_path != NULL && draft_open(e, err) != 0) {
         return -1;
     }
@@ -896,13 +962,6 @@ nalar_model *
 nalar_engine_model(nalar_engine *e)
 {
     return nalar_engine_state(e, NULL) == 1 ? e->model : NULL;
-}
-
-
-const char *
-nalar_engine_model_name(nalar_engine *e)
-{
-    return nalar_engine_state(e, NULL) == 1 ? e->model_name : e->opts.model_name;
 }
 
 
@@ -1945,9 +2004,8 @@ choose_k(nalar_engine *e, nalar_request *r, int32_t n_decode,
          * have no prompt tokens to make verification cheap.  The gain is
          * the larger of the model's and the one the gate measures for the
          * draft at this batch size: the model's alone sits near its
-         * margin just when it turns k back on, so it refused catch-ups
-         * ever longer as the draft fell further behind (a 1.4x draft ran
-         * 1.35x) */
+         * margin just when it turns k back on, so it would refuse
+         * catch-ups ever longer as the draft fell further behind */
         double  g = gain, gm = nalar_spec_gate_ratio(
                                   &e->gate, n_decode,
                                   nalar_spec_gate_bit(NALAR_PROP_DRAFT, 0));
@@ -2453,24 +2511,25 @@ step_build_batch(nalar_engine *e, step_plan *sp)
 
 /*
  * The forward pass over the batch, timed into the target's cost table.
- * Returns -1 when out of memory for the logits, or on a backend failure
- * (every running request is then finished with the error).
+ * Returns -1 with err when out of memory for the logits, or on a backend
+ * failure.
  */
 static int
-step_forward(nalar_engine *e, step_plan *sp)
+step_forward(nalar_engine *e, step_plan *sp, nalar_err *err)
 {
     nalar_batch *b = &e->batch;
     int32_t      V = e->model->cfg.n_vocab;
-    nalar_err    err;
     double       t, t0;
 
     if (sp->n_logits > e->logits_cap) {
         /* rows the backend's threads split: on cache lines; a step's
          * logits are written before they are read, so no copy */
-        float *l = nalar_alloc_lines((size_t) sp->n_logits * V
-                                     * sizeof(float));
+        float *l = test_fault(e, NALAR_FAULT_LOGITS) ? NULL
+                   : nalar_alloc_lines((size_t) sp->n_logits * V
+                                       * sizeof(float));
         if (l == NULL) {
-            return -1;
+            return nalar_fail(err, "engine: out of memory for %d logit "
+                              "rows", sp->n_logits);
         }
         free(e->logits);
         e->logits = l;
@@ -2481,7 +2540,7 @@ step_forward(nalar_engine *e, step_plan *sp)
     pthread_mutex_unlock(&e->mu);
 
     /* every row greedy and plain: the backend's argmax, when it has one */
-    sp->use_ids = e->backend_argmax && e->be->forward_argmax != NULL
+    sp->use_ids = e->be->forward_argmax != NULL
                   && sp->n_logits > 0;
     for (int32_t k = 0; k < sp->n_tok && sp->use_ids; k++) {
         sp->use_ids = !b->want_logits[k] || greedy_plain(e->batch_req[k]);
@@ -2499,17 +2558,13 @@ step_forward(nalar_engine *e, step_plan *sp)
     }
 
     t0 = nalar_now_s();
-    if (sp->use_ids
-        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, e->logits, &err)
+    if (test_fault(e, NALAR_FAULT_FORWARD)
+        ? nalar_fail(err, "backend: injected failure") != 0
+        : sp->use_ids
+        ? e->be->forward_argmax(e->be, &e->kv, b, e->ids, e->logits, err)
           != 0
-        : e->be->forward(e->be, &e->kv, b, e->logits, &err) != 0)
+        : e->be->forward(e->be, &e->kv, b, e->logits, err) != 0)
     {
-        while (e->n_running > 0) {
-            nalar_request *r = e->running[e->n_running - 1];
-
-            e->n_running--;
-            finish_unref(e, r, NALAR_FINISH_ERROR, err.msg);
-        }
         return -1;
     }
     t = nalar_now_s();
@@ -2651,10 +2706,10 @@ step_learn(nalar_engine *e, const step_plan *sp)
          * switching, once: not the rate of drafting, and counting it
          * would keep an exploring gate from ever letting the draft run.
          * A probe (a request trying k its cost model ruled out, see
-         * choose_k) is not what speculating does either: one k = 8 probe
-         * of a cold draft, confirming one token, read as 0.45x just after
-         * an exploration had forgotten the old rate, and held the draft
-         * back for the next 966 steps */
+         * choose_k) is not what speculating does either: a probe at a k
+         * the model ruled out may confirm little, and read as the draft's
+         * rate (most of all just after the gate has forgotten the old
+         * one) it would hold the draft back long after */
         nalar_spec_gate_record(&e->gate, sp->n_decode,
                                sp->n_spec > 0 ? sp->mix : 0, sp->n_confirmed,
                                nalar_now_s() - sp->t_start - sp->catchup_s);
@@ -2679,15 +2734,34 @@ step_learn(nalar_engine *e, const step_plan *sp)
 }
 
 
+/* A step failed: every running request finishes with its error, and its
+ * KV goes back to the pool.  Waiting requests stay: the next step tries
+ * them afresh. */
+static void
+fail_running(nalar_engine *e, const char *msg)
+{
+    while (e->n_running > 0) {
+        nalar_request *r = e->running[--e->n_running];
+
+        finish_unref(e, r, NALAR_FINISH_ERROR, msg);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.spec_provisional_blocks = 0;
+    pthread_mutex_unlock(&e->mu);
+    publish_metrics(e);
+}
+
+
 /*
  * One scheduling step: drop cancelled requests, admit waiting ones, build a
  * batch (decodes first, with speculative proposals where they pay, then
  * prefill chunks within the token budget), run the forward pass, sample or
- * verify.  Returns 1 if work was done, 0 if idle, -1 on a backend failure
- * (every running request is finished with the error).
+ * verify.  Returns 1 if work was done, 0 if idle, -1 with err when the step
+ * failed (out of memory, or the backend): every request that was running
+ * is then finished with that error (fail_running), none is left running.
  */
 static int
-engine_step(nalar_engine *e)
+engine_step(nalar_engine *e, nalar_err *err)
 {
     step_plan sp;
 
@@ -2701,9 +2775,12 @@ engine_step(nalar_engine *e)
         publish_metrics(e);
         return 0;
     }
-    if (batch_grow(e, e->opts.max_batch_tokens
-                      + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0)
+    if (test_fault(e, NALAR_FAULT_BATCH)
+        || batch_grow(e, e->opts.max_batch_tokens
+                         + e->n_running * (1 + NALAR_SPEC_MAX_K)) != 0)
     {
+        nalar_fail(err, "engine: out of memory for the batch");
+        fail_running(e, err->msg);
         return -1;
     }
     step_plan_speculation(e, &sp);
@@ -2714,8 +2791,8 @@ engine_step(nalar_engine *e)
         publish_metrics(e);
         return e->n_running > 0;
     }
-    if (step_forward(e, &sp) != 0) {
-        publish_metrics(e);
+    if (step_forward(e, &sp, err) != 0) {
+        fail_running(e, err->msg);
         return -1;
     }
     step_advance(e, &sp);
@@ -2768,7 +2845,7 @@ engine_main(void *arg)
         }
     }
     for ( ;; ) {
-        int idle;
+        nalar_err err;
 
         pthread_mutex_lock(&e->mu);
         while (!e->stop && e->n_waiting == 0 && e->n_running == 0) {
@@ -2783,12 +2860,13 @@ engine_main(void *arg)
             fail_all_waiting(e, NALAR_FINISH_ERROR, e->load_err.msg);
             continue;
         }
-        idle = engine_step(e) == 0;
-        if (idle && e->n_waiting > 0 && e->n_running == 0) {
-            /* nothing admissible and nothing running: cannot happen with
-             * a consistent pool, but never spin */
-            fail_all_waiting(e, NALAR_FINISH_ERROR,
-                             "the KV cache cannot hold this request");
+        /* an idle step (0) leaves nothing running, and a failed one (-1)
+         * has finished what ran; whatever waits now (a request submitted
+         * since step_admit looked, one preempted in the step) the next
+         * step admits, since with nothing running step_admit takes the
+         * head whatever it needs: nothing waiting is ever unadmittable */
+        if (engine_step(e, &err) == 0 && e->idle_fn != NULL) {
+            e->idle_fn(e->idle_arg);
         }
     }
     return NULL;
@@ -2842,18 +2920,21 @@ nalar_engine_run_sync(nalar_engine *e, nalar_request **reqs, int n,
             break;
         }
     }
+    /* until nothing runs or waits: a failed step finished what was
+     * running, and what waits still runs (as on the engine thread) */
     for ( ;; ) {
-        int rc = engine_step(e);
+        nalar_err step_err;
+        int       rc = engine_step(e, &step_err), waiting;
 
-        if (rc < 0) {
-            return nalar_fail(err, "engine: forward pass failed");
+        if (rc < 0 && !failed) {
+            *err = step_err;
+            failed = 1;
         }
-        if (rc == 0 && e->n_waiting == 0) {
+        pthread_mutex_lock(&e->mu);
+        waiting = e->n_waiting;
+        pthread_mutex_unlock(&e->mu);
+        if (rc == 0 && waiting == 0 && e->n_running == 0) {
             return failed ? -1 : 0;
-        }
-        if (rc == 0) {
-            fail_all_waiting(e, NALAR_FINISH_ERROR,
-                             "the KV cache cannot hold this request");
         }
     }
 }

@@ -56,6 +56,12 @@ typedef struct {
                                     draft together): (0, 1] a fraction of
                                     the free memory once the weights are
                                     in place, > 1 bytes; <= 0: 0.9 */
+    int32_t     gpu_gemv_max;    /* passes of up to this many tokens use
+                                    the FP32-activation GEMV kernels, whose
+                                    results do not depend on the pass's
+                                    size; larger ones cuBLAS, which rounds
+                                    activations to the weights' type;
+                                    <= 0: 8 */
     int32_t     max_batch_tokens;/* per-step token budget; <=0: 512 */
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */
@@ -209,11 +215,20 @@ int  nalar_engine_start(nalar_engine *e, nalar_err *err);
  * engine. */
 void nalar_engine_destroy(nalar_engine *e);
 
+/*
+ * A draft proposes token ids the target verifies, so both must mean the
+ * same by every id: same number of tokens, same pieces and end-of-
+ * generation marks, same tokenizer kind and BOS/EOS.  Reads only the two
+ * files' tokenizers (no weights): the engine checks a draft with it at
+ * load, and nginx at `nginx -t`.  0, or -1 with err naming the first
+ * difference.
+ */
+int  nalar_same_vocab(const char *target, const char *draft, nalar_err *err);
+
 /* 0 loading, 1 ready, -1 failed (message in err) */
 int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 /* valid once ready */
 nalar_model *nalar_engine_model(nalar_engine *e);
-const char  *nalar_engine_model_name(nalar_engine *e);
 void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
 /* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
  * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes

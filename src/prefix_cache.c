@@ -334,10 +334,3 @@ nalar_prefix_stats_get(const nalar_prefix_cache *c, nalar_prefix_stats *s)
         s->evictable += c->pool->refcount[c->e[i].block] == 1;
     }
 }
-
-
-int
-nalar_prefix_holds_block(const nalar_prefix_cache *c, int32_t b)
-{
-    return b >= 0 && b < c->pool->n_blocks && c->by_block[b] >= 0;
-}

@@ -86,7 +86,5 @@ void nalar_prefix_clear(nalar_prefix_cache *c);
 
 void nalar_prefix_stats_get(const nalar_prefix_cache *c,
                             nalar_prefix_stats *s);
-/* Is block b published?  (tests: provisional blocks never are) */
-int  nalar_prefix_holds_block(const nalar_prefix_cache *c, int32_t b);
 
 #endif

@@ -696,19 +696,6 @@ nalar_sample(nalar_sampler *s, float *logits, nalar_logprob *lp)
 }
 
 
-void
-nalar_sampler_logprobs(nalar_sampler *s, const float *logits, int32_t chosen,
-                       nalar_logprob *lp)
-{
-    int32_t nlp = s->p.n_logprobs;
-
-    if (nlp > s->n_vocab) {
-        nlp = s->n_vocab;
-    }
-    fill_logprobs(logits, s->n_vocab, chosen, nlp, lp, s->probs);
-}
-
-
 int32_t
 nalar_sample_from(nalar_sampler *s, const float *w, int32_t n)
 {

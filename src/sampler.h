@@ -87,15 +87,6 @@ int32_t nalar_sample(nalar_sampler *s, float *logits, nalar_logprob *lp);
  */
 int32_t nalar_sample_from(nalar_sampler *s, const float *w, int32_t n);
 
-/*
- * After nalar_sampler_dist(s, logits) has penalised `logits` in place:
- * the logprobs of `chosen` (lp[0]) and of the top p.n_logprobs tokens, as
- * nalar_sample reports them.  Uses s->probs as scratch (the distribution
- * is gone afterwards).
- */
-void nalar_sampler_logprobs(nalar_sampler *s, const float *logits,
-                            int32_t chosen, nalar_logprob *lp);
-
 /* Greedy argmax over n floats (ties: lowest id). */
 int32_t nalar_argmax(const float *x, int32_t n);
 

@@ -285,11 +285,10 @@ nalar_probe_record(nalar_probe_pace *p, double seconds, double excess,
 
 #define GATE_MIN_PLAIN  8       /* observations before a rate is trusted */
 #define GATE_MIN_SPEC   8       /* a speculative step confirms 1 to k+1
-                                   tokens: 4 steps' rate ranged 8-25k
-                                   tokens/s on the demo draft, and a
-                                   first reading or burst that fell low
-                                   held a 1.4x draft back for whole runs
-                                   (6 of 24 runs; with 8: 1 of 24) */
+                                   tokens, so a few steps' rate varies
+                                   widely: it takes this many before a
+                                   first reading or burst that falls low
+                                   may hold a good draft back */
 #define GATE_DECAY      0.97    /* per recorded step: ~33 steps of memory */
 #define GATE_GAP_MIN    16
 #define GATE_GAP_MAX    1024    /* by doubling; by the loss, up to: */

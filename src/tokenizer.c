@@ -658,12 +658,6 @@ nalar_tok_is_control(const nalar_tokenizer *t, int32_t id)
 }
 
 int
-nalar_tok_type(const nalar_tokenizer *t, int32_t id)
-{
-    return (id >= 0 && id < t->n_vocab) ? t->type[id] : -1;
-}
-
-int
 nalar_tok_add_space_prefix(const nalar_tokenizer *t)
 {
     return t->add_space_prefix;
@@ -1466,12 +1460,6 @@ nalar_token_bytes(const nalar_tokenizer *t, int32_t id, char *out, int cap)
 {
     int n = piece_bytes(t, id, out, cap);
     return n < cap ? n : cap;
-}
-
-int
-nalar_token_bytes_len(const nalar_tokenizer *t, int32_t id)
-{
-    return piece_bytes(t, id, NULL, 0);
 }
 
 void

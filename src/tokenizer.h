@@ -117,12 +117,8 @@ int nalar_detok_flush(nalar_detok *d, char *out, int cap);
 char *nalar_detokenize(const nalar_tokenizer *t, const int32_t *ids, int n);
 
 /* Additions. */
-/* TOKT_* of a token (0 when the file left it undefined), -1 if no such id */
-int     nalar_tok_type(const nalar_tokenizer *t, int32_t id);
 /* 1 if the SPM dummy prefix "▁" is added before the text */
 int     nalar_tok_add_space_prefix(const nalar_tokenizer *t);
-/* the full length nalar_token_bytes would give with unlimited cap */
-int     nalar_token_bytes_len(const nalar_tokenizer *t, int32_t id);
 /* BPE only: the pre-tokenizer's word boundaries (byte offset after each
  * word; the first `cap` written).  Returns the word count, -1 for SPM. */
 int     nalar_tok_pretokenize(const nalar_tokenizer *t, const char *text,

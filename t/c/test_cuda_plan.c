@@ -183,7 +183,7 @@ test_q8_repack(void)
 static void
 test_dispatch(void)
 {
-    nalar_backend_opts o = { "cuda", 0, 0, 0 };
+    nalar_backend_opts o = { "cuda", 0, 0, 0, 0 };
     nalar_model        m;
     nalar_err          err;
 

@@ -2,12 +2,19 @@
  * Engine tests on the bundled demo models: greedy continuations equal the
  * reference ids of models/README.md (PyTorch F32, verified with llama.cpp),
  * batch invariance (alone, batched with other lengths, chunked prefill,
- * under preemption), paged-KV bookkeeping, and the KV pool's invariants.
+ * under preemption), paged-KV bookkeeping, and the KV pool's invariants;
+ * a failed step (an allocation or the backend failing, injected) finishes
+ * every running request with the error and returns its KV; submitting and
+ * cancelling from several threads at once never fails a request.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "model.h"
 #include "collect.h"
@@ -276,7 +283,7 @@ test_kv_pool(void)
  * Greedy steps take the backend's argmax (forward_argmax) when every row is
  * greedy and plain; a row that needs its distribution (here: logprobs)
  * sends the whole step through logits.  Either way the tokens are the
- * reference's; NALAR_BACKEND_ARGMAX=0 turns the argmax path off.
+ * reference's.
  */
 static void
 check_argmax_path(const char *path)
@@ -286,19 +293,17 @@ check_argmax_path(const char *path)
         nalar_metrics  mt;
         int            good = 0;
 
-        if (off) {
-            setenv("NALAR_BACKEND_ARGMAX", "0", 1);
-        }
         e = engine(path, 512, 0, 2);
-        unsetenv("NALAR_BACKEND_ARGMAX");
         if (e == NULL) {
             ok(0, "engine for the argmax path");
             return;
         }
         for (int k = 0; k < N_CASES; k++) {
             collected      c;
-            nalar_request *r = greedy_req(refs[k].prompt_ids,
-                                          refs[k].n_prompt, N_REF, &c);
+            /* off: asking for logprobs takes the logits path */
+            nalar_request *r = greedy_req_lp(refs[k].prompt_ids,
+                                             refs[k].n_prompt, N_REF, off,
+                                             &c);
             nalar_err      err;
 
             nalar_engine_run_sync(e, &r, 1, &err);
@@ -420,6 +425,387 @@ test_text_prompts(nalar_engine *e)
     ok(kv_all_free(e), "no KV block held");
     nalar_request_unref(r);
     free(big);
+}
+
+
+/* --- failures and concurrency --- */
+
+/* What a request reported, for tests where the engine thread notifies:
+ * the notify callback records the finish, and a waiter waits for all. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             done;            /* requests finished */
+    int             errors;          /* of them, with NALAR_FINISH_ERROR */
+    char            error[256];      /* the last error */
+} board;
+
+typedef struct {
+    board        *b;
+    nalar_finish  finish;
+    char          error[256];
+} watched;
+
+
+static void
+board_init(board *b)
+{
+    memset(b, 0, sizeof(*b));
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+}
+
+
+static void
+watch(nalar_request *r, void *ctx)
+{
+    watched      *w = ctx;
+    nalar_output  o;
+
+    nalar_request_take(r, &o);
+    if (o.finish != NALAR_FINISH_NONE) {
+        pthread_mutex_lock(&w->b->mu);
+        w->finish = o.finish;
+        memcpy(w->error, o.error, sizeof(w->error));
+        w->b->done++;
+        if (o.finish == NALAR_FINISH_ERROR) {
+            w->b->errors++;
+            memcpy(w->b->error, o.error, sizeof(w->b->error));
+        }
+        pthread_cond_broadcast(&w->b->cv);
+        pthread_mutex_unlock(&w->b->mu);
+    }
+    nalar_output_free(&o);
+}
+
+
+/* Wait until n requests have finished (a deadline only against a hang). */
+static int
+board_wait(board *b, int n)
+{
+    struct timespec ts;
+    int             rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 600;
+    pthread_mutex_lock(&b->mu);
+    while (b->done < n && rc == 0) {
+        rc = pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    }
+    rc = b->done >= n;
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+
+static nalar_request *
+watched_req(const int32_t *prompt, int n_prompt, int n, watched *w, board *b)
+{
+    nalar_request_params p;
+    nalar_err            err;
+
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt = prompt;
+    p.n_prompt = n_prompt;
+    p.max_tokens = n;
+    p.ignore_eos = 1;
+    memset(w, 0, sizeof(*w));
+    w->b = b;
+    return nalar_request_create(&p, watch, w, &err);
+}
+
+
+static nalar_engine *
+engine_running(const char *path, int32_t max_running)
+{
+    nalar_engine_opts o;
+    nalar_err         err;
+    nalar_engine     *e;
+
+    memset(&o, 0, sizeof(o));
+    o.model_path = path;
+    o.n_threads = 2;
+    o.max_running = max_running;
+    e = nalar_engine_create(&o, &err);
+    if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+        diag("engine: %s", err.msg);
+        nalar_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+
+/*
+ * A failed step finishes every running request with its error and returns
+ * their KV; run_sync then runs what was still waiting (here: the 4th
+ * request, beyond max_running 3) and reports the failure.
+ */
+static void
+check_step_failure(nalar_engine *e, nalar_fault_site site, int at,
+                   int n_req, const char *what, const char *msg)
+{
+    nalar_request *reqs[4];
+    watched        w[4];
+    board          b;
+    nalar_err      err;
+    int            errors = 0, rc;
+
+    board_init(&b);
+    for (int i = 0; i < n_req; i++) {
+        reqs[i] = watched_req(refs[i % N_CASES].prompt_ids,
+                              refs[i % N_CASES].n_prompt, 12, &w[i], &b);
+    }
+    nalar_engine_test_fault(e, site, at);
+    rc = nalar_engine_run_sync(e, reqs, n_req, &err);
+    nalar_engine_test_fault(e, site, 0);
+    ok(rc == -1 && strstr(err.msg, msg) != NULL,
+       "%s: run_sync reports the failure (%s)", what,
+       rc == -1 ? err.msg : "returned 0");
+    for (int i = 0; i < 3 && i < n_req; i++) {
+        errors += w[i].finish == NALAR_FINISH_ERROR
+                  && strstr(w[i].error, msg) != NULL;
+    }
+    is_int(errors, n_req < 3 ? n_req : 3,
+           "%s: every running request ends with the error", what);
+    if (n_req > 3) {
+        is_int(w[3].finish, NALAR_FINISH_LENGTH,
+               "%s: the waiting request runs after it", what);
+    }
+    ok(kv_all_free(e), "%s: every KV block comes back (%d of %d free)",
+       what, nalar_engine_kv(e)->n_free, nalar_engine_kv(e)->n_blocks);
+    for (int i = 0; i < n_req; i++) {
+        nalar_request_unref(reqs[i]);
+    }
+}
+
+
+static void
+test_step_failures(const char *path)
+{
+    nalar_engine *e = engine_running(path, 3);
+
+    if (e == NULL) {
+        ok(0, "engine for the failure tests");
+        return;
+    }
+    /* a fresh engine allocates its logit rows in its first step */
+    check_step_failure(e, NALAR_FAULT_LOGITS, 1, 3, "logits allocation",
+                       "out of memory");
+    check_step_failure(e, NALAR_FAULT_BATCH, 4, 4,
+                       "batch allocation mid-generation", "out of memory");
+    check_step_failure(e, NALAR_FAULT_BATCH, 1, 4, "batch allocation at "
+                       "the first step", "out of memory");
+    check_step_failure(e, NALAR_FAULT_FORWARD, 3, 4, "forward pass",
+                       "injected failure");
+    /* and the engine still works */
+    check_batch(e, 0, "after the failures", 0);
+    nalar_engine_destroy(e);
+}
+
+
+/*
+ * A started engine: a request submitted just as a step found nothing to
+ * run is served; submitting and cancelling from several threads at once
+ * never fails a request (none ends with an error: the pool holds every
+ * one of them) and leaves every KV block free; a failed step there
+ * finishes its running requests with the error and the engine serves the
+ * next ones.
+ */
+typedef struct {
+    nalar_engine  *e;
+    nalar_request *late;             /* submitted from the idle hook */
+    int            late_rc;
+    int            late_done;        /* engine thread only */
+} idle_ctx;
+
+
+static void
+on_idle(void *arg)
+{
+    idle_ctx  *c = arg;
+    nalar_err  err;
+
+    if (c->late != NULL && !c->late_done) {
+        /* the moment the issue was about: a request arriving after the
+         * step found the running set empty */
+        c->late_done = 1;
+        c->late_rc = nalar_engine_submit(c->e, c->late, &err);
+        return;
+    }
+    /* widen the window between a step that found nothing and the engine's
+     * next look at its queue, where other threads submit (the outcome
+     * must not depend on it: only how often the moment is tried) */
+    {
+        struct timespec ts = { 0, 1000000 };
+
+        nanosleep(&ts, NULL);
+    }
+}
+
+
+#define STRESS_THREADS 4
+#define STRESS_ITERS   40
+
+typedef struct {
+    nalar_engine  *e;
+    board         *b;
+    unsigned       seed;
+    nalar_request *reqs[STRESS_ITERS];
+    watched        w[STRESS_ITERS];
+    int            n, refused;
+} stress_arg;
+
+
+static void *
+stress_thread(void *arg)
+{
+    stress_arg *a = arg;
+
+    for (int i = 0; i < STRESS_ITERS; i++) {
+        int32_t        prompt[16];
+        int            n_prompt = 1 + rand_r(&a->seed) % 16;
+        int            how = rand_r(&a->seed) % 4;
+        nalar_request *r;
+        nalar_err      err;
+
+        prompt[0] = 1;
+        for (int k = 1; k < n_prompt; k++) {
+            prompt[k] = 259 + rand_r(&a->seed) % 1700;
+        }
+        r = watched_req(prompt, n_prompt, 1 + rand_r(&a->seed) % 3,
+                        &a->w[i], a->b);
+        if (r == NULL || nalar_engine_submit(a->e, r, &err) != 0) {
+            a->refused++;
+            nalar_request_unref(r);
+            continue;
+        }
+        a->reqs[a->n++] = r;
+        if (how == 0) {
+            nalar_request_cancel(r);          /* before the engine sees it */
+        } else if (how == 1) {
+            sched_yield();
+            nalar_request_cancel(r);
+        } else if (how == 2 && a->n > 1) {
+            nalar_request_cancel(a->reqs[rand_r(&a->seed) % a->n]);
+        }
+        if (rand_r(&a->seed) % 2) {
+            sched_yield();
+        }
+    }
+    return NULL;
+}
+
+
+static void
+test_concurrency(const char *path)
+{
+    nalar_engine   *e = engine_running(path, 0);
+    idle_ctx        ic;
+    board           b;
+    watched         wa, wl;
+    nalar_request  *a, *late;
+    nalar_err       err;
+    stress_arg     *sa;
+    pthread_t       th[STRESS_THREADS];
+    int             total = 0, refused = 0, bad = 0, started;
+
+    if (e == NULL) {
+        ok(0, "engine for the concurrency tests");
+        return;
+    }
+    board_init(&b);
+    memset(&ic, 0, sizeof(ic));
+    ic.e = e;
+    /* a cancelled request wakes the engine, whose step then finds
+     * nothing to run; the idle hook submits `late` at that moment */
+    a = watched_req(refs[0].prompt_ids, refs[0].n_prompt, 4, &wa, &b);
+    late = watched_req(refs[1].prompt_ids, refs[1].n_prompt, 4, &wl, &b);
+    ic.late = late;
+    nalar_engine_test_idle(e, on_idle, &ic);
+    nalar_request_cancel(a);
+    ok(nalar_engine_submit(e, a, &err) == 0, "submit a cancelled request");
+    started = nalar_engine_start(e, &err) == 0;
+    ok(started, "engine starts");
+    if (!started) {
+        nalar_request_unref(a);
+        nalar_request_unref(late);
+        nalar_engine_destroy(e);
+        return;
+    }
+    ok(board_wait(&b, 2), "both finish");
+    is_int(ic.late_rc, 0, "the late request was submitted from the idle "
+           "moment");
+    is_int(wa.finish, NALAR_FINISH_CANCELLED, "the cancelled one ends "
+           "cancelled");
+    is_int(wl.finish, NALAR_FINISH_LENGTH, "the late one is served, not "
+           "failed ('%s')", wl.error);
+    nalar_request_unref(a);
+    nalar_request_unref(late);
+
+    /* several threads submitting and cancelling at random */
+    board_init(&b);
+    sa = calloc(STRESS_THREADS, sizeof(*sa));
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        sa[t].e = e;
+        sa[t].b = &b;
+        sa[t].seed = 1234u + 7u * (unsigned) t;
+        pthread_create(&th[t], NULL, stress_thread, &sa[t]);
+    }
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        total += sa[t].n;
+        refused += sa[t].refused;
+    }
+    ok(board_wait(&b, total), "stress: all %d requests finish", total);
+    is_int(refused, 0, "stress: no submission refused");
+    is_int(b.errors, 0, "stress: no request failed (last error: '%s')",
+           b.error);
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        for (int i = 0; i < sa[t].n; i++) {
+            nalar_finish f = sa[t].w[i].finish;
+
+            bad += f != NALAR_FINISH_LENGTH && f != NALAR_FINISH_CANCELLED;
+            nalar_request_unref(sa[t].reqs[i]);
+        }
+    }
+    is_int(bad, 0, "stress: each ends by length or cancelled");
+    ok(kv_all_free(e), "stress: every KV block is free at the end");
+    free(sa);
+
+    /* a failed step on the engine thread */
+    {
+        nalar_request *r[3];
+        watched        w[3];
+        int            errors = 0;
+
+        board_init(&b);
+        nalar_engine_test_fault(e, NALAR_FAULT_BATCH, 3);
+        for (int i = 0; i < 2; i++) {
+            r[i] = watched_req(refs[i].prompt_ids, refs[i].n_prompt, 12,
+                               &w[i], &b);
+            nalar_engine_submit(e, r[i], &err);
+        }
+        ok(board_wait(&b, 2), "started engine, failed step: both finish");
+        for (int i = 0; i < 2; i++) {
+            errors += w[i].finish == NALAR_FINISH_ERROR;
+        }
+        is_int(errors, 2, "started engine, failed step: both end with the "
+               "error ('%s')", w[0].error);
+        ok(kv_all_free(e), "started engine, failed step: every KV block "
+           "comes back");
+        r[2] = watched_req(refs[2].prompt_ids, refs[2].n_prompt, 4, &w[2],
+                           &b);
+        nalar_engine_submit(e, r[2], &err);
+        ok(board_wait(&b, 3), "the next request finishes");
+        is_int(w[2].finish, NALAR_FINISH_LENGTH, "and is served");
+        for (int i = 0; i < 3; i++) {
+            nalar_request_unref(r[i]);
+        }
+    }
+    nalar_engine_destroy(e);
 }
 
 
@@ -575,5 +961,8 @@ main(void)
         test_text_prompts(e);
     }
     nalar_engine_destroy(e);
+
+    test_step_failures(tf32);
+    test_concurrency(tf32);
     return done_testing();
 }

@@ -995,6 +995,13 @@ main(void)
            "a draft with the same size but other tokens is refused: %s",
            err.msg);
         nalar_engine_destroy(e);
+        /* the check nginx makes at `nginx -t`, on the files alone */
+        ok(nalar_same_vocab(TARGET, bad_draft, &err) != 0
+           && strstr(err.msg, "other-vocab.gguf") != NULL
+           && strstr(err.msg, "vocabulary") != NULL,
+           "nalar_same_vocab refuses it: %s", err.msg);
+        ok(nalar_same_vocab(TARGET, DRAFT, &err) == 0,
+           "nalar_same_vocab accepts the demo pair");
     }
 
     /* seeded sampling is reproducible whether or not positions were

@@ -1,0 +1,30 @@
+/*
+ * Hooks for the engine's own tests (t/c/test_engine.c), nothing else: the
+ * server and the CLI never call these.  They make failures that real
+ * traffic produces rarely (an allocation failing mid-step, a request
+ * arriving just as the engine goes idle) happen on demand.
+ */
+#ifndef NALAR_ENGINE_TEST_H
+#define NALAR_ENGINE_TEST_H
+
+#include "engine.h"
+
+typedef enum {
+    NALAR_FAULT_BATCH = 0,   /* growing the step's batch (every step) */
+    NALAR_FAULT_LOGITS,      /* allocating room for more logit rows */
+    NALAR_FAULT_FORWARD,     /* the backend's forward pass */
+    NALAR_FAULT_COUNT
+} nalar_fault_site;
+
+/* The n-th time (n >= 1) the engine reaches `site` from now on, it fails
+ * there as if out of memory (the backend: as if it had failed); n = 0
+ * disarms.  Any thread may arm it at any time. */
+void nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n);
+
+/* fn(arg) runs on the engine thread each time a step found nothing to
+ * run, before the engine looks at its queue again.  Set it before
+ * nalar_engine_start. */
+void nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg),
+                            void *arg);
+
+#endif
