@@ -5411,8 +5411,9 @@ static ngx_int_t
 ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
     ngx_log_t *log)
 {
-    int                           n, cap, special;
-    int32_t                      *ids;
+    int                           n, more;
+    int32_t                      *ids, *tok;
+    nalar_tok_text                piece;
     ngx_uint_t                    k;
     nalar_model                  *m;
     ngx_http_nalar_shared_t     **sp;
@@ -5431,25 +5432,16 @@ ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
     m = nalar_engine_model(model->engine);
 
     for (k = 0; k < 2 * rt->conf->shared.nelts; k++) {
-        special = k & 1;
-        cap = (int) sp[k / 2]->text.len + 16;
+        piece.text = (const char *) sp[k / 2]->text.data;
+        piece.len = sp[k / 2]->text.len;
+        piece.special = k & 1;
 
-        for ( ;; ) {
-            ids = ngx_palloc(rt->pool, cap * sizeof(int32_t));
-            if (ids == NULL) {
-                return NGX_ERROR;
-            }
+        /* a prefix beyond the context can never be shared */
 
-            n = nalar_tokenize(m->tok, (const char *) sp[k / 2]->text.data,
-                               sp[k / 2]->text.len, nalar_tok_add_bos(m->tok),
-                               special, ids, cap);
-            if (n <= cap) {
-                break;
-            }
-
-            cap = n;
-        }
-
+        tok = NULL;
+        n = nalar_tokenize_bounded(m->tok, &piece, 1,
+                                   nalar_tok_add_bos(m->tok), m->cfg.n_ctx,
+                                   &tok, &more);
         if (n < 0) {
             ngx_log_error(NGX_LOG_ERR, log, 0,
                           "nalar_shared_prefix \"%V\" could not be tokenized "
@@ -5457,6 +5449,20 @@ ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
                           &model->name);
             n = 0;
         }
+
+        ids = NULL;
+
+        if (n > 0) {
+            ids = ngx_palloc(rt->pool, n * sizeof(int32_t));
+            if (ids == NULL) {
+                free(tok);
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(ids, tok, n * sizeof(int32_t));
+        }
+
+        free(tok);
 
         prefix[k].ids = ids;
         prefix[k].n = n;

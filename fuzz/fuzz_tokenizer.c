@@ -132,7 +132,10 @@ decode(const nalar_tokenizer *t, const int32_t *ids, int n, size_t *len)
     d.strip_space = nalar_tok_kind_of(t) == TOK_SPM
                     && nalar_tok_add_space_prefix(t);
     for (int i = 0; i <= n && s != NULL; i++) {
-        size_t need = (i < n ? 3 * (size_t) nalar_token_bytes_len(t, ids[i])
+        char   piece[4096];   /* longer than any vocabulary piece */
+        size_t need = (i < n ? 3 * (size_t) nalar_token_bytes(t, ids[i],
+                                                              piece,
+                                                              sizeof(piece))
                              : 0) + 64;
 
         while (at + need > cap) {
