@@ -28,6 +28,7 @@
 #include <openssl/x509.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "jwt.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -90,6 +91,8 @@ typedef struct {
     ngx_int_t                  spec_max_k;
     ngx_flag_t                 spec_draft;  /* nalar_speculative draft
                                                somewhere */
+    ngx_int_t                  test_fault;  /* nalar_test_fault_forward:
+                                               the module's tests only */
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
 
@@ -382,6 +385,15 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_nalar_main_conf_t, threads),
       &ngx_http_nalar_threads_bounds },
+
+    /* for the module's own tests: the N-th forward pass of each engine in
+     * each worker fails, as an engine error mid-request would */
+    { ngx_string("nalar_test_fault_forward"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, test_fault),
+      &ngx_http_nalar_positive_bounds },
 
     { ngx_string("nalar_kv_cache"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -2527,10 +2539,13 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
             continue;
         }
 
-        if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent) {
-            /* refused (or failed) before a stream's header or any part of
-             * the response: an error response; the cleanup cancels the
-             * other choices */
+        if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent
+            && !(ctx->stream && o.accepted))
+        {
+            /* refused, or failed before any part of a response that is
+             * not streamed: an error response; the cleanup cancels the
+             * other choices.  An accepted stream starts (below) and its
+             * failure is an error event. */
             ctx->prompt_tokens = o.n_prompt;
             rc = ngx_http_nalar_refused(ctx, &o);
             nalar_output_free(&o);
@@ -2744,26 +2759,6 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     ch->pred_rejected = o->pred_rejected;
     ch->finish = o->finish;
 
-    if (o->finish == NALAR_FINISH_ERROR) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "nalar: model \"%V\": %s", &ctx->model->name,
-                      o->error);
-
-        /* mid-stream: an error event, then the stream ends as usual */
-
-        chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
-                          "message", o->error, "type", "server_error",
-                          "param", "code");
-        if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
-            json_decref(chunk);
-            return NGX_ERROR;
-        }
-
-        json_decref(chunk);
-        ctx->failed = 1;
-        return NGX_OK;
-    }
-
     lp = NULL;
 
     if (ctx->logprobs >= 0 && o->n_ids > 0) {
@@ -2845,6 +2840,28 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     }
 
     json_decref(lp);
+
+    if (o->finish == NALAR_FINISH_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: model \"%V\": %s", &ctx->model->name,
+                      o->error);
+
+        /* mid-stream, after the text confirmed before the failure: an
+         * error event, then the stream ends as usual (a response that is
+         * not streamed fails in ngx_http_nalar_pump()) */
+
+        chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
+                          "message", o->error, "type", "server_error",
+                          "param", "code");
+        if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
+            json_decref(chunk);
+            return NGX_ERROR;
+        }
+
+        json_decref(chunk);
+        ctx->failed = 1;
+        return NGX_OK;
+    }
 
     if (o->finish == NALAR_FINISH_NONE) {
         return NGX_OK;
@@ -4433,6 +4450,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     }
 
     nmcf->threads = NGX_CONF_UNSET;
+    nmcf->test_fault = NGX_CONF_UNSET;
     nmcf->kv_cache = NGX_CONF_UNSET;
     nmcf->max_batch_tokens = NGX_CONF_UNSET;
     nmcf->max_queue = NGX_CONF_UNSET;
@@ -4458,6 +4476,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     /* 0 and unset mean "the engine's default" */
 
     ngx_conf_init_value(nmcf->threads, 0);
+    ngx_conf_init_value(nmcf->test_fault, 0);
     ngx_conf_init_value(nmcf->kv_cache, 0);
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
     ngx_conf_init_value(nmcf->max_queue, 0);
@@ -5258,6 +5277,11 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
             ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
                           "nalar_model \"%V\": %s", &model[i].name, err.msg);
             continue;
+        }
+
+        if (nmcf->test_fault > 0) {
+            nalar_engine_test_fault(rt->models[i].engine, NALAR_FAULT_FORWARD,
+                                    (int) nmcf->test_fault);
         }
 
         err_no = pthread_sigmask(SIG_BLOCK, &set, &old);

@@ -1,6 +1,7 @@
 /*
- * Hooks for the engine's own tests (t/c/test_engine.c), nothing else: the
- * server and the CLI never call these.  They make failures that real
+ * Hooks for tests, nothing else: the engine's own (t/c/test_engine.c), and
+ * the module's through its nalar_test_fault_forward directive.  The CLI
+ * never calls these.  They make failures that real
  * traffic produces rarely (an allocation failing mid-step, a request
  * arriving just as the engine goes idle) happen on demand.
  */
