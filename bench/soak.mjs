@@ -281,7 +281,7 @@ async function idlePoint(t0, idleS) {
         pt.running = metric(m, 'nalar_requests_running');
         pt.waiting = metric(m, 'nalar_requests_waiting');
         pt.kv_free = metric(m, 'nalar_kv_blocks_free');
-        pt.kv_total = metric(m, 'nalar_kv_blocks_total');
+        pt.kv_total = metric(m, 'nalar_kv_blocks_capacity');
         pt.ok = pt.running === 0 && pt.waiting === 0 && pt.kv_total > 0
                 && pt.kv_free === pt.kv_total;
         if (pt.ok || Date.now() > until) break;

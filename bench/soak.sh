@@ -161,7 +161,7 @@ echo "# t_s worker_pid rss_kb fds kv_free kv_total running" > "$DAT"
         m=$(curl -s --max-time 5 "$H1/metrics" || true)
         get() { echo "$m" | awk -v n="$1" '$1 == n "{model=\"kjv\"}" { print $2 }'; }
         echo "$(( $(date +%s) - T0 )) ${w:-0} ${rss:-NaN} $fds" \
-             "$(get nalar_kv_blocks_free) $(get nalar_kv_blocks_total)" \
+             "$(get nalar_kv_blocks_free) $(get nalar_kv_blocks_capacity)" \
              "$(get nalar_requests_running)" >> "$DAT"
         sleep 10
     done
