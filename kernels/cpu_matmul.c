@@ -698,6 +698,7 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->W = W;
     M->panels = NULL;
     M->ptype = W->type;
+    M->pairs = 0;
     return 0;
 }
 
