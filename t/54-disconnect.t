@@ -95,8 +95,11 @@ ok($generated < 32 * $MAX / 2,
 # a client that sends its request and hangs up at once, before nginx has
 # even read it: the EOF comes before the request is submitted, and must
 # still cancel it (16 choices of 450 tokens would take a while).  Its own
-# location logs it: 499 with its prompt counted says the request was
-# parsed and submitted, not refused before it reached the engine.
+# location logs it: 499 says the request was parsed and submitted and then
+# cancelled, not refused before it reached the engine (that would be a 4xx
+# of its own).  The prompt's count is there only when the engine's intake
+# tokenized it before the cancellation arrived, which a client that leaves
+# at once may beat, so it is not asserted.
 
 $before = $t->metrics;
 my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port,
@@ -114,9 +117,9 @@ while (time < $deadline) {
     last if $line ne '';
     select(undef, undef, undef, 0.02);
 }
-like($line, qr/^499 4 \d+$/,
-     'the early leaver was submitted (its 4 prompt tokens counted) and '
-     . 'ended as a client that left') or diag("early.log: $line");
+like($line, qr/^499 (?:0|4) \d+$/,
+     'the early leaver was submitted and ended as a client that left')
+    or diag("early.log: $line");
 my ($done) = $line =~ /(\d+)$/;
 ok(defined $done && $done < 16 * 450,
    'it was cancelled: ' . ($done // '?') . ' of 7200 tokens generated');
