@@ -9,6 +9,7 @@ static int tap_n, tap_failed;
 
 #define ok(cond, ...) do {                                              \
         int c_ = (cond) ? 1 : 0;                                         \
+        flockfile(stdout);      /* one line, whole, whatever prints */   \
         tap_n++;                                                         \
         if (!c_) tap_failed++;                                           \
         printf("%sok %d - ", c_ ? "" : "not ", tap_n);                   \
@@ -16,6 +17,7 @@ static int tap_n, tap_failed;
         printf("\n");                                                    \
         if (!c_) printf("#   failed at %s:%d\n", __FILE__, __LINE__);    \
         fflush(stdout);                                                  \
+        funlockfile(stdout);                                             \
     } while (0)
 
 #define is_int(got, want, ...) do {                                     \
@@ -24,7 +26,11 @@ static int tap_n, tap_failed;
         if (g_ != w_) printf("#   got %lld, want %lld\n", g_, w_);       \
     } while (0)
 
-#define diag(...) do { printf("# "); printf(__VA_ARGS__); printf("\n"); } while (0)
+#define diag(...) do {                                                \
+        flockfile(stdout);                                               \
+        printf("# "); printf(__VA_ARGS__); printf("\n");                 \
+        funlockfile(stdout);                                             \
+    } while (0)
 
 static inline int
 done_testing(void)
