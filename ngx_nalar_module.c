@@ -241,6 +241,7 @@ struct ngx_http_nalar_ctx_s {
 
 
 static ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
+static ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 static ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
@@ -3652,22 +3653,38 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
-
+    ctx = ngx_http_nalar_get_ctx(r);
     if (ctx == NULL) {
-        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
-        if (ctx == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ctx->request = r;
-        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ctx->err_status = status;
     ctx->err_body = b;
 
     return status;
+}
+
+
+/* The request's ctx, made (zeroed) if it has none yet; NULL: no memory. */
+
+static ngx_http_nalar_ctx_t *
+ngx_http_nalar_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+        if (ctx == NULL) {
+            return NULL;
+        }
+
+        ctx->request = r;
+        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+    }
+
+    return ctx;
 }
 
 
@@ -3833,14 +3850,12 @@ ngx_http_nalar_header_filter(ngx_http_request_t *r)
     ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
 
     if (ctx == NULL) {
-        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
+        ctx = ngx_http_nalar_get_ctx(r);
         if (ctx == NULL) {
             return NGX_ERROR;
         }
 
-        ctx->request = r;
         ctx->done = 1;
-        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
     }
 
     ctx->error_body = b;
@@ -3964,16 +3979,9 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
-    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
-
+    ctx = ngx_http_nalar_get_ctx(r);
     if (ctx == NULL) {
-        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
-        if (ctx == NULL) {
-            return NULL;
-        }
-
-        ctx->request = r;
-        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
+        return NULL;
     }
 
     /* read again only where the location changed the rules */
