@@ -31,12 +31,19 @@ try {
     const t0 = Date.now();
     await page.click('#run');
     out.samples = [];
-    while (Date.now() - t0 < 600000) {
+    // the done check comes after a sample, so the stream's last pieces may
+    // land between the two: one more sample once done is seen takes the
+    // final text (the page marks done after the last piece is shown)
+    const sample = async () => {
         const text = await page.textContent('#text').catch(() => null);
         if (text !== null && out.samples[out.samples.length - 1] !== text) {
             out.samples.push(text);
         }
+    };
+    while (Date.now() - t0 < 600000) {
+        await sample();
         if (await page.$('#status[data-done="1"]')) {
+            await sample();
             break;
         }
         await page.waitForTimeout(5);
