@@ -74,7 +74,7 @@ printf '%-34s %s  (%s)\n' "op checks + greedy equality" "$status_check" \
 printf '%-34s %s\n' "bench" "$status_bench"
 if [ "$status_bench" = ok ]; then
     cat "$log/bench.txt"
-    # goals from the issue: reported, not enforced
+    # the goals: reported, not enforced
     awk '
         /^decode batch 1 /    { for (i = 1; i <= NF; i++) if ($i ~ /%$/) dec = $i + 0; b1 = $4 }
         /^decode batch 128 /  { b128 = $4 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# nginx-path benchmark (issue 3, "Speed"): Debian's /usr/sbin/nginx with the
+# nginx-path benchmark: Debian's /usr/sbin/nginx with the
 # module, one worker, the demo model, nalar_threads 2, on 127.0.0.1 only.
 #
 #   (a) per-token latency through nginx vs the same engine driven in-process

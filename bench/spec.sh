@@ -38,8 +38,8 @@ spec_rows() {
     spec_rows edit-rename 1 4,6,8
 } > bench/results/spec.jsonl
 # one thread and the run's threads: how well the threads share a pass
-# (this machine's second vCPU is sometimes placed far from the first, and
-# then a pass barely gains from it: bench/README.md)
+# (on a small VM the second vCPU may sit far from the first, and then a
+# pass barely gains from it: bench/README.md)
 {
     build/nalar verify-bench -m $T -t 1
     echo

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Medians of bench/cpu.sh runs, against the llama.cpp anchors of issue 2
-(llama.cpp CPU build of early 2025, 2 threads, on a machine like this one;
-quoted from the issue, not measured here).  Writes a markdown table to
+"""Medians of bench/cpu.sh runs, against quoted llama.cpp anchors
+(llama.cpp CPU build of early 2025, 2 threads, on a 2-vCPU machine; quoted,
+not measured by this script).  Writes a markdown table to
 stdout, bench/results/cpu.json and, when gnuplot is installed, bench/cpu.png.
 """
 import json, shutil, statistics, subprocess, sys
