@@ -15,8 +15,8 @@
  * It also measures a cache line's round trip between two threads: passes
  * split over threads exchange activation rows and meet at barriers, so
  * how far apart the cores sit decides how well two threads share a pass
- * (this VM's two vCPUs measured 175 ns in some minutes and 380-500 ns in
- * others, with 9-token passes 1.75x against 1.1x one thread's speed).
+ * (on a 2-vCPU virtual machine the round trip can vary from 175 ns to
+ * 500 ns minute to minute, and a 2-thread pass's gain with it).
  */
 #include <pthread.h>
 #include <stdio.h>

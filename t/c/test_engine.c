@@ -629,8 +629,8 @@ on_idle(void *arg)
     nalar_err  err;
 
     if (c->late != NULL && !c->late_done) {
-        /* the moment the issue was about: a request arriving after the
-         * step found the running set empty */
+        /* the racy moment: a request arriving after the step found the
+         * running set empty */
         c->late_done = 1;
         c->late_rc = nalar_engine_submit(c->e, c->late, &err);
         return;
