@@ -11,6 +11,8 @@
  *   Zephyr:  <|{role}|>\n{content}</s>\n ... <|assistant|>\n
  *   Mistral: [INST]{user}[/INST]{assistant}</s>[INST] ... (tekken: Nemo
  *            and later; the system prompt opens the last user turn)
+ *   Mistral v7: [SYSTEM_PROMPT]{system}[/SYSTEM_PROMPT][INST]{user}[/INST]
+ *            {assistant}</s> ... (tekken: Mistral Small 3 and later)
  *   Gemma:   <start_of_turn>{role}\n{content}<end_of_turn>\n ...
  *            <start_of_turn>model\n (assistant is "model"; no system
  *            role: the system prompt opens the first user turn)
@@ -109,7 +111,8 @@ int
 nalar_chat_style_parse(const char *name, size_t len)
 {
     static const char *names[] = { "auto", "chatml", "llama2", "llama3",
-                                   "zephyr", "mistral", "gemma", "phi3" };
+                                   "zephyr", "mistral", "gemma", "phi3",
+                                   "mistral-v7" };
     size_t  i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -133,6 +136,7 @@ nalar_chat_style_name(nalar_chat_style s)
     case NALAR_CHAT_MISTRAL: return "mistral";
     case NALAR_CHAT_GEMMA:  return "gemma";
     case NALAR_CHAT_PHI3:   return "phi3";
+    case NALAR_CHAT_MISTRAL_V7: return "mistral-v7";
     default:                return "auto";
     }
 }
@@ -161,6 +165,9 @@ nalar_chat_style_detect(const char *jinja)
     if (strstr(jinja, "<|user|>") || strstr(jinja, "<|assistant|>")) {
         return NALAR_CHAT_ZEPHYR;
     }
+    if (strstr(jinja, "[INST]") && strstr(jinja, "[SYSTEM_PROMPT]")) {
+        return NALAR_CHAT_MISTRAL_V7;
+    }
     if (strstr(jinja, "[INST]")) {
         /* Llama 2 and Mistral 7B write "[INST] " with a space, or a
          * <<SYS>> block; the tekken templates (Nemo and later) neither */
@@ -182,6 +189,7 @@ nalar_chat_stop(nalar_chat_style s)
     case NALAR_CHAT_LLAMA3: return "<|eot_id|>";
     case NALAR_CHAT_ZEPHYR: return "</s>";
     case NALAR_CHAT_MISTRAL: return "</s>";
+    case NALAR_CHAT_MISTRAL_V7: return "</s>";
     case NALAR_CHAT_GEMMA:  return "<end_of_turn>";
     case NALAR_CHAT_PHI3:   return "<|end|>";
     default:                return "<|im_end|>";
@@ -372,6 +380,39 @@ render_mistral(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
         return nalar_fail(err, "the mistral chat template places the system "
                           "message in the last user turn, and there is "
                           "none");
+    }
+
+    return 0;
+}
+
+
+/* Mistral v7 (tekken): the system prompt has its own markers, in place. */
+static int
+render_mistral_v7(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
+                  nalar_err *err)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (role_system(&msgs[i])) {
+            chat_puts(b, "[SYSTEM_PROMPT]");
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "[/SYSTEM_PROMPT]");
+
+        } else if (role_is(&msgs[i], "user")) {
+            chat_puts(b, "[INST]");
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "[/INST]");
+
+        } else if (role_is(&msgs[i], "assistant")) {
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "</s>");
+
+        } else {
+            return nalar_fail(err, "messages[%zu]: role \"%.*s\" is not "
+                              "supported by the mistral-v7 chat template",
+                              i, (int) msgs[i].role_len, msgs[i].role);
+        }
     }
 
     return 0;
@@ -573,6 +614,12 @@ nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
         break;
     case NALAR_CHAT_PHI3:
         render_phi3(&b, msgs, n);
+        break;
+    case NALAR_CHAT_MISTRAL_V7:
+        if (render_mistral_v7(&b, msgs, n, err) != 0) {
+            free(b.v);
+            return NULL;
+        }
         break;
     default:
         render_chatml(&b, msgs, n);

@@ -22,7 +22,8 @@ typedef enum {
     NALAR_CHAT_ZEPHYR,       /* <|user|>\n...</s>\n */
     NALAR_CHAT_MISTRAL,      /* [INST]...[/INST]...</s> (tekken) */
     NALAR_CHAT_GEMMA,        /* <start_of_turn>role\n...<end_of_turn>\n */
-    NALAR_CHAT_PHI3          /* <|user|>\n...<|end|>\n */
+    NALAR_CHAT_PHI3,         /* <|user|>\n...<|end|>\n */
+    NALAR_CHAT_MISTRAL_V7    /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]... */
 } nalar_chat_style;
 
 typedef struct {
@@ -34,7 +35,7 @@ typedef struct {
 } nalar_chat_msg;
 
 /* "chatml", "llama2", "llama3", "zephyr", "mistral", "gemma", "phi3",
- * "auto"; -1 when unknown. */
+ * "mistral-v7", "auto"; -1 when unknown. */
 int nalar_chat_style_parse(const char *name, size_t len);
 const char *nalar_chat_style_name(nalar_chat_style s);
 

@@ -3,13 +3,14 @@
  *   0xff: the rest is a Jinja template: nalar_chat_style_detect must name a
  *         style, ChatML whenever "<|im_start|>" is in it; and the rest as a
  *         style name must parse back to itself or be refused;
- *   else: style = byte 0 % 8 (auto, chatml, llama2, llama3, zephyr,
- *         mistral, gemma, phi3), then
+ *   else: style = byte 0 % 9 (auto, chatml, llama2, llama3, zephyr,
+ *         mistral, gemma, phi3, mistral-v7), then
  *         messages as records [role][len][len bytes]: role 0-4 is system,
  *         developer, user, assistant, tool; a larger role byte r takes the
  *         first (r - 5) % 12 of the record's bytes as the role text.
  * nalar_chat_render must refuse any unknown role (and llama2 a tool
- * message, and a system message no user turn follows; mistral a tool
+ * message, and a system message no user turn follows; mistral-v7 a tool
+ * message; mistral a tool
  * message, and system messages when the last other message is not a user
  * turn; gemma a system message after the first other message, or leading
  * ones no user turn follows) with a reason, and otherwise return pieces
@@ -57,7 +58,7 @@ template(const uint8_t *d, size_t n)
     memcpy(s, d, n);
     s[n] = '\0';
     st = nalar_chat_style_detect(s);
-    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_PHI3) {
+    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_MISTRAL_V7) {
         die("detect gave no style");
     }
     if (strstr(s, "<|im_start|>") != NULL && st != NALAR_CHAT_CHATML) {
@@ -81,6 +82,7 @@ gen_prompt(nalar_chat_style s)
         return "<|assistant|>\n";
     case NALAR_CHAT_LLAMA2:
     case NALAR_CHAT_MISTRAL:
+    case NALAR_CHAT_MISTRAL_V7:
         return "";
     case NALAR_CHAT_GEMMA:
         return "<start_of_turn>model\n";
@@ -113,7 +115,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         template(data + 1, size - 1);
         return 0;
     }
-    style = (nalar_chat_style) (data[0] % 8);
+    style = (nalar_chat_style) (data[0] % 9);
     while (i + 2 <= size && n < MAX_MSGS) {
         uint8_t r = data[i], l = data[i + 1];
         size_t  avail = size - i - 2, cl = l < avail ? l : avail;
@@ -194,7 +196,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))
         || ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_GEMMA)
-            && orphan))
+            && orphan)
+        || (style == NALAR_CHAT_MISTRAL_V7 && tool))
     {
         if (pieces != NULL || err.msg[0] == '\0') {
             die("a message of an unknown role was rendered");

@@ -32,6 +32,7 @@ my %jinja = (
 ' }}{% endif %}),
     chatml => q({% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}),
     mistral => q({%- if messages[0]["role"] == "system" %}{%- set system_message = messages[0]["content"] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- for message in loop_messages %}{%- if message["role"] == "user" %}{%- if loop.last and system_message is defined %}{{- "[INST]" + system_message + "\n\n" + message["content"] + "[/INST]" }}{%- else %}{{- "[INST]" + message["content"] + "[/INST]" }}{%- endif %}{%- elif message["role"] == "assistant" %}{{- message["content"] + eos_token}}{%- endif %}{%- endfor %}),
+    'mistral-v7' => q({%- if messages[0]["role"] == "system" %}{%- set system_message = messages[0]["content"] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- if system_message is defined %}{{- "[SYSTEM_PROMPT]" + system_message + "[/SYSTEM_PROMPT]" }}{%- endif %}{%- for message in loop_messages %}{%- if message["role"] == "user" %}{{- "[INST]" + message["content"] + "[/INST]" }}{%- elif message["role"] == "assistant" %}{{- message["content"] + eos_token }}{%- endif %}{%- endfor %}),
     gemma => q({{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first_user_prefix = "" -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in loop_messages -%}{%- if (message['role'] == 'assistant') -%}{%- set role = "model" -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}),
     phi3 => q({% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}),
 );
@@ -44,6 +45,9 @@ my %style = (
     chatml => [ '--bpe --pre qwen2 --chatml', '<|im_end|>' ],
     mistral => [ "--bpe --pre tekken --control-tokens '[INST],[/INST],</s>'",
                  '</s>' ],
+    'mistral-v7' => [ '--bpe --pre tekken --control-tokens '
+                      . "'[INST],[/INST],[SYSTEM_PROMPT],[/SYSTEM_PROMPT],</s>'",
+                      '</s>' ],
     gemma => [ "--control-tokens '<start_of_turn>,<end_of_turn>'",
                '<end_of_turn>' ],
     phi3 => [ "--control-tokens '<|system|>,<|user|>,<|assistant|>,<|end|>'",
@@ -71,6 +75,9 @@ sub pieces {
                     [ "<|im_end|>\n<|im_start|>assistant\n", 1 ] ],
         mistral => [ [ "[INST]", 1 ], [ "Be brief.\n\n$u", 0 ],
                      [ "[/INST]", 1 ] ],
+        'mistral-v7' => [ [ "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]",
+                            1 ],
+                          [ $u, 0 ], [ "[/INST]", 1 ] ],
         gemma => [ [ "<start_of_turn>", 1 ],
                    [ "user\nBe brief.\n\n$u", 0 ],
                    [ "<end_of_turn>\n<start_of_turn>model\n", 1 ] ],
@@ -107,6 +114,7 @@ http {
     nalar_model llama3 %%PREFIX%%/llama3.gguf;
     nalar_model chatml %%PREFIX%%/chatml.gguf;
     nalar_model mistral %%PREFIX%%/mistral.gguf;
+    nalar_model mistral-v7 %%PREFIX%%/mistral-v7.gguf;
     nalar_model gemma %%PREFIX%%/gemma.gguf;
     nalar_model phi3 %%PREFIX%%/phi3.gguf;
     nalar_threads 1;

@@ -164,7 +164,7 @@ test_same_ids(const nalar_tokenizer *t, const char *name)
     static const nalar_chat_style styles[] = {
         NALAR_CHAT_CHATML, NALAR_CHAT_LLAMA2, NALAR_CHAT_LLAMA3,
         NALAR_CHAT_ZEPHYR, NALAR_CHAT_MISTRAL, NALAR_CHAT_GEMMA,
-        NALAR_CHAT_PHI3
+        NALAR_CHAT_PHI3, NALAR_CHAT_MISTRAL_V7
     };
     nalar_tok_text parts[4];
     nalar_chat_msg m[4];
@@ -334,6 +334,10 @@ test_new_styles(void)
                  "<|assistant|>\n", "each turn ends with <|end|>");
     is_rendering(NALAR_CHAT_MISTRAL, m + 1, 1, "[INST] Hi [/INST]",
                  "no system message");
+    is_rendering(NALAR_CHAT_MISTRAL_V7, m, 4,
+                 "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST] Hi [/INST]"
+                 "Hello.</s>[INST]Why?\n[/INST]",
+                 "the system prompt in place, in its markers");
     is_rendering(NALAR_CHAT_GEMMA, m + 1, 1,
                  "<start_of_turn>user\nHi<end_of_turn>\n"
                  "<start_of_turn>model\n", "no system message");
@@ -383,10 +387,19 @@ test_new_styles(void)
        == NALAR_CHAT_LLAMA2, "'[INST] ': llama2 (Mistral 7B)");
     ok(nalar_chat_style_detect("<<SYS>> [INST]") == NALAR_CHAT_LLAMA2,
        "<<SYS>>: llama2");
+    ok(nalar_chat_style_detect("{{ '[SYSTEM_PROMPT]' + s }}{{ '[INST]' }}")
+       == NALAR_CHAT_MISTRAL_V7, "[INST] and [SYSTEM_PROMPT]: mistral-v7");
+    m[4] = msg("tool", &parts[4], "42");
+    r = rendered(NALAR_CHAT_MISTRAL_V7, m + 3, 2, &err);
+    ok(r == NULL && strstr(err.msg, "messages[1]") && strstr(err.msg, "tool"),
+       "mistral-v7: a tool message is refused (%s)", err.msg);
+    free(r);
     ok(nalar_chat_style_parse("gemma", 5) == NALAR_CHAT_GEMMA
        && nalar_chat_style_parse("phi3", 4) == NALAR_CHAT_PHI3
-       && nalar_chat_style_parse("mistral", 7) == NALAR_CHAT_MISTRAL,
-       "gemma, phi3 and mistral are nalar_chat_template values");
+       && nalar_chat_style_parse("mistral", 7) == NALAR_CHAT_MISTRAL
+       && nalar_chat_style_parse("mistral-v7", 10) == NALAR_CHAT_MISTRAL_V7,
+       "gemma, phi3, mistral and mistral-v7 are nalar_chat_template "
+       "values");
 }
 
 int
