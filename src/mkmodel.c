@@ -608,7 +608,10 @@ add_control_tokens(vocab *v, const char *list)
     const char *p = list, *e;
     size_t      n;
 
-    while (list != NULL && *p != '\0') {
+    if (list == NULL || *list == '\0') {
+        return 0;
+    }
+    for ( ;; ) {
         e = strchr(p, ',');
         n = e ? (size_t) (e - p) : strlen(p);
         if (n == 0 || n >= sizeof(name)) {
@@ -619,9 +622,11 @@ add_control_tokens(vocab *v, const char *list)
         if (vocab_add(v, name, 0.0f, TT_CONTROL) != 1) {
             return -1;
         }
-        p += n + (e != NULL);
+        if (e == NULL) {
+            return 0;
+        }
+        p = e + 1;
     }
-    return 0;
 }
 
 

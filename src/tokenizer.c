@@ -24,8 +24,9 @@
 #include "tokenizer.h"
 #include "unicode_tables.h"
 
-/* BPE pre-tokenizers (tokenizer.ggml.pre), each a sequence of regex
- * splits as llama.cpp's llama-vocab.cpp lists them */
+/* BPE pre-tokenizers (tokenizer.ggml.pre): the regexes llama.cpp's
+ * llama-vocab.cpp lists for each (tekken: the regex of its
+ * tokenizer.json, which llama.cpp approximates) */
 enum {
     PRE_GPT2 = 0, PRE_LLAMA3, PRE_QWEN2, PRE_TEKKEN, PRE_STARCODER,
     PRE_DEEPSEEK_LLM, PRE_DEEPSEEK_CODER, PRE_FALCON
