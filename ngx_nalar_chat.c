@@ -9,6 +9,14 @@
  *   Llama-3: <|start_header_id|>{role}<|end_header_id|>\n\n{content}
  *            <|eot_id|> ... <|start_header_id|>assistant<|end_header_id|>
  *   Zephyr:  <|{role}|>\n{content}</s>\n ... <|assistant|>\n
+ *   Mistral: [INST]{user}[/INST]{assistant}</s>[INST] ... (tekken: Nemo
+ *            and later; the system prompt opens the last user turn)
+ *   Mistral v7: [SYSTEM_PROMPT]{system}[/SYSTEM_PROMPT][INST]{user}[/INST]
+ *            {assistant}</s> ... (tekken: Mistral Small 3 and later)
+ *   Gemma:   <start_of_turn>{role}\n{content}<end_of_turn>\n ...
+ *            <start_of_turn>model\n (assistant is "model"; no system
+ *            role: the system prompt opens the first user turn)
+ *   Phi-3:   <|{role}|>\n{content}<|end|>\n ... <|assistant|>\n
  */
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +111,8 @@ int
 nalar_chat_style_parse(const char *name, size_t len)
 {
     static const char *names[] = { "auto", "chatml", "llama2", "llama3",
-                                   "zephyr" };
+                                   "zephyr", "mistral", "gemma", "phi3",
+                                   "mistral-v7" };
     size_t  i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -124,6 +133,10 @@ nalar_chat_style_name(nalar_chat_style s)
     case NALAR_CHAT_LLAMA2: return "llama2";
     case NALAR_CHAT_LLAMA3: return "llama3";
     case NALAR_CHAT_ZEPHYR: return "zephyr";
+    case NALAR_CHAT_MISTRAL: return "mistral";
+    case NALAR_CHAT_GEMMA:  return "gemma";
+    case NALAR_CHAT_PHI3:   return "phi3";
+    case NALAR_CHAT_MISTRAL_V7: return "mistral-v7";
     default:                return "auto";
     }
 }
@@ -143,11 +156,25 @@ nalar_chat_style_detect(const char *jinja)
     if (strstr(jinja, "<|start_header_id|>")) {
         return NALAR_CHAT_LLAMA3;
     }
+    if (strstr(jinja, "<start_of_turn>")) {
+        return NALAR_CHAT_GEMMA;
+    }
+    if (strstr(jinja, "<|assistant|>") && strstr(jinja, "<|end|>")) {
+        return NALAR_CHAT_PHI3;
+    }
     if (strstr(jinja, "<|user|>") || strstr(jinja, "<|assistant|>")) {
         return NALAR_CHAT_ZEPHYR;
     }
+    if (strstr(jinja, "[INST]") && strstr(jinja, "[SYSTEM_PROMPT]")) {
+        return NALAR_CHAT_MISTRAL_V7;
+    }
     if (strstr(jinja, "[INST]")) {
-        return NALAR_CHAT_LLAMA2;
+        /* Llama 2 and Mistral 7B write "[INST] " with a space, or a
+         * <<SYS>> block; the tekken templates (Nemo and later) neither */
+        if (strstr(jinja, "<<SYS>>") || strstr(jinja, "[INST] ")) {
+            return NALAR_CHAT_LLAMA2;
+        }
+        return NALAR_CHAT_MISTRAL;
     }
 
     return NALAR_CHAT_CHATML;
@@ -161,6 +188,10 @@ nalar_chat_stop(nalar_chat_style s)
     case NALAR_CHAT_LLAMA2: return "</s>";
     case NALAR_CHAT_LLAMA3: return "<|eot_id|>";
     case NALAR_CHAT_ZEPHYR: return "</s>";
+    case NALAR_CHAT_MISTRAL: return "</s>";
+    case NALAR_CHAT_MISTRAL_V7: return "</s>";
+    case NALAR_CHAT_GEMMA:  return "<end_of_turn>";
+    case NALAR_CHAT_PHI3:   return "<|end|>";
     default:                return "<|im_end|>";
     }
 }
@@ -223,6 +254,242 @@ render_zephyr(chat_buf *b, const nalar_chat_msg *msgs, size_t n)
         chat_puts(b, "|>\n");
         chat_content(b, &msgs[i]);
         chat_puts(b, "</s>\n");
+    }
+
+    chat_puts(b, "<|assistant|>\n");
+}
+
+
+static int
+is_trim_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v'
+           || c == '\f';
+}
+
+
+/* The content without the whitespace at its ends (Jinja's trim). */
+
+static void
+chat_content_trim(chat_buf *b, const nalar_chat_msg *m)
+{
+    size_t       i, first, last, skip_head, skip_tail;
+    const char  *t;
+
+    /* the first and last parts that hold more than whitespace */
+
+    first = m->n_parts;
+    last = 0;
+    skip_head = 0;
+    skip_tail = 0;
+
+    for (i = 0; i < m->n_parts; i++) {
+        for (t = m->parts[i].text; t < m->parts[i].text + m->parts[i].len;
+             t++)
+        {
+            if (!is_trim_space(*t)) {
+                break;
+            }
+        }
+        if (t < m->parts[i].text + m->parts[i].len) {
+            first = i;
+            skip_head = (size_t) (t - m->parts[i].text);
+            break;
+        }
+    }
+
+    if (first == m->n_parts) {
+        return;
+    }
+
+    for (i = m->n_parts; i-- > first; ) {
+        size_t  n = m->parts[i].len;
+
+        while (n > 0 && is_trim_space(m->parts[i].text[n - 1])) {
+            n--;
+        }
+        if (n > 0) {
+            last = i;
+            skip_tail = m->parts[i].len - n;
+            break;
+        }
+    }
+
+    for (i = first; i <= last; i++) {
+        size_t  off = i == first ? skip_head : 0;
+        size_t  end = m->parts[i].len - (i == last ? skip_tail : 0);
+
+        chat_piece(b, m->parts[i].text + off, end - off, 0);
+    }
+}
+
+
+/*
+ * Mistral's tekken templates (Nemo and later): no system role; the system
+ * messages, in order, open the last message when it is a user turn (the
+ * turn the model answers), as those templates do.
+ */
+static int
+render_mistral(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
+               nalar_err *err)
+{
+    size_t  i, k, n_sys, last_user;
+
+    n_sys = 0;
+    last_user = n;
+
+    for (i = 0; i < n; i++) {
+        if (role_system(&msgs[i])) {
+            n_sys++;
+        } else {
+            last_user = role_is(&msgs[i], "user") ? i : n;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        if (role_system(&msgs[i])) {
+            continue;
+        }
+
+        if (role_is(&msgs[i], "user")) {
+            chat_puts(b, "[INST]");
+            if (i == last_user && n_sys > 0) {
+                for (k = 0; k < n; k++) {
+                    if (role_system(&msgs[k])) {
+                        chat_content(b, &msgs[k]);
+                        chat_puts(b, "\n\n");
+                    }
+                }
+                n_sys = 0;
+            }
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "[/INST]");
+
+        } else if (role_is(&msgs[i], "assistant")) {
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "</s>");
+
+        } else {
+            return nalar_fail(err, "messages[%zu]: role \"%.*s\" is not "
+                              "supported by the mistral chat template", i,
+                              (int) msgs[i].role_len, msgs[i].role);
+        }
+    }
+
+    if (n_sys > 0) {
+        return nalar_fail(err, "the mistral chat template places the system "
+                          "message in the last user turn, and there is "
+                          "none");
+    }
+
+    return 0;
+}
+
+
+/* Mistral v7 (tekken): the system prompt has its own markers, in place. */
+static int
+render_mistral_v7(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
+                  nalar_err *err)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (role_system(&msgs[i])) {
+            chat_puts(b, "[SYSTEM_PROMPT]");
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "[/SYSTEM_PROMPT]");
+
+        } else if (role_is(&msgs[i], "user")) {
+            chat_puts(b, "[INST]");
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "[/INST]");
+
+        } else if (role_is(&msgs[i], "assistant")) {
+            chat_content(b, &msgs[i]);
+            chat_puts(b, "</s>");
+
+        } else {
+            return nalar_fail(err, "messages[%zu]: role \"%.*s\" is not "
+                              "supported by the mistral-v7 chat template",
+                              i, (int) msgs[i].role_len, msgs[i].role);
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * Gemma: no system role; the system messages at the start open the first
+ * user turn, followed by a blank line (Gemma 3's template), and one
+ * anywhere else is refused.  Content is trimmed; assistant is "model".
+ */
+static int
+render_gemma(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
+             nalar_err *err)
+{
+    size_t  i, k, n_sys;
+
+    for (n_sys = 0; n_sys < n && role_system(&msgs[n_sys]); n_sys++) {
+        /* the leading system messages */
+    }
+
+    if (n_sys > 0 && (n_sys == n || !role_is(&msgs[n_sys], "user"))) {
+        return nalar_fail(err, "messages[%zu]: the gemma chat template "
+                          "places a system message in the user turn that "
+                          "follows it, and none does", n_sys - 1);
+    }
+
+    for (i = n_sys; i < n; i++) {
+        if (role_system(&msgs[i])) {
+            return nalar_fail(err, "messages[%zu]: the gemma chat template "
+                              "takes system messages only at the start", i);
+        }
+
+        chat_puts(b, "<start_of_turn>");
+        if (role_is(&msgs[i], "assistant")) {
+            chat_puts(b, "model");
+        } else {
+            chat_role(b, &msgs[i]);
+        }
+        chat_puts(b, "\n");
+
+        if (i == n_sys) {
+            for (k = 0; k < n_sys; k++) {
+                chat_content(b, &msgs[k]);
+                chat_puts(b, "\n\n");
+            }
+        }
+
+        chat_content_trim(b, &msgs[i]);
+        chat_puts(b, "<end_of_turn>\n");
+    }
+
+    chat_puts(b, "<start_of_turn>model\n");
+
+    return 0;
+}
+
+
+/* Phi-3's role markers are control tokens: each is written whole, in one
+ * piece (a token split across pieces would not be parsed). */
+static void
+render_phi3(chat_buf *b, const nalar_chat_msg *msgs, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (role_system(&msgs[i])) {
+            chat_puts(b, "<|system|>\n");
+        } else if (role_is(&msgs[i], "user")) {
+            chat_puts(b, "<|user|>\n");
+        } else if (role_is(&msgs[i], "assistant")) {
+            chat_puts(b, "<|assistant|>\n");
+        } else {
+            chat_puts(b, "<|tool|>\n");
+        }
+        chat_content(b, &msgs[i]);
+        chat_puts(b, "<|end|>\n");
     }
 
     chat_puts(b, "<|assistant|>\n");
@@ -332,6 +599,27 @@ nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
         break;
     case NALAR_CHAT_ZEPHYR:
         render_zephyr(&b, msgs, n);
+        break;
+    case NALAR_CHAT_MISTRAL:
+        if (render_mistral(&b, msgs, n, err) != 0) {
+            free(b.v);
+            return NULL;
+        }
+        break;
+    case NALAR_CHAT_GEMMA:
+        if (render_gemma(&b, msgs, n, err) != 0) {
+            free(b.v);
+            return NULL;
+        }
+        break;
+    case NALAR_CHAT_PHI3:
+        render_phi3(&b, msgs, n);
+        break;
+    case NALAR_CHAT_MISTRAL_V7:
+        if (render_mistral_v7(&b, msgs, n, err) != 0) {
+            free(b.v);
+            return NULL;
+        }
         break;
     default:
         render_chatml(&b, msgs, n);

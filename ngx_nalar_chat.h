@@ -19,7 +19,11 @@ typedef enum {
     NALAR_CHAT_CHATML,       /* <|im_start|>role\n...<|im_end|>\n */
     NALAR_CHAT_LLAMA2,       /* [INST] <<SYS>>...<</SYS>> ... [/INST] */
     NALAR_CHAT_LLAMA3,       /* <|start_header_id|>role<|end_header_id|> */
-    NALAR_CHAT_ZEPHYR        /* <|user|>\n...</s>\n */
+    NALAR_CHAT_ZEPHYR,       /* <|user|>\n...</s>\n */
+    NALAR_CHAT_MISTRAL,      /* [INST]...[/INST]...</s> (tekken) */
+    NALAR_CHAT_GEMMA,        /* <start_of_turn>role\n...<end_of_turn>\n */
+    NALAR_CHAT_PHI3,         /* <|user|>\n...<|end|>\n */
+    NALAR_CHAT_MISTRAL_V7    /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]... */
 } nalar_chat_style;
 
 typedef struct {
@@ -30,7 +34,8 @@ typedef struct {
     size_t                n_parts;
 } nalar_chat_msg;
 
-/* "chatml", "llama2", "llama3", "zephyr", "auto"; -1 when unknown. */
+/* "chatml", "llama2", "llama3", "zephyr", "mistral", "gemma", "phi3",
+ * "mistral-v7", "auto"; -1 when unknown. */
 int nalar_chat_style_parse(const char *name, size_t len);
 const char *nalar_chat_style_name(nalar_chat_style s);
 

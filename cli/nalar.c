@@ -8,7 +8,8 @@
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
  *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
- *                  --bpe --chatml --vocab-from FILE --chat-template FILE]
+ *                  --bpe --chatml --pre NAME --control-tokens A,B
+ *                  --vocab-from FILE --chat-template FILE]
  *                  -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
@@ -52,7 +53,8 @@ usage(void)
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
-        " --chatml --vocab-from FILE\n"
+        " --chatml --pre NAME\n"
+        "                 --control-tokens A,B --vocab-from FILE\n"
         "                 --chat-template FILE] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
@@ -383,6 +385,9 @@ cmd_mkmodel(int argc, char **argv)
             { "--seed", NULL, NALAR_OPT_U64, &o.seed, NULL, 0 },
             { "--bpe", NULL, NALAR_OPT_FLAG, &o.bpe, NULL, 0 },
             { "--chatml", NULL, NALAR_OPT_FLAG, &o.chatml, NULL, 0 },
+            { "--pre", NULL, NALAR_OPT_STR, &o.pre, NULL, 0 },
+            { "--control-tokens", NULL, NALAR_OPT_STR, &o.control_tokens,
+              NULL, 0 },
             { "--vocab-from", NULL, NALAR_OPT_STR, &o.vocab_from, NULL, 0 },
             { "--chat-template", NULL, NALAR_OPT_STR, &tmpl_path, NULL, 0 },
             { "-o", NULL, NALAR_OPT_STR, &out, NULL, 0 },

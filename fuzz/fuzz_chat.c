@@ -3,15 +3,21 @@
  *   0xff: the rest is a Jinja template: nalar_chat_style_detect must name a
  *         style, ChatML whenever "<|im_start|>" is in it; and the rest as a
  *         style name must parse back to itself or be refused;
- *   else: style = byte 0 % 5 (auto, chatml, llama2, llama3, zephyr), then
+ *   else: style = byte 0 % 9 (auto, chatml, llama2, llama3, zephyr,
+ *         mistral, gemma, phi3, mistral-v7), then
  *         messages as records [role][len][len bytes]: role 0-4 is system,
  *         developer, user, assistant, tool; a larger role byte r takes the
  *         first (r - 5) % 12 of the record's bytes as the role text.
  * nalar_chat_render must refuse any unknown role (and llama2 a tool
- * message, and a system message no user turn follows) with a reason, and
- * otherwise return pieces whose text ends with the style's generation
- * prompt and holds every message's content in order, where no piece of a
- * message's content is markup (special).
+ * message, and a system message no user turn follows; mistral-v7 a tool
+ * message; mistral a tool
+ * message, and system messages when the last other message is not a user
+ * turn; gemma a system message after the first other message, or leading
+ * ones no user turn follows) with a reason, and otherwise return pieces
+ * whose text ends with the style's generation prompt and holds every
+ * message's content in order (gemma: trimmed; mistral: the system
+ * messages anywhere), where no piece of a message's content is markup
+ * (special).
  *
  *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=chat
  */
@@ -52,7 +58,7 @@ template(const uint8_t *d, size_t n)
     memcpy(s, d, n);
     s[n] = '\0';
     st = nalar_chat_style_detect(s);
-    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_ZEPHYR) {
+    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_MISTRAL_V7) {
         die("detect gave no style");
     }
     if (strstr(s, "<|im_start|>") != NULL && st != NALAR_CHAT_CHATML) {
@@ -75,7 +81,13 @@ gen_prompt(nalar_chat_style s)
     case NALAR_CHAT_ZEPHYR:
         return "<|assistant|>\n";
     case NALAR_CHAT_LLAMA2:
+    case NALAR_CHAT_MISTRAL:
+    case NALAR_CHAT_MISTRAL_V7:
         return "";
+    case NALAR_CHAT_GEMMA:
+        return "<start_of_turn>model\n";
+    case NALAR_CHAT_PHI3:
+        return "<|assistant|>\n";
     default:
         return "<|im_start|>assistant\n";
     }
@@ -103,7 +115,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         template(data + 1, size - 1);
         return 0;
     }
-    style = (nalar_chat_style) (data[0] % 5);
+    style = (nalar_chat_style) (data[0] % 9);
     while (i + 2 <= size && n < MAX_MSGS) {
         uint8_t r = data[i], l = data[i + 1];
         size_t  avail = size - i - 2, cl = l < avail ? l : avail;
@@ -152,7 +164,41 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         orphan |= pending;
     }
-    if (unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))) {
+    if (style == NALAR_CHAT_MISTRAL && !unknown) {
+        /* system messages go into the last message, a user turn */
+        int sys = 0, last_user = 0;
+
+        for (size_t k = 0; k < n; k++) {
+            if (is_role(&msgs[k], "system")
+                || is_role(&msgs[k], "developer"))
+            {
+                sys = 1;
+            } else {
+                last_user = is_role(&msgs[k], "user");
+            }
+        }
+        orphan = tool || (sys && !last_user);
+    }
+    if (style == NALAR_CHAT_GEMMA && !unknown) {
+        /* system messages only at the start, a user turn after them */
+        size_t lead = 0;
+
+        while (lead < n && (is_role(&msgs[lead], "system")
+                            || is_role(&msgs[lead], "developer")))
+        {
+            lead++;
+        }
+        orphan = lead > 0 && (lead == n || !is_role(&msgs[lead], "user"));
+        for (size_t k = lead; k < n; k++) {
+            orphan |= is_role(&msgs[k], "system")
+                      || is_role(&msgs[k], "developer");
+        }
+    }
+    if (unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))
+        || ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_GEMMA)
+            && orphan)
+        || (style == NALAR_CHAT_MISTRAL_V7 && tool))
+    {
         if (pieces != NULL || err.msg[0] == '\0') {
             die("a message of an unknown role was rendered");
         }
@@ -196,13 +242,36 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("rendered text does not end with the generation prompt");
     }
     for (size_t k = 0; k < n; k++) {
-        p = parts[k].len == 0
-            ? text + at
-            : memmem(text + at, len - at, parts[k].text, parts[k].len);
+        const char *c = parts[k].text;
+        size_t      cl = parts[k].len, from = at;
+        int         anywhere = 0;
+
+        if (style == NALAR_CHAT_GEMMA && !(is_role(&msgs[k], "system")
+                                           || is_role(&msgs[k], "developer")))
+        {
+            while (cl > 0 && strchr(" \t\n\r\v\f", *c) != NULL && *c) {
+                c++;
+                cl--;
+            }
+            while (cl > 0 && c[cl - 1] != '\0'
+                   && strchr(" \t\n\r\v\f", c[cl - 1]) != NULL)
+            {
+                cl--;
+            }
+        }
+        if (style == NALAR_CHAT_MISTRAL && (is_role(&msgs[k], "system")
+                                            || is_role(&msgs[k], "developer")))
+        {
+            from = 0;
+            anywhere = 1;
+        }
+        p = cl == 0 ? text + from : memmem(text + from, len - from, c, cl);
         if (p == NULL) {
             die("a message's content is missing or out of order");
         }
-        at = (size_t) (p - text) + parts[k].len;
+        if (!anywhere) {
+            at = (size_t) (p - text) + cl;
+        }
     }
     free(text);
     return 0;

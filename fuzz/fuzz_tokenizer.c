@@ -2,9 +2,10 @@
  * libFuzzer target for the tokenizers' encode/decode round trip
  * (src/tokenizer.c).  Byte 0 picks the vocabulary (bit 0: the demo
  * model's SentencePiece vocabulary, models/nalar-kjv-target-f32.gguf, or
- * GPT-2's byte-level BPE, t/data/vocab/ggml-vocab-gpt-2.gguf) and bit 1
- * whether control tokens written in the text are parsed; the rest is the
- * text.  Every id must be in the vocabulary, add_bos must only prepend
+ * GPT-2's byte-level BPE, t/data/vocab/ggml-vocab-gpt-2.gguf), bit 1
+ * whether control tokens written in the text are parsed, and for BPE
+ * bits 2-5 the pre-tokenizer (GPT-2's vocabulary with another
+ * tokenizer.ggml.pre); the rest is the text.  Every id must be in the vocabulary, add_bos must only prepend
  * BOS, and decoding (whole, and token by token through the streaming
  * decoder) must give valid UTF-8.  Without control-token parsing the round
  * trip is what the tokenizers promise for valid UTF-8 text:
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "tokenizer.h"
@@ -28,7 +30,13 @@
 #define SPM_VOCAB "models/nalar-kjv-target-f32.gguf"
 #define BPE_VOCAB "t/data/vocab/ggml-vocab-gpt-2.gguf"
 
-static nalar_tokenizer *spm, *bpe;
+static const char *pres[] = {
+    "gpt-2", "llama-bpe", "qwen2", "tekken", "smollm", "starcoder",
+    "deepseek-llm", "deepseek-coder", "falcon"
+};
+#define N_PRE (sizeof(pres) / sizeof(pres[0]))
+
+static nalar_tokenizer *spm, *bpe[N_PRE];
 
 
 static void
@@ -61,16 +69,57 @@ load(const char *path)
 }
 
 
+/* GPT-2's vocabulary with tokenizer.ggml.pre set to `pre` */
+static nalar_tokenizer *
+load_pre(const char *pre)
+{
+    static const char key[] = "tokenizer.ggml.pre";
+    char             path[] = "/tmp/fuzz_tokenizer_XXXXXX";
+    nalar_err        err;
+    gguf_file       *f = gguf_open(BPE_VOCAB, &err);
+    gguf_writer     *w = gguf_writer_create();
+    int              fd = mkstemp(path);
+
+    if (f == NULL || w == NULL || fd < 0) {
+        die("cannot copy the BPE vocabulary");
+    }
+    close(fd);
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        if (!(f->kv[i].key.len == sizeof(key) - 1
+              && memcmp(f->kv[i].key.ptr, key, sizeof(key) - 1) == 0))
+        {
+            gguf_w_kv(w, &f->kv[i]);
+        }
+    }
+    gguf_w_str(w, key, pre);
+    gguf_close(f);
+    if (gguf_writer_save(w, path, &err) != 0) {
+        die(err.msg);
+    }
+    gguf_writer_destroy(w);
+    {
+        nalar_tokenizer *t = load(path);
+
+        unlink(path);
+        return t;
+    }
+}
+
+
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     char name[8];
 
     spm = load(SPM_VOCAB);
-    bpe = load(BPE_VOCAB);
+    for (size_t i = 0; i < N_PRE; i++) {
+        bpe[i] = load_pre(pres[i]);
+        if (nalar_tok_kind_of(bpe[i]) != TOK_BPE) {
+            die("unexpected tokenizer kinds");
+        }
+    }
     /* the SPM promise rests on these */
-    if (nalar_tok_kind_of(spm) != TOK_SPM || !nalar_tok_add_space_prefix(spm)
-        || nalar_tok_kind_of(bpe) != TOK_BPE)
+    if (nalar_tok_kind_of(spm) != TOK_SPM || !nalar_tok_add_space_prefix(spm))
     {
         die("unexpected tokenizer kinds");
     }
@@ -172,7 +221,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0) {
         return 0;
     }
-    t = data[0] & 1 ? bpe : spm;
+    t = data[0] & 1 ? bpe[(data[0] >> 2) % N_PRE] : spm;
     special = (data[0] & 2) != 0;
     /* at most 3 tokens a byte: BPE reads an invalid byte as U+FFFD */
     ids = malloc((3 * n + 2) * sizeof(int32_t));

@@ -46,6 +46,8 @@ nalar_mkmodel_defaults(nalar_mkmodel_opts *o)
     o->seed = 1;
     o->bpe = 0;
     o->chatml = 0;
+    o->pre = NULL;
+    o->control_tokens = NULL;
     o->vocab_from = NULL;
     o->chat_template = NULL;
     o->rope_base = 10000.0f;
@@ -581,6 +583,53 @@ build_bpe(vocab *v, int n_vocab)
 }
 
 
+/* How many tokens the vocabulary gets after its base: ChatML's two and
+ * the control_tokens list's. */
+static int
+n_extra(const nalar_mkmodel_opts *o)
+{
+    int n = o->chatml ? 2 : 0;
+
+    if (o->control_tokens != NULL && o->control_tokens[0] != '\0') {
+        n++;
+        for (const char *c = o->control_tokens; *c; c++) {
+            n += *c == ',';
+        }
+    }
+    return n;
+}
+
+
+/* Adds the control_tokens list; -1 for an empty or repeated name. */
+static int
+add_control_tokens(vocab *v, const char *list)
+{
+    char        name[64];
+    const char *p = list, *e;
+    size_t      n;
+
+    if (list == NULL || *list == '\0') {
+        return 0;
+    }
+    for ( ;; ) {
+        e = strchr(p, ',');
+        n = e ? (size_t) (e - p) : strlen(p);
+        if (n == 0 || n >= sizeof(name)) {
+            return -1;
+        }
+        memcpy(name, p, n);
+        name[n] = '\0';
+        if (vocab_add(v, name, 0.0f, TT_CONTROL) != 1) {
+            return -1;
+        }
+        if (e == NULL) {
+            return 0;
+        }
+        p = e + 1;
+    }
+}
+
+
 static int
 write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
             nalar_err *err)
@@ -601,7 +650,7 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
     }
 
     /* the ChatML tokens come last: every other id is the same as without */
-    n_base = o->n_vocab - (o->chatml ? 2 : 0);
+    n_base = o->n_vocab - n_extra(o);
     if (o->bpe) {
         rc = build_bpe(&v, n_base);
     } else {
@@ -613,6 +662,9 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
     {
         rc = -1;
     }
+    if (rc == 0 && add_control_tokens(&v, o->control_tokens) != 0) {
+        rc = -1;
+    }
     if (rc != 0) {
         rc = nalar_fail(err, "%s: could not build a %d-token %s vocabulary",
                         path, o->n_vocab, o->bpe ? "BPE" : "SPM");
@@ -621,7 +673,7 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
 
     if (o->bpe) {
         gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-        gguf_w_str(w, "tokenizer.ggml.pre", "gpt2");
+        gguf_w_str(w, "tokenizer.ggml.pre", o->pre ? o->pre : "gpt2");
         gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char **) v.tok.s,
                        (size_t) v.tok.n);
         gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v.types,
@@ -743,17 +795,18 @@ check_opts(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                           o->dim, o->ffn_dim);
     }
     if (o->vocab_from == NULL
-        && (o->n_vocab < (o->bpe ? 257 : 260) + (o->chatml ? 2 : 0)
+        && (o->n_vocab < (o->bpe ? 257 : 260) + n_extra(o)
             || o->n_vocab > MAX_VOCAB))
     {
         return nalar_fail(err, "%s: n_vocab %d out of range (%d..%d for a "
                           "%s vocabulary)", path, o->n_vocab,
-                          (o->bpe ? 257 : 260) + (o->chatml ? 2 : 0),
+                          (o->bpe ? 257 : 260) + n_extra(o),
                           MAX_VOCAB, o->bpe ? "BPE" : "SPM");
     }
-    if (o->vocab_from != NULL && o->chatml) {
-        return nalar_fail(err, "%s: chatml adds tokens to a vocabulary made "
-                          "here, not to one copied from %s", path,
+    if (o->vocab_from != NULL && n_extra(o) > 0) {
+        return nalar_fail(err, "%s: chatml and control_tokens add tokens to "
+                          "a vocabulary made here, not to one copied from "
+                          "%s", path,
                           o->vocab_from);
     }
     if (!(o->rope_base > 0.0f)) {

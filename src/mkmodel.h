@@ -30,6 +30,10 @@ typedef struct {
     int         chatml;       /* 1: the vocabulary's last two tokens are
                                  ChatML's control tokens <|im_start|> and
                                  <|im_end|> */
+    const char *pre;          /* BPE: tokenizer.ggml.pre (NULL: "gpt2") */
+    const char *control_tokens; /* optional comma-separated list: control
+                                   tokens that end the vocabulary (after
+                                   ChatML's), e.g. a chat style's markers */
     const char *vocab_from;   /* optional path: copy tokenizer.* metadata
                                  from this GGUF (n_vocab then comes from
                                  it) */

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The chat template comes from the model: `nalar mkmodel --chat-template`
-# writes Llama-3, Zephyr, Llama-2 and an unrecognised (Gemma-like) Jinja
+# writes Llama-3, Zephyr, Llama-2 and an unrecognised (Alpaca-like) Jinja
 # template into four models of the same weights and vocabulary; each is
 # served under its own name with no nalar_chat_template, and its chat
 # answer, usage.prompt_tokens and $nalar_prompt_tokens must equal those of
@@ -49,9 +49,9 @@ J
     llama2 => <<'J',
 {% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}
 J
-    # Gemma's layout: none of the known markers, so ChatML
+    # Alpaca's layout: none of the known markers, so ChatML
     other => <<'J',
-{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}
+{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '### Instruction:\n' + message['content'] + '\n\n' }}{% elif message['role'] == 'assistant' %}{{ '### Response:\n' + message['content'] + eos_token + '\n\n' }}{% else %}{{ message['content'] + '\n\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '### Response:\n' }}{% endif %}
 J
 );
 

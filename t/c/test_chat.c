@@ -163,7 +163,8 @@ test_same_ids(const nalar_tokenizer *t, const char *name)
 {
     static const nalar_chat_style styles[] = {
         NALAR_CHAT_CHATML, NALAR_CHAT_LLAMA2, NALAR_CHAT_LLAMA3,
-        NALAR_CHAT_ZEPHYR
+        NALAR_CHAT_ZEPHYR, NALAR_CHAT_MISTRAL, NALAR_CHAT_GEMMA,
+        NALAR_CHAT_PHI3, NALAR_CHAT_MISTRAL_V7
     };
     nalar_tok_text parts[4];
     nalar_chat_msg m[4];
@@ -255,10 +256,158 @@ test_chatml_markers(const nalar_tokenizer *t, const char *name)
 }
 
 
+/* The rendered text (pieces joined), NULL when refused (err filled). */
+static char *
+rendered(nalar_chat_style s, const nalar_chat_msg *m, size_t n,
+         nalar_err *err)
+{
+    nalar_tok_text *pc;
+    size_t          n_pc, len = 0;
+    char           *text;
+
+    pc = nalar_chat_render(s, m, n, &n_pc, err);
+    if (pc == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < n_pc; i++) {
+        len += pc[i].len;
+    }
+    text = malloc(len + 1);
+    len = 0;
+    for (size_t i = 0; i < n_pc && text != NULL; i++) {
+        memcpy(text + len, pc[i].text, pc[i].len);
+        len += pc[i].len;
+    }
+    if (text != NULL) {
+        text[len] = '\0';
+    }
+    free(pc);
+    return text;
+}
+
+
+static void
+is_rendering(nalar_chat_style s, const nalar_chat_msg *m, size_t n,
+             const char *want, const char *what)
+{
+    nalar_err  err = { { 0 } };
+    char      *got = rendered(s, m, n, &err);
+
+    ok(got != NULL && strcmp(got, want) == 0, "%s: %s", nalar_chat_style_name(s),
+       what);
+    if (got == NULL || strcmp(got, want) != 0) {
+        diag("got  '%s' (%s)", got ? got : "(null)", err.msg);
+        diag("want '%s'", want);
+    }
+    free(got);
+}
+
+
+/* Mistral (tekken), Gemma and Phi-3 as their templates write them, and
+ * what those templates cannot place is refused, not dropped. */
+static void
+test_new_styles(void)
+{
+    nalar_tok_text parts[6], two[2];
+    nalar_chat_msg m[5], c;
+    nalar_err      err = { { 0 } };
+    char          *r;
+
+    m[0] = msg("system", &parts[0], "Be brief.");
+    m[1] = msg("user", &parts[1], " Hi ");
+    m[2] = msg("assistant", &parts[2], "Hello.");
+    m[3] = msg("user", &parts[3], "Why?\n");
+
+    is_rendering(NALAR_CHAT_MISTRAL, m, 4,
+                 "[INST] Hi [/INST]Hello.</s>[INST]Be brief.\n\nWhy?\n[/INST]",
+                 "the system prompt opens the last user turn");
+    is_rendering(NALAR_CHAT_GEMMA, m, 4,
+                 "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+                 "<start_of_turn>model\nHello.<end_of_turn>\n"
+                 "<start_of_turn>user\nWhy?<end_of_turn>\n"
+                 "<start_of_turn>model\n",
+                 "system folded into the first user turn, content trimmed, "
+                 "assistant is model");
+    is_rendering(NALAR_CHAT_PHI3, m, 4,
+                 "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi <|end|>\n"
+                 "<|assistant|>\nHello.<|end|>\n<|user|>\nWhy?\n<|end|>\n"
+                 "<|assistant|>\n", "each turn ends with <|end|>");
+    is_rendering(NALAR_CHAT_MISTRAL, m + 1, 1, "[INST] Hi [/INST]",
+                 "no system message");
+    is_rendering(NALAR_CHAT_MISTRAL_V7, m, 4,
+                 "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST] Hi [/INST]"
+                 "Hello.</s>[INST]Why?\n[/INST]",
+                 "the system prompt in place, in its markers");
+    is_rendering(NALAR_CHAT_GEMMA, m + 1, 1,
+                 "<start_of_turn>user\nHi<end_of_turn>\n"
+                 "<start_of_turn>model\n", "no system message");
+
+    /* trimming across text parts */
+    two[0] = (nalar_tok_text) { "  \n", 3, 0 };
+    two[1] = (nalar_tok_text) { " a b \n", 6, 0 };
+    c.role = "user";
+    c.role_len = 4;
+    c.parts = two;
+    c.n_parts = 2;
+    is_rendering(NALAR_CHAT_GEMMA, &c, 1,
+                 "<start_of_turn>user\na b<end_of_turn>\n"
+                 "<start_of_turn>model\n", "trims across text parts");
+
+    /* gemma: a system message after the first turn has no place */
+    m[4] = m[0];
+    r = rendered(NALAR_CHAT_GEMMA, m + 1, 4, &err);
+    ok(r == NULL && strstr(err.msg, "messages[3]")
+       && strstr(err.msg, "only at the start"),
+       "gemma: a later system message is refused (%s)", err.msg);
+    free(r);
+    /* gemma: a system message with no user turn after it */
+    r = rendered(NALAR_CHAT_GEMMA, m, 1, &err);
+    ok(r == NULL && strstr(err.msg, "gemma"),
+       "gemma: a system message alone is refused (%s)", err.msg);
+    free(r);
+    /* mistral: the last message is not a user turn */
+    r = rendered(NALAR_CHAT_MISTRAL, m, 3, &err);
+    ok(r == NULL && strstr(err.msg, "last user turn"),
+       "mistral: a system message with no last user turn is refused (%s)",
+       err.msg);
+    free(r);
+
+    /* detection */
+    ok(nalar_chat_style_detect("{{'<start_of_turn>' + role}}")
+       == NALAR_CHAT_GEMMA, "<start_of_turn>: gemma");
+    ok(nalar_chat_style_detect("{{'<|user|>\n' + c + '<|end|>\n'}}"
+                               "{{ '<|assistant|>\n' }}")
+       == NALAR_CHAT_PHI3, "<|assistant|> and <|end|>: phi3");
+    ok(nalar_chat_style_detect("{{'<|user|>\n' + c + eos_token}}"
+                               "{{ '<|assistant|>' }}")
+       == NALAR_CHAT_ZEPHYR, "<|assistant|> without <|end|>: zephyr");
+    ok(nalar_chat_style_detect("{{- \"[INST]\" + c + \"[/INST]\" }}")
+       == NALAR_CHAT_MISTRAL, "[INST] without a space: mistral");
+    ok(nalar_chat_style_detect("{{ '[INST] ' + c + ' [/INST]' }}")
+       == NALAR_CHAT_LLAMA2, "'[INST] ': llama2 (Mistral 7B)");
+    ok(nalar_chat_style_detect("<<SYS>> [INST]") == NALAR_CHAT_LLAMA2,
+       "<<SYS>>: llama2");
+    ok(nalar_chat_style_detect("{{ '[SYSTEM_PROMPT]' + s }}{{ '[INST]' }}")
+       == NALAR_CHAT_MISTRAL_V7, "[INST] and [SYSTEM_PROMPT]: mistral-v7");
+    m[4] = msg("tool", &parts[4], "42");
+    r = rendered(NALAR_CHAT_MISTRAL_V7, m + 3, 2, &err);
+    ok(r == NULL && strstr(err.msg, "messages[1]") && strstr(err.msg, "tool"),
+       "mistral-v7: a tool message is refused (%s)", err.msg);
+    free(r);
+    ok(nalar_chat_style_parse("gemma", 5) == NALAR_CHAT_GEMMA
+       && nalar_chat_style_parse("phi3", 4) == NALAR_CHAT_PHI3
+       && nalar_chat_style_parse("mistral", 7) == NALAR_CHAT_MISTRAL
+       && nalar_chat_style_parse("mistral-v7", 10) == NALAR_CHAT_MISTRAL_V7,
+       "gemma, phi3, mistral and mistral-v7 are nalar_chat_template "
+       "values");
+}
+
 int
 main(void)
 {
     nalar_tokenizer *t;
+
+    test_new_styles();
 
     t = load(KJV);
     ok(t != NULL, "demo vocabulary loads");

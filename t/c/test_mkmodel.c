@@ -786,6 +786,61 @@ test_bad_opts(void)
 }
 
 
+/* pre and control_tokens: the BPE pre-tokenizer's name, and control
+ * tokens that end the vocabulary; a list with an empty or repeated name
+ * is refused. */
+static void
+test_control_tokens(void)
+{
+    nalar_mkmodel_opts  o = small_opts(GGML_F32);
+    nalar_err           err;
+    gguf_file          *f;
+    const gguf_kv      *toks, *types;
+    char               *pre;
+    int32_t             ty[2];
+
+    o.bpe = 1;
+    o.n_vocab = 300;
+    o.pre = "tekken";
+    o.control_tokens = "<a>,<b>";
+    ok(nalar_mkmodel(&o, tmp("ct.gguf"), &err) == 0, "control_tokens: "
+       "written");
+    f = gguf_open(tmp("ct.gguf"), &err);
+    ok(f != NULL, "control_tokens: opens");
+    if (f != NULL) {
+        pre = gguf_get_str(f, "tokenizer.ggml.pre");
+        ok(pre != NULL && strcmp(pre, "tekken") == 0,
+           "tokenizer.ggml.pre is tekken");
+        free(pre);
+        toks = gguf_find(f, "tokenizer.ggml.tokens");
+        types = gguf_find(f, "tokenizer.ggml.token_type");
+        if (toks != NULL && types != NULL && toks->arr_len == 300) {
+            memcpy(ty, (const char *) types->arr_data + 4 * 298, 8);
+        }
+        ok(toks != NULL && types != NULL && toks->arr_len == 300
+           && toks->arr_strs[298].len == 3
+           && memcmp(toks->arr_strs[298].ptr, "<a>", 3) == 0
+           && toks->arr_strs[299].len == 3
+           && memcmp(toks->arr_strs[299].ptr, "<b>", 3) == 0
+           && ty[0] == 3 && ty[1] == 3,
+           "the last two tokens are the control tokens <a> <b>");
+        gguf_close(f);
+    }
+    unlink(tmp("ct.gguf"));
+
+    {
+        static const char *bad[] = { "<a>,", ",<a>", "<a>,,<b>", "<a>,<a>" };
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            o.control_tokens = bad[i];
+            ok(nalar_mkmodel(&o, tmp("ct.gguf"), &err) != 0,
+               "control_tokens '%s' refused (%s)", bad[i], err.msg);
+            unlink(tmp("ct.gguf"));
+        }
+    }
+}
+
+
 int
 main(void)
 {
@@ -815,6 +870,7 @@ main(void)
     test_vocab_from();
     test_chat_template();
     test_bad_opts();
+    test_control_tokens();
 
     rmdir(tmpdir);
     return done_testing();

@@ -11,6 +11,7 @@
 #include "tap.h"
 #include "gguf.h"
 #include "tokenizer.h"
+#include "mkmodel.h"
 #include "clock.h"
 
 #define VOCAB_DIR "t/data/vocab/"
@@ -680,7 +681,21 @@ test_hostile(const nalar_tokenizer *t, const char *name)
  *           \s+(?!\S)|\s+
  *   llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
  *           \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *   qwen2:  llama3 with \p{N} instead of \p{N}{1,3} */
+ *   qwen2:  llama3 with \p{N} instead of \p{N}{1,3}
+ *   tekken: [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*
+ *           [\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?
+ *           [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|
+ *           \p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * and, as sequences of regexes each splitting every piece the ones before
+ * made into its matches and the text between them (HF tokenizers' Split,
+ * "isolated"; the lists of llama.cpp's llama-vocab.cpp):
+ *   smollm, starcoder: \p{N}; gpt-2
+ *   deepseek-llm:   [\r\n]; \s?[A-Za-zµÀ-ÖØ-öø-ƺ...]+ (its cased letters);
+ *                   \s?[!-/:-~！-／：-～‘-‟　-。]+; \s+$; [一-龥ࠀ-一가-퟿]+;
+ *                   \p{N}+
+ *   deepseek-coder: [\r\n]; \s?\p{L}+; \s?\p{P}+; [一-龥ࠀ-一가-퟿]+; \p{N}
+ *   falcon:         [\p{P}\$\+<=>\^~\|`]+; gpt-2;
+ *                   [0-9][0-9][0-9] */
 static const struct { const char *pre; const char *text; int n; size_t ends[64]; } pre_cases[] = {
     { "gpt-2", "Hello world's 12345\x0a""\x0a""  x", 6, { 5, 11, 13, 19, 22, 24 } },
     { "gpt-2", "I'M HERE, you'Re 'LL 'd", 12, { 1, 2, 3, 8, 9, 13, 14, 16, 18, 20, 22, 23 } },
@@ -720,7 +735,101 @@ static const struct { const char *pre; const char *text; int n; size_t ends[64];
     { "qwen2", " ", 1, { 1 } },
     { "qwen2", "", 0, { 0 } },
     { "qwen2", "'", 1, { 1 } },
-    { "qwen2", "'s", 1, { 2 } },
+    { "qwen2", "'s", 1, { 2 } },    { "tekken", "Hello world's 12345\x0a""\x0a""  x", 12, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 21, 22, 24 } },
+    { "tekken", "I'M HERE, you'Re 'LL 'd", 10, { 1, 3, 8, 9, 13, 16, 18, 20, 22, 23 } },
+    { "tekken", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 9, { 1, 9, 13, 14, 19, 24, 25, 29, 31 } },
+    { "tekken", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 19, { 6, 9, 10, 17, 23, 24, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 43, 44, 46 } },
+    { "tekken", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 6, { 12, 21, 30, 33, 34, 44 } },
+    { "tekken", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 5, { 5, 14, 18, 24, 31 } },
+    { "tekken", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 26, { 1, 3, 5, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 30, 31, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "tekken", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 12, { 3, 7, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "tekken", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 4, { 7, 11, 16, 19 } },
+    { "tekken", " ", 1, { 1 } },
+    { "tekken", "", 0, { 0 } },
+    { "tekken", "'", 1, { 1 } },
+    { "tekken", "'s", 1, { 2 } },
+    { "tekken", "HTTPServer getURLPath \xc3""\x89""COLE \xc3""\xa9""cole \xce""\xa3""\xce""\x8a""\xce""\xa3""\xce""\xa5""\xce""\xa6""\xce""\x9f""\xce""\xa3""", 6, { 10, 14, 21, 28, 35, 50 } },
+    { "tekken", "e\xcc""\x81""te\xcc""\x81"" MAKE\xcc""\x81"" \xca""\xb0""ello x\xcc""\x81""", 4, { 7, 14, 21, 25 } },
+    { "tekken", "path/to/file.c!\x0a""/x //\x0a""\x0a"" \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4"" abc\xed""\x95""\x9c""\xea""\xb5""\xad""", 9, { 4, 7, 12, 14, 17, 18, 23, 33, 43 } },
+    { "tekken", "<|im_start|> 2024-06-01 $5+3=8 `a|b` ~^", 26, { 2, 4, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 25, 26, 27, 28, 29, 30, 32, 33, 35, 36, 39 } },
+    { "tekken", "hello   \x0a""  ", 3, { 5, 9, 11 } },
+    { "tekken", "\xe3""\x80""\x82""\xe3""\x80""\x8c""\xe5""\xbc""\x95""\xe7""\x94""\xa8""\xe3""\x80""\x8d""\xef""\xbc""\x8c""\xef""\xbc""\x91""\xef""\xbc""\x92""\xef""\xbc""\x93""\xef""\xbc""\xa1""\xef""\xbc""\xa2""\xef""\xbc""\xa3""", 7, { 6, 12, 18, 21, 24, 27, 36 } },
+    { "smollm", "Hello world's 12345\x0a""\x0a""  x", 11, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 22, 24 } },
+    { "smollm", "I'M HERE, you'Re 'LL 'd", 12, { 1, 2, 3, 8, 9, 13, 14, 16, 18, 20, 22, 23 } },
+    { "smollm", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 10, { 1, 9, 10, 13, 14, 15, 19, 25, 29, 31 } },
+    { "smollm", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 20, { 6, 7, 9, 10, 17, 23, 24, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 43, 44, 46 } },
+    { "smollm", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 8, { 12, 15, 21, 24, 30, 33, 34, 44 } },
+    { "smollm", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 7, { 5, 14, 18, 20, 24, 27, 31 } },
+    { "smollm", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 28, { 1, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 30, 31, 32, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "smollm", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 14, { 3, 7, 11, 13, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "smollm", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 7, { 3, 7, 11, 13, 16, 17, 19 } },
+    { "smollm", " ", 1, { 1 } },
+    { "smollm", "", 0, { 0 } },
+    { "smollm", "'", 1, { 1 } },
+    { "smollm", "'s", 1, { 2 } },
+    { "smollm", "HTTPServer getURLPath \xc3""\x89""COLE \xc3""\xa9""cole \xce""\xa3""\xce""\x8a""\xce""\xa3""\xce""\xa5""\xce""\xa6""\xce""\x9f""\xce""\xa3""", 5, { 10, 21, 28, 35, 50 } },
+    { "smollm", "e\xcc""\x81""te\xcc""\x81"" MAKE\xcc""\x81"" \xca""\xb0""ello x\xcc""\x81""", 9, { 1, 3, 5, 7, 12, 14, 21, 23, 25 } },
+    { "smollm", "path/to/file.c!\x0a""/x //\x0a""\x0a"" \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4"" abc\xed""\x95""\x9c""\xea""\xb5""\xad""", 15, { 4, 5, 7, 8, 12, 13, 14, 15, 16, 17, 18, 21, 23, 33, 43 } },
+    { "smollm", "<|im_start|> 2024-06-01 $5+3=8 `a|b` ~^", 28, { 2, 4, 5, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 25, 26, 27, 28, 29, 30, 32, 33, 34, 35, 36, 39 } },
+    { "smollm", "hello   \x0a""  ", 2, { 5, 11 } },
+    { "smollm", "\xe3""\x80""\x82""\xe3""\x80""\x8c""\xe5""\xbc""\x95""\xe7""\x94""\xa8""\xe3""\x80""\x8d""\xef""\xbc""\x8c""\xef""\xbc""\x91""\xef""\xbc""\x92""\xef""\xbc""\x93""\xef""\xbc""\xa1""\xef""\xbc""\xa2""\xef""\xbc""\xa3""", 7, { 6, 12, 18, 21, 24, 27, 36 } },
+    { "deepseek-llm", "Hello world's 12345\x0a""\x0a""  x", 10, { 5, 11, 12, 13, 14, 19, 20, 21, 22, 24 } },
+    { "deepseek-llm", "I'M HERE, you'Re 'LL 'd", 12, { 1, 2, 3, 8, 9, 13, 14, 16, 18, 20, 22, 23 } },
+    { "deepseek-llm", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 12, { 1, 9, 13, 14, 19, 21, 22, 23, 24, 25, 29, 31 } },
+    { "deepseek-llm", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 24, { 1, 3, 4, 6, 7, 9, 10, 13, 15, 17, 21, 23, 24, 29, 31, 32, 33, 34, 35, 40, 41, 43, 44, 46 } },
+    { "deepseek-llm", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 8, { 12, 15, 21, 24, 30, 33, 35, 44 } },
+    { "deepseek-llm", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 6, { 5, 14, 18, 24, 27, 31 } },
+    { "deepseek-llm", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 21, { 1, 3, 5, 6, 7, 9, 10, 11, 18, 19, 22, 30, 31, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "deepseek-llm", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 15, { 3, 7, 11, 12, 13, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "deepseek-llm", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 5, { 3, 7, 11, 16, 19 } },
+    { "deepseek-llm", " ", 1, { 1 } },
+    { "deepseek-llm", "", 0, { 0 } },
+    { "deepseek-llm", "'", 1, { 1 } },
+    { "deepseek-llm", "'s", 2, { 1, 2 } },
+    { "deepseek-llm", "HTTPServer getURLPath \xc3""\x89""COLE \xc3""\xa9""cole \xce""\xa3""\xce""\x8a""\xce""\xa3""\xce""\xa5""\xce""\xa6""\xce""\x9f""\xce""\xa3""", 7, { 10, 21, 24, 28, 31, 35, 50 } },
+    { "deepseek-llm", "e\xcc""\x81""te\xcc""\x81"" MAKE\xcc""\x81"" \xca""\xb0""ello x\xcc""\x81""", 9, { 1, 3, 5, 7, 12, 17, 21, 23, 25 } },
+    { "deepseek-llm", "path/to/file.c!\x0a""/x //\x0a""\x0a"" \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4"" abc\xed""\x95""\x9c""\xea""\xb5""\xad""", 18, { 4, 5, 7, 8, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 24, 33, 37, 43 } },
+    { "deepseek-llm", "<|im_start|> 2024-06-01 $5+3=8 `a|b` ~^", 23, { 2, 4, 5, 10, 12, 13, 17, 18, 20, 21, 23, 25, 26, 27, 28, 29, 30, 32, 33, 34, 35, 36, 39 } },
+    { "deepseek-llm", "hello   \x0a""  ", 4, { 5, 8, 9, 11 } },
+    { "deepseek-llm", "\xe3""\x80""\x82""\xe3""\x80""\x8c""\xe5""\xbc""\x95""\xe7""\x94""\xa8""\xe3""\x80""\x8d""\xef""\xbc""\x8c""\xef""\xbc""\x91""\xef""\xbc""\x92""\xef""\xbc""\x93""\xef""\xbc""\xa1""\xef""\xbc""\xa2""\xef""\xbc""\xa3""", 5, { 3, 15, 18, 27, 36 } },
+    { "deepseek-coder", "Hello world's 12345\x0a""\x0a""  x", 14, { 5, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24 } },
+    { "deepseek-coder", "I'M HERE, you'Re 'LL 'd", 12, { 1, 2, 3, 8, 9, 13, 14, 16, 18, 20, 22, 23 } },
+    { "deepseek-coder", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 12, { 1, 9, 13, 14, 19, 21, 22, 23, 24, 25, 29, 31 } },
+    { "deepseek-coder", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 20, { 6, 7, 9, 10, 17, 23, 24, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 43, 44, 46 } },
+    { "deepseek-coder", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 9, { 12, 15, 21, 24, 30, 33, 34, 35, 44 } },
+    { "deepseek-coder", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 6, { 5, 14, 18, 24, 27, 31 } },
+    { "deepseek-coder", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 27, { 1, 3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 22, 30, 31, 34, 36, 37, 38, 40, 47, 48, 50 } },
+    { "deepseek-coder", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 15, { 3, 7, 11, 12, 13, 14, 17, 18, 22, 24, 25, 26, 27, 28, 29 } },
+    { "deepseek-coder", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 5, { 3, 7, 11, 16, 19 } },
+    { "deepseek-coder", " ", 1, { 1 } },
+    { "deepseek-coder", "", 0, { 0 } },
+    { "deepseek-coder", "'", 1, { 1 } },
+    { "deepseek-coder", "'s", 2, { 1, 2 } },
+    { "deepseek-coder", "HTTPServer getURLPath \xc3""\x89""COLE \xc3""\xa9""cole \xce""\xa3""\xce""\x8a""\xce""\xa3""\xce""\xa5""\xce""\xa6""\xce""\x9f""\xce""\xa3""", 5, { 10, 21, 28, 35, 50 } },
+    { "deepseek-coder", "e\xcc""\x81""te\xcc""\x81"" MAKE\xcc""\x81"" \xca""\xb0""ello x\xcc""\x81""", 9, { 1, 3, 5, 7, 12, 14, 21, 23, 25 } },
+    { "deepseek-coder", "path/to/file.c!\x0a""/x //\x0a""\x0a"" \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4"" abc\xed""\x95""\x9c""\xea""\xb5""\xad""", 18, { 4, 5, 7, 8, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 24, 33, 37, 43 } },
+    { "deepseek-coder", "<|im_start|> 2024-06-01 $5+3=8 `a|b` ~^", 26, { 2, 4, 5, 10, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 25, 26, 27, 28, 29, 30, 32, 33, 34, 35, 39 } },
+    { "deepseek-coder", "hello   \x0a""  ", 4, { 5, 8, 9, 11 } },
+    { "deepseek-coder", "\xe3""\x80""\x82""\xe3""\x80""\x8c""\xe5""\xbc""\x95""\xe7""\x94""\xa8""\xe3""\x80""\x8d""\xef""\xbc""\x8c""\xef""\xbc""\x91""\xef""\xbc""\x92""\xef""\xbc""\x93""\xef""\xbc""\xa1""\xef""\xbc""\xa2""\xef""\xbc""\xa3""", 8, { 6, 12, 15, 18, 21, 24, 27, 36 } },
+    { "falcon", "Hello world's 12345\x0a""\x0a""  x", 9, { 5, 11, 12, 13, 14, 17, 19, 22, 24 } },
+    { "falcon", "I'M HERE, you'Re 'LL 'd", 14, { 1, 2, 3, 8, 9, 13, 14, 16, 17, 18, 20, 21, 22, 23 } },
+    { "falcon", "  leading\x09""and\x09""\x09""tabs \x09""\x0a""\x0d""\x0a""  end  ", 10, { 1, 9, 10, 13, 14, 15, 19, 25, 29, 31 } },
+    { "falcon", "d\xc3""\xa9""j\xc3""\xa0""-vu: na\xc3""\xaf""ve caf\xc3""\xa9""; Stra\xc3""\x9f""e 3.14159 \xc2""\xbd"" \xc2""\xb2""", 14, { 6, 7, 9, 10, 17, 23, 24, 32, 34, 35, 38, 40, 43, 46 } },
+    { "falcon", "\xe4""\xb8""\xad""\xe6""\x96""\x87""\xe6""\xb5""\x8b""\xe8""\xaf""\x95""\xef""\xbc""\x9a""\xe4""\xbd""\xa0""\xe5""\xa5""\xbd""\xef""\xbc""\x8c""\xe4""\xb8""\x96""\xe7""\x95""\x8c""\xef""\xbc""\x81""  \xe6""\x97""\xa5""\xe6""\x9c""\xac""\xe8""\xaa""\x9e""", 8, { 12, 15, 21, 24, 30, 33, 34, 44 } },
+    { "falcon", "emoji \xf0""\x9f""\x99""\x82""\xf0""\x9f""\x9a""\x80"" and\xc2""\xa0""nbsp\xe3""\x80""\x80""ideo", 7, { 5, 14, 18, 20, 24, 27, 31 } },
+    { "falcon", "x = a+b*(c-1234567) // comment\x0a""\x09""if (y) { return; }", 29, { 1, 2, 3, 5, 6, 7, 9, 10, 11, 14, 17, 18, 19, 20, 22, 30, 31, 32, 34, 35, 36, 37, 38, 39, 40, 47, 48, 49, 50 } },
+    { "falcon", "$$$ !!! \x3f""\x3f""\x3f""\x0a""\x0a""\x0a""...  ,,, a1b2c3", 15, { 3, 4, 7, 8, 11, 14, 17, 19, 22, 24, 25, 26, 27, 28, 29 } },
+    { "falcon", "\xe2""\x80""\xa8""line sep\xc2""\x85""nel\x0b""vt", 7, { 3, 7, 11, 13, 16, 17, 19 } },
+    { "falcon", " ", 1, { 1 } },
+    { "falcon", "", 0, { 0 } },
+    { "falcon", "'", 1, { 1 } },
+    { "falcon", "'s", 2, { 1, 2 } },
+    { "falcon", "HTTPServer getURLPath \xc3""\x89""COLE \xc3""\xa9""cole \xce""\xa3""\xce""\x8a""\xce""\xa3""\xce""\xa5""\xce""\xa6""\xce""\x9f""\xce""\xa3""", 5, { 10, 21, 28, 35, 50 } },
+    { "falcon", "e\xcc""\x81""te\xcc""\x81"" MAKE\xcc""\x81"" \xca""\xb0""ello x\xcc""\x81""", 9, { 1, 3, 5, 7, 12, 14, 21, 23, 25 } },
+    { "falcon", "path/to/file.c!\x0a""/x //\x0a""\x0a"" \xed""\x95""\x9c""\xea""\xb5""\xad""\xec""\x96""\xb4"" abc\xed""\x95""\x9c""\xea""\xb5""\xad""", 16, { 4, 5, 7, 8, 12, 13, 14, 15, 16, 17, 18, 19, 21, 23, 33, 43 } },
+    { "falcon", "<|im_start|> 2024-06-01 $5+3=8 `a|b` ~^", 27, { 2, 4, 5, 10, 12, 13, 16, 17, 18, 20, 21, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 39 } },
+    { "falcon", "hello   \x0a""  ", 2, { 5, 11 } },
+    { "falcon", "\xe3""\x80""\x82""\xe3""\x80""\x8c""\xe5""\xbc""\x95""\xe7""\x94""\xa8""\xe3""\x80""\x8d""\xef""\xbc""\x8c""\xef""\xbc""\x91""\xef""\xbc""\x92""\xef""\xbc""\x93""\xef""\xbc""\xa1""\xef""\xbc""\xa2""\xef""\xbc""\xa3""", 5, { 6, 12, 18, 27, 36 } },
 };
 
 /* A tokenizer from a GGUF written here; NULL (err filled) if refused. */
@@ -761,6 +870,144 @@ make(const char *model, const char *pre, const char **toks, size_t n,
     return make_typed(model, pre, toks, n, bad_scores, NULL, err);
 }
 
+
+/* Whole encodes with each pre-tokenizer, on a BPE vocabulary from
+ * nalar_mkmodel with that tokenizer.ggml.pre: the text's words are those
+ * of the pre-tokenizer's regexes (Python's `regex`, as pre_cases), and
+ * its ids are those of its words encoded one by one (no merge crosses a
+ * word; each word is one word to every pre-tokenizer here). */
+static const char encode_text[] =
+    "Hello world's 12345 HTTPServer na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87"
+    " x=a+b;\n\n  end";
+static const struct { const char *pre; int n; size_t ends[32]; } encode_cases[] = {
+    { "gpt-2", 15, { 5, 11, 13, 19, 30, 37, 44, 46, 47, 48, 49, 50, 51, 54, 58 } },
+    { "llama-bpe", 15, { 5, 11, 13, 14, 17, 19, 30, 37, 44, 46, 48, 50, 53, 54, 58 } },
+    { "qwen2", 18, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 30, 37, 44, 46, 48, 50, 53, 54, 58 } },
+    { "tekken", 18, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 30, 37, 44, 46, 48, 50, 53, 54, 58 } },
+    { "smollm", 20, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 30, 37, 44, 46, 47, 48, 49, 50, 51, 54, 58 } },
+    { "starcoder", 20, { 5, 11, 13, 14, 15, 16, 17, 18, 19, 30, 37, 44, 46, 47, 48, 49, 50, 51, 54, 58 } },
+    { "deepseek-llm", 22, { 5, 11, 12, 13, 14, 19, 30, 33, 35, 37, 38, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 58 } },
+    { "deepseek-coder", 24, { 5, 11, 12, 13, 14, 15, 16, 17, 18, 19, 30, 37, 38, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 58 } },
+    { "falcon", 18, { 5, 11, 12, 13, 14, 17, 19, 30, 37, 44, 46, 47, 48, 49, 50, 51, 54, 58 } },
+};
+
+static void
+test_encode_per_pre(void)
+{
+    for (size_t c = 0; c < sizeof(encode_cases) / sizeof(encode_cases[0]);
+         c++) {
+        const char *pre = encode_cases[c].pre;
+        nalar_mkmodel_opts o;
+        nalar_err err = { { 0 } };
+        nalar_tokenizer *t = NULL;
+        gguf_file *f;
+        char path[] = "/tmp/nalar_pre_XXXXXX";
+        int fd = mkstemp(path), n, nw, k = 0, same = 1;
+        size_t ends[64], start = 0, len = sizeof(encode_text) - 1;
+        int32_t ids[256], want[256];
+
+        if (fd < 0) continue;
+        close(fd);
+        nalar_mkmodel_defaults(&o);
+        o.dim = 32;
+        o.n_layers = 1;
+        o.n_heads = 2;
+        o.n_kv_heads = 1;
+        o.ffn_dim = 32;
+        o.n_vocab = 1024;
+        o.bpe = 1;
+        o.pre = pre;
+        if (nalar_mkmodel(&o, path, &err) == 0
+            && (f = gguf_open(path, &err)) != NULL) {
+            t = nalar_tokenizer_create(f, &err);
+            gguf_close(f);
+        }
+        unlink(path);
+        if (t == NULL) {
+            ok(0, "%s: a vocabulary with this pre-tokenizer loads (%s)", pre,
+               err.msg);
+            continue;
+        }
+        nw = nalar_tok_pretokenize(t, encode_text, len, ends, 64);
+        ok(nw == encode_cases[c].n
+           && memcmp(ends, encode_cases[c].ends, nw * sizeof(size_t)) == 0,
+           "%s: %d words, as its regexes cut the text", pre, nw);
+        for (int w = 0; w < nw && w < 64; w++) {
+            size_t e1[4];
+            int m = nalar_tokenize(t, encode_text + start, ends[w] - start,
+                                   0, 0, want + k, 256 - k);
+            same &= nalar_tok_pretokenize(t, encode_text + start,
+                                          ends[w] - start, e1, 4) == 1;
+            k += m > 0 ? m : 0;
+            start = ends[w];
+        }
+        n = nalar_tokenize(t, encode_text, len, 0, 0, ids, 256);
+        ok(same && n == k && memcmp(ids, want, n * sizeof(int32_t)) == 0,
+           "%s: the text encodes as its words one by one (%d ids)", pre, n);
+        nalar_tokenizer_destroy(t);
+    }
+}
+
+/* Gemma-style SentencePiece: add_space_prefix false, byte fallback, and
+ * chat markers the file marks user-defined, which are control tokens
+ * (llama.cpp does the same for end-of-turn tokens): text never becomes
+ * them unasked. */
+static void
+test_spm_gemma_style(void)
+{
+    const char *toks[] = { "<unk>", "<s>", "</s>", "<0x21>", "h", "i",
+                           "\xE2\x96\x81", "hi", "\xE2\x96\x81hi",
+                           "<end_of_turn>", "<start_of_turn>", "<mask>" };
+    int32_t types[] = { TOKT_UNKNOWN, TOKT_CONTROL, TOKT_CONTROL, TOKT_BYTE,
+                        TOKT_NORMAL, TOKT_NORMAL, TOKT_NORMAL, TOKT_NORMAL,
+                        TOKT_NORMAL, TOKT_USER_DEFINED, TOKT_USER_DEFINED,
+                        TOKT_USER_DEFINED };
+    float sc[12] = { 0, 0, 0, 0, -1, -1, -1, -2, -3, 0, 0, 0 };
+    char path[] = "/tmp/nalar_gemma_XXXXXX";
+    gguf_writer *w = gguf_writer_create();
+    nalar_err err = { { 0 } };
+    nalar_tokenizer *t = NULL;
+    gguf_file *f;
+    int fd = mkstemp(path), n;
+    int32_t ids[16];
+
+    if (fd < 0) return;
+    close(fd);
+    gguf_w_str(w, "general.architecture", "test");
+    gguf_w_str(w, "tokenizer.ggml.model", "llama");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 12);
+    gguf_w_arr_f32(w, "tokenizer.ggml.scores", sc, 12);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, 12);
+    gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+    gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    if (gguf_writer_save(w, path, &err) == 0 && (f = gguf_open(path, &err))) {
+        t = nalar_tokenizer_create(f, &err);
+        gguf_close(f);
+    }
+    gguf_writer_destroy(w);
+    unlink(path);
+    ok(t != NULL, "Gemma-style SPM vocabulary loads");
+    if (t == NULL) return;
+    {
+        int32_t want[] = { 1, 7, 3, 8 };
+        n = nalar_tokenize(t, "hi! hi", 6, 1, 0, ids, 16);
+        ok(n == 4 && memcmp(ids, want, sizeof(want)) == 0,
+           "no space prefix: 'hi! hi' -> BOS hi <0x21> ▁hi");
+    }
+    ok(nalar_tok_is_control(t, 9) && nalar_tok_is_eog(t, 9),
+       "<end_of_turn> marked user-defined is a control, end-of-turn token");
+    ok(nalar_tok_is_control(t, 10) && !nalar_tok_is_eog(t, 10),
+       "<start_of_turn> marked user-defined is a control token");
+    n = nalar_tokenize(t, "<mask>", 6, 0, 0, ids, 16);
+    ok(!nalar_tok_is_control(t, 11) && n == 1 && ids[0] == 11,
+       "another user-defined token stays one, parsed in any text");
+    n = nalar_tokenize(t, "<end_of_turn>", 13, 0, 0, ids, 16);
+    ok(n > 1 && ids[0] != 9, "text '<end_of_turn>' stays text (%d ids)", n);
+    n = nalar_tokenize(t, "<end_of_turn>", 13, 0, 1, ids, 16);
+    ok(n == 1 && ids[0] == 9, "and is the token when parsed as markup");
+    nalar_tokenizer_destroy(t);
+}
+
 static void
 test_pretokenizers(void)
 {
@@ -793,7 +1040,7 @@ test_pretokenizers(void)
         }
         nalar_tokenizer_destroy(t);
     }
-    ok(bad == 0, "gpt-2, llama3 and qwen2 pre-tokenizers cut %zu texts as "
+    ok(bad == 0, "every pre-tokenizer cuts %zu texts as "
        "the real regexes do", sizeof(pre_cases) / sizeof(pre_cases[0]));
 
     /* files the tokenizer must refuse, saying why */
@@ -804,8 +1051,11 @@ test_pretokenizers(void)
     ok(t == NULL && strstr(err.msg, "bert"), "unknown model: refused (%s)",
        err.msg);
     t = make("gpt2", "nonesuch", toks, 2, 0, &err);
-    ok(t == NULL && strstr(err.msg, "nonesuch"),
-       "unknown pre-tokenizer: refused (%s)", err.msg);
+    ok(t == NULL && strstr(err.msg, "nonesuch")
+       && strstr(err.msg, "supported: ") && strstr(err.msg, "llama-bpe")
+       && strstr(err.msg, "deepseek-coder") && strstr(err.msg, "tekken"),
+       "unknown pre-tokenizer: refused, listing the supported ones (%s)",
+       err.msg);
     t = make("llama", NULL, toks, 0, 0, &err);
     ok(t == NULL && strstr(err.msg, "tokenizer.ggml.tokens"),
        "no tokens: refused (%s)", err.msg);
@@ -968,6 +1218,8 @@ main(void)
     test_demo();
     test_large_vocab();
     test_pretokenizers();
+    test_encode_per_pre();
+    test_spm_gemma_style();
 
     spm = load(VOCAB_DIR "ggml-vocab-llama-spm.gguf", NULL);
     bpe = load(VOCAB_DIR "ggml-vocab-gpt-2.gguf", NULL);
