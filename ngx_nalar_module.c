@@ -56,6 +56,15 @@
  * bodies are normally in memory.  Larger bodies go to the parse thread.
  */
 #define NGX_HTTP_NALAR_PARSE_INLINE   (16 * 1024)
+
+/*
+ * Two parse threads per worker, the jobs queued smallest first: one takes
+ * any body, the other only bodies up to NGX_HTTP_NALAR_PARSE_SMALL, so
+ * that a request of a few kilobytes never waits for the parse of
+ * megabytes.
+ */
+#define NGX_HTTP_NALAR_PARSE_LANES    2
+#define NGX_HTTP_NALAR_PARSE_SMALL    (1024 * 1024)
 #define NGX_HTTP_NALAR_PARSE_NICE     10    /* the parse thread's nice,
                                                  above the worker's */
 
@@ -305,7 +314,8 @@ static ngx_http_nalar_parse_t *ngx_http_nalar_parse_job(ngx_http_request_t *r,
 static void *ngx_http_nalar_parse_thread(void *data);
 static void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 static void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
-static void ngx_http_nalar_test_hold(void);
+static void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
+static void ngx_http_nalar_test_hold(size_t len);
 static void ngx_http_nalar_snapshot(nalar_api_model *models);
 static ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
@@ -694,8 +704,9 @@ static ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
 static pthread_cond_t     ngx_http_nalar_jobs_cond = PTHREAD_COND_INITIALIZER;
 static ngx_queue_t        ngx_http_nalar_jobs;
 static ngx_queue_t        ngx_http_nalar_results;
-static pthread_t          ngx_http_nalar_parser_tid;
-static ngx_uint_t         ngx_http_nalar_parser;     /* started */
+static pthread_t
+    ngx_http_nalar_parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
+static ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
 static int                ngx_http_nalar_parser_stop;
 static char              *ngx_http_nalar_hold_path;  /* test only */
 static void ngx_http_nalar_load_watch(ngx_event_t *ev);
@@ -1539,9 +1550,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        if (len > NGX_HTTP_NALAR_PARSE_INLINE) {
-            ngx_http_nalar_test_hold();
-        }
+        ngx_http_nalar_test_hold(len);
 
         (void) nalar_api_parse((char *) data, len, &in, &req);
 
@@ -1571,10 +1580,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     job->ctx = ctx;
     ctx->parse = job;
 
-    pthread_mutex_lock(&ngx_http_nalar_mutex);
-    ngx_queue_insert_tail(&ngx_http_nalar_jobs, &job->queue);
-    pthread_cond_signal(&ngx_http_nalar_jobs_cond);
-    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+    ngx_http_nalar_parse_post(job);
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "nalar: %uz bytes of body to the parse thread", len);
@@ -1869,7 +1875,8 @@ ngx_http_nalar_parse_job(ngx_http_request_t *r, size_t len, nalar_api_in *in)
     }
 
     job = ngx_calloc(sizeof(ngx_http_nalar_parse_t)
-                     + n * sizeof(ngx_http_nalar_segment_t), r->connection->log);
+                     + n * sizeof(ngx_http_nalar_segment_t),
+                     r->connection->log);
     if (job == NULL) {
         return NULL;
     }
@@ -1943,6 +1950,7 @@ ngx_http_nalar_parse_thread(void *data)
 {
     int                       prio;
     id_t                      tid;
+    size_t                    max;
     ssize_t                   n;
     size_t                    got;
     uint64_t                  one;
@@ -1963,24 +1971,35 @@ ngx_http_nalar_parse_thread(void *data)
                            prio + NGX_HTTP_NALAR_PARSE_NICE);
     }
 
+    max = (size_t) (uintptr_t) data;
+
     pthread_mutex_lock(&ngx_http_nalar_mutex);
 
     for ( ;; ) {
-        while (ngx_queue_empty(&ngx_http_nalar_jobs)
-               && !__atomic_load_n(&ngx_http_nalar_parser_stop,
-                                   __ATOMIC_RELAXED))
-        {
+
+        /* the smallest job first; the small lane leaves larger ones */
+
+        for ( ;; ) {
+            if (__atomic_load_n(&ngx_http_nalar_parser_stop,
+                                __ATOMIC_RELAXED))
+            {
+                goto stop;
+            }
+
+            if (!ngx_queue_empty(&ngx_http_nalar_jobs)) {
+                q = ngx_queue_head(&ngx_http_nalar_jobs);
+                job = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
+
+                if (max == 0 || job->release || job->len <= max) {
+                    break;
+                }
+            }
+
             pthread_cond_wait(&ngx_http_nalar_jobs_cond,
                               &ngx_http_nalar_mutex);
         }
 
-        if (__atomic_load_n(&ngx_http_nalar_parser_stop, __ATOMIC_RELAXED)) {
-            break;
-        }
-
-        q = ngx_queue_head(&ngx_http_nalar_jobs);
         ngx_queue_remove(q);
-        job = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
 
         pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
@@ -2012,7 +2031,7 @@ ngx_http_nalar_parse_thread(void *data)
             }
         }
 
-        ngx_http_nalar_test_hold();
+        ngx_http_nalar_test_hold(job->len);
 
         if (job->read_failed) {
             job->req.err.status = 500;
@@ -2038,6 +2057,8 @@ ngx_http_nalar_parse_thread(void *data)
         pthread_mutex_lock(&ngx_http_nalar_mutex);
     }
 
+stop:
+
     pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
     return NULL;
@@ -2052,9 +2073,43 @@ ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job)
     job->ctx = NULL;
     job->release = 1;
 
+    ngx_http_nalar_parse_post(job);
+}
+
+
+/*
+ * Event loop: a job for the parse threads, queued smallest first (a
+ * release first of all); the walk is over the jobs waiting, which the
+ * requests in flight bound.
+ */
+
+static void
+ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job)
+{
+    ngx_queue_t             *q;
+    ngx_http_nalar_parse_t  *prev;
+
     pthread_mutex_lock(&ngx_http_nalar_mutex);
-    ngx_queue_insert_tail(&ngx_http_nalar_jobs, &job->queue);
-    pthread_cond_signal(&ngx_http_nalar_jobs_cond);
+
+    if (job->release) {
+        ngx_queue_insert_head(&ngx_http_nalar_jobs, &job->queue);
+
+    } else {
+        for (q = ngx_queue_last(&ngx_http_nalar_jobs);
+             q != ngx_queue_sentinel(&ngx_http_nalar_jobs);
+             q = ngx_queue_prev(q))
+        {
+            prev = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
+
+            if (prev->release || prev->len <= job->len) {
+                break;
+            }
+        }
+
+        ngx_queue_insert_after(q, &job->queue);
+    }
+
+    pthread_cond_broadcast(&ngx_http_nalar_jobs_cond);
     pthread_mutex_unlock(&ngx_http_nalar_mutex);
 }
 
@@ -2076,18 +2131,19 @@ ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job)
 
 
 /*
- * nalar_test_hold_parse FILE: a parse of a body over
- * NGX_HTTP_NALAR_PARSE_INLINE waits, wherever it runs, until FILE exists,
+ * nalar_test_hold_parse FILE: the parse of a body over
+ * NGX_HTTP_NALAR_PARSE_SMALL waits, wherever it runs, until FILE exists,
  * and says so by making FILE.held (the module's tests only).
  */
 
 static void
-ngx_http_nalar_test_hold(void)
+ngx_http_nalar_test_hold(size_t len)
 {
     int   fd;
     char  held[NGX_MAX_PATH + 8];
 
-    if (ngx_http_nalar_hold_path == NULL) {
+    if (ngx_http_nalar_hold_path == NULL || len <= NGX_HTTP_NALAR_PARSE_SMALL)
+    {
         return;
     }
 
@@ -5198,15 +5254,19 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
 
     ngx_http_nalar_parser_stop = 0;
 
-    rc = pthread_create(&ngx_http_nalar_parser_tid, NULL,
-                        ngx_http_nalar_parse_thread, NULL);
-    if (rc != 0) {
-        /* bodies are parsed on the event loop */
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, rc,
-                      "nalar: pthread_create() failed");
+    for (i = 0; i < NGX_HTTP_NALAR_PARSE_LANES; i++) {
+        rc = pthread_create(&ngx_http_nalar_parser_tid[i], NULL,
+                            ngx_http_nalar_parse_thread,
+                            (void *) (uintptr_t)
+                                (i ? NGX_HTTP_NALAR_PARSE_SMALL : 0));
+        if (rc != 0) {
+            /* without the first, bodies are parsed on the event loop */
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, rc,
+                          "nalar: pthread_create() failed");
+            break;
+        }
 
-    } else {
-        ngx_http_nalar_parser = 1;
+        ngx_http_nalar_parser++;
     }
 
     if (err_no == 0) {
@@ -5313,10 +5373,13 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
     if (ngx_http_nalar_parser) {
         pthread_mutex_lock(&ngx_http_nalar_mutex);
         __atomic_store_n(&ngx_http_nalar_parser_stop, 1, __ATOMIC_RELAXED);
-        pthread_cond_signal(&ngx_http_nalar_jobs_cond);
+        pthread_cond_broadcast(&ngx_http_nalar_jobs_cond);
         pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
-        (void) pthread_join(ngx_http_nalar_parser_tid, NULL);
+        for (i = 0; i < ngx_http_nalar_parser; i++) {
+            (void) pthread_join(ngx_http_nalar_parser_tid[i], NULL);
+        }
+
         ngx_http_nalar_parser = 0;
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # A large request body is parsed off the event loop: while its parse is
 # held (nalar_test_hold_parse), a small request on the same worker is
-# answered; the large one is answered as it would be alone; bad JSON in a
+# answered, and so is one of 100 KB (the second parse thread takes bodies
+# up to 1 MiB); the large one is answered as it would be alone; bad JSON in a
 # large body gets the 400 a small one gets; a client that leaves during
 # the parse, a reload and a fast shutdown with a parse in flight leave no
 # alert and no sanitizer report.
@@ -91,6 +92,19 @@ my $j = eval { $json->decode($r->{body}) } || {};
 is($j->{choices}[0]{text}, $text, '... as the small one alone');
 is($j->{usage}{prompt_tokens}, $alone->{json}{usage}{prompt_tokens},
    '... with the same prompt tokens');
+
+# 1b. a body of kilobytes is not parsed behind one of megabytes
+
+rearm();
+$s = $t->post_socket('/v1/completions', $json->encode($big));
+ok(wait_for('the parse to be held', sub { -e $held }),
+   'a 2 MiB body\'s parse is held');
+$r = $t->post_json('/v1/completions', { %$small, user => 'x' x 100000 },
+                   timeout => 30);
+is($r->{status}, 200, 'a 100 KB body is answered meanwhile');
+is($r->{json}{choices}[0]{text}, $text, '... with its text');
+touch($release);
+is(read_all($s)->{status}, 200, 'the 2 MiB body is answered once released');
 
 # 2. bad JSON: the same error whatever the body's size
 
