@@ -64,7 +64,7 @@
  * megabytes.
  */
 #define NGX_HTTP_NALAR_PARSE_LANES    2
-#define NGX_HTTP_NALAR_PARSE_SMALL    (1024 * 1024)
+#define NGX_HTTP_NALAR_PARSE_SMALL    (256 * 1024)
 #define NGX_HTTP_NALAR_PARSE_NICE     10    /* the parse thread's nice,
                                                  above the worker's */
 

@@ -2,10 +2,10 @@
 # A large request body is parsed off the event loop: while its parse is
 # held (nalar_test_hold_parse), a small request on the same worker is
 # answered, and so is one of 100 KB (the second parse thread takes bodies
-# up to 1 MiB); the large one is answered as it would be alone; bad JSON in a
-# large body gets the 400 a small one gets; a client that leaves during
-# the parse, a reload and a fast shutdown with a parse in flight leave no
-# alert and no sanitizer report.
+# up to 256 KiB); the large one is answered as it would be alone; bad JSON
+# in a large body gets the 400 a small one gets; a client that leaves
+# during the parse, a reload and a fast shutdown with a parse in flight
+# leave no alert and no sanitizer report.
 use strict;
 use warnings;
 use lib 't/lib';
