@@ -88,7 +88,7 @@ deps:
 # the request parsing, body reading, error, disconnect and auth paths,
 # about 3 minutes (its engine is about 10x slower).
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
-             t/54-disconnect.t t/67-jwt-auth.t
+             t/53-parse-offloop.t t/54-disconnect.t t/67-jwt-auth.t
 
 test: deps
 	$(MAKE) all fuzz module-asan

@@ -53,7 +53,7 @@
  * about a millisecond at most (jansson parses some 10-20 MB/s of request
  * JSON), which spares the common small request two thread wakeups; it is
  * nginx's default client_body_buffer_size on 64-bit systems, so these
- * bodies are normally in memory.  Larger bodies go to the parse thread.
+ * bodies are normally in memory.  Larger bodies go to the parse threads.
  */
 #define NGX_HTTP_NALAR_PARSE_INLINE   (16 * 1024)
 
