@@ -67,6 +67,8 @@ build/fuzz_gguf: src/gguf.c src/nalar_err.c
 build/fuzz_jwt: src/jwt.c src/nalar_err.c
 build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat.h src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
+build/fuzz_request: ngx_nalar_request.c ngx_nalar_request.h ngx_nalar_chat.c \
+                    ngx_nalar_chat.h src/sampler.c src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
 ifneq ($(FUZZ_SECONDS),)
@@ -86,7 +88,7 @@ deps:
 # the request parsing, body reading, error, disconnect and auth paths,
 # about 3 minutes (its engine is about 10x slower).
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
-             t/54-disconnect.t t/67-jwt-auth.t
+             t/53-parse-offloop.t t/54-disconnect.t t/67-jwt-auth.t
 
 test: deps
 	$(MAKE) all fuzz module-asan

@@ -22,6 +22,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -33,6 +35,7 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "ngx_nalar_chat.h"
+#include "ngx_nalar_request.h"
 
 
 #define NGX_HTTP_NALAR_API          1
@@ -45,9 +48,25 @@
 #define NGX_HTTP_NALAR_EP_HEALTH       4
 #define NGX_HTTP_NALAR_EP_MODEL        5      /* /models/{id} */
 
-#define NGX_HTTP_NALAR_MAX_N        16      /* choices per request */
-#define NGX_HTTP_NALAR_MAX_STOP     4       /* user stop strings, as OpenAI */
-#define NGX_HTTP_NALAR_MAX_LOGPROBS 20
+/*
+ * Bodies up to this size are parsed on the event loop, a bounded cost of
+ * about a millisecond at most (jansson parses some 10-20 MB/s of request
+ * JSON), which spares the common small request two thread wakeups; it is
+ * nginx's default client_body_buffer_size on 64-bit systems, so these
+ * bodies are normally in memory.  Larger bodies go to the parse threads.
+ */
+#define NGX_HTTP_NALAR_PARSE_INLINE   (16 * 1024)
+
+/*
+ * Two parse threads per worker, the jobs queued smallest first: one takes
+ * any body, the other only bodies up to NGX_HTTP_NALAR_PARSE_SMALL, so
+ * that a request of a few kilobytes never waits for the parse of
+ * megabytes.
+ */
+#define NGX_HTTP_NALAR_PARSE_LANES    2
+#define NGX_HTTP_NALAR_PARSE_SMALL    (256 * 1024)
+#define NGX_HTTP_NALAR_PARSE_NICE     10    /* the parse thread's nice,
+                                                 above the worker's */
 
 #define NGX_HTTP_NALAR_SCOPE_TENANT   0     /* nalar_prefix_cache_scope */
 #define NGX_HTTP_NALAR_SCOPE_GLOBAL   1
@@ -93,6 +112,8 @@ typedef struct {
                                                somewhere */
     ngx_int_t                  test_fault;  /* nalar_test_fault_forward:
                                                the module's tests only */
+    ngx_str_t                  test_hold;   /* nalar_test_hold_parse: the
+                                               module's tests only */
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
 
@@ -165,6 +186,36 @@ typedef struct {
 typedef struct ngx_http_nalar_ctx_s  ngx_http_nalar_ctx_t;
 
 
+/* What nginx wrote of a body to its temporary file, for the parse thread. */
+typedef struct {
+    int                        fd;          /* a dup() of the file's */
+    off_t                      offset;
+    size_t                     size;
+    size_t                     at;          /* in the job's body */
+} ngx_http_nalar_segment_t;
+
+
+/*
+ * A body for the parse thread and, when parsed, its result.  `queue` is
+ * on the job queue or the parsed queue, under ngx_http_nalar_mutex; `ctx`
+ * is read and written on the event loop only (the request's cleanup sets
+ * it to NULL); the rest belongs to whichever side holds the job.
+ */
+typedef struct {
+    ngx_queue_t                queue;
+    ngx_http_nalar_ctx_t      *ctx;
+    char                      *body;        /* (len) */
+    size_t                     len;
+    nalar_api_model           *models;
+    nalar_api_in               in;
+    nalar_api_request          req;
+    ngx_http_nalar_segment_t  *segs;
+    ngx_uint_t                 n_segs;
+    unsigned                   release:1;   /* to be freed by the thread */
+    unsigned                   read_failed:1;
+} ngx_http_nalar_parse_t;
+
+
 /*
  * A slot links one engine request to its choice.  `req` and `posted` are
  * read and written under ngx_http_nalar_mutex (the engine thread's notify
@@ -229,6 +280,7 @@ struct ngx_http_nalar_ctx_s {
     ngx_buf_t                 *err_body;    /* its JSON, until sent */
     ngx_chain_t               *free;        /* stream buffers to reuse */
     ngx_chain_t               *busy;        /* stream buffers in flight */
+    ngx_http_nalar_parse_t    *parse;       /* the body being parsed */
 
     unsigned                   stream:1;
     unsigned                   include_usage:1;
@@ -237,6 +289,7 @@ struct ngx_http_nalar_ctx_s {
     unsigned                   blocked:1;   /* waiting for the client */
     unsigned                   failed:1;    /* a choice failed mid-stream */
     unsigned                   done:1;
+    unsigned                   cleanup:1;   /* registered */
 };
 
 
@@ -253,16 +306,21 @@ static void ngx_http_nalar_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_start(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
     u_char **data, size_t *len);
-static ngx_int_t ngx_http_nalar_parse(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
-    ngx_array_t *stops, int32_t *max_tokens);
-static ngx_int_t ngx_http_nalar_logit_bias(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p);
-static ngx_int_t ngx_http_nalar_prompt(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, json_t *root, nalar_request_params *p,
-    ngx_array_t *stops);
-static ngx_int_t ngx_http_nalar_prediction(ngx_http_request_t *r,
-    json_t *v, nalar_request_params *p);
+static size_t ngx_http_nalar_body_size(ngx_chain_t *cl);
+static void ngx_http_nalar_watch(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+static ngx_http_nalar_parse_t *ngx_http_nalar_parse_job(ngx_http_request_t *r,
+    size_t len, nalar_api_in *in);
+static void *ngx_http_nalar_parse_thread(void *data);
+static void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
+static void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
+static void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
+static void ngx_http_nalar_test_hold(size_t len);
+static void ngx_http_nalar_snapshot(nalar_api_model *models);
+static ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
+static ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
 static ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
@@ -304,8 +362,6 @@ static ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
     const char *fmt, ...);
 static ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
-static ngx_http_nalar_model_rt_t *ngx_http_nalar_find_model(
-    ngx_http_request_t *r, const char *name);
 static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
     const nalar_tokenizer *tok, int32_t id, json_t **bytes);
 
@@ -395,6 +451,15 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_nalar_main_conf_t, test_fault),
       &ngx_http_nalar_positive_bounds },
+
+    /* for the module's own tests: a parse of a large body waits until the
+     * file exists (and makes FILE.held to say it waits) */
+    { ngx_string("nalar_test_hold_parse"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, test_hold),
+      NULL },
 
     { ngx_string("nalar_kv_cache"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -634,6 +699,16 @@ static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 static int                ngx_http_nalar_efd = -1;
 static ngx_connection_t  *ngx_http_nalar_conn;
 static ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
+
+/* the parse thread: its jobs and results, under the mutex */
+static pthread_cond_t     ngx_http_nalar_jobs_cond = PTHREAD_COND_INITIALIZER;
+static ngx_queue_t        ngx_http_nalar_jobs;
+static ngx_queue_t        ngx_http_nalar_results;
+static pthread_t
+    ngx_http_nalar_parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
+static ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
+static int                ngx_http_nalar_parser_stop;
+static char              *ngx_http_nalar_hold_path;  /* test only */
 static void ngx_http_nalar_load_watch(ngx_event_t *ev);
 static ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
@@ -1395,26 +1470,26 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
 
 
 /*
- * Parses the request and submits one engine request per choice (the
- * engine tokenizes and checks the prompt).  NGX_DONE: submitted, the
- * response follows from the done queue; anything else is what to finalize
- * the request with.
+ * The request body becomes engine parameters (ngx_nalar_request.c): a
+ * small body on the event loop, a larger one on the worker's parse thread,
+ * whose result comes back through the done queue's eventfd.  Then one
+ * engine request per choice is submitted (the engine tokenizes and checks
+ * the prompt).  NGX_DONE: parsing or submitted, the response follows from
+ * the done queue; anything else is what to finalize the request with.
  */
 
 static ngx_int_t
 ngx_http_nalar_start(ngx_http_request_t *r)
 {
-    u_char                     *data;
-    size_t                      len;
-    json_t                     *root;
-    int32_t                     max_tokens;
-    ngx_int_t                   rc;
-    ngx_array_t                 stops;
-    json_error_t                jerr;
-    nalar_request_params        params;
-    ngx_event_t                *rev;
-    ngx_http_nalar_ctx_t       *ctx;
-    ngx_http_nalar_loc_conf_t  *nlcf;
+    size_t                       len;
+    u_char                      *data;
+    ngx_int_t                    rc;
+    nalar_api_in                 in;
+    nalar_api_model             *models;
+    nalar_api_request            req;
+    ngx_http_nalar_ctx_t        *ctx;
+    ngx_http_nalar_parse_t      *job;
+    ngx_http_nalar_loc_conf_t   *nlcf;
 
     if (r->connection->error) {
         return NGX_HTTP_CLIENT_CLOSED_REQUEST;
@@ -1434,71 +1509,172 @@ ngx_http_nalar_start(ngx_http_request_t *r)
         return ngx_http_nalar_unauthorized(r, ctx);
     }
 
-    if (ngx_http_nalar_read_body(r, &data, &len) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    root = json_loadb((char *) data, len, JSON_REJECT_DUPLICATES, &jerr);
-
-    if (root == NULL || !json_is_object(root)) {
-        json_decref(root);
-        return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
-                                    "invalid_request_error", NULL,
-                                    "invalid_json",
-                                    "We could not parse the JSON body of "
-                                    "your request: %s (line %d, column %d)",
-                                    root ? "not a JSON object" : jerr.text,
-                                    jerr.line, jerr.column);
-    }
-
     ctx->endpoint = ngx_http_nalar_endpoint(&r->uri);
     ctx->logprobs = -1;
     ctx->created = ngx_time();
     ctx->ttft_ms = -1;
 
-    if (ngx_array_init(&stops, r->pool, 8, sizeof(char *)) != NGX_OK) {
-        json_decref(root);
+    if (ngx_http_nalar_rt == NULL) {
+        return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                    "invalid_request_error", "model",
+                                    "model_not_found",
+                                    "No model is configured");
+    }
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    ngx_memzero(&in, sizeof(nalar_api_in));
+    in.chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
+    in.n_models = ngx_http_nalar_rt->n_models;
+    in.chat_style = (int) nlcf->chat_style;
+    in.spec_off = (nlcf->spec_mode == NALAR_SPEC_OFF);
+    in.seed = ((uint64_t) ngx_random() << 32) ^ ngx_random()
+              ^ (uint64_t) ngx_current_msec;
+
+    len = 0;
+
+    if (r->request_body) {
+        len = ngx_http_nalar_body_size(r->request_body->bufs);
+    }
+
+    if (len <= NGX_HTTP_NALAR_PARSE_INLINE || ngx_http_nalar_parser == 0) {
+        models = ngx_palloc(r->pool, in.n_models * sizeof(nalar_api_model));
+        if (models == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_http_nalar_snapshot(models);
+        in.models = models;
+
+        if (ngx_http_nalar_read_body(r, &data, &len) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_http_nalar_test_hold(len);
+
+        (void) nalar_api_parse((char *) data, len, &in, &req);
+
+        rc = ngx_http_nalar_parsed(r, ctx, &req);
+
+        nalar_api_request_free(&req);
+
+        return rc;
+    }
+
+    /* the parse thread's job: the body (what nginx wrote to a file is
+     * read there) and what the parse must know of the models */
+
+    job = ngx_http_nalar_parse_job(r, len, &in);
+    if (job == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    max_tokens = 0;
-    ngx_memzero(&params, sizeof(nalar_request_params));
-    nalar_sampling_default(&params.sampling);
+    /* the cleanup forgets the job if the request goes first; the timer
+     * holds a gracefully exiting worker until the result is answered */
+
+    if (ngx_http_nalar_add_cleanup(r, ctx) != NGX_OK) {
+        ngx_http_nalar_parse_release(job);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    job->ctx = ctx;
+    ctx->parse = job;
+
+    ngx_http_nalar_parse_post(job);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar: %uz bytes of body to the parse thread", len);
+
+    ngx_http_nalar_watch(r, ctx);
+
+    return NGX_DONE;
+}
+
+
+/*
+ * A parse's result, on the event loop: the request's ctx and engine
+ * parameters, then the submission.  NGX_DONE: submitted.
+ */
+
+static ngx_int_t
+ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    nalar_api_request *req)
+{
+    char                        msg[256];
+    ngx_int_t                   rc;
+    nalar_request_params        params;
+    ngx_http_nalar_model_rt_t  *model;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    model = NULL;
+
+    if (req->model >= 0
+        && (ngx_uint_t) req->model < ngx_http_nalar_rt->n_models)
+    {
+        model = &ngx_http_nalar_rt->models[req->model];
+        ctx->model = model;
+    }
+
+    ctx->stream = req->stream;
+    ctx->include_usage = req->include_usage;
+    ctx->token_ids = req->token_ids;
+    ctx->logprobs = req->logprobs;
+    ctx->n = (ngx_uint_t) req->n;
+
+    if (req->err.status) {
+        if (req->prompt_tokens) {
+            ctx->prompt_tokens = req->prompt_tokens;
+        }
+
+        /* the engine's own words for a prompt of ids over the context */
+
+        if (req->prompt_tokens && model && model->engine
+            && ngx_strcmp(req->err.code, "context_length_exceeded") == 0
+            && nalar_engine_check_prompt(model->engine, req->prompt_tokens,
+                                         0, req->params.max_tokens, msg,
+                                         sizeof(msg))
+               != 0)
+        {
+            return ngx_http_nalar_error(r, req->err.status, req->err.type,
+                                        req->err.param, req->err.code,
+                                        "%s", msg);
+        }
+
+        if (req->err.code && ngx_strcmp(req->err.code, "model_loading") == 0
+            && ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_nalar_error(r, req->err.status, req->err.type,
+                                    req->err.param, req->err.code, "%s",
+                                    req->err.message);
+    }
+
+    if (model == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     /* the engine is per model: the location's speculation travels with
      * the request */
 
-    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+    params = req->params;
     params.spec_mode = (int) nlcf->spec_mode;
     params.spec_max_k = (int) nlcf->spec_max_k;
     params.spec_fixed = (int) nlcf->spec_fixed;
 
-    rc = ngx_http_nalar_parse(r, ctx, root, &params, &stops, &max_tokens);
-
-    params.max_tokens = max_tokens;
-    params.max_tokens_fit = 1;
-
-    if (rc == NGX_OK) {
-        rc = ngx_http_nalar_prompt(r, ctx, root, &params, &stops);
-    }
-
     /* the prefix cache scope: from authentication, never from the body */
 
-    if (rc == NGX_OK && ngx_http_nalar_scope(r, ctx, &params) != NGX_OK) {
-        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (ngx_http_nalar_scope(r, ctx, &params) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the prompt's text points into the JSON until the engine's requests
-     * have copied it */
+    /* the prompt's text points into the parse's JSON until the engine's
+     * requests have copied it */
 
-    if (rc == NGX_OK) {
-        params.stop = stops.elts;
-        params.n_stop = (int32_t) stops.nelts;
-
-        rc = ngx_http_nalar_submit(r, ctx, &params);
-    }
-
-    json_decref(root);
+    rc = ngx_http_nalar_submit(r, ctx, &params);
 
     if (rc != NGX_OK) {
         return rc;
@@ -1506,14 +1682,31 @@ ngx_http_nalar_start(ngx_http_request_t *r)
 
     /* from here on the response comes from the done queue */
 
-    r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_nalar_write_handler;
 
-    /*
-     * A client that hung up while its request was read has had its one
-     * edge-triggered EOF event already: look again from the event loop, so
-     * that its sequence is cancelled now, not when the answer is written.
-     */
+    ngx_http_nalar_watch(r, ctx);
+
+    return NGX_DONE;
+}
+
+
+/*
+ * While a request waits for its parse or its engine: a client that leaves
+ * is noticed (a client that hung up while its request was read has had
+ * its one edge-triggered EOF event already: look again from the event
+ * loop), and the timer runs (a stream's keep-alive comments; it is not
+ * cancelable, so a gracefully exiting worker waits for the request).
+ */
+
+static void
+ngx_http_nalar_watch(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_event_t                *rev;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    r->read_event_handler = ngx_http_test_reading;
 
     rev = r->connection->read;
 
@@ -1530,8 +1723,73 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ctx->last_send = ngx_current_msec;
 
     ngx_add_timer(&ctx->timer, nlcf->keepalive);
+}
 
-    return NGX_DONE;
+
+/* What a parse knows of the worker's models: read on the event loop. */
+
+static void
+ngx_http_nalar_snapshot(nalar_api_model *models)
+{
+    char                       *text;
+    ngx_uint_t                  i;
+    nalar_err                   err;
+    nalar_model                *m;
+    ngx_http_nalar_model_rt_t  *model;
+
+    for (i = 0; i < ngx_http_nalar_rt->n_models; i++) {
+        model = &ngx_http_nalar_rt->models[i];
+
+        ngx_memzero(&models[i], sizeof(nalar_api_model));
+        models[i].name = (char *) model->name.data;
+        models[i].name_len = model->name.len;
+        models[i].state = -2;
+
+        if (model->engine == NULL) {
+            continue;
+        }
+
+        err.msg[0] = '\0';
+        models[i].state = nalar_engine_state(model->engine, &err);
+
+        if (models[i].state < 0) {
+            ngx_cpystrn((u_char *) models[i].error, (u_char *) err.msg,
+                        sizeof(models[i].error));
+            continue;
+        }
+
+        if (models[i].state == 0) {
+            continue;
+        }
+
+        m = nalar_engine_model(model->engine);
+
+        if (!model->style_known) {
+            text = gguf_get_str(m->gguf, "tokenizer.chat_template");
+            model->style = nalar_chat_style_detect(text);
+            model->style_known = 1;
+            free(text);
+        }
+
+        models[i].n_vocab = nalar_tok_n_vocab(m->tok);
+        models[i].n_ctx = m->cfg.n_ctx;
+        models[i].chat_style = (int) model->style;
+    }
+}
+
+
+static size_t
+ngx_http_nalar_body_size(ngx_chain_t *cl)
+{
+    size_t  size;
+
+    size = 0;
+
+    for ( /* void */ ; cl; cl = cl->next) {
+        size += (size_t) ngx_buf_size(cl->buf);
+    }
+
+    return size;
 }
 
 
@@ -1541,7 +1799,7 @@ static ngx_int_t
 ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
 {
     u_char       *p;
-    off_t         size;
+    size_t        size;
     ssize_t       n;
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
@@ -1553,23 +1811,19 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
         return NGX_OK;
     }
 
-    size = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        size += ngx_buf_size(cl->buf);
-    }
+    size = ngx_http_nalar_body_size(r->request_body->bufs);
 
     if (size == 0) {
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, (size_t) size);
+    p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
     *data = p;
-    *len = (size_t) size;
+    *len = size;
 
     for (cl = r->request_body->bufs; cl; cl = cl->next) {
         b = cl->buf;
@@ -1598,678 +1852,315 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
 }
 
 
-#define ngx_http_nalar_bad(r, param, fmt, ...)                               \
-    ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST, "invalid_request_error",    \
-                         param, "invalid_value", fmt, ##__VA_ARGS__)
-
-
 /*
- * logit_bias (OpenAI): {"token id": bias from -100 to 100, ...}, added to
- * the logits before sampling, greedy included.  NGX_DECLINED when valid
- * (or absent), else what answering the error returned.
+ * A job for the parse thread, all malloc'd: the body's bytes in memory are
+ * copied here (a plain memcpy); what nginx wrote to its temporary file is
+ * read on the thread, through a duplicate of the file's descriptor (the
+ * request may close its own first).
  */
 
-static ngx_int_t
-ngx_http_nalar_logit_bias(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
-    json_t *root, nalar_request_params *p)
+static ngx_http_nalar_parse_t *
+ngx_http_nalar_parse_job(ngx_http_request_t *r, size_t len, nalar_api_in *in)
 {
-    char         *end;
-    long          id;
-    json_t       *v, *e;
-    double        d;
-    const char   *key;
-    nalar_model  *m;
+    size_t                   at, size;
+    ngx_buf_t               *b;
+    ngx_uint_t               n;
+    ngx_chain_t             *cl;
+    ngx_http_nalar_parse_t  *job;
 
-    v = json_object_get(root, "logit_bias");
+    n = 0;
 
-    if (v == NULL || json_is_null(v)) {
-        return NGX_DECLINED;
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        n++;
     }
 
-    if (!json_is_object(v)) {
-        return ngx_http_nalar_bad(r, "logit_bias", "logit_bias must be an "
-                                  "object mapping token ids to numbers");
+    job = ngx_calloc(sizeof(ngx_http_nalar_parse_t)
+                     + n * sizeof(ngx_http_nalar_segment_t),
+                     r->connection->log);
+    if (job == NULL) {
+        return NULL;
     }
 
-    if (json_object_size(v) > NALAR_MAX_LOGIT_BIAS) {
-        return ngx_http_nalar_bad(r, "logit_bias", "logit_bias has more than "
-                                  "%d entries", NALAR_MAX_LOGIT_BIAS);
+    job->segs = (ngx_http_nalar_segment_t *) (job + 1);
+    job->in = *in;
+    job->req.model = -1;
+
+    job->models = ngx_alloc(in->n_models * sizeof(nalar_api_model),
+                            r->connection->log);
+    job->body = ngx_alloc(len + 1, r->connection->log);
+
+    if (job->models == NULL || job->body == NULL) {
+        ngx_http_nalar_parse_free(job);
+        return NULL;
     }
 
-    m = nalar_engine_model(ctx->model->engine);
+    ngx_http_nalar_snapshot(job->models);
+    job->in.models = job->models;
 
-    json_object_foreach(v, key, e) {
-        errno = 0;
-        id = strtol(key, &end, 10);
+    at = 0;
 
-        if (*key < '0' || *key > '9' || *end != '\0' || errno != 0
-            || id > INT32_MAX
-            || (m != NULL && id >= m->cfg.n_vocab))
-        {
-            return ngx_http_nalar_bad(r, "logit_bias", "logit_bias: \"%s\" "
-                                      "is not a token id of the model", key);
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+        size = (size_t) ngx_buf_size(b);
+
+        if (size == 0) {
+            continue;
         }
 
-        d = json_is_number(e) ? json_number_value(e) : -1000;
-
-        if (!(d >= -100 && d <= 100)) {
-            return ngx_http_nalar_bad(r, "logit_bias", "logit_bias: the bias "
-                                      "of token %s must be a number from "
-                                      "-100 to 100", key);
+        if (at + size > len) {
+            break;
         }
 
-        p->sampling.bias_id[p->sampling.n_bias] = (int32_t) id;
-        p->sampling.bias[p->sampling.n_bias] = (float) d;
-        p->sampling.n_bias++;
-    }
+        if (b->in_file) {
+            job->segs[job->n_segs].fd = dup(b->file->fd);
 
-    return NGX_DECLINED;
-}
-
-
-/* The sampling and output fields. */
-
-static ngx_int_t
-ngx_http_nalar_parse(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
-    json_t *root, nalar_request_params *p, ngx_array_t *stops,
-    int32_t *max_tokens)
-{
-    int                      chat, have_seed;
-    char                    *s, **sp;
-    json_t                  *v, *e;
-    size_t                   i, len;
-    double                   d;
-    ngx_int_t                rc;
-    json_int_t               n;
-    const char              *name;
-    ngx_http_nalar_model_rt_t  *model;
-
-    chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
-
-    /* model: the first configured one when absent */
-
-    v = json_object_get(root, "model");
-
-    if (v != NULL && !json_is_null(v) && !json_is_string(v)) {
-        return ngx_http_nalar_bad(r, "model", "model must be a string");
-    }
-
-    name = json_is_string(v) ? json_string_value(v) : NULL;
-
-    model = ngx_http_nalar_find_model(r, name);
-    if (model == NULL) {
-        return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
-                                    "invalid_request_error", "model",
-                                    "model_not_found",
-                                    "The model `%s` does not exist",
-                                    name ? name : "");
-    }
-
-    ctx->model = model;
-
-    /* booleans */
-
-    v = json_object_get(root, "stream");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v)) {
-            return ngx_http_nalar_bad(r, "stream", "stream must be a boolean");
-        }
-        ctx->stream = json_is_true(v);
-    }
-
-    v = json_object_get(root, "stream_options");
-    if (v && !json_is_null(v)) {
-        if (!json_is_object(v)) {
-            return ngx_http_nalar_bad(r, "stream_options",
-                                      "stream_options must be an object");
-        }
-
-        e = json_object_get(v, "include_usage");
-        if (e && !json_is_boolean(e)) {
-            return ngx_http_nalar_bad(r, "stream_options.include_usage",
-                                      "include_usage must be a boolean");
-        }
-
-        ctx->include_usage = (e && json_is_true(e));
-    }
-
-    v = json_object_get(root, "echo");
-    if (v && json_is_true(v)) {
-        return ngx_http_nalar_bad(r, "echo", "echo is not supported");
-    }
-
-    /* what cannot be honoured is refused, not ignored */
-
-    v = json_object_get(root, "best_of");
-    if (v && !json_is_null(v)
-        && !(json_is_integer(v) && json_integer_value(v) == 1))
-    {
-        return ngx_http_nalar_bad(r, "best_of", "best_of is not supported");
-    }
-
-    v = json_object_get(root, "suffix");
-    if (v && !json_is_null(v)
-        && !(json_is_string(v) && json_string_length(v) == 0))
-    {
-        return ngx_http_nalar_bad(r, "suffix", "suffix is not supported");
-    }
-
-    rc = ngx_http_nalar_logit_bias(r, ctx, root, p);
-    if (rc != NGX_DECLINED) {
-        return rc;
-    }
-
-    /* vLLM's extensions: logprobs tokens as "token_id:N", and generating
-     * max_tokens whatever the model says */
-
-    v = json_object_get(root, "return_tokens_as_token_ids");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v)) {
-            return ngx_http_nalar_bad(r, "return_tokens_as_token_ids",
-                                      "return_tokens_as_token_ids must be "
-                                      "a boolean");
-        }
-        ctx->token_ids = json_is_true(v);
-    }
-
-
-    v = json_object_get(root, "ignore_eos");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v)) {
-            return ngx_http_nalar_bad(r, "ignore_eos",
-                                      "ignore_eos must be a boolean");
-        }
-        p->ignore_eos = json_is_true(v);
-    }
-
-    v = json_object_get(root, "user");
-    if (v && !json_is_null(v) && !json_is_string(v)) {
-        return ngx_http_nalar_bad(r, "user", "user must be a string");
-    }
-
-    /* max_tokens: 16 for completions as OpenAI, the context for chat */
-
-    *max_tokens = chat ? 0 : 16;
-
-    v = json_object_get(root, "max_completion_tokens");
-    if (v == NULL || json_is_null(v)) {
-        v = json_object_get(root, "max_tokens");
-    }
-
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1
-            || json_integer_value(v) > 0x7fffffff)
-        {
-            return ngx_http_nalar_bad(r, "max_tokens",
-                                      "max_tokens must be a positive "
-                                      "integer");
-        }
-
-        *max_tokens = (int32_t) json_integer_value(v);
-    }
-
-    /* numbers with their OpenAI ranges */
-
-#define NALAR_NUMBER(field, lo, hi, dst)                                      \
-    v = json_object_get(root, field);                                         \
-    if (v && !json_is_null(v)) {                                              \
-        if (!json_is_number(v)) {                                             \
-            return ngx_http_nalar_bad(r, field, field " must be a number");   \
-        }                                                                     \
-        d = json_number_value(v);                                             \
-        if (!(d >= lo && d <= hi)) {                                          \
-            return ngx_http_nalar_bad(r, field, field " must be between "     \
-                                      #lo " and " #hi);                       \
-        }                                                                     \
-        dst = (float) d;                                                      \
-    }
-
-    NALAR_NUMBER("temperature", 0, 2, p->sampling.temperature);
-    NALAR_NUMBER("top_p", 0, 1, p->sampling.top_p);
-    NALAR_NUMBER("min_p", 0, 1, p->sampling.min_p);
-    NALAR_NUMBER("presence_penalty", -2, 2, p->sampling.presence_penalty);
-    NALAR_NUMBER("frequency_penalty", -2, 2, p->sampling.frequency_penalty);
-
-#undef NALAR_NUMBER
-
-    v = json_object_get(root, "top_k");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < -1
-            || json_integer_value(v) > 0x7fffffff)
-        {
-            return ngx_http_nalar_bad(r, "top_k",
-                                      "top_k must be -1 or a non-negative "
-                                      "integer");
-        }
-
-        p->sampling.top_k = (int32_t) json_integer_value(v);
-    }
-
-    have_seed = 0;
-
-    v = json_object_get(root, "seed");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v)) {
-            return ngx_http_nalar_bad(r, "seed", "seed must be an integer");
-        }
-
-        p->sampling.seed = (uint64_t) json_integer_value(v);
-        have_seed = 1;
-    }
-
-    if (!have_seed) {
-        p->sampling.seed = ((uint64_t) ngx_random() << 32) ^ ngx_random()
-                           ^ (uint64_t) ngx_current_msec;
-    }
-
-    ctx->n = 1;
-
-    v = json_object_get(root, "n");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1
-            || json_integer_value(v) > NGX_HTTP_NALAR_MAX_N)
-        {
-            return ngx_http_nalar_bad(r, "n", "n must be an integer from 1 "
-                                      "to %d", NGX_HTTP_NALAR_MAX_N);
-        }
-
-        ctx->n = (ngx_uint_t) json_integer_value(v);
-    }
-
-    /* logprobs: an integer for completions, a boolean plus top_logprobs
-     * for chat */
-
-    v = json_object_get(root, "logprobs");
-
-    if (chat) {
-        if (v && !json_is_null(v) && !json_is_boolean(v)) {
-            return ngx_http_nalar_bad(r, "logprobs",
-                                      "logprobs must be a boolean");
-        }
-
-        e = json_object_get(root, "top_logprobs");
-
-        if (e && !json_is_null(e) && !(v && json_is_true(v))) {
-            return ngx_http_nalar_bad(r, "top_logprobs",
-                                      "top_logprobs needs logprobs: true");
-        }
-
-        if (v && json_is_true(v)) {
-            ctx->logprobs = 0;
-
-            if (e && !json_is_null(e)) {
-                if (!json_is_integer(e) || json_integer_value(e) < 0
-                    || json_integer_value(e) > NGX_HTTP_NALAR_MAX_LOGPROBS)
-                {
-                    return ngx_http_nalar_bad(r, "top_logprobs",
-                                              "top_logprobs must be an "
-                                              "integer from 0 to 20");
-                }
-
-                ctx->logprobs = (ngx_int_t) json_integer_value(e);
+            if (job->segs[job->n_segs].fd == -1) {
+                ngx_log_error(NGX_LOG_ERR, r->connection->log, ngx_errno,
+                              "nalar: dup() failed");
+                ngx_http_nalar_parse_free(job);
+                return NULL;
             }
-        }
 
-    } else if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0
-            || json_integer_value(v) > 5)
-        {
-            return ngx_http_nalar_bad(r, "logprobs",
-                                      "logprobs must be an integer from 0 "
-                                      "to 5");
-        }
-
-        ctx->logprobs = (ngx_int_t) json_integer_value(v);
-    }
-
-    p->sampling.n_logprobs = ctx->logprobs > 0 ? (int32_t) ctx->logprobs : 0;
-    p->logprobs = (ctx->logprobs >= 0);
-
-    /* stop: a string or up to 4 strings */
-
-    v = json_object_get(root, "stop");
-
-    if (v && !json_is_null(v)) {
-        if (json_is_string(v)) {
-            n = 1;
-
-        } else if (json_is_array(v)
-                   && json_array_size(v) <= NGX_HTTP_NALAR_MAX_STOP)
-        {
-            n = (json_int_t) json_array_size(v);
+            job->segs[job->n_segs].offset = b->file_pos;
+            job->segs[job->n_segs].size = size;
+            job->segs[job->n_segs].at = at;
+            job->n_segs++;
 
         } else {
-            return ngx_http_nalar_bad(r, "stop",
-                                      "stop must be a string or an array "
-                                      "of at most %d strings",
-                                      NGX_HTTP_NALAR_MAX_STOP);
+            ngx_memcpy(job->body + at, b->pos, size);
         }
 
-        for (i = 0; i < (size_t) n; i++) {
-            e = json_is_string(v) ? v : json_array_get(v, i);
-
-            if (!json_is_string(e)) {
-                return ngx_http_nalar_bad(r, "stop",
-                                          "stop must be a string or an "
-                                          "array of strings");
-            }
-
-            len = json_string_length(e);
-
-            if (len == 0 || ngx_strlen(json_string_value(e)) != len) {
-                return ngx_http_nalar_bad(r, "stop", "stop strings must be "
-                                          "non-empty and contain no NUL");
-            }
-
-            s = ngx_pnalloc(r->pool, len + 1);
-            sp = ngx_array_push(stops);
-            if (s == NULL || sp == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            ngx_memcpy(s, json_string_value(e), len + 1);
-            *sp = s;
-        }
+        at += size;
     }
 
-    return NGX_OK;
+    job->len = at;
+
+    return job;
 }
 
 
 /*
- * The prompt: `prompt` (a string, one-element array of a string, or an
- * array of ids) or `messages` rendered with the chat template.  Text goes
- * to the engine as pieces (pointing into the JSON, copied by
- * nalar_request_create), which tokenizes it on its thread, bounded by the
- * context; only an id array is checked here, after counting it.
+ * The parse thread: takes jobs in order, reads what is in files, parses,
+ * and queues the result for the event loop; a job handed back is freed
+ * here, so that freeing a big parse does not cost the loop either.
  */
 
-static ngx_int_t
-ngx_http_nalar_prompt(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
-    json_t *root, nalar_request_params *p, ngx_array_t *stops)
+static void *
+ngx_http_nalar_parse_thread(void *data)
 {
-    int                         state, k;
-    char                       *text, **sp, msg[256];
-    json_t                     *v, *e, *t;
-    size_t                      i, n, n_pieces;
-    int32_t                    *ids, n_vocab, n_ctx, count;
-    nalar_err                   err;
-    ngx_int_t                   rc;
-    ngx_uint_t                  style;
-    nalar_model                *m;
-    nalar_chat_msg             *msgs;
-    nalar_tok_text             *pieces, *rendered;
-    ngx_http_nalar_loc_conf_t  *nlcf;
+    int                       prio;
+    id_t                      tid;
+    size_t                    max;
+    ssize_t                   n;
+    size_t                    got;
+    uint64_t                  one;
+    ngx_uint_t                i;
+    ngx_queue_t              *q;
+    ngx_http_nalar_parse_t   *job;
+    ngx_http_nalar_segment_t *seg;
 
-    /* the model must be ready for its tokenizer */
+    /* where the cores are short, the event loop and the engines come
+     * first: a large body waits, the requests beside it do not */
 
-    if (ctx->model->engine == NULL) {
-        return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                    "server_error", NULL, "model_failed",
-                                    "The model `%V` is not available in "
-                                    "this worker", &ctx->model->name);
+    tid = (id_t) syscall(SYS_gettid);
+    errno = 0;
+    prio = getpriority(PRIO_PROCESS, tid);
+
+    if (errno == 0) {
+        (void) setpriority(PRIO_PROCESS, tid,
+                           prio + NGX_HTTP_NALAR_PARSE_NICE);
     }
 
-    state = nalar_engine_state(ctx->model->engine, &err);
+    max = (size_t) (uintptr_t) data;
 
-    if (state == 0) {
-        if (ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+    pthread_mutex_lock(&ngx_http_nalar_mutex);
 
-        return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                    "server_error", NULL, "model_loading",
-                                    "The model `%V` is loading",
-                                    &ctx->model->name);
-    }
+    for ( ;; ) {
 
-    if (state < 0) {
-        return ngx_http_nalar_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                    "server_error", NULL, "model_failed",
-                                    "The model `%V` failed to load: %s",
-                                    &ctx->model->name, err.msg);
-    }
+        /* the smallest job first; the small lane leaves larger ones */
 
-    m = nalar_engine_model(ctx->model->engine);
-    n_vocab = nalar_tok_n_vocab(m->tok);
-    n_ctx = m->cfg.n_ctx;
-
-    /* OpenAI's predicted output: verified as speculative proposals */
-
-    rc = ngx_http_nalar_prediction(r, json_object_get(root, "prediction"),
-                                   p);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    if (ctx->endpoint == NGX_HTTP_NALAR_EP_COMPLETIONS) {
-        v = json_object_get(root, "prompt");
-
-        if (json_is_array(v) && json_array_size(v) == 1
-            && (json_is_string(json_array_get(v, 0))
-                || json_is_array(json_array_get(v, 0))))
-        {
-            v = json_array_get(v, 0);
-        }
-
-        if (json_is_string(v)) {
-            /* completions take the text literally: "<s>" is not BOS */
-
-            pieces = ngx_palloc(r->pool, sizeof(nalar_tok_text));
-            if (pieces == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            pieces->text = json_string_value(v);
-            pieces->len = json_string_length(v);
-            pieces->special = 0;
-
-            p->prompt_text = pieces;
-            p->n_prompt_text = 1;
-
-            return NGX_OK;
-        }
-
-        if (!json_is_array(v) || json_array_size(v) == 0) {
-            return ngx_http_nalar_bad(r, "prompt",
-                                      "prompt must be a string or a "
-                                      "non-empty array of token ids");
-        }
-
-        /* counted before anything is copied */
-
-        n = json_array_size(v);
-        count = (int32_t) ngx_min(n, (size_t) NGX_MAX_INT32_VALUE);
-
-        if (count >= n_ctx
-            && nalar_engine_check_prompt(ctx->model->engine, count, 0,
-                                         p->max_tokens, msg, sizeof(msg))
-               != 0)
-        {
-            ctx->prompt_tokens = count;
-
-            return ngx_http_nalar_error(r, NGX_HTTP_BAD_REQUEST,
-                                        "invalid_request_error", "prompt",
-                                        "context_length_exceeded", "%s", msg);
-        }
-
-        ids = ngx_palloc(r->pool, n * sizeof(int32_t));
-        if (ids == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        for (i = 0; i < n; i++) {
-            e = json_array_get(v, i);
-
-            if (!json_is_integer(e) || json_integer_value(e) < 0
-                || json_integer_value(e) >= n_vocab)
+        for ( ;; ) {
+            if (__atomic_load_n(&ngx_http_nalar_parser_stop,
+                                __ATOMIC_RELAXED))
             {
-                return ngx_http_nalar_bad(r, "prompt",
-                                          "prompt[%uz] is not a token id "
-                                          "of this model (0..%d)", i,
-                                          n_vocab - 1);
+                goto stop;
             }
 
-            ids[i] = (int32_t) json_integer_value(e);
+            if (!ngx_queue_empty(&ngx_http_nalar_jobs)) {
+                q = ngx_queue_head(&ngx_http_nalar_jobs);
+                job = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
+
+                if (max == 0 || job->release || job->len <= max) {
+                    break;
+                }
+            }
+
+            pthread_cond_wait(&ngx_http_nalar_jobs_cond,
+                              &ngx_http_nalar_mutex);
         }
 
-        p->prompt = ids;
-        p->n_prompt = (int32_t) n;
+        ngx_queue_remove(q);
 
-        return NGX_OK;
-    }
+        pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
-    /* chat */
-
-    v = json_object_get(root, "messages");
-
-    if (!json_is_array(v) || json_array_size(v) == 0) {
-        return ngx_http_nalar_bad(r, "messages",
-                                  "messages must be a non-empty array");
-    }
-
-    n = json_array_size(v);
-
-    msgs = ngx_pcalloc(r->pool, n * sizeof(nalar_chat_msg));
-    if (msgs == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    for (i = 0; i < n; i++) {
-        e = json_array_get(v, i);
-        t = json_object_get(e, "role");
-
-        if (!json_is_object(e) || !json_is_string(t)) {
-            return ngx_http_nalar_bad(r, "messages",
-                                      "messages[%uz] must be an object with "
-                                      "a string role", i);
+        if (job->release) {
+            ngx_http_nalar_parse_free(job);
+            pthread_mutex_lock(&ngx_http_nalar_mutex);
+            continue;
         }
 
-        msgs[i].role = json_string_value(t);
-        msgs[i].role_len = json_string_length(t);
+        for (i = 0; i < job->n_segs; i++) {
+            seg = &job->segs[i];
 
-        t = json_object_get(e, "content");
+            for (got = 0; got < seg->size; got += n) {
+                n = pread(seg->fd, job->body + seg->at + got,
+                          seg->size - got, seg->offset + got);
 
-        pieces = ngx_palloc(r->pool,
-                            nalar_chat_n_parts(t) * sizeof(nalar_tok_text));
-        if (pieces == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+                if (n <= 0) {
+                    if (n < 0 && errno == EINTR) {
+                        n = 0;
+                        continue;
+                    }
+
+                    break;
+                }
+            }
+
+            if (got < seg->size) {
+                job->read_failed = 1;
+            }
         }
 
-        k = nalar_chat_content(t, pieces, &err);
-        if (k < 0) {
-            return ngx_http_nalar_bad(r, "messages", "messages[%uz].%s", i,
-                                      err.msg);
+        ngx_http_nalar_test_hold(job->len);
+
+        if (job->read_failed) {
+            job->req.err.status = 500;
+            job->req.err.type = "server_error";
+            job->req.err.code = "body_unreadable";
+            ngx_cpystrn((u_char *) job->req.err.message,
+                        (u_char *) "The request body could not be read",
+                        sizeof(job->req.err.message));
+
+        } else {
+            (void) nalar_api_parse(job->body, job->len, &job->in, &job->req);
         }
 
-        msgs[i].parts = pieces;
-        msgs[i].n_parts = k;
-    }
+        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        ngx_queue_insert_tail(&ngx_http_nalar_results, &job->queue);
+        pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
-    /* the template: the location's override, else the model's own */
-
-    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
-    style = nlcf->chat_style;
-
-    if (style == NALAR_CHAT_AUTO) {
-        if (!ctx->model->style_known) {
-            text = gguf_get_str(m->gguf, "tokenizer.chat_template");
-            ctx->model->style = nalar_chat_style_detect(text);
-            ctx->model->style_known = 1;
-            free(text);
+        one = 1;
+        if (write(ngx_http_nalar_efd, &one, sizeof(uint64_t)) < 0) {
+            /* EAGAIN: the counter is saturated, the loop is awake anyway */
         }
 
-        style = ctx->model->style;
+        pthread_mutex_lock(&ngx_http_nalar_mutex);
     }
 
-    rendered = nalar_chat_render(style, msgs, n, &n_pieces, &err);
-    if (rendered == NULL) {
-        return ngx_http_nalar_bad(r, "messages", "%s", err.msg);
-    }
+stop:
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "nalar chat prompt (%s): %uz pieces",
-                   nalar_chat_style_name(style), n_pieces);
+    pthread_mutex_unlock(&ngx_http_nalar_mutex);
 
-    pieces = ngx_palloc(r->pool, n_pieces * sizeof(nalar_tok_text));
-    if (pieces == NULL) {
-        free(rendered);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    return NULL;
+}
 
-    ngx_memcpy(pieces, rendered, n_pieces * sizeof(nalar_tok_text));
-    free(rendered);
 
-    p->prompt_text = pieces;
-    p->n_prompt_text = (int32_t) n_pieces;
-    p->prompt_param = "messages";
+/* Event loop: a job is done with; the parse thread frees it. */
 
-    /* the end-of-turn marker stops generation even where the vocabulary
-     * has no single token for it */
+static void
+ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job)
+{
+    job->ctx = NULL;
+    job->release = 1;
 
-    sp = ngx_array_push(stops);
-    if (sp == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    *sp = (char *) nalar_chat_stop(style);
-
-    return NGX_OK;
+    ngx_http_nalar_parse_post(job);
 }
 
 
 /*
- * `prediction`: {"type": "content", "content": string or text parts}, for
- * the engine to tokenize (see prediction_text in engine.h).  Under
- * `nalar_speculative off` the prediction is ignored.
+ * Event loop: a job for the parse threads, queued smallest first (a
+ * release first of all); the walk is over the jobs waiting, which the
+ * requests in flight bound.
  */
 
-static ngx_int_t
-ngx_http_nalar_prediction(ngx_http_request_t *r, json_t *v,
-    nalar_request_params *p)
+static void
+ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job)
 {
-    int              k;
-    json_t          *content, *t;
-    nalar_err        err;
-    nalar_tok_text  *parts;
+    ngx_queue_t             *q;
+    ngx_http_nalar_parse_t  *prev;
 
-    if (v == NULL || json_is_null(v)) {
-        return NGX_OK;
+    pthread_mutex_lock(&ngx_http_nalar_mutex);
+
+    if (job->release) {
+        ngx_queue_insert_head(&ngx_http_nalar_jobs, &job->queue);
+
+    } else {
+        for (q = ngx_queue_last(&ngx_http_nalar_jobs);
+             q != ngx_queue_sentinel(&ngx_http_nalar_jobs);
+             q = ngx_queue_prev(q))
+        {
+            prev = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
+
+            if (prev->release || prev->len <= job->len) {
+                break;
+            }
+        }
+
+        ngx_queue_insert_after(q, &job->queue);
     }
 
-    content = json_object_get(v, "content");
-    t = json_object_get(v, "type");
+    pthread_cond_broadcast(&ngx_http_nalar_jobs_cond);
+    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+}
 
-    if (!json_is_object(v)
-        || !json_is_string(t)
-        || ngx_strcmp(json_string_value(t), "content") != 0
-        || !(json_is_string(content) || json_is_array(content)))
+
+static void
+ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < job->n_segs; i++) {
+        (void) close(job->segs[i].fd);
+    }
+
+    nalar_api_request_free(&job->req);
+    ngx_free(job->models);
+    ngx_free(job->body);
+    ngx_free(job);
+}
+
+
+/*
+ * nalar_test_hold_parse FILE: the parse of a body over
+ * NGX_HTTP_NALAR_PARSE_SMALL waits, wherever it runs, until FILE exists,
+ * and says so by making FILE.held (the module's tests only).
+ */
+
+static void
+ngx_http_nalar_test_hold(size_t len)
+{
+    int   fd;
+    char  held[NGX_MAX_PATH + 8];
+
+    if (ngx_http_nalar_hold_path == NULL || len <= NGX_HTTP_NALAR_PARSE_SMALL)
     {
-        return ngx_http_nalar_bad(r, "prediction",
-                                  "prediction must be {\"type\": "
-                                  "\"content\", \"content\": string or "
-                                  "array of text parts}");
+        return;
     }
 
-    parts = ngx_palloc(r->pool,
-                       nalar_chat_n_parts(content) * sizeof(nalar_tok_text));
-    if (parts == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    (void) ngx_snprintf((u_char *) held, sizeof(held), "%s.held%Z",
+                        ngx_http_nalar_hold_path);
+
+    fd = open(held, O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0644);
+    if (fd != -1) {
+        (void) close(fd);
     }
 
-    k = nalar_chat_content(content, parts, &err);
-    if (k < 0) {
-        return ngx_http_nalar_bad(r, "prediction", "prediction.%s", err.msg);
+    while (access(ngx_http_nalar_hold_path, F_OK) != 0
+           && !__atomic_load_n(&ngx_http_nalar_parser_stop,
+                               __ATOMIC_RELAXED))
+    {
+        (void) usleep(10000);
     }
-
-    if (p->spec_mode == NALAR_SPEC_OFF) {
-        return NGX_OK;
-    }
-
-    p->prediction_text = parts;
-    p->n_prediction_text = k;
-
-    return NGX_OK;
 }
 
 
@@ -2287,7 +2178,6 @@ ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     ngx_uint_t                i;
     nalar_err                 err;
     nalar_request            *req;
-    ngx_http_cleanup_t       *cln;
     ngx_http_nalar_slot_t    *slot;
     ngx_http_nalar_choice_t  *ch;
 
@@ -2310,15 +2200,9 @@ ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* runs when the request is freed or terminated (a disconnect) */
-
-    cln = ngx_http_cleanup_add(r, 0);
-    if (cln == NULL) {
+    if (ngx_http_nalar_add_cleanup(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    cln->handler = ngx_http_nalar_cleanup;
-    cln->data = ctx;
 
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
@@ -3340,7 +3224,34 @@ ngx_http_nalar_timer_handler(ngx_event_t *ev)
 }
 
 
-/* The request is going away: cancel what still runs, release the slots. */
+/* Runs when the request is freed or terminated (a disconnect). */
+
+static ngx_int_t
+ngx_http_nalar_add_cleanup(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_http_cleanup_t  *cln;
+
+    if (ctx->cleanup) {
+        return NGX_OK;
+    }
+
+    cln = ngx_http_cleanup_add(r, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_nalar_cleanup;
+    cln->data = ctx;
+    ctx->cleanup = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The request is going away: forget its parse (the parse thread frees it
+ * once it is done), cancel what still runs, release the slots.
+ */
 
 static void
 ngx_http_nalar_cleanup(void *data)
@@ -3351,6 +3262,11 @@ ngx_http_nalar_cleanup(void *data)
     ngx_http_nalar_choice_t  *ch;
 
     ctx->done = 1;
+
+    if (ctx->parse) {
+        ctx->parse->ctx = NULL;
+        ctx->parse = NULL;
+    }
 
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
@@ -3479,15 +3395,59 @@ ngx_http_nalar_notify(nalar_request *req, void *data)
 static void
 ngx_http_nalar_done_handler(ngx_event_t *ev)
 {
-    uint64_t                n;
-    ngx_uint_t              budget;
-    ngx_queue_t            *q;
-    ngx_connection_t       *c;
-    ngx_http_request_t     *r;
-    ngx_http_nalar_slot_t  *slot;
+    uint64_t                 n;
+    ngx_int_t                rc;
+    ngx_uint_t               budget;
+    ngx_queue_t             *q;
+    ngx_connection_t        *c;
+    ngx_http_request_t      *r;
+    ngx_http_nalar_ctx_t    *ctx;
+    ngx_http_nalar_slot_t   *slot;
+    ngx_http_nalar_parse_t  *job;
 
     if (read(ngx_http_nalar_efd, &n, sizeof(uint64_t)) < 0) {
         /* EAGAIN: a spurious wakeup */
+    }
+
+    /* finished parses: each goes on to its engine, or is answered */
+
+    for ( ;; ) {
+        pthread_mutex_lock(&ngx_http_nalar_mutex);
+
+        if (ngx_queue_empty(&ngx_http_nalar_results)) {
+            pthread_mutex_unlock(&ngx_http_nalar_mutex);
+            break;
+        }
+
+        q = ngx_queue_head(&ngx_http_nalar_results);
+        ngx_queue_remove(q);
+
+        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+
+        job = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
+        ctx = job->ctx;
+
+        if (ctx == NULL) {
+            ngx_log_error(NGX_LOG_INFO, ev->log, 0,
+                          "nalar: a request left while its body of %uz "
+                          "bytes was parsed", job->len);
+            ngx_http_nalar_parse_release(job);
+            continue;
+        }
+
+        ctx->parse = NULL;
+        r = ctx->request;
+        c = r->connection;
+
+        rc = ngx_http_nalar_parsed(r, ctx, &job->req);
+
+        ngx_http_nalar_parse_release(job);
+
+        if (rc != NGX_DONE) {
+            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        }
+
+        ngx_http_run_posted_requests(c);
     }
 
     /* a bounded number per wakeup, so that a busy engine cannot starve
@@ -3736,37 +3696,6 @@ ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
     h->lowcase_key = NULL;
 
     return NGX_OK;
-}
-
-
-static ngx_http_nalar_model_rt_t *
-ngx_http_nalar_find_model(ngx_http_request_t *r, const char *name)
-{
-    size_t                      len;
-    ngx_uint_t                  i;
-    ngx_http_nalar_model_rt_t  *model;
-
-    if (ngx_http_nalar_rt == NULL || ngx_http_nalar_rt->n_models == 0) {
-        return NULL;
-    }
-
-    model = ngx_http_nalar_rt->models;
-
-    if (name == NULL) {
-        return &model[0];
-    }
-
-    len = ngx_strlen(name);
-
-    for (i = 0; i < ngx_http_nalar_rt->n_models; i++) {
-        if (model[i].name.len == len
-            && ngx_strncmp(model[i].name.data, name, len) == 0)
-        {
-            return &model[i];
-        }
-    }
-
-    return NULL;
 }
 
 
@@ -5155,7 +5084,7 @@ done:
 static ngx_int_t
 ngx_http_nalar_init_process(ngx_cycle_t *cycle)
 {
-    int                          err_no;
+    int                          err_no, rc;
     sigset_t                     set, old;
     ngx_uint_t                   i;
     nalar_err                    err;
@@ -5205,6 +5134,11 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
 
     ngx_queue_init(&ngx_http_nalar_done);
     ngx_queue_init(&ngx_http_nalar_free_slots);
+    ngx_queue_init(&ngx_http_nalar_jobs);
+    ngx_queue_init(&ngx_http_nalar_results);
+
+    ngx_http_nalar_hold_path = nmcf->test_hold.len
+                               ? (char *) nmcf->test_hold.data : NULL;
 
     if (ngx_array_init(&ngx_http_nalar_all_slots, cycle->pool, 64,
                        sizeof(ngx_http_nalar_slot_t *))
@@ -5311,6 +5245,35 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         }
     }
 
+    /* the parse thread, for large bodies */
+
+    err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
+    if (err_no) {
+        ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
+                      "nalar: pthread_sigmask() failed");
+    }
+
+    ngx_http_nalar_parser_stop = 0;
+
+    for (i = 0; i < NGX_HTTP_NALAR_PARSE_LANES; i++) {
+        rc = pthread_create(&ngx_http_nalar_parser_tid[i], NULL,
+                            ngx_http_nalar_parse_thread,
+                            (void *) (uintptr_t)
+                                (i ? NGX_HTTP_NALAR_PARSE_SMALL : 0));
+        if (rc != 0) {
+            /* without the first, bodies are parsed on the event loop */
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, rc,
+                          "nalar: pthread_create() failed");
+            break;
+        }
+
+        ngx_http_nalar_parser++;
+    }
+
+    if (err_no == 0) {
+        (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+
     /* event logging reads ((ngx_connection_t *) data)->fd */
     rt->load_conn.fd = (ngx_socket_t) -1;
     rt->load_ev.data = &rt->load_conn;
@@ -5391,6 +5354,7 @@ static void
 ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
 {
     ngx_uint_t                   i;
+    ngx_queue_t                 *q;
     ngx_http_nalar_slot_t      **slots;
     ngx_http_nalar_runtime_t    *rt;
 
@@ -5402,6 +5366,36 @@ ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
 
     if (rt->load_ev.timer_set) {
         ngx_del_timer(&rt->load_ev);
+    }
+
+    /* the parse thread finishes what it parses; what it did not free is
+     * freed here (the requests are gone with the process) */
+
+    if (ngx_http_nalar_parser) {
+        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        __atomic_store_n(&ngx_http_nalar_parser_stop, 1, __ATOMIC_RELAXED);
+        pthread_cond_broadcast(&ngx_http_nalar_jobs_cond);
+        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+
+        for (i = 0; i < ngx_http_nalar_parser; i++) {
+            (void) pthread_join(ngx_http_nalar_parser_tid[i], NULL);
+        }
+
+        ngx_http_nalar_parser = 0;
+    }
+
+    while (!ngx_queue_empty(&ngx_http_nalar_jobs)) {
+        q = ngx_queue_head(&ngx_http_nalar_jobs);
+        ngx_queue_remove(q);
+        ngx_http_nalar_parse_free(ngx_queue_data(q, ngx_http_nalar_parse_t,
+                                                 queue));
+    }
+
+    while (!ngx_queue_empty(&ngx_http_nalar_results)) {
+        q = ngx_queue_head(&ngx_http_nalar_results);
+        ngx_queue_remove(q);
+        ngx_http_nalar_parse_free(ngx_queue_data(q, ngx_http_nalar_parse_t,
+                                                 queue));
     }
 
     for (i = 0; i < rt->n_models; i++) {

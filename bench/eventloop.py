@@ -8,7 +8,9 @@ an nginx worker.
 
 The probe is a 2-token greedy completion ("In the beginning", max_tokens 2)
 on its own connection, sent back to back; its latency is request written ->
-response read.  idle: the probe alone.  flood: the probe while CLIENTS
+response read.  --probe health: GET /v1/health instead, which the event
+loop answers without an engine (what the loop alone costs, apart from the
+engine's share of the cores).  idle: the probe alone.  flood: the probe while CLIENTS
 processes (not threads: no shared interpreter lock with the probe) send
 prompts of BYTES bytes of JSON over and over (each refused: longer than the
 context).  big: REPS times, one MB-megabyte prompt is sent to /big/v1/
@@ -45,9 +47,30 @@ def post(port, path, body, timeout=120):
     return status
 
 
+PROBE_KIND = "completion"
+
+
+def get(port, path, timeout=120):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close"
+               "\r\n\r\n" % path).encode())
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    s.close()
+    return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
+
+
 def probe_once(port):
     t0 = time.perf_counter()
-    status = post(port, "/v1/completions", PROBE)
+    if PROBE_KIND == "health":
+        status = get(port, "/v1/health")
+    else:
+        status = post(port, "/v1/completions", PROBE)
     return (time.perf_counter() - t0) * 1e3, status
 
 
@@ -91,11 +114,16 @@ def main():
     ap.add_argument("--bytes", type=int, default=1000000)
     ap.add_argument("--mb", type=float, default=10)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--probe", choices=["completion", "health"],
+                    default="completion")
     a = ap.parse_args()
+    global PROBE_KIND
+    PROBE_KIND = a.probe
 
     if a.mode == "idle":
         lat, bad = probe_for(a.port, a.dur)
-        print(json.dumps(summary(lat, mode="idle", non_200=bad)))
+        print(json.dumps(summary(lat, mode="idle", probe=a.probe,
+                                 non_200=bad)))
         return
 
     if a.mode == "flood":
@@ -111,7 +139,8 @@ def main():
         lat, bad = probe_for(a.port, a.dur)
         for p in procs:
             p.join()
-        print(json.dumps(summary(lat, mode="flood", clients=a.clients,
+        print(json.dumps(summary(lat, mode="flood", probe=a.probe,
+                                 clients=a.clients,
                                  body_bytes=a.bytes, non_200=bad,
                                  flood_requests=sum(counts))))
         return
@@ -142,6 +171,7 @@ def main():
                 lat_in.append(ms)
         p.join()
         print(json.dumps(summary(lat_in or [0.0], mode="big", rep=rep,
+                                 probe=a.probe,
                                  body_bytes=len(body),
                                  big_ms=round((done.value - started.value)
                                               * 1e3, 1))))

@@ -11,6 +11,8 @@
 #       body's first byte to the big answer.
 #
 # Goals: (a) p99 within 3x of idle; (b) the probe delayed < 50 ms.
+# Then (a) and (b) again with GET /v1/health as the probe, which the event
+# loop answers without the engine: the loop's own delay.
 # Writes bench/results/eventloop.jsonl.
 #
 #   sh bench/eventloop.sh            # DUR=10 PORT=18490
@@ -69,3 +71,10 @@ python3 bench/eventloop.py --port "$PORT" idle --dur "$DUR" | tee -a "$OUT"
 python3 bench/eventloop.py --port "$PORT" flood --dur "$DUR" | tee -a "$OUT"
 python3 bench/eventloop.py --port "$PORT" idle --dur "$DUR" | tee -a "$OUT"
 python3 bench/eventloop.py --port "$PORT" big --mb 10 --reps 3 | tee -a "$OUT"
+# the same with a probe the event loop answers alone (no engine)
+python3 bench/eventloop.py --port "$PORT" idle --dur "$DUR" --probe health \
+    | tee -a "$OUT"
+python3 bench/eventloop.py --port "$PORT" flood --dur "$DUR" --probe health \
+    | tee -a "$OUT"
+python3 bench/eventloop.py --port "$PORT" big --mb 10 --reps 3 --probe health \
+    | tee -a "$OUT"

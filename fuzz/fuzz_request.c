@@ -1,0 +1,199 @@
+/*
+ * libFuzzer target for the request body -> engine parameters path
+ * (ngx_nalar_request.c).  Byte 0 sets what the parse knows: bit 0 chat
+ * (else completions); bits 1-2 the default model's state (0, 1 ready, 2
+ * loading, 3 failed); bit 3 `nalar_speculative off`; bits 4-6 the
+ * location's chat style (% 5, 0 auto).  Byte 1 the model's context
+ * (16 << (b & 7) tokens) and vocabulary (1000 + 250 * (b >> 3)).  The rest
+ * is the JSON body.  A second model, "draft", is always loading.
+ *
+ * A parse must either fail with an OpenAI error (a known status, type and
+ * code, a message) or give parameters within the documented ranges: one
+ * to 16 choices, top logprobs up to 20, a prompt of text pieces (each
+ * byte readable) or of 1 .. n_ctx - 1 ids below the vocabulary, at most 4
+ * user stop strings (non-empty, no NUL), logit_bias ids in the
+ * vocabulary.  Everything is freed (ASan's leak check).
+ *
+ *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=request
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ngx_nalar_request.h"
+
+
+static void
+die(const char *what)
+{
+    fprintf(stderr, "fuzz_request: %s\n", what);
+    abort();
+}
+
+
+static volatile unsigned char sink;
+
+
+static void
+touch(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        sink ^= (unsigned char) p[i];
+    }
+}
+
+
+static void
+check_ok(const nalar_api_request *r, const nalar_api_in *in)
+{
+    const nalar_request_params *p = &r->params;
+    const nalar_api_model      *m;
+
+    if (r->model < 0 || (size_t) r->model >= in->n_models) {
+        die("no model");
+    }
+    m = &in->models[r->model];
+    if (m->state != 1) {
+        die("parsed for a model that is not ready");
+    }
+    if (r->n < 1 || r->n > NALAR_API_MAX_N) {
+        die("n out of range");
+    }
+    if (r->logprobs < -1 || r->logprobs > NALAR_API_MAX_LOGPROBS
+        || (!in->chat && r->logprobs > 5))
+    {
+        die("logprobs out of range");
+    }
+    if (p->max_tokens < 0) {
+        die("negative max_tokens");
+    }
+    if (!(p->sampling.temperature >= 0 && p->sampling.temperature <= 2)
+        || !(p->sampling.top_p >= 0 && p->sampling.top_p <= 1)
+        || !(p->sampling.min_p >= 0 && p->sampling.min_p <= 1)
+        || !(p->sampling.presence_penalty >= -2
+             && p->sampling.presence_penalty <= 2)
+        || !(p->sampling.frequency_penalty >= -2
+             && p->sampling.frequency_penalty <= 2)
+        || p->sampling.top_k < -1)
+    {
+        die("a sampling knob out of range");
+    }
+    if (p->sampling.n_bias < 0 || p->sampling.n_bias > NALAR_MAX_LOGIT_BIAS) {
+        die("logit_bias count");
+    }
+    for (int i = 0; i < p->sampling.n_bias; i++) {
+        if (p->sampling.bias_id[i] < 0 || p->sampling.bias_id[i] >= m->n_vocab
+            || !(p->sampling.bias[i] >= -100 && p->sampling.bias[i] <= 100))
+        {
+            die("logit_bias entry out of range");
+        }
+    }
+    if (p->n_stop < 0 || p->n_stop > NALAR_API_MAX_STOP + (in->chat ? 1 : 0)) {
+        die("too many stops");
+    }
+    for (int i = 0; i < p->n_stop; i++) {
+        if (p->stop[i] == NULL || p->stop[i][0] == '\0') {
+            die("an empty stop");
+        }
+        touch(p->stop[i], strlen(p->stop[i]));
+    }
+    if (p->prompt_text != NULL) {
+        if (p->n_prompt_text < 1 || p->n_prompt != 0) {
+            die("prompt pieces");
+        }
+        for (int i = 0; i < p->n_prompt_text; i++) {
+            touch(p->prompt_text[i].text, p->prompt_text[i].len);
+        }
+    } else {
+        if (in->chat) {
+            die("a chat prompt of ids");
+        }
+        if (p->n_prompt < 1 || p->n_prompt >= m->n_ctx) {
+            die("id prompt length");
+        }
+        for (int i = 0; i < p->n_prompt; i++) {
+            if (p->prompt[i] < 0 || p->prompt[i] >= m->n_vocab) {
+                die("a prompt id out of the vocabulary");
+            }
+        }
+    }
+    if (p->prediction_text != NULL) {
+        if (in->spec_off) {
+            die("a prediction under speculative off");
+        }
+        for (int i = 0; i < p->n_prediction_text; i++) {
+            touch(p->prediction_text[i].text, p->prediction_text[i].len);
+        }
+    }
+}
+
+
+static void
+check_err(const nalar_api_request *r)
+{
+    const nalar_api_error *e = &r->err;
+
+    if (e->status != 400 && e->status != 404 && e->status != 500
+        && e->status != 503)
+    {
+        die("an unexpected status");
+    }
+    if (e->type == NULL || e->code == NULL || e->message[0] == '\0'
+        || memchr(e->message, '\0', sizeof(e->message)) == NULL)
+    {
+        die("an error without type, code or message");
+    }
+    if (strcmp(e->code, "context_length_exceeded") == 0
+        && r->prompt_tokens <= 0)
+    {
+        die("context_length_exceeded without a count");
+    }
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const int     ready[4] = { 1, 1, 0, -1 };
+    nalar_api_in         in;
+    nalar_api_model      models[2];
+    nalar_api_request    req;
+
+    if (size < 2) {
+        return 0;
+    }
+
+    memset(models, 0, sizeof(models));
+    models[0].name = "kjv";
+    models[0].name_len = 3;
+    models[0].state = ready[(data[0] >> 1) & 3];
+    snprintf(models[0].error, sizeof(models[0].error), "no such file");
+    models[0].n_ctx = 16 << (data[1] & 7);
+    models[0].n_vocab = 1000 + 250 * (data[1] >> 3);
+    models[0].chat_style = NALAR_CHAT_CHATML;
+    models[1].name = "draft";
+    models[1].name_len = 5;
+    models[1].state = 0;
+
+    memset(&in, 0, sizeof(in));
+    in.chat = data[0] & 1;
+    in.models = models;
+    in.n_models = 2;
+    in.spec_off = (data[0] >> 3) & 1;
+    in.chat_style = ((data[0] >> 4) & 7) % 5;
+    in.seed = 42;
+
+    if (nalar_api_parse((const char *) data + 2, size - 2, &in, &req) == 0) {
+        if (req.err.status != 0) {
+            die("success with an error");
+        }
+        check_ok(&req, &in);
+    } else {
+        check_err(&req);
+    }
+
+    nalar_api_request_free(&req);
+
+    return 0;
+}

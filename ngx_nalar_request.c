@@ -1,0 +1,702 @@
+/*
+ * The request body -> engine parameters (see ngx_nalar_request.h): the
+ * fields of OpenAI's completions and chat completions, their types and
+ * ranges, and the prompt (text pieces, a chat rendering, or token ids).
+ * No nginx dependency, no shared state: safe on any thread.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ngx_nalar_request.h"
+
+
+static int
+api_fail(nalar_api_request *req, int status, const char *type,
+         const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+
+static int
+api_fail(nalar_api_request *req, int status, const char *type,
+         const char *param, const char *code, const char *fmt, ...)
+{
+    va_list  args;
+
+    req->err.status = status;
+    req->err.type = type;
+    req->err.param = param;
+    req->err.code = code;
+
+    va_start(args, fmt);
+    vsnprintf(req->err.message, sizeof(req->err.message), fmt, args);
+    va_end(args);
+
+    return -1;
+}
+
+
+#define api_bad(req, param, ...)                                              \
+    api_fail(req, 400, "invalid_request_error", param, "invalid_value",       \
+             __VA_ARGS__)
+
+#define api_oom(req)                                                          \
+    api_fail(req, 500, "server_error", NULL, "out_of_memory",                 \
+             "The server is out of memory")
+
+
+static int
+api_logit_bias(nalar_api_request *req, const nalar_api_model *m)
+{
+    char         *end;
+    long          id;
+    json_t       *v, *e;
+    double        d;
+    const char   *key;
+    nalar_sampling  *s = &req->params.sampling;
+
+    v = json_object_get(req->root, "logit_bias");
+
+    if (v == NULL || json_is_null(v)) {
+        return 0;
+    }
+
+    if (!json_is_object(v)) {
+        return api_bad(req, "logit_bias", "logit_bias must be an object "
+                       "mapping token ids to numbers");
+    }
+
+    if (json_object_size(v) > NALAR_MAX_LOGIT_BIAS) {
+        return api_bad(req, "logit_bias", "logit_bias has more than %d "
+                       "entries", NALAR_MAX_LOGIT_BIAS);
+    }
+
+    json_object_foreach(v, key, e) {
+        errno = 0;
+        id = strtol(key, &end, 10);
+
+        if (*key < '0' || *key > '9' || *end != '\0' || errno != 0
+            || id > INT32_MAX
+            || (m->state == 1 && id >= m->n_vocab))
+        {
+            return api_bad(req, "logit_bias", "logit_bias: \"%s\" is not a "
+                           "token id of the model", key);
+        }
+
+        d = json_is_number(e) ? json_number_value(e) : -1000;
+
+        if (!(d >= -100 && d <= 100)) {
+            return api_bad(req, "logit_bias", "logit_bias: the bias of token "
+                           "%s must be a number from -100 to 100", key);
+        }
+
+        s->bias_id[s->n_bias] = (int32_t) id;
+        s->bias[s->n_bias] = (float) d;
+        s->n_bias++;
+    }
+
+    return 0;
+}
+
+
+/* The model, the sampling and the output fields. */
+
+static int
+api_fields(nalar_api_request *req, const nalar_api_in *in)
+{
+    int                     have_seed;
+    json_t                 *root, *v, *e;
+    size_t                  i, n, len;
+    double                  d;
+    const char             *name;
+    nalar_request_params   *p;
+    const nalar_api_model  *m;
+
+    root = req->root;
+    p = &req->params;
+
+    /* model: the first configured one when absent */
+
+    v = json_object_get(root, "model");
+
+    if (v != NULL && !json_is_null(v) && !json_is_string(v)) {
+        return api_bad(req, "model", "model must be a string");
+    }
+
+    name = json_is_string(v) ? json_string_value(v) : NULL;
+    len = name ? json_string_length(v) : 0;
+
+    req->model = -1;
+
+    for (i = 0; i < in->n_models; i++) {
+        if (name == NULL
+            || (in->models[i].name_len == len
+                && memcmp(in->models[i].name, name, len) == 0))
+        {
+            req->model = (int) i;
+            break;
+        }
+    }
+
+    if (req->model < 0) {
+        return api_fail(req, 404, "invalid_request_error", "model",
+                        "model_not_found", "The model `%s` does not exist",
+                        name ? name : "");
+    }
+
+    m = &in->models[req->model];
+
+    /* booleans */
+
+    v = json_object_get(root, "stream");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return api_bad(req, "stream", "stream must be a boolean");
+        }
+        req->stream = json_is_true(v);
+    }
+
+    v = json_object_get(root, "stream_options");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) {
+            return api_bad(req, "stream_options",
+                           "stream_options must be an object");
+        }
+
+        e = json_object_get(v, "include_usage");
+        if (e && !json_is_boolean(e)) {
+            return api_bad(req, "stream_options.include_usage",
+                           "include_usage must be a boolean");
+        }
+
+        req->include_usage = (e && json_is_true(e));
+    }
+
+    v = json_object_get(root, "echo");
+    if (v && json_is_true(v)) {
+        return api_bad(req, "echo", "echo is not supported");
+    }
+
+    /* what cannot be honoured is refused, not ignored */
+
+    v = json_object_get(root, "best_of");
+    if (v && !json_is_null(v)
+        && !(json_is_integer(v) && json_integer_value(v) == 1))
+    {
+        return api_bad(req, "best_of", "best_of is not supported");
+    }
+
+    v = json_object_get(root, "suffix");
+    if (v && !json_is_null(v)
+        && !(json_is_string(v) && json_string_length(v) == 0))
+    {
+        return api_bad(req, "suffix", "suffix is not supported");
+    }
+
+    if (api_logit_bias(req, m) != 0) {
+        return -1;
+    }
+
+    /* vLLM's extensions: logprobs tokens as "token_id:N", and generating
+     * max_tokens whatever the model says */
+
+    v = json_object_get(root, "return_tokens_as_token_ids");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return api_bad(req, "return_tokens_as_token_ids",
+                           "return_tokens_as_token_ids must be a boolean");
+        }
+        req->token_ids = json_is_true(v);
+    }
+
+    v = json_object_get(root, "ignore_eos");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return api_bad(req, "ignore_eos", "ignore_eos must be a boolean");
+        }
+        p->ignore_eos = json_is_true(v);
+    }
+
+    v = json_object_get(root, "user");
+    if (v && !json_is_null(v) && !json_is_string(v)) {
+        return api_bad(req, "user", "user must be a string");
+    }
+
+    /* max_tokens: 16 for completions as OpenAI, the context for chat */
+
+    p->max_tokens = in->chat ? 0 : 16;
+    p->max_tokens_fit = 1;
+
+    v = json_object_get(root, "max_completion_tokens");
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(root, "max_tokens");
+    }
+
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1
+            || json_integer_value(v) > 0x7fffffff)
+        {
+            return api_bad(req, "max_tokens",
+                           "max_tokens must be a positive integer");
+        }
+
+        p->max_tokens = (int32_t) json_integer_value(v);
+    }
+
+    /* numbers with their OpenAI ranges */
+
+#define API_NUMBER(field, lo, hi, dst)                                        \
+    v = json_object_get(root, field);                                         \
+    if (v && !json_is_null(v)) {                                              \
+        if (!json_is_number(v)) {                                             \
+            return api_bad(req, field, field " must be a number");            \
+        }                                                                     \
+        d = json_number_value(v);                                             \
+        if (!(d >= lo && d <= hi)) {                                          \
+            return api_bad(req, field, field " must be between " #lo " and "  \
+                           #hi);                                              \
+        }                                                                     \
+        dst = (float) d;                                                      \
+    }
+
+    API_NUMBER("temperature", 0, 2, p->sampling.temperature);
+    API_NUMBER("top_p", 0, 1, p->sampling.top_p);
+    API_NUMBER("min_p", 0, 1, p->sampling.min_p);
+    API_NUMBER("presence_penalty", -2, 2, p->sampling.presence_penalty);
+    API_NUMBER("frequency_penalty", -2, 2, p->sampling.frequency_penalty);
+
+#undef API_NUMBER
+
+    v = json_object_get(root, "top_k");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < -1
+            || json_integer_value(v) > 0x7fffffff)
+        {
+            return api_bad(req, "top_k", "top_k must be -1 or a non-negative "
+                           "integer");
+        }
+
+        p->sampling.top_k = (int32_t) json_integer_value(v);
+    }
+
+    have_seed = 0;
+
+    v = json_object_get(root, "seed");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v)) {
+            return api_bad(req, "seed", "seed must be an integer");
+        }
+
+        p->sampling.seed = (uint64_t) json_integer_value(v);
+        have_seed = 1;
+    }
+
+    if (!have_seed) {
+        p->sampling.seed = in->seed;
+    }
+
+    req->n = 1;
+
+    v = json_object_get(root, "n");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1
+            || json_integer_value(v) > NALAR_API_MAX_N)
+        {
+            return api_bad(req, "n", "n must be an integer from 1 to %d",
+                           NALAR_API_MAX_N);
+        }
+
+        req->n = (int) json_integer_value(v);
+    }
+
+    /* logprobs: an integer for completions, a boolean plus top_logprobs
+     * for chat */
+
+    v = json_object_get(root, "logprobs");
+
+    if (in->chat) {
+        if (v && !json_is_null(v) && !json_is_boolean(v)) {
+            return api_bad(req, "logprobs", "logprobs must be a boolean");
+        }
+
+        e = json_object_get(root, "top_logprobs");
+
+        if (e && !json_is_null(e) && !(v && json_is_true(v))) {
+            return api_bad(req, "top_logprobs",
+                           "top_logprobs needs logprobs: true");
+        }
+
+        if (v && json_is_true(v)) {
+            req->logprobs = 0;
+
+            if (e && !json_is_null(e)) {
+                if (!json_is_integer(e) || json_integer_value(e) < 0
+                    || json_integer_value(e) > NALAR_API_MAX_LOGPROBS)
+                {
+                    return api_bad(req, "top_logprobs", "top_logprobs must "
+                                   "be an integer from 0 to 20");
+                }
+
+                req->logprobs = (int) json_integer_value(e);
+            }
+        }
+
+    } else if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0
+            || json_integer_value(v) > 5)
+        {
+            return api_bad(req, "logprobs", "logprobs must be an integer "
+                           "from 0 to 5");
+        }
+
+        req->logprobs = (int) json_integer_value(v);
+    }
+
+    p->sampling.n_logprobs = req->logprobs > 0 ? (int32_t) req->logprobs : 0;
+    p->logprobs = (req->logprobs >= 0);
+
+    /* stop: a string or up to 4 strings */
+
+    v = json_object_get(root, "stop");
+
+    if (v && !json_is_null(v)) {
+        if (json_is_string(v)) {
+            n = 1;
+
+        } else if (json_is_array(v)
+                   && json_array_size(v) <= NALAR_API_MAX_STOP)
+        {
+            n = json_array_size(v);
+
+        } else {
+            return api_bad(req, "stop", "stop must be a string or an array "
+                           "of at most %d strings", NALAR_API_MAX_STOP);
+        }
+
+        for (i = 0; i < n; i++) {
+            e = json_is_string(v) ? v : json_array_get(v, i);
+
+            if (!json_is_string(e)) {
+                return api_bad(req, "stop", "stop must be a string or an "
+                               "array of strings");
+            }
+
+            len = json_string_length(e);
+
+            if (len == 0 || strlen(json_string_value(e)) != len) {
+                return api_bad(req, "stop", "stop strings must be non-empty "
+                               "and contain no NUL");
+            }
+
+            req->stops[p->n_stop++] = json_string_value(e);
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * `prediction`: {"type": "content", "content": string or text parts}, for
+ * the engine to tokenize (see prediction_text in engine.h), dropped under
+ * `nalar_speculative off`.
+ */
+
+static int
+api_prediction(nalar_api_request *req, const nalar_api_in *in)
+{
+    int        k;
+    json_t    *v, *content, *t;
+    nalar_err  err;
+
+    v = json_object_get(req->root, "prediction");
+
+    if (v == NULL || json_is_null(v)) {
+        return 0;
+    }
+
+    content = json_object_get(v, "content");
+    t = json_object_get(v, "type");
+
+    if (!json_is_object(v)
+        || !json_is_string(t)
+        || strcmp(json_string_value(t), "content") != 0
+        || !(json_is_string(content) || json_is_array(content)))
+    {
+        return api_bad(req, "prediction", "prediction must be {\"type\": "
+                       "\"content\", \"content\": string or array of text "
+                       "parts}");
+    }
+
+    req->prediction_text = malloc((nalar_chat_n_parts(content) + 1)
+                                  * sizeof(nalar_tok_text));
+    if (req->prediction_text == NULL) {
+        return api_oom(req);
+    }
+
+    k = nalar_chat_content(content, req->prediction_text, &err);
+    if (k < 0) {
+        return api_bad(req, "prediction", "prediction.%s", err.msg);
+    }
+
+    if (in->spec_off) {
+        return 0;
+    }
+
+    req->params.prediction_text = req->prediction_text;
+    req->params.n_prediction_text = k;
+
+    return 0;
+}
+
+
+/*
+ * The prompt: `prompt` (a string, a one-element array of a string, or an
+ * array of ids) or `messages` rendered with the chat template.  Text goes
+ * to the engine as pieces, which it tokenizes on its thread, bounded by
+ * the context; an id array is counted against the context before it is
+ * copied.
+ */
+
+static int
+api_prompt(nalar_api_request *req, const nalar_api_in *in)
+{
+    int                     k, style;
+    json_t                 *v, *e, *t;
+    size_t                  i, n, n_pieces;
+    int32_t                 count;
+    nalar_err               err;
+    nalar_tok_text         *rendered;
+    nalar_request_params   *p;
+    const nalar_api_model  *m;
+
+    p = &req->params;
+    m = &in->models[req->model];
+
+    /* the model must be ready for its tokenizer */
+
+    if (m->state == 0) {
+        return api_fail(req, 503, "server_error", NULL, "model_loading",
+                        "The model `%.*s` is loading", (int) m->name_len,
+                        m->name);
+    }
+
+    if (m->state == -1) {
+        return api_fail(req, 503, "server_error", NULL, "model_failed",
+                        "The model `%.*s` failed to load: %s",
+                        (int) m->name_len, m->name, m->error);
+    }
+
+    if (m->state != 1) {
+        return api_fail(req, 503, "server_error", NULL, "model_failed",
+                        "The model `%.*s` is not available in this worker",
+                        (int) m->name_len, m->name);
+    }
+
+    /* OpenAI's predicted output: verified as speculative proposals */
+
+    if (api_prediction(req, in) != 0) {
+        return -1;
+    }
+
+    if (!in->chat) {
+        v = json_object_get(req->root, "prompt");
+
+        if (json_is_array(v) && json_array_size(v) == 1
+            && (json_is_string(json_array_get(v, 0))
+                || json_is_array(json_array_get(v, 0))))
+        {
+            v = json_array_get(v, 0);
+        }
+
+        if (json_is_string(v)) {
+            /* completions take the text literally: "<s>" is not BOS */
+
+            req->prompt_text = malloc(sizeof(nalar_tok_text));
+            if (req->prompt_text == NULL) {
+                return api_oom(req);
+            }
+
+            req->prompt_text->text = json_string_value(v);
+            req->prompt_text->len = json_string_length(v);
+            req->prompt_text->special = 0;
+
+            p->prompt_text = req->prompt_text;
+            p->n_prompt_text = 1;
+
+            return 0;
+        }
+
+        if (!json_is_array(v) || json_array_size(v) == 0) {
+            return api_bad(req, "prompt", "prompt must be a string or a "
+                           "non-empty array of token ids");
+        }
+
+        /* counted before anything is copied */
+
+        n = json_array_size(v);
+        count = n > INT32_MAX ? INT32_MAX : (int32_t) n;
+
+        if (count >= m->n_ctx) {
+            req->prompt_tokens = count;
+
+            return api_fail(req, 400, "invalid_request_error", "prompt",
+                            "context_length_exceeded",
+                            "This model's maximum context length is %d "
+                            "tokens. However, your prompt has %d tokens.",
+                            m->n_ctx, count);
+        }
+
+        req->ids = malloc(n * sizeof(int32_t));
+        if (req->ids == NULL) {
+            return api_oom(req);
+        }
+
+        for (i = 0; i < n; i++) {
+            e = json_array_get(v, i);
+
+            if (!json_is_integer(e) || json_integer_value(e) < 0
+                || json_integer_value(e) >= m->n_vocab)
+            {
+                return api_bad(req, "prompt", "prompt[%zu] is not a token id "
+                               "of this model (0..%d)", i, m->n_vocab - 1);
+            }
+
+            req->ids[i] = (int32_t) json_integer_value(e);
+        }
+
+        p->prompt = req->ids;
+        p->n_prompt = (int32_t) n;
+
+        return 0;
+    }
+
+    /* chat */
+
+    v = json_object_get(req->root, "messages");
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return api_bad(req, "messages", "messages must be a non-empty array");
+    }
+
+    n = json_array_size(v);
+
+    req->msgs = calloc(n, sizeof(nalar_chat_msg));
+    if (req->msgs == NULL) {
+        return api_oom(req);
+    }
+
+    for (i = 0; i < n; i++) {
+        e = json_array_get(v, i);
+        t = json_object_get(e, "role");
+
+        if (!json_is_object(e) || !json_is_string(t)) {
+            return api_bad(req, "messages", "messages[%zu] must be an object "
+                           "with a string role", i);
+        }
+
+        req->msgs[i].role = json_string_value(t);
+        req->msgs[i].role_len = json_string_length(t);
+
+        t = json_object_get(e, "content");
+
+        rendered = malloc((nalar_chat_n_parts(t) + 1)
+                          * sizeof(nalar_tok_text));
+        if (rendered == NULL) {
+            return api_oom(req);
+        }
+
+        /* owned by the message from here on */
+        req->msgs[i].parts = rendered;
+        req->msgs[i].n_parts = 0;
+
+        k = nalar_chat_content(t, rendered, &err);
+        if (k < 0) {
+            return api_bad(req, "messages", "messages[%zu].%s", i, err.msg);
+        }
+
+        req->msgs[i].n_parts = (size_t) k;
+    }
+
+    /* the template: the location's override, else the model's own */
+
+    style = in->chat_style != NALAR_CHAT_AUTO ? in->chat_style
+                                              : m->chat_style;
+
+    rendered = nalar_chat_render((nalar_chat_style) style, req->msgs, n,
+                                 &n_pieces, &err);
+    if (rendered == NULL) {
+        return api_bad(req, "messages", "%s", err.msg);
+    }
+
+    req->prompt_text = rendered;
+
+    p->prompt_text = rendered;
+    p->n_prompt_text = (int32_t) n_pieces;
+    p->prompt_param = "messages";
+
+    /* the end-of-turn marker stops generation even where the vocabulary
+     * has no single token for it */
+
+    req->stops[p->n_stop++] = nalar_chat_stop((nalar_chat_style) style);
+
+    return 0;
+}
+
+
+int
+nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
+                nalar_api_request *req)
+{
+    json_error_t  jerr;
+
+    memset(req, 0, sizeof(*req));
+    req->model = -1;
+    req->logprobs = -1;
+    req->n = 1;
+    nalar_sampling_default(&req->params.sampling);
+    req->params.stop = req->stops;
+
+    req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (req->root == NULL || !json_is_object(req->root)) {
+        return api_fail(req, 400, "invalid_request_error", NULL,
+                        "invalid_json", "We could not parse the JSON body of "
+                        "your request: %s (line %d, column %d)",
+                        req->root ? "not a JSON object" : jerr.text,
+                        jerr.line, jerr.column);
+    }
+
+    if (api_fields(req, in) != 0) {
+        return -1;
+    }
+
+    return api_prompt(req, in);
+}
+
+
+void
+nalar_api_request_free(nalar_api_request *req)
+{
+    size_t  i, n;
+
+    if (req->msgs) {
+        n = json_array_size(json_object_get(req->root, "messages"));
+
+        for (i = 0; i < n; i++) {
+            free((void *) req->msgs[i].parts);
+        }
+
+        free(req->msgs);
+    }
+
+    free(req->prompt_text);
+    free(req->prediction_text);
+    free(req->ids);
+    json_decref(req->root);
+
+    memset(req, 0, sizeof(*req));
+    req->model = -1;
+}

@@ -1,0 +1,99 @@
+/*
+ * The request: an OpenAI completions or chat completions body (JSON
+ * bytes) becomes the engine's nalar_request_params and what the response
+ * needs (n, stream, logprobs), or an OpenAI-shaped error (status, type,
+ * param, code, message).
+ *
+ * This file owns the body's fields and their rules; it knows nothing of
+ * nginx or of a running engine.  What it must know of the models comes in
+ * as a snapshot (nalar_api_model), so a parse may run on any thread: the
+ * module runs it off the event loop for a large body, since its work grows
+ * with the body (the JSON parse, walks over messages, token ids, stop
+ * strings).  Everything a parse makes hangs off its nalar_api_request and
+ * is freed by nalar_api_request_free, on any thread.
+ */
+#ifndef NGX_NALAR_REQUEST_H
+#define NGX_NALAR_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "engine.h"
+#include "ngx_nalar_chat.h"
+
+#define NALAR_API_MAX_N         16      /* choices per request */
+#define NALAR_API_MAX_STOP      4       /* user stop strings, as OpenAI */
+#define NALAR_API_MAX_LOGPROBS  20
+
+/* what a parse knows of a configured model */
+typedef struct {
+    const char  *name;
+    size_t       name_len;
+    int          state;         /* 1 ready, 0 loading, -1 failed to load,
+                                   -2 not started in this worker */
+    char         error[256];    /* why it failed (state -1) */
+    int32_t      n_vocab;       /* once ready */
+    int32_t      n_ctx;
+    int          chat_style;    /* its template's style, once ready */
+} nalar_api_model;
+
+typedef struct {
+    int                    chat;        /* 1: chat completions */
+    const nalar_api_model *models;      /* the first is the default */
+    size_t                 n_models;
+    int                    chat_style;  /* the location's; NALAR_CHAT_AUTO:
+                                           the model's */
+    int                    spec_off;    /* a prediction is checked, then
+                                           dropped */
+    uint64_t               seed;        /* when the body names none */
+} nalar_api_in;
+
+typedef struct {
+    int          status;        /* HTTP; 0: no error */
+    const char  *type;          /* static strings */
+    const char  *param;
+    const char  *code;
+    char         message[1024];
+} nalar_api_error;
+
+typedef struct {
+    /* the prompt's and prediction's text, and the stop strings, point
+     * into the JSON and the arrays below (nalar_request_create copies
+     * them); the location's speculation and the cache scope are the
+     * caller's to fill */
+    nalar_request_params  params;
+
+    int                   model;        /* index in models; -1: none */
+    int                   n;            /* choices */
+    int                   logprobs;     /* top-N, or -1: off */
+    unsigned              stream:1;
+    unsigned              include_usage:1;
+    unsigned              token_ids:1;  /* logprobs tokens as ids */
+    int32_t               prompt_tokens;    /* counted where a prompt of
+                                               ids was refused as too long */
+    nalar_api_error       err;
+
+    /* owned */
+    json_t               *root;
+    nalar_tok_text       *prompt_text;
+    nalar_tok_text       *prediction_text;
+    nalar_chat_msg       *msgs;
+    int32_t              *ids;
+    const char           *stops[NALAR_API_MAX_STOP + 1];
+} nalar_api_request;
+
+/*
+ * Parses `body` (len bytes) into *req (which it initialises).  0, or -1
+ * with req->err: a status of 503 (code model_loading or model_failed)
+ * says the model was not ready in the snapshot; a 400 with code
+ * context_length_exceeded for an id array counted req->prompt_tokens ids,
+ * which the caller may check against the engine for its own message.
+ * Either way the request is freed with nalar_api_request_free.
+ */
+int nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
+                    nalar_api_request *req);
+void nalar_api_request_free(nalar_api_request *req);
+
+#endif
