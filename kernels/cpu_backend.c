@@ -77,7 +77,8 @@ typedef struct {
     float         *hu;           /* (cap_tok, ffn) up */
     float         *rope_cos;     /* (cap_tok, head_dim / 2) */
     float         *rope_sin;     /* (cap_tok, head_dim / 2) */
-    float         *inv_freq;     /* (head_dim / 2) base^(-2i/head_dim) */
+    float         *inv_freq;     /* (head_dim / 2) base^(-2i/head_dim)
+                                    / rope_freqs[i] */
     float         *scores;       /* (n_threads, QTILE, scores_cap) */
     int32_t        scores_cap;   /* per query row */
     int32_t       *logit_rows;   /* (cap_tok) batch index of each logit */
@@ -1433,6 +1434,9 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     for (int i = 0; i < c->head_dim / 2; i++) {
         be->inv_freq[i] = powf(c->rope_base,
                                -2.0f * (float) i / (float) c->head_dim);
+        if (m->rope_freqs != NULL) {
+            be->inv_freq[i] /= m->rope_freqs[i];
+        }
     }
     /* a draft (the backend that borrows the target's pool) holds its
      * weights narrowed (nalar_cpu_mat_init): it only proposes, so a

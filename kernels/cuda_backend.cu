@@ -874,6 +874,9 @@ create_common(nalar_model *m, int device, int32_t gemv_max, nalar_err *err)
     /* the CPU backend's table, bit for bit */
     for (int i = 0; i < c->head_dim / 2; i++) {
         inv[i] = powf(c->rope_base, -2.0f * (float) i / (float) c->head_dim);
+        if (m->rope_freqs != NULL) {
+            inv[i] /= m->rope_freqs[i];
+        }
     }
     if (upload_f32(be, inv, c->head_dim / 2, &be->inv_freq, err) != 0) {
         free(inv);

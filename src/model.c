@@ -3,6 +3,7 @@
  * tensor's shape and type against it, and carve the weights out of the
  * mapping.  Nothing is copied except norm vectors stored in half precision.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,9 +204,10 @@ bind_weights(nalar_model *m, int widen, nalar_err *err)
     char     name[96];
 
     if (widen) {
-        /* upper bound: every norm and bias vector */
+        /* upper bound: every norm, bias and factor vector */
         size_t n = (size_t) c->dim * (2 * (size_t) c->n_layers + 1)
-                   + (size_t) c->n_layers * (size_t) (q_dim + 2 * kv_dim);
+                   + (size_t) c->n_layers * (size_t) (q_dim + 2 * kv_dim)
+                   + (size_t) c->head_dim / 2;
         m->owned_f32 = malloc(n * sizeof(float));
         if (m->owned_f32 == NULL) {
             return nalar_fail(err, "%s: out of memory", m->path);
@@ -223,6 +225,19 @@ bind_weights(nalar_model *m, int widen, nalar_err *err)
     }
     if (m->output.data == NULL) {
         m->output = m->tok_embd;  /* tied embeddings */
+    }
+    if (bind_vec(m, &m->rope_freqs, "rope_freqs.weight", c->head_dim / 2, 1,
+                 &off, err) != 0)
+    {
+        return -1;
+    }
+    if (m->rope_freqs != NULL) {
+        for (int32_t i = 0; i < c->head_dim / 2; i++) {
+            if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i])) {
+                return nalar_fail(err, "%s: rope_freqs.weight[%d] is %g",
+                                  m->path, i, (double) m->rope_freqs[i]);
+            }
+        }
     }
 
     m->layers = calloc((size_t) c->n_layers, sizeof(nalar_layer));

@@ -61,6 +61,8 @@ typedef struct nalar_model {
     nalar_tokenizer *tok;
     nalar_mat       tok_embd;    /* (n_vocab, dim) */
     const float    *out_norm;    /* (dim) */
+    const float    *rope_freqs;  /* (head_dim / 2) frequency factors, or
+                                    NULL (Llama 3.1 rope_freqs.weight) */
     nalar_mat       output;      /* (n_vocab, dim); = tok_embd when tied */
     nalar_layer    *layers;      /* (n_layers) */
     /* norm vectors stored as F16/BF16 in the file are widened here */

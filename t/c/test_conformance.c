@@ -38,8 +38,16 @@
 #define N_GREEDY 32
 #define EXACT_TOL 1e-4
 
-/* the files checked; each has DIR NAME.gguf and DIR NAME.ref.json */
-static const char *const files[] = { "llama-F16", "qwen2-F16" };
+/* the files checked, one row each: DIR NAME.gguf and DIR NAME.ref.json;
+ * the reference names the file's type, whose tolerance applies */
+static const char *const files[] = {
+    "llama-F16",
+    "llama3-F32",
+    "llama3-F16",
+    "llama3-BF16",
+    "llama3-Q8_0",
+    "qwen2-F16",
+};
 
 /* the kit's recommended absolute tolerance per storage type */
 static const struct { const char *type; double tol; } tols[] = {
