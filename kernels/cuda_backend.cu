@@ -800,6 +800,18 @@ check_config(const nalar_config *c, nalar_err *err)
     {
         return nalar_fail(err, "cuda backend: bad model shape");
     }
+    if (c->arch != ARCH_LLAMA && c->arch != ARCH_QWEN2
+        && c->arch != ARCH_PHI3)
+    {
+        return nalar_fail(err, "cuda backend: architecture %s is not "
+                          "supported yet (llama, qwen2, phi3)",
+                          nalar_arch_name(c->arch));
+    }
+    if (c->swa_window > 0 && c->swa_window < c->n_ctx) {
+        return nalar_fail(err, "cuda backend: a sliding window (%d) shorter "
+                          "than the context (%d) is not supported",
+                          c->swa_window, c->n_ctx);
+    }
     group = c->n_heads / c->n_kv_heads;
     if (nalar_cuda_attn_tile_q(c->head_dim, group) == 0) {
         return nalar_fail(err, "cuda backend: head_dim %d with %d query "
@@ -874,6 +886,9 @@ create_common(nalar_model *m, int device, int32_t gemv_max, nalar_err *err)
     /* the CPU backend's table, bit for bit */
     for (int i = 0; i < c->head_dim / 2; i++) {
         inv[i] = powf(c->rope_base, -2.0f * (float) i / (float) c->head_dim);
+        if (c->rope_scale != 1.0f) {
+            inv[i] *= c->rope_scale;
+        }
         if (m->rope_freqs != NULL) {
             inv[i] /= m->rope_freqs[i];
         }
@@ -1114,6 +1129,9 @@ nalar_cuda_synthetic_config(const char *name, nalar_config *c,
                           "llama3-1b, tiny)", name);
     }
     c->head_dim = c->dim / c->n_heads;
+    c->rope_scale = 1.0f;
+    c->attn_scale = 1.0f / sqrtf((float) c->head_dim);
+    c->embd_scale = 1.0f;
     return 0;
 }
 
