@@ -10,7 +10,8 @@
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
  *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
- *                  --bpe --chatml --vocab-from FILE --chat-template FILE]
+ *                  --bpe --chatml --vocab-from FILE --chat-template FILE
+ *                  --arch llama|qwen2|qwen3|gemma2|phi3 --window N]
  *                  -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
@@ -59,7 +60,9 @@ usage(void)
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
         " --chatml --vocab-from FILE\n"
-        "                 --chat-template FILE] -o FILE\n"
+        "                 --chat-template FILE --arch llama|qwen2|qwen3|gemma2"
+        "|phi3\n"
+        "                 --window N] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "  nalar spec-bench -m MODEL [--draft FILE]"
@@ -581,6 +584,8 @@ cmd_mkmodel(int argc, char **argv)
             { "--chat-template", NULL, NALAR_OPT_STR, &tmpl_path, NULL, 0 },
             { "-o", NULL, NALAR_OPT_STR, &out, NULL, 0 },
             { "--type", NULL, NALAR_OPT_STR, &type, NULL, 0 },
+            { "--arch", NULL, NALAR_OPT_STR, &o.arch, NULL, 0 },
+            { "--window", NULL, NALAR_OPT_INT, &o.window, NULL, 0 },
         };
 
         if (NALAR_OPTS_PARSE("mkmodel", argc, argv, opts) != 0) {
