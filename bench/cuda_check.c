@@ -4,6 +4,12 @@
  * backend against the CPU backend, token for token.
  *
  *   build/nalar-cuda-check [--require-gpu] [--ops-only] [--models DIR]
+ *                          [--conformance DIR]
+ *
+ * The model conformance kit's files (t/data/conformance) run teacher-forced
+ * on the CUDA backend with FP32 activations: the logits at the reference's
+ * top-16 ids of every position must be within the kit's tolerance for the
+ * file's type, and the greedy ids equal the CPU backend's.
  *
  * Outputs are poisoned (all bits set: NaN) before every run, so an element
  * a kernel forgets to write fails the check.  Errors are normalised:
@@ -21,9 +27,11 @@
 #include <string.h>
 
 #include <cuda_runtime_api.h>
+#include <jansson.h>
 
 #include "act.cuh"
 #include "attention.cuh"
+#include "backend.h"
 #include "common.cuh"
 #include "cuda_backend.h"
 #include "cuda_plan.h"
@@ -1432,11 +1440,139 @@ check_greedy(const char *dir, const char *file, int strict,
 }
 
 
+/* the kit's files and their types' tolerances */
+static const struct { const char *file; double tol; } conf_files[] = {
+    { "llama-F16", 0.027 }, { "llama3-F32", 0.015 }, { "llama3-F16", 0.027 },
+    { "llama3-BF16", 0.083 }, { "llama3-Q8_0", 0.25 }, { "qwen2-F16", 0.027 },
+    { "qwen3-F16", 0.027 }, { "gemma2-F16", 0.027 }, { "phi3-F16", 0.027 },
+};
+
+
+/* One file's three 64-position sequences on the CUDA backend, one pass
+ * each; the largest |logit - reference| at the reference's top-16 ids
+ * (INFINITY when something fails) */
+static double
+conformance_err(const char *dir, const char *base)
+{
+    char               path[1024];
+    json_t            *ref, *seqs, *tch;
+    json_error_t       jerr;
+    nalar_model       *m;
+    nalar_backend     *be = NULL;
+    nalar_backend_opts bo;
+    nalar_kv_pool      kv;
+    nalar_err          err;
+    float             *logits = NULL;
+    double             worst = 0;
+    int32_t            V;
+
+    snprintf(path, sizeof(path), "%s/%s.ref.json", dir, base);
+    ref = json_load_file(path, 0, &jerr);
+    snprintf(path, sizeof(path), "%s/%s.gguf", dir, base);
+    m = ref != NULL ? nalar_model_load(path, &err) : NULL;
+    if (m == NULL) {
+        printf("#    %s: %s\n", base, ref == NULL ? jerr.text : err.msg);
+        json_decref(ref);
+        return INFINITY;
+    }
+    memset(&bo, 0, sizeof(bo));
+    memset(&kv, 0, sizeof(kv));
+    bo.name = "cuda";
+    bo.gemv_max = 1000000;                 /* FP32 activations */
+    V = m->cfg.n_vocab;
+    seqs = json_object_get(ref, "sequences");
+    tch = json_object_get(ref, "teacher");
+    be = nalar_backend_create(m, &bo, &err);
+    logits = malloc((size_t) 64 * V * sizeof(float));
+    if (be == NULL || logits == NULL
+        || nalar_kv_pool_init(&kv, 4, m->cfg.n_layers,
+                              m->cfg.n_kv_heads * m->cfg.head_dim, &err) != 0
+        || be->kv_alloc(be, &kv, &err) != 0)
+    {
+        printf("#    %s: %s\n", base, err.msg);
+        worst = INFINITY;
+    }
+    for (size_t s = 0; worst < INFINITY && s < json_array_size(seqs); s++) {
+        json_t       *ids = json_object_get(json_array_get(seqs, s), "ids");
+        json_t       *ti = json_object_get(json_array_get(tch, s), "top_ids");
+        json_t       *tl = json_object_get(json_array_get(tch, s),
+                                           "top_logits");
+        int32_t       tok[64], pos[64];
+        int8_t        want[64];
+        nalar_seq_kv *seq[64], sq;
+        nalar_batch   b;
+
+        nalar_seq_kv_init(&sq);
+        if (json_array_size(ids) != 64 || nalar_seq_kv_reserve(&kv, &sq, 64))
+        {
+            worst = INFINITY;
+            break;
+        }
+        for (int i = 0; i < 64; i++) {
+            tok[i] = (int32_t) json_integer_value(json_array_get(ids, i));
+            pos[i] = i;
+            want[i] = 1;
+            seq[i] = &sq;
+        }
+        b.n_tokens = 64;
+        b.tokens = tok;
+        b.pos = pos;
+        b.seq = seq;
+        b.want_logits = want;
+        b.n_logits = 64;
+        if (be->forward(be, &kv, &b, logits, &err) != 0) {
+            printf("#    %s: %s\n", base, err.msg);
+            worst = INFINITY;
+        }
+        for (int p = 0; worst < INFINITY && p < 64; p++) {
+            for (int k = 0; k < 16; k++) {
+                json_int_t id = json_integer_value(
+                    json_array_get(json_array_get(ti, p), k));
+                double     want_l = json_number_value(
+                    json_array_get(json_array_get(tl, p), k));
+                double     e = id >= 0 && id < V
+                               ? fabs(logits[(size_t) p * V + id] - want_l)
+                               : INFINITY;
+
+                worst = e <= worst ? worst : (isnan(e) ? INFINITY : e);
+            }
+        }
+        nalar_seq_kv_release(&kv, &sq);
+    }
+    if (kv.k != NULL) {
+        be->kv_free(be, &kv);
+    }
+    nalar_kv_pool_free(&kv);
+    if (be != NULL) {
+        be->destroy(be);
+    }
+    free(logits);
+    nalar_model_destroy(m);
+    json_decref(ref);
+    return worst;
+}
+
+
+static void
+check_conformance(const char *dir)
+{
+    for (size_t i = 0; i < sizeof(conf_files) / sizeof(conf_files[0]); i++)
+    {
+        char gguf[256];
+
+        report("conformance", conf_files[i].file,
+               conformance_err(dir, conf_files[i].file), conf_files[i].tol);
+        snprintf(gguf, sizeof(gguf), "%s.gguf", conf_files[i].file);
+        check_greedy(dir, gguf, 1, 1000000);
+    }
+}
+
+
 int
 main(int argc, char **argv)
 {
     int         require = 0, ops = 1, models = 1, n_dev;
-    const char *dir = "models";
+    const char *dir = "models", *conf = "t/data/conformance";
     nalar_err   err;
 
     for (int i = 1; i < argc; i++) {
@@ -1448,9 +1584,12 @@ main(int argc, char **argv)
             ops = 0;
         } else if (strcmp(argv[i], "--models") == 0 && i + 1 < argc) {
             dir = argv[++i];
+        } else if (strcmp(argv[i], "--conformance") == 0 && i + 1 < argc) {
+            conf = argv[++i];
         } else {
             fprintf(stderr, "usage: nalar-cuda-check [--require-gpu] "
-                    "[--ops-only|--models-only] [--models DIR]\n");
+                    "[--ops-only|--models-only] [--models DIR] "
+                    "[--conformance DIR]\n");
             return 2;
         }
     }
@@ -1485,6 +1624,7 @@ main(int argc, char **argv)
         /* ... and FP32 activations throughout: must match exactly */
         check_greedy(dir, "nalar-kjv-target-f32.gguf", 1, 1000000);
         check_greedy(dir, "nalar-kjv-target-f16.gguf", 1, 1000000);
+        check_conformance(conf);
     }
     nalar_cuda_ctx_free(&C);
     printf("nalar-cuda-check: %d passed, %d failed\n", n_pass, n_fail);

@@ -31,6 +31,41 @@ swiglu_kernel(float *g, const float *u, int64_t ld, int32_t n_tok, int32_t n)
 
 
 static __global__ void
+geglu_kernel(float *g, const float *u, int64_t ld, int32_t n_tok, int32_t n)
+{
+    int64_t total = (int64_t) n_tok * n;
+
+    for (int64_t k = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+         k < total; k += (int64_t) gridDim.x * blockDim.x)
+    {
+        int64_t t = k / n, i = k % n;
+        float   x = g[t * ld + i];
+
+        /* the CPU's expression */
+        g[t * ld + i] = 0.5f * x * (1.0f + tanhf(0.7978845608f
+                                                 * (x + 0.044715f * x * x
+                                                        * x)))
+                        * u[t * ld + i];
+    }
+}
+
+
+static __global__ void
+map_kernel(float *y, int64_t ld, int32_t n_tok, int32_t n, int op, float a)
+{
+    int64_t total = (int64_t) n_tok * n;
+
+    for (int64_t k = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+         k < total; k += (int64_t) gridDim.x * blockDim.x)
+    {
+        float *p = y + (k / n) * ld + k % n;
+
+        *p = op == 0 ? a * *p : a * tanhf(*p / a);
+    }
+}
+
+
+static __global__ void
 add_bias_kernel(float *y, int64_t ld, int32_t n_tok, const float *bias,
                 int32_t n)
 {
@@ -88,6 +123,44 @@ nalar_cuda_swiglu(nalar_cuda_ctx *c, float *g, const float *u, int64_t ld,
     }
     swiglu_kernel<<<grid_for(c, (int64_t) n_tok * n), 256, 0, c->stream>>>(
         g, u, ld, n_tok, n);
+    CUDA_CHECK_LAUNCH(err);
+    return 0;
+}
+
+
+int
+nalar_cuda_geglu(nalar_cuda_ctx *c, float *g, const float *u, int64_t ld,
+                 int32_t n_tok, int32_t n, nalar_err *err)
+{
+    if (n_tok == 0) {
+        return 0;
+    }
+    if (g == NULL || u == NULL || n_tok < 0 || n <= 0 || ld < n) {
+        return nalar_fail(err, "cuda geglu: bad arguments (n_tok %d, n %d, "
+                          "ld %lld)", n_tok, n, (long long) ld);
+    }
+    geglu_kernel<<<grid_for(c, (int64_t) n_tok * n), 256, 0, c->stream>>>(
+        g, u, ld, n_tok, n);
+    CUDA_CHECK_LAUNCH(err);
+    return 0;
+}
+
+
+int
+nalar_cuda_map(nalar_cuda_ctx *c, float *y, int64_t ld, int32_t n_tok,
+               int32_t n, int op, float a, nalar_err *err)
+{
+    if (n_tok == 0) {
+        return 0;
+    }
+    if (y == NULL || n_tok < 0 || n <= 0 || ld < n || (op != 0 && op != 1)
+        || (op == 1 && !(a > 0.0f)))
+    {
+        return nalar_fail(err, "cuda map: bad arguments (n_tok %d, n %d, op "
+                          "%d)", n_tok, n, op);
+    }
+    map_kernel<<<grid_for(c, (int64_t) n_tok * n), 256, 0, c->stream>>>(
+        y, ld, n_tok, n, op, a);
     CUDA_CHECK_LAUNCH(err);
     return 0;
 }

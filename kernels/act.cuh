@@ -4,6 +4,9 @@
  *             stride ld (the fused gate|up product: u = g + n)
  *   add_bias: y[t][i] += bias[i], i < n
  *   add:      y[t][i] += x[t][i], i < n (residual)
+ *   geglu:    g[t][i] = gelu_tanh(g[t][i]) * u[t][i], as swiglu
+ *   map:      y[t][i] = a * y[t][i] (op 0), or
+ *             a * tanh(y[t][i] / a) (op 1: soft-cap), i < n
  *   to_half:  out (n_tok, cols) F16 or BF16, dense, from x (n_tok, ldx)
  *             F32, round to nearest even (cuBLAS inputs)
  */
@@ -18,6 +21,10 @@ extern "C" {
 
 int nalar_cuda_swiglu(nalar_cuda_ctx *c, float *g, const float *u,
                       int64_t ld, int32_t n_tok, int32_t n, nalar_err *err);
+int nalar_cuda_geglu(nalar_cuda_ctx *c, float *g, const float *u,
+                     int64_t ld, int32_t n_tok, int32_t n, nalar_err *err);
+int nalar_cuda_map(nalar_cuda_ctx *c, float *y, int64_t ld, int32_t n_tok,
+                   int32_t n, int op, float a, nalar_err *err);
 int nalar_cuda_add_bias(nalar_cuda_ctx *c, float *y, int64_t ld,
                         int32_t n_tok, const float *bias, int32_t n,
                         nalar_err *err);

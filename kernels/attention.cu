@@ -70,7 +70,8 @@ attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
                    int32_t kv_dim, int32_t layer, const int32_t *pos,
                    const int32_t *tbl_off, const int32_t *tables,
                    int32_t n_heads, int32_t group, int32_t n_chunks,
-                   int32_t n_splits, float *part, float scale)
+                   int32_t n_splits, float *part, float scale, float softcap,
+                   int32_t window)
 {
     constexpr int E = att_lanes<HD>::E, LP = att_lanes<HD>::LP;
     constexpr int PW = att_lanes<HD>::PW, NS = ATT_WARPS * PW;
@@ -88,6 +89,8 @@ attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
     int32_t chunk = ((n + n_splits - 1) / n_splits + NALAR_KV_BLOCK - 1)
                     / NALAR_KV_BLOCK * NALAR_KV_BLOCK;
     int32_t j0 = s * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+    /* the first position in the sliding window */
+    int32_t jlo = window > 0 && n > window ? n - window : 0;
     int64_t blk_stride = (int64_t) n_layers * NALAR_KV_BLOCK * kv_dim;
     int64_t col = (int64_t) layer * NALAR_KV_BLOCK * kv_dim
                   + (int64_t) g * HD + li * E;
@@ -121,7 +124,7 @@ attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
         for (int u = 0; u < ATT_U; u++) {
             int32_t j = base + u * PW + sub;
 
-            okd[u] = j < j1;
+            okd[u] = j < j1 && j >= jlo;
             if (okd[u]) {
                 int64_t off = tbl[j / NALAR_KV_BLOCK] * blk_stride + col
                               + (int64_t) (j % NALAR_KV_BLOCK) * kv_dim;
@@ -174,6 +177,9 @@ attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
 #pragma unroll
                 for (int x = LP / 2; x > 0; x >>= 1) {
                     d += __shfl_xor_sync(0xffffffffu, d, x);
+                }
+                if (softcap > 0.0f) {
+                    d = softcap * tanhf(d / softcap);
                 }
                 sc[u][h] = ok[u] ? d : -INFINITY;
             }
@@ -345,7 +351,8 @@ attn_tile_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
                  const float *kc, const float *vc, int32_t n_layers,
                  int32_t kv_dim, int32_t layer, const int32_t *pos,
                  const int32_t *tbl_off, const int32_t *tables,
-                 const int32_t *tiles, int32_t group, float scale)
+                 const int32_t *tiles, int32_t group, float scale,
+                 float softcap, int32_t window)
 {
     constexpr int RMAX = tile_shape<HD>::RMAX, TPR = tile_shape<HD>::TPR;
     constexpr int OPT = tile_shape<HD>::OPT, KS = HD + 1;
@@ -409,8 +416,15 @@ attn_tile_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
             for (int d = 0; d < HD; d++) {
                 sdot = fmaf(qr[d], kr[d], sdot);
             }
-            /* causal mask; slots past the sequence may hold anything */
-            Ps[idx] = jb * NALAR_KV_BLOCK + j <= rpos[rr] ? sdot : -INFINITY;
+            int32_t      kp = jb * NALAR_KV_BLOCK + j;
+
+            if (softcap > 0.0f) {
+                sdot = softcap * tanhf(sdot / softcap);
+            }
+            /* causal mask (and the sliding window); slots past the
+             * sequence may hold anything */
+            Ps[idx] = kp <= rpos[rr] && (window <= 0 || kp > rpos[rr] - window)
+                      ? sdot : -INFINITY;
         }
         __syncthreads();
         if (r < R) {
@@ -510,12 +524,14 @@ decode_launch_hd(cudaStream_t st, dim3 grid, int gc, int pf, float *out,
                  const nalar_cuda_kv *kv, int32_t layer, const int32_t *pos,
                  const int32_t *tbl_off, const int32_t *tables,
                  int32_t n_heads, int32_t group, int32_t n_chunks,
-                 int32_t n_splits, float *part, float scale)
+                 int32_t n_splits, float *part,
+                 const nalar_cuda_attn_opts *o)
 {
 #define GO(GC, PF) attn_decode_kernel<HD, GC, PF>                            \
         <<<grid, ATT_WARPS * WARP, 0, st>>>(                                  \
         out, ld_out, q, ld_q, kv->k, kv->v, kv->n_layers, kv->kv_dim, layer,  \
-        pos, tbl_off, tables, n_heads, group, n_chunks, n_splits, part, scale)
+        pos, tbl_off, tables, n_heads, group, n_chunks, n_splits, part,       \
+        o->scale, o->softcap, o->window)
 #define BY_PF(GC) do { if (pf) GO(GC, true); else GO(GC, false); } while (0)
     switch (gc) {
     case 1: BY_PF(1); break;
@@ -554,6 +570,15 @@ check_shape(const char *op, const float *out, const float *q,
 }
 
 
+static void
+default_opts(nalar_cuda_attn_opts *o, int32_t head_dim)
+{
+    o->scale = 1.0f / sqrtf((float) head_dim);
+    o->softcap = 0.0f;
+    o->window = 0;
+}
+
+
 int
 nalar_cuda_attn_decode(nalar_cuda_ctx *c, float *out, int64_t ld_out,
                        const float *q, int64_t ld_q, const nalar_cuda_kv *kv,
@@ -563,9 +588,28 @@ nalar_cuda_attn_decode(nalar_cuda_ctx *c, float *out, int64_t ld_out,
                        int32_t head_dim, int32_t n_splits, float *part,
                        nalar_err *err)
 {
+    nalar_cuda_attn_opts o;
+
+    default_opts(&o, head_dim);
+    return nalar_cuda_attn_decode_opts(c, out, ld_out, q, ld_q, kv, layer,
+                                       pos, tbl_off, tables, n_tok, n_heads,
+                                       n_kv_heads, head_dim, n_splits, part,
+                                       &o, err);
+}
+
+
+int
+nalar_cuda_attn_decode_opts(nalar_cuda_ctx *c, float *out, int64_t ld_out,
+                            const float *q, int64_t ld_q,
+                            const nalar_cuda_kv *kv, int32_t layer,
+                            const int32_t *pos, const int32_t *tbl_off,
+                            const int32_t *tables, int32_t n_tok,
+                            int32_t n_heads, int32_t n_kv_heads,
+                            int32_t head_dim, int32_t n_splits, float *part,
+                            const nalar_cuda_attn_opts *o, nalar_err *err)
+{
     int32_t group, n_chunks;
     int     gc;
-    float   scale = 1.0f / sqrtf((float) head_dim);
     float  *p;
     dim3    grid;
 
@@ -594,7 +638,7 @@ nalar_cuda_attn_decode(nalar_cuda_ctx *c, float *out, int64_t ld_out,
         decode_launch_hd<HD>(c->stream, grid, gc, c->attn_prefetch, out,    \
                              ld_out, q, ld_q, kv,                             \
                              layer, pos, tbl_off, tables, n_heads, group,     \
-                             n_chunks, n_splits, p, scale);                   \
+                             n_chunks, n_splits, p, o);                       \
         break
     HD_CASE(16);
     HD_CASE(32);
@@ -623,7 +667,7 @@ tile_launch_hd(nalar_cuda_ctx *c, dim3 grid, float *out, int64_t ld_out,
                const float *q, int64_t ld_q, const nalar_cuda_kv *kv,
                int32_t layer, const int32_t *pos, const int32_t *tbl_off,
                const int32_t *tables, const int32_t *tiles, int32_t group,
-               float scale, nalar_err *err)
+               const nalar_cuda_attn_opts *o, nalar_err *err)
 {
     size_t smem = tile_shape<HD>::SMEM;
 
@@ -633,7 +677,7 @@ tile_launch_hd(nalar_cuda_ctx *c, dim3 grid, float *out, int64_t ld_out,
                     (int) smem));
     attn_tile_kernel<HD><<<grid, ATT_WARPS * WARP, smem, c->stream>>>(
         out, ld_out, q, ld_q, kv->k, kv->v, kv->n_layers, kv->kv_dim, layer,
-        pos, tbl_off, tables, tiles, group, scale);
+        pos, tbl_off, tables, tiles, group, o->scale, o->softcap, o->window);
     CUDA_CHECK_LAUNCH(err);
     return 0;
 }
@@ -648,8 +692,27 @@ nalar_cuda_attn_prefill(nalar_cuda_ctx *c, float *out, int64_t ld_out,
                         int32_t n_tiles, int32_t n_heads, int32_t n_kv_heads,
                         int32_t head_dim, nalar_err *err)
 {
+    nalar_cuda_attn_opts o;
+
+    default_opts(&o, head_dim);
+    return nalar_cuda_attn_prefill_opts(c, out, ld_out, q, ld_q, kv, layer,
+                                        pos, tbl_off, tables, tiles, n_tiles,
+                                        n_heads, n_kv_heads, head_dim, &o,
+                                        err);
+}
+
+
+int
+nalar_cuda_attn_prefill_opts(nalar_cuda_ctx *c, float *out, int64_t ld_out,
+                             const float *q, int64_t ld_q,
+                             const nalar_cuda_kv *kv, int32_t layer,
+                             const int32_t *pos, const int32_t *tbl_off,
+                             const int32_t *tables, const int32_t *tiles,
+                             int32_t n_tiles, int32_t n_heads,
+                             int32_t n_kv_heads, int32_t head_dim,
+                             const nalar_cuda_attn_opts *o, nalar_err *err)
+{
     int32_t group;
-    float   scale = 1.0f / sqrtf((float) head_dim);
     dim3    grid;
 
     if (n_tiles == 0) {
@@ -673,23 +736,23 @@ nalar_cuda_attn_prefill(nalar_cuda_ctx *c, float *out, int64_t ld_out,
     switch (head_dim) {
     case 16:
         return tile_launch_hd<16>(c, grid, out, ld_out, q, ld_q, kv, layer,
-                                  pos, tbl_off, tables, tiles, group, scale,
+                                  pos, tbl_off, tables, tiles, group, o,
                                   err);
     case 32:
         return tile_launch_hd<32>(c, grid, out, ld_out, q, ld_q, kv, layer,
-                                  pos, tbl_off, tables, tiles, group, scale,
+                                  pos, tbl_off, tables, tiles, group, o,
                                   err);
     case 64:
         return tile_launch_hd<64>(c, grid, out, ld_out, q, ld_q, kv, layer,
-                                  pos, tbl_off, tables, tiles, group, scale,
+                                  pos, tbl_off, tables, tiles, group, o,
                                   err);
     case 128:
         return tile_launch_hd<128>(c, grid, out, ld_out, q, ld_q, kv, layer,
-                                   pos, tbl_off, tables, tiles, group, scale,
+                                   pos, tbl_off, tables, tiles, group, o,
                                    err);
     default:
         return tile_launch_hd<256>(c, grid, out, ld_out, q, ld_q, kv, layer,
-                                   pos, tbl_off, tables, tiles, group, scale,
+                                   pos, tbl_off, tables, tiles, group, o,
                                    err);
     }
 }

@@ -47,6 +47,36 @@ int nalar_cuda_attn_decode(nalar_cuda_ctx *c, float *out, int64_t ld_out,
                            int32_t head_dim, int32_t n_splits, float *part,
                            nalar_err *err);
 
+/* What a model changes in attention: score = q.k * scale, then, softcap
+ * > 0, softcap * tanh(score / softcap); window > 0: the token at pos sees
+ * positions pos - window < j <= pos only.  The functions without _opts
+ * use scale 1 / sqrt(head_dim), no cap and no window. */
+typedef struct {
+    float   scale;
+    float   softcap;
+    int32_t window;
+} nalar_cuda_attn_opts;
+
+int nalar_cuda_attn_decode_opts(nalar_cuda_ctx *c, float *out, int64_t ld_out,
+                                const float *q, int64_t ld_q,
+                                const nalar_cuda_kv *kv, int32_t layer,
+                                const int32_t *pos, const int32_t *tbl_off,
+                                const int32_t *tables, int32_t n_tok,
+                                int32_t n_heads, int32_t n_kv_heads,
+                                int32_t head_dim, int32_t n_splits,
+                                float *part, const nalar_cuda_attn_opts *o,
+                                nalar_err *err);
+
+int nalar_cuda_attn_prefill_opts(nalar_cuda_ctx *c, float *out,
+                                 int64_t ld_out, const float *q, int64_t ld_q,
+                                 const nalar_cuda_kv *kv, int32_t layer,
+                                 const int32_t *pos, const int32_t *tbl_off,
+                                 const int32_t *tables, const int32_t *tiles,
+                                 int32_t n_tiles, int32_t n_heads,
+                                 int32_t n_kv_heads, int32_t head_dim,
+                                 const nalar_cuda_attn_opts *o,
+                                 nalar_err *err);
+
 int nalar_cuda_attn_prefill(nalar_cuda_ctx *c, float *out, int64_t ld_out,
                             const float *q, int64_t ld_q,
                             const nalar_cuda_kv *kv, int32_t layer,

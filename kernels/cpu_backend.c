@@ -75,9 +75,12 @@ typedef struct {
     float         *att;          /* (cap_tok, q_dim) attention output */
     float         *hg;           /* (cap_tok, ffn) gate, then silu(g) * u */
     float         *hu;           /* (cap_tok, ffn) up */
+    float         *y;            /* (cap_tok, dim) a layer's attention or
+                                    FFN output before its post-norm */
     float         *rope_cos;     /* (cap_tok, head_dim / 2) */
     float         *rope_sin;     /* (cap_tok, head_dim / 2) */
-    float         *inv_freq;     /* (head_dim / 2) base^(-2i/head_dim) */
+    float         *inv_freq;     /* (head_dim / 2) base^(-2i/head_dim)
+                                    * rope_scale / rope_freqs[i] */
     float         *scores;       /* (n_threads, QTILE, scores_cap) */
     int32_t        scores_cap;   /* per query row */
     int32_t       *logit_rows;   /* (cap_tok) batch index of each logit */
@@ -267,10 +270,12 @@ max_lanes(const float *x, int32_t n)
 #define QTILE 8    /* rows of a tile at most (tile_rows_max) */
 
 typedef struct {
+    float        scale;        /* score = q.k * scale */
     const float *q[QTILE];     /* (hd) query rows */
     float       *out[QTILE];   /* (hd) output rows */
     float       *sc[QTILE];    /* (scores_cap) scores, then weights */
     int32_t      n[QTILE];     /* positions each row attends to */
+    int32_t      lo[QTILE];    /* the first of them in the window */
     int32_t      n_min, n_max;
 } tile_rows;
 
@@ -279,7 +284,7 @@ static ALWAYS_INLINE void
 tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
             const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q)
 {
-    float scale = 1.0f / sqrtf((float) hd);
+    float scale = r->scale;
 
     for (int32_t j0 = 0; j0 < r->n_max; j0 += NALAR_KV_BLOCK) {
         int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
@@ -496,9 +501,12 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     int                 Q = tl->n * nh;
     int64_t             col = (int64_t) g * hd;
     const nalar_seq_kv *s = bt->seq[tl->t0];
+    int32_t             window = nalar_layer_window(c, layer);
+    float               cap = c->attn_softcap;
     tile_rows           r;
     float               inv[QTILE];
 
+    r.scale = c->attn_scale;
     r.n_min = bt->pos[tl->t0] + 1;
     r.n_max = bt->pos[tl->t0 + tl->n - 1] + 1;
     for (int i = 0; i < Q; i++) {
@@ -508,6 +516,7 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
         r.out[i] = be->att + (int64_t) t * be->q_dim + (int64_t) h * hd;
         r.sc[i] = sc0 + (int64_t) i * be->scores_cap;
         r.n[i] = bt->pos[t] + 1;
+        r.lo[i] = window > 0 && r.n[i] > window ? r.n[i] - window : 0;
     }
     switch (Q) {
     case 1: tile_scores(&r, be->kv, s, layer, col, hd, 1); break;
@@ -519,15 +528,27 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
     case 7: tile_scores(&r, be->kv, s, layer, col, hd, 7); break;
     default: tile_scores(&r, be->kv, s, layer, col, hd, 8); break;
     }
-    /* per row: softmax over its own positions (scores - max <= 0: the
-     * branch-free exp, vectorised); 1 / sum scales the output */
+    /* per row: soft-capped scores (gemma2), then softmax over its own
+     * positions in the window (scores - max <= 0: the branch-free exp,
+     * vectorised), weight 0 before the window; 1 / sum scales the output */
     for (int i = 0; i < Q; i++) {
-        float mx = max_lanes(r.sc[i], r.n[i]);
+        float   *sc = r.sc[i];
+        int32_t  lo = r.lo[i];
+        float    mx;
 
-        for (int32_t j = 0; j < r.n[i]; j++) {
-            r.sc[i][j] = nalar_exp_neg(r.sc[i][j] - mx);
+        if (cap > 0) {
+            for (int32_t j = lo; j < r.n[i]; j++) {
+                sc[j] = cap * tanhf(sc[j] / cap);
+            }
         }
-        inv[i] = 1.0f / sum_lanes(r.sc[i], r.n[i]);
+        mx = max_lanes(sc + lo, r.n[i] - lo);
+        for (int32_t j = 0; j < lo; j++) {
+            sc[j] = 0;
+        }
+        for (int32_t j = lo; j < r.n[i]; j++) {
+            sc[j] = nalar_exp_neg(sc[j] - mx);
+        }
+        inv[i] = 1.0f / sum_lanes(sc, r.n[i]);
     }
     switch (Q) {
     case 1: tile_values(&r, inv, be->kv, s, layer, col, hd, 1); break;
@@ -626,6 +647,10 @@ finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t t0,
 
                 for (int i = 0; i < hd; i++) x[i] += bias[i];
             }
+            if (L->q_norm != NULL && h0 < qd + kd) {
+                rmsnorm(x, x, h0 < qd ? L->q_norm : L->k_norm, hd,
+                        c->norm_eps);
+            }
             if (h0 < qd + kd) {
                 rope_head(x, cs, sn, hd, c->rope_neox);
             }
@@ -668,6 +693,11 @@ embed(cpu_backend *be, int64_t t0, int64_t t1)
 
     for (int64_t t = t0; t < t1; t++) {
         nalar_cpu_get_row(&m->tok_embd, be->batch->tokens[t], be->x + t * dim);
+        if (m->cfg.embd_scale != 1.0f) {
+            for (int i = 0; i < dim; i++) {
+                be->x[t * dim + i] *= m->cfg.embd_scale;
+            }
+        }
         for (int i = 0; i < hd / 2; i++) {
             float theta = (float) be->batch->pos[t] * be->inv_freq[i];
 
@@ -678,7 +708,8 @@ embed(cpu_backend *be, int64_t t0, int64_t t1)
 }
 
 
-/* hg = silu(hg) * hu for tokens [t0, t1), rows [lo, hi) */
+/* hg = silu(hg) * hu (or gelu(hg) * hu) for tokens [t0, t1), rows
+ * [lo, hi) */
 static void
 swiglu(cpu_backend *be, int64_t t0, int64_t t1, int64_t lo, int64_t hi)
 {
@@ -688,6 +719,18 @@ swiglu(cpu_backend *be, int64_t t0, int64_t t1, int64_t lo, int64_t hi)
         float *g = be->hg + t * ffn;
         float *u = be->hu + t * ffn;
 
+        if (be->m->cfg.ffn_gelu) {
+            /* GELU, tanh form */
+            for (int64_t i = lo; i < hi; i++) {
+                float x = g[i];
+
+                g[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f
+                                                * (x + 0.044715f * x * x
+                                                       * x))) * u[i];
+            }
+            continue;
+        }
+
         /* silu(g) = g * sigmoid(g), sigmoid from e = exp(-|g|) (the
          * branch-free exp, so the loop vectorises) */
         for (int64_t i = lo; i < hi; i++) {
@@ -695,6 +738,44 @@ swiglu(cpu_backend *be, int64_t t0, int64_t t1, int64_t lo, int64_t hi)
             float sg = (g[i] >= 0 ? 1.0f : e) / (1.0f + e);
 
             g[i] = g[i] * sg * u[i];
+        }
+    }
+}
+
+
+/* x += rmsnorm(y) * w for tokens [t0, t1) (gemma2's post-norms) */
+static void
+post_norm_add(cpu_backend *be, const float *w, int64_t t0, int64_t t1)
+{
+    int   dim = be->m->cfg.dim;
+    float eps = be->m->cfg.norm_eps;
+
+    for (int64_t t = t0; t < t1; t++) {
+        float *y = be->y + t * dim, *x = be->x + t * dim;
+
+        rmsnorm(y, y, w, dim, eps);
+        for (int i = 0; i < dim; i++) {
+            x[i] += y[i];
+        }
+    }
+}
+
+
+/* logits [lo, hi) of rows [r0, r1) soft-capped (gemma2) */
+static void
+final_softcap(cpu_backend *be, int64_t r0, int64_t r1, int64_t lo, int64_t hi)
+{
+    float   cap = be->m->cfg.final_softcap;
+    int64_t V = be->m->cfg.n_vocab;
+
+    if (cap <= 0) {
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        float *z = be->logits + r * V;
+
+        for (int64_t i = lo; i < hi; i++) {
+            z[i] = cap * tanhf(z[i] / cap);
         }
     }
 }
@@ -779,13 +860,19 @@ forward_worker(void *arg, int tid, int nth)
         attention(be, l, tid, lo, hi, 0);
         barrier(pool, nth);
 
-        /* x += att Wo^T */
+        /* x += att Wo^T (gemma2: x += rmsnorm(att Wo^T) * post norm) */
         split(dim, tid, nth, 16, &lo, &hi);
         if (lo < hi) {
-            nalar_cpu_matmul(&W->wo, be->att, T, be->q_dim, be->x, dim, lo,
-                             hi, 1);
+            nalar_cpu_matmul(&W->wo, be->att, T, be->q_dim,
+                             L->post_attn_norm ? be->y : be->x, dim, lo,
+                             hi, L->post_attn_norm == NULL);
         }
         barrier(pool, nth);
+        if (L->post_attn_norm != NULL) {
+            split(T, tid, nth, 1, &t0, &t1);
+            post_norm_add(be, L->post_attn_norm, t0, t1);
+            barrier(pool, nth);
+        }
 
         for (int t = 0; t < T; t++) {
             rmsnorm(xb + (int64_t) t * dim, be->x + (int64_t) t * dim,
@@ -804,13 +891,19 @@ forward_worker(void *arg, int tid, int nth)
         }
         barrier(pool, nth);
 
-        /* x += h Wd^T */
+        /* x += h Wd^T (gemma2: post-normed, as above) */
         split(dim, tid, nth, 16, &lo, &hi);
         if (lo < hi) {
-            nalar_cpu_matmul(&W->w_down, be->hg, T, c->ffn_dim, be->x, dim,
-                             lo, hi, 1);
+            nalar_cpu_matmul(&W->w_down, be->hg, T, c->ffn_dim,
+                             L->post_ffn_norm ? be->y : be->x, dim, lo, hi,
+                             L->post_ffn_norm == NULL);
         }
         barrier(pool, nth);
+        if (L->post_ffn_norm != NULL) {
+            split(T, tid, nth, 1, &t0, &t1);
+            post_norm_add(be, L->post_ffn_norm, t0, t1);
+            barrier(pool, nth);
+        }
     }
 
     /* final norm of the rows that want logits, then the output head */
@@ -824,6 +917,7 @@ forward_worker(void *arg, int tid, int nth)
     if (lo < hi) {
         nalar_cpu_matmul(&be->output, xb, bt->n_logits, dim, be->logits,
                          c->n_vocab, lo, hi, 0);
+        final_softcap(be, 0, bt->n_logits, lo, hi);
     }
 }
 
@@ -879,8 +973,14 @@ forward_tokens(void *arg, int tid, int nth)
         if (n == 0) {
             continue;
         }
-        nalar_cpu_matmul(&W->wo, be->att + t0 * qd, n, (int) qd,
-                         be->x + t0 * dim, dim, 0, dim, 1);
+        if (L->post_attn_norm != NULL) {
+            nalar_cpu_matmul(&W->wo, be->att + t0 * qd, n, (int) qd,
+                             be->y + t0 * dim, dim, 0, dim, 0);
+            post_norm_add(be, L->post_attn_norm, t0, t1);
+        } else {
+            nalar_cpu_matmul(&W->wo, be->att + t0 * qd, n, (int) qd,
+                             be->x + t0 * dim, dim, 0, dim, 1);
+        }
         for (int64_t t = t0; t < t1; t++) {
             rmsnorm(xb + (t - t0) * dim, be->x + t * dim, L->ffn_norm, dim,
                     c->norm_eps);
@@ -890,8 +990,14 @@ forward_tokens(void *arg, int tid, int nth)
         nalar_cpu_matmul(&W->w_up, xb, n, dim, be->hu + t0 * ffn, ffn, 0,
                          ffn, 0);
         swiglu(be, t0, t1, 0, ffn);
-        nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
-                         be->x + t0 * dim, dim, 0, dim, 1);
+        if (L->post_ffn_norm != NULL) {
+            nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
+                             be->y + t0 * dim, dim, 0, dim, 0);
+            post_norm_add(be, L->post_ffn_norm, t0, t1);
+        } else {
+            nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
+                             be->x + t0 * dim, dim, 0, dim, 1);
+        }
     }
     for (int64_t i = l0; i < l1; i++) {
         rmsnorm(xb + (i - l0) * dim, be->x + (int64_t) be->logit_rows[i] * dim,
@@ -901,6 +1007,7 @@ forward_tokens(void *arg, int tid, int nth)
         nalar_cpu_matmul(&be->output, xb, (int) (l1 - l0), dim,
                          be->logits + l0 * c->n_vocab, c->n_vocab, 0,
                          c->n_vocab, 0);
+        final_softcap(be, l0, l1, 0, c->n_vocab);
     }
 }
 
@@ -939,6 +1046,7 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
         GROW(be->att, (int64_t) cap * be->q_dim);
         GROW(be->hg, (int64_t) cap * c->ffn_dim);
         GROW(be->hu, (int64_t) cap * c->ffn_dim);
+        GROW(be->y, (int64_t) cap * c->dim);
         GROW(be->rope_cos, (int64_t) cap * (c->head_dim / 2));
         GROW(be->rope_sin, (int64_t) cap * (c->head_dim / 2));
         GROW(be->logit_rows, cap);
@@ -1254,6 +1362,7 @@ cpu_destroy(nalar_backend *b)
         free(be->att);
         free(be->hg);
         free(be->hu);
+        free(be->y);
         free(be->rope_cos);
         free(be->rope_sin);
         free(be->inv_freq);
@@ -1433,6 +1542,12 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     for (int i = 0; i < c->head_dim / 2; i++) {
         be->inv_freq[i] = powf(c->rope_base,
                                -2.0f * (float) i / (float) c->head_dim);
+        if (c->rope_scale != 1.0f) {
+            be->inv_freq[i] *= c->rope_scale;
+        }
+        if (m->rope_freqs != NULL) {
+            be->inv_freq[i] /= m->rope_freqs[i];
+        }
     }
     /* a draft (the backend that borrows the target's pool) holds its
      * weights narrowed (nalar_cpu_mat_init): it only proposes, so a

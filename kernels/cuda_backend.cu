@@ -6,12 +6,16 @@
  *   x = embed(tokens)
  *   per layer:  xb = rmsnorm(x) * attn_norm
  *               q|k|v = xb [Wq|Wk|Wv]^T (+ biases), RoPE on q and k
+ *               (qwen3: each q and k head RMS-normalised first)
  *               K/V of every token -> its sequence's blocks
- *               att = paged attention (decode: split-K; chunks: tiles)
- *               x += att Wo^T
+ *               att = paged attention (decode: split-K; chunks: tiles;
+ *                     gemma2: soft-capped scores, sliding window)
+ *               x += att Wo^T  (gemma2: x += rmsnorm(att Wo^T) * post)
  *               xb = rmsnorm(x) * ffn_norm
- *               g|u = xb [Wg|Wu]^T;  g = silu(g) * u;  x += g Wd^T
+ *               g|u = xb [Wg|Wu]^T;  g = silu(g) * u (gemma2: gelu);
+ *               x += g Wd^T  (gemma2: post-normed, as above)
  *   logits = (rmsnorm(x[rows wanting logits]) * out_norm) Wout^T
+ *            (gemma2: embeddings scaled on input, logits soft-capped)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +50,10 @@ typedef struct {
     float         *attn_norm;   /* (dim) */
     float         *ffn_norm;    /* (dim) */
     float         *bqkv;        /* (q_dim + 2 kv_dim) qwen2 biases or NULL */
+    float         *q_norm;      /* (head_dim) qwen3 per-head norms or NULL */
+    float         *k_norm;
+    float         *post_attn;   /* (dim) gemma2 post-norms or NULL */
+    float         *post_ffn;
     fused_mat      qkv;         /* (q_dim + 2 kv_dim, dim) */
     fused_mat      gu;          /* (2 ffn, dim): gate rows, then up rows */
     nalar_cuda_mat wo;          /* (dim, q_dim) */
@@ -452,8 +460,16 @@ run_pass(cuda_backend *be, const nalar_cuda_plan *plan, int32_t n,
 
 #define RUN(call) do { if ((call) != 0) return -1; } while (0)
     RUN(nalar_cuda_embed(cx, &be->tok_embd, tokens, n, be->x, dim, err));
+    if (c->embd_scale != 1.0f) {
+        RUN(nalar_cuda_map(cx, be->x, dim, n, dim, 0, c->embd_scale, err));
+    }
     for (int l = 0; l < c->n_layers; l++) {
-        const cu_layer *L = &be->L[l];
+        const cu_layer      *L = &be->L[l];
+        nalar_cuda_attn_opts ao;
+
+        ao.scale = c->attn_scale;
+        ao.softcap = c->attn_softcap;
+        ao.window = nalar_layer_window(c, l);
 
         RUN(nalar_cuda_rmsnorm(cx, be->xb, dim, be->x, dim, NULL, n,
                                L->attn_norm, dim, c->norm_eps, err));
@@ -463,6 +479,15 @@ run_pass(cuda_backend *be, const nalar_cuda_plan *plan, int32_t n,
             RUN(nalar_cuda_add_bias(cx, be->qkv, be->ldqkv, n, L->bqkv,
                                     be->ldqkv, err));
         }
+        for (int32_t h = 0; L->q_norm != NULL
+                            && h < c->n_heads + c->n_kv_heads; h++)
+        {
+            float *qh = be->qkv + (int64_t) h * hd;
+
+            RUN(nalar_cuda_rmsnorm(cx, qh, be->ldqkv, qh, be->ldqkv, NULL, n,
+                                   h < c->n_heads ? L->q_norm : L->k_norm,
+                                   hd, c->norm_eps, err));
+        }
         /* q heads then k heads are adjacent: one launch rotates both */
         RUN(nalar_cuda_rope(cx, be->qkv, be->ldqkv, pos, n,
                             c->n_heads + c->n_kv_heads, hd, be->inv_freq,
@@ -471,30 +496,57 @@ run_pass(cuda_backend *be, const nalar_cuda_plan *plan, int32_t n,
                                  be->q_dim, be->q_dim + be->kv_dim, pos,
                                  tbl_off, tables, n, err));
         if (decode) {
-            RUN(nalar_cuda_attn_decode(cx, be->att, be->q_dim, be->qkv,
-                                       be->ldqkv, &be->kv, l, pos, tbl_off,
-                                       tables, n, c->n_heads, c->n_kv_heads,
-                                       hd, splits, be->part, err));
+            RUN(nalar_cuda_attn_decode_opts(cx, be->att, be->q_dim, be->qkv,
+                                            be->ldqkv, &be->kv, l, pos,
+                                            tbl_off, tables, n, c->n_heads,
+                                            c->n_kv_heads, hd, splits,
+                                            be->part, &ao, err));
         } else {
-            RUN(nalar_cuda_attn_prefill(cx, be->att, be->q_dim, be->qkv,
-                                        be->ldqkv, &be->kv, l, pos, tbl_off,
-                                        tables, tiles, plan->n_tiles,
-                                        c->n_heads, c->n_kv_heads, hd, err));
+            RUN(nalar_cuda_attn_prefill_opts(cx, be->att, be->q_dim,
+                                             be->qkv, be->ldqkv, &be->kv, l,
+                                             pos, tbl_off, tables, tiles,
+                                             plan->n_tiles, c->n_heads,
+                                             c->n_kv_heads, hd, &ao, err));
         }
-        RUN(nalar_cuda_matmul(cx, &L->wo, be->att, be->q_dim, n, be->x, dim,
-                              1, err));
+        if (L->post_attn != NULL) {
+            RUN(nalar_cuda_matmul(cx, &L->wo, be->att, be->q_dim, n, be->xb,
+                                  dim, 0, err));
+            RUN(nalar_cuda_rmsnorm(cx, be->xb, dim, be->xb, dim, NULL, n,
+                                   L->post_attn, dim, c->norm_eps, err));
+            RUN(nalar_cuda_add(cx, be->x, dim, be->xb, dim, n, dim, err));
+        } else {
+            RUN(nalar_cuda_matmul(cx, &L->wo, be->att, be->q_dim, n, be->x,
+                                  dim, 1, err));
+        }
         RUN(nalar_cuda_rmsnorm(cx, be->xb, dim, be->x, dim, NULL, n,
                                L->ffn_norm, dim, c->norm_eps, err));
         RUN(matmul_fused(be, &L->gu, be->xb, dim, n, be->hgu, 2 * ffn, err));
-        RUN(nalar_cuda_swiglu(cx, be->hgu, be->hgu + ffn, 2 * ffn, n, ffn,
-                              err));
-        RUN(nalar_cuda_matmul(cx, &L->down, be->hgu, 2 * ffn, n, be->x, dim,
-                              1, err));
+        if (c->ffn_gelu) {
+            RUN(nalar_cuda_geglu(cx, be->hgu, be->hgu + ffn, 2 * ffn, n, ffn,
+                                 err));
+        } else {
+            RUN(nalar_cuda_swiglu(cx, be->hgu, be->hgu + ffn, 2 * ffn, n,
+                                  ffn, err));
+        }
+        if (L->post_ffn != NULL) {
+            RUN(nalar_cuda_matmul(cx, &L->down, be->hgu, 2 * ffn, n, be->xb,
+                                  dim, 0, err));
+            RUN(nalar_cuda_rmsnorm(cx, be->xb, dim, be->xb, dim, NULL, n,
+                                   L->post_ffn, dim, c->norm_eps, err));
+            RUN(nalar_cuda_add(cx, be->x, dim, be->xb, dim, n, dim, err));
+        } else {
+            RUN(nalar_cuda_matmul(cx, &L->down, be->hgu, 2 * ffn, n, be->x,
+                                  dim, 1, err));
+        }
     }
     RUN(nalar_cuda_rmsnorm(cx, be->xb, dim, be->x, dim, logit_rows, n_logits,
                            be->out_norm, dim, c->norm_eps, err));
     RUN(nalar_cuda_matmul(cx, &be->output, be->xb, dim, n_logits,
                           be->logits_d, c->n_vocab, 0, err));
+    if (c->final_softcap > 0.0f) {
+        RUN(nalar_cuda_map(cx, be->logits_d, c->n_vocab, n_logits,
+                           c->n_vocab, 1, c->final_softcap, err));
+    }
 #undef RUN
     return 0;
 }
@@ -874,6 +926,12 @@ create_common(nalar_model *m, int device, int32_t gemv_max, nalar_err *err)
     /* the CPU backend's table, bit for bit */
     for (int i = 0; i < c->head_dim / 2; i++) {
         inv[i] = powf(c->rope_base, -2.0f * (float) i / (float) c->head_dim);
+        if (c->rope_scale != 1.0f) {
+            inv[i] *= c->rope_scale;
+        }
+        if (m->rope_freqs != NULL) {
+            inv[i] /= m->rope_freqs[i];
+        }
     }
     if (upload_f32(be, inv, c->head_dim / 2, &be->inv_freq, err) != 0) {
         free(inv);
@@ -912,6 +970,12 @@ nalar_cuda_backend_create(nalar_model *m, int device, int32_t gemv_max,
 
         if (upload_f32(be, L->attn_norm, c->dim, &D->attn_norm, err) != 0
             || upload_f32(be, L->ffn_norm, c->dim, &D->ffn_norm, err) != 0
+            || upload_f32(be, L->q_norm, c->head_dim, &D->q_norm, err) != 0
+            || upload_f32(be, L->k_norm, c->head_dim, &D->k_norm, err) != 0
+            || upload_f32(be, L->post_attn_norm, c->dim, &D->post_attn,
+                          err) != 0
+            || upload_f32(be, L->post_ffn_norm, c->dim, &D->post_ffn,
+                          err) != 0
             || upload_fused(be, qkv, 3, &D->qkv, err) != 0
             || upload_fused(be, gu, 2, &D->gu, err) != 0
             || upload_stack(be, &wo, 1, &D->wo, err) != 0
@@ -1111,6 +1175,9 @@ nalar_cuda_synthetic_config(const char *name, nalar_config *c,
                           "llama3-1b, tiny)", name);
     }
     c->head_dim = c->dim / c->n_heads;
+    c->rope_scale = 1.0f;
+    c->attn_scale = 1.0f / sqrtf((float) c->head_dim);
+    c->embd_scale = 1.0f;
     return 0;
 }
 

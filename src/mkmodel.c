@@ -188,6 +188,19 @@ add_matrix(gguf_writer *w, const char *name, int rows, int cols,
 }
 
 
+/* a bias vector: uniform in [-0.5, 0.5) */
+static void
+add_bias(gguf_writer *w, const char *name, int n, uint64_t *rng, float *tmp)
+{
+    uint64_t ne[1] = { (uint64_t) n };
+
+    for (int i = 0; i < n; i++) {
+        tmp[i] = 0.5f * rng_uniform(rng);
+    }
+    gguf_w_tensor(w, name, GGML_F32, 1, ne, tmp);
+}
+
+
 static void
 add_norm(gguf_writer *w, const char *name, int dim, float *tmp)
 {
@@ -812,6 +825,16 @@ check_opts(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     if (!(o->rope_base > 0.0f)) {
         return nalar_fail(err, "%s: rope_base must be positive", path);
     }
+    if (o->arch != NULL && strcmp(o->arch, "llama") != 0
+        && strcmp(o->arch, "qwen2") != 0 && strcmp(o->arch, "qwen3") != 0
+        && strcmp(o->arch, "gemma2") != 0 && strcmp(o->arch, "phi3") != 0)
+    {
+        return nalar_fail(err, "%s: unknown architecture '%s' (llama, qwen2, "
+                          "qwen3, gemma2, phi3)", path, o->arch);
+    }
+    if (o->window < 0) {
+        return nalar_fail(err, "%s: negative sliding window", path);
+    }
     return 0;
 }
 
@@ -838,7 +861,10 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     float       *tmp = NULL;
     void        *conv = NULL;
     uint64_t     rng = o->seed;
-    char         name[96];
+    char         name[96], key[128];
+    const char  *a = o->arch != NULL ? o->arch : "llama";
+    int          qwen2 = strcmp(a, "qwen2") == 0, qwen3 = strcmp(a, "qwen3") == 0;
+    int          gemma2 = strcmp(a, "gemma2") == 0, phi3 = strcmp(a, "phi3") == 0;
 
     if (check_opts(o, path, err) != 0) {
         return -1;
@@ -852,7 +878,7 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     }
     snprintf(name, sizeof(name), "nalar-random-%s-d%d-l%d",
              ggml_type_name(o->type), o->dim, o->n_layers);
-    gguf_w_str(w, "general.architecture", "llama");
+    gguf_w_str(w, "general.architecture", a);
     gguf_w_str(w, "general.name", name);
     gguf_w_u32(w, "general.alignment", 32);
     gguf_w_u32(w, "general.file_type", file_type(o->type));
@@ -872,21 +898,38 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
         gguf_w_str(w, "tokenizer.chat_template", o->chat_template);
     }
 
-    gguf_w_u32(w, "llama.vocab_size", (uint32_t) n_vocab);
-    gguf_w_u32(w, "llama.context_length", (uint32_t) o->n_ctx);
-    gguf_w_u32(w, "llama.embedding_length", (uint32_t) o->dim);
-    gguf_w_u32(w, "llama.block_count", (uint32_t) o->n_layers);
-    gguf_w_u32(w, "llama.feed_forward_length", (uint32_t) o->ffn_dim);
-    gguf_w_u32(w, "llama.attention.head_count", (uint32_t) o->n_heads);
-    gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t) o->n_kv_heads);
-    gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t) hd);
-    gguf_w_f32(w, "llama.rope.freq_base", o->rope_base);
-    gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+#define KEY(k) (snprintf(key, sizeof(key), "%s." k, a), key)
+    gguf_w_u32(w, KEY("vocab_size"), (uint32_t) n_vocab);
+    gguf_w_u32(w, KEY("context_length"), (uint32_t) o->n_ctx);
+    gguf_w_u32(w, KEY("embedding_length"), (uint32_t) o->dim);
+    gguf_w_u32(w, KEY("block_count"), (uint32_t) o->n_layers);
+    gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t) o->ffn_dim);
+    gguf_w_u32(w, KEY("attention.head_count"), (uint32_t) o->n_heads);
+    gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t) o->n_kv_heads);
+    gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t) hd);
+    gguf_w_f32(w, KEY("rope.freq_base"), o->rope_base);
+    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    if (qwen3 || gemma2) {
+        gguf_w_u32(w, KEY("attention.key_length"), (uint32_t) hd);
+        gguf_w_u32(w, KEY("attention.value_length"), (uint32_t) hd);
+    }
+    if (gemma2) {
+        gguf_w_f32(w, KEY("attn_logit_softcapping"), 50.0f);
+        gguf_w_f32(w, KEY("final_logit_softcapping"), 30.0f);
+    }
+    if (gemma2 || (phi3 && o->window > 0)) {
+        gguf_w_u32(w, KEY("attention.sliding_window"),
+                   (uint32_t) (o->window > 0 ? o->window : 4096));
+    }
+#undef KEY
 
     /* one scratch pair big enough for the largest matrix */
     biggest = (size_t) n_vocab * (size_t) o->dim;
-    if ((size_t) o->ffn_dim * (size_t) o->dim > biggest) {
-        biggest = (size_t) o->ffn_dim * (size_t) o->dim;
+    if ((size_t) 2 * o->ffn_dim * (size_t) o->dim > biggest) {
+        biggest = (size_t) 2 * o->ffn_dim * (size_t) o->dim;
+    }
+    if ((size_t) (o->dim + 2 * kv_dim) * (size_t) o->dim > biggest) {
+        biggest = (size_t) (o->dim + 2 * kv_dim) * (size_t) o->dim;
     }
     tmp = malloc(biggest * sizeof(float));
     conv = malloc(biggest * sizeof(float));
@@ -902,6 +945,19 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     for (int l = 0; l < o->n_layers; l++) {
 #define BLK(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix, l), name)
         add_norm(w, BLK("attn_norm.weight"), o->dim, tmp);
+        if (phi3) {
+            /* [q; k; v] and [gate; up] as llama.cpp's phi3 reads them */
+            add_matrix(w, BLK("attn_qkv.weight"), o->dim + 2 * kv_dim,
+                       o->dim, o->type, &rng, tmp, conv);
+            add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
+                       &rng, tmp, conv);
+            add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
+            add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim,
+                       o->type, &rng, tmp, conv);
+            add_matrix(w, BLK("ffn_up.weight"), 2 * o->ffn_dim, o->dim,
+                       o->type, &rng, tmp, conv);
+            continue;
+        }
         add_matrix(w, BLK("attn_q.weight"), o->dim, o->dim, o->type, &rng,
                    tmp, conv);
         add_matrix(w, BLK("attn_k.weight"), kv_dim, o->dim, o->type, &rng,
@@ -917,11 +973,27 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                    &rng, tmp, conv);
         add_matrix(w, BLK("ffn_up.weight"), o->ffn_dim, o->dim, o->type,
                    &rng, tmp, conv);
+        if (qwen2) {
+            add_bias(w, BLK("attn_q.bias"), o->dim, &rng, tmp);
+            add_bias(w, BLK("attn_k.bias"), kv_dim, &rng, tmp);
+            add_bias(w, BLK("attn_v.bias"), kv_dim, &rng, tmp);
+        }
+        if (qwen3) {
+            add_norm(w, BLK("attn_q_norm.weight"), hd, tmp);
+            add_norm(w, BLK("attn_k_norm.weight"), hd, tmp);
+        }
+        if (gemma2) {
+            add_norm(w, BLK("post_attention_norm.weight"), o->dim, tmp);
+            add_norm(w, BLK("post_ffw_norm.weight"), o->dim, tmp);
+        }
 #undef BLK
     }
     add_norm(w, "output_norm.weight", o->dim, tmp);
-    add_matrix(w, "output.weight", n_vocab, o->dim, o->type, &rng, tmp,
-               conv);
+    if (!qwen2 && !qwen3 && !gemma2) {
+        /* the others tie the output head to token_embd */
+        add_matrix(w, "output.weight", n_vocab, o->dim, o->type, &rng, tmp,
+                   conv);
+    }
 
     rc = gguf_writer_save(w, path, err);
 

@@ -1,9 +1,12 @@
 /*
- * `nalar mkmodel`: write a Llama-architecture GGUF with random weights and a
- * synthetic (or copied) vocabulary, for tests and benchmarks at any shape.
+ * `nalar mkmodel`: write a GGUF with random weights and a synthetic (or
+ * copied) vocabulary, for tests and benchmarks at any shape, in any
+ * architecture the engine serves: llama, qwen2 (q/k/v biases, tied output),
+ * qwen3 (q/k norms, tied), gemma2 (post-norms, soft-caps 50 and 30, sliding
+ * window, tied) or phi3 (fused attn_qkv and gate|up ffn_up).
  *
- * The file has the tensor names and metadata llama.cpp uses for arch
- * "llama", so other GGUF readers load it too.  Weights are uniform in
+ * The file has the tensor names and metadata llama.cpp uses for the
+ * architecture, so other GGUF readers load it too.  Weights are uniform in
  * [-1/sqrt(cols), 1/sqrt(cols)) from a generator seeded with `seed`, drawn
  * in the same order for every type: an F16 file is the F32 file of the same
  * seed rounded to F16.  Norm vectors are 1.0 and always F32.
@@ -41,6 +44,9 @@ typedef struct {
                                   tokenizer.chat_template (replacing one
                                   copied by vocab_from) */
     float       rope_base;
+    const char *arch;         /* general.architecture; NULL: "llama" */
+    int         window;       /* gemma2/phi3 attention.sliding_window; 0:
+                                 gemma2 4096, phi3 none */
 } nalar_mkmodel_opts;
 
 /* dim 128, layers 2, heads 4, kv 2, ffn 384, vocab 2048, ctx 512, F32,

@@ -3,6 +3,7 @@
  * tensor's shape and type against it, and carve the weights out of the
  * mapping.  Nothing is copied except norm vectors stored in half precision.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,18 +13,36 @@
 #include "model.h"
 
 
+static const struct { const char *name; nalar_arch arch; } archs[] = {
+    { "llama", ARCH_LLAMA }, { "qwen2", ARCH_QWEN2 }, { "qwen3", ARCH_QWEN3 },
+    { "gemma2", ARCH_GEMMA2 }, { "phi3", ARCH_PHI3 },
+};
+
+#define ARCH_LIST "llama (Llama, Mistral), qwen2, qwen3, gemma2, phi3"
+
+
 static int
 arch_of(const char *s, nalar_arch *arch)
 {
-    if (strcmp(s, "llama") == 0) {
-        *arch = ARCH_LLAMA;
-        return 0;
-    }
-    if (strcmp(s, "qwen2") == 0) {
-        *arch = ARCH_QWEN2;
-        return 0;
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        if (strcmp(s, archs[i].name) == 0) {
+            *arch = archs[i].arch;
+            return 0;
+        }
     }
     return -1;
+}
+
+
+const char *
+nalar_arch_name(nalar_arch a)
+{
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        if (archs[i].arch == a) {
+            return archs[i].name;
+        }
+    }
+    return "?";
 }
 
 
@@ -47,6 +66,98 @@ arch_float(const gguf_file *f, const char *arch, const char *key, double dflt)
 }
 
 
+/* What each architecture adds to the Llama computation, and the keys that
+ * change it (llama.cpp's names and defaults). */
+static int
+read_hparams(nalar_model *m, const char *a, nalar_err *err)
+{
+    const gguf_file *f = m->gguf;
+    nalar_config    *c = &m->cfg;
+    char            *st;
+    char             k[128];
+    double           factor;
+    int64_t          n_rot, v_len;
+
+    n_rot = arch_int(f, a, "rope.dimension_count", c->head_dim);
+    v_len = arch_int(f, a, "attention.value_length", c->head_dim);
+    if (n_rot != c->head_dim || v_len != c->head_dim) {
+        return nalar_fail(err, "%s: rope over %lld of %d head dimensions, or "
+                          "value heads of %lld: the engine rotates whole "
+                          "heads and needs key_length = value_length",
+                          m->path, (long long) n_rot, c->head_dim,
+                          (long long) v_len);
+    }
+
+    /* linear RoPE scaling: positions times 1 / factor */
+    c->rope_scale = 1.0f;
+    snprintf(k, sizeof(k), "%s.rope.scaling.type", a);
+    st = gguf_get_str(f, k);
+    if (st != NULL && strcmp(st, "linear") != 0 && strcmp(st, "none") != 0) {
+        nalar_fail(err, "%s: rope scaling '%s' is not supported (only "
+                   "linear)", m->path, st);
+        free(st);
+        return -1;
+    }
+    factor = arch_float(f, a, "rope.scaling.factor",
+                        arch_float(f, a, "rope.scale_linear", 0.0));
+    if ((st == NULL || strcmp(st, "linear") == 0) && factor != 0.0) {
+        if (!(factor > 0.0 && factor < 1e6)) {
+            free(st);
+            return nalar_fail(err, "%s: rope scaling factor %g", m->path,
+                              factor);
+        }
+        c->rope_scale = (float) (1.0 / factor);
+    }
+    free(st);
+    if (gguf_tensor_find(f, "rope_factors_long.weight") != NULL
+        || gguf_tensor_find(f, "rope_factors_short.weight") != NULL)
+    {
+        return nalar_fail(err, "%s: LongRoPE factors (rope_factors_long/"
+                          "short) are not supported", m->path);
+    }
+
+    c->attn_scale = 1.0f / sqrtf((float) c->head_dim);
+    c->embd_scale = 1.0f;
+    switch (c->arch) {
+    case ARCH_QWEN3:
+        c->qk_norm = 1;
+        break;
+    case ARCH_GEMMA2:
+        c->ffn_gelu = 1;
+        c->post_norms = 1;
+        c->embd_scale = sqrtf((float) c->dim);
+        c->attn_softcap = (float) arch_float(f, a, "attn_logit_softcapping",
+                                             50.0);
+        c->final_softcap = (float) arch_float(f, a,
+                                              "final_logit_softcapping",
+                                              30.0);
+        c->swa_window = (int32_t) arch_int(f, a, "attention.sliding_window",
+                                           4096);
+        c->swa_layers = 2;
+        /* query_pre_attn_scalar is not in the file: 27B (46 layers)
+         * scales by dim / n_heads, the others by head_dim */
+        if (c->n_layers == 46 && c->n_heads > 0) {
+            c->attn_scale = 1.0f / sqrtf((float) c->dim / (float) c->n_heads);
+        }
+        break;
+    case ARCH_PHI3:
+        c->swa_window = (int32_t) arch_int(f, a, "attention.sliding_window",
+                                           0);
+        c->swa_layers = c->swa_window > 0;
+        break;
+    default:
+        break;
+    }
+    if (c->swa_window < 0 || c->attn_softcap < 0 || c->final_softcap < 0
+        || !isfinite(c->attn_softcap) || !isfinite(c->final_softcap))
+    {
+        return nalar_fail(err, "%s: negative sliding window or soft-cap",
+                          m->path);
+    }
+    return 0;
+}
+
+
 static int
 read_config(nalar_model *m, nalar_err *err)
 {
@@ -54,6 +165,7 @@ read_config(nalar_model *m, nalar_err *err)
     nalar_config    *c = &m->cfg;
     const gguf_kv   *toks;
     char            *a;
+    int              rc;
 
     a = gguf_get_str(f, "general.architecture");
     if (a == NULL) {
@@ -61,7 +173,7 @@ read_config(nalar_model *m, nalar_err *err)
     }
     if (arch_of(a, &c->arch) != 0) {
         nalar_fail(err, "%s: unsupported architecture '%s' (supported: "
-                   "llama, qwen2)", m->path, a);
+                   ARCH_LIST ")", m->path, a);
         free(a);
         return -1;
     }
@@ -75,11 +187,10 @@ read_config(nalar_model *m, nalar_err *err)
     c->norm_eps = (float) arch_float(f, a, "attention.layer_norm_rms_epsilon",
                                      1e-5);
     c->rope_base = (float) arch_float(f, a, "rope.freq_base", 10000.0);
-    c->rope_neox = c->arch == ARCH_QWEN2;
+    c->rope_neox = c->arch != ARCH_LLAMA;
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     c->head_dim = (int32_t) arch_int(f, a, "attention.key_length",
                                      c->head_dim);
-    free(a);
 
     toks = gguf_find(f, "tokenizer.ggml.tokens");
     c->n_vocab = toks != NULL && toks->type == GGUF_T_ARRAY
@@ -92,13 +203,16 @@ read_config(nalar_model *m, nalar_err *err)
         || c->ffn_dim <= 0 || c->ffn_dim > 1 << 20 || c->n_ctx <= 0
         || c->n_vocab <= 0 || c->n_vocab > 1 << 22)
     {
+        free(a);
         return nalar_fail(err, "%s: implausible model shape (dim %d, layers "
                           "%d, heads %d/%d, head_dim %d, ffn %d, ctx %d, "
                           "vocab %d)", m->path, c->dim, c->n_layers,
                           c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim,
                           c->n_ctx, c->n_vocab);
     }
-    return 0;
+    rc = read_hparams(m, a, err);
+    free(a);
+    return rc;
 }
 
 
@@ -193,6 +307,18 @@ bind_vec(nalar_model *m, const float **out, const char *name, int64_t n,
 }
 
 
+/* rows [r0, r0 + n) of W, as a matrix of its own (a fused tensor's
+ * part: every type's rows are whole blocks) */
+static void
+rows_of(nalar_mat *dst, const nalar_mat *W, int64_t r0, int64_t n)
+{
+    *dst = *W;
+    dst->rows = n;
+    dst->data = (const uint8_t *) W->data
+                + (size_t) r0 * ggml_row_size(W->type, (uint64_t) W->cols);
+}
+
+
 static int
 bind_weights(nalar_model *m, int widen, nalar_err *err)
 {
@@ -203,9 +329,11 @@ bind_weights(nalar_model *m, int widen, nalar_err *err)
     char     name[96];
 
     if (widen) {
-        /* upper bound: every norm and bias vector */
-        size_t n = (size_t) c->dim * (2 * (size_t) c->n_layers + 1)
-                   + (size_t) c->n_layers * (size_t) (q_dim + 2 * kv_dim);
+        /* upper bound: every norm, bias and factor vector */
+        size_t n = (size_t) c->dim * (4 * (size_t) c->n_layers + 1)
+                   + (size_t) c->n_layers * (size_t) (q_dim + 2 * kv_dim
+                                                      + 2 * c->head_dim)
+                   + (size_t) c->head_dim / 2;
         m->owned_f32 = malloc(n * sizeof(float));
         if (m->owned_f32 == NULL) {
             return nalar_fail(err, "%s: out of memory", m->path);
@@ -224,6 +352,19 @@ bind_weights(nalar_model *m, int widen, nalar_err *err)
     if (m->output.data == NULL) {
         m->output = m->tok_embd;  /* tied embeddings */
     }
+    if (bind_vec(m, &m->rope_freqs, "rope_freqs.weight", c->head_dim / 2, 1,
+                 &off, err) != 0)
+    {
+        return -1;
+    }
+    if (m->rope_freqs != NULL) {
+        for (int32_t i = 0; i < c->head_dim / 2; i++) {
+            if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i])) {
+                return nalar_fail(err, "%s: rope_freqs.weight[%d] is %g",
+                                  m->path, i, (double) m->rope_freqs[i]);
+            }
+        }
+    }
 
     m->layers = calloc((size_t) c->n_layers, sizeof(nalar_layer));
     if (m->layers == NULL) {
@@ -232,32 +373,60 @@ bind_weights(nalar_model *m, int widen, nalar_err *err)
     for (int32_t l = 0; l < c->n_layers; l++) {
         nalar_layer *L = &m->layers[l];
         int          opt_bias = c->arch != ARCH_QWEN2;
+        int          qn = !c->qk_norm, pn = !c->post_norms;
 
 #define NAME(s) (snprintf(name, sizeof(name), "blk.%d." s, l), name)
         if (bind_vec(m, &L->attn_norm, NAME("attn_norm.weight"), c->dim, 0,
                      &off, err) != 0
-            || bind_mat(m, &L->wq, NAME("attn_q.weight"), q_dim, c->dim, 0,
-                        err) != 0
-            || bind_mat(m, &L->wk, NAME("attn_k.weight"), kv_dim, c->dim, 0,
-                        err) != 0
-            || bind_mat(m, &L->wv, NAME("attn_v.weight"), kv_dim, c->dim, 0,
-                        err) != 0
             || bind_vec(m, &L->bq, NAME("attn_q.bias"), q_dim, opt_bias, &off,
                         err) != 0
             || bind_vec(m, &L->bk, NAME("attn_k.bias"), kv_dim, opt_bias,
                         &off, err) != 0
             || bind_vec(m, &L->bv, NAME("attn_v.bias"), kv_dim, opt_bias,
                         &off, err) != 0
+            || bind_vec(m, &L->q_norm, NAME("attn_q_norm.weight"),
+                        c->head_dim, qn, &off, err) != 0
+            || bind_vec(m, &L->k_norm, NAME("attn_k_norm.weight"),
+                        c->head_dim, qn, &off, err) != 0
+            || bind_vec(m, &L->post_attn_norm,
+                        NAME("post_attention_norm.weight"), c->dim, pn, &off,
+                        err) != 0
+            || bind_vec(m, &L->post_ffn_norm, NAME("post_ffw_norm.weight"),
+                        c->dim, pn, &off, err) != 0
             || bind_mat(m, &L->wo, NAME("attn_output.weight"), c->dim, q_dim,
                         0, err) != 0
             || bind_vec(m, &L->ffn_norm, NAME("ffn_norm.weight"), c->dim, 0,
                         &off, err) != 0
-            || bind_mat(m, &L->w_gate, NAME("ffn_gate.weight"), c->ffn_dim,
-                        c->dim, 0, err) != 0
-            || bind_mat(m, &L->w_up, NAME("ffn_up.weight"), c->ffn_dim,
-                        c->dim, 0, err) != 0
             || bind_mat(m, &L->w_down, NAME("ffn_down.weight"), c->dim,
                         c->ffn_dim, 0, err) != 0)
+        {
+            return -1;
+        }
+        if (c->arch == ARCH_PHI3) {
+            nalar_mat qkv, gu;
+
+            if (bind_mat(m, &qkv, NAME("attn_qkv.weight"), q_dim + 2 * kv_dim,
+                         c->dim, 0, err) != 0
+                || bind_mat(m, &gu, NAME("ffn_up.weight"), 2 * c->ffn_dim,
+                            c->dim, 0, err) != 0)
+            {
+                return -1;
+            }
+            rows_of(&L->wq, &qkv, 0, q_dim);
+            rows_of(&L->wk, &qkv, q_dim, kv_dim);
+            rows_of(&L->wv, &qkv, q_dim + kv_dim, kv_dim);
+            rows_of(&L->w_gate, &gu, 0, c->ffn_dim);
+            rows_of(&L->w_up, &gu, c->ffn_dim, c->ffn_dim);
+        } else if (bind_mat(m, &L->wq, NAME("attn_q.weight"), q_dim, c->dim,
+                            0, err) != 0
+                   || bind_mat(m, &L->wk, NAME("attn_k.weight"), kv_dim,
+                               c->dim, 0, err) != 0
+                   || bind_mat(m, &L->wv, NAME("attn_v.weight"), kv_dim,
+                               c->dim, 0, err) != 0
+                   || bind_mat(m, &L->w_gate, NAME("ffn_gate.weight"),
+                               c->ffn_dim, c->dim, 0, err) != 0
+                   || bind_mat(m, &L->w_up, NAME("ffn_up.weight"), c->ffn_dim,
+                               c->dim, 0, err) != 0)
         {
             return -1;
         }
@@ -502,7 +671,7 @@ nalar_model_describe(const nalar_model *m)
              (unsigned long long) m->gguf->alignment,
              (unsigned long long) m->gguf->n_tensors,
              (unsigned long long) m->gguf->n_kv,
-             c->arch == ARCH_LLAMA ? "llama" : "qwen2",
+             nalar_arch_name(c->arch),
              c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
              c->ffn_dim, c->n_vocab, c->n_ctx, (double) c->rope_base,
              c->rope_neox ? "neox (x[i], x[i+d/2])"

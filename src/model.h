@@ -16,7 +16,13 @@
 #include "nalar_err.h"
 #include "tokenizer.h"
 
-typedef enum { ARCH_LLAMA = 1, ARCH_QWEN2 = 2 } nalar_arch;
+typedef enum {
+    ARCH_LLAMA = 1, ARCH_QWEN2 = 2, ARCH_QWEN3 = 3, ARCH_GEMMA2 = 4,
+    ARCH_PHI3 = 5
+} nalar_arch;
+
+/* "llama", "qwen2", ... as general.architecture names it */
+const char *nalar_arch_name(nalar_arch a);
 
 typedef struct {
     nalar_arch arch;
@@ -31,7 +37,30 @@ typedef struct {
     float   norm_eps;
     float   rope_base;
     int     rope_neox;    /* 0: pairs (x[2i], x[2i+1]); 1: (x[i], x[i+d/2]) */
+    /* every rotation angle is pos * base^(-2i/head_dim) * rope_scale
+     * / rope_freqs[i] (rope_freqs: the model's, or 1) */
+    float   rope_scale;   /* linear rope.scaling: 1 / factor; 1 if none */
+    float   attn_scale;   /* score = q.k * attn_scale */
+    float   attn_softcap; /* > 0: score = cap * tanh(score / cap) */
+    float   final_softcap;/* > 0: logit = cap * tanh(logit / cap) */
+    float   embd_scale;   /* input embeddings multiplied by it (gemma2) */
+    int32_t swa_window;   /* > 0: a sliding layer's query at p sees keys
+                             at p - swa_window < k <= p */
+    int     swa_layers;   /* which layers slide: 0 none, 1 all, 2 even */
+    int     ffn_gelu;     /* FFN gate: 1 GELU (tanh), 0 SiLU */
+    int     qk_norm;      /* per-head RMSNorm of q and k before RoPE */
+    int     post_norms;   /* RMSNorm of attention and FFN outputs */
 } nalar_config;
+
+/* The window of layer l: swa_window when it slides, else 0. */
+static inline int32_t
+nalar_layer_window(const nalar_config *c, int l)
+{
+    if (c->swa_window <= 0 || c->swa_layers == 0) {
+        return 0;
+    }
+    return c->swa_layers == 1 || l % 2 == 0 ? c->swa_window : 0;
+}
 
 typedef struct {
     ggml_type   type;
@@ -42,13 +71,19 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm;  /* (dim) */
-    nalar_mat    wq;         /* (n_heads * head_dim, dim) */
+    nalar_mat    wq;         /* (n_heads * head_dim, dim); phi3: rows of
+                                the fused attn_qkv, as are wk and wv */
     nalar_mat    wk;         /* (n_kv_heads * head_dim, dim) */
     nalar_mat    wv;         /* (n_kv_heads * head_dim, dim) */
     const float *bq, *bk, *bv; /* qwen2 biases or NULL */
+    const float *q_norm;     /* (head_dim) qwen3 per-head norms or NULL */
+    const float *k_norm;
+    const float *post_attn_norm; /* (dim) gemma2, or NULL */
+    const float *post_ffn_norm;  /* (dim) gemma2, or NULL */
     nalar_mat    wo;         /* (dim, n_heads * head_dim) */
     const float *ffn_norm;   /* (dim) */
-    nalar_mat    w_gate;     /* (ffn_dim, dim)  "w1" */
+    nalar_mat    w_gate;     /* (ffn_dim, dim)  "w1"; phi3: the first
+                                half of the fused ffn_up, w_up the second */
     nalar_mat    w_up;       /* (ffn_dim, dim)  "w3" */
     nalar_mat    w_down;     /* (dim, ffn_dim)  "w2" */
 } nalar_layer;
@@ -61,6 +96,8 @@ typedef struct nalar_model {
     nalar_tokenizer *tok;
     nalar_mat       tok_embd;    /* (n_vocab, dim) */
     const float    *out_norm;    /* (dim) */
+    const float    *rope_freqs;  /* (head_dim / 2) frequency factors, or
+                                    NULL (Llama 3.1 rope_freqs.weight) */
     nalar_mat       output;      /* (n_vocab, dim); = tok_embd when tied */
     nalar_layer    *layers;      /* (n_layers) */
     /* norm vectors stored as F16/BF16 in the file are widened here */

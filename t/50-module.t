@@ -33,6 +33,33 @@ CONF
 isnt($rc, 0, 'nginx -t fails on a missing model');
 like($out, qr/nonexistent\.gguf/, 'and names the missing file');
 
+# an architecture the engine does not compute: refused with the list; one
+# it does (gemma2) passes
+{
+    open(my $fh, '<:raw', 't/data/conformance/qwen2-F16.gguf') or die $!;
+    my $data = do { local $/; <$fh> };
+    close $fh;
+    $data =~ s/(general\.architecture\x08\x00\x00\x00\x05\x00{7})qwen2/${1}mamba/
+        or die 'no architecture key';
+    $t->write_file('mamba.gguf', $data);
+}
+$t->write_conf(<<'CONF');
+http {
+    nalar_model snake %%PREFIX%%/mamba.gguf;
+}
+CONF
+($rc, $out) = $t->test_conf;
+isnt($rc, 0, 'nginx -t fails on an unsupported architecture');
+like($out, qr/unsupported architecture 'mamba' \(supported: llama .*qwen2, qwen3, gemma2, phi3\)/,
+     'and names the supported ones') or diag($out);
+$t->write_conf(<<'CONF');
+http {
+    nalar_model gemma %%ROOT%%/t/data/conformance/gemma2-F16.gguf;
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'nginx -t accepts a gemma2 model') or diag($out);
+
 $t->write_conf(<<'CONF');
 http {
     nalar_model kjv %%MODEL%%;

@@ -18,13 +18,16 @@
  * A missing or unreadable fixture is a failure.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "backend.h"
 #include "engine.h"
+#include "gguf.h"
 #include "kv.h"
 #include "model.h"
 #include "collect.h"
@@ -38,8 +41,19 @@
 #define N_GREEDY 32
 #define EXACT_TOL 1e-4
 
-/* the files checked; each has DIR NAME.gguf and DIR NAME.ref.json */
-static const char *const files[] = { "llama-F16", "qwen2-F16" };
+/* the files checked, one row each: DIR NAME.gguf and DIR NAME.ref.json;
+ * the reference names the file's type, whose tolerance applies */
+static const char *const files[] = {
+    "llama-F16",
+    "llama3-F32",
+    "llama3-F16",
+    "llama3-BF16",
+    "llama3-Q8_0",
+    "qwen2-F16",
+    "qwen3-F16",
+    "gemma2-F16",
+    "phi3-F16",
+};
 
 /* the kit's recommended absolute tolerance per storage type */
 static const struct { const char *type; double tol; } tols[] = {
@@ -400,9 +414,120 @@ check_file(const char *base)
 }
 
 
+/* DIR base.gguf copied to path with key `key` set to the string sv (or,
+ * sv NULL, the float fv), added when the file lacks it */
+static int
+rewrite(const char *base, const char *path, const char *key, const char *sv,
+        float fv)
+{
+    char         src[256], name[256];
+    gguf_file   *f;
+    gguf_writer *w;
+    nalar_err    err;
+    int          rc;
+
+    snprintf(src, sizeof(src), DIR "%s.gguf", base);
+    f = gguf_open(src, &err);
+    if (f == NULL) {
+        diag("%s", err.msg);
+        return -1;
+    }
+    w = gguf_writer_create();
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+
+        if (kv->key.len != strlen(key)
+            || memcmp(kv->key.ptr, key, kv->key.len) != 0)
+        {
+            gguf_w_kv(w, kv);
+        }
+    }
+    if (sv != NULL) {
+        gguf_w_str(w, key, sv);
+    } else {
+        gguf_w_f32(w, key, fv);
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+
+        snprintf(name, sizeof(name), "%.*s", (int) t->name.len, t->name.ptr);
+        gguf_w_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+    }
+    rc = gguf_writer_save(w, path, &err);
+    if (rc != 0) {
+        diag("%s", err.msg);
+    }
+    gguf_writer_destroy(w);
+    gguf_close(f);
+    return rc;
+}
+
+
+/* An architecture the engine does not compute is refused with the list of
+ * those it does; every hyper-parameter is part of the model's identity
+ * (the prefix cache's root digest), so a file that differs in one alone
+ * never shares cached KV with another. */
+static void
+check_refusal_and_identity(void)
+{
+    char         path[] = "/tmp/nalar-conf-XXXXXX";
+    int          fd = mkstemp(path);
+    nalar_err    err;
+    nalar_model *a, *b;
+    static const struct { const char *key; float v; } keys[] = {
+        { "gemma2.final_logit_softcapping", 29.0f },
+        { "gemma2.attn_logit_softcapping", 49.0f },
+        { "gemma2.attention.sliding_window", 31.0f },
+        { "gemma2.rope.scaling.factor", 2.0f },
+    };
+
+    if (fd < 0) {
+        ok(0, "a temporary file");
+        return;
+    }
+    close(fd);
+    err.msg[0] = '\0';
+    ok(rewrite("qwen2-F16", path, "general.architecture", "mamba", 0) == 0
+       && nalar_model_check(path, &err) != 0
+       && strstr(err.msg, "unsupported architecture 'mamba'") != NULL
+       && strstr(err.msg, "llama") != NULL && strstr(err.msg, "qwen2")
+       && strstr(err.msg, "qwen3") && strstr(err.msg, "gemma2")
+       && strstr(err.msg, "phi3"), "architecture 'mamba' is refused, "
+       "naming the supported ones: %s", err.msg);
+    ok(rewrite("qwen2-F16", path, "qwen2.rope.scaling.type", "yarn", 0) == 0
+       && nalar_model_check(path, &err) != 0
+       && strstr(err.msg, "rope scaling 'yarn'") != NULL,
+       "YaRN rope scaling is refused: %s", err.msg);
+
+    a = nalar_model_load(DIR "gemma2-F16.gguf", &err);
+    for (size_t i = 0; a != NULL && i < sizeof(keys) / sizeof(keys[0]); i++)
+    {
+        b = rewrite("gemma2-F16", path, keys[i].key, NULL, keys[i].v) == 0
+            ? nalar_model_load(path, &err) : NULL;
+        ok(b != NULL && memcmp(a->identity, b->identity,
+                               sizeof(a->identity)) != 0,
+           "gemma2 with %s = %g: another identity", keys[i].key,
+           (double) keys[i].v);
+        nalar_model_destroy(b);
+    }
+    /* and a rewrite that changes nothing keeps it */
+    b = a != NULL && rewrite("gemma2-F16", path,
+                             "gemma2.final_logit_softcapping", NULL,
+                             30.0f) == 0
+        ? nalar_model_load(path, &err) : NULL;
+    ok(b != NULL && memcmp(a->identity, b->identity,
+                           sizeof(a->identity)) == 0,
+       "the same hyper-parameters: the same identity");
+    nalar_model_destroy(b);
+    nalar_model_destroy(a);
+    unlink(path);
+}
+
+
 int
 main(void)
 {
+    check_refusal_and_identity();
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         check_file(files[i]);
     }

@@ -809,6 +809,198 @@ test_concurrency(const char *path)
 }
 
 
+/*
+ * Exactness on the other architectures (t/data/conformance: qwen2 biases,
+ * qwen3 q/k norms, gemma2 soft-caps, post-norms and a 32-position sliding
+ * window, phi3 fused tensors, Llama 3.1 frequency factors): every prompt's
+ * greedy ids alone are the reference, and batched, chunked, preempted,
+ * with n-gram speculation and served from the prefix cache they are the
+ * same.  The prompts are longer than gemma2's window, and the prefix
+ * cache serves a prompt whose shared part spans it.
+ */
+#define ARCH_N     24     /* generated tokens */
+#define ARCH_P     4      /* prompts */
+
+static nalar_engine *
+engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
+{
+    nalar_engine_opts o;
+    nalar_err         err;
+    nalar_engine     *e;
+
+    memset(&o, 0, sizeof(o));
+    o.model_path = path;
+    o.max_batch_tokens = chunk;
+    o.kv_bytes = kv_bytes;
+    o.n_threads = 2;
+    o.prefix_cache = prefix;
+    o.spec_mode = spec;
+    o.spec_fixed_k = spec != 0 ? 4 : 0;   /* propose at every step */
+    e = nalar_engine_create(&o, &err);
+    if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+        diag("engine: %s", err.msg);
+        nalar_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+
+/* the prompts (k < ARCH_P) all together, plus `extra` fillers; 1 when
+ * each equals want[k] and (without a prefix cache, which keeps blocks)
+ * every KV block is free again */
+static int
+arch_run(nalar_engine *e, int32_t (*prompts)[80], const int *len,
+         int32_t (*want)[ARCH_N], int extra, int cached, const char *what)
+{
+    nalar_request *reqs[ARCH_P + 4];
+    collected     *out = calloc(ARCH_P + 4, sizeof(collected));
+    int32_t        filler[64];
+    int            n = 0, good = 1;
+    nalar_err      err;
+
+    if (e == NULL || out == NULL) {
+        free(out);
+        return 0;
+    }
+    for (int i = 0; i < 64; i++) {
+        filler[i] = 300 + (i * 53) % 1700;
+    }
+    for (int i = 0; i < extra; i++) {
+        reqs[n] = greedy_req(filler, 10 + 17 * i, 5 + 4 * i, &out[n]);
+        n++;
+    }
+    for (int k = 0; k < ARCH_P; k++) {
+        reqs[n] = greedy_req(prompts[k], len[k], ARCH_N, &out[n]);
+        n++;
+    }
+    if (nalar_engine_run_sync(e, reqs, n, &err) != 0) {
+        diag("%s: run: %s", what, err.msg);
+        good = 0;
+    }
+    for (int k = 0; k < ARCH_P; k++) {
+        collected *c = &out[extra + k];
+
+        if (c->n != ARCH_N || !same(c->ids, want[k], ARCH_N)) {
+            diag("%s: prompt %d: %d ids, first %d %d", what, k, c->n,
+                 c->ids[0], c->ids[1]);
+            good = 0;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        nalar_request_unref(reqs[i]);
+    }
+    if (!cached) {
+        good &= kv_all_free(e);
+    }
+    free(out);
+    return good;
+}
+
+
+static void
+check_arch(const char *name)
+{
+    char           path[128];
+    int32_t        prompts[ARCH_P][80], want[ARCH_P][ARCH_N];
+    int            len[ARCH_P] = { 40, 57, 70, 75 };
+    nalar_engine  *e;
+    nalar_metrics  mt;
+    int64_t        bb;
+    int            alone = 1;
+
+    snprintf(path, sizeof(path), "t/data/conformance/%s.gguf", name);
+    for (int k = 0; k < ARCH_P; k++) {
+        prompts[k][0] = 1;
+        for (int i = 1; i < 80; i++) {
+            /* prompts 2 and 3 share their first 64 ids; each repeats a
+             * phrase, for the n-gram proposer */
+            prompts[k][i] = k == 3 && i >= 64 ? 700 + i
+                            : 3 + ((k == 3 ? 2 : k) * 389 + (i % 23) * 97)
+                                  % 2040;
+        }
+    }
+    e = engine_x(path, 512, 0, 0, 0);
+    ok(e != NULL, "%s: loads", name);
+    if (e == NULL) {
+        return;
+    }
+    for (int k = 0; k < ARCH_P; k++) {
+        collected      c;
+        nalar_request *r = greedy_req(prompts[k], len[k], ARCH_N, &c);
+        nalar_err      err;
+
+        nalar_engine_run_sync(e, &r, 1, &err);
+        alone &= c.n == ARCH_N;
+        memcpy(want[k], c.ids, sizeof(want[k]));
+        nalar_request_unref(r);
+    }
+    ok(alone, "%s: each prompt alone gives %d ids", name, ARCH_N);
+    ok(arch_run(e, prompts, len, want, 0, 0, "batched"),
+       "%s: batched, the ids of each alone", name);
+    ok(arch_run(e, prompts, len, want, 3, 0, "batched with 3 others"),
+       "%s: batched with 3 others, the same", name);
+    {
+        const nalar_config *cf = &nalar_engine_model(e)->cfg;
+
+        bb = 2LL * cf->n_layers * NALAR_KV_BLOCK * cf->n_kv_heads
+             * cf->head_dim * 4;
+    }
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 5, 0, 0, 0);
+    ok(arch_run(e, prompts, len, want, 2, 0, "chunked"),
+       "%s: chunked prefill (5 tokens a step), the same", name);
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 64, 14 * bb, 0, 0);
+    ok(arch_run(e, prompts, len, want, 2, 0, "preempted"),
+       "%s: on 14 KV blocks, the same", name);
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.preemptions_total > 0, "%s: ... with preemption (%llu)", name,
+           (unsigned long long) mt.preemptions_total);
+    }
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 512, 0, 0, NALAR_SPEC_NGRAM);
+    ok(arch_run(e, prompts, len, want, 0, 0, "n-gram speculation"),
+       "%s: with n-gram speculation, the same", name);
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.spec_draft_tokens_total > 0, "%s: ... which proposed %llu "
+           "tokens", name, (unsigned long long) mt.spec_draft_tokens_total);
+    }
+    nalar_engine_destroy(e);
+
+    /* prefix cache: prompt 2 published, then prompt 3 (its first 64 ids
+     * shared: four blocks, twice gemma2's window) from the cache */
+    e = engine_x(path, 512, 0, 1, 0);
+    if (e != NULL) {
+        collected      c;
+        nalar_request *r;
+        nalar_err      err;
+        int            good = 1;
+
+        for (int k = 2; k < ARCH_P; k++) {
+            r = greedy_req(prompts[k], len[k], ARCH_N, &c);
+            nalar_engine_run_sync(e, &r, 1, &err);
+            good &= c.n == ARCH_N && same(c.ids, want[k], ARCH_N);
+            nalar_request_unref(r);
+        }
+        nalar_engine_metrics(e, &mt);
+        ok(good && mt.prefix_hits_total >= 64, "%s: prefix cache on, the "
+           "same (%llu prompt tokens from the cache)", name,
+           (unsigned long long) mt.prefix_hits_total);
+        ok(arch_run(e, prompts, len, want, 1, 1, "cache, batched"),
+           "%s: prefix cache on, batched, the same", name);
+    } else {
+        ok(0, "%s: engine with the prefix cache", name);
+    }
+    nalar_engine_destroy(e);
+}
+
+
 int
 main(void)
 {
@@ -964,5 +1156,14 @@ main(void)
 
     test_step_failures(tf32);
     test_concurrency(tf32);
+    {
+        static const char *const archs[] = {
+            "llama3-F32", "qwen2-F16", "qwen3-F16", "gemma2-F16", "phi3-F16",
+        };
+
+        for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+            check_arch(archs[i]);
+        }
+    }
     return done_testing();
 }

@@ -12,9 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "fp16.h"
 #include "gguf.h"
 #include "mkmodel.h"
+#include "model.h"
 #include "tap.h"
 #include "tokenizer.h"
 
@@ -838,6 +840,102 @@ test_control_tokens(void)
             unlink(tmp("ct.gguf"));
         }
     }
+/* every architecture the engine serves: the file names it, loads with its
+ * parts, and a CPU pass over 20 tokens gives finite logits */
+static void
+test_archs(void)
+{
+    static const char *const archs[] = {
+        "llama", "qwen2", "qwen3", "gemma2", "phi3",
+    };
+    nalar_mkmodel_opts o;
+    nalar_err          err;
+
+    for (size_t a = 0; a < sizeof(archs) / sizeof(archs[0]); a++) {
+        nalar_model   *m;
+        nalar_backend *be;
+        nalar_kv_pool  kv;
+        nalar_seq_kv   s;
+        nalar_batch    b;
+        int32_t        tok[20], pos[20];
+        int8_t         want[20];
+        nalar_seq_kv  *seq[20];
+        float         *logits;
+        int            finite = 1, rc = -1;
+
+        o = small_opts(GGML_F16);
+        o.arch = archs[a];
+        o.window = 8;
+        if (nalar_mkmodel(&o, tmp("arch.gguf"), &err) != 0) {
+            ok(0, "mkmodel --arch %s: %s", archs[a], err.msg);
+            continue;
+        }
+        m = nalar_model_load(tmp("arch.gguf"), &err);
+        ok(m != NULL && strcmp(nalar_arch_name(m->cfg.arch), archs[a]) == 0,
+           "%s: written and loaded as %s", archs[a], archs[a]);
+        if (m == NULL) {
+            diag("%s", err.msg);
+            continue;
+        }
+        ok((m->layers[0].bq != NULL) == (strcmp(archs[a], "qwen2") == 0)
+           && (m->layers[0].q_norm != NULL) == (strcmp(archs[a], "qwen3")
+                                                == 0)
+           && (m->layers[1].post_ffn_norm != NULL) == (strcmp(archs[a],
+                                                              "gemma2") == 0)
+           && (m->cfg.swa_window == 8) == (strcmp(archs[a], "gemma2") == 0
+                                           || strcmp(archs[a], "phi3") == 0)
+           && (m->output.data == m->tok_embd.data)
+              == (strcmp(archs[a], "qwen2") == 0
+                  || strcmp(archs[a], "qwen3") == 0
+                  || strcmp(archs[a], "gemma2") == 0),
+           "%s: its biases, norms, window and output head", archs[a]);
+        memset(&kv, 0, sizeof(kv));
+        nalar_seq_kv_init(&s);
+        be = nalar_cpu_backend_create(m, 1, &err);
+        logits = malloc(20 * 300 * sizeof(float));
+        if (be != NULL && logits != NULL
+            && nalar_kv_pool_init(&kv, 2, m->cfg.n_layers,
+                                  m->cfg.n_kv_heads * m->cfg.head_dim,
+                                  &err) == 0
+            && be->kv_alloc(be, &kv, &err) == 0
+            && nalar_seq_kv_reserve(&kv, &s, 20) == 0)
+        {
+            for (int i = 0; i < 20; i++) {
+                tok[i] = 5 + 13 * i;
+                pos[i] = i;
+                want[i] = 1;
+                seq[i] = &s;
+            }
+            b.n_tokens = 20;
+            b.tokens = tok;
+            b.pos = pos;
+            b.seq = seq;
+            b.want_logits = want;
+            b.n_logits = 20;
+            rc = be->forward(be, &kv, &b, logits, &err);
+            for (int i = 0; rc == 0 && i < 20 * 300; i++) {
+                finite &= isfinite(logits[i]);
+            }
+        }
+        ok(rc == 0 && finite, "%s: a pass of 20 tokens, finite logits",
+           archs[a]);
+        nalar_seq_kv_release(&kv, &s);
+        if (be != NULL) {
+            if (kv.k != NULL) {
+                be->kv_free(be, &kv);
+            }
+            be->destroy(be);
+        }
+        nalar_kv_pool_free(&kv);
+        free(logits);
+        nalar_model_destroy(m);
+    }
+    o = small_opts(GGML_F16);
+    o.arch = "mamba";
+    ok(nalar_mkmodel(&o, tmp("arch.gguf"), &err) != 0
+       && strstr(err.msg, "unknown architecture 'mamba'") != NULL,
+       "an unknown architecture is refused: %s", err.msg);
+    unlink(tmp("arch.gguf"));
 }
 
 
@@ -871,6 +969,7 @@ main(void)
     test_chat_template();
     test_bad_opts();
     test_control_tokens();
+    test_archs();
 
     rmdir(tmpdir);
     return done_testing();
