@@ -60,15 +60,11 @@ usage(void)
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
-        " --chatml --pre NAME
-"
-        "                 --control-tokens A,B --vocab-from FILE
-"
+        " --chatml --pre NAME\n"
+        "                 --control-tokens A,B --vocab-from FILE\n"
         "                 --chat-template FILE --arch llama|qwen2|qwen3|gemma2"
-        "|phi3
-"
-        "                 --window N] -o FILE
-"
+        "|phi3\n"
+        "                 --window N] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "  nalar spec-bench -m MODEL [--draft FILE]"

@@ -840,6 +840,9 @@ test_control_tokens(void)
             unlink(tmp("ct.gguf"));
         }
     }
+}
+
+
 /* every architecture the engine serves: the file names it, loads with its
  * parts, and a CPU pass over 20 tokens gives finite logits */
 static void
