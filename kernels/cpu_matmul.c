@@ -20,10 +20,34 @@
 #include <string.h>
 
 #include "cpu_matmul.h"
+#include "cpu_quant.h"
 #include "cpu_simd.h"
 #include "fp16.h"
 
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
+
+/*
+ * A quantized W's blocks copied, as they are, into memory the backend
+ * owns (64-byte aligned), so no step waits on a page of the mapped file
+ * (nalar_cpu_drop_mapped then lets the mapping's copy go).
+ */
+static int
+own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+{
+    size_t bytes = (size_t) W->rows
+                   * (size_t) ggml_row_size(W->type, (uint64_t) W->cols);
+
+    if (posix_memalign(&M->panels, 64, bytes) != 0) {
+        M->panels = NULL;
+        return nalar_fail(err, "cpu backend: out of memory for a %lld x "
+                          "%lld %s weight", (long long) W->rows,
+                          (long long) W->cols, ggml_type_name(W->type));
+    }
+    memcpy(M->panels, W->data, bytes);
+    return 0;
+}
+
+
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -584,6 +608,9 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->panels = NULL;
     M->ptype = W->type;
     M->pairs = 0;
+    if (nalar_quant_type(W->type)) {
+        return own_blocks(M, W, err);
+    }
     if (W->type != GGML_F32 && W->type != GGML_F16 && W->type != GGML_BF16) {
         return 0;
     }
@@ -653,10 +680,17 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     case GGML_BF16:
         panels_bf16(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         break;
-    default:
-        matmul_q8_0(W->data,
+    case GGML_Q8_0:
+        matmul_q8_0(p != NULL ? p : W->data,
                     (int64_t) ggml_row_size(W->type, (uint64_t) W->cols), x,
                     n_tok, ldx, y, ldy, r0, r1, W->cols, accumulate);
+        break;
+    default:
+        nalar_quant_matmul(W->type, p != NULL ? p : W->data,
+                           (int64_t) ggml_row_size(W->type,
+                                                   (uint64_t) W->cols),
+                           W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+                           accumulate);
         break;
     }
 }
@@ -693,12 +727,14 @@ int
 nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                    nalar_err *err)
 {
-    (void) err;
-    (void) narrow;      /* rows are read in place, in W's type */
+    (void) narrow;      /* rows are read in W's type */
     M->W = W;
     M->panels = NULL;
     M->ptype = W->type;
     M->pairs = 0;
+    if (nalar_quant_type(W->type)) {
+        return own_blocks(M, W, err);
+    }
     return 0;
 }
 
@@ -710,6 +746,12 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
 
+    if (nalar_quant_type(W->type)) {
+        nalar_quant_matmul(W->type, M->panels != NULL ? M->panels : W->data,
+                           wstride, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+                           accumulate);
+        return;
+    }
     for (int t = 0; t < n_tok; t++) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = (const uint8_t *) W->data + r * wstride;
@@ -742,6 +784,17 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
 
 
 void
+nalar_cpu_drop_mapped(const gguf_file *f)
+{
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        if (nalar_quant_type(f->tensors[i].type)) {
+            gguf_drop_resident(f, f->tensors[i].data, f->tensors[i].nbytes);
+        }
+    }
+}
+
+
+void
 nalar_cpu_mat_free(nalar_cpu_mat *M)
 {
     free(M->panels);
@@ -756,6 +809,10 @@ nalar_cpu_get_row(const nalar_mat *W, int64_t row, float *out)
                                                      (uint64_t) W->cols);
     const uint8_t *w = (const uint8_t *) W->data + row * wstride;
 
+    if (nalar_quant_type(W->type)) {
+        nalar_dequant_row(W->type, w, W->cols, out);
+        return;
+    }
     for (int64_t c = 0; c < W->cols; c++) {
         uint16_t h;
 

@@ -33,8 +33,11 @@
  * last panel padded with zero rows.  One vector load then gives
  * one column of 16 rows, each token's x[t, c] is broadcast against it, and
  * 16 outputs build up in one vector with no horizontal sum -- so a pass of
- * a few tokens costs little more than one.  Q8_0 (and builds without
- * AVX-512) read the model's rows in place: panels is NULL.
+ * a few tokens costs little more than one.  Quantized weights (Q8_0, Q4_0,
+ * Q4_K, Q5_K, Q6_K; cpu_quant.h) are copied as they are, in their blocks,
+ * into panels (ptype W's): memory the backend owns.  F32/F16/BF16 in
+ * builds without AVX-512 are read from the model's rows in place: panels
+ * is NULL.
  */
 typedef struct {
     const nalar_mat *W;
@@ -59,6 +62,10 @@ typedef struct {
 int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                        nalar_err *err);
 void nalar_cpu_mat_free(nalar_cpu_mat *M);
+
+/* Once the backend holds its copies: drop the resident pages of f's
+ * quantized tensors from the mapping (gguf_drop_resident). */
+void nalar_cpu_drop_mapped(const gguf_file *f);
 
 void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
                       int ldx, float *y, int ldy, int64_t r0, int64_t r1,

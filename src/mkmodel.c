@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "cpu_quant.h"
 #include "mkmodel.h"
 
 #define MAX_VOCAB 1000000
@@ -161,6 +162,11 @@ convert(const float *x, size_t n, ggml_type type, void *out)
         for (size_t b = 0; b < n / QK4_0; b++) {
             quantize_q4_0(x + b * QK4_0, o + b * (2 + QK4_0 / 2));
         }
+        break;
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+    case GGML_Q6_K:
+        (void) nalar_quantize_row(type, x, (int64_t) n, out);
         break;
     }
 }

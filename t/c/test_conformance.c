@@ -38,8 +38,26 @@
 #define N_GREEDY 32
 #define EXACT_TOL 1e-4
 
-/* the files checked; each has DIR NAME.gguf and DIR NAME.ref.json */
-static const char *const files[] = { "llama-F16", "qwen2-F16" };
+/*
+ * The files checked; each has DIR NAME.gguf and DIR NAME.ref.json.  A file
+ * with `needs` set uses what the engine does not compute yet: it is
+ * skipped, naming what it waits for, until that lands and the row's
+ * `needs` is cleared.
+ */
+static const struct { const char *name; const char *needs; } files[] = {
+    { "llama-F16", NULL },
+    { "qwen2-F16", NULL },
+    { "llama-Q4_K_M", NULL },
+    { "qwen2-Q4_K_M", NULL },
+    { "llama3-Q8_0", "rope_freqs.weight (Llama-3.1 RoPE factors)" },
+    { "llama3-Q4_0", "rope_freqs.weight (Llama-3.1 RoPE factors)" },
+    { "llama3-Q4_K_M", "rope_freqs.weight (Llama-3.1 RoPE factors)" },
+    { "llama3-Q5_K_M", "rope_freqs.weight (Llama-3.1 RoPE factors)" },
+    { "llama3-Q6_K", "rope_freqs.weight (Llama-3.1 RoPE factors)" },
+    { "qwen3-Q4_K_M", "the qwen3 architecture" },
+    { "gemma2-Q4_K_M", "the gemma2 architecture" },
+    { "phi3-Q4_K_M", "the phi3 architecture" },
+};
 
 /* the kit's recommended absolute tolerance per storage type */
 static const struct { const char *type; double tol; } tols[] = {
@@ -404,7 +422,11 @@ int
 main(void)
 {
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        check_file(files[i]);
+        if (files[i].needs != NULL) {
+            skip("%s: waits for %s", files[i].name, files[i].needs);
+            continue;
+        }
+        check_file(files[i].name);
     }
     return done_testing();
 }
