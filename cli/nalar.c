@@ -7,7 +7,7 @@
  *   nalar tokenize -m MODEL [--no-bos] [--special] TEXT
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
- *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
+ *                  --vocab V --ctx C --type TYPE --seed S
  *                  --bpe --chatml --vocab-from FILE --chat-template FILE]
  *                  -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "backend.h"
-#ifdef NALAR_CUDA
 #include "clock.h"
+#ifdef NALAR_CUDA
 #include "cuda_backend.h"
 #endif
 #include "bench.h"
@@ -51,8 +51,9 @@ usage(void)
         "  nalar inspect MODEL\n"
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
-        "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
-        " --chatml --vocab-from FILE\n"
+        "                 --ctx C --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k"
+        "|q4_k_m|q5_k_m\n"
+        "                 --seed S --bpe --chatml --vocab-from FILE\n"
         "                 --chat-template FILE] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
@@ -360,6 +361,9 @@ read_text(const char *path)
 }
 
 
+#define MK_TYPES "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, " \
+                 "q5_k_m"
+
 static int
 cmd_mkmodel(int argc, char **argv)
 {
@@ -402,9 +406,23 @@ cmd_mkmodel(int argc, char **argv)
             o.type = GGML_BF16;
         } else if (strcmp(type, "q8_0") == 0) {
             o.type = GGML_Q8_0;
+        } else if (strcmp(type, "q4_0") == 0) {
+            o.type = GGML_Q4_0;
+        } else if (strcmp(type, "q4_k") == 0) {
+            o.type = GGML_Q4_K;
+        } else if (strcmp(type, "q5_k") == 0) {
+            o.type = GGML_Q5_K;
+        } else if (strcmp(type, "q6_k") == 0) {
+            o.type = GGML_Q6_K;
+        } else if (strcmp(type, "q4_k_m") == 0) {
+            o.type = GGML_Q4_K;
+            o.kmix = 1;
+        } else if (strcmp(type, "q5_k_m") == 0) {
+            o.type = GGML_Q5_K;
+            o.kmix = 1;
         } else {
-            fprintf(stderr, "nalar mkmodel: unknown type '%s' (f32, f16, "
-                    "bf16, q8_0)\n", type);
+            fprintf(stderr, "nalar mkmodel: unknown type '%s' (" MK_TYPES
+                    ")\n", type);
             return 2;
         }
     }
