@@ -287,6 +287,59 @@ cmd_tokenize(int argc, char **argv)
 }
 
 
+/*
+ * The file's tensor types (count and bytes of each) and the bytes the CPU
+ * backend keeps resident for the weights: every tensor's bytes as stored
+ * (quantized blocks are held as they are, never widened; F16/BF16 norms
+ * are widened to F32), to which the KV pool adds its configured size.
+ */
+static void
+print_type_mix(const gguf_file *f)
+{
+    static const ggml_type order[] = {
+        GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q6_K, GGML_Q5_K,
+        GGML_Q4_K, GGML_Q4_0
+    };
+    uint64_t total = 0, params = 0, resident = 0;
+    int      first = 1;
+
+    printf("type mix:     ");
+    for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+        uint64_t n = 0, bytes = 0;
+
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            uint64_t           ne = 1;
+
+            if (t->type != order[k]) {
+                continue;
+            }
+            for (uint32_t d = 0; d < t->n_dims; d++) {
+                ne *= t->ne[d];
+            }
+            n++;
+            bytes += t->nbytes;
+            params += ne;
+            resident += t->n_dims == 1 && t->type != GGML_F32 ? 4 * ne
+                        : t->nbytes;
+        }
+        if (n > 0) {
+            printf("%s %s x%llu (%.2f MiB)", first ? "" : ",",
+                   ggml_type_name(order[k]), (unsigned long long) n,
+                   (double) bytes / 1048576.0);
+            first = 0;
+            total += bytes;
+        }
+    }
+    printf("\nweights:       %llu bytes, %.2f bits per parameter\n",
+           (unsigned long long) total,
+           params > 0 ? 8.0 * (double) total / (double) params : 0.0);
+    printf("resident:      %llu bytes of weights on the CPU backend "
+           "(blocks as stored), plus the KV pool\n",
+           (unsigned long long) resident);
+}
+
+
 static int
 cmd_inspect(int argc, char **argv)
 {
@@ -308,6 +361,7 @@ cmd_inspect(int argc, char **argv)
         fputs(s, stdout);
     }
     free(s);
+    print_type_mix(m->gguf);
     nalar_model_destroy(m);
     return 0;
 }
