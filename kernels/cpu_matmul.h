@@ -11,8 +11,9 @@
  * depend on what else is in the batch or on how its prompt was chunked.
  *   F32, F16, BF16: one FMA chain over the columns in order, from 0:
  *     s = fma(W[r, c], x[t, c], s) for c = 0 .. cols - 1; then y (+)= s.
- *   Q8_0: 16-lane FMA accumulation over columns in order, then one fixed
- *     horizontal reduction.
+ *   Q8_0 with AVX-512: 16-lane FMA accumulation over columns in order,
+ *     then one fixed horizontal reduction.
+ *   Q8_0 without AVX-512, Q4_0, Q4_K, Q5_K, Q6_K: see cpu_quant.h.
  *   BF16 pairs (a narrowed W, see nalar_cpu_mat_init): x rounded to BF16,
  *     then one vdpbf16ps chain over the column pairs in order, from 0:
  *     s = dpbf16(s, (W[r, 2q], W[r, 2q + 1]), (x[t, 2q], x[t, 2q + 1])).
@@ -33,11 +34,13 @@
  * last panel padded with zero rows.  One vector load then gives
  * one column of 16 rows, each token's x[t, c] is broadcast against it, and
  * 16 outputs build up in one vector with no horizontal sum -- so a pass of
- * a few tokens costs little more than one.  Quantized weights (Q8_0, Q4_0,
- * Q4_K, Q5_K, Q6_K; cpu_quant.h) are copied as they are, in their blocks,
- * into panels (ptype W's): memory the backend owns.  F32/F16/BF16 in
- * builds without AVX-512 are read from the model's rows in place: panels
- * is NULL.
+ * a few tokens costs little more than one.  With AVX2 but no AVX-512 the
+ * panels hold 8 rows (element (r, c) at panels[(r / 8) * cols * 8 + c * 8
+ * + r % 8], in W's type; narrow is ignored).  Quantized weights (Q8_0,
+ * Q4_0, Q4_K, Q5_K, Q6_K; cpu_quant.h) are copied as they are, in their
+ * blocks, into panels (ptype W's): memory the backend owns.  Without
+ * AVX2, F32/F16/BF16 are read from the model's rows in place: panels is
+ * NULL.
  */
 typedef struct {
     const nalar_mat *W;
