@@ -75,13 +75,22 @@ nalar_quant_block(ggml_type t)
 }
 
 
-static float
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+/* an f16 as float (exact either way) */
+static inline float
 f16_at(const uint8_t *p)
 {
     uint16_t h;
 
     memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
     return nalar_f16_to_f32(h);
+#endif
 }
 
 
@@ -200,7 +209,7 @@ nalar_dequant_row(ggml_type t, const void *src, int64_t n, float *out)
 
 
 /* the float scales and mins of a block (every build) */
-static void
+static inline __attribute__((always_inline)) void
 decode_scales(ggml_type t, const uint8_t *p, qblock *B)
 {
     switch (t) {
@@ -356,12 +365,95 @@ hsum8(__m256 v)
 }
 
 
+/* 8 int8 codes as floats, from the low 8 bytes of v */
+static ALWAYS_INLINE_Q __m256
+i8x8_ps(__m128i v)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+
+/* codes 32 g .. 32 g + 31 of a K-quant block (g = 0 .. 7), as bytes */
+static ALWAYS_INLINE_Q __m256i
+group32(ggml_type t, const uint8_t *p, int g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)
+                                       (p + (t == GGML_Q4_K ? 16 : 48)
+                                        + 32 * (g / 2)));
+        __m256i q = (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(b, 4), m4)
+                            : _mm256_and_si256(b, m4);
+
+        if (t == GGML_Q5_K) {
+            __m256i h = _mm256_loadu_si256((const __m256i *) (p + 16));
+            __m256i u = _mm256_set1_epi8((char) (1 << g));
+
+            q = _mm256_or_si256(q, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(h, u), u),
+                    _mm256_set1_epi8(0x10)));
+        }
+        return q;
+    } else {    /* GGML_Q6_K */
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        int           h = g / 4, i = g % 4;
+        __m256i       a = _mm256_loadu_si256((const __m256i *)
+                                             (p + 64 * h + 32 * (i & 1)));
+        __m256i       e = _mm256_loadu_si256((const __m256i *)
+                                             (p + 128 + 32 * h));
+        __m256i       lo = i < 2 ? _mm256_and_si256(a, m4)
+                           : _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+        __m256i       hi;
+
+        switch (i) {
+        case 0:  hi = _mm256_slli_epi16(e, 4); break;
+        case 1:  hi = _mm256_slli_epi16(e, 2); break;
+        case 2:  hi = e; break;
+        default: hi = _mm256_srli_epi16(e, 2); break;
+        }
+        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_and_si256(hi, m30)),
+                               _mm256_set1_epi8(32));
+    }
+}
+
+
+/* decode_scales with vectors: the same products, exactly */
+static ALWAYS_INLINE_Q void
+decode_scales_avx2(ggml_type t, const uint8_t *p, qblock *B)
+{
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        uint32_t w[3], sc[2], mn[2];
+        __m256   d = _mm256_set1_ps(f16_at(p));
+        __m256   dm = _mm256_set1_ps(f16_at(p + 2));
+
+        memcpy(w, p + 4, 12);
+        sc[0] = w[0] & 0x3f3f3f3fu;
+        mn[0] = w[1] & 0x3f3f3f3fu;
+        sc[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+        mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u)
+                                                << 4);
+        _mm256_storeu_ps(B->a, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) sc)))));
+        _mm256_storeu_ps(B->b, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) mn)))));
+    } else if (t == GGML_Q6_K) {
+        __m256  d = _mm256_set1_ps(f16_at(p + 208));
+        __m128i v = _mm_loadu_si128((const __m128i *) (p + 192));
+
+        _mm256_storeu_ps(B->a, _mm256_mul_ps(d, i8x8_ps(v)));
+        _mm256_storeu_ps(B->a + 8, _mm256_mul_ps(d,
+                                      i8x8_ps(_mm_srli_si128(v, 8))));
+    } else {
+        B->a[0] = f16_at(p);
+    }
+}
+
+
 /* q[] of a block, with byte vectors */
 static ALWAYS_INLINE_Q void
 decode_q_avx2(ggml_type t, const uint8_t *p, qblock *B)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-
     switch (t) {
     case GGML_Q8_0:
         _mm256_store_si256((__m256i *) B->q,
@@ -378,69 +470,12 @@ decode_q_avx2(ggml_type t, const uint8_t *p, qblock *B)
                                      e));
         return;
     }
-    case GGML_Q4_K:
-        for (int k = 0; k < 4; k++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)
-                                           (p + 16 + 32 * k));
-
-            _mm256_store_si256((__m256i *) (B->q + 64 * k),
-                               _mm256_and_si256(v, m4));
-            _mm256_store_si256((__m256i *) (B->q + 64 * k + 32),
-                               _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    default:
+        for (int g = 0; g < 8; g++) {
+            _mm256_store_si256((__m256i *) (B->q + 32 * g),
+                               group32(t, p, g));
         }
         return;
-    case GGML_Q5_K: {
-        __m256i h = _mm256_loadu_si256((const __m256i *) (p + 16));
-        __m256i b16 = _mm256_set1_epi8(0x10);
-
-        for (int k = 0; k < 4; k++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)
-                                           (p + 48 + 32 * k));
-            __m256i u1 = _mm256_set1_epi8((char) (1 << (2 * k)));
-            __m256i u2 = _mm256_set1_epi8((char) (2 << (2 * k)));
-            __m256i h1 = _mm256_and_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(h, u1), u1), b16);
-            __m256i h2 = _mm256_and_si256(
-                _mm256_cmpeq_epi8(_mm256_and_si256(h, u2), u2), b16);
-
-            _mm256_store_si256((__m256i *) (B->q + 64 * k),
-                               _mm256_or_si256(_mm256_and_si256(v, m4), h1));
-            _mm256_store_si256((__m256i *) (B->q + 64 * k + 32),
-                               _mm256_or_si256(
-                                   _mm256_and_si256(_mm256_srli_epi16(v, 4),
-                                                    m4), h2));
-        }
-        return;
-    }
-    default: {  /* GGML_Q6_K */
-        const __m256i m30 = _mm256_set1_epi8(0x30);
-        const __m256i o32 = _mm256_set1_epi8(32);
-
-        for (int h = 0; h < 2; h++) {
-            __m256i a = _mm256_loadu_si256((const __m256i *) (p + 64 * h));
-            __m256i b = _mm256_loadu_si256((const __m256i *)
-                                           (p + 64 * h + 32));
-            __m256i e = _mm256_loadu_si256((const __m256i *)
-                                           (p + 128 + 32 * h));
-            __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4),
-                             _mm256_and_si256(_mm256_slli_epi16(e, 4), m30));
-            __m256i q2 = _mm256_or_si256(_mm256_and_si256(b, m4),
-                             _mm256_and_si256(_mm256_slli_epi16(e, 2), m30));
-            __m256i q3 = _mm256_or_si256(
-                             _mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
-                             _mm256_and_si256(e, m30));
-            __m256i q4 = _mm256_or_si256(
-                             _mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
-                             _mm256_and_si256(_mm256_srli_epi16(e, 2), m30));
-            int8_t *q = B->q + 128 * h;
-
-            _mm256_store_si256((__m256i *) q, _mm256_sub_epi8(q1, o32));
-            _mm256_store_si256((__m256i *) (q + 32), _mm256_sub_epi8(q2, o32));
-            _mm256_store_si256((__m256i *) (q + 64), _mm256_sub_epi8(q3, o32));
-            _mm256_store_si256((__m256i *) (q + 96), _mm256_sub_epi8(q4, o32));
-        }
-        return;
-    }
     }
 }
 
@@ -522,6 +557,69 @@ scratch_get(int64_t n)
 
 
 /*
+ * One token's sub-block sums of one block added into acc (see the
+ * header): Q8_0 and Q4_0 decode in registers, the K-quants through
+ * B->q (decode_q_avx2); decode_scales has filled B->a.
+ */
+static ALWAYS_INLINE_Q __m256
+dot1(ggml_type t, const int SUB, const int NSUB, const uint8_t *p,
+     qblock *B, const float *x, __m256 acc)
+{
+    if (t == GGML_Q8_0 || t == GGML_Q4_0) {
+        __m256 q[4], v;
+
+        if (t == GGML_Q8_0) {
+            for (int k = 0; k < 4; k++) {
+                q[k] = i8x8_ps(_mm_loadl_epi64((const __m128i *)
+                                               (p + 2 + 8 * k)));
+            }
+        } else {
+            __m128i b = _mm_loadu_si128((const __m128i *) (p + 2));
+            __m128i f = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+            __m128i lo = _mm_sub_epi8(_mm_and_si128(b, f), e);
+            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), f),
+                                      e);
+
+            q[0] = i8x8_ps(lo);
+            q[1] = i8x8_ps(_mm_srli_si128(lo, 8));
+            q[2] = i8x8_ps(hi);
+            q[3] = i8x8_ps(_mm_srli_si128(hi, 8));
+        }
+        v = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
+        for (int k = 1; k < 4; k++) {
+            v = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(x + 8 * k), v);
+        }
+        return _mm256_fmadd_ps(_mm256_set1_ps(B->a[0]), v, acc);
+    }
+    for (int g = 0; g < 8; g++) {
+        __m256i        qv = group32(t, p, g);
+        __m128i        l = _mm256_castsi256_si128(qv);
+        __m128i        h = _mm256_extracti128_si256(qv, 1);
+        const float   *xg = x + 32 * g;
+        __m256         v0 = _mm256_mul_ps(i8x8_ps(l), _mm256_loadu_ps(xg));
+        __m256         v1 = _mm256_mul_ps(i8x8_ps(h),
+                                          _mm256_loadu_ps(xg + 16));
+
+        v0 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(l, 8)),
+                             _mm256_loadu_ps(xg + 8), v0);
+        v1 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(h, 8)),
+                             _mm256_loadu_ps(xg + 24), v1);
+        if (SUB == 32) {
+            /* one sub-block: its chain runs on through the high half */
+            v0 = _mm256_fmadd_ps(i8x8_ps(h), _mm256_loadu_ps(xg + 16), v0);
+            v0 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(h, 8)),
+                                 _mm256_loadu_ps(xg + 24), v0);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[g]), v0, acc);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[2 * g]), v0, acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[2 * g + 1]), v1, acc);
+        }
+    }
+    return acc;
+}
+
+
+/*
  * One type's kernel; SUB (weights per sub-block), NSUB (sub-blocks per
  * block) and HAS_MIN are constants of the instance.
  */
@@ -557,6 +655,29 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
             __m256         acc[TOK_BLOCK];
             float          m[TOK_BLOCK];
 
+            if (tn == 1) {
+                /* one token: its sums stay in registers */
+                __m256 a = _mm256_setzero_ps();
+                float  m1 = 0, s1;
+                float *o = y + (int64_t) t0 * ldy + r;
+
+                for (int64_t bi = 0; bi < nblk; bi++) {
+                    const uint8_t *p = wr + bi * qi->bytes;
+                    int64_t        c = bi * qi->qk;
+
+                    decode_scales_avx2(t, p, &B);
+                    a = dot1(t, SUB, NSUB, p, &B, xb + c, a);
+                    for (int j = 0; HAS_MIN && j < NSUB; j++) {
+                        int64_t g = (c + j * SUB) / 32;
+
+                        m1 = fmaf(B.b[j], xs != NULL ? xs[g]
+                                          : xsum32(xb + 32 * g), m1);
+                    }
+                }
+                s1 = hsum8(a) - m1;
+                *o = accumulate ? *o + s1 : s1;
+                continue;
+            }
             for (int tk = 0; tk < tn; tk++) {
                 acc[tk] = _mm256_setzero_ps();
                 m[tk] = 0;
@@ -565,25 +686,9 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
                 const uint8_t *p = wr + bi * qi->bytes;
                 int64_t        c = bi * qi->qk;
 
-                decode_scales(t, p, &B);
-                decode_q_avx2(t, p, &B);
-                if (tn == 1) {
-                    const float *xt = xb + c;
-
-                    for (int j = 0; j < NSUB; j++) {
-                        const int8_t *q = B.q + j * SUB;
-                        const float  *xj = xt + j * SUB;
-                        __m256        v = _mm256_mul_ps(q8_to_ps(q),
-                                                        _mm256_loadu_ps(xj));
-
-                        for (int k = 8; k < SUB; k += 8) {
-                            v = _mm256_fmadd_ps(q8_to_ps(q + k),
-                                                _mm256_loadu_ps(xj + k), v);
-                        }
-                        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(B.a[j]), v,
-                                                 acc[0]);
-                    }
-                } else {
+                decode_scales_avx2(t, p, &B);
+                {
+                    decode_q_avx2(t, p, &B);
                     for (int i = 0; i < NSUB * SUB; i += 8) {
                         _mm256_store_ps(qf + i, q8_to_ps(B.q + i));
                     }
