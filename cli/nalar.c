@@ -13,10 +13,12 @@
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "clock.h"
@@ -503,6 +505,98 @@ cmd_mkmodel(int argc, char **argv)
 
 /* --- bench --- */
 
+/*
+ * Memory read bandwidth, for the decode's memory-read limit: n threads
+ * each sum their share of a 1 GiB buffer (far larger than the caches),
+ * best of 3 passes, in bytes per second.
+ */
+typedef struct {
+    const uint64_t *p;
+    size_t          n;
+    uint64_t        sum;
+} bw_part;
+
+
+static void *
+bw_read(void *arg)
+{
+    bw_part  *b = arg;
+    uint64_t  s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+    for (size_t i = 0; i + 4 <= b->n; i += 4) {
+        s0 += b->p[i];
+        s1 += b->p[i + 1];
+        s2 += b->p[i + 2];
+        s3 += b->p[i + 3];
+    }
+    b->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+
+static double
+measure_read_bw(int n_threads)
+{
+    size_t     bytes = (size_t) 1 << 30, words = bytes / 8;
+    uint64_t  *buf = malloc(bytes);
+    pthread_t  th[64];
+    bw_part    part[64];
+    double     best = 0;
+
+    if (buf == NULL) {
+        return 0;
+    }
+    n_threads = n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads;
+    for (size_t i = 0; i < words; i++) {
+        buf[i] = i;
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = nalar_now_s(), dt;
+        int    started = 0;
+
+        for (int k = 0; k < n_threads; k++) {
+            part[k].p = buf + words / n_threads * k;
+            part[k].n = words / n_threads;
+            if (pthread_create(&th[k], NULL, bw_read, &part[k]) != 0) {
+                break;
+            }
+            started++;
+        }
+        for (int k = 0; k < started; k++) {
+            pthread_join(th[k], NULL);
+        }
+        dt = nalar_now_s() - t0;
+        if (started == n_threads && bytes / dt > best) {
+            best = (double) bytes / dt;
+        }
+    }
+    free(buf);
+    return best;
+}
+
+
+/* this process's resident set (VmRSS), in bytes; 0 if unknown */
+static int64_t
+resident_bytes(void)
+{
+    FILE   *fp = fopen("/proc/self/status", "r");
+    char    line[256];
+    int64_t kb = 0;
+
+    if (fp == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = strtoll(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(fp);
+    return kb * 1024;
+}
+
+
 typedef struct {
     nalar_model   *m;
     nalar_backend *be;
@@ -530,7 +624,8 @@ cmd_bench(int argc, char **argv)
     bench_ctx     c;
     nalar_err     err;
     nalar_seq_kv *seqs;
-    int64_t       wbytes = 0;
+    int64_t       wbytes = 0, rss, file_bytes, kv_bytes;
+    double        read_bw;
     char         *dup, *tokp;
 #ifdef NALAR_CUDA
     const char   *cu_backend = NULL, *cu_synthetic = NULL;  /* CUDA bench */
@@ -634,6 +729,7 @@ cmd_bench(int argc, char **argv)
         fprintf(stderr, "nalar: %s\n", err.msg);
         return 1;
     }
+    rss = resident_bytes();
     c.b.tokens = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
     c.b.pos = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
     c.b.seq = calloc((size_t) (p > max_b ? p : max_b), sizeof(*c.b.seq));
@@ -741,8 +837,17 @@ cmd_bench(int argc, char **argv)
         }
     }
 
+    file_bytes = (int64_t) c.m->gguf->map_size;
+    kv_bytes = 2 * (int64_t) c.kv.n_blocks * c.kv.n_layers * NALAR_KV_BLOCK
+               * c.kv.kv_dim * (int64_t) sizeof(float);
+    read_bw = measure_read_bw(threads > 0 ? threads
+                              : (int) sysconf(_SC_NPROCESSORS_ONLN));
     if (json) {
-        printf("{\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
+        printf("{\"resident_bytes\": %lld, \"file_bytes\": %lld, "
+               "\"kv_pool_bytes\": %lld, \"read_bytes_per_s\": %.0f, ",
+               (long long) rss, (long long) file_bytes,
+               (long long) kv_bytes, read_bw);
+        printf("\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
                "%.1f, \"batched\": {", prefill_tps, decode_tps);
         for (int k = 0; k < n_bs; k++) {
             printf("%s\"%d\": %.1f", k ? ", " : "", bs[k], batched[k]);
@@ -754,6 +859,14 @@ cmd_bench(int argc, char **argv)
         printf("prefill %d tokens: %.1f tokens/s\n", p, prefill_tps);
         printf("decode %d tokens, batch 1: %.1f tokens/s (%.2f GB/s of "
                "weights)\n", n, decode_tps, wbytes * decode_tps / 1e9);
+        printf("memory read: %.2f GB/s; memory-read limit %.1f tokens/s "
+               "(%lld weight bytes per token); decode at %.0f%% of it\n",
+               read_bw / 1e9, read_bw / (double) wbytes,
+               (long long) wbytes,
+               100.0 * decode_tps * (double) wbytes / read_bw);
+        printf("resident after load: %lld bytes (file %lld, KV pool "
+               "%lld)\n", (long long) rss, (long long) file_bytes,
+               (long long) kv_bytes);
         for (int k = 0; k < n_bs; k++) {
             printf("decode batch %d: %.1f tokens/s aggregate\n", bs[k],
                    batched[k]);
