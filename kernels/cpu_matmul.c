@@ -972,7 +972,7 @@ void
 nalar_cpu_drop_mapped(const gguf_file *f)
 {
     for (uint64_t i = 0; i < f->n_tensors; i++) {
-        if (nalar_quant_type(f->tensors[i].type)) {
+        if (f->tensors[i].n_dims >= 2) {
             gguf_drop_resident(f, f->tensors[i].data, f->tensors[i].nbytes);
         }
     }

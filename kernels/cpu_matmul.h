@@ -67,7 +67,9 @@ int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
 void nalar_cpu_mat_free(nalar_cpu_mat *M);
 
 /* Once the backend holds its copies: drop the resident pages of f's
- * quantized tensors from the mapping (gguf_drop_resident). */
+ * matrices from the mapping (gguf_drop_resident).  What is still read
+ * from the mapping (an embedding row; F32/F16/BF16 rows in builds without
+ * panels) faults back in on its first read and stays. */
 void nalar_cpu_drop_mapped(const gguf_file *f);
 
 void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
