@@ -507,7 +507,7 @@ cmd_mkmodel(int argc, char **argv)
 
 /*
  * Memory read bandwidth, for the decode's memory-read limit: n threads
- * each sum their share of a 1 GiB buffer (far larger than the caches),
+ * each sum their share of a 256 MiB buffer (far larger than the caches),
  * best of 3 passes, in bytes per second.
  */
 typedef struct {
@@ -537,7 +537,7 @@ bw_read(void *arg)
 static double
 measure_read_bw(int n_threads)
 {
-    size_t     bytes = (size_t) 1 << 30, words = bytes / 8;
+    size_t     bytes = (size_t) 256 << 20, words = bytes / 8;
     uint64_t  *buf = malloc(bytes);
     pthread_t  th[64];
     bw_part    part[64];

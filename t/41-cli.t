@@ -119,8 +119,8 @@ ok($rc != 0 && $out =~ /missing\.gguf/, "missing file refused: $out");
 # bench --json has the documented keys
 ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
     '-p', 16, '-n', 8, '-b', '1,4', '--json');
-like($out, qr/^\{"prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
-    'bench --json line');
+like($out, qr/^\{"resident_bytes": \d+, "file_bytes": \d+, "kv_pool_bytes": \d+, "read_bytes_per_s": \d+, "prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
+    'bench --json line') or diag $out;
 
 # verify-bench: one line per pass size, each with a measured cost (how
 # the costs compare is bench/spec.sh's to report: a test asserts no speed)
