@@ -34,10 +34,12 @@
 #include "backend.h"
 #include "common.cuh"
 #include "cuda_backend.h"
+#include "cpu_quant.h"
 #include "cuda_plan.h"
 #include "embed.cuh"
 #include "engine.h"
 #include "fp16.h"
+#include "gemv_kq.cuh"
 #include "gemv_q8.cuh"
 #include "kv.cuh"
 #include "matmul.cuh"
@@ -220,6 +222,22 @@ hmat_make(hmat *m, ggml_type t, int64_t rows, int64_t cols, float scale)
     m->rows = rows;
     m->cols = cols;
     m->f = xmalloc((size_t) n * sizeof(float));
+    if (nalar_cuda_kq_type(t)) {
+        /* the project's quantizer, and the CPU's exact dequantization as
+         * the reference's weights */
+        int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+        uint8_t *b = xmalloc((size_t) (rows * rs));
+
+        for (int64_t i = 0; i < n; i++) {
+            m->f[i] = frand() * scale;
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            nalar_quantize_row(t, m->f + r * cols, cols, b + r * rs);
+            nalar_dequant_row(t, b + r * rs, cols, m->f + r * cols);
+        }
+        m->raw = b;
+        return;
+    }
     if (t == GGML_Q8_0) {
         int64_t  nb = n / QK8_0;
         uint8_t *b = xmalloc((size_t) nb * (2 + QK8_0));
@@ -270,7 +288,10 @@ hmat_upload(const hmat *m)
     d.type = m->type;
     d.rows = m->rows;
     d.cols = m->cols;
-    if (m->type == GGML_Q8_0) {
+    if (nalar_cuda_kq_type(m->type)) {
+        d.data = dup_to_dev(m->raw, (size_t) m->rows
+                            * ggml_row_size(m->type, (uint64_t) m->cols));
+    } else if (m->type == GGML_Q8_0) {
         int64_t   n = m->rows * m->cols;
         int8_t   *qs = xmalloc((size_t) n);
         uint16_t *sc = xmalloc((size_t) (n / QK8_0) * 2);
@@ -302,7 +323,9 @@ static const char *
 tname(ggml_type t)
 {
     return t == GGML_F32 ? "f32" : t == GGML_F16 ? "f16"
-           : t == GGML_BF16 ? "bf16" : "q8_0";
+           : t == GGML_BF16 ? "bf16" : t == GGML_Q4_0 ? "q4_0"
+           : t == GGML_Q4_K ? "q4_k" : t == GGML_Q5_K ? "q5_k"
+           : t == GGML_Q6_K ? "q6_k" : "q8_0";
 }
 
 
@@ -598,7 +621,7 @@ check_matmul_one(ggml_type t, int rows, int cols, int n_tok, int pad,
                (size_t) rows * sizeof(float));
     }
     thr = !blas || t == GGML_F32 ? THR_F32
-          : t == GGML_BF16 ? THR_BF16 : THR_F16;
+          : t == GGML_BF16 || nalar_cuda_kq_type(t) ? THR_BF16 : THR_F16;
     snprintf(shape, sizeof(shape), "%s %dx%d tok %d ldx+%d%s %s",
              tname(t), rows, cols, n_tok, pad, acc ? " acc" : "",
              blas ? "cublas" : "gemv");
@@ -640,6 +663,72 @@ check_matmul(void)
                     check_matmul_one(types[ti], rows, cols, n, 0, 0, 1);
                 }
             }
+        }
+    }
+}
+
+
+/* ggml-blocked weights (Q4_0, Q4_K, Q5_K, Q6_K): embedding rows exactly,
+ * GEMV in FP32 and cuBLAS on BF16 dequantized weights, against the CPU's
+ * dequantization */
+static void
+check_kq(void)
+{
+    static const ggml_type types[] = { GGML_Q4_0, GGML_Q4_K, GGML_Q5_K,
+                                       GGML_Q6_K };
+    static const int shapes[][2] = {
+        { 1, 256 }, { 33, 512 }, { 257, 4096 }, { 1000, 768 }
+    };
+    static const int toks[] = { 1, 2, 3, 5, 8, 9, 33, 128 };
+    nalar_err err;
+
+    for (int ti = 0; ti < 4; ti++) {
+        ggml_type t = types[ti];
+
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            int rows = shapes[s][0], cols = shapes[s][1];
+
+            for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+                int n = toks[k];
+
+                if ((double) rows * cols * n > 4e8) {
+                    continue;
+                }
+                check_matmul_one(t, rows, cols, n, (int) (k % 2) * 4,
+                                 (int) (k % 3 == 1), 0);
+                if (n > C.gemv_max && n <= 33) {
+                    check_matmul_one(t, rows, cols, n, 0, 0, 1);
+                }
+            }
+        }
+        {
+            int            vocab = 301, dim = 512, n = 9;
+            hmat           E;
+            nalar_cuda_mat dE;
+            int32_t        tok[9] = { 0, 300, 7, 7, 150, 1, 299, 42, 0 };
+            float         *got = xmalloc((size_t) n * dim * sizeof(float));
+            double        *ref = xmalloc((size_t) n * dim * sizeof(double));
+            int32_t       *dtok = dup_to_dev(tok, sizeof(tok));
+            float         *dout = dnew((size_t) n * dim * sizeof(float));
+            char           shape[96];
+
+            hmat_make(&E, t, vocab, dim, 1.0f);
+            dE = hmat_upload(&E);
+            for (int i = 0; i < n; i++) {
+                for (int k = 0; k < dim; k++) {
+                    ref[(int64_t) i * dim + k] =
+                        E.f[(int64_t) tok[i] * dim + k];
+                }
+            }
+            poison(dout, (size_t) n * dim * sizeof(float));
+            op(nalar_cuda_embed(&C, &dE, dtok, n, dout, dim, &err), &err);
+            fetch(got, dout, (size_t) n * dim * sizeof(float));
+            snprintf(shape, sizeof(shape), "%s vocab %d dim %d", tname(t),
+                     vocab, dim);
+            report("embed", shape, nerr(got, ref, (int64_t) n * dim), 0.0);
+            hmat_free(&E, &dE);
+            cudaFree(dtok); cudaFree(dout);
+            free(got); free(ref);
         }
     }
 }
@@ -1614,6 +1703,7 @@ main(int argc, char **argv)
         check_attention();
         C.attn_prefetch = !C.attn_prefetch;
         check_matmul();
+        check_kq();
         check_gemv_rows();
         check_sampling();
     }
@@ -1625,6 +1715,9 @@ main(int argc, char **argv)
         check_greedy(dir, "nalar-kjv-target-f32.gguf", 1, 1000000);
         check_greedy(dir, "nalar-kjv-target-f16.gguf", 1, 1000000);
         check_conformance(conf);
+        /* ggml-blocked weights (Q4_K + Q6_K), GEMV and cuBLAS paths */
+        check_greedy("t/data/conformance", "llama-Q4_K_M.gguf", 0, 0);
+        check_greedy("t/data/conformance", "llama-Q4_K_M.gguf", 0, 1000000);
     }
     nalar_cuda_ctx_free(&C);
     printf("nalar-cuda-check: %d passed, %d failed\n", n_pass, n_fail);

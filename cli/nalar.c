@@ -9,7 +9,7 @@
  *              [--device N] [-t THREADS]
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
- *                  --vocab V --ctx C --type f32|f16|bf16|q8_0 --seed S
+ *                  --vocab V --ctx C --type TYPE --seed S
  *                  --bpe --chatml --pre NAME --control-tokens A,B
  *                  --vocab-from FILE --chat-template FILE
  *                  --arch llama|qwen2|qwen3|gemma2|phi3 --window N]
@@ -18,14 +18,16 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
-#ifdef NALAR_CUDA
 #include "clock.h"
+#ifdef NALAR_CUDA
 #include "cuda_backend.h"
 #endif
 #include "bench.h"
@@ -59,12 +61,15 @@ usage(void)
         "  nalar inspect MODEL\n"
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
-        "                 --ctx C --type f32|f16|bf16|q8_0 --seed S --bpe"
-        " --chatml --pre NAME\n"
-        "                 --control-tokens A,B --vocab-from FILE\n"
-        "                 --chat-template FILE --arch llama|qwen2|qwen3|gemma2"
-        "|phi3\n"
-        "                 --window N] -o FILE\n"
+        "                 --ctx C --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k"
+        "|q4_k_m|q5_k_m
+"
+        "                 --seed S --bpe --chatml --pre NAME --control-tokens A,B
+"
+        "                 --vocab-from FILE --chat-template FILE
+"
+        "                 --arch llama|qwen2|qwen3|gemma2|phi3 --window N] -o FILE
+"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "  nalar spec-bench -m MODEL [--draft FILE]"
@@ -485,6 +490,59 @@ cmd_tokenize(int argc, char **argv)
 }
 
 
+/*
+ * The file's tensor types (count and bytes of each) and the bytes the CPU
+ * backend keeps resident for the weights: every tensor's bytes as stored
+ * (quantized blocks are held as they are, never widened; F16/BF16 norms
+ * are widened to F32), to which the KV pool adds its configured size.
+ */
+static void
+print_type_mix(const gguf_file *f)
+{
+    static const ggml_type order[] = {
+        GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q6_K, GGML_Q5_K,
+        GGML_Q4_K, GGML_Q4_0
+    };
+    uint64_t total = 0, params = 0, resident = 0;
+    int      first = 1;
+
+    printf("type mix:     ");
+    for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+        uint64_t n = 0, bytes = 0;
+
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            uint64_t           ne = 1;
+
+            if (t->type != order[k]) {
+                continue;
+            }
+            for (uint32_t d = 0; d < t->n_dims; d++) {
+                ne *= t->ne[d];
+            }
+            n++;
+            bytes += t->nbytes;
+            params += ne;
+            resident += t->n_dims == 1 && t->type != GGML_F32 ? 4 * ne
+                        : t->nbytes;
+        }
+        if (n > 0) {
+            printf("%s %s x%llu (%.2f MiB)", first ? "" : ",",
+                   ggml_type_name(order[k]), (unsigned long long) n,
+                   (double) bytes / 1048576.0);
+            first = 0;
+            total += bytes;
+        }
+    }
+    printf("\nweights:       %llu bytes, %.2f bits per parameter\n",
+           (unsigned long long) total,
+           params > 0 ? 8.0 * (double) total / (double) params : 0.0);
+    printf("resident:      %llu bytes of weights on the CPU backend "
+           "(blocks as stored), plus the KV pool\n",
+           (unsigned long long) resident);
+}
+
+
 static int
 cmd_inspect(int argc, char **argv)
 {
@@ -506,6 +564,7 @@ cmd_inspect(int argc, char **argv)
         fputs(s, stdout);
     }
     free(s);
+    print_type_mix(m->gguf);
     nalar_model_destroy(m);
     return 0;
 }
@@ -559,6 +618,9 @@ read_text(const char *path)
 }
 
 
+#define MK_TYPES "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, " \
+                 "q5_k_m"
+
 static int
 cmd_mkmodel(int argc, char **argv)
 {
@@ -606,9 +668,23 @@ cmd_mkmodel(int argc, char **argv)
             o.type = GGML_BF16;
         } else if (strcmp(type, "q8_0") == 0) {
             o.type = GGML_Q8_0;
+        } else if (strcmp(type, "q4_0") == 0) {
+            o.type = GGML_Q4_0;
+        } else if (strcmp(type, "q4_k") == 0) {
+            o.type = GGML_Q4_K;
+        } else if (strcmp(type, "q5_k") == 0) {
+            o.type = GGML_Q5_K;
+        } else if (strcmp(type, "q6_k") == 0) {
+            o.type = GGML_Q6_K;
+        } else if (strcmp(type, "q4_k_m") == 0) {
+            o.type = GGML_Q4_K;
+            o.kmix = 1;
+        } else if (strcmp(type, "q5_k_m") == 0) {
+            o.type = GGML_Q5_K;
+            o.kmix = 1;
         } else {
-            fprintf(stderr, "nalar mkmodel: unknown type '%s' (f32, f16, "
-                    "bf16, q8_0)\n", type);
+            fprintf(stderr, "nalar mkmodel: unknown type '%s' (" MK_TYPES
+                    ")\n", type);
             return 2;
         }
     }
@@ -634,6 +710,98 @@ cmd_mkmodel(int argc, char **argv)
 
 
 /* --- bench --- */
+
+/*
+ * Memory read bandwidth, for the decode's memory-read limit: n threads
+ * each sum their share of a 256 MiB buffer (far larger than the caches),
+ * best of 3 passes, in bytes per second.
+ */
+typedef struct {
+    const uint64_t *p;
+    size_t          n;
+    uint64_t        sum;
+} bw_part;
+
+
+static void *
+bw_read(void *arg)
+{
+    bw_part  *b = arg;
+    uint64_t  s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+    for (size_t i = 0; i + 4 <= b->n; i += 4) {
+        s0 += b->p[i];
+        s1 += b->p[i + 1];
+        s2 += b->p[i + 2];
+        s3 += b->p[i + 3];
+    }
+    b->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+
+static double
+measure_read_bw(int n_threads)
+{
+    size_t     bytes = (size_t) 256 << 20, words = bytes / 8;
+    uint64_t  *buf = malloc(bytes);
+    pthread_t  th[64];
+    bw_part    part[64];
+    double     best = 0;
+
+    if (buf == NULL) {
+        return 0;
+    }
+    n_threads = n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads;
+    for (size_t i = 0; i < words; i++) {
+        buf[i] = i;
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = nalar_now_s(), dt;
+        int    started = 0;
+
+        for (int k = 0; k < n_threads; k++) {
+            part[k].p = buf + words / n_threads * k;
+            part[k].n = words / n_threads;
+            if (pthread_create(&th[k], NULL, bw_read, &part[k]) != 0) {
+                break;
+            }
+            started++;
+        }
+        for (int k = 0; k < started; k++) {
+            pthread_join(th[k], NULL);
+        }
+        dt = nalar_now_s() - t0;
+        if (started == n_threads && bytes / dt > best) {
+            best = (double) bytes / dt;
+        }
+    }
+    free(buf);
+    return best;
+}
+
+
+/* this process's resident set (VmRSS), in bytes; 0 if unknown */
+static int64_t
+resident_bytes(void)
+{
+    FILE   *fp = fopen("/proc/self/status", "r");
+    char    line[256];
+    int64_t kb = 0;
+
+    if (fp == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = strtoll(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(fp);
+    return kb * 1024;
+}
+
 
 typedef struct {
     nalar_model   *m;
@@ -662,7 +830,8 @@ cmd_bench(int argc, char **argv)
     bench_ctx     c;
     nalar_err     err;
     nalar_seq_kv *seqs;
-    int64_t       wbytes = 0;
+    int64_t       wbytes = 0, rss, file_bytes, kv_bytes;
+    double        read_bw;
     char         *dup, *tokp;
 #ifdef NALAR_CUDA
     const char   *cu_backend = NULL, *cu_synthetic = NULL;  /* CUDA bench */
@@ -766,6 +935,7 @@ cmd_bench(int argc, char **argv)
         fprintf(stderr, "nalar: %s\n", err.msg);
         return 1;
     }
+    rss = resident_bytes();
     c.b.tokens = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
     c.b.pos = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
     c.b.seq = calloc((size_t) (p > max_b ? p : max_b), sizeof(*c.b.seq));
@@ -873,8 +1043,17 @@ cmd_bench(int argc, char **argv)
         }
     }
 
+    file_bytes = (int64_t) c.m->gguf->map_size;
+    kv_bytes = 2 * (int64_t) c.kv.n_blocks * c.kv.n_layers * NALAR_KV_BLOCK
+               * c.kv.kv_dim * (int64_t) sizeof(float);
+    read_bw = measure_read_bw(threads > 0 ? threads
+                              : (int) sysconf(_SC_NPROCESSORS_ONLN));
     if (json) {
-        printf("{\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
+        printf("{\"resident_bytes\": %lld, \"file_bytes\": %lld, "
+               "\"kv_pool_bytes\": %lld, \"read_bytes_per_s\": %.0f, ",
+               (long long) rss, (long long) file_bytes,
+               (long long) kv_bytes, read_bw);
+        printf("\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
                "%.1f, \"batched\": {", prefill_tps, decode_tps);
         for (int k = 0; k < n_bs; k++) {
             printf("%s\"%d\": %.1f", k ? ", " : "", bs[k], batched[k]);
@@ -886,6 +1065,14 @@ cmd_bench(int argc, char **argv)
         printf("prefill %d tokens: %.1f tokens/s\n", p, prefill_tps);
         printf("decode %d tokens, batch 1: %.1f tokens/s (%.2f GB/s of "
                "weights)\n", n, decode_tps, wbytes * decode_tps / 1e9);
+        printf("memory read: %.2f GB/s; memory-read limit %.1f tokens/s "
+               "(%lld weight bytes per token); decode at %.0f%% of it\n",
+               read_bw / 1e9, read_bw / (double) wbytes,
+               (long long) wbytes,
+               100.0 * decode_tps * (double) wbytes / read_bw);
+        printf("resident after load: %lld bytes (file %lld, KV pool "
+               "%lld)\n", (long long) rss, (long long) file_bytes,
+               (long long) kv_bytes);
         for (int k = 0; k < n_bs; k++) {
             printf("decode batch %d: %.1f tokens/s aggregate\n", bs[k],
                    batched[k]);

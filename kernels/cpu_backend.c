@@ -1582,6 +1582,7 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
         cpu_destroy(b);
         return NULL;
     }
+    nalar_cpu_drop_mapped(m->gguf);
     return b;
 }
 

@@ -20,10 +20,34 @@
 #include <string.h>
 
 #include "cpu_matmul.h"
+#include "cpu_quant.h"
 #include "cpu_simd.h"
 #include "fp16.h"
 
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
+
+/*
+ * A quantized W's blocks copied, as they are, into memory the backend
+ * owns (64-byte aligned), so no step waits on a page of the mapped file
+ * (nalar_cpu_drop_mapped then lets the mapping's copy go).
+ */
+static int
+own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
+{
+    size_t bytes = (size_t) W->rows
+                   * (size_t) ggml_row_size(W->type, (uint64_t) W->cols);
+
+    if (posix_memalign(&M->panels, 64, bytes) != 0) {
+        M->panels = NULL;
+        return nalar_fail(err, "cpu backend: out of memory for a %lld x "
+                          "%lld %s weight", (long long) W->rows,
+                          (long long) W->cols, ggml_type_name(W->type));
+    }
+    memcpy(M->panels, W->data, bytes);
+    return 0;
+}
+
+
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -584,6 +608,9 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->panels = NULL;
     M->ptype = W->type;
     M->pairs = 0;
+    if (nalar_quant_type(W->type)) {
+        return own_blocks(M, W, err);
+    }
     if (W->type != GGML_F32 && W->type != GGML_F16 && W->type != GGML_BF16) {
         return 0;
     }
@@ -653,17 +680,29 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     case GGML_BF16:
         panels_bf16(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         break;
-    default:
-        matmul_q8_0(W->data,
+    case GGML_Q8_0:
+        matmul_q8_0(p != NULL ? p : W->data,
                     (int64_t) ggml_row_size(W->type, (uint64_t) W->cols), x,
                     n_tok, ldx, y, ldy, r0, r1, W->cols, accumulate);
+        break;
+    default:
+        nalar_quant_matmul(W->type, p != NULL ? p : W->data,
+                           (int64_t) ggml_row_size(W->type,
+                                                   (uint64_t) W->cols),
+                           W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+                           accumulate);
         break;
     }
 }
 
-#else  /* portable fallback: each type's order of operations, scalar */
+#else  /* no AVX-512: AVX2 panels where the CPU has them, else scalar;
+        * each type's order of operations as above */
 
 #include <math.h>
+
+#ifndef ALWAYS_INLINE
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
 
 static float
 w_at(ggml_type type, const uint8_t *w, int64_t c)
@@ -689,16 +728,203 @@ w_at(ggml_type type, const uint8_t *w, int64_t c)
 }
 
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+/*
+ * AVX2 panels (F32/F16/BF16): 8 rows stored by column, element (r, c) at
+ * panels[(r / 8) * cols * 8 + c * 8 + r % 8] in W's type, the last panel
+ * padded with zero rows.  A tile is G panels by C tokens: per column, G
+ * loads of 8 rows and C broadcasts of x feed G * C FMAs, and each output
+ * lane is its own FMA chain over the columns in order, from 0 -- the
+ * scalar path's arithmetic, in every tile shape.
+ */
+
+static ALWAYS_INLINE __m256
+load_p8(ggml_type type, const uint8_t *p, int64_t i)
+{
+    switch (type) {
+    case GGML_F32:
+        return _mm256_loadu_ps((const float *) p + i);
+    case GGML_F16:
+        return _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i *) ((const uint16_t *) p + i)));
+    default:    /* GGML_BF16 */
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
+            _mm_loadu_si128((const __m128i *) ((const uint16_t *) p + i))),
+            16));
+    }
+}
+
+
+static ALWAYS_INLINE void
+p8_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
+        const float *x, int ldx, float *y, int ldy, int64_t cols, int64_t r0,
+        int64_t r1, int accumulate, const int G, const int C)
+{
+    __m256         acc[8][4];
+    const uint8_t *pg = panels + g0 * pbytes;
+
+    for (int i = 0; i < G; i++) {
+        for (int j = 0; j < C; j++) {
+            acc[i][j] = _mm256_setzero_ps();
+        }
+    }
+    for (int64_t c = 0; c < cols; c++) {
+        __m256 xb[4];
+
+        for (int j = 0; j < C; j++) {
+            xb[j] = _mm256_broadcast_ss(x + (int64_t) j * ldx + c);
+        }
+        for (int i = 0; i < G; i++) {
+            __m256 wv = load_p8(type, pg + i * pbytes, c * 8);
+
+            for (int j = 0; j < C; j++) {
+                acc[i][j] = _mm256_fmadd_ps(wv, xb[j], acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < G; i++) {
+        int64_t base = 8 * (g0 + i);
+
+        for (int j = 0; j < C; j++) {
+            float *o = y + (int64_t) j * ldy + base;
+
+            if (base >= r0 && base + 8 <= r1) {
+                __m256 v = acc[i][j];
+
+                if (accumulate) {
+                    v = _mm256_add_ps(_mm256_loadu_ps(o), v);
+                }
+                _mm256_storeu_ps(o, v);
+            } else {
+                float tmp[8];
+
+                _mm256_storeu_ps(tmp, acc[i][j]);
+                for (int k = 0; k < 8; k++) {
+                    if (base + k >= r0 && base + k < r1) {
+                        o[k] = accumulate ? o[k] + tmp[k] : tmp[k];
+                    }
+                }
+            }
+        }
+    }
+}
+
+
+#define P8_RUN(C, GMAX)                                                       \
+    do {                                                                      \
+        int64_t g_ = g;                                                       \
+                                                                              \
+        while (g_ < g1) {                                                     \
+            if (g1 - g_ >= (GMAX)) {                                          \
+                p8_tile(type, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0, r1,  \
+                        acc, GMAX, C);                                        \
+                g_ += (GMAX);                                                 \
+            } else if (g1 - g_ >= 2) {                                        \
+                p8_tile(type, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0, r1,  \
+                        acc, 2, C);                                           \
+                g_ += 2;                                                      \
+            } else {                                                          \
+                p8_tile(type, p, pbytes, g_, xt, ldx, yt, ldy, cols, r0, r1,  \
+                        acc, 1, C);                                           \
+                g_ += 1;                                                      \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
+
+/* Groups of 8 panels are the outer loop, so a group's weights serve every
+ * token tile (of up to 4) from cache. */
+static ALWAYS_INLINE void
+panels8_t(ggml_type type, const uint8_t *p, int64_t cols, const float *x,
+          int n_tok, int ldx, float *y, int ldy, int64_t r0, int64_t r1,
+          int acc)
+{
+    int64_t pbytes = cols * 8 * (type == GGML_F32 ? 4 : 2);
+    int64_t ga = r0 / 8, gb = (r1 + 7) / 8;
+
+    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
+        int tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
+
+        for (int64_t g = ga; g < gb; g += 8) {
+            int64_t g1 = g + 8 < gb ? g + 8 : gb;
+
+            for (int t = 0; t < tn; t += 4) {
+                const float *xt = x + (int64_t) (t0 + t) * ldx;
+                float       *yt = y + (int64_t) (t0 + t) * ldy;
+
+                switch (tn - t) {
+                case 1: P8_RUN(1, 8); break;
+                case 2: P8_RUN(2, 4); break;
+                case 3: P8_RUN(3, 2); break;
+                default: P8_RUN(4, 2); break;
+                }
+            }
+        }
+    }
+}
+
+
+static void
+panels8(ggml_type type, const uint8_t *p, int64_t cols, const float *x,
+        int n_tok, int ldx, float *y, int ldy, int64_t r0, int64_t r1,
+        int acc)
+{
+    switch (type) {
+    case GGML_F32:
+        panels8_t(GGML_F32, p, cols, x, n_tok, ldx, y, ldy, r0, r1, acc);
+        break;
+    case GGML_F16:
+        panels8_t(GGML_F16, p, cols, x, n_tok, ldx, y, ldy, r0, r1, acc);
+        break;
+    default:
+        panels8_t(GGML_BF16, p, cols, x, n_tok, ldx, y, ldy, r0, r1, acc);
+        break;
+    }
+}
+
+#endif
+
+
 int
 nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                    nalar_err *err)
 {
-    (void) err;
-    (void) narrow;      /* rows are read in place, in W's type */
+    (void) narrow;      /* weights are held in W's type */
     M->W = W;
     M->panels = NULL;
     M->ptype = W->type;
     M->pairs = 0;
+    if (nalar_quant_type(W->type)) {
+        return own_blocks(M, W, err);
+    }
+#if defined(__AVX2__) && defined(__FMA__)
+    if (W->type == GGML_F32 || W->type == GGML_F16 || W->type == GGML_BF16) {
+        int64_t esz = W->type == GGML_F32 ? 4 : 2;
+        int64_t n_panels = (W->rows + 7) / 8;
+        int64_t wstride = (int64_t) ggml_row_size(W->type,
+                                                  (uint64_t) W->cols);
+        size_t  bytes = (size_t) (n_panels * W->cols * 8 * esz);
+
+        if (posix_memalign(&M->panels, 64, bytes) != 0) {
+            M->panels = NULL;
+            return nalar_fail(err, "cpu backend: out of memory for a %lld x "
+                              "%lld weight's panels", (long long) W->rows,
+                              (long long) W->cols);
+        }
+        memset(M->panels, 0, bytes);
+        for (int64_t r = 0; r < W->rows; r++) {
+            const uint8_t *src = (const uint8_t *) W->data + r * wstride;
+            uint8_t       *dst = (uint8_t *) M->panels
+                                 + ((r / 8) * W->cols * 8 + r % 8) * esz;
+
+            for (int64_t c = 0; c < W->cols; c++) {
+                memcpy(dst + c * 8 * esz, src + c * esz, (size_t) esz);
+            }
+        }
+    }
+#endif
     return 0;
 }
 
@@ -710,27 +936,28 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
 
+    if (nalar_quant_type(W->type)) {
+        nalar_quant_matmul(W->type, M->panels != NULL ? M->panels : W->data,
+                           wstride, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+                           accumulate);
+        return;
+    }
+#if defined(__AVX2__) && defined(__FMA__)
+    if (M->panels != NULL) {
+        panels8(W->type, M->panels, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+                accumulate);
+        return;
+    }
+#endif
     for (int t = 0; t < n_tok; t++) {
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *w = (const uint8_t *) W->data + r * wstride;
             const float   *xt = x + (int64_t) t * ldx;
             float          s = 0;
 
-            if (W->type == GGML_Q8_0) {
-                float lane[16] = { 0 };
-
-                for (int64_t c = 0; c < W->cols; c++) {
-                    lane[c % 16] = fmaf(w_at(W->type, w, c), xt[c],
-                                        lane[c % 16]);
-                }
-                for (int i = 0; i < 16; i++) {
-                    s += lane[i];
-                }
-            } else {
-                /* one FMA chain in column order, as the panels' lanes */
-                for (int64_t c = 0; c < W->cols; c++) {
-                    s = fmaf(w_at(W->type, w, c), xt[c], s);
-                }
+            /* one FMA chain in column order, as the panels' lanes */
+            for (int64_t c = 0; c < W->cols; c++) {
+                s = fmaf(w_at(W->type, w, c), xt[c], s);
             }
             y[(int64_t) t * ldy + r] = accumulate
                                        ? y[(int64_t) t * ldy + r] + s : s;
@@ -739,6 +966,17 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
 }
 
 #endif
+
+
+void
+nalar_cpu_drop_mapped(const gguf_file *f)
+{
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        if (f->tensors[i].n_dims >= 2) {
+            gguf_drop_resident(f, f->tensors[i].data, f->tensors[i].nbytes);
+        }
+    }
+}
 
 
 void
@@ -756,6 +994,10 @@ nalar_cpu_get_row(const nalar_mat *W, int64_t row, float *out)
                                                      (uint64_t) W->cols);
     const uint8_t *w = (const uint8_t *) W->data + row * wstride;
 
+    if (nalar_quant_type(W->type)) {
+        nalar_dequant_row(W->type, w, W->cols, out);
+        return;
+    }
     for (int64_t c = 0; c < W->cols; c++) {
         uint16_t h;
 

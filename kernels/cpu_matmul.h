@@ -11,8 +11,9 @@
  * depend on what else is in the batch or on how its prompt was chunked.
  *   F32, F16, BF16: one FMA chain over the columns in order, from 0:
  *     s = fma(W[r, c], x[t, c], s) for c = 0 .. cols - 1; then y (+)= s.
- *   Q8_0: 16-lane FMA accumulation over columns in order, then one fixed
- *     horizontal reduction.
+ *   Q8_0 with AVX-512: 16-lane FMA accumulation over columns in order,
+ *     then one fixed horizontal reduction.
+ *   Q8_0 without AVX-512, Q4_0, Q4_K, Q5_K, Q6_K: see cpu_quant.h.
  *   BF16 pairs (a narrowed W, see nalar_cpu_mat_init): x rounded to BF16,
  *     then one vdpbf16ps chain over the column pairs in order, from 0:
  *     s = dpbf16(s, (W[r, 2q], W[r, 2q + 1]), (x[t, 2q], x[t, 2q + 1])).
@@ -33,8 +34,13 @@
  * last panel padded with zero rows.  One vector load then gives
  * one column of 16 rows, each token's x[t, c] is broadcast against it, and
  * 16 outputs build up in one vector with no horizontal sum -- so a pass of
- * a few tokens costs little more than one.  Q8_0 (and builds without
- * AVX-512) read the model's rows in place: panels is NULL.
+ * a few tokens costs little more than one.  With AVX2 but no AVX-512 the
+ * panels hold 8 rows (element (r, c) at panels[(r / 8) * cols * 8 + c * 8
+ * + r % 8], in W's type; narrow is ignored).  Quantized weights (Q8_0,
+ * Q4_0, Q4_K, Q5_K, Q6_K; cpu_quant.h) are copied as they are, in their
+ * blocks, into panels (ptype W's): memory the backend owns.  Without
+ * AVX2, F32/F16/BF16 are read from the model's rows in place: panels is
+ * NULL.
  */
 typedef struct {
     const nalar_mat *W;
@@ -59,6 +65,12 @@ typedef struct {
 int nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                        nalar_err *err);
 void nalar_cpu_mat_free(nalar_cpu_mat *M);
+
+/* Once the backend holds its copies: drop the resident pages of f's
+ * matrices from the mapping (gguf_drop_resident).  What is still read
+ * from the mapping (an embedding row; F32/F16/BF16 rows in builds without
+ * panels) faults back in on its first read and stays. */
+void nalar_cpu_drop_mapped(const gguf_file *f);
 
 void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
                       int ldx, float *y, int ldy, int64_t r0, int64_t r1,

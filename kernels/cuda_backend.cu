@@ -25,6 +25,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "embed.cuh"
+#include "gemv_kq.cuh"
 #include "kv.cuh"
 #include "matmul.cuh"
 #include "norm.cuh"
@@ -164,6 +165,40 @@ upload_f32(cuda_backend *be, const float *src, int64_t n, float **dst,
 }
 
 
+/* Rows of several host matrices of one ggml-blocked type (Q4_0, Q4_K,
+ * Q5_K, Q6_K) and width, stacked into one device matrix of blocks as the
+ * file stores them. */
+static int
+upload_blocks(cuda_backend *be, const nalar_mat *const *src, int n,
+              int64_t rows, nalar_cuda_mat *dst, nalar_err *err)
+{
+    ggml_type t = src[0]->type;
+    int64_t   cols = src[0]->cols, r0 = 0;
+    size_t    rs = (size_t) ggml_row_size(t, (uint64_t) cols);
+
+    if (cols % (t == GGML_Q4_0 ? 32 : QK_K) != 0) {
+        return nalar_fail(err, "cuda backend: %s rows of %lld",
+                          ggml_type_name(t), (long long) cols);
+    }
+    memset(dst, 0, sizeof(*dst));
+    dst->type = t;
+    dst->rows = rows;
+    dst->cols = cols;
+    if (dev_alloc(be, rs * (size_t) rows, &dst->data, err) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        CUDA_CHECK(err, cudaMemcpy((char *) dst->data + rs * (size_t) r0,
+                                   src[i]->data,
+                                   rs * (size_t) src[i]->rows,
+                                   cudaMemcpyHostToDevice));
+        r0 += src[i]->rows;
+    }
+    be->weight_bytes += (int64_t) (rs * (size_t) rows);
+    return 0;
+}
+
+
 /* Rows of several host matrices of one type and width, stacked into one
  * device matrix. */
 static int
@@ -179,9 +214,12 @@ upload_stack(cuda_backend *be, const nalar_mat *const *src, int n,
         }
         rows += src[i]->rows;
     }
+    if (nalar_cuda_kq_type(t)) {
+        return upload_blocks(be, src, n, rows, dst, err);
+    }
     if (t != GGML_F32 && t != GGML_F16 && t != GGML_BF16 && t != GGML_Q8_0) {
         return nalar_fail(err, "cuda backend: weights of type %s are not "
-                          "supported (F32, F16, BF16, Q8_0)",
+                          "supported (" GGML_TYPES_SUPPORTED ")",
                           ggml_type_name(t));
     }
     memset(dst, 0, sizeof(*dst));
@@ -1022,8 +1060,12 @@ nalar_cuda_backend_create(nalar_model *m, int device, int32_t gemv_max,
         be->weight_bytes = wb;
         if (m->output.data == m->tok_embd.data) {
             be->output = be->tok_embd;        /* tied: one copy */
-            be->weight_bytes += (int64_t) (be->output.rows * be->output.cols)
-                                * (int64_t) elem_size(be->output.type);
+            be->weight_bytes += nalar_cuda_kq_type(be->output.type)
+                ? (int64_t) ggml_row_size(be->output.type,
+                                          (uint64_t) be->output.cols)
+                  * be->output.rows
+                : (int64_t) (be->output.rows * be->output.cols)
+                  * (int64_t) elem_size(be->output.type);
         } else if (upload_stack(be, &out, 1, &be->output, err) != 0) {
             cuda_destroy(b);
             return NULL;

@@ -2,6 +2,7 @@
  * Embedding gather, one block per token.
  */
 #include "embed.cuh"
+#include "gemv_kq.cuh"
 
 
 static __global__ void
@@ -42,6 +43,9 @@ nalar_cuda_embed(nalar_cuda_ctx *c, const nalar_cuda_mat *E,
 {
     if (n == 0) {
         return 0;
+    }
+    if (E != NULL && nalar_cuda_kq_type(E->type)) {
+        return nalar_cuda_kq_embed(c, E, tokens, n, out, ld_out, err);
     }
     if (E == NULL || E->data == NULL || tokens == NULL || out == NULL
         || n < 0 || ld_out < E->cols

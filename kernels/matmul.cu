@@ -6,6 +6,7 @@
  * token of its token group (up to 8); the warp reduces at the end.
  */
 #include "act.cuh"
+#include "gemv_kq.cuh"
 #include "gemv_q8.cuh"
 #include "matmul.cuh"
 
@@ -225,7 +226,8 @@ check_args(const char *op, const nalar_cuda_mat *W, const float *x,
         || ldx < W->cols || ldy < W->rows
         || (int64_t) n_tok > (int64_t) 65535 * 8
         || (W->type != GGML_F32 && W->type != GGML_F16
-            && W->type != GGML_BF16 && W->type != GGML_Q8_0))
+            && W->type != GGML_BF16 && W->type != GGML_Q8_0
+            && !nalar_cuda_kq_type(W->type)))
     {
         return nalar_fail(err, "cuda %s: bad arguments (%lld x %lld type %d, "
                           "n_tok %d, ldx %lld, ldy %lld)", op,
@@ -254,6 +256,10 @@ nalar_cuda_gemv_rows(nalar_cuda_ctx *c, const nalar_cuda_mat *W,
     }
     if (W->type == GGML_Q8_0) {
         return nalar_cuda_gemv_q8(c, W, x, ldx, n_tok, y, ldy, accumulate,
+                                  err);
+    }
+    if (nalar_cuda_kq_type(W->type)) {
+        return nalar_cuda_gemv_kq(c, W, x, ldx, n_tok, y, ldy, accumulate,
                                   err);
     }
     /* 16-byte loads need 8-element-aligned weight rows and 4-float-aligned
@@ -304,7 +310,8 @@ nalar_cuda_matmul_scratch_bytes(const nalar_cuda_ctx *c,
         return 0;
     }
     return align256((size_t) n_tok * W->cols * 2)
-           + (W->type == GGML_Q8_0 ? (size_t) W->rows * W->cols * 2 : 0);
+           + (W->type == GGML_Q8_0 || nalar_cuda_kq_type(W->type)
+              ? (size_t) W->rows * W->cols * 2 : 0);
 }
 
 
@@ -346,14 +353,22 @@ nalar_cuda_matmul(nalar_cuda_ctx *c, const nalar_cuda_mat *W, const float *x,
     xh = (uint16_t *) s;
     wh = (uint16_t *) ((char *) s + align256((size_t) n_tok * W->cols * 2));
     wp = W->data;
-    dt = W->type == GGML_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    dt = W->type == GGML_BF16 || nalar_cuda_kq_type(W->type) ? CUDA_R_16BF
+                                                             : CUDA_R_16F;
     if (W->type == GGML_Q8_0) {
         if (nalar_cuda_q8_dequant_f16(c, W, wh, err) != 0) {
             return -1;
         }
         wp = wh;
     }
-    if (nalar_cuda_to_half(c, W->type == GGML_BF16 ? GGML_BF16 : GGML_F16,
+    if (nalar_cuda_kq_type(W->type)) {
+        /* ggml-blocked weights: dequantized to BF16 for the tensor cores */
+        if (nalar_cuda_kq_dequant_bf16(c, W, wh, err) != 0) {
+            return -1;
+        }
+        wp = wh;
+    }
+    if (nalar_cuda_to_half(c, dt == CUDA_R_16BF ? GGML_BF16 : GGML_F16,
                            xh, x, ldx, n_tok, W->cols, err) != 0)
     {
         return -1;

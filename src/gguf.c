@@ -196,7 +196,17 @@ vtype_name(gguf_vtype t)
 static uint64_t
 block_size(ggml_type t)
 {
-    return (t == GGML_Q4_0 || t == GGML_Q8_0) ? 32 : 1;
+    switch (t) {
+    case GGML_Q4_0:
+    case GGML_Q8_0:
+        return 32;
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+    case GGML_Q6_K:
+        return QK_K;
+    default:
+        return 1;
+    }
 }
 
 
@@ -210,6 +220,9 @@ block_bytes(ggml_type t)
     case GGML_BF16: return 2;
     case GGML_Q8_0: return 2 + QK8_0;        /* f16 d + 32 x int8 */
     case GGML_Q4_0: return 2 + QK4_0 / 2;    /* f16 d + 32 x 4 bits */
+    case GGML_Q4_K: return QK4_K_BYTES;
+    case GGML_Q5_K: return QK5_K_BYTES;
+    case GGML_Q6_K: return QK6_K_BYTES;
     default:        return 0;
     }
 }
@@ -231,6 +244,9 @@ ggml_type_name(ggml_type t)
     case GGML_Q4_0: return "Q4_0";
     case GGML_Q8_0: return "Q8_0";
     case GGML_BF16: return "BF16";
+    case GGML_Q4_K: return "Q4_K";
+    case GGML_Q5_K: return "Q5_K";
+    case GGML_Q6_K: return "Q6_K";
     default:        return "unknown";
     }
 }
@@ -514,7 +530,8 @@ check_tensor(reader *r, gguf_tensor *t)
         }
     }
     if (block_bytes(t->type) == 0) {
-        return nalar_fail(r->err, "%s: tensor '%s' has unsupported type %u",
+        return nalar_fail(r->err, "%s: tensor '%s' has unsupported type %u "
+                          "(supported: " GGML_TYPES_SUPPORTED ")",
                           r->name, shown(t->name, nb), (unsigned) t->type);
     }
     if (t->ne[0] % block_size(t->type) != 0) {
@@ -774,6 +791,30 @@ gguf_open(const char *path, nalar_err *err)
     }
     ((gguf_priv *) f)->mapped = 1;
     return f;
+}
+
+
+void
+gguf_drop_resident(const gguf_file *f, const void *p, uint64_t n)
+{
+    const gguf_priv *g = (const gguf_priv *) f;
+    long             pg = sysconf(_SC_PAGESIZE);
+    uintptr_t        lo, hi, m0, m1;
+
+    if (!g->mapped || pg <= 0 || n == 0) {
+        return;
+    }
+    m0 = (uintptr_t) f->map;
+    m1 = m0 + f->map_size;
+    lo = (uintptr_t) p;
+    if (lo < m0 || lo >= m1 || n > m1 - lo) {
+        return;
+    }
+    hi = (lo + n) & ~((uintptr_t) pg - 1);
+    lo = (lo + (uintptr_t) pg - 1) & ~((uintptr_t) pg - 1);
+    if (hi > lo) {
+        (void) madvise((void *) lo, hi - lo, MADV_DONTNEED);
+    }
 }
 
 

@@ -29,11 +29,31 @@ typedef enum {
 /* Tensor element types (ggml numbering); only these are accepted. */
 typedef enum {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8,
-    GGML_BF16 = 30
+    GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_BF16 = 30
 } ggml_type;
+
+/* The names of the accepted types, for messages that list them. */
+#define GGML_TYPES_SUPPORTED "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"
 
 #define QK8_0 32  /* Q8_0 block: f16 scale + 32 int8 = 34 bytes */
 #define QK4_0 32  /* Q4_0 block: f16 scale + 16 bytes of nibbles = 18 bytes */
+/*
+ * K-quants: super-blocks of 256 weights (ggml's layouts, little-endian).
+ *   Q4_K (144 bytes): f16 d, f16 dmin, scales[12], qs[128].  8 sub-blocks
+ *     of 32; sub-block j has a 6-bit scale sc_j and min m_j packed in
+ *     scales[], weight = d * sc_j * q - dmin * m_j, q a 4-bit value: the
+ *     low nibbles of qs[32 k .. 32 k + 31] are sub-block 2k, the high
+ *     nibbles sub-block 2k + 1.
+ *   Q5_K (176 bytes): f16 d, f16 dmin, scales[12], qh[32], qs[128]; as
+ *     Q4_K with a fifth bit: bit 2k (2k + 1) of qh[l] is bit 4 of the
+ *     weight l of sub-block 2k (2k + 1).
+ *   Q6_K (210 bytes): ql[128], qh[64], int8 scales[16], f16 d.  16
+ *     sub-blocks of 16, weight = d * scales[j] * (q - 32), q 6 bits.
+ */
+#define QK_K   256
+#define QK4_K_BYTES 144
+#define QK5_K_BYTES 176
+#define QK6_K_BYTES 210
 
 typedef struct {
     const char *ptr;  /* not NUL-terminated; points into the mapping */
@@ -92,6 +112,12 @@ gguf_file *gguf_open_mem(const void *buf, size_t size, const char *name,
                          nalar_err *err);
 
 void gguf_close(gguf_file *f);
+
+/* The whole pages of [p, p + n) that lie in f's file mapping leave this
+ * process's resident set (madvise MADV_DONTNEED: the bytes stay in the
+ * page cache and a later read faults them back in).  Nothing for a file
+ * parsed from memory (gguf_open_mem), whose bytes the caller owns. */
+void gguf_drop_resident(const gguf_file *f, const void *p, uint64_t n);
 
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_tensor_find(const gguf_file *f, const char *name);

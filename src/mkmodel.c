@@ -19,13 +19,15 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "cpu_quant.h"
 #include "mkmodel.h"
 
 #define MAX_VOCAB 1000000
 
 /* llama.cpp's general.file_type numbering (LLAMA_FTYPE_*) */
 enum { FTYPE_F32 = 0, FTYPE_F16 = 1, FTYPE_Q4_0 = 2, FTYPE_Q8_0 = 7,
-       FTYPE_BF16 = 32 };
+       FTYPE_Q4_K_S = 14, FTYPE_Q4_K_M = 15, FTYPE_Q5_K_S = 16,
+       FTYPE_Q5_K_M = 17, FTYPE_Q6_K = 18, FTYPE_BF16 = 32 };
 
 /* token types, llama.cpp numbering */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
@@ -163,6 +165,11 @@ convert(const float *x, size_t n, ggml_type type, void *out)
         for (size_t b = 0; b < n / QK4_0; b++) {
             quantize_q4_0(x + b * QK4_0, o + b * (2 + QK4_0 / 2));
         }
+        break;
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+    case GGML_Q6_K:
+        (void) nalar_quantize_row(type, x, (int64_t) n, out);
         break;
     }
 }
@@ -795,10 +802,24 @@ check_opts(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                           path, o->n_kv_heads, o->n_heads);
     }
     if (o->type != GGML_F32 && o->type != GGML_F16 && o->type != GGML_BF16
-        && o->type != GGML_Q8_0 && o->type != GGML_Q4_0)
+        && o->type != GGML_Q8_0 && o->type != GGML_Q4_0
+        && o->type != GGML_Q4_K && o->type != GGML_Q5_K
+        && o->type != GGML_Q6_K)
     {
         return nalar_fail(err, "%s: cannot write tensor type %d", path,
                           (int) o->type);
+    }
+    if (o->kmix && o->type != GGML_Q4_K && o->type != GGML_Q5_K) {
+        return nalar_fail(err, "%s: a K-quant mix is Q4_K or Q5_K, not %s",
+                          path, ggml_type_name(o->type));
+    }
+    if ((o->type == GGML_Q4_K || o->type == GGML_Q5_K
+         || o->type == GGML_Q6_K)
+        && (o->dim % QK_K != 0 || o->ffn_dim % QK_K != 0))
+    {
+        return nalar_fail(err, "%s: %s needs dim (%d) and ffn (%d) to be "
+                          "multiples of %d", path, ggml_type_name(o->type),
+                          o->dim, o->ffn_dim, QK_K);
     }
     if ((o->type == GGML_Q8_0 || o->type == GGML_Q4_0)
         && (o->dim % 32 != 0 || o->ffn_dim % 32 != 0))
@@ -840,9 +861,12 @@ check_opts(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
 
 
 static uint32_t
-file_type(ggml_type t)
+file_type(ggml_type t, int kmix)
 {
     switch (t) {
+    case GGML_Q4_K: return kmix ? FTYPE_Q4_K_M : FTYPE_Q4_K_S;
+    case GGML_Q5_K: return kmix ? FTYPE_Q5_K_M : FTYPE_Q5_K_S;
+    case GGML_Q6_K: return FTYPE_Q6_K;
     case GGML_F16:  return FTYPE_F16;
     case GGML_BF16: return FTYPE_BF16;
     case GGML_Q8_0: return FTYPE_Q8_0;
@@ -876,12 +900,13 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     if (w == NULL) {
         return nalar_fail(err, "%s: out of memory", path);
     }
-    snprintf(name, sizeof(name), "nalar-random-%s-d%d-l%d",
-             ggml_type_name(o->type), o->dim, o->n_layers);
+    snprintf(name, sizeof(name), "nalar-random-%s%s-d%d-l%d",
+             ggml_type_name(o->type), o->kmix ? "_M" : "", o->dim,
+             o->n_layers);
     gguf_w_str(w, "general.architecture", a);
     gguf_w_str(w, "general.name", name);
     gguf_w_u32(w, "general.alignment", 32);
-    gguf_w_u32(w, "general.file_type", file_type(o->type));
+    gguf_w_u32(w, "general.file_type", file_type(o->type, o->kmix));
 
     /* the vocabulary first: vocab_from decides n_vocab */
     if (o->vocab_from != NULL) {
@@ -940,9 +965,17 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     }
 
     /* draw order is fixed (and type-independent): same seed, same floats */
-    add_matrix(w, "token_embd.weight", n_vocab, o->dim, o->type, &rng, tmp,
-               conv);
+    /* a K-quant mix keeps the output head in Q6_K: the tied ones' is
+     * token_embd */
+    add_matrix(w, "token_embd.weight", n_vocab, o->dim,
+               o->kmix && (qwen2 || qwen3 || gemma2) ? GGML_Q6_K : o->type,
+               &rng, tmp, conv);
     for (int l = 0; l < o->n_layers; l++) {
+        /* llama.cpp's use_more_bits(l, n_layers), for a K-quant mix */
+        int       more = l < o->n_layers / 8 || l >= 7 * o->n_layers / 8
+                         || (l - o->n_layers / 8) % 3 == 2;
+        ggml_type tv = o->kmix && more ? GGML_Q6_K : o->type;
+
 #define BLK(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix, l), name)
         add_norm(w, BLK("attn_norm.weight"), o->dim, tmp);
         if (phi3) {
@@ -953,7 +986,7 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                        &rng, tmp, conv);
             add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
             add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim,
-                       o->type, &rng, tmp, conv);
+                       tv, &rng, tmp, conv);
             add_matrix(w, BLK("ffn_up.weight"), 2 * o->ffn_dim, o->dim,
                        o->type, &rng, tmp, conv);
             continue;
@@ -962,15 +995,15 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                    tmp, conv);
         add_matrix(w, BLK("attn_k.weight"), kv_dim, o->dim, o->type, &rng,
                    tmp, conv);
-        add_matrix(w, BLK("attn_v.weight"), kv_dim, o->dim, o->type, &rng,
-                   tmp, conv);
+        add_matrix(w, BLK("attn_v.weight"), kv_dim, o->dim, tv, &rng, tmp,
+                   conv);
         add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
                    &rng, tmp, conv);
         add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
         add_matrix(w, BLK("ffn_gate.weight"), o->ffn_dim, o->dim, o->type,
                    &rng, tmp, conv);
-        add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim, o->type,
-                   &rng, tmp, conv);
+        add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim, tv, &rng,
+                   tmp, conv);
         add_matrix(w, BLK("ffn_up.weight"), o->ffn_dim, o->dim, o->type,
                    &rng, tmp, conv);
         if (qwen2) {
@@ -991,8 +1024,8 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     add_norm(w, "output_norm.weight", o->dim, tmp);
     if (!qwen2 && !qwen3 && !gemma2) {
         /* the others tie the output head to token_embd */
-        add_matrix(w, "output.weight", n_vocab, o->dim, o->type, &rng, tmp,
-                   conv);
+        add_matrix(w, "output.weight", n_vocab, o->dim,
+                   o->kmix ? GGML_Q6_K : o->type, &rng, tmp, conv);
     }
 
     rc = gguf_writer_save(w, path, err);

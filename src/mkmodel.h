@@ -27,7 +27,15 @@ typedef struct {
     int         ffn_dim;
     int         n_vocab;      /* ignored with vocab_from */
     int         n_ctx;
-    ggml_type   type;         /* matrices: F32, F16, BF16, Q8_0 or Q4_0 */
+    ggml_type   type;         /* matrices: F32, F16, BF16, Q8_0, Q4_0,
+                                 Q4_K, Q5_K or Q6_K (K-quants need dim
+                                 and ffn to be multiples of 256) */
+    int         kmix;         /* with type Q4_K or Q5_K: llama.cpp's
+                                 Q4_K_M / Q5_K_M mix, whose output head,
+                                 and attn_v and ffn_down in the layers
+                                 that get more bits (the first and last
+                                 eighth, and every third between), are
+                                 Q6_K */
     uint64_t    seed;
     int         bpe;          /* 0 = SPM vocab, 1 = byte-level BPE vocab */
     int         chatml;       /* 1: the vocabulary's last two tokens are

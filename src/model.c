@@ -220,7 +220,8 @@ static int
 type_ok_for_matrix(ggml_type t)
 {
     return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16
-           || t == GGML_Q8_0;
+           || t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q4_K
+           || t == GGML_Q5_K || t == GGML_Q6_K;
 }
 
 
@@ -249,7 +250,8 @@ bind_mat(nalar_model *m, nalar_mat *mat, const char *name, int64_t rows,
     }
     if (!type_ok_for_matrix(t->type)) {
         return nalar_fail(err, "%s: tensor '%s' has type %s, which the "
-                          "engine does not compute with", m->path, name,
+                          "engine does not compute with (it computes with "
+                          GGML_TYPES_SUPPORTED ")", m->path, name,
                           ggml_type_name(t->type));
     }
     mat->type = t->type;

@@ -89,6 +89,22 @@ for my $t (qw(f32 f16 bf16 q8_0)) {
         'hello', '-n', 8, '--temp', 0, '--ids', '--ignore-eos');
     like($out, qr/^\d+( \d+){7}\n$/, "random $t model generates 8 ids");
 }
+# the K-quants need widths that are multiples of 256; the mix's types and
+# the resident bytes show in inspect
+for my $t (qw(q4_0 q4_k q5_k q6_k q4_k_m q5_k_m)) {
+    ($rc, $out) = run($nalar, 'mkmodel', '--dim', 256, '--layers', 2,
+        '--heads', 4, '--kv-heads', 2, '--ffn', 512, '--vocab', 512,
+        '--type', $t, '-o', "$dir/m-$t.gguf");
+    is($rc, 0, "mkmodel --type $t") or diag $out;
+    ($rc, $out) = run($nalar, 'generate', '-m', "$dir/m-$t.gguf", '-p',
+        'hello', '-n', 8, '--temp', 0, '--ids', '--ignore-eos');
+    like($out, qr/^\d+( \d+){7}\n$/, "random $t model generates 8 ids");
+}
+($rc, $out) = run($nalar, 'inspect', "$dir/m-q4_k_m.gguf");
+like($out, qr/^type mix:\s+F32 x5 \([\d.]+ MiB\), Q6_K x3 \([\d.]+ MiB\), Q4_K x13 /m,
+    'inspect: the Q4_K_M mix (output and layer 1 attn_v/ffn_down Q6_K)')
+    or diag $out;
+like($out, qr/^resident:\s+\d+ bytes of weights/m, 'inspect: resident bytes');
 ($rc, $out) = run($nalar, 'mkmodel', '--bpe', '--vocab', 600, '-o',
     "$dir/bpe.gguf");
 ($rc, $out) = run($nalar, 'tokenize', '-m', "$dir/bpe.gguf", "'hello world'");
@@ -103,8 +119,8 @@ ok($rc != 0 && $out =~ /missing\.gguf/, "missing file refused: $out");
 # bench --json has the documented keys
 ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
     '-p', 16, '-n', 8, '-b', '1,4', '--json');
-like($out, qr/^\{"prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
-    'bench --json line');
+like($out, qr/^\{"resident_bytes": \d+, "file_bytes": \d+, "kv_pool_bytes": \d+, "read_bytes_per_s": \d+, "prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
+    'bench --json line') or diag $out;
 
 # verify-bench: one line per pass size, each with a measured cost (how
 # the costs compare is bench/spec.sh's to report: a test asserts no speed)

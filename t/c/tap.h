@@ -26,6 +26,17 @@ static int tap_n, tap_failed;
         if (g_ != w_) printf("#   got %lld, want %lld\n", g_, w_);       \
     } while (0)
 
+/* one skipped test, with its reason */
+#define skip(...) do {                                                \
+        flockfile(stdout);                                               \
+        tap_n++;                                                         \
+        printf("ok %d # skip ", tap_n);                                  \
+        printf(__VA_ARGS__);                                             \
+        printf("\n");                                                    \
+        fflush(stdout);                                                  \
+        funlockfile(stdout);                                             \
+    } while (0)
+
 #define diag(...) do {                                                \
         flockfile(stdout);                                               \
         printf("# "); printf(__VA_ARGS__); printf("\n");                 \

@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_quant.h"
 #include "fp16.h"
 #include "gguf.h"
+#include "model.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "tap.h"
@@ -766,6 +768,8 @@ test_bad_opts(void)
           GGML_F32 },
         { "type 3", "cannot write tensor type 3", 64, 4, 2, 96, 300, 0,
           (ggml_type) 3 },
+        { "Q4_K with dim 64", "multiples of 256", 64, 4, 2, 256, 300, 0,
+          GGML_Q4_K },
         { "dim 0", "all must be positive", 0, 4, 2, 96, 300, 0, GGML_F32 },
     };
     nalar_err err;
@@ -942,6 +946,107 @@ test_archs(void)
 }
 
 
+/*
+ * K-quants: dim and ffn multiples of 256.  Each file's matrices are the
+ * F32 file's of the same seed within the type's error (relative RMS),
+ * with the mix's types per tensor, and the engine loads it.
+ */
+static void
+test_kquants(void)
+{
+    static const struct {
+        ggml_type t; int kmix, ftype; const char *name; double bound;
+    } ty[] = {
+        { GGML_Q4_K, 0, 14, "k-q4k.gguf", 0.075 },
+        { GGML_Q5_K, 0, 16, "k-q5k.gguf", 0.04 },
+        { GGML_Q6_K, 0, 18, "k-q6k.gguf", 0.02 },
+        { GGML_Q4_K, 1, 15, "k-q4km.gguf", 0.075 },
+        { GGML_Q5_K, 1, 17, "k-q5km.gguf", 0.04 },
+        { GGML_Q4_0, 0, 2, "k-q40.gguf", 0.08 },
+        { GGML_Q8_0, 0, 7, "k-q80.gguf", 0.005 },
+    };
+    nalar_mkmodel_opts o = small_opts(GGML_F32);
+    gguf_file         *f32;
+
+    o.dim = 256;
+    o.ffn_dim = 512;
+    f32 = make(&o, "k-f32.gguf");
+    if (f32 == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < sizeof(ty) / sizeof(ty[0]); i++) {
+        nalar_mkmodel_opts q = o;
+        gguf_file         *g;
+        nalar_model       *m;
+        nalar_err          err;
+        double             worst = 0;
+        int                types_ok = 1;
+        const char        *tn = ggml_type_name(ty[i].t);
+
+        q.type = ty[i].t;
+        q.kmix = ty[i].kmix;
+        g = make(&q, ty[i].name);
+        if (g == NULL) {
+            continue;
+        }
+        is_int(gguf_get_int(g, "general.file_type", -1), ty[i].ftype,
+               "%s%s: general.file_type %d", tn, q.kmix ? "_M" : "",
+               ty[i].ftype);
+        for (uint64_t k = 0; k < g->n_tensors; k++) {
+            const gguf_tensor *b = &g->tensors[k];
+            const gguf_tensor *a = &f32->tensors[k];
+            char               nm[96];
+            ggml_type          want;
+            uint64_t           n = n_elems(b), rs;
+            float             *d;
+            double             se = 0, sx = 0;
+
+            snprintf(nm, sizeof(nm), "%.*s", (int) b->name.len, b->name.ptr);
+            want = b->n_dims == 1 ? GGML_F32
+                   : q.kmix && (strcmp(nm, "output.weight") == 0
+                                || strcmp(nm, "blk.1.attn_v.weight") == 0
+                                || strcmp(nm, "blk.1.ffn_down.weight") == 0)
+                   ? GGML_Q6_K : q.type;
+            types_ok &= b->type == want && n == n_elems(a);
+            if (b->n_dims == 1 || !types_ok) {
+                continue;
+            }
+            d = malloc(n * sizeof(float));
+            if (d == NULL) {
+                types_ok = 0;
+                break;
+            }
+            rs = ggml_row_size(b->type, b->ne[0]);
+            for (uint64_t r = 0; r < n / b->ne[0]; r++) {
+                nalar_dequant_row(b->type, (const uint8_t *) b->data + r * rs,
+                                  (int64_t) b->ne[0], d + r * b->ne[0]);
+            }
+            for (uint64_t j = 0; j < n; j++) {
+                double x = elem(a, j);
+
+                se += (d[j] - x) * (d[j] - x);
+                sx += x * x;
+            }
+            free(d);
+            worst = fmax(worst, sqrt(se / sx));
+        }
+        ok(types_ok, "%s%s: every tensor has the mix's type", tn,
+           q.kmix ? "_M" : "");
+        ok(worst <= ty[i].bound && worst > 0, "%s%s: matrices are the F32 "
+           "ones within %.3f relative RMS (worst %.4f)", tn,
+           q.kmix ? "_M" : "", ty[i].bound, worst);
+        gguf_close(g);
+        m = nalar_model_load(tmp(ty[i].name), &err);
+        ok(m != NULL, "%s%s: the engine loads it%s%s", tn, q.kmix ? "_M" : "",
+           m == NULL ? ": " : "", m == NULL ? err.msg : "");
+        nalar_model_destroy(m);
+        unlink(tmp(ty[i].name));
+    }
+    gguf_close(f32);
+    unlink(tmp("k-f32.gguf"));
+}
+
+
 int
 main(void)
 {
@@ -963,6 +1068,7 @@ main(void)
         test_types(f32);
         gguf_close(f32);
     }
+    test_kquants();
     unlink(tmp("m-f32.gguf"));
     test_determinism();
     test_spm();

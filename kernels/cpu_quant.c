@@ -1,0 +1,974 @@
+/*
+ * CPU kernels over block-quantized weights.  See cpu_quant.h.
+ *
+ * A block (32 or 256 weights) is decoded into int8 q[] plus per
+ * sub-block float scales a[] and mins b[] (a few byte operations per 32
+ * weights), then dotted with each token's x.  One token reads q[] through
+ * an int8 -> float conversion; a batch widens q[] to float once per block
+ * and row, and each token reads those floats: the values, and so the
+ * operations per (row, token), are the same.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "fp16.h"
+
+#define TOK_BLOCK 16    /* tokens per pass over a row's blocks */
+
+typedef struct {
+    int8_t q[QK_K] __attribute__((aligned(32)));
+    float  a[16];       /* scale per sub-block */
+    float  b[8];        /* min per sub-block (Q4_K, Q5_K) */
+} qblock;
+
+typedef struct {
+    int64_t qk;         /* weights per block */
+    int64_t bytes;      /* bytes per block */
+    int     sub;        /* weights per sub-block */
+    int     has_min;
+} qinfo;
+
+
+static int
+qinfo_of(ggml_type t, qinfo *qi)
+{
+    switch (t) {
+    case GGML_Q8_0:
+        *qi = (qinfo) { QK8_0, 2 + QK8_0, 32, 0 };
+        return 0;
+    case GGML_Q4_0:
+        *qi = (qinfo) { QK4_0, 2 + QK4_0 / 2, 32, 0 };
+        return 0;
+    case GGML_Q4_K:
+        *qi = (qinfo) { QK_K, QK4_K_BYTES, 32, 1 };
+        return 0;
+    case GGML_Q5_K:
+        *qi = (qinfo) { QK_K, QK5_K_BYTES, 32, 1 };
+        return 0;
+    case GGML_Q6_K:
+        *qi = (qinfo) { QK_K, QK6_K_BYTES, 16, 0 };
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+
+int
+nalar_quant_type(ggml_type t)
+{
+    qinfo qi;
+
+    return qinfo_of(t, &qi) == 0;
+}
+
+
+int64_t
+nalar_quant_block(ggml_type t)
+{
+    qinfo qi;
+
+    return qinfo_of(t, &qi) == 0 ? qi.qk : 1;
+}
+
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+/* an f16 as float (exact either way) */
+static inline float
+f16_at(const uint8_t *p)
+{
+    uint16_t h;
+
+    memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    return nalar_f16_to_f32(h);
+#endif
+}
+
+
+/* sub-block j's 6-bit scale and min of a Q4_K/Q5_K block's scales[12] */
+static void
+k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+
+/* ------------------------------------------------------------------ */
+/* reference dequantization (ggml's formulas)                          */
+
+
+void
+nalar_dequant_row(ggml_type t, const void *src, int64_t n, float *out)
+{
+    const uint8_t *p = src;
+
+    switch (t) {
+    case GGML_Q8_0:
+        for (int64_t i = 0; i < n; i += QK8_0, p += 2 + QK8_0) {
+            float d = f16_at(p);
+
+            for (int l = 0; l < QK8_0; l++) {
+                out[i + l] = (float) (int8_t) p[2 + l] * d;
+            }
+        }
+        return;
+    case GGML_Q4_0:
+        for (int64_t i = 0; i < n; i += QK4_0, p += 2 + QK4_0 / 2) {
+            float d = f16_at(p);
+
+            for (int l = 0; l < 16; l++) {
+                out[i + l] = (float) ((p[2 + l] & 0xF) - 8) * d;
+                out[i + l + 16] = (float) ((p[2 + l] >> 4) - 8) * d;
+            }
+        }
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        for (int64_t i = 0; i < n; i += QK_K) {
+            float          d = f16_at(p), dmin = f16_at(p + 2);
+            const uint8_t *sc = p + 4;
+            const uint8_t *qh = p + 16;
+            const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
+
+            for (int k = 0; k < 4; k++) {
+                int   s0, m0, s1, m1;
+                float d1, n1, d2, n2;
+
+                k4_scale_min(sc, 2 * k, &s0, &m0);
+                k4_scale_min(sc, 2 * k + 1, &s1, &m1);
+                d1 = d * (float) s0;
+                n1 = dmin * (float) m0;
+                d2 = d * (float) s1;
+                n2 = dmin * (float) m1;
+                for (int l = 0; l < 32; l++) {
+                    int lo = qs[32 * k + l] & 0xF, hi = qs[32 * k + l] >> 4;
+
+                    if (t == GGML_Q5_K) {
+                        lo += (qh[l] >> (2 * k) & 1) << 4;
+                        hi += (qh[l] >> (2 * k + 1) & 1) << 4;
+                    }
+                    out[i + 64 * k + l] = d1 * (float) lo - n1;
+                    out[i + 64 * k + 32 + l] = d2 * (float) hi - n2;
+                }
+            }
+            p += t == GGML_Q4_K ? QK4_K_BYTES : QK5_K_BYTES;
+        }
+        return;
+    case GGML_Q6_K:
+        for (int64_t i = 0; i < n; i += QK_K, p += QK6_K_BYTES) {
+            const uint8_t *ql = p, *qh = p + 128;
+            const int8_t  *sc = (const int8_t *) (p + 192);
+            float          d = f16_at(p + 208);
+
+            for (int h = 0; h < 2; h++) {
+                for (int l = 0; l < 32; l++) {
+                    int q1 = ((ql[64 * h + l] & 0xF)
+                              | ((qh[32 * h + l] & 3) << 4)) - 32;
+                    int q2 = ((ql[64 * h + l + 32] & 0xF)
+                              | ((qh[32 * h + l] >> 2 & 3) << 4)) - 32;
+                    int q3 = ((ql[64 * h + l] >> 4)
+                              | ((qh[32 * h + l] >> 4 & 3) << 4)) - 32;
+                    int q4 = ((ql[64 * h + l + 32] >> 4)
+                              | ((qh[32 * h + l] >> 6 & 3) << 4)) - 32;
+                    int is = 8 * h + l / 16;
+
+                    out[i + 128 * h + l] = d * (float) sc[is] * (float) q1;
+                    out[i + 128 * h + l + 32] =
+                        d * (float) sc[is + 2] * (float) q2;
+                    out[i + 128 * h + l + 64] =
+                        d * (float) sc[is + 4] * (float) q3;
+                    out[i + 128 * h + l + 96] =
+                        d * (float) sc[is + 6] * (float) q4;
+                }
+            }
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+
+/* ------------------------------------------------------------------ */
+/* block decoding (q as int8, scales and mins as float)                */
+
+
+/* the float scales and mins of a block (every build) */
+static inline __attribute__((always_inline)) void
+decode_scales(ggml_type t, const uint8_t *p, qblock *B)
+{
+    switch (t) {
+    case GGML_Q8_0:
+    case GGML_Q4_0:
+        B->a[0] = f16_at(p);
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        float d = f16_at(p), dmin = f16_at(p + 2);
+
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+
+            k4_scale_min(p + 4, j, &sc, &m);
+            B->a[j] = d * (float) sc;
+            B->b[j] = dmin * (float) m;
+        }
+        return;
+    }
+    default: {  /* GGML_Q6_K */
+        float d = f16_at(p + 208);
+
+        for (int j = 0; j < 16; j++) {
+            B->a[j] = d * (float) (int8_t) p[192 + j];
+        }
+        return;
+    }
+    }
+}
+
+
+/* q[] of a block, scalar */
+static void
+decode_q_scalar(ggml_type t, const uint8_t *p, qblock *B)
+{
+    switch (t) {
+    case GGML_Q8_0:
+        memcpy(B->q, p + 2, QK8_0);
+        return;
+    case GGML_Q4_0:
+        for (int l = 0; l < 16; l++) {
+            B->q[l] = (int8_t) ((p[2 + l] & 0xF) - 8);
+            B->q[l + 16] = (int8_t) ((p[2 + l] >> 4) - 8);
+        }
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        const uint8_t *qh = p + 16;
+        const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
+
+        for (int k = 0; k < 4; k++) {
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[32 * k + l] & 0xF, hi = qs[32 * k + l] >> 4;
+
+                if (t == GGML_Q5_K) {
+                    lo += (qh[l] >> (2 * k) & 1) << 4;
+                    hi += (qh[l] >> (2 * k + 1) & 1) << 4;
+                }
+                B->q[64 * k + l] = (int8_t) lo;
+                B->q[64 * k + 32 + l] = (int8_t) hi;
+            }
+        }
+        return;
+    }
+    default: {  /* GGML_Q6_K */
+        const uint8_t *ql = p, *qh = p + 128;
+
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l++) {
+                uint8_t a = ql[64 * h + l], b = ql[64 * h + l + 32];
+                uint8_t e = qh[32 * h + l];
+                int8_t *q = B->q + 128 * h + l;
+
+                q[0] = (int8_t) (((a & 0xF) | ((e & 3) << 4)) - 32);
+                q[32] = (int8_t) (((b & 0xF) | ((e >> 2 & 3) << 4)) - 32);
+                q[64] = (int8_t) (((a >> 4) | ((e >> 4 & 3) << 4)) - 32);
+                q[96] = (int8_t) (((b >> 4) | ((e >> 6 & 3) << 4)) - 32);
+            }
+        }
+        return;
+    }
+    }
+}
+
+
+/* ------------------------------------------------------------------ */
+/* portable kernel                                                     */
+
+
+void
+nalar_quant_matmul_portable(ggml_type t, const uint8_t *w, int64_t wstride,
+                            int64_t cols, const float *x, int n_tok, int ldx,
+                            float *y, int ldy, int64_t r0, int64_t r1,
+                            int accumulate)
+{
+    qinfo  qi;
+    qblock B;
+
+    if (qinfo_of(t, &qi) != 0) {
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        for (int tk = 0; tk < n_tok; tk++) {
+            const float *xt = x + (int64_t) tk * ldx;
+            float        acc = 0, m = 0, s;
+            float       *o = y + (int64_t) tk * ldy + r;
+
+            for (int64_t c = 0; c < cols; c += qi.qk) {
+                const uint8_t *p = w + r * wstride + c / qi.qk * qi.bytes;
+
+                decode_scales(t, p, &B);
+                decode_q_scalar(t, p, &B);
+                for (int j = 0; j < qi.qk / qi.sub; j++) {
+                    const float *xs = xt + c + j * qi.sub;
+                    float        v = 0, xsum = 0;
+
+                    for (int i = 0; i < qi.sub; i++) {
+                        v = fmaf((float) B.q[j * qi.sub + i], xs[i], v);
+                    }
+                    acc = fmaf(B.a[j], v, acc);
+                    if (qi.has_min) {
+                        for (int i = 0; i < qi.sub; i++) {
+                            xsum += xs[i];
+                        }
+                        m = fmaf(B.b[j], xsum, m);
+                    }
+                }
+            }
+            s = acc - m;
+            *o = accumulate ? *o + s : s;
+        }
+    }
+}
+
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define ALWAYS_INLINE_Q inline __attribute__((always_inline))
+
+
+static ALWAYS_INLINE_Q float
+hsum8(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+
+    lo = _mm_add_ps(lo, hi);                   /* v0+v4 v1+v5 v2+v6 v3+v7 */
+    hi = _mm_movehl_ps(lo, lo);                /* v2+v6 v3+v7 */
+    lo = _mm_add_ps(lo, hi);                   /* (04)+(26) (15)+(37) */
+    hi = _mm_shuffle_ps(lo, lo, 1);
+    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+
+/* 8 int8 codes as floats, from the low 8 bytes of v */
+static ALWAYS_INLINE_Q __m256
+i8x8_ps(__m128i v)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+
+/* codes 32 g .. 32 g + 31 of a K-quant block (g = 0 .. 7), as bytes */
+static ALWAYS_INLINE_Q __m256i
+group32(ggml_type t, const uint8_t *p, int g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)
+                                       (p + (t == GGML_Q4_K ? 16 : 48)
+                                        + 32 * (g / 2)));
+        __m256i q = (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(b, 4), m4)
+                            : _mm256_and_si256(b, m4);
+
+        if (t == GGML_Q5_K) {
+            __m256i h = _mm256_loadu_si256((const __m256i *) (p + 16));
+            __m256i u = _mm256_set1_epi8((char) (1 << g));
+
+            q = _mm256_or_si256(q, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(h, u), u),
+                    _mm256_set1_epi8(0x10)));
+        }
+        return q;
+    } else {    /* GGML_Q6_K */
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        int           h = g / 4, i = g % 4;
+        __m256i       a = _mm256_loadu_si256((const __m256i *)
+                                             (p + 64 * h + 32 * (i & 1)));
+        __m256i       e = _mm256_loadu_si256((const __m256i *)
+                                             (p + 128 + 32 * h));
+        __m256i       lo = i < 2 ? _mm256_and_si256(a, m4)
+                           : _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+        __m256i       hi;
+
+        switch (i) {
+        case 0:  hi = _mm256_slli_epi16(e, 4); break;
+        case 1:  hi = _mm256_slli_epi16(e, 2); break;
+        case 2:  hi = e; break;
+        default: hi = _mm256_srli_epi16(e, 2); break;
+        }
+        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_and_si256(hi, m30)),
+                               _mm256_set1_epi8(32));
+    }
+}
+
+
+/* decode_scales with vectors: the same products, exactly */
+static ALWAYS_INLINE_Q void
+decode_scales_avx2(ggml_type t, const uint8_t *p, qblock *B)
+{
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        uint32_t w[3], sc[2], mn[2];
+        __m256   d = _mm256_set1_ps(f16_at(p));
+        __m256   dm = _mm256_set1_ps(f16_at(p + 2));
+
+        memcpy(w, p + 4, 12);
+        sc[0] = w[0] & 0x3f3f3f3fu;
+        mn[0] = w[1] & 0x3f3f3f3fu;
+        sc[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+        mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u)
+                                                << 4);
+        _mm256_storeu_ps(B->a, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) sc)))));
+        _mm256_storeu_ps(B->b, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) mn)))));
+    } else if (t == GGML_Q6_K) {
+        __m256  d = _mm256_set1_ps(f16_at(p + 208));
+        __m128i v = _mm_loadu_si128((const __m128i *) (p + 192));
+
+        _mm256_storeu_ps(B->a, _mm256_mul_ps(d, i8x8_ps(v)));
+        _mm256_storeu_ps(B->a + 8, _mm256_mul_ps(d,
+                                      i8x8_ps(_mm_srli_si128(v, 8))));
+    } else {
+        B->a[0] = f16_at(p);
+    }
+}
+
+
+/* q[] of a block, with byte vectors */
+static ALWAYS_INLINE_Q void
+decode_q_avx2(ggml_type t, const uint8_t *p, qblock *B)
+{
+    switch (t) {
+    case GGML_Q8_0:
+        _mm256_store_si256((__m256i *) B->q,
+                           _mm256_loadu_si256((const __m256i *) (p + 2)));
+        return;
+    case GGML_Q4_0: {
+        __m128i v = _mm_loadu_si128((const __m128i *) (p + 2));
+        __m128i e = _mm_set1_epi8(8), f = _mm_set1_epi8(0x0F);
+
+        _mm_store_si128((__m128i *) B->q,
+                        _mm_sub_epi8(_mm_and_si128(v, f), e));
+        _mm_store_si128((__m128i *) (B->q + 16),
+                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), f),
+                                     e));
+        return;
+    }
+    default:
+        for (int g = 0; g < 8; g++) {
+            _mm256_store_si256((__m256i *) (B->q + 32 * g),
+                               group32(t, p, g));
+        }
+        return;
+    }
+}
+
+
+static ALWAYS_INLINE_Q __m256
+q8_to_ps(const int8_t *q)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+        _mm_loadl_epi64((const __m128i *) q)));
+}
+
+
+/* the 8-lane sum of a 32-float sub-block of x, reduced (see the header) */
+static ALWAYS_INLINE_Q float
+xsum32(const float *x)
+{
+    __m256 s0 = _mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8));
+    __m256 s1 = _mm256_add_ps(_mm256_loadu_ps(x + 16),
+                              _mm256_loadu_ps(x + 24));
+
+    return hsum8(_mm256_add_ps(s0, s1));
+}
+
+
+/* Per-thread scratch: x's sub-block sums for a token block */
+typedef struct {
+    float  *buf;
+    int64_t cap;
+} q_scratch;
+
+static pthread_key_t  scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+
+static void
+scratch_free(void *p)
+{
+    q_scratch *s = p;
+
+    free(s->buf);
+    free(s);
+}
+
+
+static void
+scratch_key_init(void)
+{
+    (void) pthread_key_create(&scratch_key, scratch_free);
+}
+
+
+/* n floats of this thread's scratch, or NULL (the caller then sums x in
+ * place, with the same operations) */
+static float *
+scratch_get(int64_t n)
+{
+    q_scratch *s;
+
+    pthread_once(&scratch_once, scratch_key_init);
+    s = pthread_getspecific(scratch_key);
+    if (s == NULL) {
+        s = calloc(1, sizeof(*s));
+        if (s == NULL || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (n > s->cap) {
+        float *nb = realloc(s->buf, (size_t) n * sizeof(float));
+
+        if (nb == NULL) {
+            return NULL;
+        }
+        s->buf = nb;
+        s->cap = n;
+    }
+    return s->buf;
+}
+
+
+/*
+ * One token's sub-block sums of one block added into acc (see the
+ * header): Q8_0 and Q4_0 decode in registers, the K-quants through
+ * B->q (decode_q_avx2); decode_scales has filled B->a.
+ */
+static ALWAYS_INLINE_Q __m256
+dot1(ggml_type t, const int SUB, const int NSUB, const uint8_t *p,
+     qblock *B, const float *x, __m256 acc)
+{
+    if (t == GGML_Q8_0 || t == GGML_Q4_0) {
+        __m256 q[4], v;
+
+        if (t == GGML_Q8_0) {
+            for (int k = 0; k < 4; k++) {
+                q[k] = i8x8_ps(_mm_loadl_epi64((const __m128i *)
+                                               (p + 2 + 8 * k)));
+            }
+        } else {
+            __m128i b = _mm_loadu_si128((const __m128i *) (p + 2));
+            __m128i f = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+            __m128i lo = _mm_sub_epi8(_mm_and_si128(b, f), e);
+            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), f),
+                                      e);
+
+            q[0] = i8x8_ps(lo);
+            q[1] = i8x8_ps(_mm_srli_si128(lo, 8));
+            q[2] = i8x8_ps(hi);
+            q[3] = i8x8_ps(_mm_srli_si128(hi, 8));
+        }
+        v = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
+        for (int k = 1; k < 4; k++) {
+            v = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(x + 8 * k), v);
+        }
+        return _mm256_fmadd_ps(_mm256_set1_ps(B->a[0]), v, acc);
+    }
+    for (int g = 0; g < 8; g++) {
+        __m256i        qv = group32(t, p, g);
+        __m128i        l = _mm256_castsi256_si128(qv);
+        __m128i        h = _mm256_extracti128_si256(qv, 1);
+        const float   *xg = x + 32 * g;
+        __m256         v0 = _mm256_mul_ps(i8x8_ps(l), _mm256_loadu_ps(xg));
+        __m256         v1 = _mm256_mul_ps(i8x8_ps(h),
+                                          _mm256_loadu_ps(xg + 16));
+
+        v0 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(l, 8)),
+                             _mm256_loadu_ps(xg + 8), v0);
+        v1 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(h, 8)),
+                             _mm256_loadu_ps(xg + 24), v1);
+        if (SUB == 32) {
+            /* one sub-block: its chain runs on through the high half */
+            v0 = _mm256_fmadd_ps(i8x8_ps(h), _mm256_loadu_ps(xg + 16), v0);
+            v0 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(h, 8)),
+                                 _mm256_loadu_ps(xg + 24), v0);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[g]), v0, acc);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[2 * g]), v0, acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[2 * g + 1]), v1, acc);
+        }
+    }
+    return acc;
+}
+
+
+/*
+ * One type's kernel; SUB (weights per sub-block), NSUB (sub-blocks per
+ * block) and HAS_MIN are constants of the instance.
+ */
+static ALWAYS_INLINE_Q void
+quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
+             const int HAS_MIN, const uint8_t *w, int64_t wstride,
+             int64_t cols, const float *x, int n_tok, int ldx, float *y,
+             int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    int64_t nblk = cols / qi->qk;
+    int64_t n_xs = cols / 32;
+    qblock  B;
+    float   qf[QK_K] __attribute__((aligned(32)));
+
+    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
+        int          tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
+        const float *xb = x + (int64_t) t0 * ldx;
+        float       *xs = NULL;
+
+        if (HAS_MIN) {
+            xs = scratch_get((int64_t) tn * n_xs);
+            if (xs != NULL) {
+                for (int tk = 0; tk < tn; tk++) {
+                    for (int64_t g = 0; g < n_xs; g++) {
+                        xs[tk * n_xs + g] = xsum32(xb + (int64_t) tk * ldx
+                                                   + 32 * g);
+                    }
+                }
+            }
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = w + r * wstride;
+            __m256         acc[TOK_BLOCK];
+            float          m[TOK_BLOCK];
+
+            if (tn == 1) {
+                /* one token: its sums stay in registers */
+                __m256 a = _mm256_setzero_ps();
+                float  m1 = 0, s1;
+                float *o = y + (int64_t) t0 * ldy + r;
+
+                for (int64_t bi = 0; bi < nblk; bi++) {
+                    const uint8_t *p = wr + bi * qi->bytes;
+                    int64_t        c = bi * qi->qk;
+
+                    decode_scales_avx2(t, p, &B);
+                    a = dot1(t, SUB, NSUB, p, &B, xb + c, a);
+                    for (int j = 0; HAS_MIN && j < NSUB; j++) {
+                        int64_t g = (c + j * SUB) / 32;
+
+                        m1 = fmaf(B.b[j], xs != NULL ? xs[g]
+                                          : xsum32(xb + 32 * g), m1);
+                    }
+                }
+                s1 = hsum8(a) - m1;
+                *o = accumulate ? *o + s1 : s1;
+                continue;
+            }
+            for (int tk = 0; tk < tn; tk++) {
+                acc[tk] = _mm256_setzero_ps();
+                m[tk] = 0;
+            }
+            for (int64_t bi = 0; bi < nblk; bi++) {
+                const uint8_t *p = wr + bi * qi->bytes;
+                int64_t        c = bi * qi->qk;
+
+                decode_scales_avx2(t, p, &B);
+                {
+                    decode_q_avx2(t, p, &B);
+                    for (int i = 0; i < NSUB * SUB; i += 8) {
+                        _mm256_store_ps(qf + i, q8_to_ps(B.q + i));
+                    }
+                    for (int tk = 0; tk < tn; tk++) {
+                        const float *xt = xb + (int64_t) tk * ldx + c;
+                        __m256       a = acc[tk];
+
+                        for (int j = 0; j < NSUB; j++) {
+                            const float *q = qf + j * SUB;
+                            const float *xj = xt + j * SUB;
+                            __m256       v = _mm256_mul_ps(
+                                _mm256_load_ps(q), _mm256_loadu_ps(xj));
+
+                            for (int k = 8; k < SUB; k += 8) {
+                                v = _mm256_fmadd_ps(_mm256_load_ps(q + k),
+                                                    _mm256_loadu_ps(xj + k),
+                                                    v);
+                            }
+                            a = _mm256_fmadd_ps(_mm256_set1_ps(B.a[j]), v, a);
+                        }
+                        acc[tk] = a;
+                    }
+                }
+                if (HAS_MIN) {
+                    for (int tk = 0; tk < tn; tk++) {
+                        for (int j = 0; j < NSUB; j++) {
+                            int64_t g = (c + j * SUB) / 32;
+                            float   s = xs != NULL ? xs[tk * n_xs + g]
+                                        : xsum32(xb + (int64_t) tk * ldx
+                                                 + 32 * g);
+
+                            m[tk] = fmaf(B.b[j], s, m[tk]);
+                        }
+                    }
+                }
+            }
+            for (int tk = 0; tk < tn; tk++) {
+                float *o = y + (int64_t) (t0 + tk) * ldy + r;
+                float  s = hsum8(acc[tk]) - m[tk];
+
+                *o = accumulate ? *o + s : s;
+            }
+        }
+    }
+}
+
+
+void
+nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
+                   int64_t cols, const float *x, int n_tok, int ldx,
+                   float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    qinfo qi;
+
+    if (qinfo_of(t, &qi) != 0) {
+        return;
+    }
+    switch (t) {
+    case GGML_Q8_0:
+        quant_kernel(GGML_Q8_0, &qi, 32, 1, 0, w, wstride, cols, x, n_tok,
+                     ldx, y, ldy, r0, r1, accumulate);
+        break;
+    case GGML_Q4_0:
+        quant_kernel(GGML_Q4_0, &qi, 32, 1, 0, w, wstride, cols, x, n_tok,
+                     ldx, y, ldy, r0, r1, accumulate);
+        break;
+    case GGML_Q4_K:
+        quant_kernel(GGML_Q4_K, &qi, 32, 8, 1, w, wstride, cols, x, n_tok,
+                     ldx, y, ldy, r0, r1, accumulate);
+        break;
+    case GGML_Q5_K:
+        quant_kernel(GGML_Q5_K, &qi, 32, 8, 1, w, wstride, cols, x, n_tok,
+                     ldx, y, ldy, r0, r1, accumulate);
+        break;
+    default:
+        quant_kernel(GGML_Q6_K, &qi, 16, 16, 0, w, wstride, cols, x, n_tok,
+                     ldx, y, ldy, r0, r1, accumulate);
+        break;
+    }
+}
+
+#else  /* no AVX2: the portable kernel */
+
+void
+nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
+                   int64_t cols, const float *x, int n_tok, int ldx,
+                   float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    nalar_quant_matmul_portable(t, w, wstride, cols, x, n_tok, ldx, y, ldy,
+                                r0, r1, accumulate);
+}
+
+#endif
+
+
+/* ------------------------------------------------------------------ */
+/* quantizers: a plain min/max fit per sub-block, scales rounded to     */
+/* their stored width, then every weight rounded to the nearest code    */
+
+
+static uint16_t
+put_f16(uint8_t *p, float v)
+{
+    uint16_t h = nalar_f32_to_f16(v);
+
+    memcpy(p, &h, 2);
+    return h;
+}
+
+
+static int
+clampi(float v, int lo, int hi)
+{
+    int i = (int) lrintf(v);
+
+    return i < lo ? lo : i > hi ? hi : i;
+}
+
+
+static void
+quant_q8_0(const float *x, uint8_t *p)
+{
+    float amax = 0, d;
+
+    for (int i = 0; i < QK8_0; i++) {
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    }
+    d = nalar_f16_to_f32(put_f16(p, amax / 127.0f));
+    for (int i = 0; i < QK8_0; i++) {
+        p[2 + i] = (uint8_t) (int8_t) (d != 0 ? clampi(x[i] / d, -127, 127)
+                                              : 0);
+    }
+}
+
+
+static void
+quant_q4_0(const float *x, uint8_t *p)
+{
+    float amax = 0, m = 0, d;
+
+    for (int i = 0; i < QK4_0; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            m = x[i];
+        }
+    }
+    d = nalar_f16_to_f32(put_f16(p, m / -8.0f));
+    for (int l = 0; l < 16; l++) {
+        int lo = d != 0 ? clampi(x[l] / d + 8.0f, 0, 15) : 8;
+        int hi = d != 0 ? clampi(x[l + 16] / d + 8.0f, 0, 15) : 8;
+
+        p[2 + l] = (uint8_t) (lo | (hi << 4));
+    }
+}
+
+
+/* Q4_K (levels 15) or Q5_K (levels 31): 8 sub-blocks of 32 */
+static void
+quant_k45(const float *x, uint8_t *p, int q5)
+{
+    float    sc[8], mn[8], maxs = 0, maxm = 0, d, dmin;
+    int      is[8], im[8], levels = q5 ? 31 : 15;
+    uint8_t *s = p + 4, *qh = p + 16, *qs = q5 ? p + 48 : p + 16;
+
+    for (int j = 0; j < 8; j++) {
+        float lo = 0, hi = x[32 * j];
+
+        for (int i = 0; i < 32; i++) {
+            lo = x[32 * j + i] < lo ? x[32 * j + i] : lo;
+            hi = x[32 * j + i] > hi ? x[32 * j + i] : hi;
+        }
+        hi = hi > lo ? hi : lo;
+        sc[j] = (hi - lo) / (float) levels;
+        mn[j] = -lo;
+        maxs = sc[j] > maxs ? sc[j] : maxs;
+        maxm = mn[j] > maxm ? mn[j] : maxm;
+    }
+    d = nalar_f16_to_f32(put_f16(p, maxs / 63.0f));
+    dmin = nalar_f16_to_f32(put_f16(p + 2, maxm / 63.0f));
+    memset(s, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        is[j] = d > 0 ? clampi(sc[j] / d, 0, 63) : 0;
+        im[j] = dmin > 0 ? clampi(mn[j] / dmin, 0, 63) : 0;
+        if (j < 4) {
+            s[j] = (uint8_t) is[j];
+            s[j + 4] = (uint8_t) im[j];
+        } else {
+            s[j + 4] = (uint8_t) ((is[j] & 0xF) | ((im[j] & 0xF) << 4));
+            s[j - 4] |= (uint8_t) ((is[j] >> 4) << 6);
+            s[j] |= (uint8_t) ((im[j] >> 4) << 6);
+        }
+    }
+    if (q5) {
+        memset(qh, 0, 32);
+    }
+    for (int k = 0; k < 4; k++) {
+        for (int l = 0; l < 32; l++) {
+            int v[2];
+
+            for (int h = 0; h < 2; h++) {
+                int   j = 2 * k + h;
+                float a = d * (float) is[j], b = dmin * (float) im[j];
+
+                v[h] = a > 0 ? clampi((x[32 * j + l] + b) / a, 0, levels)
+                             : 0;
+                if (q5 && v[h] > 15) {
+                    qh[l] |= (uint8_t) (1 << j);
+                }
+            }
+            qs[32 * k + l] = (uint8_t) ((v[0] & 0xF) | ((v[1] & 0xF) << 4));
+        }
+    }
+}
+
+
+/* Q6_K: 16 sub-blocks of 16, signed codes -32 .. 31 */
+static void
+quant_q6_k(const float *x, uint8_t *p)
+{
+    float   sc[16], maxs = 0, d;
+    int     is[16], q[QK_K];
+    uint8_t *ql = p, *qh = p + 128;
+    int8_t  *s = (int8_t *) (p + 192);
+
+    for (int j = 0; j < 16; j++) {
+        float amax = 0, m = 0;
+
+        for (int i = 0; i < 16; i++) {
+            if (fabsf(x[16 * j + i]) > amax) {
+                amax = fabsf(x[16 * j + i]);
+                m = x[16 * j + i];
+            }
+        }
+        sc[j] = m / -32.0f;
+        maxs = fabsf(sc[j]) > maxs ? fabsf(sc[j]) : maxs;
+    }
+    d = nalar_f16_to_f32(put_f16(p + 208, maxs / 127.0f));
+    for (int j = 0; j < 16; j++) {
+        float a;
+
+        is[j] = d > 0 ? clampi(sc[j] / d, -127, 127) : 0;
+        s[j] = (int8_t) is[j];
+        a = d * (float) is[j];
+        for (int i = 0; i < 16; i++) {
+            q[16 * j + i] = (a != 0 ? clampi(x[16 * j + i] / a, -32, 31) : 0)
+                            + 32;
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        for (int l = 0; l < 32; l++) {
+            const int *v = q + 128 * h + l;
+
+            ql[64 * h + l] = (uint8_t) ((v[0] & 0xF) | ((v[64] & 0xF) << 4));
+            ql[64 * h + l + 32] = (uint8_t) ((v[32] & 0xF)
+                                             | ((v[96] & 0xF) << 4));
+            qh[32 * h + l] = (uint8_t) ((v[0] >> 4) | ((v[32] >> 4) << 2)
+                                        | ((v[64] >> 4) << 4)
+                                        | ((v[96] >> 4) << 6));
+        }
+    }
+}
+
+
+int
+nalar_quantize_row(ggml_type t, const float *x, int64_t n, void *dst)
+{
+    qinfo    qi;
+    uint8_t *p = dst;
+
+    if (qinfo_of(t, &qi) != 0 || n % qi.qk != 0) {
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i += qi.qk, p += qi.bytes) {
+        switch (t) {
+        case GGML_Q8_0: quant_q8_0(x + i, p); break;
+        case GGML_Q4_0: quant_q4_0(x + i, p); break;
+        case GGML_Q4_K: quant_k45(x + i, p, 0); break;
+        case GGML_Q5_K: quant_k45(x + i, p, 1); break;
+        default:        quant_q6_k(x + i, p); break;
+        }
+    }
+    return 0;
+}

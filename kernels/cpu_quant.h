@@ -1,0 +1,63 @@
+/*
+ * CPU kernels over block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K,
+ * ggml's layouts: see gguf.h), read in their blocks with no dequantized
+ * copy, F32 activations and F32 accumulation.
+ *
+ * Each block is split into sub-blocks of S weights (S = 32; 16 for Q6_K)
+ * that share a scale a_j and (Q4_K, Q5_K) a min b_j: weight i of
+ * sub-block j is a_j * q_i - b_j, q_i a small integer.  a_j and b_j are
+ * the products ggml forms (d * sc_j, dmin * m_j), exact in float, and
+ * a_j * q_i is exact too, so the dot product of a row with x is
+ *   sum_j a_j * (sum_i q_i x_i) - sum_j b_j * (sum_i x_i)
+ * with only float32 rounding in the sums; activations are never rounded.
+ *
+ * Batch invariance: every (row, token) output is computed by the same
+ * operations in the same order whatever the batch:
+ *   AVX2: per sub-block, an 8-lane chain v = q[0:8] x[0:8],
+ *     v = fma(q[8k:8k+8], x[8k:8k+8], v) for k = 1 .. S/8 - 1; then
+ *     acc = fma(a_j, v, acc) over the sub-blocks in order (acc 8 lanes,
+ *     from 0), and m = fma(b_j, xs_j, m) (scalar, from 0) where xs_j is
+ *     the 8-lane sum ((x0 + x1) + (x2 + x3)) of the sub-block's four
+ *     vectors reduced as hsum8; y = hsum8(acc) - m.
+ *     hsum8(v) = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
+ *   Portable: the same with one lane: v a scalar fmaf chain over the
+ *     sub-block, acc = fmaf(a_j, v, acc), xs_j a scalar sum in order.
+ * The two builds differ in their last bits, each agrees with itself.
+ */
+#ifndef NALAR_CPU_QUANT_H
+#define NALAR_CPU_QUANT_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+
+/* 1 when t is a block-quantized type these kernels compute with */
+int nalar_quant_type(ggml_type t);
+
+/* Weights per block (32 or 256) of a quantized type */
+int64_t nalar_quant_block(ggml_type t);
+
+/* n weights (a multiple of the block) from a row's bytes, dequantized as
+ * ggml does (weight = a_j * q - b_j, rounded once to float) */
+void nalar_dequant_row(ggml_type t, const void *src, int64_t n, float *out);
+
+/* y[t * ldy + r] (+)= W[r, :] . x[t * ldx + :] for r in [r0, r1), t in
+ * [0, n_tok); W's rows are wstride bytes apart from w. */
+void nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
+                        int64_t cols, const float *x, int n_tok, int ldx,
+                        float *y, int ldy, int64_t r0, int64_t r1,
+                        int accumulate);
+
+/* The portable kernel, in every build (for tests) */
+void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
+                                 int64_t wstride, int64_t cols,
+                                 const float *x, int n_tok, int ldx,
+                                 float *y, int ldy, int64_t r0, int64_t r1,
+                                 int accumulate);
+
+/* Quantize n floats (a multiple of the block) into a row of type t, for
+ * `nalar mkmodel` and tests; returns 0, or -1 for a type it cannot
+ * write. */
+int nalar_quantize_row(ggml_type t, const float *x, int64_t n, void *dst);
+
+#endif

@@ -1,0 +1,322 @@
+/*
+ * Block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K):
+ *   - the block layouts are ggml's: every quantized tensor of the kit's
+ *     llama3 files, which llama.cpp's quantizer made from the weights of
+ *     llama3-F32.gguf, dequantizes to within that type's quantization
+ *     error of the F32 tensor (a wrong layout lands far off);
+ *   - the kernels (the build's own and the portable one) agree with a
+ *     double-precision dot product of the dequantized rows;
+ *   - batch invariance: every token's outputs have the same bits alone,
+ *     in batches of any size and in any split of the rows;
+ *   - the quantizer's rows dequantize to within the type's error.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_matmul.h"
+#include "cpu_quant.h"
+#include "gguf.h"
+#include "tap.h"
+
+#define DIR "t/data/conformance/"
+
+static const ggml_type types[] = {
+    GGML_Q8_0, GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K
+};
+
+
+/* the largest RMS error of a dequantized tensor, relative to the RMS of
+ * the original weights, that llama.cpp's quantizer (and this project's)
+ * stays within; the bound is about twice what either reaches */
+static double
+rel_rms_bound(ggml_type t)
+{
+    switch (t) {
+    case GGML_Q8_0: return 0.01;
+    case GGML_Q4_0: return 0.15;
+    case GGML_Q4_K: return 0.12;
+    case GGML_Q5_K: return 0.06;
+    default:        return 0.04;   /* Q6_K */
+    }
+}
+
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float
+frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float) ((double) (rng_state >> 11) / 9007199254740992.0) * 2.0f
+           - 1.0f;
+}
+
+
+/* Every quantized tensor of DIR quant.gguf against DIR llama3-F32.gguf */
+static void
+check_layouts(const char *quant, const gguf_file *f32)
+{
+    char       path[256];
+    nalar_err  err;
+    gguf_file *q;
+    int        n_checked = 0;
+
+    snprintf(path, sizeof(path), DIR "%s.gguf", quant);
+    q = gguf_open(path, &err);
+    ok(q != NULL, "%s opens%s%s", quant, q == NULL ? ": " : "",
+       q == NULL ? err.msg : "");
+    if (q == NULL) {
+        return;
+    }
+    for (uint64_t i = 0; i < q->n_tensors; i++) {
+        const gguf_tensor *t = &q->tensors[i];
+        const gguf_tensor *r;
+        char               name[128];
+        uint64_t           n = 1, row;
+        float             *deq;
+        double             se = 0, sx = 0, rel;
+
+        if (!nalar_quant_type(t->type)) {
+            continue;
+        }
+        snprintf(name, sizeof(name), "%.*s", (int) t->name.len, t->name.ptr);
+        r = gguf_tensor_find(f32, name);
+        for (uint32_t d = 0; d < t->n_dims; d++) {
+            n *= t->ne[d];
+        }
+        if (r == NULL || r->type != GGML_F32 || r->nbytes != n * 4) {
+            ok(0, "%s: %s has an F32 twin of the same shape", quant, name);
+            continue;
+        }
+        deq = malloc(n * sizeof(float));
+        if (deq == NULL) {
+            ok(0, "%s: out of memory", quant);
+            break;
+        }
+        row = ggml_row_size(t->type, t->ne[0]);
+        for (uint64_t k = 0; k < n / t->ne[0]; k++) {
+            nalar_dequant_row(t->type, (const uint8_t *) t->data + k * row,
+                              (int64_t) t->ne[0], deq + k * t->ne[0]);
+        }
+        for (uint64_t k = 0; k < n; k++) {
+            float x;
+
+            memcpy(&x, (const uint8_t *) r->data + 4 * k, 4);
+            se += ((double) deq[k] - x) * ((double) deq[k] - x);
+            sx += (double) x * x;
+        }
+        free(deq);
+        rel = sqrt(se / sx);
+        ok(rel <= rel_rms_bound(t->type), "%s: %s (%s) dequantizes to the "
+           "F32 weights within %.3f RMS (relative %.4f)", quant, name,
+           ggml_type_name(t->type), rel_rms_bound(t->type), rel);
+        n_checked++;
+    }
+    ok(n_checked >= 15, "%s: %d quantized tensors checked", quant, n_checked);
+    gguf_close(q);
+}
+
+
+/* rows x cols weights of type t from the project's quantizer */
+static uint8_t *
+random_matrix(ggml_type t, int64_t rows, int64_t cols)
+{
+    int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    uint8_t *w = malloc((size_t) (rows * rs));
+    float   *x = malloc((size_t) cols * sizeof(float));
+
+    if (w == NULL || x == NULL) {
+        free(w);
+        free(x);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        /* rows of different scales, some all-positive (min 0) */
+        float s = (float) (1 + r % 5) * 0.1f, o = r % 3 == 0 ? 1.0f : 0.0f;
+
+        for (int64_t c = 0; c < cols; c++) {
+            x[c] = (frand() + o) * s;
+        }
+        (void) nalar_quantize_row(t, x, cols, w + r * rs);
+    }
+    free(x);
+    return w;
+}
+
+
+/* Kernel products against double dot products of the dequantized rows,
+ * and batch invariance, for one type and shape */
+static void
+check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok)
+{
+    int64_t    rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    uint8_t   *w = random_matrix(t, rows, cols);
+    float     *x = malloc((size_t) (n_tok * cols) * sizeof(float));
+    float     *deq = malloc((size_t) (rows * cols) * sizeof(float));
+    float     *y = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float     *yp = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float     *y1 = malloc((size_t) (n_tok * rows) * sizeof(float));
+    nalar_mat  W;
+    nalar_cpu_mat M;
+    nalar_err  err;
+    double     worst = 0, worst_p = 0;
+    int        same = 1, same_split = 1, acc_ok = 1;
+    const char *tn = ggml_type_name(t);
+
+    if (w == NULL || x == NULL || deq == NULL || y == NULL || yp == NULL
+        || y1 == NULL)
+    {
+        ok(0, "%s: out of memory", tn);
+        goto done;
+    }
+    for (int64_t i = 0; i < n_tok * cols; i++) {
+        x[i] = frand() * 2.0f;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        nalar_dequant_row(t, w + r * rs, cols, deq + r * cols);
+    }
+    W.type = t;
+    W.rows = rows;
+    W.cols = cols;
+    W.data = w;
+    if (nalar_cpu_mat_init(&M, &W, 0, &err) != 0) {
+        ok(0, "%s: mat init: %s", tn, err.msg);
+        goto done;
+    }
+    ok(M.panels != NULL && M.panels != (void *) w
+       && memcmp(M.panels, w, (size_t) (rows * rs)) == 0,
+       "%s: the backend holds its own copy of the blocks, as they are", tn);
+    nalar_cpu_matmul(&M, x, n_tok, (int) cols, y, (int) rows, 0, rows, 0);
+    nalar_quant_matmul_portable(t, w, rs, cols, x, n_tok, (int) cols, yp,
+                                (int) rows, 0, rows, 0);
+    for (int tk = 0; tk < n_tok; tk++) {
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0, mag = 0, e, ep;
+
+            for (int64_t c = 0; c < cols; c++) {
+                s += (double) deq[r * cols + c] * x[tk * cols + c];
+                mag += fabs((double) deq[r * cols + c] * x[tk * cols + c]);
+            }
+            e = fabs(y[tk * rows + r] - s) / (mag + 1e-30);
+            ep = fabs(yp[tk * rows + r] - s) / (mag + 1e-30);
+            worst = e > worst ? e : (isnan(e) ? INFINITY : worst);
+            worst_p = ep > worst_p ? ep : (isnan(ep) ? INFINITY : worst_p);
+        }
+    }
+    ok(worst <= 1e-5, "%s %lldx%lld, %d tokens: the kernel is within 1e-5 "
+       "of the exact product (relative to sum |w x|: %.2e)", tn,
+       (long long) rows, (long long) cols, n_tok, worst);
+    ok(worst_p <= 1e-5, "%s %lldx%lld, %d tokens: the portable kernel too "
+       "(%.2e)", tn, (long long) rows, (long long) cols, n_tok, worst_p);
+
+    /* each token alone, and the rows in uneven pieces, give the same bits */
+    for (int tk = 0; tk < n_tok; tk++) {
+        nalar_cpu_matmul(&M, x + tk * cols, 1, (int) cols, y1 + tk * rows,
+                         (int) rows, 0, rows, 0);
+    }
+    same = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+        int64_t r1 = r0 + 3 < rows ? r0 + 3 : rows;
+
+        nalar_cpu_matmul(&M, x, n_tok, (int) cols, y1, (int) rows, r0, r1, 0);
+    }
+    same_split = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    ok(same && same_split, "%s: batch invariant: %d tokens at once give the "
+       "bits of each token alone (%s) and of rows in pieces of 3 (%s)", tn,
+       n_tok, same ? "yes" : "no", same_split ? "yes" : "no");
+
+    /* accumulate adds the product to what y holds */
+    for (int64_t i = 0; i < n_tok * rows; i++) {
+        y1[i] = 1.0f;
+    }
+    nalar_cpu_matmul(&M, x, n_tok, (int) cols, y1, (int) rows, 0, rows, 1);
+    for (int64_t i = 0; i < n_tok * rows; i++) {
+        acc_ok &= y1[i] == 1.0f + y[i];
+    }
+    ok(acc_ok, "%s: accumulate adds the product to y", tn);
+    nalar_cpu_mat_free(&M);
+done:
+    free(w);
+    free(x);
+    free(deq);
+    free(y);
+    free(yp);
+    free(y1);
+}
+
+
+/* The quantizer: rows of each type dequantize to within its error */
+static void
+check_quantizer(ggml_type t)
+{
+    int64_t  n = 4096;
+    float   *x = malloc((size_t) n * sizeof(float));
+    float   *d = malloc((size_t) n * sizeof(float));
+    uint8_t *q = malloc((size_t) ggml_row_size(t, (uint64_t) n));
+    double   se = 0, sx = 0;
+
+    if (x == NULL || d == NULL || q == NULL) {
+        ok(0, "out of memory");
+        free(x);
+        free(d);
+        free(q);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = frand() * 0.05f + (i % 512 < 64 ? 0.03f : 0.0f);
+    }
+    ok(nalar_quantize_row(t, x, n, q) == 0, "%s: quantized", 
+       ggml_type_name(t));
+    nalar_dequant_row(t, q, n, d);
+    for (int64_t i = 0; i < n; i++) {
+        se += ((double) d[i] - x[i]) * ((double) d[i] - x[i]);
+        sx += (double) x[i] * x[i];
+    }
+    ok(sqrt(se / sx) <= rel_rms_bound(t) / 2, "%s: the quantizer's row "
+       "dequantizes within %.3f RMS (relative %.4f)", ggml_type_name(t),
+       rel_rms_bound(t) / 2, sqrt(se / sx));
+    free(x);
+    free(d);
+    free(q);
+}
+
+
+int
+main(void)
+{
+    nalar_err  err;
+    gguf_file *f32 = gguf_open(DIR "llama3-F32.gguf", &err);
+
+    ok(f32 != NULL, "llama3-F32.gguf opens");
+    if (f32 != NULL) {
+        check_layouts("llama3-Q8_0", f32);
+        check_layouts("llama3-Q4_0", f32);
+        check_layouts("llama3-Q4_K_M", f32);
+        check_layouts("llama3-Q5_K_M", f32);
+        check_layouts("llama3-Q6_K", f32);
+        gguf_close(f32);
+    }
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        check_quantizer(types[i]);
+        check_kernel(types[i], 37, 512, 1);
+        check_kernel(types[i], 37, 512, 5);
+        check_kernel(types[i], 21, 768, 19);
+    }
+    {
+        gguf_file *q = gguf_open(DIR "llama3-Q4_0.gguf", &err);
+
+        ok(q != NULL && ggml_row_size(GGML_Q4_K, 512) == 2 * 144
+           && ggml_row_size(GGML_Q5_K, 256) == 176
+           && ggml_row_size(GGML_Q6_K, 768) == 3 * 210
+           && ggml_row_size(GGML_Q4_0, 64) == 36,
+           "row sizes are ggml's (Q4_K 144, Q5_K 176, Q6_K 210, Q4_0 18 "
+           "bytes a block)");
+        if (q != NULL) {
+            gguf_close(q);
+        }
+    }
+    return done_testing();
+}
