@@ -62,14 +62,10 @@ usage(void)
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k"
-        "|q4_k_m|q5_k_m
-"
-        "                 --seed S --bpe --chatml --pre NAME --control-tokens A,B
-"
-        "                 --vocab-from FILE --chat-template FILE
-"
-        "                 --arch llama|qwen2|qwen3|gemma2|phi3 --window N] -o FILE
-"
+        "|q4_k_m|q5_k_m\n"
+        "                 --seed S --bpe --chatml --pre NAME --control-tokens A,B\n"
+        "                 --vocab-from FILE --chat-template FILE\n"
+        "                 --arch llama|qwen2|qwen3|gemma2|phi3 --window N] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "  nalar spec-bench -m MODEL [--draft FILE]"
