@@ -9,8 +9,16 @@
  *   Llama-3: <|start_header_id|>{role}<|end_header_id|>\n\n{content}
  *            <|eot_id|> ... <|start_header_id|>assistant<|end_header_id|>
  *   Zephyr:  <|{role}|>\n{content}</s>\n ... <|assistant|>\n
- *   Mistral: [INST]{user}[/INST]{assistant}</s>[INST] ... (tekken: Nemo
- *            and later; the system prompt opens the last user turn)
+ *   Mistral v1: " [INST] {user} [/INST] {assistant}</s> [INST] ..."
+ *            (Mistral 7B v0.1 and v0.2, Mixtral 8x7B; the system prompt
+ *            opens the first user turn)
+ *   Mistral v3: [INST] {user}[/INST] {assistant}</s>[INST] ... (Mistral 7B
+ *            v0.3, Mixtral 8x22B, Large 2407; the system prompt opens the
+ *            last user turn; the assistant's content is trimmed)
+ *   Mistral: [INST]{user}[/INST]{assistant}</s>[INST] ... (v3 tekken: Nemo;
+ *            the system prompt opens the last user turn)
+ *   Mistral v7 (SentencePiece): [SYSTEM_PROMPT] {system}[/SYSTEM_PROMPT]
+ *            [INST] {user}[/INST] {assistant}</s> ... (Large 2411)
  *   Mistral v7: [SYSTEM_PROMPT]{system}[/SYSTEM_PROMPT][INST]{user}[/INST]
  *            {assistant}</s> ... (tekken: Mistral Small 3 and later)
  *   Gemma:   <start_of_turn>{role}\n{content}<end_of_turn>\n ...
@@ -112,7 +120,8 @@ nalar_chat_style_parse(const char *name, size_t len)
 {
     static const char *names[] = { "auto", "chatml", "llama2", "llama3",
                                    "zephyr", "mistral", "gemma", "phi3",
-                                   "mistral-v7" };
+                                   "mistral-v7", "mistral-v1", "mistral-v3",
+                                   "mistral-v7-spm" };
     size_t  i;
 
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -137,6 +146,9 @@ nalar_chat_style_name(nalar_chat_style s)
     case NALAR_CHAT_GEMMA:  return "gemma";
     case NALAR_CHAT_PHI3:   return "phi3";
     case NALAR_CHAT_MISTRAL_V7: return "mistral-v7";
+    case NALAR_CHAT_MISTRAL_V1: return "mistral-v1";
+    case NALAR_CHAT_MISTRAL_V3: return "mistral-v3";
+    case NALAR_CHAT_MISTRAL_V7_SPM: return "mistral-v7-spm";
     default:                return "auto";
     }
 }
@@ -165,19 +177,37 @@ nalar_chat_style_detect(const char *jinja)
     if (strstr(jinja, "<|user|>") || strstr(jinja, "<|assistant|>")) {
         return NALAR_CHAT_ZEPHYR;
     }
-    if (strstr(jinja, "[INST]") && strstr(jinja, "[SYSTEM_PROMPT]")) {
-        return NALAR_CHAT_MISTRAL_V7;
-    }
-    if (strstr(jinja, "[INST]")) {
-        /* Llama 2 and Mistral 7B write "[INST] " with a space, or a
-         * <<SYS>> block; the tekken templates (Nemo and later) neither */
-        if (strstr(jinja, "<<SYS>>") || strstr(jinja, "[INST] ")) {
-            return NALAR_CHAT_LLAMA2;
-        }
-        return NALAR_CHAT_MISTRAL;
+    if (strstr(jinja, "[INST]") == NULL) {
+        return NALAR_CHAT_CHATML;
     }
 
-    return NALAR_CHAT_CHATML;
+    /*
+     * The [INST] family, told apart by the spaces in the template's string
+     * literals: the SentencePiece templates write a space after "[INST]"
+     * ('[INST] '), the tekken ones none; Mistral's v1 also one before it
+     * (' [INST] '), Llama 2 and the first Mistral 7B templates one before
+     * "[/INST]" (' [/INST]') and v3 none ('[/INST]').
+     */
+
+    if (strstr(jinja, "[SYSTEM_PROMPT]")) {
+        if (strstr(jinja, "[INST] '") || strstr(jinja, "[INST] \"")) {
+            return NALAR_CHAT_MISTRAL_V7_SPM;
+        }
+        return NALAR_CHAT_MISTRAL_V7;
+    }
+    if (strstr(jinja, "<<SYS>>")) {
+        return NALAR_CHAT_LLAMA2;
+    }
+    if (strstr(jinja, "' [INST]") || strstr(jinja, "\" [INST]")) {
+        return NALAR_CHAT_MISTRAL_V1;
+    }
+    if (strstr(jinja, "[INST] ")) {
+        if (strstr(jinja, "'[/INST]'") || strstr(jinja, "\"[/INST]\"")) {
+            return NALAR_CHAT_MISTRAL_V3;
+        }
+        return NALAR_CHAT_LLAMA2;
+    }
+    return NALAR_CHAT_MISTRAL;
 }
 
 
@@ -190,6 +220,9 @@ nalar_chat_stop(nalar_chat_style s)
     case NALAR_CHAT_ZEPHYR: return "</s>";
     case NALAR_CHAT_MISTRAL: return "</s>";
     case NALAR_CHAT_MISTRAL_V7: return "</s>";
+    case NALAR_CHAT_MISTRAL_V1: return "</s>";
+    case NALAR_CHAT_MISTRAL_V3: return "</s>";
+    case NALAR_CHAT_MISTRAL_V7_SPM: return "</s>";
     case NALAR_CHAT_GEMMA:  return "<end_of_turn>";
     case NALAR_CHAT_PHI3:   return "<|end|>";
     default:                return "<|im_end|>";
@@ -324,26 +357,59 @@ chat_content_trim(chat_buf *b, const nalar_chat_msg *m)
 }
 
 
+/* The layouts of Mistral's [INST] templates before v7. */
+typedef struct {
+    const char  *name;
+    const char  *inst;        /* opens a user turn */
+    const char  *inst_end;    /* closes it */
+    const char  *reply;       /* opens an assistant turn */
+    int          sys_first;   /* the system prompt opens the first user
+                                 turn, not the last */
+    int          trim_reply;  /* the assistant's content is trimmed */
+} mistral_layout;
+
+
+static const mistral_layout  mistral_v1 =
+    { "mistral-v1", " [INST] ", " [/INST]", " ", 1, 0 };
+static const mistral_layout  mistral_v3 =
+    { "mistral-v3", "[INST] ", "[/INST]", " ", 0, 1 };
+static const mistral_layout  mistral_v3_tekken =
+    { "mistral", "[INST]", "[/INST]", "", 0, 0 };
+
+
 /*
- * Mistral's tekken templates (Nemo and later): no system role; the system
- * messages, in order, open the last message when it is a user turn (the
- * turn the model answers), as those templates do.
+ * Mistral before v7: no system role; the system messages, in order, each
+ * followed by a blank line, open one user turn, as mistral-common places
+ * the system prompt: the first (v1), or the last message when it is a user
+ * turn (the turn the model answers; v2 and later).
  */
 static int
 render_mistral(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
-               nalar_err *err)
+               const mistral_layout *l, nalar_err *err)
 {
-    size_t  i, k, n_sys, last_user;
+    size_t  i, k, n_sys, sys_user;
 
     n_sys = 0;
-    last_user = n;
+    sys_user = n;
 
     for (i = 0; i < n; i++) {
         if (role_system(&msgs[i])) {
             n_sys++;
+
+        } else if (l->sys_first) {
+            if (sys_user == n && role_is(&msgs[i], "user")) {
+                sys_user = i;
+            }
+
         } else {
-            last_user = role_is(&msgs[i], "user") ? i : n;
+            sys_user = role_is(&msgs[i], "user") ? i : n;
         }
+    }
+
+    if (n_sys > 0 && sys_user == n) {
+        return nalar_fail(err, "the %s chat template places the system "
+                          "message in the %s user turn, and there is none",
+                          l->name, l->sys_first ? "first" : "last");
     }
 
     for (i = 0; i < n; i++) {
@@ -352,66 +418,70 @@ render_mistral(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
         }
 
         if (role_is(&msgs[i], "user")) {
-            chat_puts(b, "[INST]");
-            if (i == last_user && n_sys > 0) {
+            chat_puts(b, l->inst);
+            if (i == sys_user) {
                 for (k = 0; k < n; k++) {
                     if (role_system(&msgs[k])) {
                         chat_content(b, &msgs[k]);
                         chat_puts(b, "\n\n");
                     }
                 }
-                n_sys = 0;
             }
             chat_content(b, &msgs[i]);
-            chat_puts(b, "[/INST]");
+            chat_puts(b, l->inst_end);
 
         } else if (role_is(&msgs[i], "assistant")) {
-            chat_content(b, &msgs[i]);
+            chat_puts(b, l->reply);
+            if (l->trim_reply) {
+                chat_content_trim(b, &msgs[i]);
+            } else {
+                chat_content(b, &msgs[i]);
+            }
             chat_puts(b, "</s>");
 
         } else {
             return nalar_fail(err, "messages[%zu]: role \"%.*s\" is not "
-                              "supported by the mistral chat template", i,
-                              (int) msgs[i].role_len, msgs[i].role);
+                              "supported by the %s chat template", i,
+                              (int) msgs[i].role_len, msgs[i].role, l->name);
         }
-    }
-
-    if (n_sys > 0) {
-        return nalar_fail(err, "the mistral chat template places the system "
-                          "message in the last user turn, and there is "
-                          "none");
     }
 
     return 0;
 }
 
 
-/* Mistral v7 (tekken): the system prompt has its own markers, in place. */
+/*
+ * Mistral v7: the system prompt has its own markers, in place.  The
+ * SentencePiece template (Large 2411) writes a space after each opening
+ * marker and before the assistant's content; tekken's (Small 3) none.
+ */
 static int
 render_mistral_v7(chat_buf *b, const nalar_chat_msg *msgs, size_t n,
-                  nalar_err *err)
+                  int spm, nalar_err *err)
 {
     size_t  i;
 
     for (i = 0; i < n; i++) {
         if (role_system(&msgs[i])) {
-            chat_puts(b, "[SYSTEM_PROMPT]");
+            chat_puts(b, spm ? "[SYSTEM_PROMPT] " : "[SYSTEM_PROMPT]");
             chat_content(b, &msgs[i]);
             chat_puts(b, "[/SYSTEM_PROMPT]");
 
         } else if (role_is(&msgs[i], "user")) {
-            chat_puts(b, "[INST]");
+            chat_puts(b, spm ? "[INST] " : "[INST]");
             chat_content(b, &msgs[i]);
             chat_puts(b, "[/INST]");
 
         } else if (role_is(&msgs[i], "assistant")) {
+            chat_puts(b, spm ? " " : "");
             chat_content(b, &msgs[i]);
             chat_puts(b, "</s>");
 
         } else {
             return nalar_fail(err, "messages[%zu]: role \"%.*s\" is not "
-                              "supported by the mistral-v7 chat template",
-                              i, (int) msgs[i].role_len, msgs[i].role);
+                              "supported by the %s chat template",
+                              i, (int) msgs[i].role_len, msgs[i].role,
+                              spm ? "mistral-v7-spm" : "mistral-v7");
         }
     }
 
@@ -601,7 +671,14 @@ nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
         render_zephyr(&b, msgs, n);
         break;
     case NALAR_CHAT_MISTRAL:
-        if (render_mistral(&b, msgs, n, err) != 0) {
+    case NALAR_CHAT_MISTRAL_V1:
+    case NALAR_CHAT_MISTRAL_V3:
+        if (render_mistral(&b, msgs, n,
+                           s == NALAR_CHAT_MISTRAL_V1 ? &mistral_v1
+                           : s == NALAR_CHAT_MISTRAL_V3 ? &mistral_v3
+                           : &mistral_v3_tekken, err)
+            != 0)
+        {
             free(b.v);
             return NULL;
         }
@@ -616,7 +693,11 @@ nalar_chat_render(nalar_chat_style s, const nalar_chat_msg *msgs, size_t n,
         render_phi3(&b, msgs, n);
         break;
     case NALAR_CHAT_MISTRAL_V7:
-        if (render_mistral_v7(&b, msgs, n, err) != 0) {
+    case NALAR_CHAT_MISTRAL_V7_SPM:
+        if (render_mistral_v7(&b, msgs, n, s == NALAR_CHAT_MISTRAL_V7_SPM,
+                              err)
+            != 0)
+        {
             free(b.v);
             return NULL;
         }

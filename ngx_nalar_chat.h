@@ -20,10 +20,15 @@ typedef enum {
     NALAR_CHAT_LLAMA2,       /* [INST] <<SYS>>...<</SYS>> ... [/INST] */
     NALAR_CHAT_LLAMA3,       /* <|start_header_id|>role<|end_header_id|> */
     NALAR_CHAT_ZEPHYR,       /* <|user|>\n...</s>\n */
-    NALAR_CHAT_MISTRAL,      /* [INST]...[/INST]...</s> (tekken) */
+    NALAR_CHAT_MISTRAL,      /* [INST]...[/INST]...</s> (v3 tekken) */
     NALAR_CHAT_GEMMA,        /* <start_of_turn>role\n...<end_of_turn>\n */
     NALAR_CHAT_PHI3,         /* <|user|>\n...<|end|>\n */
-    NALAR_CHAT_MISTRAL_V7    /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]... */
+    NALAR_CHAT_MISTRAL_V7,   /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...
+                                (v7 tekken) */
+    NALAR_CHAT_MISTRAL_V1,   /* " [INST] ... [/INST] ...</s>" */
+    NALAR_CHAT_MISTRAL_V3,   /* [INST] ...[/INST] ...</s> */
+    NALAR_CHAT_MISTRAL_V7_SPM  /* [SYSTEM_PROMPT] ...[/SYSTEM_PROMPT]
+                                  [INST] ...[/INST] ...</s> */
 } nalar_chat_style;
 
 typedef struct {
@@ -35,7 +40,8 @@ typedef struct {
 } nalar_chat_msg;
 
 /* "chatml", "llama2", "llama3", "zephyr", "mistral", "gemma", "phi3",
- * "mistral-v7", "auto"; -1 when unknown. */
+ * "mistral-v7", "mistral-v1", "mistral-v3", "mistral-v7-spm", "auto"; -1
+ * when unknown. */
 int nalar_chat_style_parse(const char *name, size_t len);
 const char *nalar_chat_style_name(nalar_chat_style s);
 

@@ -4682,8 +4682,9 @@ ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid chat template \"%V\": \"auto\", "
                            "\"chatml\", \"llama2\", \"llama3\", \"zephyr\", "
-                           "\"mistral\", \"mistral-v7\", \"gemma\" or "
-                           "\"phi3\" expected", &value[1]);
+                           "\"mistral\", \"mistral-v7\", \"mistral-v1\", "
+                           "\"mistral-v3\", \"mistral-v7-spm\", \"gemma\" "
+                           "or \"phi3\" expected", &value[1]);
         return NGX_CONF_ERROR;
     }
 

@@ -164,7 +164,8 @@ test_same_ids(const nalar_tokenizer *t, const char *name)
     static const nalar_chat_style styles[] = {
         NALAR_CHAT_CHATML, NALAR_CHAT_LLAMA2, NALAR_CHAT_LLAMA3,
         NALAR_CHAT_ZEPHYR, NALAR_CHAT_MISTRAL, NALAR_CHAT_GEMMA,
-        NALAR_CHAT_PHI3, NALAR_CHAT_MISTRAL_V7
+        NALAR_CHAT_PHI3, NALAR_CHAT_MISTRAL_V7, NALAR_CHAT_MISTRAL_V1,
+        NALAR_CHAT_MISTRAL_V3, NALAR_CHAT_MISTRAL_V7_SPM
     };
     nalar_tok_text parts[4];
     nalar_chat_msg m[4];
@@ -384,7 +385,7 @@ test_new_styles(void)
     ok(nalar_chat_style_detect("{{- \"[INST]\" + c + \"[/INST]\" }}")
        == NALAR_CHAT_MISTRAL, "[INST] without a space: mistral");
     ok(nalar_chat_style_detect("{{ '[INST] ' + c + ' [/INST]' }}")
-       == NALAR_CHAT_LLAMA2, "'[INST] ': llama2 (Mistral 7B)");
+       == NALAR_CHAT_LLAMA2, "'[INST] ' and ' [/INST]': llama2");
     ok(nalar_chat_style_detect("<<SYS>> [INST]") == NALAR_CHAT_LLAMA2,
        "<<SYS>>: llama2");
     ok(nalar_chat_style_detect("{{ '[SYSTEM_PROMPT]' + s }}{{ '[INST]' }}")
@@ -402,12 +403,221 @@ test_new_styles(void)
        "values");
 }
 
+/* Mistral's v1 (Mistral 7B v0.1, v0.2) and v3 (v0.3, Large 2407) templates,
+ * as Hugging Face ships them (the tool-calling branches of v3 left out). */
+
+static const char  jinja_v1[] =
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content'] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n\n"
+    "{{- bos_token }}\n"
+    "{%- for message in loop_messages %}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+    "        {{- raise_exception('After the optional system message, "
+    "conversation roles must alternate user/assistant/user/assistant/...') "
+    "}}\n"
+    "    {%- endif %}\n"
+    "    {%- if message['role'] == 'user' %}\n"
+    "        {%- if loop.first and system_message is defined %}\n"
+    "            {{- ' [INST] ' + system_message + '\\n\\n' + "
+    "message['content'] + ' [/INST]' }}\n"
+    "        {%- else %}\n"
+    "            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n"
+    "        {%- endif %}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n"
+    "        {{- ' ' + message['content'] + eos_token}}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception('Only user and assistant roles are "
+    "supported, with the exception of an initial optional system message!') "
+    "}}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n";
+
+static const char  jinja_v3[] =
+    "{%- if messages[0][\"role\"] == \"system\" %}\n"
+    "    {%- set system_message = messages[0][\"content\"] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n"
+    "{{- bos_token }}\n"
+    "{%- for message in loop_messages %}\n"
+    "    {%- if message[\"role\"] == \"user\" %}\n"
+    "        {%- if tools is not none and (message == user_messages[-1]) %}\n"
+    "            {{- \"[AVAILABLE_TOOLS] [\" }}\n"
+    "            {{- \"[/AVAILABLE_TOOLS]\" }}\n"
+    "        {%- endif %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- \"[INST] \" + system_message + \"\\n\\n\" + "
+    "message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- else %}\n"
+    "            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- endif %}\n"
+    "    {%- elif message.tool_calls is defined and message.tool_calls is "
+    "not none %}\n"
+    "        {{- \"[TOOL_CALLS] [\" }}\n"
+    "    {%- elif message[\"role\"] == \"assistant\" %}\n"
+    "        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception(\"Only user and assistant roles are "
+    "supported, with the exception of an initial optional system message!\") "
+    "}}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n";
+
+
+/* Mistral v1, v3 and v7 (SentencePiece) as their templates write them,
+ * and recognised from those templates. */
+static void
+test_mistral(void)
+{
+    nalar_tok_text parts[6];
+    nalar_chat_msg m[6];
+    nalar_err      err = { { 0 } };
+    char          *r;
+
+    m[0] = msg("system", &parts[0], "Be brief.");
+    m[1] = msg("user", &parts[1], "Hi");
+    m[2] = msg("assistant", &parts[2], " Hello. ");
+    m[3] = msg("user", &parts[3], "Why?");
+
+    /* Mistral 7B v0.2: ' [INST] ' + system + '\n\n' + user + ' [/INST]',
+     * then ' ' + assistant + eos_token */
+    is_rendering(NALAR_CHAT_MISTRAL_V1, m, 4,
+                 " [INST] Be brief.\n\nHi [/INST]  Hello. </s>"
+                 " [INST] Why? [/INST]",
+                 "the system prompt opens the first user turn");
+    is_rendering(NALAR_CHAT_MISTRAL_V1, m + 1, 1, " [INST] Hi [/INST]",
+                 "no system message");
+    /* Mistral 7B v0.3: '[INST] ' + user + '[/INST]', then
+     * ' ' + assistant|trim + eos_token; the system prompt in the last turn */
+    is_rendering(NALAR_CHAT_MISTRAL_V3, m, 4,
+                 "[INST] Hi[/INST] Hello.</s>[INST] Be brief.\n\nWhy?[/INST]",
+                 "the system prompt opens the last user turn, the "
+                 "assistant's content trimmed");
+    is_rendering(NALAR_CHAT_MISTRAL_V3, m + 1, 1, "[INST] Hi[/INST]",
+                 "no system message");
+    /* Large 2411: '[SYSTEM_PROMPT] ' + system + '[/SYSTEM_PROMPT]',
+     * '[INST] ' + user + '[/INST]', ' ' + assistant + eos_token, in place */
+    is_rendering(NALAR_CHAT_MISTRAL_V7_SPM, m, 4,
+                 "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST] Hi[/INST]"
+                 "  Hello. </s>[INST] Why?[/INST]",
+                 "the system prompt in place, spaces after the markers");
+    m[4] = m[0];
+    m[5] = msg("user", &parts[5], "Go.");
+    is_rendering(NALAR_CHAT_MISTRAL_V7_SPM, m + 1, 5,
+                 "[INST] Hi[/INST]  Hello. </s>[INST] Why?[/INST]"
+                 "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST] Go.[/INST]",
+                 "a later system message in place");
+    /* two system messages, one after the first turn: both open the turn */
+    is_rendering(NALAR_CHAT_MISTRAL_V1, m, 6,
+                 " [INST] Be brief.\n\nBe brief.\n\nHi [/INST]  Hello. </s>"
+                 " [INST] Why? [/INST] [INST] Go. [/INST]",
+                 "every system message opens the first user turn");
+
+    /* what the templates cannot place is refused, not dropped */
+    r = rendered(NALAR_CHAT_MISTRAL_V3, m, 3, &err);
+    ok(r == NULL && strstr(err.msg, "mistral-v3")
+       && strstr(err.msg, "last user turn"),
+       "mistral-v3: a system message with no last user turn is refused (%s)",
+       err.msg);
+    free(r);
+    m[4] = msg("assistant", &parts[4], "Yes.");
+    r = rendered(NALAR_CHAT_MISTRAL_V1, m + 4, 1, &err);
+    ok(r != NULL, "mistral-v1: an assistant turn alone renders");
+    free(r);
+    r = rendered(NALAR_CHAT_MISTRAL_V1, m, 1, &err);
+    ok(r == NULL && strstr(err.msg, "mistral-v1")
+       && strstr(err.msg, "first user turn"),
+       "mistral-v1: a system message with no user turn is refused (%s)",
+       err.msg);
+    free(r);
+    m[4] = msg("tool", &parts[4], "42");
+    for (int s = NALAR_CHAT_MISTRAL_V1; s <= NALAR_CHAT_MISTRAL_V7_SPM; s++) {
+        r = rendered((nalar_chat_style) s, m + 3, 2, &err);
+        ok(r == NULL && strstr(err.msg, "messages[1]")
+           && strstr(err.msg, "tool")
+           && strstr(err.msg, nalar_chat_style_name((nalar_chat_style) s)),
+           "%s: a tool message is refused (%s)",
+           nalar_chat_style_name((nalar_chat_style) s), err.msg);
+        free(r);
+    }
+
+    /* detection from the templates' texts */
+    is_int(nalar_chat_style_detect(jinja_v1), NALAR_CHAT_MISTRAL_V1,
+           "Mistral 7B v0.2's template: mistral-v1");
+    is_int(nalar_chat_style_detect(jinja_v3), NALAR_CHAT_MISTRAL_V3,
+           "Mistral 7B v0.3's template: mistral-v3");
+    is_int(nalar_chat_style_detect(
+               "{{ bos_token }}{% for message in messages %}"
+               "{% if message['role'] == 'user' %}"
+               "{{ '[INST] ' + message['content'] + '[/INST]' }}"
+               "{% elif message['role'] == 'assistant' %}"
+               "{{ ' ' + message['content'] + eos_token }}"
+               "{% endif %}{% endfor %}"),
+           NALAR_CHAT_MISTRAL_V3, "mistral-common's basic v3 template: "
+           "mistral-v3");
+    is_int(nalar_chat_style_detect(
+               "{{ bos_token }}{% for message in messages %}"
+               "{% if message['role'] == 'user' %}"
+               "{{ '[INST] ' + message['content'] + '[/INST]' }}"
+               "{% elif message['role'] == 'system' %}"
+               "{{ '[SYSTEM_PROMPT] ' + message['content'] + "
+               "'[/SYSTEM_PROMPT]' }}"
+               "{% elif message['role'] == 'assistant' %}"
+               "{{ ' ' + message['content'] + eos_token }}"
+               "{% else %}{{ raise_exception('Only user, system and "
+               "assistant roles are supported!') }}{% endif %}{% endfor %}"),
+           NALAR_CHAT_MISTRAL_V7_SPM, "Large 2411's template: "
+           "mistral-v7-spm");
+    is_int(nalar_chat_style_detect(
+               "{{- bos_token }}{{- '[SYSTEM_PROMPT]' + system_message + "
+               "'[/SYSTEM_PROMPT]' }}{%- for message in loop_messages %}"
+               "{%- if message['role'] == 'user' %}"
+               "{{- '[INST]' + message['content'] + '[/INST]' }}"
+               "{%- elif message['role'] == 'assistant' %}"
+               "{{- message['content'] + eos_token }}{%- endif %}"
+               "{%- endfor %}"),
+           NALAR_CHAT_MISTRAL_V7, "Small 3's template: mistral-v7 (tekken)");
+    is_int(nalar_chat_style_detect(
+               "{{ bos_token }}{% for message in messages %}"
+               "{% if message['role'] == 'user' %}"
+               "{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+               "{% elif message['role'] == 'assistant' %}"
+               "{{ message['content'] + eos_token + ' ' }}{% endif %}"
+               "{% endfor %}"),
+           NALAR_CHAT_LLAMA2, "Mistral 7B v0.1's first template: llama2");
+    is_int(nalar_chat_style_detect(
+               "{{- bos_token }}{%- for message in loop_messages %}"
+               "{%- if loop.last and system_message is defined %}"
+               "{{- \"[INST]\" + system_message + \"\\n\\n\" + "
+               "message[\"content\"] + \"[/INST]\" }}{%- else %}"
+               "{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}"
+               "{%- endif %}{%- endfor %}"),
+           NALAR_CHAT_MISTRAL, "Nemo's template: mistral (v3 tekken)");
+
+    ok(nalar_chat_style_parse("mistral-v1", 10) == NALAR_CHAT_MISTRAL_V1
+       && nalar_chat_style_parse("mistral-v3", 10) == NALAR_CHAT_MISTRAL_V3
+       && nalar_chat_style_parse("mistral-v7-spm", 14)
+          == NALAR_CHAT_MISTRAL_V7_SPM
+       && strcmp(nalar_chat_style_name(NALAR_CHAT_MISTRAL_V7_SPM),
+                 "mistral-v7-spm") == 0
+       && strcmp(nalar_chat_stop(NALAR_CHAT_MISTRAL_V3), "</s>") == 0,
+       "mistral-v1, mistral-v3 and mistral-v7-spm are nalar_chat_template "
+       "values, ending turns with </s>");
+}
+
+
 int
 main(void)
 {
     nalar_tokenizer *t;
 
     test_new_styles();
+    test_mistral();
 
     t = load(KJV);
     ok(t != NULL, "demo vocabulary loads");
