@@ -2,7 +2,9 @@
 # Chat styles through nginx, each on a model whose vocabulary has the
 # style's markers as control tokens and whose tokenizer.chat_template is in
 # that style (`nalar mkmodel --control-tokens --chat-template`; the BPE ones
-# with the pre-tokenizer of the family: llama-bpe, qwen2, tekken):
+# with the pre-tokenizer of the family: llama-bpe, qwen2, tekken; the
+# Mistral templates are the ones Hugging Face ships, and auto detection
+# must tell them apart):
 #  - the chat prompt is the style's rendering: its ids, computed here with
 #    `nalar tokenize` (markup with control tokens parsed, the user's text
 #    literally), give /v1/completions the same greedy answer and count as
@@ -33,6 +35,124 @@ my %jinja = (
     chatml => q({% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}),
     mistral => q({%- if messages[0]["role"] == "system" %}{%- set system_message = messages[0]["content"] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- for message in loop_messages %}{%- if message["role"] == "user" %}{%- if loop.last and system_message is defined %}{{- "[INST]" + system_message + "\n\n" + message["content"] + "[/INST]" }}{%- else %}{{- "[INST]" + message["content"] + "[/INST]" }}{%- endif %}{%- elif message["role"] == "assistant" %}{{- message["content"] + eos_token}}{%- endif %}{%- endfor %}),
     'mistral-v7' => q({%- if messages[0]["role"] == "system" %}{%- set system_message = messages[0]["content"] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- if system_message is defined %}{{- "[SYSTEM_PROMPT]" + system_message + "[/SYSTEM_PROMPT]" }}{%- endif %}{%- for message in loop_messages %}{%- if message["role"] == "user" %}{{- "[INST]" + message["content"] + "[/INST]" }}{%- elif message["role"] == "assistant" %}{{- message["content"] + eos_token }}{%- endif %}{%- endfor %}),
+    # Mistral 7B v0.2 (v1: SentencePiece, no control tokens but BOS/EOS)
+    'mistral-v1' => q({%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {%- if loop.first and system_message is defined %}
+            {{- ' [INST] ' + system_message + '\n\n' + message['content'] + ' [/INST]' }}
+        {%- else %}
+            {{- ' [INST] ' + message['content'] + ' [/INST]' }}
+        {%- endif %}
+    {%- elif message['role'] == 'assistant' %}
+        {{- ' ' + message['content'] + eos_token}}
+    {%- else %}
+        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
+    {%- endif %}
+{%- endfor %}
+),
+    # Mistral 7B v0.3 (v3: SentencePiece, [INST] and [/INST] are control
+    # tokens)
+    'mistral-v3' => q({%- if messages[0]["role"] == "system" %}
+    {%- set system_message = messages[0]["content"] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+
+{#- This block checks for alternating user/assistant messages, skipping tool calling messages #}
+{%- set ns = namespace() %}
+{%- set ns.index = 0 %}
+{%- for message in loop_messages %}
+    {%- if not (message.role == "tool" or message.role == "tool_results" or (message.tool_calls is defined and message.tool_calls is not none)) %}
+        {%- if (message["role"] == "user") != (ns.index % 2 == 0) %}
+            {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
+        {%- endif %}
+        {%- set ns.index = ns.index + 1 %}
+    {%- endif %}
+{%- endfor %}
+
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if message["role"] == "user" %}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS] [" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
+            {%- endif %}
+        {%- if loop.last and system_message is defined %}
+            {{- "[INST] " + system_message + "\n\n" + message["content"] + "[/INST]" }}
+        {%- else %}
+            {{- "[INST] " + message["content"] + "[/INST]" }}
+        {%- endif %}
+    {%- elif message.tool_calls is defined and message.tool_calls is not none %}
+        {{- "[TOOL_CALLS] [" }}
+        {%- for tool_call in message.tool_calls %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
+        {%- endfor %}
+    {%- elif message["role"] == "assistant" %}
+        {{- " " + message["content"]|trim + eos_token}}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS] {"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
+    {%- else %}
+        {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
+    {%- endif %}
+{%- endfor %}
+),
+    # Mistral Large 2411 (v7, SentencePiece)
+    'mistral-v7-spm' => q({{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + '[/INST]' }}{% elif message['role'] == 'system' %}{{ '[SYSTEM_PROMPT] ' + message['content'] + '[/SYSTEM_PROMPT]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + eos_token }}{% else %}{{ raise_exception('Only user, system and assistant roles are supported!') }}{% endif %}{% endfor %}),
     gemma => q({{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first_user_prefix = "" -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in loop_messages -%}{%- if (message['role'] == 'assistant') -%}{%- set role = "model" -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}),
     phi3 => q({% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}),
 );
@@ -48,6 +168,11 @@ my %style = (
     'mistral-v7' => [ '--bpe --pre tekken --control-tokens '
                       . "'[INST],[/INST],[SYSTEM_PROMPT],[/SYSTEM_PROMPT],</s>'",
                       '</s>' ],
+    'mistral-v1' => [ '', '</s>' ],
+    'mistral-v3' => [ "--control-tokens '[INST],[/INST]'", '</s>' ],
+    'mistral-v7-spm' => [ '--control-tokens '
+                          . "'[INST],[/INST],[SYSTEM_PROMPT],[/SYSTEM_PROMPT]'",
+                          '</s>' ],
     gemma => [ "--control-tokens '<start_of_turn>,<end_of_turn>'",
                '<end_of_turn>' ],
     phi3 => [ "--control-tokens '<|system|>,<|user|>,<|assistant|>,<|end|>'",
@@ -78,6 +203,13 @@ sub pieces {
         'mistral-v7' => [ [ "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT][INST]",
                             1 ],
                           [ $u, 0 ], [ "[/INST]", 1 ] ],
+        # no control token but the user's </s>, which stays text
+        'mistral-v1' => [ [ " [INST] Be brief.\n\n$u [/INST]", 0 ] ],
+        'mistral-v3' => [ [ "[INST]", 1 ], [ " Be brief.\n\n$u", 0 ],
+                          [ "[/INST]", 1 ] ],
+        'mistral-v7-spm' => [ [ "[SYSTEM_PROMPT]", 1 ], [ " Be brief.", 0 ],
+                              [ "[/SYSTEM_PROMPT][INST]", 1 ], [ " $u", 0 ],
+                              [ "[/INST]", 1 ] ],
         gemma => [ [ "<start_of_turn>", 1 ],
                    [ "user\nBe brief.\n\n$u", 0 ],
                    [ "<end_of_turn>\n<start_of_turn>model\n", 1 ] ],
@@ -115,6 +247,9 @@ http {
     nalar_model chatml %%PREFIX%%/chatml.gguf;
     nalar_model mistral %%PREFIX%%/mistral.gguf;
     nalar_model mistral-v7 %%PREFIX%%/mistral-v7.gguf;
+    nalar_model mistral-v1 %%PREFIX%%/mistral-v1.gguf;
+    nalar_model mistral-v3 %%PREFIX%%/mistral-v3.gguf;
+    nalar_model mistral-v7-spm %%PREFIX%%/mistral-v7-spm.gguf;
     nalar_model gemma %%PREFIX%%/gemma.gguf;
     nalar_model phi3 %%PREFIX%%/phi3.gguf;
     nalar_threads 1;
