@@ -3,21 +3,23 @@
  *   0xff: the rest is a Jinja template: nalar_chat_style_detect must name a
  *         style, ChatML whenever "<|im_start|>" is in it; and the rest as a
  *         style name must parse back to itself or be refused;
- *   else: style = byte 0 % 9 (auto, chatml, llama2, llama3, zephyr,
- *         mistral, gemma, phi3, mistral-v7), then
+ *   else: style = byte 0 % 12 (auto, chatml, llama2, llama3, zephyr,
+ *         mistral, gemma, phi3, mistral-v7, mistral-v1, mistral-v3,
+ *         mistral-v7-spm), then
  *         messages as records [role][len][len bytes]: role 0-4 is system,
  *         developer, user, assistant, tool; a larger role byte r takes the
  *         first (r - 5) % 12 of the record's bytes as the role text.
  * nalar_chat_render must refuse any unknown role (and llama2 a tool
- * message, and a system message no user turn follows; mistral-v7 a tool
- * message; mistral a tool
+ * message, and a system message no user turn follows; mistral-v7 and
+ * mistral-v7-spm a tool message; mistral and mistral-v3 a tool
  * message, and system messages when the last other message is not a user
- * turn; gemma a system message after the first other message, or leading
+ * turn; mistral-v1 a tool message, and system messages with no user turn;
+ * gemma a system message after the first other message, or leading
  * ones no user turn follows) with a reason, and otherwise return pieces
  * whose text ends with the style's generation prompt and holds every
- * message's content in order (gemma: trimmed; mistral: the system
- * messages anywhere), where no piece of a message's content is markup
- * (special).
+ * message's content in order (gemma: trimmed; mistral-v3: assistant
+ * content trimmed; mistral, mistral-v1, mistral-v3: the system messages
+ * anywhere), where no piece of a message's content is markup (special).
  *
  *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=chat
  */
@@ -58,7 +60,7 @@ template(const uint8_t *d, size_t n)
     memcpy(s, d, n);
     s[n] = '\0';
     st = nalar_chat_style_detect(s);
-    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_MISTRAL_V7) {
+    if (st < NALAR_CHAT_CHATML || st > NALAR_CHAT_MISTRAL_V7_SPM) {
         die("detect gave no style");
     }
     if (strstr(s, "<|im_start|>") != NULL && st != NALAR_CHAT_CHATML) {
@@ -83,6 +85,9 @@ gen_prompt(nalar_chat_style s)
     case NALAR_CHAT_LLAMA2:
     case NALAR_CHAT_MISTRAL:
     case NALAR_CHAT_MISTRAL_V7:
+    case NALAR_CHAT_MISTRAL_V1:
+    case NALAR_CHAT_MISTRAL_V3:
+    case NALAR_CHAT_MISTRAL_V7_SPM:
         return "";
     case NALAR_CHAT_GEMMA:
         return "<start_of_turn>model\n";
@@ -115,7 +120,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         template(data + 1, size - 1);
         return 0;
     }
-    style = (nalar_chat_style) (data[0] % 9);
+    style = (nalar_chat_style) (data[0] % 12);
     while (i + 2 <= size && n < MAX_MSGS) {
         uint8_t r = data[i], l = data[i + 1];
         size_t  avail = size - i - 2, cl = l < avail ? l : avail;
@@ -164,9 +169,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         orphan |= pending;
     }
-    if (style == NALAR_CHAT_MISTRAL && !unknown) {
-        /* system messages go into the last message, a user turn */
-        int sys = 0, last_user = 0;
+    if ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_MISTRAL_V1
+         || style == NALAR_CHAT_MISTRAL_V3) && !unknown)
+    {
+        /* system messages go into the last message, a user turn (v1: the
+         * first user turn) */
+        int sys = 0, last_user = 0, any_user = 0;
 
         for (size_t k = 0; k < n; k++) {
             if (is_role(&msgs[k], "system")
@@ -175,9 +183,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sys = 1;
             } else {
                 last_user = is_role(&msgs[k], "user");
+                any_user |= last_user;
             }
         }
-        orphan = tool || (sys && !last_user);
+        orphan = tool || (sys && !(style == NALAR_CHAT_MISTRAL_V1
+                                   ? any_user : last_user));
     }
     if (style == NALAR_CHAT_GEMMA && !unknown) {
         /* system messages only at the start, a user turn after them */
@@ -195,9 +205,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     if (unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))
-        || ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_GEMMA)
+        || ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_GEMMA
+             || style == NALAR_CHAT_MISTRAL_V1
+             || style == NALAR_CHAT_MISTRAL_V3)
             && orphan)
-        || (style == NALAR_CHAT_MISTRAL_V7 && tool))
+        || ((style == NALAR_CHAT_MISTRAL_V7
+             || style == NALAR_CHAT_MISTRAL_V7_SPM) && tool))
     {
         if (pieces != NULL || err.msg[0] == '\0') {
             die("a message of an unknown role was rendered");
@@ -246,8 +259,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t      cl = parts[k].len, from = at;
         int         anywhere = 0;
 
-        if (style == NALAR_CHAT_GEMMA && !(is_role(&msgs[k], "system")
-                                           || is_role(&msgs[k], "developer")))
+        if ((style == NALAR_CHAT_GEMMA && !(is_role(&msgs[k], "system")
+                                            || is_role(&msgs[k], "developer")))
+            || (style == NALAR_CHAT_MISTRAL_V3
+                && is_role(&msgs[k], "assistant")))
         {
             while (cl > 0 && strchr(" \t\n\r\v\f", *c) != NULL && *c) {
                 c++;
@@ -259,8 +274,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 cl--;
             }
         }
-        if (style == NALAR_CHAT_MISTRAL && (is_role(&msgs[k], "system")
-                                            || is_role(&msgs[k], "developer")))
+        if ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_MISTRAL_V1
+             || style == NALAR_CHAT_MISTRAL_V3)
+            && (is_role(&msgs[k], "system")
+                || is_role(&msgs[k], "developer")))
         {
             from = 0;
             anywhere = 1;
