@@ -12,315 +12,40 @@
  * freed before the engines are joined, reused from a free list) and the
  * refcounted nalar_request; per-request state lives in the request pool and
  * is reached from a slot only on the event loop.
+ *
+ * This file is the module itself: its directives and their configuration
+ * (create, merge, the directive handlers), the handler and filter
+ * registration, the worker's shared state, and process init and exit
+ * (engines, the eventfd, the parse threads).  What a request goes through
+ * lives in the other ngx_nalar_*.c files, each named for its concern;
+ * ngx_nalar_module.h holds what they share.  Event loop (and
+ * configuration) only: the engines are started, watched and joined here,
+ * never locked.
  */
 
-
-#include <ngx_config.h>
-#include <ngx_core.h>
-#include <ngx_http.h>
-
-#include <pthread.h>
-#include <signal.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-
-#include <jansson.h>
-#include <openssl/evp.h>
-#include <openssl/x509.h>
-
-#include "engine.h"
-#include "engine_test.h"
-#include "jwt.h"
-#include "model.h"
-#include "tokenizer.h"
-#include "ngx_nalar_chat.h"
-#include "ngx_nalar_request.h"
-
-
-#define NGX_HTTP_NALAR_API          1
-#define NGX_HTTP_NALAR_METRICS      2
-
-#define NGX_HTTP_NALAR_EP_NONE         0
-#define NGX_HTTP_NALAR_EP_COMPLETIONS  1
-#define NGX_HTTP_NALAR_EP_CHAT         2
-#define NGX_HTTP_NALAR_EP_MODELS       3
-#define NGX_HTTP_NALAR_EP_HEALTH       4
-#define NGX_HTTP_NALAR_EP_MODEL        5      /* /models/{id} */
-
-/*
- * Bodies up to this size are parsed on the event loop, a bounded cost of
- * about a millisecond at most (jansson parses some 10-20 MB/s of request
- * JSON), which spares the common small request two thread wakeups; it is
- * nginx's default client_body_buffer_size on 64-bit systems, so these
- * bodies are normally in memory.  Larger bodies go to the parse threads.
- */
-#define NGX_HTTP_NALAR_PARSE_INLINE   (16 * 1024)
-
-/*
- * Two parse threads per worker, the jobs queued smallest first: one takes
- * any body, the other only bodies up to NGX_HTTP_NALAR_PARSE_SMALL, so
- * that a request of a few kilobytes never waits for the parse of
- * megabytes.
- */
-#define NGX_HTTP_NALAR_PARSE_LANES    2
-#define NGX_HTTP_NALAR_PARSE_SMALL    (256 * 1024)
-#define NGX_HTTP_NALAR_PARSE_NICE     10    /* the parse thread's nice,
-                                                 above the worker's */
-
-#define NGX_HTTP_NALAR_SCOPE_TENANT   0     /* nalar_prefix_cache_scope */
-#define NGX_HTTP_NALAR_SCOPE_GLOBAL   1
-
-#define NGX_HTTP_NALAR_TENANT_UNKNOWN 0     /* not established yet */
-#define NGX_HTTP_NALAR_TENANT_OK      1     /* verified, or single-tenant */
-#define NGX_HTTP_NALAR_TENANT_ANON    2     /* nalar_tenant is empty: no
-                                               prefix cache */
-#define NGX_HTTP_NALAR_TENANT_MISSING 3     /* no bearer token */
-#define NGX_HTTP_NALAR_TENANT_INVALID 4     /* a token that did not verify */
-
-#define NGX_HTTP_NALAR_MAX_TENANT     256   /* bytes of a tenant claim */
-#define NGX_HTTP_NALAR_MAX_SHARED     (64 * 1024)  /* nalar_shared_prefix */
-
-
-typedef struct {
-    ngx_str_t                  name;
-    ngx_str_t                  path;        /* NUL-terminated */
-    ngx_str_t                  draft;       /* NUL-terminated, or empty */
-    int64_t                    kv_block;    /* bytes of one KV block */
-    int64_t                    draft_kv_block;
-} ngx_http_nalar_model_t;
-
-
-typedef struct {
-    ngx_array_t                models;      /* ngx_http_nalar_model_t */
-    ngx_array_t                shared;      /* ngx_http_nalar_shared_t *,
-                                               every nalar_shared_prefix */
-    ngx_int_t                  threads;
-    off_t                      kv_cache;
-    ngx_int_t                  max_batch_tokens;
-    ngx_int_t                  max_queue;
-    ngx_int_t                  max_running;
-    ngx_flag_t                 prefix_cache;
-    ngx_str_t                  backend;
-    ngx_int_t                  device;      /* unset: worker mod count */
-    double                     gpu_memory;  /* (0,1] fraction, > 1 bytes,
-                                               0: the engine's 0.9 */
-    ngx_uint_t                 spec_mode;   /* http-level nalar_speculative,
-                                               the engines' default */
-    ngx_int_t                  spec_max_k;
-    ngx_flag_t                 spec_draft;  /* nalar_speculative draft
-                                               somewhere */
-    ngx_int_t                  test_fault;  /* nalar_test_fault_forward:
-                                               the module's tests only */
-    ngx_str_t                  test_hold;   /* nalar_test_hold_parse: the
-                                               module's tests only */
-    time_t                     created;     /* for /v1/models */
-} ngx_http_nalar_main_conf_t;
-
-
-/*
- * nalar_shared_prefix: the operator's text, tokenized in each worker once
- * per model and per tokenization (literal for completions, control tokens
- * parsed for chat) when the model is ready.
- */
-typedef struct {
-    int32_t                   *ids;         /* (n) */
-    int32_t                    n;
-} ngx_http_nalar_prefix_ids_t;
-
-
-typedef struct {
-    ngx_str_t                  file;
-    ngx_str_t                  text;
-    ngx_uint_t                 index;       /* in the main conf's shared */
-} ngx_http_nalar_shared_t;
-
-
-/*
- * A model in a worker: its engine and what is learnt from the model once
- * it is loaded.  Configuration is read-only in workers; what they change
- * lives in the runtime, made in init_process and freed in exit_process.
- */
-typedef struct {
-    ngx_str_t                  name;        /* the configuration's */
-    nalar_engine              *engine;      /* NULL: did not start */
-    nalar_chat_style           style;       /* from the GGUF, once ready */
-    ngx_http_nalar_prefix_ids_t  *prefix;   /* (shared prefixes, 2), once
-                                               the model is ready */
-    unsigned                   style_known:1;
-    unsigned                   load_logged:1;
-} ngx_http_nalar_model_rt_t;
-
-
-typedef struct {
-    ngx_pool_t                *pool;
-    ngx_http_nalar_main_conf_t  *conf;
-    ngx_http_nalar_model_rt_t *models;      /* (conf->models.nelts) */
-    ngx_uint_t                 n_models;
-    ngx_event_t                load_ev;
-    ngx_connection_t           load_conn;   /* load_ev's data, for logging */
-} ngx_http_nalar_runtime_t;
-
-
-typedef struct {
-    ngx_uint_t                 handler;     /* NGX_HTTP_NALAR_API, ... */
-    ngx_uint_t                 chat_style;  /* nalar_chat_style */
-    ngx_msec_t                 keepalive;   /* SSE comment interval */
-
-    /* tenant and prefix cache scope */
-    ngx_http_complex_value_t  *tenant;      /* nalar_tenant */
-    nalar_jwt_keyset          *jwt;         /* nalar_jwt_key, or NULL */
-    ngx_str_t                  jwt_id;      /* SHA-256 of its file, hex */
-    ngx_str_t                  jwt_claim;   /* NUL-terminated, or empty */
-    ngx_str_t                  jwt_issuer;
-    ngx_str_t                  jwt_audience;
-    time_t                     jwt_leeway;
-    ngx_uint_t                 cache_scope; /* NGX_HTTP_NALAR_SCOPE_* */
-    ngx_http_nalar_shared_t   *shared;      /* nalar_shared_prefix */
-    ngx_uint_t                 spec_mode;   /* nalar_spec_mode */
-    ngx_int_t                  spec_max_k;  /* most proposals per step */
-    ngx_flag_t                 spec_fixed;  /* "fixed": always max */
-} ngx_http_nalar_loc_conf_t;
-
-
-typedef struct ngx_http_nalar_ctx_s  ngx_http_nalar_ctx_t;
-
-
-/* What nginx wrote of a body to its temporary file, for the parse thread. */
-typedef struct {
-    int                        fd;          /* a dup() of the file's */
-    off_t                      offset;
-    size_t                     size;
-    size_t                     at;          /* in the job's body */
-} ngx_http_nalar_segment_t;
-
-
-/*
- * A body for the parse thread and, when parsed, its result.  `queue` is
- * on the job queue or the parsed queue, under ngx_http_nalar_mutex; `ctx`
- * is read and written on the event loop only (the request's cleanup sets
- * it to NULL); the rest belongs to whichever side holds the job.
- */
-typedef struct {
-    ngx_queue_t                queue;
-    ngx_http_nalar_ctx_t      *ctx;
-    char                      *body;        /* (len) */
-    size_t                     len;
-    nalar_api_model           *models;
-    nalar_api_in               in;
-    nalar_api_request          req;
-    ngx_http_nalar_segment_t  *segs;
-    ngx_uint_t                 n_segs;
-    unsigned                   release:1;   /* to be freed by the thread */
-    unsigned                   read_failed:1;
-} ngx_http_nalar_parse_t;
-
-
-/*
- * A slot links one engine request to its choice.  `req` and `posted` are
- * read and written under ngx_http_nalar_mutex (the engine thread's notify
- * callback compares `req`), the rest only on the event loop.  Slots are
- * never freed while engines run, so a late notify can always read one.
- */
-typedef struct {
-    ngx_queue_t                queue;       /* done queue or free list */
-    nalar_request             *req;
-    ngx_http_nalar_ctx_t      *ctx;
-    ngx_uint_t                 posted;      /* on the done queue */
-} ngx_http_nalar_slot_t;
-
-
-typedef struct {
-    ngx_http_nalar_slot_t     *slot;        /* NULL once finished */
-    nalar_finish               finish;
-    ngx_array_t               *text;        /* u_char; non-streaming */
-    json_t                    *logprobs;    /* accumulated; non-streaming */
-    size_t                     text_offset; /* for completions logprobs */
-    int32_t                    n_completion;
-    int32_t                    spec_proposed;   /* speculative proposals */
-    int32_t                    spec_accepted;
-    int32_t                    pred_accepted;   /* of the prediction */
-    int32_t                    pred_rejected;
-    unsigned                   submitted:1;
-    unsigned                   role_sent:1;
-} ngx_http_nalar_choice_t;
-
-
-struct ngx_http_nalar_ctx_s {
-    ngx_http_request_t        *request;
-    ngx_http_nalar_model_rt_t *model;
-    ngx_uint_t                 endpoint;
-    ngx_uint_t                 n;           /* choices */
-    ngx_uint_t                 n_done;
-    ngx_http_nalar_choice_t   *choices;     /* (n) */
-    ngx_int_t                  logprobs;    /* top-N, or -1: off */
-    u_char                     id[40];      /* "cmpl-..." NUL-terminated */
-    time_t                     created;
-    ngx_event_t                timer;       /* SSE keep-alive; holds an
-                                               exiting worker open */
-    ngx_msec_t                 last_send;
-
-    /* the tenant, established once per request (a token is verified
-     * once however often $nalar_tenant is read) */
-    ngx_str_t                  tenant;      /* NUL-terminated */
-    ngx_str_t                  scope;       /* the tenant and where it
-                                               came from; NUL-terminated */
-    ngx_uint_t                 tenant_state;    /* NGX_HTTP_NALAR_TENANT_* */
-    ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
-
-    /* usage */
-    int32_t                    prompt_tokens;
-    int32_t                    cached_tokens;
-    double                     ttft_ms;
-    double                     queue_ms;
-
-    ngx_buf_t                 *error_body;  /* nginx's error page, as
-                                               JSON */
-    ngx_uint_t                 err_status;  /* ngx_http_nalar_error()'s */
-    ngx_buf_t                 *err_body;    /* its JSON, until sent */
-    ngx_chain_t               *free;        /* stream buffers to reuse */
-    ngx_chain_t               *busy;        /* stream buffers in flight */
-    ngx_http_nalar_parse_t    *parse;       /* the body being parsed */
-
-    unsigned                   stream:1;
-    unsigned                   include_usage:1;
-    unsigned                   token_ids:1; /* logprobs tokens as ids */
-    unsigned                   header_sent:1;
-    unsigned                   blocked:1;   /* waiting for the client */
-    unsigned                   failed:1;    /* a choice failed mid-stream */
-    unsigned                   done:1;
-    unsigned                   cleanup:1;   /* registered */
-};
+#include "ngx_nalar_module.h"
 
 
 static ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
-static ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
-static ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
-static ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
-static ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
-static ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
-static ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
 static void ngx_http_nalar_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_start(ngx_http_request_t *r);
-static ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
-    u_char **data, size_t *len);
-static size_t ngx_http_nalar_body_size(ngx_chain_t *cl);
+static ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
 static void ngx_http_nalar_watch(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
+static void ngx_http_nalar_snapshot(nalar_api_model *models);
+static size_t ngx_http_nalar_body_size(ngx_chain_t *cl);
+static ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
+    u_char **data, size_t *len);
 static ngx_http_nalar_parse_t *ngx_http_nalar_parse_job(ngx_http_request_t *r,
     size_t len, nalar_api_in *in);
 static void *ngx_http_nalar_parse_thread(void *data);
 static void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
-static void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
 static void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
+static void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
 static void ngx_http_nalar_test_hold(size_t len);
-static void ngx_http_nalar_snapshot(nalar_api_model *models);
-static ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
-static ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx);
 static ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
@@ -336,6 +61,8 @@ static ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
 static ngx_int_t ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx);
 static json_t *ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     ngx_http_nalar_choice_t *ch, nalar_output *out);
+static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
+    const nalar_tokenizer *tok, int32_t id, json_t **bytes);
 static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
 static const char *ngx_http_nalar_finish_reason(nalar_finish f);
 static ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
@@ -345,30 +72,22 @@ static ngx_int_t ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx,
 static ngx_int_t ngx_http_nalar_append_raw(ngx_http_request_t *r,
     ngx_chain_t ***ll, u_char *data, size_t len);
 static void ngx_http_nalar_timer_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
 static void ngx_http_nalar_cleanup(void *data);
 static ngx_http_nalar_slot_t *ngx_http_nalar_slot_get(void);
 static void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
 static void ngx_http_nalar_notify(nalar_request *req, void *data);
 static void ngx_http_nalar_done_handler(ngx_event_t *ev);
-static ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, json_t *j);
 static ngx_buf_t *ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j);
 static ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
     ngx_uint_t status, ngx_buf_t *b);
+static ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
     ngx_int_t rc);
-static ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
-    ngx_uint_t status, const char *type, const char *param, const char *code,
-    const char *fmt, ...);
-static ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
-    char *key, char *value);
-static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
-    const nalar_tokenizer *tok, int32_t id, json_t **bytes);
-
 static ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
-
 static ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
 static ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
 static void ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex);
@@ -378,7 +97,6 @@ static ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static ngx_int_t ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
-
 static ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_nalar_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
@@ -404,7 +122,10 @@ static void ngx_http_nalar_jwt_cleanup(void *data);
 static char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
+static void ngx_http_nalar_load_watch(ngx_event_t *ev);
 static void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_nalar_tokenize_shared(
+    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
 
 static ngx_conf_num_bounds_t  ngx_http_nalar_threads_bounds = {
@@ -688,38 +409,25 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
 };
 
 
-/*
- * Per worker process: the done queue the engine threads feed, the eventfd
- * that wakes the loop, and the slots.
- */
 static pthread_mutex_t    ngx_http_nalar_mutex = PTHREAD_MUTEX_INITIALIZER;
 static ngx_queue_t        ngx_http_nalar_done;       /* under the mutex */
 static ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
 static ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 static int                ngx_http_nalar_efd = -1;
 static ngx_connection_t  *ngx_http_nalar_conn;
-static ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
-
-/* the parse thread: its jobs and results, under the mutex */
+ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
 static pthread_cond_t     ngx_http_nalar_jobs_cond = PTHREAD_COND_INITIALIZER;
 static ngx_queue_t        ngx_http_nalar_jobs;
 static ngx_queue_t        ngx_http_nalar_results;
-static pthread_t
-    ngx_http_nalar_parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
 static ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
 static int                ngx_http_nalar_parser_stop;
 static char              *ngx_http_nalar_hold_path;  /* test only */
-static void ngx_http_nalar_load_watch(ngx_event_t *ev);
-static ngx_int_t ngx_http_nalar_tokenize_shared(
-    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
-
-
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
-
-
 static ngx_str_t  ngx_http_nalar_json_type = ngx_string("application/json");
 static ngx_str_t  ngx_http_nalar_sse_type = ngx_string("text/event-stream");
+static pthread_t
+    ngx_http_nalar_parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
 
 
 /* content handlers */
@@ -874,7 +582,7 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
 
 /* The endpoint is chosen by how the URI ends. */
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_nalar_endpoint(ngx_str_t *uri)
 {
     size_t      len;
@@ -921,7 +629,7 @@ ngx_http_nalar_endpoint(ngx_str_t *uri)
  * name may hold a slash), a trailing slash forgiven.
  */
 
-static ngx_uint_t
+ngx_uint_t
 ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id)
 {
     u_char  *p, *last;
@@ -1016,438 +724,6 @@ ngx_http_nalar_preflight(ngx_http_request_t *r)
     rc = ngx_http_send_header(r);
 
     return rc;
-}
-
-
-/* /models: the list; /models/{id}: one model object, or 404 */
-
-static ngx_int_t
-ngx_http_nalar_models(ngx_http_request_t *r)
-{
-    json_t                      *list, *data, *m;
-    ngx_str_t                    id;
-    ngx_int_t                    rc;
-    ngx_uint_t                   i;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
-
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = nmcf->models.elts;
-
-    if (ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_MODEL) {
-        (void) ngx_http_nalar_model_id(&r->uri, &id);
-
-        for (i = 0; i < nmcf->models.nelts; i++) {
-            if (model[i].name.len == id.len
-                && ngx_strncmp(model[i].name.data, id.data, id.len) == 0)
-            {
-                break;
-            }
-        }
-
-        if (i == nmcf->models.nelts) {
-            return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
-                                        "invalid_request_error", "model",
-                                        "model_not_found",
-                                        "The model `%V` does not exist", &id);
-        }
-
-        m = json_pack("{s:s%,s:s,s:I,s:s}",
-                      "id", model[i].name.data, model[i].name.len,
-                      "object", "model",
-                      "created", (json_int_t) nmcf->created,
-                      "owned_by", "nalar");
-        if (m == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, m);
-        json_decref(m);
-
-        return rc;
-    }
-
-    data = json_array();
-    list = json_pack("{s:s,s:o}", "object", "list", "data", data);
-    if (list == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        m = json_pack("{s:s%,s:s,s:I,s:s}",
-                      "id", model[i].name.data, model[i].name.len,
-                      "object", "model",
-                      "created", (json_int_t) nmcf->created,
-                      "owned_by", "nalar");
-
-        if (m == NULL || json_array_append_new(data, m) != 0) {
-            json_decref(list);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-    }
-
-    rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, list);
-    json_decref(list);
-
-    return rc;
-}
-
-
-/* 200 when every model can serve; 503 with Retry-After while loading. */
-
-static ngx_int_t
-ngx_http_nalar_health(ngx_http_request_t *r)
-{
-    int                          state;
-    json_t                      *root, *models, *m;
-    ngx_int_t                    rc;
-    ngx_uint_t                   i, status, loading;
-    nalar_err                    err;
-    const char                  *s;
-    ngx_http_nalar_model_rt_t   *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
-
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-
-    models = json_array();
-    if (models == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    status = NGX_HTTP_OK;
-    loading = 0;
-    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        err.msg[0] = '\0';
-
-        if (model[i].engine == NULL) {
-            state = -1;
-            ngx_cpystrn((u_char *) err.msg, (u_char *) "engine not started",
-                        sizeof(err.msg));
-
-        } else {
-            state = nalar_engine_state(model[i].engine, &err);
-        }
-
-        if (state == 1) {
-            s = "ready";
-
-        } else if (state == 0) {
-            s = "loading";
-            loading = 1;
-            status = NGX_HTTP_SERVICE_UNAVAILABLE;
-
-        } else {
-            s = "failed";
-            status = NGX_HTTP_SERVICE_UNAVAILABLE;
-        }
-
-        m = json_pack("{s:s%,s:s}", "id", model[i].name.data,
-                      model[i].name.len, "status", s);
-        if (m == NULL) {
-            json_decref(models);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        if (state < 0) {
-            json_object_set_new(m, "error", json_string(err.msg));
-        }
-
-        json_array_append_new(models, m);
-    }
-
-    root = json_pack("{s:s,s:o}", "status",
-                     status == NGX_HTTP_OK ? "ok"
-                                           : (loading ? "loading" : "failed"),
-                     "models", models);
-    if (root == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (loading && ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK)
-    {
-        json_decref(root);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_nalar_send_json(r, status, root);
-    json_decref(root);
-
-    return rc;
-}
-
-
-/* Prometheus text exposition, one series per model. */
-
-static ngx_int_t
-ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
-{
-    u_char                      *p, *end;
-    char                         le[32];
-    double                       sum;
-    size_t                       size;
-    uint64_t                     v, count, *buckets;
-    ngx_int_t                    rc;
-    ngx_buf_t                   *b;
-    ngx_uint_t                   i, k, h;
-    ngx_chain_t                  out;
-    nalar_metrics               *m;
-    ngx_http_nalar_model_rt_t   *model;
-    ngx_http_nalar_main_conf_t  *nmcf;
-
-    static struct {
-        char  *name;
-        char  *type;
-        char  *help;
-    }  scalars[] = {
-        { "nalar_requests_running", "gauge",
-          "Requests in prefill or decode." },
-        { "nalar_requests_waiting", "gauge",
-          "Requests waiting to be scheduled." },
-        { "nalar_prompt_tokens_total", "counter",
-          "Prompt tokens processed (prefill)." },
-        { "nalar_generation_tokens_total", "counter",
-          "Tokens generated." },
-        /* the pool's size: a gauge, constant for the engine's life */
-        { "nalar_kv_blocks_capacity", "gauge",
-          "KV cache blocks in the pool (constant while the engine runs)." },
-        { "nalar_kv_blocks_free", "gauge",
-          "KV cache blocks no running sequence holds." },
-        { "nalar_preemptions_total", "counter",
-          "Sequences preempted because the KV cache ran out." },
-        /* speculative decoding (vLLM's names, nalar_ prefixed) */
-        { "nalar_spec_decode_num_drafts_total", "counter",
-          "Speculative verification steps (one per sequence and step)." },
-        { "nalar_spec_decode_num_draft_tokens_total", "counter",
-          "Speculative proposals verified." },
-        { "nalar_spec_decode_num_accepted_tokens_total", "counter",
-          "Speculative proposals accepted." },
-        { "nalar_spec_decode_provisional_kv_blocks", "gauge",
-          "KV blocks holding unverified proposals right now." }
-    };
-
-    static struct {
-        char  *name;
-        char  *help;
-    }  spec_seconds[] = {
-        { "nalar_spec_decode_draft_seconds_total",
-          "Time the draft model spent proposing." },
-        { "nalar_spec_decode_verify_seconds_total",
-          "Time of the target passes that verified proposals." }
-    };
-
-    static struct {
-        char  *name;
-        char  *help;
-    }  hists[] = {
-        { "nalar_time_to_first_token_seconds",
-          "Time from submission to the first generated token." },
-        { "nalar_inter_token_latency_seconds",
-          "Time between consecutive tokens of a sequence." },
-        { "nalar_queue_time_seconds",
-          "Time from submission to the first scheduling." }
-    };
-
-    static struct {
-        char  *name;
-        char  *type;
-        char  *help;
-    }  prefix[] = {
-        { "nalar_prefix_cache_queries_total", "counter",
-          "Prompt tokens looked up in the prefix cache." },
-        { "nalar_prefix_cache_hits_total", "counter",
-          "Prompt tokens served from the prefix cache." },
-        { "nalar_prefix_cache_evictions_total", "counter",
-          "Prefix cache blocks evicted." },
-        { "nalar_prefix_cache_blocks", "gauge",
-          "KV blocks published in the prefix cache." }
-    };
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
-
-    m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
-    if (m == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    size = 4096;
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        if (model[i].engine) {
-            nalar_engine_metrics(model[i].engine, &m[i]);
-        }
-
-        size += (sizeof(scalars) / sizeof(scalars[0])
-                 + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2)
-                * (128 + model[i].name.len);
-    }
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        size += sizeof(prefix) / sizeof(prefix[0])
-                * (128 + model[i].name.len);
-    }
-
-    b = ngx_create_temp_buf(r->pool, size);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    p = b->last;
-    end = b->end;
-
-    for (k = 0; k < sizeof(scalars) / sizeof(scalars[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
-                         scalars[k].name, scalars[k].help,
-                         scalars[k].name, scalars[k].type);
-
-        for (i = 0; i < nmcf->models.nelts; i++) {
-            switch (k) {
-            case 0: v = m[i].requests_running; break;
-            case 1: v = m[i].requests_waiting; break;
-            case 2: v = m[i].prompt_tokens_total; break;
-            case 3: v = m[i].generation_tokens_total; break;
-            case 4: v = m[i].kv_blocks_total; break;
-            case 5: v = m[i].kv_blocks_free; break;
-            case 6: v = m[i].preemptions_total; break;
-            case 7: v = m[i].spec_drafts_total; break;
-            case 8: v = m[i].spec_draft_tokens_total; break;
-            case 9: v = m[i].spec_accepted_tokens_total; break;
-            default: v = m[i].spec_provisional_blocks; break;
-            }
-
-            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
-                             scalars[k].name, &model[i].name, v);
-        }
-    }
-
-    /* acceptance by position: position j counts steps whose proposal j
-     * (0-based) was accepted, so it never exceeds position j-1 */
-
-    p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
-                     "nalar_spec_decode_num_accepted_tokens_per_pos_total",
-                     "Speculative proposals accepted, by position in the "
-                     "proposal.",
-                     "nalar_spec_decode_num_accepted_tokens_per_pos_total");
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        for (h = 0; h < NALAR_SPEC_MAX_K; h++) {
-            p = ngx_slprintf(p, end,
-                             "nalar_spec_decode_num_accepted_tokens_per_pos"
-                             "_total{model=\"%V\",position=\"%ui\"} %uL\n",
-                             &model[i].name, h,
-                             m[i].spec_accepted_per_pos[h]);
-        }
-    }
-
-    for (k = 0; k < 2; k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
-                         spec_seconds[k].name, spec_seconds[k].help,
-                         spec_seconds[k].name);
-
-        for (i = 0; i < nmcf->models.nelts; i++) {
-            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %.6f\n",
-                             spec_seconds[k].name, &model[i].name,
-                             k == 0 ? m[i].spec_draft_seconds_total
-                                    : m[i].spec_verify_seconds_total);
-        }
-    }
-
-    for (k = 0; k < sizeof(prefix) / sizeof(prefix[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
-                         prefix[k].name, prefix[k].help,
-                         prefix[k].name, prefix[k].type);
-
-        for (i = 0; i < nmcf->models.nelts; i++) {
-            switch (k) {
-            case 0: v = m[i].prefix_queries_total; break;
-            case 1: v = m[i].prefix_hits_total; break;
-            case 2: v = m[i].prefix_evictions_total; break;
-            default: v = (uint64_t) m[i].prefix_blocks; break;
-            }
-
-            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
-                             prefix[k].name, &model[i].name, v);
-        }
-    }
-
-    for (k = 0; k < sizeof(hists) / sizeof(hists[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s histogram\n",
-                         hists[k].name, hists[k].help, hists[k].name);
-
-        for (i = 0; i < nmcf->models.nelts; i++) {
-            switch (k) {
-            case 0:
-                buckets = m[i].ttft_buckets;
-                sum = m[i].ttft_sum;
-                count = m[i].ttft_count;
-                break;
-            case 1:
-                buckets = m[i].itl_buckets;
-                sum = m[i].itl_sum;
-                count = m[i].itl_count;
-                break;
-            default:
-                buckets = m[i].queue_buckets;
-                sum = m[i].queue_sum;
-                count = m[i].queue_count;
-                break;
-            }
-
-            for (h = 0; h < NALAR_HIST_BUCKETS; h++) {
-                if (h == NALAR_HIST_BUCKETS - 1) {
-                    p = ngx_slprintf(p, end,
-                                     "%s_bucket{model=\"%V\",le=\"+Inf\"} "
-                                     "%uL\n", hists[k].name, &model[i].name,
-                                     count);
-                    break;
-                }
-
-                /* Prometheus writes bounds in their shortest form */
-                (void) snprintf(le, sizeof(le), "%g", nalar_hist_bounds[h]);
-
-                p = ngx_slprintf(p, end,
-                                 "%s_bucket{model=\"%V\",le=\"%s\"} %uL\n",
-                                 hists[k].name, &model[i].name, le,
-                                 buckets[h]);
-            }
-
-            p = ngx_slprintf(p, end, "%s_sum{model=\"%V\"} %.6f\n"
-                             "%s_count{model=\"%V\"} %uL\n",
-                             hists[k].name, &model[i].name, sum,
-                             hists[k].name, &model[i].name, count);
-        }
-    }
-
-    b->last = p;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
-    r->headers_out.content_type_len = sizeof("text/plain") - 1;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
 }
 
 
@@ -3493,7 +2769,7 @@ ngx_http_nalar_done_handler(ngx_event_t *ev)
 /* responses */
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
 {
     ngx_buf_t  *b;
@@ -3567,7 +2843,7 @@ ngx_http_nalar_send_buf(ngx_http_request_t *r, ngx_uint_t status,
  * be sent: NGX_ERROR.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *param, const char *code,
     const char *fmt, ...)
@@ -3678,7 +2954,7 @@ ngx_http_nalar_send_error(ngx_http_request_t *r, ngx_int_t rc)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
 {
     ngx_table_elt_t  *h;
