@@ -299,13 +299,25 @@ ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
 ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *param, const char *code,
     const char *fmt, ...);
+ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
+ngx_int_t ngx_http_nalar_tokenize_shared(
+    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
 /* ngx_nalar_status.c */
 ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
+
+/* ngx_nalar_tenancy.c */
+ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
+ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
 
 
 #endif /* NGX_NALAR_MODULE_H */
