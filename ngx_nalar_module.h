@@ -290,18 +290,14 @@ struct ngx_http_nalar_ctx_s {
 extern ngx_module_t  ngx_nalar_module;
 
 extern ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
+extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
+extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 
 /* ngx_nalar_module.c */
 ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
-ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, json_t *j);
-ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
-    ngx_uint_t status, const char *type, const char *param, const char *code,
-    const char *fmt, ...);
+void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
 ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
-    char *key, char *value);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
@@ -318,6 +314,23 @@ ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
 ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
+
+/* ngx_nalar_response.c */
+void ngx_http_nalar_write_handler(ngx_http_request_t *r);
+void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
+void ngx_http_nalar_timer_handler(ngx_event_t *ev);
+ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *j);
+ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *param, const char *code,
+    const char *fmt, ...);
+ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
+    ngx_int_t rc);
+ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
+    char *key, char *value);
+ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 
 
 #endif /* NGX_NALAR_MODULE_H */
