@@ -289,14 +289,22 @@ struct ngx_http_nalar_ctx_s {
 
 extern ngx_module_t  ngx_nalar_module;
 
+extern pthread_mutex_t    ngx_http_nalar_mutex;
+extern ngx_queue_t        ngx_http_nalar_done;       /* under the mutex */
+extern ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
+extern ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
+extern int                ngx_http_nalar_efd;
 extern ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
+extern ngx_queue_t        ngx_http_nalar_results;
 extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 
 /* ngx_nalar_module.c */
 ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
-void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
+ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
+void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
@@ -331,6 +339,14 @@ ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
 ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+
+/* ngx_nalar_done.c */
+ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
+void ngx_http_nalar_done_handler(ngx_event_t *ev);
 
 
 #endif /* NGX_NALAR_MODULE_H */
