@@ -295,7 +295,11 @@ extern ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
 extern ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
 extern int                ngx_http_nalar_efd;
 extern ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
+extern pthread_cond_t     ngx_http_nalar_jobs_cond;
+extern ngx_queue_t        ngx_http_nalar_jobs;
 extern ngx_queue_t        ngx_http_nalar_results;
+extern int                ngx_http_nalar_parser_stop;
+extern char              *ngx_http_nalar_hold_path;  /* test only */
 extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 
@@ -304,7 +308,6 @@ ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
-void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
@@ -347,6 +350,19 @@ ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
 void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
 void ngx_http_nalar_done_handler(ngx_event_t *ev);
+
+/* ngx_nalar_parse.c */
+void ngx_http_nalar_snapshot(nalar_api_model *models);
+size_t ngx_http_nalar_body_size(ngx_chain_t *cl);
+ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
+    u_char **data, size_t *len);
+ngx_http_nalar_parse_t *ngx_http_nalar_parse_job(ngx_http_request_t *r,
+    size_t len, nalar_api_in *in);
+void *ngx_http_nalar_parse_thread(void *data);
+void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
+void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
+void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
+void ngx_http_nalar_test_hold(size_t len);
 
 
 #endif /* NGX_NALAR_MODULE_H */
