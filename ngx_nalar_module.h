@@ -298,17 +298,13 @@ extern ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
 extern pthread_cond_t     ngx_http_nalar_jobs_cond;
 extern ngx_queue_t        ngx_http_nalar_jobs;
 extern ngx_queue_t        ngx_http_nalar_results;
+extern ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
 extern int                ngx_http_nalar_parser_stop;
 extern char              *ngx_http_nalar_hold_path;  /* test only */
 extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 
 /* ngx_nalar_module.c */
-ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
-ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
-ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
-ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
@@ -363,6 +359,14 @@ void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_test_hold(size_t len);
+
+/* ngx_nalar_handler.c */
+ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
+ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
+ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
+ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
+ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 
 
 #endif /* NGX_NALAR_MODULE_H */
