@@ -303,6 +303,7 @@ int                ngx_http_nalar_parser_stop;
 char              *ngx_http_nalar_hold_path;  /* test only */
 ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
+ngx_str_t  ngx_http_nalar_json_type = ngx_string("application/json");
 static pthread_t
     ngx_http_nalar_parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
 

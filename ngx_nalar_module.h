@@ -303,6 +303,7 @@ extern int                ngx_http_nalar_parser_stop;
 extern char              *ngx_http_nalar_hold_path;  /* test only */
 extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
+extern ngx_str_t  ngx_http_nalar_json_type;
 
 /* ngx_nalar_module.c */
 ngx_int_t ngx_http_nalar_tokenize_shared(
@@ -328,16 +329,11 @@ void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
 void ngx_http_nalar_timer_handler(ngx_event_t *ev);
 ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
-ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
-    ngx_uint_t status, const char *type, const char *param, const char *code,
-    const char *fmt, ...);
-ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
-    ngx_int_t rc);
+ngx_buf_t *ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j);
+ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_buf_t *b);
 ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
-ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
-    ngx_chain_t *in);
 
 /* ngx_nalar_done.c */
 ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
@@ -367,6 +363,16 @@ ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
 ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
+
+/* ngx_nalar_error.c */
+ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *param, const char *code,
+    const char *fmt, ...);
+ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
+    ngx_int_t rc);
+ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 
 
 #endif /* NGX_NALAR_MODULE_H */
