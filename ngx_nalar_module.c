@@ -42,9 +42,6 @@ static char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static void ngx_http_nalar_jwt_cleanup(void *data);
 static char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
@@ -811,118 +808,6 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
-}
-
-
-/*
- * nalar_jwt_key FILE [ALG] | off;
- * Loaded now, so that `nginx -t` reports a bad key; each key is bound to
- * one algorithm here (see jwt.h), which is what defeats algorithm
- * confusion and "alg": "none".
- */
-
-static char *
-ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_nalar_loc_conf_t *nlcf = conf;
-
-    FILE                *fp;
-    size_t               n;
-    u_char               buf[4096], md[EVP_MAX_MD_SIZE];
-    nalar_err            err;
-    ngx_str_t           *value, file;
-    EVP_MD_CTX          *mdc;
-    const char          *alg;
-    unsigned int         md_len;
-    nalar_jwt_keyset    *k;
-    ngx_pool_cleanup_t  *cln;
-
-    if (nlcf->jwt != NGX_CONF_UNSET_PTR) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
-        nlcf->jwt = NULL;
-        return NGX_CONF_OK;
-    }
-
-    file = value[1];
-
-    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
-    alg = (cf->args->nelts == 3) ? (const char *) value[2].data : NULL;
-
-    cln = ngx_pool_cleanup_add(cf->pool, 0);
-    if (cln == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    k = nalar_jwt_keyset_load((const char *) file.data, alg, &err);
-
-    if (k == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "nalar_jwt_key: %s",
-                           err.msg);
-        return NGX_CONF_ERROR;
-    }
-
-    cln->handler = ngx_http_nalar_jwt_cleanup;
-    cln->data = k;
-
-    nlcf->jwt = k;
-
-    /* the key's identity in cache scopes: tenants that different keys
-     * vouch for never share */
-
-    fp = fopen((const char *) file.data, "rb");
-    mdc = EVP_MD_CTX_new();
-    md_len = 0;
-
-    if (fp != NULL && mdc != NULL
-        && EVP_DigestInit_ex(mdc, EVP_sha256(), NULL) == 1)
-    {
-        while ((n = fread(buf, 1, sizeof(buf), fp)) > 0) {
-            if (EVP_DigestUpdate(mdc, buf, n) != 1) {
-                break;
-            }
-        }
-
-        if (!ferror(fp) && EVP_DigestFinal_ex(mdc, md, &md_len) != 1) {
-            md_len = 0;
-        }
-    }
-
-    EVP_MD_CTX_free(mdc);
-
-    if (fp != NULL) {
-        (void) fclose(fp);
-    }
-
-    if (md_len == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                           "nalar_jwt_key: cannot hash \"%V\"", &file);
-        return NGX_CONF_ERROR;
-    }
-
-    nlcf->jwt_id.data = ngx_pnalloc(cf->pool, 2 * md_len);
-    if (nlcf->jwt_id.data == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    nlcf->jwt_id.len = ngx_hex_dump(nlcf->jwt_id.data, md, md_len)
-                       - nlcf->jwt_id.data;
-
-    return NGX_CONF_OK;
-}
-
-
-static void
-ngx_http_nalar_jwt_cleanup(void *data)
-{
-    nalar_jwt_keyset_free(data);
 }
 
 

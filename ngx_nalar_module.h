@@ -322,6 +322,8 @@ ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
 ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
+char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_nalar_response.c */
 void ngx_http_nalar_write_handler(ngx_http_request_t *r);
