@@ -4,7 +4,8 @@
  * engine requests, each linked to a slot; the engine's notify callback
  * (on an engine thread) queues the slot on the done queue under the mutex
  * and writes the eventfd; the eventfd's handler, on the event loop, hands
- * each slot's output to the response.  The cleanup cancels what a request
+ * each slot's output to the response and each finished parse to
+ * ngx_http_nalar_parsed.  The cleanup cancels what a request
  * that goes away left with the engine.
  *
  * ngx_http_nalar_notify runs on engine threads: it touches only the slot,

@@ -3,13 +3,14 @@
  * The request body on its way to engine parameters: the body read into
  * one piece, and the parse threads that run ngx_nalar_request.c's parse
  * for bodies too large to parse on the event loop.  Jobs are queued
- * smallest first; a parsed job goes back on the results queue and the
- * eventfd hands it to the event loop (ngx_nalar_handler.c).
+ * smallest first; a parsed job goes on the results queue, the parse
+ * thread writes the eventfd, and the done handler (ngx_nalar_done.c)
+ * hands the result to ngx_http_nalar_parsed (ngx_nalar_handler.c).
  *
  * The parse threads touch only their malloc'd job (the body's bytes, a
- * snapshot of the models) and the job and result queues under the mutex;
- * never a request, connection or pool, and never an engine.  The rest
- * runs on the event loop.
+ * snapshot of the models), the job and result queues under the mutex and
+ * the eventfd; never a request, connection or pool, and never an engine.
+ * The rest runs on the event loop.
  */
 
 #include "ngx_nalar_module.h"
