@@ -1,0 +1,380 @@
+
+/*
+ * What the nginx side of Nalar shares between its files: the limits and
+ * the configuration, model, per-request and per-worker structures, the
+ * worker's state (defined in ngx_nalar_module.c) and the functions one
+ * file calls in another, listed by the file that defines them.  Every
+ * function here runs on the event loop unless its comment says otherwise.
+ */
+#ifndef NGX_NALAR_MODULE_H
+#define NGX_NALAR_MODULE_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+
+#include "engine.h"
+#include "engine_test.h"
+#include "jwt.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "ngx_nalar_chat.h"
+#include "ngx_nalar_request.h"
+
+
+#define NGX_HTTP_NALAR_API          1
+#define NGX_HTTP_NALAR_METRICS      2
+
+#define NGX_HTTP_NALAR_EP_NONE         0
+#define NGX_HTTP_NALAR_EP_COMPLETIONS  1
+#define NGX_HTTP_NALAR_EP_CHAT         2
+#define NGX_HTTP_NALAR_EP_MODELS       3
+#define NGX_HTTP_NALAR_EP_HEALTH       4
+#define NGX_HTTP_NALAR_EP_MODEL        5      /* /models/{id} */
+
+/*
+ * Bodies up to this size are parsed on the event loop, a bounded cost of
+ * about a millisecond at most (jansson parses some 10-20 MB/s of request
+ * JSON), which spares the common small request two thread wakeups; it is
+ * nginx's default client_body_buffer_size on 64-bit systems, so these
+ * bodies are normally in memory.  Larger bodies go to the parse threads.
+ */
+#define NGX_HTTP_NALAR_PARSE_INLINE   (16 * 1024)
+
+/*
+ * Two parse threads per worker, the jobs queued smallest first: one takes
+ * any body, the other only bodies up to NGX_HTTP_NALAR_PARSE_SMALL, so
+ * that a request of a few kilobytes never waits for the parse of
+ * megabytes.
+ */
+#define NGX_HTTP_NALAR_PARSE_LANES    2
+#define NGX_HTTP_NALAR_PARSE_SMALL    (256 * 1024)
+#define NGX_HTTP_NALAR_PARSE_NICE     10    /* the parse thread's nice,
+                                                 above the worker's */
+
+#define NGX_HTTP_NALAR_SCOPE_TENANT   0     /* nalar_prefix_cache_scope */
+#define NGX_HTTP_NALAR_SCOPE_GLOBAL   1
+
+#define NGX_HTTP_NALAR_TENANT_UNKNOWN 0     /* not established yet */
+#define NGX_HTTP_NALAR_TENANT_OK      1     /* verified, or single-tenant */
+#define NGX_HTTP_NALAR_TENANT_ANON    2     /* nalar_tenant is empty: no
+                                               prefix cache */
+#define NGX_HTTP_NALAR_TENANT_MISSING 3     /* no bearer token */
+#define NGX_HTTP_NALAR_TENANT_INVALID 4     /* a token that did not verify */
+
+#define NGX_HTTP_NALAR_MAX_TENANT     256   /* bytes of a tenant claim */
+#define NGX_HTTP_NALAR_MAX_SHARED     (64 * 1024)  /* nalar_shared_prefix */
+
+
+typedef struct {
+    ngx_str_t                  name;
+    ngx_str_t                  path;        /* NUL-terminated */
+    ngx_str_t                  draft;       /* NUL-terminated, or empty */
+    int64_t                    kv_block;    /* bytes of one KV block */
+    int64_t                    draft_kv_block;
+} ngx_http_nalar_model_t;
+
+
+typedef struct {
+    ngx_array_t                models;      /* ngx_http_nalar_model_t */
+    ngx_array_t                shared;      /* ngx_http_nalar_shared_t *,
+                                               every nalar_shared_prefix */
+    ngx_int_t                  threads;
+    off_t                      kv_cache;
+    ngx_int_t                  max_batch_tokens;
+    ngx_int_t                  max_queue;
+    ngx_int_t                  max_running;
+    ngx_flag_t                 prefix_cache;
+    ngx_str_t                  backend;
+    ngx_int_t                  device;      /* unset: worker mod count */
+    double                     gpu_memory;  /* (0,1] fraction, > 1 bytes,
+                                               0: the engine's 0.9 */
+    ngx_uint_t                 spec_mode;   /* http-level nalar_speculative,
+                                               the engines' default */
+    ngx_int_t                  spec_max_k;
+    ngx_flag_t                 spec_draft;  /* nalar_speculative draft
+                                               somewhere */
+    ngx_int_t                  test_fault;  /* nalar_test_fault_forward:
+                                               the module's tests only */
+    ngx_str_t                  test_hold;   /* nalar_test_hold_parse: the
+                                               module's tests only */
+    time_t                     created;     /* for /v1/models */
+} ngx_http_nalar_main_conf_t;
+
+
+/*
+ * nalar_shared_prefix: the operator's text, tokenized in each worker once
+ * per model and per tokenization (literal for completions, control tokens
+ * parsed for chat) when the model is ready.
+ */
+typedef struct {
+    int32_t                   *ids;         /* (n) */
+    int32_t                    n;
+} ngx_http_nalar_prefix_ids_t;
+
+
+typedef struct {
+    ngx_str_t                  file;
+    ngx_str_t                  text;
+    ngx_uint_t                 index;       /* in the main conf's shared */
+} ngx_http_nalar_shared_t;
+
+
+/*
+ * A model in a worker: its engine and what is learnt from the model once
+ * it is loaded.  Configuration is read-only in workers; what they change
+ * lives in the runtime, made in init_process and freed in exit_process.
+ */
+typedef struct {
+    ngx_str_t                  name;        /* the configuration's */
+    nalar_engine              *engine;      /* NULL: did not start */
+    nalar_chat_style           style;       /* from the GGUF, once ready */
+    ngx_http_nalar_prefix_ids_t  *prefix;   /* (shared prefixes, 2), once
+                                               the model is ready */
+    unsigned                   style_known:1;
+    unsigned                   load_logged:1;
+} ngx_http_nalar_model_rt_t;
+
+
+typedef struct {
+    ngx_pool_t                *pool;
+    ngx_http_nalar_main_conf_t  *conf;
+    ngx_http_nalar_model_rt_t *models;      /* (conf->models.nelts) */
+    ngx_uint_t                 n_models;
+    ngx_event_t                load_ev;
+    ngx_connection_t           load_conn;   /* load_ev's data, for logging */
+} ngx_http_nalar_runtime_t;
+
+
+typedef struct {
+    ngx_uint_t                 handler;     /* NGX_HTTP_NALAR_API, ... */
+    ngx_uint_t                 chat_style;  /* nalar_chat_style */
+    ngx_msec_t                 keepalive;   /* SSE comment interval */
+
+    /* tenant and prefix cache scope */
+    ngx_http_complex_value_t  *tenant;      /* nalar_tenant */
+    nalar_jwt_keyset          *jwt;         /* nalar_jwt_key, or NULL */
+    ngx_str_t                  jwt_id;      /* SHA-256 of its file, hex */
+    ngx_str_t                  jwt_claim;   /* NUL-terminated, or empty */
+    ngx_str_t                  jwt_issuer;
+    ngx_str_t                  jwt_audience;
+    time_t                     jwt_leeway;
+    ngx_uint_t                 cache_scope; /* NGX_HTTP_NALAR_SCOPE_* */
+    ngx_http_nalar_shared_t   *shared;      /* nalar_shared_prefix */
+    ngx_uint_t                 spec_mode;   /* nalar_spec_mode */
+    ngx_int_t                  spec_max_k;  /* most proposals per step */
+    ngx_flag_t                 spec_fixed;  /* "fixed": always max */
+} ngx_http_nalar_loc_conf_t;
+
+
+typedef struct ngx_http_nalar_ctx_s  ngx_http_nalar_ctx_t;
+
+
+/* What nginx wrote of a body to its temporary file, for the parse thread. */
+typedef struct {
+    int                        fd;          /* a dup() of the file's */
+    off_t                      offset;
+    size_t                     size;
+    size_t                     at;          /* in the job's body */
+} ngx_http_nalar_segment_t;
+
+
+/*
+ * A body for the parse thread and, when parsed, its result.  `queue` is
+ * on the job queue or the parsed queue, under ngx_http_nalar_mutex; `ctx`
+ * is read and written on the event loop only (the request's cleanup sets
+ * it to NULL); the rest belongs to whichever side holds the job.
+ */
+typedef struct {
+    ngx_queue_t                queue;
+    ngx_http_nalar_ctx_t      *ctx;
+    char                      *body;        /* (len) */
+    size_t                     len;
+    nalar_api_model           *models;
+    nalar_api_in               in;
+    nalar_api_request          req;
+    ngx_http_nalar_segment_t  *segs;
+    ngx_uint_t                 n_segs;
+    unsigned                   release:1;   /* to be freed by the thread */
+    unsigned                   read_failed:1;
+} ngx_http_nalar_parse_t;
+
+
+/*
+ * A slot links one engine request to its choice.  `req` and `posted` are
+ * read and written under ngx_http_nalar_mutex (the engine thread's notify
+ * callback compares `req`), the rest only on the event loop.  Slots are
+ * never freed while engines run, so a late notify can always read one.
+ */
+typedef struct {
+    ngx_queue_t                queue;       /* done queue or free list */
+    nalar_request             *req;
+    ngx_http_nalar_ctx_t      *ctx;
+    ngx_uint_t                 posted;      /* on the done queue */
+} ngx_http_nalar_slot_t;
+
+
+typedef struct {
+    ngx_http_nalar_slot_t     *slot;        /* NULL once finished */
+    nalar_finish               finish;
+    ngx_array_t               *text;        /* u_char; non-streaming */
+    json_t                    *logprobs;    /* accumulated; non-streaming */
+    size_t                     text_offset; /* for completions logprobs */
+    int32_t                    n_completion;
+    int32_t                    spec_proposed;   /* speculative proposals */
+    int32_t                    spec_accepted;
+    int32_t                    pred_accepted;   /* of the prediction */
+    int32_t                    pred_rejected;
+    unsigned                   submitted:1;
+    unsigned                   role_sent:1;
+} ngx_http_nalar_choice_t;
+
+
+struct ngx_http_nalar_ctx_s {
+    ngx_http_request_t        *request;
+    ngx_http_nalar_model_rt_t *model;
+    ngx_uint_t                 endpoint;
+    ngx_uint_t                 n;           /* choices */
+    ngx_uint_t                 n_done;
+    ngx_http_nalar_choice_t   *choices;     /* (n) */
+    ngx_int_t                  logprobs;    /* top-N, or -1: off */
+    u_char                     id[40];      /* "cmpl-..." NUL-terminated */
+    time_t                     created;
+    ngx_event_t                timer;       /* SSE keep-alive; holds an
+                                               exiting worker open */
+    ngx_msec_t                 last_send;
+
+    /* the tenant, established once per request (a token is verified
+     * once however often $nalar_tenant is read) */
+    ngx_str_t                  tenant;      /* NUL-terminated */
+    ngx_str_t                  scope;       /* the tenant and where it
+                                               came from; NUL-terminated */
+    ngx_uint_t                 tenant_state;    /* NGX_HTTP_NALAR_TENANT_* */
+    ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
+
+    /* usage */
+    int32_t                    prompt_tokens;
+    int32_t                    cached_tokens;
+    double                     ttft_ms;
+    double                     queue_ms;
+
+    ngx_buf_t                 *error_body;  /* nginx's error page, as
+                                               JSON */
+    ngx_uint_t                 err_status;  /* ngx_http_nalar_error()'s */
+    ngx_buf_t                 *err_body;    /* its JSON, until sent */
+    ngx_chain_t               *free;        /* stream buffers to reuse */
+    ngx_chain_t               *busy;        /* stream buffers in flight */
+    ngx_http_nalar_parse_t    *parse;       /* the body being parsed */
+
+    unsigned                   stream:1;
+    unsigned                   include_usage:1;
+    unsigned                   token_ids:1; /* logprobs tokens as ids */
+    unsigned                   header_sent:1;
+    unsigned                   blocked:1;   /* waiting for the client */
+    unsigned                   failed:1;    /* a choice failed mid-stream */
+    unsigned                   done:1;
+    unsigned                   cleanup:1;   /* registered */
+};
+
+
+extern ngx_module_t  ngx_nalar_module;
+
+extern pthread_mutex_t    ngx_http_nalar_mutex;
+extern ngx_queue_t        ngx_http_nalar_done;       /* under the mutex */
+extern ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
+extern ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
+extern int                ngx_http_nalar_efd;
+extern ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
+extern pthread_cond_t     ngx_http_nalar_jobs_cond;
+extern ngx_queue_t        ngx_http_nalar_jobs;
+extern ngx_queue_t        ngx_http_nalar_results;
+extern ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
+extern int                ngx_http_nalar_parser_stop;
+extern char              *ngx_http_nalar_hold_path;  /* test only */
+extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
+extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
+extern ngx_str_t  ngx_http_nalar_json_type;
+
+/* ngx_nalar_module.c */
+ngx_int_t ngx_http_nalar_tokenize_shared(
+    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
+
+/* ngx_nalar_status.c */
+ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
+
+/* ngx_nalar_tenancy.c */
+ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
+ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
+char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_nalar_response.c */
+void ngx_http_nalar_write_handler(ngx_http_request_t *r);
+void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
+void ngx_http_nalar_timer_handler(ngx_event_t *ev);
+ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, json_t *j);
+ngx_buf_t *ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j);
+ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_buf_t *b);
+ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
+    char *key, char *value);
+
+/* ngx_nalar_done.c */
+ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
+void ngx_http_nalar_done_handler(ngx_event_t *ev);
+
+/* ngx_nalar_parse.c */
+void ngx_http_nalar_snapshot(nalar_api_model *models);
+size_t ngx_http_nalar_body_size(ngx_chain_t *cl);
+ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
+    u_char **data, size_t *len);
+ngx_http_nalar_parse_t *ngx_http_nalar_parse_job(ngx_http_request_t *r,
+    size_t len, nalar_api_in *in);
+void *ngx_http_nalar_parse_thread(void *data);
+void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
+void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
+void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
+void ngx_http_nalar_test_hold(size_t len);
+
+/* ngx_nalar_handler.c */
+ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
+ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
+ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
+ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
+ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
+
+/* ngx_nalar_error.c */
+ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *param, const char *code,
+    const char *fmt, ...);
+ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
+    ngx_int_t rc);
+ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+
+
+#endif /* NGX_NALAR_MODULE_H */

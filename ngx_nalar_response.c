@@ -1,0 +1,1092 @@
+
+/*
+ * The response: the SSE stream (header, chunks, keepalive comments, the
+ * final [DONE]) and the JSON body of a non-streaming request, built from
+ * what the engine produced for each choice, and the JSON writers the
+ * other files send their bodies with (ngx_http_nalar_send_json).
+ *
+ * Event loop only.  Reads engine output through each choice's refcounted
+ * nalar_request (nalar_request_take); never holds an engine lock itself.
+ */
+
+#include "ngx_nalar_module.h"
+
+
+static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+static ngx_int_t ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx,
+    nalar_output *o);
+static ngx_int_t ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, nalar_output *out, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t ***ll, json_t *choice);
+static ngx_int_t ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx);
+static json_t *ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *out);
+static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
+    const nalar_tokenizer *tok, int32_t id, json_t **bytes);
+static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
+static const char *ngx_http_nalar_finish_reason(nalar_finish f);
+static ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t ***ll, json_t *j);
+static ngx_int_t ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t *out);
+static ngx_int_t ngx_http_nalar_append_raw(ngx_http_request_t *r,
+    ngx_chain_t ***ll, u_char *data, size_t len);
+
+
+static ngx_str_t  ngx_http_nalar_sse_type = ngx_string("text/event-stream");
+
+
+static ngx_int_t
+ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    r->headers_out.content_type = ngx_http_nalar_sse_type;
+    r->headers_out.content_type_len = ngx_http_nalar_sse_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->allow_ranges = 0;
+
+    if (ngx_http_nalar_add_header(r, "Cache-Control", "no-cache") != NGX_OK
+        || ngx_http_nalar_add_header(r, "X-Accel-Buffering", "no") != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* each step is a small write that must leave at once, not wait for
+     * the client's ACK of the previous one (Nagle) */
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->tcp_nodelay && ngx_tcp_nodelay(r->connection) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    ctx->header_sent = 1;
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        return rc;
+    }
+
+    /* the header goes out now, before the first token */
+
+    rc = ngx_http_send_special(r, NGX_HTTP_FLUSH);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (r->buffered || r->connection->buffered) {
+        ctx->blocked = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Called for write events, and by the done queue when output is there:
+ * flushes what the client has not taken yet (under send_timeout), then
+ * takes more from the engine.
+ */
+
+void
+ngx_http_nalar_write_handler(ngx_http_request_t *r)
+{
+    off_t                      sent;
+    ngx_int_t                  rc;
+    ngx_event_t               *wev;
+    ngx_connection_t          *c;
+    ngx_http_nalar_ctx_t      *ctx;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    c = r->connection;
+    wev = c->write;
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL || ctx->done) {
+        return;
+    }
+
+    if (wev->timedout) {
+        ngx_log_error(NGX_LOG_INFO, c->log, NGX_ETIMEDOUT,
+                      "nalar: client timed out");
+        c->timedout = 1;
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (ctx->blocked) {
+        sent = c->sent;
+
+        rc = ngx_http_nalar_output(ctx, NULL);
+
+        if (rc == NGX_ERROR) {
+            ctx->done = 1;
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        if (r->buffered || c->buffered) {
+            clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+            /* send_timeout runs between two writes that made progress */
+            if (!wev->delayed && (c->sent != sent || !wev->timer_set)) {
+                ngx_add_timer(wev, clcf->send_timeout);
+            }
+
+            if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+                ctx->done = 1;
+                ngx_http_finalize_request(r, NGX_ERROR);
+            }
+
+            return;
+        }
+
+        ctx->blocked = 0;
+
+        /*
+         * the send_timeout timer; not limit_rate's delay, which the write
+         * filter may have just set (wev->delayed): deleting it would leave
+         * the connection delayed with nothing to end the delay
+         */
+        if (wev->timer_set && !wev->delayed) {
+            ngx_del_timer(wev);
+        }
+    }
+
+    ngx_http_nalar_pump(ctx);
+}
+
+
+/* Takes what the engine has produced for every choice and sends it. */
+
+void
+ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_uint_t                 i;
+    ngx_chain_t               *out, **ll, *cl;
+    nalar_output               o;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_nalar_choice_t   *ch;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    r = ctx->request;
+    c = r->connection;
+
+    out = NULL;
+    ll = &out;
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot == NULL) {
+            continue;
+        }
+
+        ngx_memzero(&o, sizeof(nalar_output));
+
+        if (!nalar_request_take(ch->slot->req, &o)) {
+            nalar_output_free(&o);
+            continue;
+        }
+
+        if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent
+            && !(ctx->stream && o.accepted))
+        {
+            /* refused, or failed before any part of a response that is
+             * not streamed: an error response; the cleanup cancels the
+             * other choices.  An accepted stream starts (below) and its
+             * failure is an error event. */
+            ctx->prompt_tokens = o.n_prompt;
+            rc = ngx_http_nalar_refused(ctx, &o);
+            nalar_output_free(&o);
+            ctx->done = 1;
+            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+            return;
+        }
+
+        if (ctx->stream && !ctx->header_sent && o.accepted) {
+            rc = ngx_http_nalar_send_stream_header(r, ctx);
+            if (rc == NGX_ERROR || rc > NGX_OK) {
+                nalar_output_free(&o);
+                ctx->done = 1;
+                ngx_http_finalize_request(r, rc);
+                return;
+            }
+        }
+
+        rc = ngx_http_nalar_absorb(ctx, i, &o, &ll);
+
+        nalar_output_free(&o);
+
+        if (rc != NGX_OK) {
+            ctx->done = 1;
+            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+            return;
+        }
+
+        if (ch->finish != NALAR_FINISH_NONE) {
+            ngx_http_nalar_slot_release(ch->slot);
+            ch->slot = NULL;
+            ctx->n_done++;
+        }
+
+        if (ctx->failed) {
+            break;
+        }
+    }
+
+    /* a choice that failed mid-stream ends the stream: the others are
+     * cancelled, and [DONE] follows its error event */
+
+    for (i = 0; ctx->failed && i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot == NULL) {
+            continue;
+        }
+
+        if (ch->submitted && ch->slot->req) {
+            nalar_request_cancel(ch->slot->req);
+        }
+
+        ngx_http_nalar_slot_release(ch->slot);
+        ch->slot = NULL;
+        ctx->n_done++;
+    }
+
+    if (ctx->n_done == ctx->n) {
+        ctx->done = 1;
+
+        if (ctx->timer.timer_set) {
+            ngx_del_timer(&ctx->timer);
+        }
+
+        if (!ctx->stream) {
+            ngx_http_finalize_request(r, ngx_http_nalar_finish_response(ctx));
+            return;
+        }
+
+        if (ctx->include_usage && !ctx->failed) {
+            json_t  *u;
+
+            u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
+                          "id", ctx->id,
+                          "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                    ? "chat.completion.chunk"
+                                    : "text_completion",
+                          "created", (json_int_t) ctx->created,
+                          "model", ctx->model->name.data,
+                          "choices",
+                          "usage", ngx_http_nalar_usage_json(ctx));
+
+            if (ngx_http_nalar_append_event(ctx, &ll, u) != NGX_OK) {
+                json_decref(u);
+                ngx_http_finalize_request(r, NGX_ERROR);
+                return;
+            }
+
+            json_decref(u);
+        }
+
+        if (ngx_http_nalar_append_raw(r, &ll, (u_char *) "data: [DONE]\n\n",
+                                      sizeof("data: [DONE]\n\n") - 1)
+            != NGX_OK)
+        {
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        for (cl = out; cl->next; cl = cl->next) { /* void */ }
+
+        cl->buf->last_buf = (r == r->main) ? 1 : 0;
+        cl->buf->last_in_chain = 1;
+        cl->buf->flush = 1;
+
+        ngx_http_finalize_request(r, ngx_http_output_filter(r, out));
+        return;
+    }
+
+    if (out == NULL) {
+        return;
+    }
+
+    for (cl = out; cl->next; cl = cl->next) { /* void */ }
+    cl->buf->flush = 1;
+
+    ctx->last_send = ngx_current_msec;
+
+    rc = ngx_http_nalar_output(ctx, out);
+
+    if (rc == NGX_ERROR) {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    if (r->buffered || c->buffered) {
+        /* backpressure: take nothing more until the client catches up */
+        ctx->blocked = 1;
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "nalar stream blocked: the client is slow");
+
+        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+        if (!c->write->delayed && !c->write->timer_set) {
+            ngx_add_timer(c->write, clcf->send_timeout);
+        }
+
+        if (ngx_handle_write_event(c->write, clcf->send_lowat) != NGX_OK) {
+            ctx->done = 1;
+            ngx_http_finalize_request(r, NGX_ERROR);
+        }
+    }
+}
+
+
+/*
+ * The response to a request the engine refused (its prompt: 400 with the
+ * error code) or failed before anything was sent.
+ */
+
+static ngx_int_t
+ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx, nalar_output *o)
+{
+    const char          *param;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    if (o->err_status == 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: model \"%V\": %s", &ctx->model->name,
+                      o->error);
+
+        return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    "server_error", NULL, NULL,
+                                    "The engine failed: %s", o->error);
+    }
+
+    param = o->err_param[0] ? o->err_param : NULL;
+
+    return ngx_http_nalar_error(r, o->err_status,
+                                o->err_status >= NGX_HTTP_INTERNAL_SERVER_ERROR
+                                ? "server_error" : "invalid_request_error",
+                                param, o->err_code[0] ? o->err_code : NULL,
+                                "%s", o->error);
+}
+
+
+/*
+ * One take of one choice: usage, and either an SSE chunk appended to the
+ * output or the text accumulated for the final response.
+ */
+
+static ngx_int_t
+ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    nalar_output *o, ngx_chain_t ***ll)
+{
+    u_char                   *p;
+    json_t                   *chunk, *choice, *lp, *val;
+    const char               *key;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_choice_t  *ch;
+
+    r = ctx->request;
+    ch = &ctx->choices[i];
+
+    if (i == 0) {
+        ctx->prompt_tokens = o->n_prompt;
+        ctx->cached_tokens = o->n_cached;
+        ctx->queue_ms = o->queue_ms;
+        ctx->ttft_ms = o->ttft_ms;
+    }
+
+    ch->n_completion = o->n_completion;
+    ch->spec_proposed = o->spec_proposed;
+    ch->spec_accepted = o->spec_accepted;
+    ch->pred_accepted = o->pred_accepted;
+    ch->pred_rejected = o->pred_rejected;
+    ch->finish = o->finish;
+
+    lp = NULL;
+
+    if (ctx->logprobs >= 0 && o->n_ids > 0) {
+        lp = ngx_http_nalar_logprobs_json(ctx, ch, o);
+        if (lp == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (!ctx->stream) {
+        if (o->text_len) {
+            p = ngx_array_push_n(ch->text, o->text_len);
+            if (p == NULL) {
+                json_decref(lp);
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(p, o->text, o->text_len);
+        }
+
+        if (lp) {
+            if (ch->logprobs == NULL) {
+                ch->logprobs = lp;
+
+            } else {
+                /* append each list of this take to the accumulated one */
+                json_object_foreach(lp, key, val) {
+                    json_array_extend(json_object_get(ch->logprobs, key),
+                                      val);
+                }
+
+                json_decref(lp);
+            }
+        }
+
+        return NGX_OK;
+    }
+
+    /*
+     * streaming, in OpenAI's order: for chat a first chunk with the role,
+     * then a chunk per take with text, then one with the finish_reason
+     * (empty text or delta).  A take with neither text nor finish (a
+     * character still incomplete, a control token) says nothing.
+     */
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT && !ch->role_sent) {
+        ch->role_sent = 1;
+
+        choice = json_pack("{s:I,s:{s:s,s:s},s:n,s:n}",
+                           "index", (json_int_t) i,
+                           "delta", "role", "assistant", "content", "",
+                           "logprobs", "finish_reason");
+
+        if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+            json_decref(lp);
+            return NGX_ERROR;
+        }
+    }
+
+    if (o->text_len || lp) {
+        if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+            choice = json_pack("{s:I,s:{s:s%},s:O?,s:n}",
+                               "index", (json_int_t) i,
+                               "delta", "content", o->text, o->text_len,
+                               "logprobs", lp,
+                               "finish_reason");
+        } else {
+            choice = json_pack("{s:s%,s:I,s:O?,s:n}",
+                               "text", o->text, o->text_len,
+                               "index", (json_int_t) i,
+                               "logprobs", lp,
+                               "finish_reason");
+        }
+
+        if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+            json_decref(lp);
+            return NGX_ERROR;
+        }
+    }
+
+    json_decref(lp);
+
+    if (o->finish == NALAR_FINISH_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: model \"%V\": %s", &ctx->model->name,
+                      o->error);
+
+        /* mid-stream, after the text confirmed before the failure: an
+         * error event, then the stream ends as usual (a response that is
+         * not streamed fails in ngx_http_nalar_pump()) */
+
+        chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
+                          "message", o->error, "type", "server_error",
+                          "param", "code");
+        if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
+            json_decref(chunk);
+            return NGX_ERROR;
+        }
+
+        json_decref(chunk);
+        ctx->failed = 1;
+        return NGX_OK;
+    }
+
+    if (o->finish == NALAR_FINISH_NONE) {
+        return NGX_OK;
+    }
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+        choice = json_pack("{s:I,s:{},s:n,s:s}",
+                           "index", (json_int_t) i,
+                           "delta",
+                           "logprobs",
+                           "finish_reason",
+                           ngx_http_nalar_finish_reason(o->finish));
+    } else {
+        choice = json_pack("{s:s,s:I,s:n,s:s}",
+                           "text", "",
+                           "index", (json_int_t) i,
+                           "logprobs",
+                           "finish_reason",
+                           ngx_http_nalar_finish_reason(o->finish));
+    }
+
+    return ngx_http_nalar_append_chunk(ctx, ll, choice);
+}
+
+
+/* A chunk of the stream around one choice (whose reference it takes). */
+
+static ngx_int_t
+ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
+    json_t *choice)
+{
+    json_t     *chunk;
+    ngx_int_t   rc;
+
+    if (choice == NULL) {
+        return NGX_ERROR;
+    }
+
+    chunk = json_pack("{s:s,s:s,s:I,s:s,s:[o]}",
+                      "id", ctx->id,
+                      "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                ? "chat.completion.chunk"
+                                : "text_completion",
+                      "created", (json_int_t) ctx->created,
+                      "model", ctx->model->name.data,
+                      "choices", choice);
+    if (chunk == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->include_usage) {
+        json_object_set_new(chunk, "usage", json_null());
+    }
+
+    rc = ngx_http_nalar_append_event(ctx, ll, chunk);
+    json_decref(chunk);
+
+    return rc;
+}
+
+
+/* The non-streaming response, once every choice has finished. */
+
+static ngx_int_t
+ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
+{
+    json_t                   *root, *choices, *c;
+    ngx_int_t                 rc;
+    ngx_uint_t                i;
+    const char               *reason;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_choice_t  *ch;
+
+    r = ctx->request;
+
+    choices = json_array();
+    if (choices == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+        reason = ngx_http_nalar_finish_reason(ch->finish);
+
+        if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+            c = json_pack("{s:I,s:{s:s,s:s%},s:O?,s:s}",
+                          "index", (json_int_t) i,
+                          "message", "role", "assistant",
+                          "content", ch->text->elts, ch->text->nelts,
+                          "logprobs", ch->logprobs,
+                          "finish_reason", reason);
+
+        } else {
+            c = json_pack("{s:s%,s:I,s:O?,s:s}",
+                          "text", ch->text->elts, ch->text->nelts,
+                          "index", (json_int_t) i,
+                          "logprobs", ch->logprobs,
+                          "finish_reason", reason);
+        }
+
+        if (c == NULL || json_array_append_new(choices, c) != 0) {
+            json_decref(choices);
+            return NGX_ERROR;
+        }
+    }
+
+    root = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}",
+                     "id", ctx->id,
+                     "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                               ? "chat.completion" : "text_completion",
+                     "created", (json_int_t) ctx->created,
+                     "model", ctx->model->name.data,
+                     "choices", choices,
+                     "usage", ngx_http_nalar_usage_json(ctx));
+    if (root == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, root);
+    json_decref(root);
+
+    return rc;
+}
+
+
+/*
+ * Log probabilities of one take, in the endpoint's shape:
+ *   completions: {tokens, token_logprobs, top_logprobs, text_offset}
+ *   chat:        {content: [{token, logprob, bytes, top_logprobs}]}
+ */
+
+static json_t *
+ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *o)
+{
+    int32_t                 k, j, n_top, tok_id;
+    json_t                 *res, *tokens, *lps, *tops, *offs, *content, *t,
+                           *top, *item, *bytes;
+    nalar_logprob          *row;
+    const nalar_tokenizer  *tok;
+
+    tok = nalar_engine_model(ctx->model->engine)->tok;
+    n_top = ctx->logprobs > 0 ? (int32_t) ctx->logprobs : 0;
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+        content = json_array();
+        res = json_pack("{s:o}", "content", content);
+        if (res == NULL) {
+            return NULL;
+        }
+
+        for (k = 0; k < o->n_ids; k++) {
+            row = o->logprobs ? &o->logprobs[k * (1 + n_top)] : NULL;
+            tok_id = o->ids[k];
+
+            t = ngx_http_nalar_token_json(ctx, tok, tok_id, &bytes);
+            top = json_array();
+
+            item = json_pack("{s:o,s:f,s:o,s:o}", "token", t,
+                             "logprob", row ? (double) row[0].logprob : 0.0,
+                             "bytes", bytes, "top_logprobs", top);
+            if (item == NULL) {
+                json_decref(res);
+                return NULL;
+            }
+
+            for (j = 1; row && j <= n_top; j++) {
+                t = ngx_http_nalar_token_json(ctx, tok, row[j].id, &bytes);
+                json_array_append_new(top,
+                                      json_pack("{s:o,s:f,s:o}", "token", t,
+                                                "logprob",
+                                                (double) row[j].logprob,
+                                                "bytes", bytes));
+            }
+
+            json_array_append_new(content, item);
+        }
+
+        return res;
+    }
+
+    tokens = json_array();
+    lps = json_array();
+    tops = json_array();
+    offs = json_array();
+
+    res = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens,
+                    "token_logprobs", lps, "top_logprobs", tops,
+                    "text_offset", offs);
+    if (res == NULL) {
+        return NULL;
+    }
+
+    for (k = 0; k < o->n_ids; k++) {
+        row = o->logprobs ? &o->logprobs[k * (1 + n_top)] : NULL;
+
+        t = ngx_http_nalar_token_json(ctx, tok, o->ids[k], &bytes);
+        json_array_append_new(offs, json_integer((json_int_t)
+                                                 ch->text_offset));
+        ch->text_offset += json_array_size(bytes);
+        json_decref(bytes);
+
+        json_array_append_new(tokens, t);
+        json_array_append_new(lps, json_real(row ? row[0].logprob : 0.0));
+
+        top = json_object();
+
+        for (j = 1; row && j <= n_top; j++) {
+            t = ngx_http_nalar_token_json(ctx, tok, row[j].id, &bytes);
+            json_decref(bytes);
+
+            if (json_is_string(t)) {
+                json_object_set_new(top, json_string_value(t),
+                                    json_real(row[j].logprob));
+            }
+
+            json_decref(t);
+        }
+
+        json_array_append_new(tops, top);
+    }
+
+    return res;
+}
+
+
+/*
+ * A token as OpenAI shows it: its text, or "bytes:\xNN..." when its bytes
+ * are not valid UTF-8 on their own; *bytes gets the byte values.
+ */
+
+static json_t *
+ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
+    const nalar_tokenizer *tok, int32_t id, json_t **bytes)
+{
+    int      n, k;
+    u_char   buf[256], esc[sizeof("bytes:") + 4 * 256], *p;
+    json_t  *s;
+
+    n = nalar_token_bytes(tok, id, (char *) buf, sizeof(buf));
+    if (n < 0) {
+        n = 0;
+    }
+
+    *bytes = json_array();
+
+    for (k = 0; k < n; k++) {
+        json_array_append_new(*bytes, json_integer(buf[k]));
+    }
+
+    if (ctx->token_ids) {
+        p = ngx_sprintf(esc, "token_id:%D", id);
+        return json_stringn((char *) esc, p - esc);
+    }
+
+    s = json_stringn((char *) buf, n);
+
+    if (s == NULL) {
+        p = ngx_cpymem(esc, "bytes:", 6);
+
+        for (k = 0; k < n; k++) {
+            p = ngx_sprintf(p, "\\x%02xd", buf[k]);
+        }
+
+        s = json_stringn((char *) esc, p - esc);
+    }
+
+    return s;
+}
+
+
+static json_t *
+ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_uint_t  i;
+    json_int_t  completion, accepted, rejected;
+
+    completion = 0;
+    accepted = 0;
+    rejected = 0;
+
+    for (i = 0; i < ctx->n; i++) {
+        completion += ctx->choices[i].n_completion;
+        accepted += ctx->choices[i].pred_accepted;
+        rejected += ctx->choices[i].pred_rejected;
+    }
+
+    /* as OpenAI: the prediction's details are there, zero, without one */
+
+    return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I,s:I}}",
+                     "prompt_tokens", (json_int_t) ctx->prompt_tokens,
+                     "completion_tokens", completion,
+                     "total_tokens", (json_int_t) ctx->prompt_tokens
+                                     + completion,
+                     "prompt_tokens_details",
+                     "cached_tokens", (json_int_t) ctx->cached_tokens,
+                     "completion_tokens_details",
+                     "accepted_prediction_tokens", accepted,
+                     "rejected_prediction_tokens", rejected);
+}
+
+
+static const char *
+ngx_http_nalar_finish_reason(nalar_finish f)
+{
+    return (f == NALAR_FINISH_LENGTH) ? "length" : "stop";
+}
+
+
+/* "data: {json}\n\n" appended to the chain being built. */
+
+static ngx_int_t
+ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
+    json_t *j)
+{
+    size_t        len, size;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (j == NULL) {
+        return NGX_ERROR;
+    }
+
+    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
+    if (len == 0) {
+        return NGX_ERROR;
+    }
+
+    size = len + sizeof("data: \n\n") - 1;
+
+    /* buffers the client has taken are reused: a long stream's memory is
+     * what is in flight, not everything it ever sent */
+
+    cl = ngx_chain_get_free_buf(ctx->request->pool, &ctx->free);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b = cl->buf;
+
+    if (b->start == NULL || (size_t) (b->end - b->start) < size) {
+        size = ngx_max(size, 512);
+
+        b->start = ngx_palloc(ctx->request->pool, size);
+        if (b->start == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->end = b->start + size;
+    }
+
+    b->pos = b->start;
+    b->last = ngx_cpymem(b->start, "data: ", 6);
+    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
+    *b->last++ = '\n';
+    *b->last++ = '\n';
+
+    b->temporary = 1;
+    b->flush = 0;
+    b->last_buf = 0;
+    b->last_in_chain = 0;
+    b->tag = (ngx_buf_tag_t) &ngx_nalar_module;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+/* Sends a chain of the stream and recycles the buffers already sent. */
+
+static ngx_int_t
+ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_output_filter(ctx->request, out);
+
+    ngx_chain_update_chains(ctx->request->pool, &ctx->free, &ctx->busy, &out,
+                            (ngx_buf_tag_t) &ngx_nalar_module);
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_append_raw(ngx_http_request_t *r, ngx_chain_t ***ll,
+    u_char *data, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    b = ngx_calloc_buf(r->pool);
+    cl = ngx_alloc_chain_link(r->pool);
+    if (b == NULL || cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = data;
+    b->last = data + len;
+    b->memory = 1;
+
+    cl->buf = b;
+    cl->next = NULL;
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+/*
+ * SSE comments keep idle streams (queued requests) from being cut by
+ * proxies.  The timer is not cancelable, so a worker that is shutting down
+ * gracefully waits for its streams to finish.
+ */
+
+void
+ngx_http_nalar_timer_handler(ngx_event_t *ev)
+{
+    ngx_int_t                   rc;
+    ngx_chain_t                *out, **ll;
+    ngx_connection_t           *c;
+    ngx_http_request_t         *r;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (ctx->done) {
+        return;
+    }
+
+    ngx_add_timer(ev, nlcf->keepalive);
+
+    if (!ctx->stream || !ctx->header_sent || ctx->blocked
+        || ngx_current_msec - ctx->last_send < nlcf->keepalive)
+    {
+        return;
+    }
+
+    out = NULL;
+    ll = &out;
+
+    if (ngx_http_nalar_append_raw(r, &ll, (u_char *) ": keep-alive\n\n",
+                                  sizeof(": keep-alive\n\n") - 1)
+        != NGX_OK)
+    {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    out->buf->flush = 1;
+    ctx->last_send = ngx_current_msec;
+
+    rc = ngx_http_nalar_output(ctx, out);
+
+    if (rc == NGX_ERROR) {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, NGX_ERROR);
+
+    } else if (r->buffered || c->buffered) {
+        ctx->blocked = 1;
+        r->write_event_handler(r);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* responses */
+
+
+ngx_int_t
+ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
+{
+    ngx_buf_t  *b;
+
+    b = ngx_http_nalar_json_buf(r, j);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_nalar_send_buf(r, status, b);
+}
+
+
+/* The compact JSON and a newline, the response's last buffer. */
+
+ngx_buf_t *
+ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j)
+{
+    size_t      len;
+    ngx_buf_t  *b;
+
+    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
+    if (len == 0) {
+        return NULL;
+    }
+
+    b = ngx_create_temp_buf(r->pool, len + 1);
+    if (b == NULL) {
+        return NULL;
+    }
+
+    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
+    *b->last++ = '\n';
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    return b;
+}
+
+
+ngx_int_t
+ngx_http_nalar_send_buf(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b)
+{
+    ngx_int_t     rc;
+    ngx_chain_t   out;
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = b->last - b->pos;
+    r->headers_out.content_type = ngx_http_nalar_json_type;
+    r->headers_out.content_type_len = ngx_http_nalar_json_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+ngx_int_t
+ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+    h->lowcase_key = NULL;
+
+    return NGX_OK;
+}

@@ -1,0 +1,443 @@
+
+/*
+ * Status endpoints: /models and /models/{id}, /health, and the Prometheus
+ * metrics of nalar_metrics.
+ *
+ * Event loop only.  Reads the worker's models and the engines' counters
+ * through the engine's calls (nalar_engine_state, nalar_engine_metrics);
+ * never holds an engine lock itself and never waits on an engine thread.
+ */
+
+#include "ngx_nalar_module.h"
+
+
+/* /models: the list; /models/{id}: one model object, or 404 */
+
+ngx_int_t
+ngx_http_nalar_models(ngx_http_request_t *r)
+{
+    json_t                      *list, *data, *m;
+    ngx_str_t                    id;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i;
+    ngx_http_nalar_model_t      *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    model = nmcf->models.elts;
+
+    if (ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_MODEL) {
+        (void) ngx_http_nalar_model_id(&r->uri, &id);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            if (model[i].name.len == id.len
+                && ngx_strncmp(model[i].name.data, id.data, id.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (i == nmcf->models.nelts) {
+            return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                        "invalid_request_error", "model",
+                                        "model_not_found",
+                                        "The model `%V` does not exist", &id);
+        }
+
+        m = json_pack("{s:s%,s:s,s:I,s:s}",
+                      "id", model[i].name.data, model[i].name.len,
+                      "object", "model",
+                      "created", (json_int_t) nmcf->created,
+                      "owned_by", "nalar");
+        if (m == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, m);
+        json_decref(m);
+
+        return rc;
+    }
+
+    data = json_array();
+    list = json_pack("{s:s,s:o}", "object", "list", "data", data);
+    if (list == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        m = json_pack("{s:s%,s:s,s:I,s:s}",
+                      "id", model[i].name.data, model[i].name.len,
+                      "object", "model",
+                      "created", (json_int_t) nmcf->created,
+                      "owned_by", "nalar");
+
+        if (m == NULL || json_array_append_new(data, m) != 0) {
+            json_decref(list);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, list);
+    json_decref(list);
+
+    return rc;
+}
+
+
+/* 200 when every model can serve; 503 with Retry-After while loading. */
+
+ngx_int_t
+ngx_http_nalar_health(ngx_http_request_t *r)
+{
+    int                          state;
+    json_t                      *root, *models, *m;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i, status, loading;
+    nalar_err                    err;
+    const char                  *s;
+    ngx_http_nalar_model_rt_t   *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+
+    models = json_array();
+    if (models == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    status = NGX_HTTP_OK;
+    loading = 0;
+    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        err.msg[0] = '\0';
+
+        if (model[i].engine == NULL) {
+            state = -1;
+            ngx_cpystrn((u_char *) err.msg, (u_char *) "engine not started",
+                        sizeof(err.msg));
+
+        } else {
+            state = nalar_engine_state(model[i].engine, &err);
+        }
+
+        if (state == 1) {
+            s = "ready";
+
+        } else if (state == 0) {
+            s = "loading";
+            loading = 1;
+            status = NGX_HTTP_SERVICE_UNAVAILABLE;
+
+        } else {
+            s = "failed";
+            status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
+        m = json_pack("{s:s%,s:s}", "id", model[i].name.data,
+                      model[i].name.len, "status", s);
+        if (m == NULL) {
+            json_decref(models);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (state < 0) {
+            json_object_set_new(m, "error", json_string(err.msg));
+        }
+
+        json_array_append_new(models, m);
+    }
+
+    root = json_pack("{s:s,s:o}", "status",
+                     status == NGX_HTTP_OK ? "ok"
+                                           : (loading ? "loading" : "failed"),
+                     "models", models);
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (loading && ngx_http_nalar_add_header(r, "Retry-After", "1") != NGX_OK)
+    {
+        json_decref(root);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_nalar_send_json(r, status, root);
+    json_decref(root);
+
+    return rc;
+}
+
+
+/* Prometheus text exposition, one series per model. */
+
+ngx_int_t
+ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
+{
+    u_char                      *p, *end;
+    char                         le[32];
+    double                       sum;
+    size_t                       size;
+    uint64_t                     v, count, *buckets;
+    ngx_int_t                    rc;
+    ngx_buf_t                   *b;
+    ngx_uint_t                   i, k, h;
+    ngx_chain_t                  out;
+    nalar_metrics               *m;
+    ngx_http_nalar_model_rt_t   *model;
+    ngx_http_nalar_main_conf_t  *nmcf;
+
+    static struct {
+        char  *name;
+        char  *type;
+        char  *help;
+    }  scalars[] = {
+        { "nalar_requests_running", "gauge",
+          "Requests in prefill or decode." },
+        { "nalar_requests_waiting", "gauge",
+          "Requests waiting to be scheduled." },
+        { "nalar_prompt_tokens_total", "counter",
+          "Prompt tokens processed (prefill)." },
+        { "nalar_generation_tokens_total", "counter",
+          "Tokens generated." },
+        /* the pool's size: a gauge, constant for the engine's life */
+        { "nalar_kv_blocks_capacity", "gauge",
+          "KV cache blocks in the pool (constant while the engine runs)." },
+        { "nalar_kv_blocks_free", "gauge",
+          "KV cache blocks no running sequence holds." },
+        { "nalar_preemptions_total", "counter",
+          "Sequences preempted because the KV cache ran out." },
+        /* speculative decoding (vLLM's names, nalar_ prefixed) */
+        { "nalar_spec_decode_num_drafts_total", "counter",
+          "Speculative verification steps (one per sequence and step)." },
+        { "nalar_spec_decode_num_draft_tokens_total", "counter",
+          "Speculative proposals verified." },
+        { "nalar_spec_decode_num_accepted_tokens_total", "counter",
+          "Speculative proposals accepted." },
+        { "nalar_spec_decode_provisional_kv_blocks", "gauge",
+          "KV blocks holding unverified proposals right now." }
+    };
+
+    static struct {
+        char  *name;
+        char  *help;
+    }  spec_seconds[] = {
+        { "nalar_spec_decode_draft_seconds_total",
+          "Time the draft model spent proposing." },
+        { "nalar_spec_decode_verify_seconds_total",
+          "Time of the target passes that verified proposals." }
+    };
+
+    static struct {
+        char  *name;
+        char  *help;
+    }  hists[] = {
+        { "nalar_time_to_first_token_seconds",
+          "Time from submission to the first generated token." },
+        { "nalar_inter_token_latency_seconds",
+          "Time between consecutive tokens of a sequence." },
+        { "nalar_queue_time_seconds",
+          "Time from submission to the first scheduling." }
+    };
+
+    static struct {
+        char  *name;
+        char  *type;
+        char  *help;
+    }  prefix[] = {
+        { "nalar_prefix_cache_queries_total", "counter",
+          "Prompt tokens looked up in the prefix cache." },
+        { "nalar_prefix_cache_hits_total", "counter",
+          "Prompt tokens served from the prefix cache." },
+        { "nalar_prefix_cache_evictions_total", "counter",
+          "Prefix cache blocks evicted." },
+        { "nalar_prefix_cache_blocks", "gauge",
+          "KV blocks published in the prefix cache." }
+    };
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
+    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
+
+    m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
+    if (m == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    size = 4096;
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        if (model[i].engine) {
+            nalar_engine_metrics(model[i].engine, &m[i]);
+        }
+
+        size += (sizeof(scalars) / sizeof(scalars[0])
+                 + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2)
+                * (128 + model[i].name.len);
+    }
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        size += sizeof(prefix) / sizeof(prefix[0])
+                * (128 + model[i].name.len);
+    }
+
+    b = ngx_create_temp_buf(r->pool, size);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = b->last;
+    end = b->end;
+
+    for (k = 0; k < sizeof(scalars) / sizeof(scalars[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         scalars[k].name, scalars[k].help,
+                         scalars[k].name, scalars[k].type);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            switch (k) {
+            case 0: v = m[i].requests_running; break;
+            case 1: v = m[i].requests_waiting; break;
+            case 2: v = m[i].prompt_tokens_total; break;
+            case 3: v = m[i].generation_tokens_total; break;
+            case 4: v = m[i].kv_blocks_total; break;
+            case 5: v = m[i].kv_blocks_free; break;
+            case 6: v = m[i].preemptions_total; break;
+            case 7: v = m[i].spec_drafts_total; break;
+            case 8: v = m[i].spec_draft_tokens_total; break;
+            case 9: v = m[i].spec_accepted_tokens_total; break;
+            default: v = m[i].spec_provisional_blocks; break;
+            }
+
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
+                             scalars[k].name, &model[i].name, v);
+        }
+    }
+
+    /* acceptance by position: position j counts steps whose proposal j
+     * (0-based) was accepted, so it never exceeds position j-1 */
+
+    p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
+                     "nalar_spec_decode_num_accepted_tokens_per_pos_total",
+                     "Speculative proposals accepted, by position in the "
+                     "proposal.",
+                     "nalar_spec_decode_num_accepted_tokens_per_pos_total");
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        for (h = 0; h < NALAR_SPEC_MAX_K; h++) {
+            p = ngx_slprintf(p, end,
+                             "nalar_spec_decode_num_accepted_tokens_per_pos"
+                             "_total{model=\"%V\",position=\"%ui\"} %uL\n",
+                             &model[i].name, h,
+                             m[i].spec_accepted_per_pos[h]);
+        }
+    }
+
+    for (k = 0; k < 2; k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
+                         spec_seconds[k].name, spec_seconds[k].help,
+                         spec_seconds[k].name);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %.6f\n",
+                             spec_seconds[k].name, &model[i].name,
+                             k == 0 ? m[i].spec_draft_seconds_total
+                                    : m[i].spec_verify_seconds_total);
+        }
+    }
+
+    for (k = 0; k < sizeof(prefix) / sizeof(prefix[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         prefix[k].name, prefix[k].help,
+                         prefix[k].name, prefix[k].type);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            switch (k) {
+            case 0: v = m[i].prefix_queries_total; break;
+            case 1: v = m[i].prefix_hits_total; break;
+            case 2: v = m[i].prefix_evictions_total; break;
+            default: v = (uint64_t) m[i].prefix_blocks; break;
+            }
+
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
+                             prefix[k].name, &model[i].name, v);
+        }
+    }
+
+    for (k = 0; k < sizeof(hists) / sizeof(hists[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s histogram\n",
+                         hists[k].name, hists[k].help, hists[k].name);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            switch (k) {
+            case 0:
+                buckets = m[i].ttft_buckets;
+                sum = m[i].ttft_sum;
+                count = m[i].ttft_count;
+                break;
+            case 1:
+                buckets = m[i].itl_buckets;
+                sum = m[i].itl_sum;
+                count = m[i].itl_count;
+                break;
+            default:
+                buckets = m[i].queue_buckets;
+                sum = m[i].queue_sum;
+                count = m[i].queue_count;
+                break;
+            }
+
+            for (h = 0; h < NALAR_HIST_BUCKETS; h++) {
+                if (h == NALAR_HIST_BUCKETS - 1) {
+                    p = ngx_slprintf(p, end,
+                                     "%s_bucket{model=\"%V\",le=\"+Inf\"} "
+                                     "%uL\n", hists[k].name, &model[i].name,
+                                     count);
+                    break;
+                }
+
+                /* Prometheus writes bounds in their shortest form */
+                (void) snprintf(le, sizeof(le), "%g", nalar_hist_bounds[h]);
+
+                p = ngx_slprintf(p, end,
+                                 "%s_bucket{model=\"%V\",le=\"%s\"} %uL\n",
+                                 hists[k].name, &model[i].name, le,
+                                 buckets[h]);
+            }
+
+            p = ngx_slprintf(p, end, "%s_sum{model=\"%V\"} %.6f\n"
+                             "%s_count{model=\"%V\"} %uL\n",
+                             hists[k].name, &model[i].name, sum,
+                             hists[k].name, &model[i].name, count);
+        }
+    }
+
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}

@@ -1,0 +1,662 @@
+
+/*
+ * Tenancy: who a request is and which prefix cache scope it reads and
+ * writes.  nalar_jwt_key's handler loads the keys at configuration time
+ * (nginx -t reports a bad one); the access phase checks the bearer JWT, the
+ * tenant comes from the verified claim or from a verified client
+ * certificate's CA (mTLS), and the $nalar_* variables report a request's
+ * tenant, model and usage to the log.
+ *
+ * The key loader runs while the configuration is read; the rest on the
+ * event loop only: it touches the request, its ctx and the configuration,
+ * never an engine or an engine lock.
+ */
+
+#include "ngx_nalar_module.h"
+
+
+static void ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex);
+static ngx_int_t ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static void ngx_http_nalar_jwt_cleanup(void *data);
+
+
+enum {
+    NGX_HTTP_NALAR_VAR_MODEL = 0,
+    NGX_HTTP_NALAR_VAR_PROMPT_TOKENS,
+    NGX_HTTP_NALAR_VAR_CACHED_TOKENS,
+    NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS,
+    NGX_HTTP_NALAR_VAR_TTFT_MS,
+    NGX_HTTP_NALAR_VAR_QUEUE_MS,
+    NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED,
+    NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
+};
+
+
+static ngx_http_variable_t  ngx_http_nalar_vars[] = {
+
+    { ngx_string("nalar_model"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_prompt_tokens"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_PROMPT_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_cached_tokens"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_CACHED_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_completion_tokens"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_ttft_ms"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_TTFT_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_queue_ms"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_QUEUE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_tenant"), NULL, ngx_http_nalar_tenant_variable,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_spec_accepted"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_spec_proposed"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_SPEC_PROPOSED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+/* tenants */
+
+
+/*
+ * Access phase: where nalar_jwt_key is set, an API request without a valid
+ * bearer token ends here with 401, as auth_basic's do (and under `satisfy
+ * any` the content handler refuses it again, so it never reaches a model).
+ * CORS preflights carry no credentials and never reach a model either;
+ * /health is for load balancers, which carry none.
+ */
+
+ngx_int_t
+ngx_http_nalar_access_handler(ngx_http_request_t *r)
+{
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (nlcf->handler != NGX_HTTP_NALAR_API || nlcf->jwt == NULL
+        || r->method == NGX_HTTP_OPTIONS
+        || ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_HEALTH)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_nalar_tenant(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_OK) {
+        return NGX_OK;
+    }
+
+    return ngx_http_nalar_unauthorized(r, ctx);
+}
+
+
+/*
+ * The tenant of a request, established once: the verified JWT claim where
+ * nalar_jwt_key is set, else the value of nalar_tenant, else "" (a single
+ * tenant).  Never anything from the request body.  The reason a token is
+ * refused goes to the log only; the client is told invalid_token.
+ */
+
+ngx_http_nalar_ctx_t *
+ngx_http_nalar_tenant(ngx_http_request_t *r)
+{
+    int                         is_string;
+    u_char                     *p, *last;
+    size_t                      len;
+    nalar_err                   err;
+    ngx_str_t                   value;
+    nalar_jwt_policy            policy;
+    ngx_table_elt_t            *h;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+    char                        claim[NGX_HTTP_NALAR_MAX_TENANT];
+    u_char                      ca[2 * EVP_MAX_MD_SIZE + 1];
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    ctx = ngx_http_nalar_get_ctx(r);
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    /* read again only where the location changed the rules */
+
+    if (ctx->tenant_state != NGX_HTTP_NALAR_TENANT_UNKNOWN
+        && ctx->tenant_conf == nlcf)
+    {
+        return ctx;
+    }
+
+    ctx->tenant_conf = nlcf;
+    ctx->tenant_state = NGX_HTTP_NALAR_TENANT_OK;
+    ngx_str_null(&ctx->tenant);
+    ngx_str_null(&ctx->scope);
+    is_string = 1;
+
+    if (nlcf->jwt == NULL) {
+
+        if (nlcf->tenant == NULL) {
+            return ctx;
+        }
+
+        if (ngx_http_complex_value(r, nlcf->tenant, &value) != NGX_OK) {
+            return NULL;
+        }
+
+        /* no identity: nothing is shared, not even among the anonymous */
+
+        if (value.len == 0 || ngx_strlchr(value.data, value.data + value.len,
+                                          '\0')
+                              != NULL)
+        {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "nalar tenant: none, prefix cache off");
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_ANON;
+            return ctx;
+        }
+
+        p = (u_char *) value.data;
+        last = p + value.len;
+
+    } else {
+        h = r->headers_in.authorization;
+
+        if (h == NULL
+            || h->value.len < sizeof("Bearer ") - 1
+            || ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
+                               sizeof("Bearer ") - 1)
+               != 0)
+        {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "nalar: no bearer token");
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_MISSING;
+            return ctx;
+        }
+
+        p = h->value.data + sizeof("Bearer ") - 1;
+        last = h->value.data + h->value.len;
+
+        while (p < last && *p == ' ') {
+            p++;
+        }
+
+        while (last > p && last[-1] == ' ') {
+            last--;
+        }
+
+        ngx_memzero(&policy, sizeof(nalar_jwt_policy));
+        policy.claim = (const char *) nlcf->jwt_claim.data;
+        policy.issuer = nlcf->jwt_issuer.len
+                        ? (const char *) nlcf->jwt_issuer.data : NULL;
+        policy.audience = nlcf->jwt_audience.len
+                          ? (const char *) nlcf->jwt_audience.data : NULL;
+        policy.leeway = nlcf->jwt_leeway;
+        policy.now = ngx_time();
+
+        if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
+                                   &policy, claim, sizeof(claim), &is_string,
+                                   &err)
+            != 0)
+        {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "nalar: bearer token refused: %s", err.msg);
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_INVALID;
+            return ctx;
+        }
+
+        /* a non-empty string without control characters (jwt.h) */
+
+        p = (u_char *) claim;
+        last = p + ngx_strlen(claim);
+    }
+
+    ctx->tenant.len = last - p;
+    ctx->tenant.data = ngx_pnalloc(r->pool, ctx->tenant.len + 1);
+    if (ctx->tenant.data == NULL) {
+        return NULL;
+    }
+
+    *ngx_cpymem(ctx->tenant.data, p, ctx->tenant.len) = '\0';
+
+    /*
+     * The prefix cache scope names where the identity came from, so that
+     * the same name from two sources never meets: the key (its file's
+     * SHA-256), issuer and claim that vouched for it, and the claim's JSON
+     * type ("777" is not 777); or the nalar_tenant expression and the CA
+     * of a verified client certificate.  Every part but the last has its
+     * length or a fixed size.
+     */
+
+    if (nlcf->jwt) {
+        len = sizeof("jwt:::::s:") - 1 + nlcf->jwt_id.len
+              + 2 * NGX_SIZE_T_LEN + nlcf->jwt_issuer.len
+              + nlcf->jwt_claim.len + ctx->tenant.len;
+
+    } else {
+        ngx_http_nalar_client_ca(r, ca);
+
+        len = sizeof("var:::ca=:") - 1 + NGX_SIZE_T_LEN
+              + nlcf->tenant->value.len + ngx_strlen(ca) + ctx->tenant.len;
+    }
+
+    ctx->scope.data = ngx_pnalloc(r->pool, len + 1);
+    if (ctx->scope.data == NULL) {
+        return NULL;
+    }
+
+    if (nlcf->jwt) {
+        p = ngx_sprintf(ctx->scope.data, "jwt:%V:%uz:%V:%uz:%V:%c:%V",
+                        &nlcf->jwt_id, nlcf->jwt_issuer.len,
+                        &nlcf->jwt_issuer, nlcf->jwt_claim.len,
+                        &nlcf->jwt_claim, is_string ? 's' : 'n',
+                        &ctx->tenant);
+
+    } else {
+        p = ngx_sprintf(ctx->scope.data, "var:%uz:%V:ca=%s:%V",
+                        nlcf->tenant->value.len, &nlcf->tenant->value, ca,
+                        &ctx->tenant);
+    }
+
+    *p = '\0';
+    ctx->scope.len = p - ctx->scope.data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "nalar tenant: \"%V\", scope \"%V\"", &ctx->tenant,
+                   &ctx->scope);
+
+    return ctx;
+}
+
+
+/*
+ * The CA of a verified client certificate, as the SHA-256 of its issuer
+ * name (which a resumed session has too) in hex; "-" without one.
+ */
+
+static void
+ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex)
+{
+#if (NGX_HTTP_SSL)
+    X509          *cert;
+    u_char         md[EVP_MAX_MD_SIZE];
+    unsigned int   n;
+
+    if (r->connection->ssl != NULL
+        && SSL_get_verify_result(r->connection->ssl->connection)
+           == X509_V_OK)
+    {
+        cert = SSL_get_peer_certificate(r->connection->ssl->connection);
+
+        if (cert != NULL) {
+            n = 0;
+
+            if (X509_NAME_digest(X509_get_issuer_name(cert), EVP_sha256(),
+                                 md, &n)
+                != 1)
+            {
+                n = 0;
+            }
+
+            X509_free(cert);
+
+            if (n > 0) {
+                *ngx_hex_dump(hex, md, n) = '\0';
+                return;
+            }
+        }
+    }
+#endif
+
+    hex[0] = '-';
+    hex[1] = '\0';
+}
+
+
+/*
+ * RFC 6750 3.1: no error code when no credentials were sent at all.  Under
+ * `satisfy any` the access phase may have added the header already and
+ * disabled it when another module let the request in: it is reused.
+ */
+
+ngx_int_t
+ngx_http_nalar_unauthorized(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_table_elt_t  *h;
+
+    h = r->headers_out.www_authenticate;
+
+    if (h == NULL) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "WWW-Authenticate");
+
+    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_MISSING) {
+        ngx_str_set(&h->value, "Bearer");
+
+    } else {
+        ngx_str_set(&h->value, "Bearer error=\"invalid_token\"");
+    }
+
+    r->headers_out.www_authenticate = h;
+
+    return NGX_HTTP_UNAUTHORIZED;
+}
+
+
+/*
+ * The prefix cache scope of a request: its tenant, or the global scope
+ * with nalar_prefix_cache_scope global.  And the leading whole blocks its
+ * prompt has in common with the operator's nalar_shared_prefix: those live
+ * in the global scope for every tenant (the text is the operator's, so
+ * sharing it tells no tenant anything about another).
+ */
+
+ngx_int_t
+ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    nalar_request_params *p)
+{
+    int                           special;
+    ngx_http_nalar_shared_t      *sp;
+    ngx_http_nalar_prefix_ids_t  *pi;
+    ngx_http_nalar_loc_conf_t    *nlcf;
+
+    nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
+
+    if (nlcf->cache_scope == NGX_HTTP_NALAR_SCOPE_GLOBAL) {
+        p->cache_scope = "";
+
+    } else if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_ANON) {
+        p->no_cache = 1;
+        return NGX_OK;
+
+    } else {
+        /* NULL for a single tenant: the global scope */
+        p->cache_scope = (const char *) ctx->scope.data;
+    }
+
+    sp = nlcf->shared;
+
+    if (sp == NULL) {
+        return NGX_OK;
+    }
+
+    /* the load watch tokenizes them when the model is ready; a request
+     * may come first */
+
+    if (ctx->model->prefix == NULL
+        && ngx_http_nalar_tokenize_shared(ctx->model, r->connection->log)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* tokenized as the prompt is: control tokens are parsed for chat */
+
+    special = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
+    pi = &ctx->model->prefix[2 * sp->index + special];
+
+    /* the engine finds the whole blocks the prompt begins with */
+
+    p->shared_prefix = pi->ids;
+    p->n_shared_ids = pi->n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_nalar_tenant(r);
+    if (ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->tenant_state != NGX_HTTP_NALAR_TENANT_OK) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = ctx->tenant.len;
+    v->data = ctx->tenant.len ? ctx->tenant.data : (u_char *) "";
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* variables */
+
+
+ngx_int_t
+ngx_http_nalar_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_nalar_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+    uintptr_t data)
+{
+    u_char                *p;
+    double                 ms;
+    ngx_uint_t             i;
+    ngx_int_t              n;
+    ngx_http_nalar_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+
+    if (ctx == NULL || ctx->model == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    if (data == NGX_HTTP_NALAR_VAR_MODEL) {
+        v->len = ctx->model->name.len;
+        v->data = ctx->model->name.data;
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + 8);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    switch (data) {
+
+    case NGX_HTTP_NALAR_VAR_TTFT_MS:
+    case NGX_HTTP_NALAR_VAR_QUEUE_MS:
+        ms = (data == NGX_HTTP_NALAR_VAR_TTFT_MS) ? ctx->ttft_ms
+                                                  : ctx->queue_ms;
+        if (ms < 0) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+
+        v->len = ngx_sprintf(p, "%.3f", ms) - p;
+        break;
+
+    default:
+        if (data == NGX_HTTP_NALAR_VAR_PROMPT_TOKENS) {
+            n = ctx->prompt_tokens;
+
+        } else if (data == NGX_HTTP_NALAR_VAR_CACHED_TOKENS) {
+            n = ctx->cached_tokens;
+
+        } else {
+            n = 0;
+            for (i = 0; i < ctx->n && ctx->choices; i++) {
+                n += data == NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED
+                     ? ctx->choices[i].spec_accepted
+                     : data == NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
+                     ? ctx->choices[i].spec_proposed
+                     : ctx->choices[i].n_completion;
+            }
+        }
+
+        v->len = ngx_sprintf(p, "%i", n) - p;
+        break;
+    }
+
+    v->data = p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/*
+ * nalar_jwt_key FILE [ALG] | off;
+ * Loaded now, so that `nginx -t` reports a bad key; each key is bound to
+ * one algorithm here (see jwt.h), which is what defeats algorithm
+ * confusion and "alg": "none".
+ */
+
+char *
+ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_loc_conf_t *nlcf = conf;
+
+    FILE                *fp;
+    size_t               n;
+    u_char               buf[4096], md[EVP_MAX_MD_SIZE];
+    nalar_err            err;
+    ngx_str_t           *value, file;
+    EVP_MD_CTX          *mdc;
+    const char          *alg;
+    unsigned int         md_len;
+    nalar_jwt_keyset    *k;
+    ngx_pool_cleanup_t  *cln;
+
+    if (nlcf->jwt != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        nlcf->jwt = NULL;
+        return NGX_CONF_OK;
+    }
+
+    file = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    alg = (cf->args->nelts == 3) ? (const char *) value[2].data : NULL;
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    k = nalar_jwt_keyset_load((const char *) file.data, alg, &err);
+
+    if (k == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "nalar_jwt_key: %s",
+                           err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_nalar_jwt_cleanup;
+    cln->data = k;
+
+    nlcf->jwt = k;
+
+    /* the key's identity in cache scopes: tenants that different keys
+     * vouch for never share */
+
+    fp = fopen((const char *) file.data, "rb");
+    mdc = EVP_MD_CTX_new();
+    md_len = 0;
+
+    if (fp != NULL && mdc != NULL
+        && EVP_DigestInit_ex(mdc, EVP_sha256(), NULL) == 1)
+    {
+        while ((n = fread(buf, 1, sizeof(buf), fp)) > 0) {
+            if (EVP_DigestUpdate(mdc, buf, n) != 1) {
+                break;
+            }
+        }
+
+        if (!ferror(fp) && EVP_DigestFinal_ex(mdc, md, &md_len) != 1) {
+            md_len = 0;
+        }
+    }
+
+    EVP_MD_CTX_free(mdc);
+
+    if (fp != NULL) {
+        (void) fclose(fp);
+    }
+
+    if (md_len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_jwt_key: cannot hash \"%V\"", &file);
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->jwt_id.data = ngx_pnalloc(cf->pool, 2 * md_len);
+    if (nlcf->jwt_id.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    nlcf->jwt_id.len = ngx_hex_dump(nlcf->jwt_id.data, md, md_len)
+                       - nlcf->jwt_id.data;
+
+    return NGX_CONF_OK;
+}
+
+
+static void
+ngx_http_nalar_jwt_cleanup(void *data)
+{
+    nalar_jwt_keyset_free(data);
+}
