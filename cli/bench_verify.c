@@ -83,7 +83,7 @@ line_round_trip_ns(void)
     dt = nalar_now_s() - t0;
     /* the peer may still be answering the last odd value: take its answer
      * before telling it to stop, or its store would overwrite the -1 and
-     * it would spin for good (seen: a run that completed every trip hung
+     * it would spin for good (a run that completed every trip would hang
      * in pthread_join) */
     while (__atomic_load_n(&trip_line[0], __ATOMIC_ACQUIRE) != 2 * i) {
         /* spin */

@@ -1920,7 +1920,7 @@ step_mix(nalar_engine *e, int ngram, int *any_fixed)
  * Would r's cold draft repay its catch-up?  Yes when what is left of the
  * request (at most), decoded at `gain` over plain decoding (plain_tok:
  * r's share of a plain pass), saves more time than the draft takes to
- * catch up.  (Seen: 16 streams draining to 5, a step's
+ * catch up.  (For example, 16 streams draining to 5: a step's
  * catch-up of 10.8 ms -- 35 plain steps -- for requests with a few dozen
  * tokens left; catch-ups took 6% of the run.)
  */
@@ -2170,10 +2170,10 @@ draft_propose(nalar_engine *e, nalar_request **reqs, int32_t n)
  * until its rate is known).  A draft still without a rate of its own
  * counts as plain decoding, which the lookup must beat by the gate's
  * margin: a draft whose cost model keeps choosing k = 0 never gets a
- * rate, and its steps are plain ones (seen: a random-weights draft held
- * auto to 0.93-0.99x, the lookup standing in one step in 8 and then
- * never, where the lookup alone ran at 1.27x).  Text that repeats itself
- * favours the lookup, free text the draft.
+ * rate, and its steps are plain ones (otherwise a random-weights draft
+ * holds auto to 0.93-0.99x of plain decoding, the lookup standing in one
+ * step in 8 and then never, where the lookup alone runs at 1.27x).  Text
+ * that repeats itself favours the lookup, free text the draft.
  */
 static int
 prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
@@ -2205,9 +2205,9 @@ prefer_ngram(nalar_engine *e, int32_t n_decode, unsigned mix,
  * verifications.  The gate's rates are of other requests' predictions, and
  * say nothing of this client's; its own verifications (choose_k prices
  * them by its acceptance alone) decide after that, and their steps feed
- * the gate fresh readings.  Seen: with a busy loop on one of the 2 cores,
- * a few slow readings held every later prediction back for the rest of a
- * test (t/66: exact predictions accepted nothing, 2 of 6 runs).
+ * the gate fresh readings.  Otherwise, with a busy loop on one of 2 cores,
+ * a few slow readings could hold every later prediction back for good
+ * (exact predictions would then accept nothing).
  */
 #define PRED_FRESH 4
 

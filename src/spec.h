@@ -79,7 +79,7 @@ void nalar_accept_init(nalar_accept_stats *a, double prior);
  * worth NALAR_ACCEPT_POOLED observations, so that a position no step has
  * proposed lately (its count aged away) stands at what all positions
  * measure: a low estimate that had k stop short of it cannot hold k
- * there for good (seen: the demo draft at k = 1 in 40% of its steps, the
+ * there for good (e.g. the demo draft at k = 1 in 40% of its steps, the
  * second position estimated at 0.43-0.51 while fixed k = 2 measured it at
  * 0.87). */
 #define NALAR_ACCEPT_POOLED 2
@@ -109,7 +109,7 @@ int nalar_spec_choose_k(const nalar_accept_stats *a, int k_max,
  * step a neighbour, alternately k + 1 and k - 1 (where within 1 .. k_max),
  * so the pass sizes next to the chosen one stay measured.  A size never run
  * keeps the cost estimate it had, and one slow pass can hold it above a
- * larger size's for good (seen: the demo draft's k = 4, the fastest fixed
+ * larger size's for good (e.g. the demo draft's k = 4, the fastest fixed
  * k, was never chosen because its 5-token pass was estimated as dear as a
  * 6-token one).
  */

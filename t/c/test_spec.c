@@ -239,7 +239,7 @@ test_neighbour_k(void)
  * An exploring burst ends when its speculative steps are recorded, not
  * when the gate has let that many steps speculate: the requests of a
  * step the gate allows may all choose k = 0 (their cost model says no),
- * and such a step is a plain one.  Seen on the demo draft: a burst spent
+ * and such a step is a plain one.  On the demo draft, a burst spent
  * on plain steps left the forgotten rate to the next speculative step
  * alone, a probe confirming one token in 3x the time, read as 0.45x; the
  * loss it showed held speculation off for the next 966 steps.
