@@ -5,18 +5,21 @@
 CC       ?= cc
 OPT      ?= -O3 -march=native
 WARN     = -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread -Isrc -Ikernels $(WARN)
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread -Isrc -Ikernels/cpu \
+                -Ikernels/cuda $(WARN)
 CFLAGS   = $(CFLAGS_COMMON) $(OPT) -fPIC
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN)
 LDLIBS   = -lcrypto -ljansson -lm -pthread
 
-ENGINE_SRC = $(wildcard src/*.c) $(wildcard kernels/*.c)
+ENGINE_SRC = $(wildcard src/*.c) $(wildcard kernels/cpu/*.c) \
+             $(wildcard kernels/cuda/*.c)
 ENGINE_OBJ = $(patsubst %.c,build/obj/%.o,$(ENGINE_SRC))
 ASAN_OBJ   = $(patsubst %.c,build/asan/obj/%.o,$(ENGINE_SRC))
 TEST_SRC   = $(wildcard t/c/*.c)
 TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
-HDRS       = $(wildcard src/*.h) $(wildcard kernels/*.h) $(wildcard t/c/*.h)
+HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
+             $(wildcard kernels/cuda/*.h) $(wildcard t/c/*.h)
 
 .PHONY: all test run deps clean module fuzz bench
 

@@ -1,6 +1,8 @@
-# CUDA backend: build/libnalar_cuda.a from kernels/*.cu, linked into
-# build/nalar (and build/asan/nalar), plus the op-by-op check program
-# build/nalar-cuda-check.  Included by the Makefile (`-include cuda.mk`).
+# CUDA backend: build/libnalar_cuda.a from kernels/cuda/*.cu (and the
+# synthetic benchmark bench/cuda_bench.cu behind `nalar bench --synthetic`),
+# linked into build/nalar (and build/asan/nalar), plus the op-by-op check
+# program build/nalar-cuda-check (t/gpu/cuda_check.c).  Included by the
+# Makefile (`-include cuda.mk`).
 #
 # Found automatically: nvcc on PATH or /usr/local/cuda/bin/nvcc.  NALAR_CUDA=0
 # turns it off, NALAR_CUDA=1 insists (and fails when nvcc is missing).
@@ -24,12 +26,13 @@ endif
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_80,code=compute_80
-NVCCFLAGS  ?= -std=c++17 -O3 $(CUDA_ARCH) -Isrc -Ikernels \
+NVCCFLAGS  ?= -std=c++17 -O3 $(CUDA_ARCH) -Isrc -Ikernels/cpu \
+              -Ikernels/cuda \
               -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-Wno-unused-parameter \
               -Werror all-warnings
-CUDA_SRC   = $(wildcard kernels/*.cu)
+CUDA_SRC   = $(wildcard kernels/cuda/*.cu) bench/cuda_bench.cu
 CUDA_OBJ   = $(patsubst %.cu,build/cuda/%.o,$(CUDA_SRC))
-CUDA_HDRS  = $(wildcard kernels/*.cuh) $(HDRS)
+CUDA_HDRS  = $(wildcard kernels/cuda/*.cuh) $(HDRS)
 # cudart and cuBLAS shared, found at run time through the rpath; only what
 # is referenced is kept (--as-needed)
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
@@ -57,9 +60,9 @@ build/asan/nalar: build/libnalar_cuda.a
 build/asan/nalar: LDLIBS += -Wl,-u,nalar_cuda_backend_create \
     build/libnalar_cuda.a build/asan/libnalar.a $(CUDA_LIBS)
 
-build/nalar-cuda-check: bench/cuda_check.c build/libnalar_cuda.a \
+build/nalar-cuda-check: t/gpu/cuda_check.c build/libnalar_cuda.a \
                         build/libnalar.a $(CUDA_HDRS)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include bench/cuda_check.c \
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include t/gpu/cuda_check.c \
 	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) $(CUDA_LIBS)
 else
 cuda:

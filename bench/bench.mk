@@ -3,8 +3,8 @@
 # mode, so it is built after `make build/libnalar.a`.
 
 CC     ?= cc
-CFLAGS  = -std=c11 -D_GNU_SOURCE -g -O2 -pthread -Isrc -Ikernels \
-          -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS  = -std=c11 -D_GNU_SOURCE -g -O2 -pthread -Isrc -Ikernels/cpu \
+          -Ikernels/cuda -Wall -Wextra -Werror -Wno-unused-parameter
 LDLIBS  = -lcrypto -ljansson -lm -pthread
 
 build/bench/nginx_load: bench/nginx_load.c build/libnalar.a $(wildcard src/*.h)

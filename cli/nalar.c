@@ -853,7 +853,7 @@ cmd_bench(int argc, char **argv)
     }
 #ifdef NALAR_CUDA
     /* --- CUDA: --backend cuda [-m MODEL] or --synthetic SHAPE (random
-     * BF16 weights made in device memory); see kernels/cuda_bench.cu --- */
+     * BF16 weights made in device memory); see bench/cuda_bench.cu --- */
     if (cu_synthetic != NULL
         || (cu_backend != NULL && strcmp(cu_backend, "cuda") == 0))
     {

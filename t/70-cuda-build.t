@@ -16,7 +16,7 @@ print "1..5\n";
 
 my $out = `make build/libnalar_cuda.a build/nalar-cuda-check build/nalar 2>&1`;
 my $rc = $? >> 8;
-print(($rc == 0 ? "ok" : "not ok"), " 1 - kernels/*.cu compile with nvcc"
+print(($rc == 0 ? "ok" : "not ok"), " 1 - kernels/cuda/*.cu compile with nvcc"
       . " (-Werror) into build/libnalar_cuda.a\n");
 if ($rc != 0) {
     my @l = split /\n/, $out;

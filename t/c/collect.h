@@ -1,5 +1,5 @@
 /*
- * What the C tests (and bench/cuda_check.c) collect from a request: the
+ * What the C tests (and t/gpu/cuda_check.c) collect from a request: the
  * engine's notify callback takes everything new and appends it here.
  * Header-only: each program has its own copy of collect().
  */

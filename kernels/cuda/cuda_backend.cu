@@ -1,7 +1,7 @@
 /*
  * The CUDA backend: a Llama forward pass over a batch of tokens from many
  * sequences, reading K/V from the paged pool in device memory.  The pass
- * mirrors kernels/cpu_backend.c step for step:
+ * mirrors kernels/cpu/cpu_backend.c step for step:
  *
  *   x = embed(tokens)
  *   per layer:  xb = rmsnorm(x) * attn_norm
