@@ -7,6 +7,12 @@
  *   decode, batch 1       continuing that prompt; the achieved bandwidth is
  *                         (weight bytes + KV bytes read) per token x tokens/s
  *   decode, batch B       B sequences of 128 tokens stepping together
+ *   launches per step     kernel nodes of the captured graph of each
+ *                         decode step measured (one launch each)
+ *   verify curve          passes of k + 1 = 2..9 tokens of one sequence
+ *                         (speculative verification: every row's greedy
+ *                         token), as a ratio to a 1-token decode step at
+ *                         the same position
  *   paged attention       the decode kernel alone on one layer at attn_ctx
  *                         positions (shuffled blocks, one token, all heads)
  *
@@ -350,6 +356,55 @@ next_token(const bench_run *r, int32_t i)
 
 
 /*
+ * Passes of n = 1..NALAR_BENCH_VERIFY tokens of one sequence at positions
+ * pos0.. (a verification of k = n - 1 proposals), every row wanting its
+ * token, as greedy verification runs; sec[n]: seconds per pass (n = 1 is a
+ * decode step, replayed as a graph).  The passes rewrite the same
+ * positions, so the context is the same for every n.
+ */
+#define NALAR_BENCH_VERIFY 9
+
+static int
+verify_curve(bench_run *r, nalar_seq_kv *seq, int32_t pos0,
+             double sec[NALAR_BENCH_VERIFY + 1], nalar_err *err)
+{
+    int reps = 20;
+
+    r->use_ids = r->be->forward_argmax != NULL;
+    for (int32_t n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+        double t0 = 0;
+
+        for (int i = 0; i < reps + 3; i++) {
+            if (i == 3) {
+                t0 = nalar_now_s();
+            }
+            for (int32_t j = 0; j < n; j++) {
+                r->b.tokens[j] = (int32_t) ((j * 131 + 17) % r->vocab);
+                r->b.pos[j] = pos0 + j;
+                r->b.seq[j] = seq;
+                r->b.want_logits[j] = 1;
+            }
+            if (i == reps + 2) {
+                range_push("verify-%d", n);
+            }
+            if (step(r, n, err) != 0) {
+                r->use_ids = 0;
+                return -1;
+            }
+            if (i == reps + 2) {
+                nvtxRangePop();
+            }
+        }
+        sec[n] = (nalar_now_s() - t0) / reps;
+        progress("verify pass of %d tokens of one sequence: %.3f ms, %.2fx "
+                 "one token", n, sec[n] * 1e3, sec[n] / sec[1]);
+    }
+    r->use_ids = 0;
+    return 0;
+}
+
+
+/*
  * Greedy decode steps of B sequences, seqs[0..B), from position pos0:
  * `warm` untimed steps (the first feeds first[s], each later one the last
  * step's greedy tokens), then `timed` ones.  Twice over the same
@@ -405,9 +460,9 @@ timed_decode(bench_run *r, nalar_seq_kv *seqs, int32_t B,
 int
 nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
 {
-    static const int32_t dflt_batches[3] = { 8, 32, 128 };
+    static const int32_t dflt_batches[4] = { 8, 16, 32, 128 };
     const int32_t *batches = o->n_batches > 0 ? o->batches : dflt_batches;
-    int32_t        n_batches = o->n_batches > 0 ? o->n_batches : 3;
+    int32_t        n_batches = o->n_batches > 0 ? o->n_batches : 4;
     int32_t        P = o->prefill > 0 ? o->prefill : 2048;
     int32_t        N = o->n_decode > 0 ? o->n_decode : 64;
     int32_t        actx = o->attn_ctx > 0 ? o->attn_ctx : 8192;
@@ -422,6 +477,9 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     int32_t        att_splits = 0;
     double         bat_tps[16], bat_logits_tps[16] = { 0 };
     double         dec_logits_tps = 0;
+    double         ver[NALAR_BENCH_VERIFY + 1] = { 0 };
+    int32_t        dec_launch = -1, bat_launch[16];
+    int32_t        rows;
     int64_t        wbytes;
     int            rc = -1;
     const char    *name;
@@ -489,9 +547,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     r.b.seq = (nalar_seq_kv **) calloc((size_t) cap_tok,
                                        sizeof(nalar_seq_kv *));
     r.b.want_logits = (int8_t *) calloc((size_t) cap_tok, 1);
-    r.logits = (float *) malloc((size_t) max_b * cfg.n_vocab
+    /* logit rows: the widest batch, or a verification pass */
+    rows = max_b > NALAR_BENCH_VERIFY ? max_b : NALAR_BENCH_VERIFY;
+    r.logits = (float *) malloc((size_t) rows * cfg.n_vocab
                                 * sizeof(float));
-    r.ids = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
+    r.ids = (int32_t *) malloc((size_t) rows * sizeof(int32_t));
     seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
     first = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
     if (r.b.tokens == NULL || r.b.pos == NULL || r.b.seq == NULL
@@ -537,6 +597,12 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         }
         dec_tps = tps[0];
         dec_logits_tps = tps[1];
+        dec_launch = nalar_cuda_graph_kernels(r.be, 1);
+        progress("decode batch 1: %d kernel launches a step", dec_launch);
+    }
+    /* the verify curve, over the positions the decode steps just wrote */
+    if (verify_curve(&r, &seqs[0], P, ver, err) != 0) {
+        goto out;
     }
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
@@ -587,6 +653,9 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             }
             bat_tps[k] = tps[0];
             bat_logits_tps[k] = tps[1];
+            bat_launch[k] = nalar_cuda_graph_kernels(r.be, B);
+            progress("decode batch %d: %d kernel launches a step", B,
+                     bat_launch[k]);
         }
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
@@ -643,6 +712,14 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%s\"%d\": %.1f", k ? ", " : "", batches[k],
                    bat_logits_tps[k]);
         }
+        printf("}, \"launches_per_step\": {\"1\": %d", dec_launch);
+        for (int k = 0; k < n_batches; k++) {
+            printf(", \"%d\": %d", batches[k], bat_launch[k]);
+        }
+        printf("}, \"verify_ratio\": {");
+        for (int n = 2; n <= NALAR_BENCH_VERIFY; n++) {
+            printf("%s\"%d\": %.3f", n > 2 ? ", " : "", n, ver[n] / ver[1]);
+        }
         printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
                "\"attn_bw_fraction\": %.3f, \"weight_bytes\": %lld}\n",
                actx, att_us, att_gbs, att_gbs / bw, (long long) wbytes);
@@ -677,6 +754,23 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                 printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what,
                        bat_logits_tps[k], bat_logits_tps[k] / dec_logits_tps);
             }
+        }
+        printf("%-34s %10d       %.1f per token\n",
+               "launches per step, batch 1", dec_launch, (double) dec_launch);
+        for (int k = 0; k < n_batches; k++) {
+            char what[64];
+
+            snprintf(what, sizeof(what), "launches per step, batch %d",
+                     batches[k]);
+            printf("%-34s %10d       %.2f per token\n", what, bat_launch[k],
+                   (double) bat_launch[k] / batches[k]);
+        }
+        for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+            char what[64];
+
+            snprintf(what, sizeof(what), "verify pass, k+1 = %d", n);
+            printf("%-34s %10.3f ms     %.3fx one token\n", what,
+                   ver[n] * 1e3, ver[n] / ver[1]);
         }
         {
             char what[64];
