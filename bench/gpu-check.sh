@@ -97,9 +97,14 @@ if [ "$status_bench" = ok ]; then
         /^decode batch 8 /    { b8 = $4 }
         /^decode batch 16 /   { b16 = $4 }
         /^decode batch 128 /  { b128 = $4 }
-        /^paged attention/    { for (i = 1; i <= NF; i++) if ($i ~ /%$/) att = $i + 0 }
+        /^paged attention, ctx [0-9]+ / { for (i = 1; i <= NF; i++) if ($i ~ /%$/) att = $i + 0 }
+        /^paged attention, ctx [0-9]+, BF16 KV/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) att16 = $i + 0 }
         /^launches per step, batch 1 / { l1 = $6 }
         /^verify pass, k\+1 = [0-9]+ / { v[$5] = $8 + 0 }
+        /^verify pass, k\+1 = [0-9]+, mma/ { vm[$5 + 0] = $9 + 0 }
+        /^decode batch 1, mma/  { m1 = $5 }
+        /^decode batch 8, mma/  { m8 = $5 }
+        /^decode batch 16, mma/ { m16 = $5 }
         function goal(what, val, unit, want, ok) {
             if (val == "")
                 printf "%-34s not measured\n", what
@@ -117,7 +122,16 @@ if [ "$status_bench" = ok ]; then
             goal("goal: 16 streams", r16, "x batch 1", ">= 13x", r16 != "" && r16 >= 13)
             goal("goal: 128 streams", r128, "x batch 1", ">= 20x", r128 != "" && r128 >= 20)
             goal("goal: verify pass of 8 tokens", v8, "x one token", "<= 1.15x", v8 != "" && v8 <= 1.15)
+            q8 = (m1 > 0 && m8 != "") ? m8 / m1 : ""
+            q16 = (m1 > 0 && m16 != "") ? m16 / m1 : ""
+            w8 = (8 in vm) ? vm[8] : ""
+            goal("goal: 8 streams, mma", q8, "x batch 1", ">= 7x", q8 != "" && q8 >= 7)
+            goal("goal: 16 streams, mma", q16, "x batch 1", ">= 13x", q16 != "" && q16 >= 13)
+            goal("goal: verify pass of 8 tokens, mma", w8, "x one token", "<= 1.15x", w8 != "" && w8 <= 1.15)
+            if (m1 != "" && b1 > 0)
+                printf "%-34s %6.2fx batch 1 on the GEMV\n", "mma: decode batch 1", m1 / b1
             goal("goal: paged attention 8k", att, "% of copy bandwidth", ">= 80%", att >= 80)
+            goal("goal: paged attention 8k, BF16 KV", att16, "% of copy bandwidth", ">= 80%", att16 != "" && att16 >= 80)
             if (l1 != "")
                 printf "%-34s %d kernel launches per token\n", "batch-1 decode step", l1
             if (2 in v) {

@@ -26,7 +26,8 @@
 #   BACKEND=cpu SMALL=1 sh bench/gpu-serve.sh   (CPU backend, small models)
 #
 # Knobs: BACKEND cuda|cpu; SMALL=1 small models and short runs; DUR seconds
-# per run; REPS alternations; STREAMS the concurrency levels; BUILD=0 uses
+# per run; REPS alternations; STREAMS the concurrency levels; KV_DTYPE=bf16
+# a BF16 KV cache (nalar_kv_cache ... dtype=bf16); BUILD=0 uses
 # what is built; PORT; LOG the directory for logs and models; BUDGET
 # seconds after which later phases are skipped (and say so); NALAR_NGINX.
 set -u
@@ -161,7 +162,7 @@ http {
     nalar_backend           $BACKEND;
     nalar_model             m $TGT draft=$DRAFT;
     nalar_threads           $THREADS;
-    nalar_kv_cache          $KV;
+    nalar_kv_cache          $KV${KV_DTYPE:+ dtype=$KV_DTYPE};
     nalar_max_batch_tokens  $BATCH_TOKENS;
     nalar_max_running       256;
     nalar_max_queue         4096;
@@ -298,7 +299,8 @@ for c in 1 32; do
     run overhead-http http --port "$PORT" -c $c -d "$DUR" -n "$NTOK" \
         -p "$PROMPT"
     run overhead-engine engine -m "$TGT" --backend "$BACKEND" -t "$THREADS" \
-        --kv "$(kvbytes "$KV")" --batch-tokens $BATCH_TOKENS -c $c \
+        --kv "$(kvbytes "$KV")" ${KV_DTYPE:+--kv-dtype $KV_DTYPE} \
+        --batch-tokens $BATCH_TOKENS -c $c \
         -d "$DUR" -n "$NTOK" -p "$PROMPT"
 done
 healthy

@@ -5,7 +5,8 @@
  *                      [-p PROMPT_TOKENS] [--logprobs] [--interfere LEN]
  *                      [--shared N] [--path /v1]
  *   nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]
- *                      [--backend cpu|cuda] [--kv BYTES] (same load)
+ *                      [--backend cpu|cuda] [--kv BYTES]
+ *                      [--kv-dtype f32|bf16] (same load)
  *   nginx_load idle    --port P --pid WORKER [-c 2000] [--step 250]
  *   nginx_load predict --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
  *                      [--alter PCT] [--reps R] [--path /v1]
@@ -1275,7 +1276,8 @@ stats_free(load_stats *st)
 
 static int
 run_engine(const char *model, int threads, int batch_tokens,
-           const char *backend, int64_t kv, const load_opts *o_in)
+           const char *backend, int64_t kv, int kv_bf16,
+           const load_opts *o_in)
 {
     nalar_engine_opts eo;
     nalar_engine     *e;
@@ -1290,6 +1292,7 @@ run_engine(const char *model, int threads, int batch_tokens,
     eo.n_threads = threads;
     eo.backend = backend;
     eo.kv_bytes = kv;                       /* as the nginx config's */
+    eo.kv_type = kv_bf16 ? GGML_BF16 : GGML_F32;
     eo.max_batch_tokens = batch_tokens;
     eo.max_queue = 4096;
     eo.prefix_cache = 0;
@@ -1352,7 +1355,8 @@ usage(void)
         "                     [--path /v1]\n"
         "  nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]"
         " [--backend cpu|cuda]\n"
-        "                     [--kv BYTES] (load options as http)\n"
+        "                     [--kv BYTES] [--kv-dtype f32|bf16]"
+        " (load options as http)\n"
         "  nginx_load idle    --port P --pid WORKER [-c 2000] [--step 250]"
         " [-n TOKENS] [-p PROMPT]\n"
         "  nginx_load predict --port P [--alter PCT] [--reps R]"
@@ -1370,6 +1374,7 @@ main(int argc, char **argv)
     int         port = 0, pid = 0, step = 250, threads = 2, batch = 512,
                 alter = 10, reps = 3;
     int64_t     kv = 64ll << 20;
+    int         kv_bf16 = 0;
 
     if (argc < 2) {
         usage();
@@ -1407,6 +1412,7 @@ main(int argc, char **argv)
         else if (strcmp(a, "--reps") == 0) reps = atoi(v);
         else if (strcmp(a, "--backend") == 0) backend = v;
         else if (strcmp(a, "--kv") == 0) kv = atoll(v);
+        else if (strcmp(a, "--kv-dtype") == 0) kv_bf16 = strcmp(v, "bf16") == 0;
         else usage();
     }
     if (o.streams < 1 || o.max_tokens < 1 || o.prompt_tokens < 1
@@ -1427,7 +1433,7 @@ main(int argc, char **argv)
         return run_idle(port, pid, &o, step);
     }
     if (strcmp(mode, "engine") == 0 && model != NULL) {
-        return run_engine(model, threads, batch, backend, kv, &o);
+        return run_engine(model, threads, batch, backend, kv, kv_bf16, &o);
     }
     usage();
     return 2;

@@ -617,6 +617,22 @@ graph_kernel_nodes(cudaGraph_t g)
 }
 
 
+void
+nalar_cuda_backend_gemv_mma(nalar_backend *b, int on)
+{
+    cuda_backend *be = (cuda_backend *) b->impl;
+
+    if (be->c.gemv_mma != (on != 0)) {
+        cudaSetDevice(be->c.device);
+        if (be->c.stream != NULL) {
+            cudaStreamSynchronize(be->c.stream);
+        }
+        drop_graphs(be);
+        be->c.gemv_mma = on != 0;
+    }
+}
+
+
 int32_t
 nalar_cuda_graph_kernels(const nalar_backend *b, int32_t n_tokens)
 {
@@ -818,12 +834,17 @@ static int
 cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 {
     cuda_backend *be = (cuda_backend *) b->impl;
+    int           bf16 = b->kv_type == GGML_BF16;
     size_t        bytes = (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK
-                          * p->kv_dim * sizeof(float);
+                          * p->kv_dim * (bf16 ? 2 : sizeof(float));
     cudaError_t   e;
 
     if (be->pool != NULL) {
         return nalar_fail(err, "cuda backend: already holds a KV pool");
+    }
+    if (b->kv_type != GGML_F32 && !bf16) {
+        return nalar_fail(err, "cuda backend: KV cache type %d (F32 or "
+                          "BF16)", (int) b->kv_type);
     }
     if (p->n_layers != be->m->cfg.n_layers || p->kv_dim != be->kv_dim
         || p->n_blocks < 1)
@@ -854,6 +875,8 @@ cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
     be->kv.n_blocks = p->n_blocks;
     be->kv.n_layers = p->n_layers;
     be->kv.kv_dim = p->kv_dim;
+    be->kv.bf16 = bf16;
+    p->elem_bytes = bf16 ? 2 : (int32_t) sizeof(float);
     p->copy = cuda_kv_copy;
     p->copy_ctx = be;
     drop_graphs(be);

@@ -36,6 +36,7 @@
 
 #include "attention.cuh"
 #include "common.cuh"
+#include "gemv_mma.cuh"
 #include "kv.cuh"
 #include "matmul.cuh"
 
@@ -99,11 +100,11 @@ copy_bandwidth(int device, double *gbs, nalar_err *err)
 
 /* The decode attention kernel alone: one token at ctx positions, one
  * layer, the model's heads, in `want` splits (0: as many as the engine
- * would use, returned in *used), prefetching or not (pf; -1: the default);
- * returns bytes of K/V read per second. */
+ * would use, returned in *used), prefetching or not (pf; -1: the default),
+ * K/V in F32 or (bf16) BF16; returns bytes of K/V read per second. */
 static int
 attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
-                    int32_t want, int pf, double *gbs, double *us,
+                    int32_t want, int pf, int bf16, double *gbs, double *us,
                     int32_t *used, nalar_err *err)
 {
     nalar_cuda_ctx c;
@@ -116,8 +117,9 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
     int32_t       *d = NULL;
     float         *q = NULL, *out = NULL, *part = NULL;
     int32_t        splits;
+    size_t         elem = bf16 ? 2 : sizeof(float);
     size_t         bytes = (size_t) n_blocks * NALAR_KV_BLOCK * kv_dim
-                           * sizeof(float);
+                           * elem;
     cudaEvent_t    e0, e1;
     float          ms = 0;
     int            rc = -1, reps = 50;
@@ -169,6 +171,7 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
     kv.n_blocks = n_blocks;
     kv.n_layers = 1;
     kv.kv_dim = kv_dim;
+    kv.bf16 = bf16;
     if (cudaMemset(kv.k, 0, bytes) != cudaSuccess
         || cudaMemset(kv.v, 0, bytes) != cudaSuccess
         || cudaMemset(q, 0, (size_t) qd * 4) != cudaSuccess
@@ -185,7 +188,7 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
             goto done;
         }
         if (i == reps + 4) {
-            range_push("attn-%d", ctx);
+            range_push(bf16 ? "attn-%d-bf16" : "attn-%d", ctx);
         }
         if (nalar_cuda_attn_decode(&c, out, qd, q, qd, &kv, 0, d, d + 1,
                                    d + 2, 1, cfg->n_heads, cfg->n_kv_heads,
@@ -206,7 +209,7 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
         goto done;
     }
     *us = ms * 1e3 / reps;
-    *gbs = 2.0 * (double) ctx * kv_dim * sizeof(float) / (*us * 1e-6) / 1e9;
+    *gbs = 2.0 * (double) ctx * kv_dim * elem / (*us * 1e-6) / 1e9;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     rc = 0;
@@ -258,11 +261,11 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
     W.rows = rows;
     W.cols = cols;
     if (cudaMalloc(&W.data, (size_t) rows * cols * 2) != cudaSuccess
-        || cudaMalloc((void **) &x, (size_t) 8 * cols * 4) != cudaSuccess
-        || cudaMalloc((void **) &y, (size_t) 8 * rows * 4) != cudaSuccess
+        || cudaMalloc((void **) &x, (size_t) 16 * cols * 4) != cudaSuccess
+        || cudaMalloc((void **) &y, (size_t) 16 * rows * 4) != cudaSuccess
         || cudaEventCreate(&e0) != cudaSuccess
         || cudaEventCreate(&e1) != cudaSuccess
-        || cudaMemset(x, 0, (size_t) 8 * cols * 4) != cudaSuccess)
+        || cudaMemset(x, 0, (size_t) 16 * cols * 4) != cudaSuccess)
     {
         nalar_fail(err, "bench: no device memory for the GEMV sweep");
         goto done;
@@ -302,6 +305,38 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
                      : R == 2 ? "2 rows/warp" : "4 rows/warp",
                      ms * 1e3 / reps,
                      (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9);
+        }
+    }
+    /* the tensor-core kernel: 1..16 tokens reading each weight once */
+    {
+        double one = 0;
+
+        for (int nt = 1; nt <= 16; nt *= 2) {
+            float ms = 0;
+
+            for (int i = 0; i < reps + 3; i++) {
+                if (i == 3 && cudaEventRecord(e0, c.stream) != cudaSuccess) {
+                    goto done;
+                }
+                if (nalar_cuda_gemv_mma(&c, &W, x, cols, nt, y, rows, 0,
+                                        err) != 0)
+                {
+                    goto done;
+                }
+            }
+            if (cudaEventRecord(e1, c.stream) != cudaSuccess
+                || cudaEventSynchronize(e1) != cudaSuccess
+                || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+            {
+                nalar_fail(err, "bench: MMA sweep failed");
+                goto done;
+            }
+            one = nt == 1 ? ms : one;
+            progress("  mma %lldx%lld, %d tokens: %.1f us, %.1f GB/s of "
+                     "weights, %.2fx 1 token", (long long) rows,
+                     (long long) cols, nt, ms * 1e3 / reps,
+                     (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9,
+                     ms / one);
         }
     }
     rc = 0;
@@ -474,10 +509,13 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     int32_t       *first = NULL;     /* (max_b) the first step's tokens */
     double         bw = 0, prefill_tps = 0, dec_tps = 0, att_gbs = 0;
     double         att_us = 0, t0, kv_tok, dec_gbs;
-    int32_t        att_splits = 0;
+    double         att16_gbs = 0, att16_us = 0;
+    int32_t        att_splits = 0, att16_splits = 0;
     double         bat_tps[16], bat_logits_tps[16] = { 0 };
     double         dec_logits_tps = 0;
     double         ver[NALAR_BENCH_VERIFY + 1] = { 0 };
+    double         ver_mma[NALAR_BENCH_VERIFY + 1] = { 0 };
+    double         dec_mma_tps = 0, bat_mma_tps[16] = { 0 };
     int32_t        dec_launch = -1, bat_launch[16];
     int32_t        rows;
     int64_t        wbytes;
@@ -604,6 +642,19 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     if (verify_curve(&r, &seqs[0], P, ver, err) != 0) {
         goto out;
     }
+    /* the same with BF16 projections of 1..16 tokens on tensor cores */
+    if (o->type == 0 || o->type == GGML_BF16) {
+        double tps[2] = { 0, 0 };
+
+        nalar_cuda_backend_gemv_mma(r.be, 1);
+        if (timed_decode(&r, seqs, 1, first, P, 8, N, tps, err) != 0
+            || verify_curve(&r, &seqs[0], P, ver_mma, err) != 0)
+        {
+            goto out;
+        }
+        dec_mma_tps = tps[0];
+        nalar_cuda_backend_gemv_mma(r.be, 0);
+    }
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
     kv_tok = 2.0 * (P + 8 + N / 2) * cfg.n_kv_heads * cfg.head_dim
@@ -656,19 +707,36 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             bat_launch[k] = nalar_cuda_graph_kernels(r.be, B);
             progress("decode batch %d: %d kernel launches a step", B,
                      bat_launch[k]);
+            if (dec_mma_tps > 0 && B <= NALAR_CUDA_MMA_MAX) {
+                nalar_cuda_backend_gemv_mma(r.be, 1);
+                if (timed_decode(&r, seqs, B, first, ctx_b, 4, steps, tps,
+                                 err) != 0)
+                {
+                    goto out;
+                }
+                bat_mma_tps[k] = tps[0];
+                nalar_cuda_backend_gemv_mma(r.be, 0);
+            }
         }
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
         }
     }
 
-    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, &att_gbs, &att_us,
-                            &att_splits, err) != 0)
+    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, 0, &att_gbs,
+                            &att_us, &att_splits, err) != 0)
     {
         goto out;
     }
     progress("paged attention, ctx %d, %d splits: %.1f us, %.1f GB/s", actx,
              att_splits, att_us, att_gbs);
+    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, 1, &att16_gbs,
+                            &att16_us, &att16_splits, err) != 0)
+    {
+        goto out;
+    }
+    progress("paged attention, ctx %d, BF16 KV, %d splits: %.1f us, %.1f "
+             "GB/s", actx, att16_splits, att16_us, att16_gbs);
     if (o->synthetic != NULL
         && (gemv_sweep(o->device, 2 * (int64_t) cfg.ffn_dim, cfg.dim, err)
             != 0
@@ -687,8 +755,8 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         double  g, u;
 
         for (size_t k = 0; k < sizeof(sweep) / sizeof(sweep[0]); k++) {
-            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], pf, &g,
-                                    &u, &used, err) != 0)
+            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], pf, 0,
+                                    &g, &u, &used, err) != 0)
             {
                 goto out;
             }
@@ -721,8 +789,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%s\"%d\": %.3f", n > 2 ? ", " : "", n, ver[n] / ver[1]);
         }
         printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
-               "\"attn_bw_fraction\": %.3f, \"weight_bytes\": %lld}\n",
-               actx, att_us, att_gbs, att_gbs / bw, (long long) wbytes);
+               "\"attn_bw_fraction\": %.3f, \"attn_bf16_us\": %.1f, "
+               "\"attn_bf16_gbs\": %.1f, \"attn_bf16_bw_fraction\": %.3f, "
+               "\"weight_bytes\": %lld}\n",
+               actx, att_us, att_gbs, att_gbs / bw, att16_us, att16_gbs,
+               att16_gbs / bw, (long long) wbytes);
     } else {
         printf("model %s: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
                "%.2f GB of weights read per token\n", name, cfg.dim,
@@ -772,6 +843,31 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%-34s %10.3f ms     %.3fx one token\n", what,
                    ver[n] * 1e3, ver[n] / ver[1]);
         }
+        /* BF16 projections on tensor cores (gemv_mma.cu) */
+        if (dec_mma_tps > 0) {
+            printf("%-34s %10.2f tok/s  %.2fx the GEMV's\n",
+                   "decode batch 1, mma", dec_mma_tps,
+                   dec_mma_tps / dec_tps);
+            for (int k = 0; k < n_batches; k++) {
+                char what[64];
+
+                if (bat_mma_tps[k] <= 0) {
+                    continue;
+                }
+                snprintf(what, sizeof(what), "decode batch %d, mma",
+                         batches[k]);
+                printf("%-34s %10.1f tok/s  %.1fx batch 1 (mma)\n", what,
+                       bat_mma_tps[k], bat_mma_tps[k] / dec_mma_tps);
+            }
+            for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+                char what[64];
+
+                snprintf(what, sizeof(what), "verify pass, k+1 = %d, mma",
+                         n);
+                printf("%-34s %10.3f ms     %.3fx one token\n", what,
+                       ver_mma[n] * 1e3, ver_mma[n] / ver_mma[1]);
+            }
+        }
         {
             char what[64];
 
@@ -779,6 +875,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
                    "copy bandwidth\n", what, att_gbs, att_us, att_splits,
                    100.0 * att_gbs / bw);
+            snprintf(what, sizeof(what), "paged attention, ctx %d, BF16 KV",
+                     actx);
+            printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
+                   "copy bandwidth\n", what, att16_gbs, att16_us,
+                   att16_splits, 100.0 * att16_gbs / bw);
         }
     }
     rc = 0;
