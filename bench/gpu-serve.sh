@@ -116,7 +116,8 @@ if [ "$BUILD" = 1 ]; then
         die "the build"
     fi
 fi
-make -s -f bench/bench.mk "$LOAD" >>"$LOG/build.log" 2>&1 \
+make -s -f bench/bench.mk "build/bench/$(basename "$LOAD")" \
+        >>"$LOG/build.log" 2>&1 \
     || { tail -n 20 "$LOG/build.log"; die "the load client"; }
 [ -f build/module/ngx_nalar_module.so ] || die "the module was not built"
 command -v curl >/dev/null || die "curl is needed"
