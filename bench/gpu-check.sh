@@ -59,7 +59,7 @@ else
 fi
 
 say "op checks and greedy equality"
-if timeout 150 $lines ./build/nalar-cuda-check --require-gpu \
+if timeout 200 $lines ./build/nalar-cuda-check --require-gpu \
         >"$log/check.log" 2>&1
 then
     status_check=ok
