@@ -38,6 +38,8 @@ static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -104,10 +106,10 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NULL },
 
     { ngx_string("nalar_kv_cache"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_off_slot,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_nalar_kv_cache,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_nalar_main_conf_t, kv_cache),
+      0,
       NULL },
 
     { ngx_string("nalar_max_batch_tokens"),
@@ -423,6 +425,14 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 #endif
 
+    if (ngx_strcmp(nmcf->backend.data, "cpu") == 0 && nmcf->kv_bf16) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_kv_cache dtype=bf16\" needs "
+                           "\"nalar_backend cuda\": the CPU backend keeps "
+                           "its KV cache in F32");
+        return NGX_CONF_ERROR;
+    }
+
     if (ngx_strcmp(nmcf->backend.data, "cpu") == 0
         && (nmcf->device != NGX_CONF_UNSET || nmcf->gpu_memory > 0))
     {
@@ -442,6 +452,10 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
 
         if (ngx_strcmp(nmcf->backend.data, "cuda") == 0) {
             block += model[i].draft_kv_block;
+        }
+
+        if (nmcf->kv_bf16) {
+            block /= 2;                 /* 16-bit elements */
         }
 
         if (nmcf->kv_cache > 0 && nmcf->kv_cache < block) {
@@ -667,6 +681,79 @@ ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     nlcf->chat_style = (ngx_uint_t) style;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * nalar_kv_cache [SIZE] [dtype=f32|bf16];
+ * The KV pool's size (a cap on a GPU), and the type its K and V are kept
+ * in: f32 (the default) or bf16 (GPU backends: half the bytes per
+ * position, so paged attention reads half as much).
+ */
+
+static char *
+ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    off_t        size;
+    ngx_str_t   *value;
+    ngx_uint_t   i, have_size, have_dtype;
+
+    if (nmcf->kv_cache != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    have_size = 0;
+    have_dtype = 0;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (value[i].len > 6
+            && ngx_strncmp(value[i].data, "dtype=", 6) == 0
+            && !have_dtype)
+        {
+            have_dtype = 1;
+
+            if (value[i].len == 9
+                && ngx_strncmp(value[i].data + 6, "f32", 3) == 0)
+            {
+                nmcf->kv_bf16 = 0;
+                continue;
+            }
+
+            if (value[i].len == 10
+                && ngx_strncmp(value[i].data + 6, "bf16", 4) == 0)
+            {
+                nmcf->kv_bf16 = 1;
+                continue;
+            }
+
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid KV cache type \"%V\": \"dtype=f32\" "
+                               "or \"dtype=bf16\" expected", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        size = ngx_parse_offset(&value[i]);
+
+        if (have_size || size == NGX_ERROR) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\": a size and "
+                               "\"dtype=f32|bf16\" expected", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        have_size = 1;
+        nmcf->kv_cache = size;
+    }
+
+    if (!have_size) {
+        nmcf->kv_cache = 0;
+    }
 
     return NGX_CONF_OK;
 }
@@ -1066,6 +1153,7 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         opts.gpu_memory = nmcf->gpu_memory;
         opts.n_threads = (int) nmcf->threads;
         opts.kv_bytes = (int64_t) nmcf->kv_cache;
+        opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
         opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
         opts.max_queue = (int32_t) nmcf->max_queue;
         opts.max_running = (int32_t) nmcf->max_running;

@@ -91,6 +91,7 @@ typedef struct {
                                                every nalar_shared_prefix */
     ngx_int_t                  threads;
     off_t                      kv_cache;
+    ngx_uint_t                 kv_bf16;     /* nalar_kv_cache dtype=bf16 */
     ngx_int_t                  max_batch_tokens;
     ngx_int_t                  max_queue;
     ngx_int_t                  max_running;

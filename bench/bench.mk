@@ -10,3 +10,17 @@ LDLIBS  = -lcrypto -ljansson -lm -pthread
 build/bench/nginx_load: bench/nginx_load.c build/libnalar.a $(wildcard src/*.h)
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) bench/nginx_load.c build/libnalar.a -o $@ $(LDLIBS)
+
+# The same client linked with the CUDA backend (a build with NALAR_CUDA):
+# its engine mode can run --backend cuda (bench/gpu-serve.sh).
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) \
+                         $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+
+build/bench/nginx_load_cuda: bench/nginx_load.c build/libnalar.a \
+                             build/libnalar_cuda.a $(wildcard src/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) bench/nginx_load.c -Wl,-u,nalar_cuda_backend_create \
+	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) \
+	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	    -lcublas -lcudart -lstdc++ -ldl -lrt

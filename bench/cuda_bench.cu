@@ -7,6 +7,12 @@
  *   decode, batch 1       continuing that prompt; the achieved bandwidth is
  *                         (weight bytes + KV bytes read) per token x tokens/s
  *   decode, batch B       B sequences of 128 tokens stepping together
+ *   launches per step     kernel nodes of the captured graph of each
+ *                         decode step measured (one launch each)
+ *   verify curve          passes of k + 1 = 2..9 tokens of one sequence
+ *                         (speculative verification: every row's greedy
+ *                         token), as a ratio to a 1-token decode step at
+ *                         the same position
  *   paged attention       the decode kernel alone on one layer at attn_ctx
  *                         positions (shuffled blocks, one token, all heads)
  *
@@ -30,6 +36,7 @@
 
 #include "attention.cuh"
 #include "common.cuh"
+#include "gemv_mma.cuh"
 #include "kv.cuh"
 #include "matmul.cuh"
 
@@ -93,11 +100,11 @@ copy_bandwidth(int device, double *gbs, nalar_err *err)
 
 /* The decode attention kernel alone: one token at ctx positions, one
  * layer, the model's heads, in `want` splits (0: as many as the engine
- * would use, returned in *used), prefetching or not (pf; -1: the default);
- * returns bytes of K/V read per second. */
+ * would use, returned in *used), prefetching or not (pf; -1: the default),
+ * K/V in F32 or (bf16) BF16; returns bytes of K/V read per second. */
 static int
 attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
-                    int32_t want, int pf, double *gbs, double *us,
+                    int32_t want, int pf, int bf16, double *gbs, double *us,
                     int32_t *used, nalar_err *err)
 {
     nalar_cuda_ctx c;
@@ -110,8 +117,9 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
     int32_t       *d = NULL;
     float         *q = NULL, *out = NULL, *part = NULL;
     int32_t        splits;
+    size_t         elem = bf16 ? 2 : sizeof(float);
     size_t         bytes = (size_t) n_blocks * NALAR_KV_BLOCK * kv_dim
-                           * sizeof(float);
+                           * elem;
     cudaEvent_t    e0, e1;
     float          ms = 0;
     int            rc = -1, reps = 50;
@@ -163,6 +171,7 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
     kv.n_blocks = n_blocks;
     kv.n_layers = 1;
     kv.kv_dim = kv_dim;
+    kv.bf16 = bf16;
     if (cudaMemset(kv.k, 0, bytes) != cudaSuccess
         || cudaMemset(kv.v, 0, bytes) != cudaSuccess
         || cudaMemset(q, 0, (size_t) qd * 4) != cudaSuccess
@@ -179,7 +188,7 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
             goto done;
         }
         if (i == reps + 4) {
-            range_push("attn-%d", ctx);
+            range_push(bf16 ? "attn-%d-bf16" : "attn-%d", ctx);
         }
         if (nalar_cuda_attn_decode(&c, out, qd, q, qd, &kv, 0, d, d + 1,
                                    d + 2, 1, cfg->n_heads, cfg->n_kv_heads,
@@ -200,7 +209,7 @@ attention_bandwidth(int device, const nalar_config *cfg, int32_t ctx,
         goto done;
     }
     *us = ms * 1e3 / reps;
-    *gbs = 2.0 * (double) ctx * kv_dim * sizeof(float) / (*us * 1e-6) / 1e9;
+    *gbs = 2.0 * (double) ctx * kv_dim * elem / (*us * 1e-6) / 1e9;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     rc = 0;
@@ -252,11 +261,11 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
     W.rows = rows;
     W.cols = cols;
     if (cudaMalloc(&W.data, (size_t) rows * cols * 2) != cudaSuccess
-        || cudaMalloc((void **) &x, (size_t) 8 * cols * 4) != cudaSuccess
-        || cudaMalloc((void **) &y, (size_t) 8 * rows * 4) != cudaSuccess
+        || cudaMalloc((void **) &x, (size_t) 16 * cols * 4) != cudaSuccess
+        || cudaMalloc((void **) &y, (size_t) 16 * rows * 4) != cudaSuccess
         || cudaEventCreate(&e0) != cudaSuccess
         || cudaEventCreate(&e1) != cudaSuccess
-        || cudaMemset(x, 0, (size_t) 8 * cols * 4) != cudaSuccess)
+        || cudaMemset(x, 0, (size_t) 16 * cols * 4) != cudaSuccess)
     {
         nalar_fail(err, "bench: no device memory for the GEMV sweep");
         goto done;
@@ -296,6 +305,38 @@ gemv_sweep(int device, int64_t rows, int64_t cols, nalar_err *err)
                      : R == 2 ? "2 rows/warp" : "4 rows/warp",
                      ms * 1e3 / reps,
                      (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9);
+        }
+    }
+    /* the tensor-core kernel: 1..16 tokens reading each weight once */
+    {
+        double one = 0;
+
+        for (int nt = 1; nt <= 16; nt *= 2) {
+            float ms = 0;
+
+            for (int i = 0; i < reps + 3; i++) {
+                if (i == 3 && cudaEventRecord(e0, c.stream) != cudaSuccess) {
+                    goto done;
+                }
+                if (nalar_cuda_gemv_mma(&c, &W, x, cols, nt, y, rows, 0,
+                                        err) != 0)
+                {
+                    goto done;
+                }
+            }
+            if (cudaEventRecord(e1, c.stream) != cudaSuccess
+                || cudaEventSynchronize(e1) != cudaSuccess
+                || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+            {
+                nalar_fail(err, "bench: MMA sweep failed");
+                goto done;
+            }
+            one = nt == 1 ? ms : one;
+            progress("  mma %lldx%lld, %d tokens: %.1f us, %.1f GB/s of "
+                     "weights, %.2fx 1 token", (long long) rows,
+                     (long long) cols, nt, ms * 1e3 / reps,
+                     (double) rows * cols * 2 / (ms * 1e-3 / reps) / 1e9,
+                     ms / one);
         }
     }
     rc = 0;
@@ -346,6 +387,55 @@ next_token(const bench_run *r, int32_t i)
     return r->use_ids ? r->ids[i]
                       : nalar_argmax(r->logits + (size_t) i * r->vocab,
                                    r->vocab);
+}
+
+
+/*
+ * Passes of n = 1..NALAR_BENCH_VERIFY tokens of one sequence at positions
+ * pos0.. (a verification of k = n - 1 proposals), every row wanting its
+ * token, as greedy verification runs; sec[n]: seconds per pass (n = 1 is a
+ * decode step, replayed as a graph).  The passes rewrite the same
+ * positions, so the context is the same for every n.
+ */
+#define NALAR_BENCH_VERIFY 9
+
+static int
+verify_curve(bench_run *r, nalar_seq_kv *seq, int32_t pos0,
+             double sec[NALAR_BENCH_VERIFY + 1], nalar_err *err)
+{
+    int reps = 20;
+
+    r->use_ids = r->be->forward_argmax != NULL;
+    for (int32_t n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+        double t0 = 0;
+
+        for (int i = 0; i < reps + 3; i++) {
+            if (i == 3) {
+                t0 = nalar_now_s();
+            }
+            for (int32_t j = 0; j < n; j++) {
+                r->b.tokens[j] = (int32_t) ((j * 131 + 17) % r->vocab);
+                r->b.pos[j] = pos0 + j;
+                r->b.seq[j] = seq;
+                r->b.want_logits[j] = 1;
+            }
+            if (i == reps + 2) {
+                range_push("verify-%d", n);
+            }
+            if (step(r, n, err) != 0) {
+                r->use_ids = 0;
+                return -1;
+            }
+            if (i == reps + 2) {
+                nvtxRangePop();
+            }
+        }
+        sec[n] = (nalar_now_s() - t0) / reps;
+        progress("verify pass of %d tokens of one sequence: %.3f ms, %.2fx "
+                 "one token", n, sec[n] * 1e3, sec[n] / sec[1]);
+    }
+    r->use_ids = 0;
+    return 0;
 }
 
 
@@ -405,9 +495,9 @@ timed_decode(bench_run *r, nalar_seq_kv *seqs, int32_t B,
 int
 nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
 {
-    static const int32_t dflt_batches[3] = { 8, 32, 128 };
+    static const int32_t dflt_batches[4] = { 8, 16, 32, 128 };
     const int32_t *batches = o->n_batches > 0 ? o->batches : dflt_batches;
-    int32_t        n_batches = o->n_batches > 0 ? o->n_batches : 3;
+    int32_t        n_batches = o->n_batches > 0 ? o->n_batches : 4;
     int32_t        P = o->prefill > 0 ? o->prefill : 2048;
     int32_t        N = o->n_decode > 0 ? o->n_decode : 64;
     int32_t        actx = o->attn_ctx > 0 ? o->attn_ctx : 8192;
@@ -419,9 +509,15 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     int32_t       *first = NULL;     /* (max_b) the first step's tokens */
     double         bw = 0, prefill_tps = 0, dec_tps = 0, att_gbs = 0;
     double         att_us = 0, t0, kv_tok, dec_gbs;
-    int32_t        att_splits = 0;
+    double         att16_gbs = 0, att16_us = 0;
+    int32_t        att_splits = 0, att16_splits = 0;
     double         bat_tps[16], bat_logits_tps[16] = { 0 };
     double         dec_logits_tps = 0;
+    double         ver[NALAR_BENCH_VERIFY + 1] = { 0 };
+    double         ver_mma[NALAR_BENCH_VERIFY + 1] = { 0 };
+    double         dec_mma_tps = 0, bat_mma_tps[16] = { 0 };
+    int32_t        dec_launch = -1, bat_launch[16];
+    int32_t        rows;
     int64_t        wbytes;
     int            rc = -1;
     const char    *name;
@@ -489,9 +585,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
     r.b.seq = (nalar_seq_kv **) calloc((size_t) cap_tok,
                                        sizeof(nalar_seq_kv *));
     r.b.want_logits = (int8_t *) calloc((size_t) cap_tok, 1);
-    r.logits = (float *) malloc((size_t) max_b * cfg.n_vocab
+    /* logit rows: the widest batch, or a verification pass */
+    rows = max_b > NALAR_BENCH_VERIFY ? max_b : NALAR_BENCH_VERIFY;
+    r.logits = (float *) malloc((size_t) rows * cfg.n_vocab
                                 * sizeof(float));
-    r.ids = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
+    r.ids = (int32_t *) malloc((size_t) rows * sizeof(int32_t));
     seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
     first = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
     if (r.b.tokens == NULL || r.b.pos == NULL || r.b.seq == NULL
@@ -537,6 +635,25 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         }
         dec_tps = tps[0];
         dec_logits_tps = tps[1];
+        dec_launch = nalar_cuda_graph_kernels(r.be, 1);
+        progress("decode batch 1: %d kernel launches a step", dec_launch);
+    }
+    /* the verify curve, over the positions the decode steps just wrote */
+    if (verify_curve(&r, &seqs[0], P, ver, err) != 0) {
+        goto out;
+    }
+    /* the same with BF16 projections of 1..16 tokens on tensor cores */
+    if (o->type == 0 || o->type == GGML_BF16) {
+        double tps[2] = { 0, 0 };
+
+        nalar_cuda_backend_gemv_mma(r.be, 1);
+        if (timed_decode(&r, seqs, 1, first, P, 8, N, tps, err) != 0
+            || verify_curve(&r, &seqs[0], P, ver_mma, err) != 0)
+        {
+            goto out;
+        }
+        dec_mma_tps = tps[0];
+        nalar_cuda_backend_gemv_mma(r.be, 0);
     }
     nalar_seq_kv_release(&r.kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
@@ -587,19 +704,39 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             }
             bat_tps[k] = tps[0];
             bat_logits_tps[k] = tps[1];
+            bat_launch[k] = nalar_cuda_graph_kernels(r.be, B);
+            progress("decode batch %d: %d kernel launches a step", B,
+                     bat_launch[k]);
+            if (dec_mma_tps > 0 && B <= NALAR_CUDA_MMA_MAX) {
+                nalar_cuda_backend_gemv_mma(r.be, 1);
+                if (timed_decode(&r, seqs, B, first, ctx_b, 4, steps, tps,
+                                 err) != 0)
+                {
+                    goto out;
+                }
+                bat_mma_tps[k] = tps[0];
+                nalar_cuda_backend_gemv_mma(r.be, 0);
+            }
         }
         for (int32_t s = 0; s < B; s++) {
             nalar_seq_kv_release(&r.kv, &seqs[s]);
         }
     }
 
-    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, &att_gbs, &att_us,
-                            &att_splits, err) != 0)
+    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, 0, &att_gbs,
+                            &att_us, &att_splits, err) != 0)
     {
         goto out;
     }
     progress("paged attention, ctx %d, %d splits: %.1f us, %.1f GB/s", actx,
              att_splits, att_us, att_gbs);
+    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, 1, &att16_gbs,
+                            &att16_us, &att16_splits, err) != 0)
+    {
+        goto out;
+    }
+    progress("paged attention, ctx %d, BF16 KV, %d splits: %.1f us, %.1f "
+             "GB/s", actx, att16_splits, att16_us, att16_gbs);
     if (o->synthetic != NULL
         && (gemv_sweep(o->device, 2 * (int64_t) cfg.ffn_dim, cfg.dim, err)
             != 0
@@ -618,8 +755,8 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         double  g, u;
 
         for (size_t k = 0; k < sizeof(sweep) / sizeof(sweep[0]); k++) {
-            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], pf, &g,
-                                    &u, &used, err) != 0)
+            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], pf, 0,
+                                    &g, &u, &used, err) != 0)
             {
                 goto out;
             }
@@ -643,9 +780,20 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%s\"%d\": %.1f", k ? ", " : "", batches[k],
                    bat_logits_tps[k]);
         }
+        printf("}, \"launches_per_step\": {\"1\": %d", dec_launch);
+        for (int k = 0; k < n_batches; k++) {
+            printf(", \"%d\": %d", batches[k], bat_launch[k]);
+        }
+        printf("}, \"verify_ratio\": {");
+        for (int n = 2; n <= NALAR_BENCH_VERIFY; n++) {
+            printf("%s\"%d\": %.3f", n > 2 ? ", " : "", n, ver[n] / ver[1]);
+        }
         printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
-               "\"attn_bw_fraction\": %.3f, \"weight_bytes\": %lld}\n",
-               actx, att_us, att_gbs, att_gbs / bw, (long long) wbytes);
+               "\"attn_bw_fraction\": %.3f, \"attn_bf16_us\": %.1f, "
+               "\"attn_bf16_gbs\": %.1f, \"attn_bf16_bw_fraction\": %.3f, "
+               "\"weight_bytes\": %lld}\n",
+               actx, att_us, att_gbs, att_gbs / bw, att16_us, att16_gbs,
+               att16_gbs / bw, (long long) wbytes);
     } else {
         printf("model %s: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
                "%.2f GB of weights read per token\n", name, cfg.dim,
@@ -678,6 +826,48 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
                        bat_logits_tps[k], bat_logits_tps[k] / dec_logits_tps);
             }
         }
+        printf("%-34s %10d       %.1f per token\n",
+               "launches per step, batch 1", dec_launch, (double) dec_launch);
+        for (int k = 0; k < n_batches; k++) {
+            char what[64];
+
+            snprintf(what, sizeof(what), "launches per step, batch %d",
+                     batches[k]);
+            printf("%-34s %10d       %.2f per token\n", what, bat_launch[k],
+                   (double) bat_launch[k] / batches[k]);
+        }
+        for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+            char what[64];
+
+            snprintf(what, sizeof(what), "verify pass, k+1 = %d", n);
+            printf("%-34s %10.3f ms     %.3fx one token\n", what,
+                   ver[n] * 1e3, ver[n] / ver[1]);
+        }
+        /* BF16 projections on tensor cores (gemv_mma.cu) */
+        if (dec_mma_tps > 0) {
+            printf("%-34s %10.2f tok/s  %.2fx the GEMV's\n",
+                   "decode batch 1, mma", dec_mma_tps,
+                   dec_mma_tps / dec_tps);
+            for (int k = 0; k < n_batches; k++) {
+                char what[64];
+
+                if (bat_mma_tps[k] <= 0) {
+                    continue;
+                }
+                snprintf(what, sizeof(what), "decode batch %d, mma",
+                         batches[k]);
+                printf("%-34s %10.1f tok/s  %.1fx batch 1 (mma)\n", what,
+                       bat_mma_tps[k], bat_mma_tps[k] / dec_mma_tps);
+            }
+            for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+                char what[64];
+
+                snprintf(what, sizeof(what), "verify pass, k+1 = %d, mma",
+                         n);
+                printf("%-34s %10.3f ms     %.3fx one token\n", what,
+                       ver_mma[n] * 1e3, ver_mma[n] / ver_mma[1]);
+            }
+        }
         {
             char what[64];
 
@@ -685,6 +875,11 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
                    "copy bandwidth\n", what, att_gbs, att_us, att_splits,
                    100.0 * att_gbs / bw);
+            snprintf(what, sizeof(what), "paged attention, ctx %d, BF16 KV",
+                     actx);
+            printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
+                   "copy bandwidth\n", what, att16_gbs, att16_us,
+                   att16_splits, 100.0 * att16_gbs / bw);
         }
     }
     rc = 0;

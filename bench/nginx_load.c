@@ -1,10 +1,16 @@
 /*
  * nginx_load: the load client of bench/nginx.sh.
  *
- *   nginx_load http   --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
- *                     [-p PROMPT_TOKENS] [--logprobs] [--interfere LEN]
- *   nginx_load engine -m MODEL [-t THREADS] [--batch-tokens N] (same load)
- *   nginx_load idle   --port P --pid WORKER [-c 2000] [--step 250]
+ *   nginx_load http    --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
+ *                      [-p PROMPT_TOKENS] [--logprobs] [--interfere LEN]
+ *                      [--shared N] [--path /v1]
+ *   nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]
+ *                      [--backend cpu|cuda] [--kv BYTES]
+ *                      [--kv-dtype f32|bf16] (same load)
+ *   nginx_load idle    --port P --pid WORKER [-c 2000] [--step 250]
+ *   nginx_load predict --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
+ *                      [--alter PCT] [--reps R] [--path /v1]
+ *                      [--pred-path /auto/v1]
  *
  * http: STREAMS connections to 127.0.0.1 (HTTP/1.1 keep-alive, epoll), each
  * sending streaming greedy completions (POST /v1/completions, "stream":
@@ -20,6 +26,19 @@
  * engine: the same load on the same engine in this process, driven the way
  * the module drives it (engine thread, notify -> eventfd -> take on the
  * consumer thread), so that the difference to `http` is nginx's part.
+ *
+ * --shared N: the first N prompt tokens are the same in every request (a
+ * shared system prompt), the rest distinct.  --path: the URI prefix of
+ * /completions.
+ *
+ * predict: each stream has one fixed prompt.  Its greedy answer is fetched
+ * first (from --path, with logprobs for the tokens' text offsets), and the
+ * prediction is that answer with one token in 100/PCT replaced by another
+ * token's text (ASCII spans only).  Then R times: SECONDS of plain streams
+ * on --path, SECONDS of the same requests with the prediction on
+ * --pred-path; a JSON line per phase (with the accepted and rejected
+ * prediction tokens the usage reported) and a summary line with the median
+ * of the paired tok/s ratios.
  *
  * idle: opens STREAMS streaming requests, STEP at a time, that stay queued
  * (run nginx with nalar_max_running 1: one request runs, the rest wait;
@@ -48,7 +67,9 @@
 #include "model.h"
 #include "clock.h"
 
-#define MAX_PROMPT 1024
+#include <jansson.h>
+
+#define MAX_PROMPT 8192
 
 
 static void
@@ -118,36 +139,53 @@ pct(vec *s, double q)
 typedef struct {
     int    streams, max_tokens, prompt_tokens, logprobs, interfere, vocab;
     double seconds;
+    int    shared;          /* leading prompt tokens common to all */
+    int    fixed;           /* 1: one prompt per stream, not per request */
+    const char *path;       /* URI prefix of /completions */
 } load_opts;
 
 typedef struct {
     vec    ttft, itl, per_token, ittft;   /* ms; ittft: the interferer's */
     long   requests, tokens, chunks, errors, irequests;
+    long   accepted, rejected;          /* prediction tokens (usage) */
     double t0, t1;
 } load_stats;
+
+static void stats_free(load_stats *st);
 
 enum { ROLE_STREAM, ROLE_INTERFERE, ROLE_IDLE };
 
 /* One request in flight: when it was sent and what came back so far. */
 typedef struct {
     double t_sent, t_first, t_prev;
-    int    tokens, usage_tokens, done;
+    int    tokens, usage_tokens, done, accepted, rejected;
 } req_timing;
 
 
 /* Distinct prompt per (stream, request): BOS then pseudo-random ids above
- * the control tokens (0..2). */
+ * the control tokens (0..2); the first `shared` ids come from one seed
+ * common to every prompt. */
 static int
-make_prompt(int32_t *ids, int n, uint64_t seed, int vocab)
+make_prompt(int32_t *ids, int n, uint64_t seed, int vocab, int shared)
 {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    uint64_t x = 0x5DEECE66Dull, y = seed * 0x9E3779B97F4A7C15ull + 1;
 
     ids[0] = 1;
     for (int i = 1; i < n; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        ids[i] = 3 + (int32_t) (x % (uint64_t) (vocab - 3));
+        uint64_t *z = i < shared ? &x : &y;
+
+        *z ^= *z << 13; *z ^= *z >> 7; *z ^= *z << 17;
+        ids[i] = 3 + (int32_t) (*z % (uint64_t) (vocab - 3));
     }
     return n;
+}
+
+
+/* The prompt seed of a stream's next request. */
+static uint64_t
+prompt_seed(const load_opts *o, int id, int nreq)
+{
+    return (uint64_t) id * 1000003u + (o->fixed ? 0 : (uint64_t) nreq);
 }
 
 
@@ -187,6 +225,8 @@ on_finish(load_stats *st, req_timing *q, int role)
     }
     st->requests++;
     st->tokens += n;
+    st->accepted += q->accepted;
+    st->rejected += q->rejected;
     if (n > 0) {
         vec_push(&st->per_token, 1e3 * (q->t_prev - q->t_sent) / n);
     }
@@ -209,11 +249,14 @@ print_stats(const char *mode, const load_opts *o, load_stats *st)
     printf("{\"mode\": \"%s\", \"streams\": %d, \"max_tokens\": %d, "
            "\"prompt_tokens\": %d, \"interfere\": %d, \"seconds\": %.3f, "
            "\"requests\": %ld, \"errors\": %ld, \"tokens\": %ld, "
-           "\"tokens_per_s\": %.1f, \"tokens_per_event\": %.3f",
+           "\"tokens_per_s\": %.1f, \"tokens_per_event\": %.3f, "
+           "\"shared\": %d, \"path\": \"%s\", \"accepted_prediction\": "
+           "%ld, \"rejected_prediction\": %ld",
            mode, o->streams, o->max_tokens, o->prompt_tokens, o->interfere,
            dt, st->requests, st->errors, st->tokens,
            dt > 0 ? (double) st->tokens / dt : 0,
-           st->chunks ? (double) st->tokens / (double) st->chunks : 0);
+           st->chunks ? (double) st->tokens / (double) st->chunks : 0,
+           o->shared, o->path, st->accepted, st->rejected);
     print_ms("ttft_ms", &st->ttft);
     if (o->logprobs) {
         print_ms("itl_ms", &st->itl);
@@ -244,6 +287,7 @@ typedef struct {
     int        ch_state;
     long       ch_left;
     int        got_head;                /* this request's 200 came */
+    char      *pred;                    /* ",\"prediction\":{...}" or NULL */
     req_timing q;
 } conn;
 
@@ -267,8 +311,10 @@ conn_request(client *cl, conn *c)
     size_t  cap = 512 + 12 * (size_t) len, n;
     char   *body;
 
-    np = make_prompt(ids, len, (uint64_t) c->id * 1000003u + c->nreq++,
-                     cl->o.vocab);
+    np = make_prompt(ids, len, prompt_seed(&cl->o, c->id, c->nreq++),
+                     cl->o.vocab, c->role == ROLE_INTERFERE ? 0
+                                                            : cl->o.shared);
+    cap += c->pred != NULL ? strlen(c->pred) : 0;
     body = xrealloc(NULL, cap);
     n = (size_t) snprintf(body, cap, "{\"prompt\":[");
     for (int i = 0; i < np; i++) {
@@ -278,16 +324,19 @@ conn_request(client *cl, conn *c)
     n += (size_t) snprintf(body + n, cap - n,
                            "],\"max_tokens\":%d,\"temperature\":0,"
                            "\"stream\":true,\"ignore_eos\":true,"
-                           "\"stream_options\":{\"include_usage\":true}%s}",
+                           "\"stream_options\":{\"include_usage\":true}%s%s}",
                            max_tokens,
                            cl->o.logprobs ? ",\"logprobs\":0,"
-                           "\"return_tokens_as_token_ids\":true" : "");
-    c->out = xrealloc(c->out, n + 256);
-    c->out_len = (size_t) snprintf(c->out, n + 256,
-                                   "POST /v1/completions HTTP/1.1\r\n"
+                           "\"return_tokens_as_token_ids\":true" : "",
+                           c->pred != NULL && c->role == ROLE_STREAM
+                           ? c->pred : "");
+    c->out = xrealloc(c->out, n + 256 + strlen(cl->o.path));
+    c->out_len = (size_t) snprintf(c->out, n + 256 + strlen(cl->o.path),
+                                   "POST %s/completions HTTP/1.1\r\n"
                                    "Host: 127.0.0.1\r\n"
                                    "Content-Type: application/json\r\n"
-                                   "Content-Length: %zu\r\n\r\n%s", n, body);
+                                   "Content-Length: %zu\r\n\r\n%s",
+                                   cl->o.path, n, body);
     free(body);
     c->out_off = 0;
     c->state = S_SEND;
@@ -424,6 +473,14 @@ conn_event(client *cl, conn *c, const char *ev, size_t n, double t)
     u = memmem(ev, n, "\"completion_tokens\":", 20);
     if (u != NULL) {
         c->q.usage_tokens = atoi(u + 20);
+    }
+    u = memmem(ev, n, "\"accepted_prediction_tokens\":", 29);
+    if (u != NULL) {
+        c->q.accepted = atoi(u + 29);
+    }
+    u = memmem(ev, n, "\"rejected_prediction_tokens\":", 29);
+    if (u != NULL) {
+        c->q.rejected = atoi(u + 29);
     }
     if (cl->o.logprobs) {
         k = count(ev, n, "\"token_id:");
@@ -655,8 +712,11 @@ client_init(client *cl, int port, const load_opts *o, int n_conn)
 }
 
 
+/* The streams (with preds[i] as stream i's prediction when preds is not
+ * NULL) for o->seconds; the stats printed as `mode`. */
 static int
-run_http(int port, const load_opts *o)
+run_http_load(int port, const load_opts *o, char **preds, const char *mode,
+              double *tok_s)
 {
     client cl;
     int    n = o->streams + (o->interfere > 0);
@@ -666,6 +726,7 @@ run_http(int port, const load_opts *o)
     cl.st.t0 = nalar_now_s();
     for (int i = 0; i < o->streams; i++) {
         cl.c[i].role = ROLE_STREAM;
+        cl.c[i].pred = preds != NULL ? preds[i] : NULL;
         conn_open(&cl, &cl.c[i]);
     }
     if (o->interfere > 0) {
@@ -691,9 +752,238 @@ run_http(int port, const load_opts *o)
     cl.stopping = 1;
     for (int i = 0; i < n; i++) {
         conn_close(&cl, &cl.c[i]);
+        free(cl.c[i].out);
+        free(cl.c[i].in);
+        free(cl.c[i].sse);
     }
-    print_stats("http", o, &cl.st);
-    return cl.st.errors ? 1 : 0;
+    free(cl.c);
+    close(cl.ep);
+    print_stats(mode, o, &cl.st);
+    if (tok_s != NULL) {
+        *tok_s = cl.st.t1 > cl.st.t0
+                 ? (double) cl.st.tokens / (cl.st.t1 - cl.st.t0) : 0;
+    }
+    stats_free(&cl.st);
+    return cl.st.errors || cl.st.requests == 0 ? 1 : 0;
+}
+
+
+static int
+run_http(int port, const load_opts *o)
+{
+    return run_http_load(port, o, NULL, "http", NULL);
+}
+
+
+/* --- predicted outputs --------------------------------------------------- */
+
+/* POST body to path/completions over HTTP/1.0 (no chunking, the server
+ * closes); the response body parsed, or NULL. */
+static json_t *
+post_json(int port, const char *path, const char *body)
+{
+    struct sockaddr_in a;
+    size_t             n = 0, cap = 1 << 16, hl = strlen(body) + 256
+                                                  + strlen(path);
+    char              *buf = xrealloc(NULL, cap), *head = xrealloc(NULL, hl),
+                      *e;
+    int                fd = socket(AF_INET, SOCK_STREAM, 0);
+    json_t            *j = NULL;
+    json_error_t       je;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t) port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    hl = (size_t) snprintf(head, hl, "POST %s/completions HTTP/1.0\r\n"
+                           "Content-Type: application/json\r\n"
+                           "Content-Length: %zu\r\n\r\n%s", path,
+                           strlen(body), body);
+    if (fd < 0 || connect(fd, (struct sockaddr *) &a, sizeof(a)) != 0
+        || write(fd, head, hl) != (ssize_t) hl)
+    {
+        die("cannot send the answer request");
+    }
+    for ( ;; ) {
+        ssize_t k;
+
+        if (cap - n < 4096) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        k = read(fd, buf + n, cap - n - 1);
+        if (k <= 0) {
+            break;
+        }
+        n += (size_t) k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    e = strstr(buf, "\r\n\r\n");
+    if (n < 12 || memcmp(buf + 9, "200", 3) != 0 || e == NULL) {
+        fprintf(stderr, "nginx_load: answer request: %.200s\n", buf);
+    } else {
+        j = json_loads(e + 4, 0, &je);
+    }
+    free(buf);
+    free(head);
+    return j;
+}
+
+
+static int
+ascii_span(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char) s[i] >= 0x80) {
+            return 0;
+        }
+    }
+    return n > 0;
+}
+
+
+/* Stream `id`'s prediction: its greedy answer with one token in every
+ * `every` replaced by the text of another token; *altered counts them.
+ * Returns ",\"prediction\":{...}" (malloc) or NULL. */
+static char *
+make_prediction(int port, const load_opts *o, int id, int every,
+                int *altered, int *n_tok)
+{
+    int32_t     ids[MAX_PROMPT];
+    size_t      cap = 512 + 12 * (size_t) o->prompt_tokens, n, len;
+    char       *body = xrealloc(NULL, cap), *out, *pred, *res;
+    const char *text;
+    json_t     *j, *ch, *offs, *p;
+    int         np, k;
+
+    np = make_prompt(ids, o->prompt_tokens, prompt_seed(o, id, 0), o->vocab,
+                     o->shared);
+    n = (size_t) snprintf(body, cap, "{\"prompt\":[");
+    for (int i = 0; i < np; i++) {
+        n += (size_t) snprintf(body + n, cap - n, "%s%d", i ? "," : "",
+                               ids[i]);
+    }
+    snprintf(body + n, cap - n, "],\"max_tokens\":%d,\"temperature\":0,"
+             "\"ignore_eos\":true,\"logprobs\":0}", o->max_tokens);
+    j = post_json(port, o->path, body);
+    free(body);
+    ch = j != NULL ? json_array_get(json_object_get(j, "choices"), 0) : NULL;
+    text = json_string_value(json_object_get(ch, "text"));
+    offs = json_object_get(json_object_get(ch, "logprobs"), "text_offset");
+    if (text == NULL || !json_is_array(offs)) {
+        json_decref(j);
+        return NULL;
+    }
+    len = strlen(text);
+    k = (int) json_array_size(offs);
+    *n_tok = k;
+    *altered = 0;
+    out = xrealloc(NULL, 2 * len + 3 * (size_t) k + 64);
+    n = 0;
+    for (int i = 0; i < k; i++) {
+        size_t b = (size_t) json_integer_value(json_array_get(offs, i)),
+               e = i + 1 < k
+                   ? (size_t) json_integer_value(json_array_get(offs, i + 1))
+                   : len;
+        int    alter = every > 0 && i % every
+                       == (int) ((uint64_t) (i / every) * 2654435761u
+                                 % (uint64_t) every);
+
+        if (b > len || e > len || e < b) {
+            break;
+        }
+        if (alter && ascii_span(text + b, e - b)) {
+            /* the next token whose text is ASCII and different, or else
+             * (an answer of one repeated token) a word of its own */
+            size_t rb = 0, re = 0;
+
+            for (int t = 1; t < k && re == 0; t++) {
+                int r = (i + t * 7) % k;
+
+                rb = (size_t) json_integer_value(json_array_get(offs, r));
+                re = r + 1 < k ? (size_t) json_integer_value(
+                                     json_array_get(offs, r + 1))
+                               : len;
+                if (rb > re || re > len || !ascii_span(text + rb, re - rb)
+                    || (re - rb == e - b
+                        && memcmp(text + rb, text + b, e - b) == 0))
+                {
+                    re = 0;
+                }
+            }
+            (*altered)++;
+            if (re == 0) {
+                memcpy(out + n, e - b == 3 && memcmp(text + b, " zq", 3) == 0
+                                ? " qz" : " zq", 3);
+                n += 3;
+                continue;
+            }
+            b = rb;
+            e = re;
+        }
+        memcpy(out + n, text + b, e - b);
+        n += e - b;
+    }
+    out[n] = '\0';
+    p = json_pack("{s:s,s:s}", "type", "content", "content", out);
+    pred = p != NULL ? json_dumps(p, JSON_COMPACT) : NULL;
+    res = NULL;
+    if (pred != NULL) {
+        res = xrealloc(NULL, strlen(pred) + 16);
+        snprintf(res, strlen(pred) + 16, ",\"prediction\":%s", pred);
+    }
+    free(pred);
+    json_decref(p);
+    free(out);
+    json_decref(j);
+    return res;
+}
+
+
+static int
+run_predict(int port, const load_opts *o_in, const char *pred_path,
+            int alter_pct, int reps)
+{
+    load_opts  o = *o_in, op;
+    char     **preds = calloc((size_t) o.streams, sizeof(char *));
+    double    *ratio = calloc((size_t) reps, sizeof(double)), a, b;
+    int        rc = 0, altered = 0, total = 0, every;
+
+    if (preds == NULL || ratio == NULL) {
+        die("out of memory");
+    }
+    o.fixed = 1;
+    every = alter_pct > 0 ? 100 / alter_pct : 0;
+    for (int i = 0; i < o.streams; i++) {
+        int alt = 0, nt = 0;
+
+        preds[i] = make_prediction(port, &o, i, every, &alt, &nt);
+        if (preds[i] == NULL) {
+            die("could not fetch a greedy answer for a prediction");
+        }
+        altered += alt;
+        total += nt;
+    }
+    op = o;
+    op.path = pred_path;
+    for (int r = 0; r < reps; r++) {
+        rc |= run_http_load(port, &o, NULL, "plain", &a);
+        rc |= run_http_load(port, &op, preds, "predicted", &b);
+        ratio[r] = a > 0 ? b / a : 0;
+    }
+    qsort(ratio, (size_t) reps, sizeof(double), cmp_double);
+    printf("{\"mode\": \"predict_summary\", \"streams\": %d, "
+           "\"answer_tokens\": %d, \"altered_tokens\": %d, \"reps\": %d, "
+           "\"speedup_median\": %.3f, \"speedup_min\": %.3f, "
+           "\"speedup_max\": %.3f}\n", o.streams, total, altered, reps,
+           ratio[reps / 2], ratio[0], ratio[reps - 1]);
+    for (int i = 0; i < o.streams; i++) {
+        free(preds[i]);
+    }
+    free(preds);
+    free(ratio);
+    return rc;
 }
 
 
@@ -890,8 +1180,9 @@ slot_submit(nalar_engine *e, slot *s, const load_opts *o)
     memset(&p, 0, sizeof(p));
     nalar_sampling_default(&p.sampling);
     p.sampling.temperature = 0;
-    p.n_prompt = make_prompt(ids, len, (uint64_t) s->id * 1000003u
-                                       + (uint64_t) s->nreq++, o->vocab);
+    p.n_prompt = make_prompt(ids, len, prompt_seed(o, s->id, s->nreq++),
+                             o->vocab, s->role == ROLE_INTERFERE ? 0
+                                                                 : o->shared);
     p.prompt = ids;
     p.max_tokens = s->role == ROLE_INTERFERE ? 1 : o->max_tokens;
     p.ignore_eos = 1;
@@ -985,6 +1276,7 @@ stats_free(load_stats *st)
 
 static int
 run_engine(const char *model, int threads, int batch_tokens,
+           const char *backend, int64_t kv, int kv_bf16,
            const load_opts *o_in)
 {
     nalar_engine_opts eo;
@@ -998,7 +1290,9 @@ run_engine(const char *model, int threads, int batch_tokens,
     memset(&eo, 0, sizeof(eo));
     eo.model_path = model;
     eo.n_threads = threads;
-    eo.kv_bytes = 64ll << 20;               /* as bench/nginx.sh's config */
+    eo.backend = backend;
+    eo.kv_bytes = kv;                       /* as the nginx config's */
+    eo.kv_type = kv_bf16 ? GGML_BF16 : GGML_F32;
     eo.max_batch_tokens = batch_tokens;
     eo.max_queue = 4096;
     eo.prefix_cache = 0;
@@ -1054,13 +1348,20 @@ usage(void)
 {
     fprintf(stderr,
         "usage:\n"
-        "  nginx_load http   --port P [-c STREAMS] [-d SECONDS] [-n TOKENS]"
+        "  nginx_load http    --port P [-c STREAMS] [-d SECONDS] [-n TOKENS]"
         " [-p PROMPT]\n"
-        "                    [--logprobs] [--interfere LEN] [--vocab V]\n"
-        "  nginx_load engine -m MODEL [-t THREADS] [--batch-tokens N]"
+        "                     [--logprobs] [--interfere LEN] [--vocab V]"
+        " [--shared N]\n"
+        "                     [--path /v1]\n"
+        "  nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]"
+        " [--backend cpu|cuda]\n"
+        "                     [--kv BYTES] [--kv-dtype f32|bf16]"
         " (load options as http)\n"
-        "  nginx_load idle   --port P --pid WORKER [-c 2000] [--step 250]"
-        " [-n TOKENS] [-p PROMPT]\n");
+        "  nginx_load idle    --port P --pid WORKER [-c 2000] [--step 250]"
+        " [-n TOKENS] [-p PROMPT]\n"
+        "  nginx_load predict --port P [--alter PCT] [--reps R]"
+        " [--pred-path /auto/v1]\n"
+        "                     (load options as http)\n");
     exit(2);
 }
 
@@ -1068,9 +1369,12 @@ usage(void)
 int
 main(int argc, char **argv)
 {
-    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0 };
-    const char *mode, *model = NULL;
-    int         port = 0, pid = 0, step = 250, threads = 2, batch = 512;
+    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0, 0, 0, "/v1" };
+    const char *mode, *model = NULL, *backend = NULL, *pred_path = "/auto/v1";
+    int         port = 0, pid = 0, step = 250, threads = 2, batch = 512,
+                alter = 10, reps = 3;
+    int64_t     kv = 64ll << 20;
+    int         kv_bf16 = 0;
 
     if (argc < 2) {
         usage();
@@ -1101,13 +1405,26 @@ main(int argc, char **argv)
         else if (strcmp(a, "-m") == 0) model = v;
         else if (strcmp(a, "-t") == 0) threads = atoi(v);
         else if (strcmp(a, "--batch-tokens") == 0) batch = atoi(v);
+        else if (strcmp(a, "--shared") == 0) o.shared = atoi(v);
+        else if (strcmp(a, "--path") == 0) o.path = v;
+        else if (strcmp(a, "--pred-path") == 0) pred_path = v;
+        else if (strcmp(a, "--alter") == 0) alter = atoi(v);
+        else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--kv") == 0) kv = atoll(v);
+        else if (strcmp(a, "--kv-dtype") == 0) kv_bf16 = strcmp(v, "bf16") == 0;
         else usage();
     }
     if (o.streams < 1 || o.max_tokens < 1 || o.prompt_tokens < 1
         || o.prompt_tokens > MAX_PROMPT || o.interfere < 0
-        || o.interfere > MAX_PROMPT || o.vocab < 4 || step < 1)
+        || o.interfere > MAX_PROMPT || o.vocab < 4 || step < 1
+        || o.shared < 0 || o.shared > o.prompt_tokens || alter < 0
+        || alter > 100 || reps < 1 || kv <= 0)
     {
         usage();
+    }
+    if (strcmp(mode, "predict") == 0 && port > 0) {
+        return run_predict(port, &o, pred_path, alter, reps);
     }
     if (strcmp(mode, "http") == 0 && port > 0) {
         return run_http(port, &o);
@@ -1116,7 +1433,7 @@ main(int argc, char **argv)
         return run_idle(port, pid, &o, step);
     }
     if (strcmp(mode, "engine") == 0 && model != NULL) {
-        return run_engine(model, threads, batch, &o);
+        return run_engine(model, threads, batch, backend, kv, kv_bf16, &o);
     }
     usage();
     return 2;

@@ -48,6 +48,9 @@ typedef struct {
      * kernels with FP32 activations, larger ones through the vendor
      * library; <= 0: the backend's default */
     int32_t     gemv_max;
+    /* the KV cache's element type: GGML_F32 (0, every backend) or
+     * GGML_BF16 (GPU backends; the CPU backend refuses it) */
+    ggml_type   kv_type;
 } nalar_backend_opts;
 
 struct nalar_backend {
@@ -79,6 +82,9 @@ struct nalar_backend {
      * pool after the weights are in place); NULL on the CPU */
     int64_t (*free_memory)(nalar_backend *be);
     int   device;        /* GPU index; -1 on the CPU */
+    /* KV element type kv_alloc gives the pools it attaches: GGML_F32 (0)
+     * or, on a GPU, GGML_BF16; set before kv_alloc */
+    ggml_type kv_type;
     void *impl;
 };
 

@@ -218,6 +218,9 @@ kv_pool_blocks(nalar_engine *e, nalar_err *err)
         if (e->draft != NULL) {
             block_bytes += nalar_kv_block_bytes(e->draft);
         }
+        if (e->be->kv_type == GGML_BF16) {
+            block_bytes /= 2;               /* 16-bit K/V elements */
+        }
         if (g > 1) {
             kv_bytes = (int64_t) g;
         } else if (free_bytes < 0) {
@@ -266,7 +269,8 @@ engine_load(nalar_engine *e, nalar_err *err)
 {
     nalar_backend_opts bo = { e->backend_name, e->opts.n_threads,
                               e->opts.device, e->opts.worker,
-                              e->opts.gpu_gemv_max };
+                              e->opts.gpu_gemv_max,
+                              (ggml_type) e->opts.kv_type };
     int32_t            n_blocks;
 
     e->model = nalar_model_load(e->model_path, err);

@@ -56,6 +56,8 @@ typedef struct {
                                     draft together): (0, 1] a fraction of
                                     the free memory once the weights are
                                     in place, > 1 bytes; <= 0: 0.9 */
+    int         kv_type;         /* the KV cache's element type: GGML_F32
+                                    (0) or GGML_BF16 (GPU backends) */
     int32_t     gpu_gemv_max;    /* passes of up to this many tokens use
                                     the FP32-activation GEMV kernels, whose
                                     results do not depend on the pass's

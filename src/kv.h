@@ -46,6 +46,8 @@ struct nalar_kv_pool {
     int32_t  n_free_published;  /* atomic copy of n_free for other threads */
     nalar_kv_copy_fn copy;  /* copies one block (all layers, K and V) */
     void    *copy_ctx;
+    int32_t  elem_bytes;    /* bytes of one K/V element as stored: 4 (F32;
+                               0 reads as 4) or 2 (BF16, GPU only) */
 };
 
 typedef struct {

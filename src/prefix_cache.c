@@ -121,8 +121,9 @@ nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
      * (weights, shapes, tokenizer), adapter slot, RoPE/dtype as the
      * backend implements them, attention kernel version, block size */
     n = (size_t) snprintf(desc, sizeof(desc),
-                          "nalar-prefix-v1|adapter=none|kv=f32|"
+                          "nalar-prefix-v1|adapter=none|kv=%s|"
                           "backend=%s|attn=paged-v1|block=%d|scope=",
+                          c->pool->elem_bytes == 2 ? "bf16" : "f32",
                           c->backend, NALAR_KV_BLOCK);
     {
         EVP_MD_CTX  *ctx = EVP_MD_CTX_new();

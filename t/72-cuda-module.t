@@ -25,6 +25,27 @@ CONF
     return $t->test_conf;
 }
 
+# nalar_kv_cache dtype=: bf16 needs a GPU backend; the CPU backend keeps
+# an F32 KV cache and says so at nginx -t
+{
+    my ($rc, $out) = conf_with('nalar_kv_cache 64m dtype=bf16;');
+    isnt($rc, 0, 'nginx -t refuses a BF16 KV cache on the CPU backend');
+    like($out, qr/"nalar_kv_cache dtype=bf16" needs "nalar_backend cuda": the CPU backend keeps its KV cache in F32/,
+         '  and says why') or diag($out);
+    ($rc, $out) = conf_with('nalar_kv_cache 64m dtype=f16;');
+    isnt($rc, 0, 'nginx -t refuses dtype=f16');
+    like($out, qr/invalid KV cache type "dtype=f16"/, '  naming it')
+        or diag($out);
+    ($rc, $out) = conf_with('nalar_kv_cache 64m 32m;');
+    isnt($rc, 0, 'nginx -t refuses two sizes');
+    for my $l ('nalar_kv_cache 64m dtype=f32;', 'nalar_kv_cache dtype=f32;',
+               'nalar_kv_cache 64m;')
+    {
+        ($rc, $out) = conf_with($l);
+        is($rc, 0, "nginx -t accepts: $l") or diag($out);
+    }
+}
+
 if (!$cuda) {
     my ($rc, $out) = conf_with('nalar_backend cuda;');
     isnt($rc, 0, 'a module built without CUDA refuses nalar_backend cuda');
@@ -42,6 +63,8 @@ my @good = (
     'nalar_backend cuda; nalar_gpu_memory 1.0;',
     'nalar_backend cuda; nalar_gpu_memory 24g;',
     'nalar_backend cuda; nalar_gpu_memory 512m;',
+    'nalar_backend cuda; nalar_kv_cache 64m dtype=bf16;',
+    'nalar_backend cuda; nalar_kv_cache dtype=bf16;',
 );
 for my $l (@good) {
     my ($rc, $out) = conf_with($l);

@@ -1317,6 +1317,11 @@ cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 {
     size_t n = kv_floats(p);
 
+    if (b->kv_type != GGML_F32) {
+        return nalar_fail(err, "cpu backend: the KV cache is F32 here (a "
+                          "BF16 KV cache needs a GPU backend)");
+    }
+
     /* anonymous memory: page-aligned (see nalar_alloc_lines), zero, and
      * committed only as blocks are first written */
     p->k = kv_map(n);
@@ -1443,8 +1448,14 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
 #ifdef NALAR_CUDA
     if (strcmp(other->name, "cuda") == 0) {
         /* the draft on the target's device; the engine thread runs the
-         * draft's passes and the target's one after the other */
-        return cuda_create(m, other->device, 0, 0, err);
+         * draft's passes and the target's one after the other; its KV in
+         * the target's type */
+        nalar_backend *b = cuda_create(m, other->device, 0, 0, err);
+
+        if (b != NULL) {
+            b->kv_type = other->kv_type;
+        }
+        return b;
     }
 #endif
     if (strcmp(other->name, "cpu") != 0) {
@@ -1614,15 +1625,29 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
                      nalar_err *err)
 {
     const char *name = o != NULL && o->name != NULL ? o->name : "cpu";
+    ggml_type   kv_type = o != NULL ? o->kv_type : GGML_F32;
 
+    if (kv_type != GGML_F32 && kv_type != GGML_BF16) {
+        nalar_fail(err, "KV cache type %d: F32 or BF16", (int) kv_type);
+        return NULL;
+    }
     if (strcmp(name, "cpu") == 0) {
+        if (kv_type != GGML_F32) {
+            nalar_fail(err, "backend 'cpu' keeps its KV cache in F32; a BF16 "
+                       "KV cache needs a GPU backend");
+            return NULL;
+        }
         return nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
     }
 #ifdef NALAR_CUDA
     if (strcmp(name, "cuda") == 0) {
-        return cuda_create(m, o != NULL ? o->device : 0,
-                           o != NULL ? o->worker : 0,
-                           o != NULL ? o->gemv_max : 0, err);
+        nalar_backend *b = cuda_create(m, o != NULL ? o->device : 0,
+                                       o != NULL ? o->worker : 0,
+                                       o != NULL ? o->gemv_max : 0, err);
+        if (b != NULL) {
+            b->kv_type = kv_type;
+        }
+        return b;
     }
     nalar_fail(err, "backend '%s' is not built into this binary (available: "
                "cpu, cuda)", name);

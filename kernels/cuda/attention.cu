@@ -57,16 +57,60 @@ load_row(const float *p, float o[E])
 }
 
 
+/* BF16 K/V (the pool's 16-bit elements): E widened to float */
+template <int E>
+static __device__ __forceinline__ void
+load_row(const uint16_t *p, float o[E])
+{
+    if constexpr (E % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < E / 4; i++) {
+            uint2 v = ((const uint2 *) p)[i];
+
+            o[4 * i] = bf16_to_f32(v.x & 0xffffu);
+            o[4 * i + 1] = bf16_to_f32(v.x >> 16);
+            o[4 * i + 2] = bf16_to_f32(v.y & 0xffffu);
+            o[4 * i + 3] = bf16_to_f32(v.y >> 16);
+        }
+    } else if constexpr (E == 2) {
+        uint32_t v = *(const uint32_t *) p;
+
+        o[0] = bf16_to_f32(v & 0xffffu);
+        o[1] = bf16_to_f32(v >> 16);
+    } else {
+#pragma unroll
+        for (int i = 0; i < E; i++) {
+            o[i] = bf16_to_f32(p[i]);
+        }
+    }
+}
+
+
+/* one K/V element as float */
+static __device__ __forceinline__ float
+kv_elem(const float *p, int64_t i)
+{
+    return p[i];
+}
+
+
+static __device__ __forceinline__ float
+kv_elem(const uint16_t *p, int64_t i)
+{
+    return bf16_to_f32(p[i]);
+}
+
+
 /*
  * PF: the K/V loads of a warp's next step are issued before the scores of
  * this one are computed (software pipelining: two steps of rows in
  * registers), so each warp has a step of loads in flight while it works.
  * Either way every score and sum is computed in the same order.
  */
-template <int HD, int GC, bool PF>
+template <int HD, int GC, bool PF, typename KT>
 static __global__ void __launch_bounds__(ATT_WARPS * WARP)
 attn_decode_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
-                   const float *kc, const float *vc, int32_t n_layers,
+                   const KT *kc, const KT *vc, int32_t n_layers,
                    int32_t kv_dim, int32_t layer, const int32_t *pos,
                    const int32_t *tbl_off, const int32_t *tables,
                    int32_t n_heads, int32_t group, int32_t n_chunks,
@@ -345,10 +389,10 @@ struct tile_shape {
 };
 
 
-template <int HD>
+template <int HD, typename KT>
 static __global__ void __launch_bounds__(ATT_WARPS * WARP)
 attn_tile_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
-                 const float *kc, const float *vc, int32_t n_layers,
+                 const KT *kc, const KT *vc, int32_t n_layers,
                  int32_t kv_dim, int32_t layer, const int32_t *pos,
                  const int32_t *tbl_off, const int32_t *tables,
                  const int32_t *tiles, int32_t group, float scale,
@@ -401,8 +445,8 @@ attn_tile_kernel(float *out, int64_t ld_out, const float *q, int64_t ld_q,
         {
             int j = idx / HD, d = idx % HD;
 
-            Ks[j * KS + d] = kc[base + (int64_t) j * kv_dim + d];
-            Vs[j * HD + d] = vc[base + (int64_t) j * kv_dim + d];
+            Ks[j * KS + d] = kv_elem(kc, base + (int64_t) j * kv_dim + d);
+            Vs[j * HD + d] = kv_elem(vc, base + (int64_t) j * kv_dim + d);
         }
         __syncthreads();
         for (int idx = threadIdx.x; idx < R * NALAR_KV_BLOCK;
@@ -527,11 +571,15 @@ decode_launch_hd(cudaStream_t st, dim3 grid, int gc, int pf, float *out,
                  int32_t n_splits, float *part,
                  const nalar_cuda_attn_opts *o)
 {
-#define GO(GC, PF) attn_decode_kernel<HD, GC, PF>                            \
+#define GO_T(GC, PF, KT) attn_decode_kernel<HD, GC, PF, KT>                  \
         <<<grid, ATT_WARPS * WARP, 0, st>>>(                                  \
-        out, ld_out, q, ld_q, kv->k, kv->v, kv->n_layers, kv->kv_dim, layer,  \
+        out, ld_out, q, ld_q, (const KT *) kv->k, (const KT *) kv->v,         \
+        kv->n_layers, kv->kv_dim, layer,                                      \
         pos, tbl_off, tables, n_heads, group, n_chunks, n_splits, part,       \
         o->scale, o->softcap, o->window)
+#define GO(GC, PF) do {                                                       \
+        if (kv->bf16) GO_T(GC, PF, uint16_t); else GO_T(GC, PF, float);       \
+    } while (0)
 #define BY_PF(GC) do { if (pf) GO(GC, true); else GO(GC, false); } while (0)
     switch (gc) {
     case 1: BY_PF(1); break;
@@ -541,6 +589,7 @@ decode_launch_hd(cudaStream_t st, dim3 grid, int gc, int pf, float *out,
     }
 #undef BY_PF
 #undef GO
+#undef GO_T
 }
 
 
@@ -672,12 +721,25 @@ tile_launch_hd(nalar_cuda_ctx *c, dim3 grid, float *out, int64_t ld_out,
     size_t smem = tile_shape<HD>::SMEM;
 
     /* above 48 KiB of dynamic shared memory a kernel must opt in */
-    CUDA_CHECK(err, cudaFuncSetAttribute(attn_tile_kernel<HD>,
-                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                    (int) smem));
-    attn_tile_kernel<HD><<<grid, ATT_WARPS * WARP, smem, c->stream>>>(
-        out, ld_out, q, ld_q, kv->k, kv->v, kv->n_layers, kv->kv_dim, layer,
-        pos, tbl_off, tables, tiles, group, o->scale, o->softcap, o->window);
+    if (kv->bf16) {
+        CUDA_CHECK(err, cudaFuncSetAttribute(attn_tile_kernel<HD, uint16_t>,
+                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                        (int) smem));
+        attn_tile_kernel<HD, uint16_t>
+            <<<grid, ATT_WARPS * WARP, smem, c->stream>>>(
+            out, ld_out, q, ld_q, (const uint16_t *) kv->k,
+            (const uint16_t *) kv->v, kv->n_layers, kv->kv_dim, layer, pos,
+            tbl_off, tables, tiles, group, o->scale, o->softcap, o->window);
+    } else {
+        CUDA_CHECK(err, cudaFuncSetAttribute(attn_tile_kernel<HD, float>,
+                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                        (int) smem));
+        attn_tile_kernel<HD, float>
+            <<<grid, ATT_WARPS * WARP, smem, c->stream>>>(
+            out, ld_out, q, ld_q, kv->k, kv->v, kv->n_layers, kv->kv_dim,
+            layer, pos, tbl_off, tables, tiles, group, o->scale, o->softcap,
+            o->window);
+    }
     CUDA_CHECK_LAUNCH(err);
     return 0;
 }

@@ -53,6 +53,9 @@ typedef struct {
      * (F32 activations); more go to cuBLAS.  8 unless the backend's
      * creator says otherwise */
     int32_t        gemv_max;
+    /* 1: BF16 products of 1..NALAR_CUDA_MMA_MAX tokens on tensor cores
+     * (gemv_mma.cu; nalar_cuda_mm_path decides); 0 by default */
+    int            gemv_mma;
     /* decode attention issues a step's K/V loads before the previous
      * step's arithmetic (1, always in serving; 0: after, which the check
      * and bench programs also exercise) */

@@ -98,6 +98,7 @@ typedef struct {
     /* decode graphs, by log2 of the padded token count */
     cudaGraphExec_t graph[N_GRAPHS];
     int             seen[N_GRAPHS];   /* eager runs; -1: not capturable */
+    int32_t         graph_kernels[N_GRAPHS]; /* kernel nodes of each */
     /* an error in the copy-on-write callback (which cannot return one) */
     int             copy_failed;
     nalar_err       copy_err;
@@ -590,6 +591,62 @@ run_pass(cuda_backend *be, const nalar_cuda_plan *plan, int32_t n,
 }
 
 
+/* The kernel launches a captured graph replays (-1: cannot tell). */
+static int32_t
+graph_kernel_nodes(cudaGraph_t g)
+{
+    size_t             n = 0;
+    int32_t            k = 0;
+    cudaGraphNode_t   *nodes;
+    cudaGraphNodeType  t;
+
+    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess) {
+        return -1;
+    }
+    nodes = (cudaGraphNode_t *) malloc((n > 0 ? n : 1) * sizeof(*nodes));
+    if (nodes == NULL || cudaGraphGetNodes(g, nodes, &n) != cudaSuccess) {
+        free(nodes);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        k += cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess
+             && t == cudaGraphNodeTypeKernel;
+    }
+    free(nodes);
+    return k;
+}
+
+
+void
+nalar_cuda_backend_gemv_mma(nalar_backend *b, int on)
+{
+    cuda_backend *be = (cuda_backend *) b->impl;
+
+    if (be->c.gemv_mma != (on != 0)) {
+        cudaSetDevice(be->c.device);
+        if (be->c.stream != NULL) {
+            cudaStreamSynchronize(be->c.stream);
+        }
+        drop_graphs(be);
+        be->c.gemv_mma = on != 0;
+    }
+}
+
+
+int32_t
+nalar_cuda_graph_kernels(const nalar_backend *b, int32_t n_tokens)
+{
+    const cuda_backend *be = (const cuda_backend *) b->impl;
+    int                 gi = 0;
+
+    while ((1 << gi) < nalar_cuda_bucket(n_tokens)) {
+        gi++;
+    }
+    return gi < N_GRAPHS && be->graph[gi] != NULL ? be->graph_kernels[gi]
+                                                  : -1;
+}
+
+
 /* Replay (or capture, the second time a bucket is seen) the graph of a
  * padded decode step; returns 1 when the caller should run eagerly. */
 static int
@@ -632,6 +689,7 @@ run_graph(cuda_backend *be, const nalar_cuda_plan *plan, nalar_err *err)
             }
             return 1;
         }
+        be->graph_kernels[gi] = graph_kernel_nodes(g);
         cudaGraphDestroy(g);
     }
     CUDA_CHECK(err, cudaGraphLaunch(be->graph[gi], be->c.stream));
@@ -776,12 +834,17 @@ static int
 cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 {
     cuda_backend *be = (cuda_backend *) b->impl;
+    int           bf16 = b->kv_type == GGML_BF16;
     size_t        bytes = (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK
-                          * p->kv_dim * sizeof(float);
+                          * p->kv_dim * (bf16 ? 2 : sizeof(float));
     cudaError_t   e;
 
     if (be->pool != NULL) {
         return nalar_fail(err, "cuda backend: already holds a KV pool");
+    }
+    if (b->kv_type != GGML_F32 && !bf16) {
+        return nalar_fail(err, "cuda backend: KV cache type %d (F32 or "
+                          "BF16)", (int) b->kv_type);
     }
     if (p->n_layers != be->m->cfg.n_layers || p->kv_dim != be->kv_dim
         || p->n_blocks < 1)
@@ -812,6 +875,8 @@ cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
     be->kv.n_blocks = p->n_blocks;
     be->kv.n_layers = p->n_layers;
     be->kv.kv_dim = p->kv_dim;
+    be->kv.bf16 = bf16;
+    p->elem_bytes = bf16 ? 2 : (int32_t) sizeof(float);
     p->copy = cuda_kv_copy;
     p->copy_ctx = be;
     drop_graphs(be);

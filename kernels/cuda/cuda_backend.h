@@ -50,6 +50,14 @@ int nalar_cuda_synthetic_config(const char *name, nalar_config *cfg,
  * head; the embedding is gathered, not read). */
 int64_t nalar_cuda_weight_bytes(const nalar_backend *be);
 
+/* Kernel launches in the captured graph of a decode step of n_tokens
+ * sequences (its bucket); -1 while that bucket has no graph. */
+int32_t nalar_cuda_graph_kernels(const nalar_backend *be, int32_t n_tokens);
+
+/* BF16 projections of 1..16 tokens on the tensor-core kernel (on != 0)
+ * or the FP32-activation GEMV (0, the default); drops captured graphs. */
+void    nalar_cuda_backend_gemv_mma(nalar_backend *be, int on);
+
 /* Devices visible (0 without a GPU or driver). */
 int     nalar_cuda_device_count(void);
 

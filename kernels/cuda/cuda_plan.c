@@ -174,3 +174,34 @@ nalar_q8_0_repack(const void *src, int64_t rows, int64_t cols, int8_t *qs,
     }
     return 0;
 }
+
+
+int
+nalar_cuda_mm_path(int type, int64_t cols, int32_t n_tok, int32_t gemv_max,
+                   int mma)
+{
+    if (mma && type == GGML_BF16 && cols % 8 == 0 && n_tok >= 1
+        && n_tok <= NALAR_CUDA_MMA_MAX)
+    {
+        return NALAR_CUDA_MM_MMA;
+    }
+    return n_tok <= gemv_max ? NALAR_CUDA_MM_GEMV : NALAR_CUDA_MM_BLAS;
+}
+
+
+int32_t
+nalar_cuda_mma_splits(int64_t rows, int64_t cols, int32_t sm_count)
+{
+    int64_t tiles = (rows + 15) / 16, chunks = (cols + 31) / 32;
+    int64_t want = tiles > 0 ? (16 * (int64_t) sm_count + tiles - 1) / tiles
+                             : 1;
+    int32_t sk = 1;
+
+    while (sk < want && sk < 8) {
+        sk *= 2;
+    }
+    while (sk > 1 && sk > chunks) {
+        sk /= 2;
+    }
+    return sk;
+}

@@ -69,6 +69,35 @@ int nalar_cuda_plan_fill(const nalar_batch *b, int32_t n_vocab,
                          int64_t cap, nalar_cuda_plan *plan, nalar_err *err);
 
 /*
+ * Which kernel a projection of n_tok tokens runs on:
+ *   GEMV  the FP32-activation GEMV (one warp per weight row);
+ *   MMA   BF16 weights only, with `mma` on and cols a multiple of 8:
+ *         tensor cores over activations split into two BF16 halves
+ *         (gemv_mma.cu), every weight read once for all of the pass's
+ *         tokens, for passes of 1..NALAR_CUDA_MMA_MAX tokens: one kernel
+ *         for every size of a speculative verification and for plain
+ *         decoding, so their results do not depend on the pass's size;
+ *   BLAS  cuBLAS (activations rounded to the weights' type).
+ * Passes of up to gemv_max tokens not taken by MMA go to the GEMV, larger
+ * ones to cuBLAS.
+ */
+#define NALAR_CUDA_MMA_MAX 16
+
+enum { NALAR_CUDA_MM_GEMV = 0, NALAR_CUDA_MM_MMA, NALAR_CUDA_MM_BLAS };
+
+int nalar_cuda_mm_path(int type, int64_t cols, int32_t n_tok,
+                       int32_t gemv_max, int mma);
+
+/*
+ * Warps that split the columns of one 16-row tile in the MMA kernel: about
+ * 16 warps per SM over the matrix's row tiles, a power of two up to 8,
+ * no more than its 32-column chunks.  A function of the shape and device
+ * only (never of n_tok), so a row's sums run in the same order whatever
+ * the pass's size.
+ */
+int32_t nalar_cuda_mma_splits(int64_t rows, int64_t cols, int32_t sm_count);
+
+/*
  * Split-K factor for paged decode attention: enough blocks to fill the
  * device (about four blocks per SM of `sm_count`) over n_tok * n_head_groups
  * (token, KV head chunk) pairs, each split covering at least 16 positions

@@ -8,8 +8,23 @@ extern "C" {
 }
 
 
+static __device__ __forceinline__ void
+kv_store(float *p, float x)
+{
+    *p = x;
+}
+
+
+static __device__ __forceinline__ void
+kv_store(uint16_t *p, float x)
+{
+    *p = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+
+template <typename KT>
 static __global__ void
-kv_append_kernel(float *kc, float *vc, int32_t n_layers, int32_t kv_dim,
+kv_append_kernel(KT *kc, KT *vc, int32_t n_layers, int32_t kv_dim,
                  int32_t layer, const float *src, int64_t ld, int64_t k_off,
                  int64_t v_off, const int32_t *pos, const int32_t *tbl_off,
                  const int32_t *tables)
@@ -27,8 +42,8 @@ kv_append_kernel(float *kc, float *vc, int32_t n_layers, int32_t kv_dim,
     off = (((int64_t) b * n_layers + layer) * NALAR_KV_BLOCK
            + p % NALAR_KV_BLOCK) * kv_dim;
     for (int32_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kc[off + i] = row[k_off + i];
-        vc[off + i] = row[v_off + i];
+        kv_store(&kc[off + i], row[k_off + i]);
+        kv_store(&vc[off + i], row[v_off + i]);
     }
 }
 
@@ -54,10 +69,17 @@ nalar_cuda_kv_append(nalar_cuda_ctx *c, const nalar_cuda_kv *kv,
                           kv != NULL ? kv->n_layers : 0, n_tok,
                           (long long) ld);
     }
-    kv_append_kernel<<<n_tok, kv->kv_dim >= 256 ? 256 : 128, 0,
-                       c->stream>>>(kv->k, kv->v, kv->n_layers, kv->kv_dim,
-                                    layer, src, ld, k_off, v_off, pos,
-                                    tbl_off, tables);
+    if (kv->bf16) {
+        kv_append_kernel<uint16_t><<<n_tok, kv->kv_dim >= 256 ? 256 : 128,
+                                     0, c->stream>>>(
+            (uint16_t *) kv->k, (uint16_t *) kv->v, kv->n_layers, kv->kv_dim,
+            layer, src, ld, k_off, v_off, pos, tbl_off, tables);
+    } else {
+        kv_append_kernel<float><<<n_tok, kv->kv_dim >= 256 ? 256 : 128, 0,
+                                  c->stream>>>(
+            kv->k, kv->v, kv->n_layers, kv->kv_dim, layer, src, ld, k_off,
+            v_off, pos, tbl_off, tables);
+    }
     CUDA_CHECK_LAUNCH(err);
     return 0;
 }
@@ -80,13 +102,16 @@ nalar_cuda_kv_copy_block(nalar_cuda_ctx *c, const nalar_cuda_kv *kv,
     if (dst == src) {
         return 0;
     }
-    /* a block is contiguous: all layers, 16 slots, kv_dim floats */
-    n = (size_t) kv->n_layers * NALAR_KV_BLOCK * kv->kv_dim * sizeof(float);
-    od = (int64_t) dst * kv->n_layers * NALAR_KV_BLOCK * kv->kv_dim;
-    os = (int64_t) src * kv->n_layers * NALAR_KV_BLOCK * kv->kv_dim;
-    CUDA_CHECK(err, cudaMemcpyAsync(kv->k + od, kv->k + os, n,
+    /* a block is contiguous: all layers, 16 slots, kv_dim elements */
+    n = (size_t) kv->n_layers * NALAR_KV_BLOCK * kv->kv_dim
+        * NALAR_CUDA_KV_ELEM(kv);
+    od = (int64_t) dst * (int64_t) n;
+    os = (int64_t) src * (int64_t) n;
+    CUDA_CHECK(err, cudaMemcpyAsync((char *) kv->k + od,
+                                    (const char *) kv->k + os, n,
                                     cudaMemcpyDeviceToDevice, c->stream));
-    CUDA_CHECK(err, cudaMemcpyAsync(kv->v + od, kv->v + os, n,
+    CUDA_CHECK(err, cudaMemcpyAsync((char *) kv->v + od,
+                                    (const char *) kv->v + os, n,
                                     cudaMemcpyDeviceToDevice, c->stream));
     return 0;
 }

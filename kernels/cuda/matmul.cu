@@ -7,8 +7,13 @@
  */
 #include "act.cuh"
 #include "gemv_kq.cuh"
+#include "gemv_mma.cuh"
 #include "gemv_q8.cuh"
 #include "matmul.cuh"
+
+extern "C" {
+#include "cuda_plan.h"
+}
 
 #define GEMV_WARPS 8                  /* rows per block */
 
@@ -332,8 +337,17 @@ nalar_cuda_matmul(nalar_cuda_ctx *c, const nalar_cuda_mat *W, const float *x,
     if (check_args("matmul", W, x, ldx, n_tok, y, ldy, err) != 0) {
         return -1;
     }
-    if (n_tok <= c->gemv_max) {
+    switch (nalar_cuda_mm_path(W->type, W->cols, n_tok, c->gemv_max,
+                               c->gemv_mma
+                               && nalar_cuda_gemv_mma_fits(W, x, ldx)))
+    {
+    case NALAR_CUDA_MM_MMA:
+        return nalar_cuda_gemv_mma(c, W, x, ldx, n_tok, y, ldy, accumulate,
+                                   err);
+    case NALAR_CUDA_MM_GEMV:
         return nalar_cuda_gemv(c, W, x, ldx, n_tok, y, ldy, accumulate, err);
+    default:
+        break;
     }
     /* column-major view: W is (cols x rows) with ld cols, so y^T = W^T x^T
      * is op(A) = A^T (rows x cols) times x^T (cols x n_tok) */

@@ -183,7 +183,8 @@ test_q8_repack(void)
 static void
 test_dispatch(void)
 {
-    nalar_backend_opts o = { "cuda", 0, 0, 0, 0 };
+    nalar_backend_opts o = { "cuda", 0, 0, 0, 0, GGML_F32 };
+    nalar_backend_opts o16 = { "cpu", 1, 0, 0, 0, GGML_BF16 };
     nalar_model        m;
     nalar_err          err;
 
@@ -194,6 +195,18 @@ test_dispatch(void)
     ok(nalar_backend_create(&m, &o, &err) == NULL,
        "cuda backend not available here: %s", err.msg);
     ok(strstr(err.msg, "cuda") != NULL, "the message names it");
+
+    /* a BF16 KV cache: GPU backends only; the CPU backend refuses it */
+    err.msg[0] = '\0';
+    ok(nalar_backend_create(&m, &o16, &err) == NULL,
+       "cpu backend with a BF16 KV cache refused: %s", err.msg);
+    ok(strstr(err.msg, "F32") != NULL && strstr(err.msg, "BF16") != NULL,
+       "the message says the CPU keeps F32 and BF16 needs a GPU");
+    o16.kv_type = GGML_Q8_0;
+    o16.name = "cuda";
+    ok(nalar_backend_create(&m, &o16, &err) == NULL
+       && strstr(err.msg, "F32 or BF16") != NULL,
+       "another KV type refused on any backend: %s", err.msg);
 
     /* which GPU: nalar_device N, else nginx worker i on GPU i mod count */
     is_int(nalar_backend_pick_device(-1, 0, 2, "cuda", &err), 0,
@@ -216,6 +229,56 @@ test_dispatch(void)
 }
 
 
+/* which kernel a projection runs on, and the MMA kernel's split-K */
+static void
+test_mm_path(void)
+{
+    int same = 1;
+
+    /* the GEMV and cuBLAS as before when MMA is off */
+    is_int(nalar_cuda_mm_path(GGML_BF16, 4096, 1, 8, 0), NALAR_CUDA_MM_GEMV,
+           "BF16, 1 token, mma off: GEMV");
+    is_int(nalar_cuda_mm_path(GGML_BF16, 4096, 8, 8, 0), NALAR_CUDA_MM_GEMV,
+           "BF16, 8 tokens, mma off: GEMV");
+    is_int(nalar_cuda_mm_path(GGML_BF16, 4096, 9, 8, 0), NALAR_CUDA_MM_BLAS,
+           "BF16, 9 tokens, mma off: cuBLAS");
+    /* with MMA on, every BF16 pass of 1..16 tokens takes the one kernel,
+     * so a verification of k+1 tokens sums as a 1-token decode step does */
+    for (int32_t n = 1; n <= NALAR_CUDA_MMA_MAX; n++) {
+        same &= nalar_cuda_mm_path(GGML_BF16, 4096, n, 8, 1)
+                == NALAR_CUDA_MM_MMA;
+    }
+    ok(same, "BF16, mma on: 1..%d tokens all on the MMA kernel",
+       NALAR_CUDA_MMA_MAX);
+    is_int(nalar_cuda_mm_path(GGML_BF16, 4096, 17, 8, 1), NALAR_CUDA_MM_BLAS,
+           "BF16, 17 tokens: cuBLAS");
+    is_int(nalar_cuda_mm_path(GGML_BF16, 4096, 17, 1000000, 1),
+           NALAR_CUDA_MM_GEMV, "BF16, 17 tokens, gemv_max 1e6: GEMV");
+    is_int(nalar_cuda_mm_path(GGML_BF16, 4100, 4, 8, 1), NALAR_CUDA_MM_GEMV,
+           "BF16, cols not a multiple of 8: GEMV");
+    is_int(nalar_cuda_mm_path(GGML_F16, 4096, 4, 8, 1), NALAR_CUDA_MM_GEMV,
+           "F16 with mma on: GEMV");
+    is_int(nalar_cuda_mm_path(GGML_F32, 4096, 9, 8, 1), NALAR_CUDA_MM_BLAS,
+           "F32, 9 tokens: cuBLAS (Sgemm)");
+    is_int(nalar_cuda_mm_path(GGML_Q8_0, 4096, 4, 8, 1), NALAR_CUDA_MM_GEMV,
+           "Q8_0 with mma on: its GEMV");
+
+    /* split-K: about 16 warps per SM (132 SMs) over the row tiles */
+    is_int(nalar_cuda_mma_splits(28672, 4096, 132), 2,
+           "gate|up 28672x4096: 2 warps per tile");
+    is_int(nalar_cuda_mma_splits(4096, 14336, 132), 8,
+           "down 4096x14336: 8 warps per tile");
+    is_int(nalar_cuda_mma_splits(6144, 4096, 132), 8,
+           "qkv 6144x4096: 8 warps per tile");
+    is_int(nalar_cuda_mma_splits(128256, 4096, 132), 1,
+           "output 128256x4096: 1");
+    is_int(nalar_cuda_mma_splits(16, 32, 132), 1,
+           "one 32-column chunk: 1 (never more warps than chunks)");
+    is_int(nalar_cuda_mma_splits(16, 96, 132), 2,
+           "three chunks: 2");
+}
+
+
 int
 main(void)
 {
@@ -224,5 +287,6 @@ main(void)
     test_plan();
     test_q8_repack();
     test_dispatch();
+    test_mm_path();
     return done_testing();
 }

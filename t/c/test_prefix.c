@@ -220,6 +220,32 @@ main(void)
         nalar_kv_pool_free(&pool);
     }
 
+    /* the KV cache's element type is part of the root: blocks a BF16
+     * pool holds never answer an F32 pool's lookup, or the reverse */
+    {
+        nalar_kv_pool       pool, pool16;
+        nalar_err           err;
+        uint8_t             id[32] = { 1 }, r32[32], r16[32], r0[32];
+        nalar_prefix_cache *c32, *c16;
+
+        nalar_kv_pool_init(&pool, 4, 1, 4, &err);
+        nalar_kv_pool_init(&pool16, 4, 1, 4, &err);
+        pool16.elem_bytes = 2;
+        c32 = nalar_prefix_cache_create(&pool, id, "cuda", &err);
+        c16 = nalar_prefix_cache_create(&pool16, id, "cuda", &err);
+        nalar_prefix_root(c32, "A", r0);
+        pool.elem_bytes = 4;
+        nalar_prefix_root(c32, "A", r32);
+        nalar_prefix_root(c16, "A", r16);
+        ok(memcmp(r32, r16, 32) != 0, "a BF16 KV pool: another root");
+        ok(memcmp(r32, r0, 32) == 0,
+           "an F32 pool whether or not its backend set elem_bytes");
+        nalar_prefix_cache_destroy(c32);
+        nalar_prefix_cache_destroy(c16);
+        nalar_kv_pool_free(&pool);
+        nalar_kv_pool_free(&pool16);
+    }
+
     /* eviction under a small pool: many prompts, outputs unchanged */
     {
         nalar_engine  *small;

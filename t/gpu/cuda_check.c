@@ -40,6 +40,7 @@
 #include "engine.h"
 #include "fp16.h"
 #include "gemv_kq.cuh"
+#include "gemv_mma.cuh"
 #include "gemv_q8.cuh"
 #include "kv.cuh"
 #include "matmul.cuh"
@@ -49,11 +50,19 @@
 #include "sampler.h"
 
 #define THR_F32  2e-5
+#define THR_KV_BF16 0.05          /* logits: a BF16 KV cache's extra error */
+#define THR_MMA  1e-4             /* activations split into two BF16 halves */
 #define THR_F16  3e-3
 #define THR_BF16 2e-2
 
 static int            n_pass, n_fail;
 static nalar_cuda_ctx C;
+
+/* 1: the attention and KV checks keep the device pool in BF16 (the host
+ * reference reads the same rounded values) */
+static int kv_bf16;
+
+
 static uint64_t       rng_state = 0x243f6a8885a308d3ull;
 
 
@@ -671,6 +680,108 @@ check_matmul(void)
 /* ggml-blocked weights (Q4_0, Q4_K, Q5_K, Q6_K): embedding rows exactly,
  * GEMV in FP32 and cuBLAS on BF16 dequantized weights, against the CPU's
  * dequantization */
+/*
+ * The tensor-core GEMV (BF16 weights, 1..16 tokens): against the double
+ * reference, through nalar_cuda_matmul with gemv_mma on; and each token's
+ * row bitwise the same whatever the pass's size (1, 5, 16 tokens), which
+ * is what keeps speculative verification equal to plain decoding.
+ */
+static void
+check_mma(void)
+{
+    static const int shapes[][2] = {
+        { 16, 32 }, { 33, 96 }, { 100, 104 }, { 257, 4096 }, { 1000, 384 },
+        { 4096, 4096 }, { 6144, 4096 }, { 4096, 14336 }
+    };
+    static const int toks[] = { 1, 2, 3, 4, 5, 8, 9, 13, 16 };
+    int              saved = C.gemv_mma;
+
+    C.gemv_mma = 1;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int            rows = shapes[s][0], cols = shapes[s][1];
+        int            ldy = rows + 1, ldx = cols + 4;
+        hmat           W;
+        nalar_cuda_mat dW;
+        float         *x = xmalloc((size_t) 16 * ldx * sizeof(float));
+        float         *y0 = xmalloc((size_t) 16 * ldy * sizeof(float));
+        float         *got = xmalloc((size_t) 16 * ldy * sizeof(float));
+        float         *one = xmalloc((size_t) ldy * sizeof(float));
+        double        *ref = xmalloc((size_t) 16 * rows * sizeof(double));
+        float         *gr = xmalloc((size_t) 16 * rows * sizeof(float));
+        float         *dx, *dy;
+        char           shape[96];
+        nalar_err      err;
+        int            same = 1;
+
+        hmat_make(&W, GGML_BF16, rows, cols, 1.0f / sqrtf((float) cols));
+        dW = hmat_upload(&W);
+        for (int i = 0; i < 16 * ldx; i++) x[i] = frand();
+        for (int i = 0; i < 16 * ldy; i++) y0[i] = frand();
+        dx = dup_to_dev(x, (size_t) 16 * ldx * sizeof(float));
+        dy = dnew((size_t) 16 * ldy * sizeof(float));
+        for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+            int n = toks[k], acc = (int) (k % 2);
+
+            if ((double) rows * cols * n > 4e8) {
+                continue;
+            }
+            for (int tk = 0; tk < n; tk++) {
+                for (int r = 0; r < rows; r++) {
+                    const float *w = W.f + (int64_t) r * cols;
+                    const float *xt = x + (int64_t) tk * ldx;
+                    double       sum = acc ? y0[(int64_t) tk * ldy + r] : 0.0;
+
+                    for (int c = 0; c < cols; c++) {
+                        sum += (double) w[c] * xt[c];
+                    }
+                    ref[(int64_t) tk * rows + r] = sum;
+                }
+            }
+            if (acc) {
+                cu(cudaMemcpy(dy, y0, (size_t) n * ldy * sizeof(float),
+                              cudaMemcpyHostToDevice), "upload");
+            } else {
+                poison(dy, (size_t) n * ldy * sizeof(float));
+            }
+            op(nalar_cuda_matmul(&C, &dW, dx, ldx, n, dy, ldy, acc, &err),
+               &err);
+            fetch(got, dy, (size_t) n * ldy * sizeof(float));
+            for (int tk = 0; tk < n; tk++) {
+                memcpy(gr + (int64_t) tk * rows, got + (int64_t) tk * ldy,
+                       (size_t) rows * sizeof(float));
+            }
+            snprintf(shape, sizeof(shape), "BF16 %dx%d tok %d%s mma",
+                     rows, cols, n, acc ? " acc" : "");
+            report("matmul", shape, nerr(gr, ref, (int64_t) n * rows),
+                   THR_MMA);
+        }
+        /* batch invariance: token t alone equals token t of 5 and of 16 */
+        for (int n = 5; n <= 16 && same; n += 11) {
+            poison(dy, (size_t) n * ldy * sizeof(float));
+            op(nalar_cuda_matmul(&C, &dW, dx, ldx, n, dy, ldy, 0, &err),
+               &err);
+            fetch(got, dy, (size_t) n * ldy * sizeof(float));
+            for (int tk = 0; tk < n && same; tk++) {
+                poison(dy, (size_t) ldy * sizeof(float));
+                op(nalar_cuda_matmul(&C, &dW, dx + (int64_t) tk * ldx, ldx,
+                                     1, dy, ldy, 0, &err), &err);
+                fetch(one, dy, (size_t) rows * sizeof(float));
+                same = memcmp(one, got + (int64_t) tk * ldy,
+                              (size_t) rows * sizeof(float)) == 0;
+            }
+        }
+        snprintf(shape, sizeof(shape), "BF16 %dx%d: 1 token = its row of "
+                 "5 and of 16", rows, cols);
+        report_eq("mma", shape, same, "a token's result depends on the "
+                  "pass's size");
+        hmat_free(&W, &dW);
+        cudaFree(dx); cudaFree(dy);
+        free(x); free(y0); free(got); free(one); free(ref); free(gr);
+    }
+    C.gemv_mma = saved;
+}
+
+
 static void
 check_kq(void)
 {
@@ -797,6 +908,55 @@ check_gemv_rows(void)
 
 /* --- paged KV and attention --- */
 
+/* f32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN), as
+ * __float2bfloat16_rn stores them */
+static uint16_t
+to_bf16(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (uint16_t) ((u >> 16) | 0x40u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t) (u >> 16);
+}
+
+
+static float
+from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t) b << 16;
+    float    f;
+
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+
+/* a host pool's n values as the device keeps them: with kv_bf16 the
+ * floats are rounded in place and a BF16 copy uploaded */
+static float *
+kv_to_dev(float *h, int64_t n)
+{
+    uint16_t *b;
+    float    *d;
+
+    if (!kv_bf16) {
+        return dup_to_dev(h, (size_t) n * sizeof(float));
+    }
+    b = xmalloc((size_t) n * sizeof(uint16_t));
+    for (int64_t i = 0; i < n; i++) {
+        b[i] = to_bf16(h[i]);
+        h[i] = from_bf16(b[i]);
+    }
+    d = dup_to_dev(b, (size_t) n * sizeof(uint16_t));
+    free(b);
+    return d;
+}
+
+
 typedef struct {
     int32_t n_heads, n_kv, hd;
 } att_cfg;
@@ -862,11 +1022,12 @@ world_make(att_world *w, const att_cfg *a, const int32_t *ctx, int n)
             }
         }
     }
-    w->dkv.k = dup_to_dev(w->pool.k, (size_t) nf * sizeof(float));
-    w->dkv.v = dup_to_dev(w->pool.v, (size_t) nf * sizeof(float));
+    w->dkv.k = kv_to_dev(w->pool.k, nf);
+    w->dkv.v = kv_to_dev(w->pool.v, nf);
     w->dkv.n_blocks = need;
     w->dkv.n_layers = 2;
     w->dkv.kv_dim = w->pool.kv_dim;
+    w->dkv.bf16 = kv_bf16;
 }
 
 
@@ -1012,9 +1173,10 @@ check_attention_cfg(const att_cfg *a, const int32_t *ctx, int n, int run)
                                   splits[si], dpart, &err), &err);
         fetch(got, dout, (size_t) (n + 1) * qd * sizeof(float));
         snprintf(shape, sizeof(shape),
-                 "decode h%d/%d hd%d ctx<=%d split %d%s", a->n_heads,
+                 "decode h%d/%d hd%d ctx<=%d split %d%s%s", a->n_heads,
                  a->n_kv, a->hd, ctx[longest], splits[si],
-                 C.attn_prefetch ? "" : " no-prefetch");
+                 C.attn_prefetch ? "" : " no-prefetch",
+                 kv_bf16 ? " kv bf16" : "");
         report("attention", shape, nerr(got, ref, (int64_t) (n + 1) * qd),
                THR_F32);
         cudaFree(dpart);
@@ -1058,8 +1220,9 @@ check_attention_cfg(const att_cfg *a, const int32_t *ctx, int n, int run)
                                    &err), &err);
     }
     fetch(got, dout, (size_t) b.n_tokens * qd * sizeof(float));
-    snprintf(shape, sizeof(shape), "prefill h%d/%d hd%d run %d, %d tiles",
-             a->n_heads, a->n_kv, a->hd, run, plan.n_tiles);
+    snprintf(shape, sizeof(shape), "prefill h%d/%d hd%d run %d, %d tiles%s",
+             a->n_heads, a->n_kv, a->hd, run, plan.n_tiles,
+             kv_bf16 ? " kv bf16" : "");
     report("attention", shape, nerr(got, ref, (int64_t) b.n_tokens * qd),
            THR_F32);
     cudaFree(dstage);
@@ -1151,12 +1314,29 @@ check_kv(void)
            (size_t) 2 * 16 * kd * sizeof(float));
     gk = xmalloc((size_t) nf * sizeof(float));
     gv = xmalloc((size_t) nf * sizeof(float));
-    fetch(gk, w.dkv.k, (size_t) nf * sizeof(float));
-    fetch(gv, w.dkv.v, (size_t) nf * sizeof(float));
-    /* bitwise: NaN slots must still be the same NaN */
-    bad = memcmp(gk, w.pool.k, (size_t) nf * sizeof(float)) != 0
-          || memcmp(gv, w.pool.v, (size_t) nf * sizeof(float)) != 0;
-    report_eq("kv_append", "5 tokens, 3 sequences, + block copy", !bad,
+    if (kv_bf16) {
+        /* the device rounds what it appends; the host rounds the same
+         * values, and compares bits */
+        uint16_t *bk = xmalloc((size_t) nf * sizeof(uint16_t)),
+                 *bv = xmalloc((size_t) nf * sizeof(uint16_t));
+
+        fetch(bk, w.dkv.k, (size_t) nf * sizeof(uint16_t));
+        fetch(bv, w.dkv.v, (size_t) nf * sizeof(uint16_t));
+        for (int64_t i = 0; i < nf && !bad; i++) {
+            bad = bk[i] != to_bf16(w.pool.k[i])
+                  || bv[i] != to_bf16(w.pool.v[i]);
+        }
+        free(bk);
+        free(bv);
+    } else {
+        fetch(gk, w.dkv.k, (size_t) nf * sizeof(float));
+        fetch(gv, w.dkv.v, (size_t) nf * sizeof(float));
+        /* bitwise: NaN slots must still be the same NaN */
+        bad = memcmp(gk, w.pool.k, (size_t) nf * sizeof(float)) != 0
+              || memcmp(gv, w.pool.v, (size_t) nf * sizeof(float)) != 0;
+    }
+    report_eq("kv_append", kv_bf16 ? "5 tokens, 3 sequences, + block copy, "
+              "kv bf16" : "5 tokens, 3 sequences, + block copy", !bad,
               "pool differs from the host's");
     free(gk); free(gv); free(src); free(stage);
     cudaFree(dstage); cudaFree(dsrc);
@@ -1541,7 +1721,7 @@ static const struct { const char *file; double tol; } conf_files[] = {
  * each; the largest |logit - reference| at the reference's top-16 ids
  * (INFINITY when something fails) */
 static double
-conformance_err(const char *dir, const char *base)
+conformance_err(const char *dir, const char *base, ggml_type kv_type)
 {
     char               path[1024];
     json_t            *ref, *seqs, *tch;
@@ -1568,6 +1748,7 @@ conformance_err(const char *dir, const char *base)
     memset(&kv, 0, sizeof(kv));
     bo.name = "cuda";
     bo.gemv_max = 1000000;                 /* FP32 activations */
+    bo.kv_type = kv_type;
     V = m->cfg.n_vocab;
     seqs = json_object_get(ref, "sequences");
     tch = json_object_get(ref, "teacher");
@@ -1650,9 +1831,23 @@ check_conformance(const char *dir)
         char gguf[256];
 
         report("conformance", conf_files[i].file,
-               conformance_err(dir, conf_files[i].file), conf_files[i].tol);
+               conformance_err(dir, conf_files[i].file, GGML_F32),
+               conf_files[i].tol);
         snprintf(gguf, sizeof(gguf), "%s.gguf", conf_files[i].file);
         check_greedy(dir, gguf, 1, 1000000);
+    }
+    /* a BF16 KV cache: K and V rounded to 8 significant bits (relative
+     * error up to 2^-9) before attention reads them; the logits may move
+     * by that much of their attention's share more than the type's own
+     * tolerance */
+    for (size_t i = 0; i < sizeof(conf_files) / sizeof(conf_files[0]); i++)
+    {
+        char name[128];
+
+        snprintf(name, sizeof(name), "%s, kv bf16", conf_files[i].file);
+        report("conformance", name,
+               conformance_err(dir, conf_files[i].file, GGML_BF16),
+               conf_files[i].tol + THR_KV_BF16);
     }
 }
 
@@ -1702,7 +1897,14 @@ main(int argc, char **argv)
         C.attn_prefetch = !C.attn_prefetch;
         check_attention();
         C.attn_prefetch = !C.attn_prefetch;
+        /* a BF16 pool: the same kernels reading 16-bit K/V; the reference
+         * reads the same rounded values, so the F32 tolerance holds */
+        kv_bf16 = 1;
+        check_kv();
+        check_attention();
+        kv_bf16 = 0;
         check_matmul();
+        check_mma();
         check_kq();
         check_gemv_rows();
         check_sampling();
