@@ -1,6 +1,7 @@
 # Nalar build.  `make` builds the engine library, build/nalar and (when the
 # nginx source tree is installed) the nginx module; `make test` installs what
-# is missing, builds and runs every test; `make run` serves conf.example.
+# is missing, builds and runs every test; `make run` serves conf.example,
+# `make run-cluster` an edge and three nodes (conf.example.cluster).
 
 CC       ?= cc
 OPT      ?= -O3 -march=native
@@ -18,7 +19,7 @@ TEST_SRC   = $(wildcard t/c/*.c)
 TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
 HDRS       = $(wildcard src/*.h) $(wildcard kernels/*.h) $(wildcard t/c/*.h)
 
-.PHONY: all test run deps clean module fuzz bench
+.PHONY: all test run run-cluster deps clean module fuzz bench
 
 all: build/nalar build/asan/nalar $(TEST_BIN) module
 
@@ -98,6 +99,12 @@ test: deps
 run: deps
 	$(MAKE) all
 	sh scripts/run.sh
+
+# three engine nodes and the edge that routes over them (conf.example.node,
+# conf.example.cluster), all on 127.0.0.1
+run-cluster: deps
+	$(MAKE) all
+	sh scripts/run-cluster.sh
 
 clean:
 	rm -rf build
