@@ -5,7 +5,7 @@
 # is not JSON; the same whether the body is in memory or in nginx's
 # temporary file.  nalar_route_prefix sets how much text counts and makes
 # the location an edge: nalar_jwt_key refuses a request without a token
-# there with OpenAI's 401.
+# there with OpenAI's 401, and nginx's 502 is OpenAI's error JSON.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -45,6 +45,12 @@ http {
             nalar_route_prefix 2k;
             proxy_set_header X-Edge-Tenant $nalar_tenant;
             proxy_pass http://127.0.0.1:%%PORT2%%;
+        }
+
+        # no node answers
+        location /dead/v1/ {
+            nalar_route_prefix 2k;
+            proxy_pass http://127.0.0.1:1;
         }
 
         location = /ping { return 200; }
@@ -176,6 +182,11 @@ $r = $t->post_json('/jwt/v1/chat/completions', chat(m_(user => 'x')),
                                 'X-Edge-Tenant' => 'forged' });
 is($r->{status}, 200, '... 200 with one');
 like($r->{body}, qr/ acme$/, '... and the node is told the verified tenant');
+
+# nginx's own error page at an edge location: OpenAI's error JSON
+$r = $t->post_json('/dead/v1/chat/completions', chat(m_(user => 'x')));
+is($r->{status}, 502, 'no node answers: 502');
+is($r->{json}{error}{type}, 'server_error', '... as OpenAI JSON');
 
 $t->check_log;
 
