@@ -20,8 +20,9 @@
  * earlier turns gets the next turn too.
  *
  * The text is found by ngx_nalar_route_text.c.  The body is the one
- * proxy_pass reads (without blocking) before it picks a peer, which is when the upstream evaluates the key; it is left as it
- * is.  Only its first bytes are looked at (NGX_HTTP_NALAR_ROUTE_SCAN plus
+ * proxy_pass reads (without blocking) before it picks a peer, which is
+ * when the upstream evaluates the key; it is left as it is.  Only its
+ * first bytes are looked at (NGX_HTTP_NALAR_ROUTE_SCAN plus
  * 8 bytes per byte of prefix, enough for escaped text), and only up to
  * the end of the leading text, so the work is bounded whatever the body's
  * size; what is not found there is not in the key.  A body that is
@@ -43,6 +44,7 @@
 #define NGX_HTTP_NALAR_ROUTE_SCAN   (64 * 1024)
 #define NGX_HTTP_NALAR_ROUTE_MODEL  256
 #define NGX_HTTP_NALAR_ROUTE_HEX    32          /* 128 bits of SHA-256 */
+
 
 static ngx_int_t ngx_http_nalar_route_body(ngx_http_request_t *r,
     size_t limit, u_char **data, size_t *len);

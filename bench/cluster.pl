@@ -5,7 +5,7 @@
 # balanced by `hash $nalar_route_key consistent`, round-robin and `hash
 # $nalar_tenant consistent`, against the same edge over a single node.
 #
-# Workload: 8 tenants, each with 2 system prompts (two apps) of about 120
+# Workload: 8 tenants, each with 2 system prompts (two apps) of 110-150
 # tokens; per app, USERS conversations of TURNS turns, and per tenant
 # USERS conversations without a system prompt.  Turns go in rounds (every
 # conversation's turn 1, then every turn 2, ...), each round CONC
