@@ -313,11 +313,16 @@ sub kill_hard {
         push @pids, $pid if $ppid == $master;
     }
     kill 'KILL', @pids;
-    # gone, or a zombie nobody reaped yet
+    # gone, or a zombie nobody reaped yet, with every thread: a process
+    # whose first thread is a zombie still holds its sockets while its
+    # other threads exit
     my $alive = sub {
-        open my $fh, '<', "/proc/$_[0]/stat" or return 0;
-        my $line = <$fh> // '';
-        return $line !~ /^\d+ \(.*\) [ZX]/;
+        for my $task (glob "/proc/$_[0]/task/*/stat") {
+            open my $fh, '<', $task or next;
+            my $line = <$fh> // '';
+            return 1 if $line !~ /^\d+ \(.*\) [ZX]/;
+        }
+        return 0;
     };
     my $deadline = time + 30;
     while (time < $deadline && grep { $alive->($_) } @pids) {
