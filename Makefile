@@ -1,6 +1,7 @@
 # Nalar build.  `make` builds the engine library, build/nalar and (when the
 # nginx source tree is installed) the nginx module; `make test` installs what
-# is missing, builds and runs every test; `make run` serves conf.example.
+# is missing, builds and runs every test; `make run` serves conf.example,
+# `make run-cluster` an edge and three nodes (conf.example.cluster).
 
 CC       ?= cc
 OPT      ?= -O3 -march=native
@@ -21,7 +22,7 @@ TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
 HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
              $(wildcard kernels/cuda/*.h) $(wildcard t/c/*.h)
 
-.PHONY: all test run deps clean module fuzz bench
+.PHONY: all test run run-cluster deps clean module fuzz bench
 
 all: build/nalar build/asan/nalar $(TEST_BIN) module
 
@@ -72,6 +73,7 @@ build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat.h src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
 build/fuzz_request: ngx_nalar_request.c ngx_nalar_request.h ngx_nalar_chat.c \
                     ngx_nalar_chat.h src/sampler.c src/nalar_err.c
+build/fuzz_route: ngx_nalar_route_text.c ngx_nalar_route_text.h
 
 fuzz: $(FUZZ_BIN)
 ifneq ($(FUZZ_SECONDS),)
@@ -101,6 +103,12 @@ test: deps
 run: deps
 	$(MAKE) all
 	sh scripts/run.sh
+
+# three engine nodes and the edge that routes over them (conf.example.node,
+# conf.example.cluster), all on 127.0.0.1
+run-cluster: deps
+	$(MAKE) all
+	sh scripts/run-cluster.sh
 
 clean:
 	rm -rf build

@@ -131,7 +131,7 @@ ngx_http_nalar_header_filter(ngx_http_request_t *r)
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
     status = r->headers_out.status;
 
-    if (nlcf->handler != NGX_HTTP_NALAR_API
+    if ((nlcf->handler != NGX_HTTP_NALAR_API && !nlcf->route_edge)
         || r != r->main
         || status < NGX_HTTP_BAD_REQUEST
         || r->headers_out.content_type.len < sizeof("text/html") - 1

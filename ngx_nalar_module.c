@@ -245,6 +245,13 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       0,
       NULL },
 
+    { ngx_string("nalar_route_prefix"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_route_prefix,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("nalar_speculative"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
       ngx_http_nalar_speculative,
@@ -330,7 +337,7 @@ ngx_http_nalar_init(ngx_conf_t *cf)
     ngx_http_nalar_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_nalar_body_filter;
 
-    return NGX_OK;
+    return ngx_http_nalar_route_init(cf);
 }
 
 
@@ -510,6 +517,8 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
     nlcf->spec_mode = NGX_CONF_UNSET_UINT;
     nlcf->spec_max_k = NGX_CONF_UNSET;
     nlcf->spec_fixed = NGX_CONF_UNSET;
+    nlcf->route_prefix = NGX_CONF_UNSET_SIZE;
+    nlcf->route_edge = NGX_CONF_UNSET;
 
     return nlcf;
 }
@@ -538,6 +547,8 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               NALAR_SPEC_AUTO);
     ngx_conf_merge_value(conf->spec_max_k, prev->spec_max_k, 4);
     ngx_conf_merge_value(conf->spec_fixed, prev->spec_fixed, 0);
+    ngx_conf_merge_size_value(conf->route_prefix, prev->route_prefix, 2048);
+    ngx_conf_merge_value(conf->route_edge, prev->route_edge, 0);
 
     if (conf->keepalive == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -175,6 +175,9 @@ typedef struct {
     ngx_uint_t                 spec_mode;   /* nalar_spec_mode */
     ngx_int_t                  spec_max_k;  /* most proposals per step */
     ngx_flag_t                 spec_fixed;  /* "fixed": always max */
+    size_t                     route_prefix;    /* nalar_route_prefix */
+    ngx_flag_t                 route_edge;  /* nalar_route_prefix here or
+                                               above: an edge location */
 } ngx_http_nalar_loc_conf_t;
 
 
@@ -276,6 +279,8 @@ struct ngx_http_nalar_ctx_s {
     ngx_chain_t               *free;        /* stream buffers to reuse */
     ngx_chain_t               *busy;        /* stream buffers in flight */
     ngx_http_nalar_parse_t    *parse;       /* the body being parsed */
+    ngx_str_t                  route_key;   /* $nalar_route_key, once the
+                                               body is read */
 
     unsigned                   stream:1;
     unsigned                   include_usage:1;
@@ -285,6 +290,8 @@ struct ngx_http_nalar_ctx_s {
     unsigned                   failed:1;    /* a choice failed mid-stream */
     unsigned                   done:1;
     unsigned                   cleanup:1;   /* registered */
+    unsigned                   route_ended:1;   /* an edge ended a cut
+                                                   stream */
 };
 
 
@@ -358,6 +365,13 @@ void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_test_hold(size_t len);
+
+/* ngx_nalar_route.c */
+ngx_int_t ngx_http_nalar_route_init(ngx_conf_t *cf);
+char *ngx_http_nalar_route_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_nalar_route_key_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 
 /* ngx_nalar_handler.c */
 ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);

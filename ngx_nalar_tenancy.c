@@ -64,6 +64,9 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
     { ngx_string("nalar_spec_proposed"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_SPEC_PROPOSED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("nalar_route_key"), NULL, ngx_http_nalar_route_key_variable,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
       ngx_http_null_variable
 };
 
@@ -72,8 +75,9 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
 
 
 /*
- * Access phase: where nalar_jwt_key is set, an API request without a valid
- * bearer token ends here with 401, as auth_basic's do (and under `satisfy
+ * Access phase: where nalar_jwt_key is set, an API request (in a nalar_api
+ * location, or an edge's: nalar_route_prefix) without a valid bearer
+ * token ends here with 401, as auth_basic's do (and under `satisfy
  * any` the content handler refuses it again, so it never reaches a model).
  * CORS preflights carry no credentials and never reach a model either;
  * /health is for load balancers, which carry none.
@@ -87,7 +91,8 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
-    if (nlcf->handler != NGX_HTTP_NALAR_API || nlcf->jwt == NULL
+    if ((nlcf->handler != NGX_HTTP_NALAR_API && !nlcf->route_edge)
+        || nlcf->jwt == NULL
         || r->method == NGX_HTTP_OPTIONS
         || ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_HEALTH)
     {

@@ -299,6 +299,39 @@ sub stop {
     return $self;
 }
 
+# Kills the master and its workers with SIGKILL, as a crashed machine
+# would go, and waits until none is left.
+sub kill_hard {
+    my ($self) = @_;
+    my $master = $self->pid or return $self;
+    my @pids = ($master);
+    for my $stat (glob '/proc/[0-9]*/stat') {
+        open my $fh, '<', $stat or next;
+        my $line = <$fh> // '';
+        close $fh;
+        my ($pid, $ppid) = $line =~ /^(\d+) \(.*\) \S+ (\d+)/ or next;
+        push @pids, $pid if $ppid == $master;
+    }
+    kill 'KILL', @pids;
+    # gone, or a zombie nobody reaped yet, with every thread: a process
+    # whose first thread is a zombie still holds its sockets while its
+    # other threads exit
+    my $alive = sub {
+        for my $task (glob "/proc/$_[0]/task/*/stat") {
+            open my $fh, '<', $task or next;
+            my $line = <$fh> // '';
+            return 1 if $line !~ /^\d+ \(.*\) [ZX]/;
+        }
+        return 0;
+    };
+    my $deadline = time + 30;
+    while (time < $deadline && grep { $alive->($_) } @pids) {
+        sleep 0.02;
+    }
+    $self->{running} = 0;
+    return $self;
+}
+
 # The error log must hold no [alert], no [emerg] and no sanitizer report.
 sub check_log {
     my ($self) = @_;
