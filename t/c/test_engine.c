@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "engine_test.h"
 #include "kv.h"
+#include "mkmodel.h"
 #include "model.h"
 #include "collect.h"
 #include "tap.h"
@@ -275,6 +277,7 @@ test_kv_pool(void)
     nalar_seq_kv_release(&p, &b);
     is_int(p.n_free, 8, "all blocks free after release");
     ok(nalar_kv_check(&p, &err) == 0, "invariants hold at the end");
+
     nalar_kv_pool_free(&p);
 }
 
@@ -822,7 +825,8 @@ test_concurrency(const char *path)
 #define ARCH_P     4      /* prompts */
 
 static nalar_engine *
-engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
+engine_xd(const char *path, const char *draft, int chunk, int64_t kv_bytes,
+          int prefix, int spec)
 {
     nalar_engine_opts o;
     nalar_err         err;
@@ -830,6 +834,7 @@ engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
 
     memset(&o, 0, sizeof(o));
     o.model_path = path;
+    o.draft_path = draft;
     o.max_batch_tokens = chunk;
     o.kv_bytes = kv_bytes;
     o.n_threads = 2;
@@ -843,6 +848,13 @@ engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
         return NULL;
     }
     return e;
+}
+
+
+static nalar_engine *
+engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
+{
+    return engine_xd(path, NULL, chunk, kv_bytes, prefix, spec);
 }
 
 
@@ -898,8 +910,71 @@ arch_run(nalar_engine *e, int32_t (*prompts)[80], const int *len,
 }
 
 
+/*
+ * Draft-model speculation: a draft of the same architecture and
+ * vocabulary with random weights (its proposals mostly rejected: the
+ * rollback path), and the target as its own draft (all accepted), 4
+ * proposals at every step; the ids are those without speculation.
+ */
 static void
-check_arch(const char *name)
+check_arch_draft(const char *name, const char *path, const char *arch,
+                 int window, int32_t (*prompts)[80], const int *len,
+                 int32_t (*want)[ARCH_N])
+{
+    char                dpath[128];
+    nalar_mkmodel_opts  mo;
+    nalar_engine       *e;
+    nalar_metrics       mt;
+    nalar_err           err;
+
+    snprintf(dpath, sizeof(dpath), "/tmp/nalar-test-draft-%d-%s.gguf",
+             (int) getpid(), name);
+    nalar_mkmodel_defaults(&mo);
+    mo.dim = 64;
+    mo.n_layers = 2;
+    mo.n_heads = 2;
+    mo.n_kv_heads = 1;
+    mo.ffn_dim = 128;
+    mo.n_ctx = 512;
+    mo.seed = 5;
+    mo.vocab_from = path;
+    mo.arch = arch;
+    mo.window = window;
+    if (nalar_mkmodel(&mo, dpath, &err) != 0) {
+        ok(0, "%s: a draft model: %s", name, err.msg);
+        return;
+    }
+
+    e = engine_xd(path, dpath, 512, 0, 0, NALAR_SPEC_DRAFT);
+    ok(arch_run(e, prompts, len, want, 1, 0, "random draft"),
+       "%s: with a random %s draft, the same", name, arch);
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.spec_draft_tokens_total > 0
+           && mt.spec_accepted_tokens_total < mt.spec_draft_tokens_total,
+           "%s: ... which proposed %llu tokens, %llu accepted", name,
+           (unsigned long long) mt.spec_draft_tokens_total,
+           (unsigned long long) mt.spec_accepted_tokens_total);
+    }
+    nalar_engine_destroy(e);
+    unlink(dpath);
+
+    e = engine_xd(path, path, 512, 0, 0, NALAR_SPEC_DRAFT);
+    ok(arch_run(e, prompts, len, want, 0, 0, "self draft"),
+       "%s: as its own draft, the same", name);
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.spec_accepted_tokens_total > 0,
+           "%s: ... with %llu of %llu proposals accepted", name,
+           (unsigned long long) mt.spec_accepted_tokens_total,
+           (unsigned long long) mt.spec_draft_tokens_total);
+    }
+    nalar_engine_destroy(e);
+}
+
+
+static void
+check_arch(const char *name, const char *arch, int window)
 {
     char           path[128];
     int32_t        prompts[ARCH_P][80], want[ARCH_P][ARCH_N];
@@ -972,6 +1047,8 @@ check_arch(const char *name)
            "tokens", name, (unsigned long long) mt.spec_draft_tokens_total);
     }
     nalar_engine_destroy(e);
+
+    check_arch_draft(name, path, arch, window, prompts, len, want);
 
     /* prefix cache: prompt 2 published, then prompt 3 (its first 64 ids
      * shared: four blocks, twice gemma2's window) from the cache */
@@ -1157,12 +1234,18 @@ main(void)
     test_step_failures(tf32);
     test_concurrency(tf32);
     {
-        static const char *const archs[] = {
-            "llama3-F32", "qwen2-F16", "qwen3-F16", "gemma2-F16", "phi3-F16",
+        /* the file, its architecture, the sliding window of its draft */
+        static const struct {
+            const char *name, *arch;
+            int         window;
+        } archs[] = {
+            { "llama3-F32", "llama", 0 }, { "qwen2-F16", "qwen2", 0 },
+            { "qwen3-F16", "qwen3", 0 }, { "gemma2-F16", "gemma2", 32 },
+            { "phi3-F16", "phi3", 32 },
         };
 
         for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
-            check_arch(archs[i]);
+            check_arch(archs[i].name, archs[i].arch, archs[i].window);
         }
     }
     return done_testing();
