@@ -195,6 +195,8 @@ struct nalar_engine {
     nalar_metrics     m;
 
     /* tests only (engine_test.h) */
+    int               keep_kv;        /* never give back blocks before a
+                                         sliding window */
     int               fault[NALAR_FAULT_COUNT];
     void            (*idle_fn)(void *arg);
     void             *idle_arg;
@@ -553,6 +555,13 @@ nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg), void *arg)
 {
     e->idle_fn = fn;
     e->idle_arg = arg;
+}
+
+
+void
+nalar_engine_test_keep_kv(nalar_engine *e, int keep)
+{
+    e->keep_kv = keep;
 }
 
 
@@ -1489,6 +1498,33 @@ cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed)
                              r->kv.blocks[i]);
         r->n_published++;
     }
+}
+
+
+/*
+ * A model whose every layer slides never reads a position again once it
+ * is before the window of the next query (at n_computed): the whole
+ * blocks there go back to the pool.  With the prefix cache, only blocks
+ * already published go (the cache keeps its reference, so they stay
+ * until evicted): a block is never published after it left the
+ * sequence, and a prefix hit brings every block from position 0.
+ */
+static void
+kv_slide(nalar_engine *e, nalar_request *r)
+{
+    const nalar_config *c = &e->model->cfg;
+    int32_t             pos;
+
+    if (c->swa_window <= 0 || c->swa_layers != 1 || e->keep_kv) {
+        return;
+    }
+    pos = r->n_computed - c->swa_window + 1;
+    if (e->cache != NULL && !r->p.no_cache
+        && pos > r->n_published * NALAR_KV_BLOCK)
+    {
+        pos = r->n_published * NALAR_KV_BLOCK;
+    }
+    nalar_seq_kv_drop_before(&e->kv, &r->kv, pos);
 }
 
 
@@ -2602,6 +2638,7 @@ step_advance(nalar_engine *e, step_plan *sp)
         if (!b->want_logits[k]) {
             r->n_computed = b->pos[k] + 1;
             r->kv.n_pos = r->n_computed;
+            kv_slide(e, r);
             continue;
         }
         if (r->n_generated == 0) {
@@ -2614,6 +2651,7 @@ step_advance(nalar_engine *e, step_plan *sp)
             r->kv.n_pos = r->n_computed;
             /* every computed position holds a confirmed token */
             cache_publish(e, r, r->n_computed);
+            kv_slide(e, r);
             emit_token(e, r, use_ids ? NULL : e->logits + (size_t) li * V,
                        use_ids ? e->ids + li : NULL, t);
             li++;
@@ -2663,6 +2701,7 @@ step_advance(nalar_engine *e, step_plan *sp)
         nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
         r->kv.n_pos = r->n_computed;
         cache_publish(e, r, r->n_computed);
+        kv_slide(e, r);
         if (r->prop_now == NALAR_PROP_DRAFT) {
             /* the draft computed the last token and proposals
              * 1..kprop-1; those that were confirmed stay valid */
