@@ -15,8 +15,9 @@
  *   Mistral v3: [INST] {user}[/INST] {assistant}</s>[INST] ... (Mistral 7B
  *            v0.3, Mixtral 8x22B, Large 2407; the system prompt opens the
  *            last user turn; the assistant's content is trimmed)
- *   Mistral: [INST]{user}[/INST]{assistant}</s>[INST] ... (v3 tekken: Nemo;
- *            the system prompt opens the last user turn)
+ *   Mistral: [INST]{user}[/INST]{assistant}</s>[INST] ... (v3 tekken:
+ *            Nemo, Ministral 8B 2410; the system prompt opens the last
+ *            user turn)
  *   Mistral v7 (SentencePiece): [SYSTEM_PROMPT] {system}[/SYSTEM_PROMPT]
  *            [INST] {user}[/INST] {assistant}</s> ... (Large 2411)
  *   Mistral v7: [SYSTEM_PROMPT]{system}[/SYSTEM_PROMPT][INST]{user}[/INST]

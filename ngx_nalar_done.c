@@ -17,19 +17,60 @@
 #include "ngx_nalar_module.h"
 
 
+static ngx_int_t ngx_http_nalar_submit_choices(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
 static void ngx_http_nalar_cleanup(void *data);
 static ngx_http_nalar_slot_t *ngx_http_nalar_slot_get(void);
 static void ngx_http_nalar_notify(nalar_request *req, void *data);
 
 
 /*
- * One engine request per choice.  The cleanup is registered first so that
- * whatever happens to the request later, its sequences are cancelled.
+ * One engine request per choice, the choices sharing one copy of a text
+ * prompt (the engine frees it when the last of them lets go).
  */
 
 ngx_int_t
 ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_request_params *p)
+{
+    ngx_int_t              rc;
+    nalar_err              err;
+    nalar_prompt          *prompt;
+    const nalar_tok_text  *text;
+
+    if (p->prompt_text == NULL) {
+        return ngx_http_nalar_submit_choices(r, ctx, p);
+    }
+
+    prompt = nalar_prompt_create(p->prompt_text, p->n_prompt_text, &err);
+    if (prompt == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: %s", err.msg);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    text = p->prompt_text;
+    p->prompt_shared = prompt;
+    p->prompt_text = NULL;
+
+    rc = ngx_http_nalar_submit_choices(r, ctx, p);
+
+    p->prompt_shared = NULL;
+    p->prompt_text = text;
+    nalar_prompt_unref(prompt);
+
+    return rc;
+}
+
+
+/*
+ * The cleanup is registered first so that whatever happens to the request
+ * later, its sequences are cancelled.
+ */
+
+static ngx_int_t
+ngx_http_nalar_submit_choices(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p)
 {
     int                       rc;
     u_char                   *id;

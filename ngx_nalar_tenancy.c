@@ -15,7 +15,8 @@
 #include "ngx_nalar_module.h"
 
 
-static void ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex);
+static ngx_int_t ngx_http_nalar_client_ca(ngx_http_request_t *r,
+    u_char *hex);
 static ngx_int_t ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
@@ -255,7 +256,16 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
               + nlcf->jwt_claim.len + ctx->tenant.len;
 
     } else {
-        ngx_http_nalar_client_ca(r, ca);
+        if (ngx_http_nalar_client_ca(r, ca) != NGX_OK) {
+
+            /* a CA that cannot be named: nothing is shared */
+
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "nalar tenant: client CA not found, "
+                           "prefix cache off");
+            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_ANON;
+            return ctx;
+        }
 
         len = sizeof("var:::ca=:") - 1 + NGX_SIZE_T_LEN
               + nlcf->tenant->value.len + ngx_strlen(ca) + ctx->tenant.len;
@@ -291,46 +301,112 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
 
 /*
- * The CA of a verified client certificate, as the SHA-256 of its issuer
- * name (which a resumed session has too) in hex; "-" without one.
+ * The CA of a verified client certificate, as the SHA-256 of the issuing
+ * CA's public key in hex: two CAs that share a name but not a key never
+ * share a scope.  The issuer is the second link of the chain nginx
+ * verified; a resumed session has no chain, and its issuer is the
+ * certificate of the server's trust store that has the issuer's name and
+ * whose key verifies the client certificate's signature.  "-" without a
+ * verified certificate; NGX_DECLINED when the issuer is not found (an
+ * intermediate the client sent in the full handshake only).
  */
 
-static void
+static ngx_int_t
 ngx_http_nalar_client_ca(ngx_http_request_t *r, u_char *hex)
 {
 #if (NGX_HTTP_SSL)
-    X509          *cert;
-    u_char         md[EVP_MAX_MD_SIZE];
-    unsigned int   n;
+    int              i;
+    SSL             *ssl;
+    X509            *cert, *ca, *c;
+    u_char           md[EVP_MAX_MD_SIZE];
+    unsigned int     n;
+    X509_STORE_CTX  *sctx;
+    STACK_OF(X509)  *chain, *certs;
 
-    if (r->connection->ssl != NULL
-        && SSL_get_verify_result(r->connection->ssl->connection)
-           == X509_V_OK)
-    {
-        cert = SSL_get_peer_certificate(r->connection->ssl->connection);
-
-        if (cert != NULL) {
-            n = 0;
-
-            if (X509_NAME_digest(X509_get_issuer_name(cert), EVP_sha256(),
-                                 md, &n)
-                != 1)
-            {
-                n = 0;
-            }
-
-            X509_free(cert);
-
-            if (n > 0) {
-                *ngx_hex_dump(hex, md, n) = '\0';
-                return;
-            }
-        }
+    if (r->connection->ssl == NULL) {
+        goto none;
     }
+
+    ssl = r->connection->ssl->connection;
+
+    if (SSL_get_verify_result(ssl) != X509_V_OK) {
+        goto none;
+    }
+
+    cert = SSL_get_peer_certificate(ssl);
+    if (cert == NULL) {
+        goto none;
+    }
+
+    ca = NULL;
+    chain = SSL_get0_verified_chain(ssl);
+
+    if (chain != NULL && sk_X509_num(chain) > 0) {
+
+        /* the leaf, its issuer, ...; a trusted self-signed leaf alone */
+
+        ca = sk_X509_value(chain, sk_X509_num(chain) > 1 ? 1 : 0);
+        X509_up_ref(ca);
+
+    } else {
+        sctx = X509_STORE_CTX_new();
+
+        if (sctx != NULL
+            && X509_STORE_CTX_init(sctx,
+                                   SSL_CTX_get_cert_store(
+                                       SSL_get_SSL_CTX(ssl)),
+                                   cert, NULL)
+               == 1)
+        {
+            certs = X509_STORE_CTX_get1_certs(sctx,
+                                              X509_get_issuer_name(cert));
+
+            for (i = 0; certs != NULL && i < sk_X509_num(certs); i++) {
+                c = sk_X509_value(certs, i);
+
+                if (X509_check_issued(c, cert) == X509_V_OK
+                    && X509_verify(cert, X509_get0_pubkey(c)) == 1)
+                {
+                    ca = c;
+                    X509_up_ref(ca);
+                    break;
+                }
+            }
+
+            sk_X509_pop_free(certs, X509_free);
+        }
+
+        X509_STORE_CTX_free(sctx);
+    }
+
+    X509_free(cert);
+
+    if (ca == NULL) {
+        return NGX_DECLINED;
+    }
+
+    n = 0;
+
+    if (X509_pubkey_digest(ca, EVP_sha256(), md, &n) != 1) {
+        n = 0;
+    }
+
+    X509_free(ca);
+
+    if (n == 0) {
+        return NGX_DECLINED;
+    }
+
+    *ngx_hex_dump(hex, md, n) = '\0';
+    return NGX_OK;
+
+none:
 #endif
 
     hex[0] = '-';
     hex[1] = '\0';
+
+    return NGX_OK;
 }
 
 

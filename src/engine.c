@@ -53,6 +53,13 @@ nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg), void *arg)
 }
 
 
+void
+nalar_engine_test_keep_kv(nalar_engine *e, int keep)
+{
+    e->keep_kv = keep;
+}
+
+
 static char *
 dup_or_null(const char *s)
 {

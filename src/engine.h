@@ -40,6 +40,7 @@
 typedef struct nalar_engine  nalar_engine;
 typedef struct nalar_request nalar_request;
 typedef struct nalar_model   nalar_model;
+typedef struct nalar_prompt  nalar_prompt;
 
 typedef struct {
     const char *model_path;
@@ -92,6 +93,9 @@ typedef struct {
      * at create, tokenized at intake with BOS where the model adds one */
     const nalar_tok_text *prompt_text;
     int32_t        n_prompt_text;
+    /* or a shared copy of the text (nalar_prompt_create): the request
+     * holds a reference to it instead of copying */
+    nalar_prompt  *prompt_shared;
     const char    *prompt_param; /* the request field prompt errors name
                                     (copied); NULL: "prompt" */
     nalar_sampling sampling;
@@ -239,6 +243,17 @@ void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
  * runs (before nalar_engine_start, or between nalar_engine_run_sync calls:
  * tests and the CLI). */
 double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
+
+/*
+ * A prompt's text, copied once for the requests that share it (the n
+ * choices of one API request).  Immutable; each request made with it as
+ * prompt_shared holds a reference until it has tokenized the text or is
+ * freed, and the creator lets go of its own with nalar_prompt_unref: the
+ * last one frees it.
+ */
+nalar_prompt *nalar_prompt_create(const nalar_tok_text *pieces, int32_t n,
+                                  nalar_err *err);
+void nalar_prompt_unref(nalar_prompt *pr);
 
 nalar_request *nalar_request_create(const nalar_request_params *p,
                                     nalar_notify_fn notify, void *notify_ctx,

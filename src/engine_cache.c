@@ -97,6 +97,33 @@ cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed)
 }
 
 
+/*
+ * A model whose every layer slides never reads a position again once it
+ * is before the window of the next query (at n_computed): the whole
+ * blocks there go back to the pool.  With the prefix cache, only blocks
+ * already published go (the cache keeps its reference, so they stay
+ * until evicted): a block is never published after it left the
+ * sequence, and a prefix hit brings every block from position 0.
+ */
+void
+kv_slide(nalar_engine *e, nalar_request *r)
+{
+    const nalar_config *c = &e->model->cfg;
+    int32_t             pos;
+
+    if (c->swa_window <= 0 || c->swa_layers != 1 || e->keep_kv) {
+        return;
+    }
+    pos = r->n_computed - c->swa_window + 1;
+    if (e->cache != NULL && !r->p.no_cache
+        && pos > r->n_published * NALAR_KV_BLOCK)
+    {
+        pos = r->n_published * NALAR_KV_BLOCK;
+    }
+    nalar_seq_kv_drop_before(&e->kv, &r->kv, pos);
+}
+
+
 /* Blocks that could be handed out now: free plus evictable cached ones. */
 int32_t
 kv_available(nalar_engine *e)

@@ -68,6 +68,8 @@ struct nalar_request {
     nalar_tok_text  *pieces;          /* (n_pieces) into `text` */
     int32_t          n_pieces;
     char            *text;
+    nalar_prompt    *shared_text;     /* holds `pieces` and `text` when the
+                                         prompt came as a shared copy */
     nalar_tok_text  *pred_pieces;     /* (n_pred_pieces) into pred_text */
     int32_t          n_pred_pieces;
     char            *pred_text;
@@ -210,6 +212,8 @@ struct nalar_engine {
     nalar_metrics     m;
 
     /* tests only (engine_test.h) */
+    int               keep_kv;        /* never give back blocks before a
+                                         sliding window */
     int               fault[NALAR_FAULT_COUNT];
     void            (*idle_fn)(void *arg);
     void             *idle_arg;
@@ -278,6 +282,7 @@ void request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
                     const char *error);
 void finish_unref(nalar_engine *e, nalar_request *r, nalar_finish why,
                   const char *error);
+void request_text_free(nalar_request *r);
 
 /* engine_queue.c (engine thread) */
 void step_intake(nalar_engine *e);
@@ -290,6 +295,7 @@ void    cache_match(nalar_engine *e, nalar_request *r);
 void    cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed);
 int32_t kv_available(nalar_engine *e);
 int     kv_reserve(nalar_engine *e, nalar_request *r, int32_t n_pos);
+void    kv_slide(nalar_engine *e, nalar_request *r);
 
 /* engine_spec.c (engine thread) */
 void cost_seed(nalar_backend *be, nalar_kv_pool *kv, int32_t n_vocab,

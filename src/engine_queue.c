@@ -125,10 +125,7 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
             return -1;
         }
         *work += n;
-        free(r->pieces);
-        free(r->text);
-        r->pieces = NULL;
-        r->text = NULL;
+        request_text_free(r);
         pthread_mutex_lock(&r->mu);
         r->prompt = ids;
         r->p.prompt = ids;

@@ -51,13 +51,85 @@ pieces_copy(const nalar_tok_text *src, int32_t n, char **text)
 }
 
 
+/* A prompt's text, copied once, immutable, shared by the requests made
+ * with it (nalar_request_params.prompt_shared). */
+struct nalar_prompt {
+    int              refs;            /* atomic */
+    nalar_tok_text  *pieces;          /* (n) into text */
+    int32_t          n;
+    char            *text;
+};
+
+static uint64_t  prompt_copies;       /* atomic: engine_test.h */
+
+
+nalar_prompt *
+nalar_prompt_create(const nalar_tok_text *pieces, int32_t n, nalar_err *err)
+{
+    nalar_prompt *pr = calloc(1, sizeof(*pr));
+
+    if (pr == NULL) {
+        nalar_fail(err, "out of memory");
+        return NULL;
+    }
+    pr->refs = 1;
+    pr->n = n > 0 ? n : 0;
+    pr->pieces = pieces_copy(pieces, pr->n, &pr->text);
+    if (pr->pieces == NULL) {
+        free(pr);
+        nalar_fail(err, "out of memory");
+        return NULL;
+    }
+    __atomic_add_fetch(&prompt_copies, 1, __ATOMIC_RELAXED);
+    return pr;
+}
+
+
+void
+nalar_prompt_unref(nalar_prompt *pr)
+{
+    if (pr == NULL || __atomic_sub_fetch(&pr->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    {
+        return;
+    }
+    free(pr->pieces);
+    free(pr->text);
+    free(pr);
+}
+
+
+uint64_t
+nalar_test_prompt_copies(void)
+{
+    return __atomic_load_n(&prompt_copies, __ATOMIC_RELAXED);
+}
+
+
+/* The request's prompt text, given back once tokenized or freed. */
+void
+request_text_free(nalar_request *r)
+{
+    if (r->shared_text != NULL) {
+        nalar_prompt_unref(r->shared_text);
+    } else {
+        free(r->pieces);
+        free(r->text);
+    }
+    r->shared_text = NULL;
+    r->pieces = NULL;
+    r->text = NULL;
+}
+
+
 nalar_request *
 nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
                      void *notify_ctx, nalar_err *err)
 {
     nalar_request *r;
 
-    if (p->n_prompt <= 0 && p->prompt_text == NULL) {
+    if (p->n_prompt <= 0 && p->prompt_text == NULL
+        && p->prompt_shared == NULL)
+    {
         nalar_fail(err, "the prompt is empty");
         return NULL;
     }
@@ -75,15 +147,24 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
              p->prompt_param != NULL ? p->prompt_param : "prompt");
     r->p.prompt_param = NULL;
     r->p.prompt_text = NULL;
+    r->p.prompt_shared = NULL;
     r->p.prediction_text = NULL;
     r->p.shared_prefix = NULL;
-    if (p->prompt_text != NULL) {
+    if (p->prompt_shared != NULL) {
+        r->p.n_prompt = 0;
+        __atomic_add_fetch(&p->prompt_shared->refs, 1, __ATOMIC_RELAXED);
+        r->shared_text = p->prompt_shared;
+        r->n_pieces = p->prompt_shared->n;
+        r->pieces = p->prompt_shared->pieces;
+        r->text = p->prompt_shared->text;
+    } else if (p->prompt_text != NULL) {
         r->p.n_prompt = 0;
         r->n_pieces = p->n_prompt_text > 0 ? p->n_prompt_text : 0;
         r->pieces = pieces_copy(p->prompt_text, r->n_pieces, &r->text);
         if (r->pieces == NULL) {
             goto oom;
         }
+        __atomic_add_fetch(&prompt_copies, 1, __ATOMIC_RELAXED);
     } else {
         r->prompt = malloc((size_t) p->n_prompt * sizeof(int32_t));
         if (r->prompt == NULL) {
@@ -198,8 +279,7 @@ nalar_request_unref(nalar_request *r)
     free(r->stops);
     free(r->stop_ids);
     free(r->prompt);
-    free(r->pieces);
-    free(r->text);
+    request_text_free(r);
     free(r->pred_pieces);
     free(r->pred_text);
     free(r->shared);

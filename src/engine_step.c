@@ -483,6 +483,7 @@ step_advance(nalar_engine *e, step_plan *sp)
         if (!b->want_logits[k]) {
             r->n_computed = b->pos[k] + 1;
             r->kv.n_pos = r->n_computed;
+            kv_slide(e, r);
             continue;
         }
         if (r->n_generated == 0) {
@@ -495,6 +496,7 @@ step_advance(nalar_engine *e, step_plan *sp)
             r->kv.n_pos = r->n_computed;
             /* every computed position holds a confirmed token */
             cache_publish(e, r, r->n_computed);
+            kv_slide(e, r);
             emit_token(e, r, use_ids ? NULL : e->logits + (size_t) li * V,
                        use_ids ? e->ids + li : NULL, t);
             li++;
@@ -544,6 +546,7 @@ step_advance(nalar_engine *e, step_plan *sp)
         nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
         r->kv.n_pos = r->n_computed;
         cache_publish(e, r, r->n_computed);
+        kv_slide(e, r);
         if (r->prop_now == NALAR_PROP_DRAFT) {
             /* the draft computed the last token and proposals
              * 1..kprop-1; those that were confirmed stay valid */

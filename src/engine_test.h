@@ -28,4 +28,14 @@ void nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n);
 void nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg),
                             void *arg);
 
+/* Prompt texts the engine has copied so far, process-wide: each
+ * nalar_prompt_create and each request given prompt_text (not
+ * prompt_shared) makes one copy. */
+uint64_t nalar_test_prompt_copies(void);
+
+/* keep != 0: a model whose every layer slides keeps the KV blocks before
+ * its window (as engines without the release did), for comparing ids.
+ * Set it while the engine runs nothing. */
+void nalar_engine_test_keep_kv(nalar_engine *e, int keep);
+
 #endif

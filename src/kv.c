@@ -183,8 +183,36 @@ nalar_seq_kv_truncate(nalar_kv_pool *p, nalar_seq_kv *s, int32_t pos)
     }
     keep = (pos + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
     while (s->n_blocks > keep) {
-        nalar_kv_block_unref(p, s->blocks[--s->n_blocks]);
+        if (--s->n_blocks >= s->n_dead) {
+            nalar_kv_block_unref(p, s->blocks[s->n_blocks]);
+        }
     }
+    if (s->n_dead > s->n_blocks) {
+        s->n_dead = s->n_blocks;
+    }
+}
+
+
+int32_t
+nalar_seq_kv_drop_before(nalar_kv_pool *p, nalar_seq_kv *s, int32_t pos)
+{
+    int32_t n = pos / NALAR_KV_BLOCK, dropped;
+
+    if (n > s->n_blocks - 1) {
+        n = s->n_blocks - 1;
+    }
+    if (n <= s->n_dead) {
+        return 0;
+    }
+    dropped = n - s->n_dead;
+    for (int32_t i = s->n_dead; i < n; i++) {
+        nalar_kv_block_unref(p, s->blocks[i]);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        s->blocks[i] = s->blocks[n];
+    }
+    s->n_dead = n;
+    return dropped;
 }
 
 
@@ -194,7 +222,7 @@ nalar_seq_kv_share(nalar_kv_pool *p, nalar_seq_kv *dst,
 {
     int32_t n = (n_pos + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
 
-    if (dst->n_blocks != 0 || n_pos > src->n_pos) {
+    if (dst->n_blocks != 0 || n_pos > src->n_pos || src->n_dead > 0) {
         return -1;
     }
     if (table_grow(dst, n) != 0) {

@@ -55,6 +55,11 @@ typedef struct {
     int32_t  n_blocks;
     int32_t  cap;
     int32_t  n_pos;         /* positions [0, n_pos) hold valid KV */
+    int32_t  n_dead;        /* blocks [0, n_dead) were given back (their
+                               positions are before every window): not
+                               owned, each names the first owned block so
+                               that a pass reading them reads memory the
+                               sequence holds (with attention weight 0) */
 } nalar_seq_kv;
 
 /* Bookkeeping only; storage is attached by the backend. */
@@ -81,9 +86,16 @@ int32_t nalar_seq_kv_blocks_needed(const nalar_kv_pool *p,
                                    const nalar_seq_kv *s, int32_t n_pos);
 /* Forget positions >= pos and release blocks no longer needed. */
 void nalar_seq_kv_truncate(nalar_kv_pool *p, nalar_seq_kv *s, int32_t pos);
-/* dst (empty) shares src's first n_pos positions (refcount++ on blocks). */
+/* dst (empty) shares src's first n_pos positions (refcount++ on blocks);
+ * -1 when src gave any of their blocks back. */
 int  nalar_seq_kv_share(nalar_kv_pool *p, nalar_seq_kv *dst,
                         const nalar_seq_kv *src, int32_t n_pos);
+/* Give back to the pool every whole block whose positions are all
+ * before pos (keeping at least the last block): a sliding-window model
+ * whose every layer slides never reads them again.  Returns the number
+ * given back. */
+int32_t nalar_seq_kv_drop_before(nalar_kv_pool *p, nalar_seq_kv *s,
+                                 int32_t pos);
 /* Release every block and the table. */
 void nalar_seq_kv_release(nalar_kv_pool *p, nalar_seq_kv *s);
 

@@ -151,6 +151,19 @@ is_deeply([ map { $_->{text} } @{ $r->{json}{choices} } ],
           [ ($ref_text{'A wise man'}) x 3 ], 'each greedy choice is the reference');
 is($r->{json}{usage}{completion_tokens}, 3 * $N, 'usage sums the choices');
 
+# n = 8 choices of a long prompt (one copy of its text, shared by the
+# engine's requests) each answer as the prompt alone
+
+my $long = 'And God said, Let there be light: and there was light. ' x 28;
+my $one = $t->post_json('/v1/completions', body($long, max_tokens => 4));
+$r = $t->post_json('/v1/completions', body($long, max_tokens => 4, n => 8));
+is($r->{status}, 200, 'n=8 of a long prompt: 200') or diag($r->{body});
+ok($one->{json}{usage}{prompt_tokens} > 300,
+   "the prompt is $one->{json}{usage}{prompt_tokens} tokens");
+is_deeply([ map { $_->{text} } @{ $r->{json}{choices} || [] } ],
+          [ ($one->{json}{choices}[0]{text}) x 8 ],
+          'each of the 8 choices is the answer of n=1');
+
 # seeded sampling is reproducible
 
 my @s = map {

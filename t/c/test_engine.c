@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "engine_test.h"
 #include "kv.h"
+#include "mkmodel.h"
 #include "model.h"
 #include "collect.h"
 #include "tap.h"
@@ -275,6 +277,33 @@ test_kv_pool(void)
     nalar_seq_kv_release(&p, &b);
     is_int(p.n_free, 8, "all blocks free after release");
     ok(nalar_kv_check(&p, &err) == 0, "invariants hold at the end");
+
+    /* a sliding window's dropped blocks go back to the pool; their table
+     * entries name the first block still held */
+    ok(nalar_seq_kv_reserve(&p, &a, 80) == 0, "80 positions: 5 blocks");
+    a.n_pos = 80;
+    is_int(nalar_seq_kv_drop_before(&p, &a, 47), 2,
+           "positions before 47: 2 whole blocks given back");
+    is_int(p.n_free, 5, "5 blocks free");
+    ok(a.n_dead == 2 && a.blocks[0] == a.blocks[2]
+       && a.blocks[1] == a.blocks[2], "their entries name block 2's");
+    is_int(nalar_seq_kv_drop_before(&p, &a, 40), 0, "dropping less: none");
+    ok(nalar_seq_kv_share(&p, &b, &a, 80) == -1,
+       "a table with dropped blocks is not shared");
+    is_int(nalar_seq_kv_drop_before(&p, &a, 1000), 2,
+           "the last block is kept");
+    nalar_seq_kv_truncate(&p, &a, 70);
+    is_int(a.n_blocks, 5, "truncate within the last block keeps it");
+    ok(nalar_seq_kv_reserve(&p, &a, 100) == 0 && a.n_blocks == 7,
+       "and the table grows after the dropped blocks");
+    a.n_pos = 100;
+    ok(nalar_kv_check(&p, &err) == 0, "invariants hold with dropped blocks");
+    nalar_seq_kv_truncate(&p, &a, 60);
+    is_int(a.n_blocks, 4, "truncate into the dropped blocks");
+    is_int(a.n_dead, 4, "leaves only dropped entries");
+    nalar_seq_kv_release(&p, &a);
+    is_int(p.n_free, 8, "release gives back only what it held");
+    ok(nalar_kv_check(&p, &err) == 0, "invariants hold after release");
     nalar_kv_pool_free(&p);
 }
 
@@ -822,7 +851,8 @@ test_concurrency(const char *path)
 #define ARCH_P     4      /* prompts */
 
 static nalar_engine *
-engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
+engine_xd(const char *path, const char *draft, int chunk, int64_t kv_bytes,
+          int prefix, int spec)
 {
     nalar_engine_opts o;
     nalar_err         err;
@@ -830,6 +860,7 @@ engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
 
     memset(&o, 0, sizeof(o));
     o.model_path = path;
+    o.draft_path = draft;
     o.max_batch_tokens = chunk;
     o.kv_bytes = kv_bytes;
     o.n_threads = 2;
@@ -843,6 +874,13 @@ engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
         return NULL;
     }
     return e;
+}
+
+
+static nalar_engine *
+engine_x(const char *path, int chunk, int64_t kv_bytes, int prefix, int spec)
+{
+    return engine_xd(path, NULL, chunk, kv_bytes, prefix, spec);
 }
 
 
@@ -898,8 +936,71 @@ arch_run(nalar_engine *e, int32_t (*prompts)[80], const int *len,
 }
 
 
+/*
+ * Draft-model speculation: a draft of the same architecture and
+ * vocabulary with random weights (its proposals mostly rejected: the
+ * rollback path), and the target as its own draft (all accepted), 4
+ * proposals at every step; the ids are those without speculation.
+ */
 static void
-check_arch(const char *name)
+check_arch_draft(const char *name, const char *path, const char *arch,
+                 int window, int32_t (*prompts)[80], const int *len,
+                 int32_t (*want)[ARCH_N])
+{
+    char                dpath[128];
+    nalar_mkmodel_opts  mo;
+    nalar_engine       *e;
+    nalar_metrics       mt;
+    nalar_err           err;
+
+    snprintf(dpath, sizeof(dpath), "/tmp/nalar-test-draft-%d-%s.gguf",
+             (int) getpid(), name);
+    nalar_mkmodel_defaults(&mo);
+    mo.dim = 64;
+    mo.n_layers = 2;
+    mo.n_heads = 2;
+    mo.n_kv_heads = 1;
+    mo.ffn_dim = 128;
+    mo.n_ctx = 512;
+    mo.seed = 5;
+    mo.vocab_from = path;
+    mo.arch = arch;
+    mo.window = window;
+    if (nalar_mkmodel(&mo, dpath, &err) != 0) {
+        ok(0, "%s: a draft model: %s", name, err.msg);
+        return;
+    }
+
+    e = engine_xd(path, dpath, 512, 0, 0, NALAR_SPEC_DRAFT);
+    ok(arch_run(e, prompts, len, want, 1, 0, "random draft"),
+       "%s: with a random %s draft, the same", name, arch);
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.spec_draft_tokens_total > 0
+           && mt.spec_accepted_tokens_total < mt.spec_draft_tokens_total,
+           "%s: ... which proposed %llu tokens, %llu accepted", name,
+           (unsigned long long) mt.spec_draft_tokens_total,
+           (unsigned long long) mt.spec_accepted_tokens_total);
+    }
+    nalar_engine_destroy(e);
+    unlink(dpath);
+
+    e = engine_xd(path, path, 512, 0, 0, NALAR_SPEC_DRAFT);
+    ok(arch_run(e, prompts, len, want, 0, 0, "self draft"),
+       "%s: as its own draft, the same", name);
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.spec_accepted_tokens_total > 0,
+           "%s: ... with %llu of %llu proposals accepted", name,
+           (unsigned long long) mt.spec_accepted_tokens_total,
+           (unsigned long long) mt.spec_draft_tokens_total);
+    }
+    nalar_engine_destroy(e);
+}
+
+
+static void
+check_arch(const char *name, const char *arch, int window)
 {
     char           path[128];
     int32_t        prompts[ARCH_P][80], want[ARCH_P][ARCH_N];
@@ -973,6 +1074,8 @@ check_arch(const char *name)
     }
     nalar_engine_destroy(e);
 
+    check_arch_draft(name, path, arch, window, prompts, len, want);
+
     /* prefix cache: prompt 2 published, then prompt 3 (its first 64 ids
      * shared: four blocks, twice gemma2's window) from the cache */
     e = engine_x(path, 512, 0, 1, 0);
@@ -998,6 +1101,257 @@ check_arch(const char *name)
         ok(0, "%s: engine with the prefix cache", name);
     }
     nalar_engine_destroy(e);
+}
+
+
+/*
+ * n requests made with one shared prompt text (nalar_prompt_create) hold
+ * one copy between them, which the engine frees with the last of them
+ * (the creator lets go first; ASan sees no leak and no use after free),
+ * and each answers as a request given its own copy of the text.
+ */
+static void
+test_shared_prompt(nalar_engine *e)
+{
+    enum { NCH = 8 };
+    static const char    line[] = "And God said, Let there be light: and "
+                                  "there was light. ";
+    char                 text[30 * sizeof(line)];
+    nalar_tok_text       piece;
+    nalar_prompt        *pr;
+    nalar_request       *rs[NCH + 1];
+    nalar_request_params p;
+    nalar_err            err;
+    collected           *c = calloc(NCH + 1, sizeof(collected));
+    uint64_t             before, copies;
+    int                  good = 1;
+
+    if (c == NULL) {
+        ok(0, "shared prompt: memory");
+        return;
+    }
+    text[0] = '\0';
+    for (int i = 0; i < 30; i++) {
+        strcat(text, line);
+    }
+    piece.text = text;
+    piece.len = strlen(text);
+    piece.special = 0;
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.max_tokens = 8;
+    p.ignore_eos = 1;
+
+    /* the reference: the text copied into its own request */
+    p.prompt_text = &piece;
+    p.n_prompt_text = 1;
+    before = nalar_test_prompt_copies();
+    rs[NCH] = nalar_request_create(&p, collect, &c[NCH], &err);
+    is_int((int) (nalar_test_prompt_copies() - before), 1,
+           "a request given prompt_text copies it");
+
+    before = nalar_test_prompt_copies();
+    pr = nalar_prompt_create(&piece, 1, &err);
+    p.prompt_text = NULL;
+    p.prompt_shared = pr;
+    for (int i = 0; i < NCH; i++) {
+        rs[i] = nalar_request_create(&p, collect, &c[i], &err);
+        good &= rs[i] != NULL;
+    }
+    nalar_prompt_unref(pr);
+    copies = nalar_test_prompt_copies() - before;
+    ok(good && copies == 1, "%d requests of %zu bytes of text: %llu copy",
+       NCH, piece.len, (unsigned long long) copies);
+    memset(text, 'x', piece.len);   /* the requests hold their own */
+
+    nalar_engine_run_sync(e, rs, NCH + 1, &err);
+    ok(c[NCH].n == 8 && c[NCH].last.n_prompt > 300,
+       "the reference: a %d-token prompt, 8 tokens", c[NCH].last.n_prompt);
+    for (int i = 0; i < NCH; i++) {
+        good &= c[i].n == 8 && same(c[i].ids, c[NCH].ids, 8)
+                && c[i].last.n_prompt == c[NCH].last.n_prompt;
+    }
+    ok(good, "each of the %d answers as the request with its own copy", NCH);
+    for (int i = 0; i <= NCH; i++) {
+        nalar_request_unref(rs[i]);
+    }
+    ok(kv_all_free(e), "shared prompt: every KV block free");
+    free(c);
+}
+
+
+/*
+ * A model whose every layer slides (phi3, window 32) gives the KV blocks
+ * before the window back to the pool: a 200-token generation holds at
+ * most ceil(32 / 16) + 1 blocks (those the window reaches, the first of
+ * them partly), and its ids are those of the same engine keeping every
+ * block (nalar_engine_test_keep_kv); alone, batched, chunked, preempted,
+ * with n-gram speculation and with the prefix cache, which keeps the
+ * blocks it published.
+ */
+typedef struct {
+    collected      c;
+    nalar_kv_pool *kv;
+    int32_t        held;      /* most blocks out of the pool at a notify */
+} held_watch;
+
+
+static void
+held_notify(nalar_request *r, void *ctx)
+{
+    held_watch *w = ctx;
+
+    collect(r, &w->c);
+    if (w->kv->n_blocks - w->kv->n_free > w->held) {
+        w->held = w->kv->n_blocks - w->kv->n_free;
+    }
+}
+
+
+#define SLIDE_N  200
+
+static int32_t
+slide_alone(const char *path, int keep, const int32_t *prompt, int n_prompt,
+            int32_t *ids)
+{
+    nalar_engine         *e = engine_x(path, 512, 0, 0, 0);
+    nalar_request_params  p;
+    nalar_request        *r;
+    nalar_err             err;
+    held_watch            w;
+
+    if (e == NULL) {
+        return -1;
+    }
+    nalar_engine_test_keep_kv(e, keep);
+    memset(&p, 0, sizeof(p));
+    memset(&w, 0, sizeof(w));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt = prompt;
+    p.n_prompt = n_prompt;
+    p.max_tokens = SLIDE_N;
+    p.ignore_eos = 1;
+    w.kv = nalar_engine_kv(e);
+    r = nalar_request_create(&p, held_notify, &w, &err);
+    nalar_engine_run_sync(e, &r, 1, &err);
+    memcpy(ids, w.c.ids, sizeof(int32_t) * SLIDE_N);
+    nalar_request_unref(r);
+    if (w.c.n != SLIDE_N || !kv_all_free(e)) {
+        w.held = -1;
+    }
+    nalar_engine_destroy(e);
+    return w.held;
+}
+
+
+static void
+check_slide(void)
+{
+    char                path[128];
+    nalar_mkmodel_opts  mo;
+    nalar_err           err;
+    nalar_engine       *e;
+    nalar_metrics       mt;
+    int32_t             prompts[ARCH_P][80], want[ARCH_P][ARCH_N];
+    int32_t             ref[SLIDE_N], got[SLIDE_N];
+    int                 len[ARCH_P] = { 40, 57, 70, 75 }, alone = 1;
+    int32_t             held, bound = (32 + NALAR_KV_BLOCK - 1)
+                                      / NALAR_KV_BLOCK + 1;
+    int64_t             bb;
+
+    snprintf(path, sizeof(path), "/tmp/nalar-test-slide-%d.gguf",
+             (int) getpid());
+    nalar_mkmodel_defaults(&mo);
+    mo.dim = 64;
+    mo.n_layers = 2;
+    mo.n_heads = 2;
+    mo.n_kv_heads = 1;
+    mo.ffn_dim = 128;
+    mo.arch = "phi3";
+    mo.window = 32;
+    mo.seed = 11;
+    if (nalar_mkmodel(&mo, path, &err) != 0) {
+        ok(0, "an all-sliding phi3 model: %s", err.msg);
+        return;
+    }
+    for (int k = 0; k < ARCH_P; k++) {
+        prompts[k][0] = 1;
+        for (int i = 1; i < 80; i++) {
+            prompts[k][i] = k == 3 && i >= 64 ? 700 + i
+                            : 3 + ((k == 3 ? 2 : k) * 389 + (i % 23) * 97)
+                                  % 2040;
+        }
+    }
+
+    held = slide_alone(path, 1, prompts[0], len[0], ref);
+    ok(held > bound, "all-sliding, every block kept: %d held", held);
+    held = slide_alone(path, 0, prompts[0], len[0], got);
+    ok(held > 0 && held <= bound, "all-sliding: %d tokens hold at most %d "
+       "blocks (%d)", len[0] + SLIDE_N, bound, held);
+    ok(held > 0 && same(got, ref, SLIDE_N),
+       "all-sliding: the ids of the run that kept every block");
+
+    e = engine_x(path, 512, 0, 0, 0);
+    if (e == NULL) {
+        ok(0, "all-sliding: engine");
+        unlink(path);
+        return;
+    }
+    nalar_engine_test_keep_kv(e, 1);
+    for (int k = 0; k < ARCH_P; k++) {
+        collected      c;
+        nalar_request *r = greedy_req(prompts[k], len[k], ARCH_N, &c);
+
+        nalar_engine_run_sync(e, &r, 1, &err);
+        alone &= c.n == ARCH_N;
+        memcpy(want[k], c.ids, sizeof(want[k]));
+        nalar_request_unref(r);
+    }
+    ok(alone, "all-sliding: each prompt alone, every block kept");
+    {
+        const nalar_config *cf = &nalar_engine_model(e)->cfg;
+
+        bb = 2LL * cf->n_layers * NALAR_KV_BLOCK * cf->n_kv_heads
+             * cf->head_dim * 4;
+    }
+    nalar_engine_test_keep_kv(e, 0);
+    ok(arch_run(e, prompts, len, want, 3, 0, "slide batched"),
+       "all-sliding: batched with 3 others, the same");
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 5, 0, 0, 0);
+    ok(arch_run(e, prompts, len, want, 2, 0, "slide chunked"),
+       "all-sliding: chunked prefill (5 tokens a step), the same");
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 64, 8 * bb, 0, 0);
+    ok(arch_run(e, prompts, len, want, 2, 0, "slide preempted"),
+       "all-sliding: on 8 KV blocks, the same");
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.preemptions_total > 0, "all-sliding: ... with preemption "
+           "(%llu)", (unsigned long long) mt.preemptions_total);
+    }
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 512, 0, 0, NALAR_SPEC_NGRAM);
+    ok(arch_run(e, prompts, len, want, 0, 0, "slide n-gram"),
+       "all-sliding: with n-gram speculation, the same");
+    nalar_engine_destroy(e);
+
+    e = engine_x(path, 512, 0, 1, 0);
+    ok(arch_run(e, prompts, len, want, 0, 1, "slide cache")
+       && arch_run(e, prompts, len, want, 1, 1, "slide cache hits"),
+       "all-sliding: prefix cache on, twice, the same");
+    if (e != NULL) {
+        nalar_engine_metrics(e, &mt);
+        ok(mt.prefix_hits_total >= 64, "all-sliding: ... %llu prompt "
+           "tokens from the cache", (unsigned long long) mt.prefix_hits_total);
+    }
+    nalar_engine_destroy(e);
+    unlink(path);
 }
 
 
@@ -1151,19 +1505,27 @@ main(void)
             free(big);
         }
         test_text_prompts(e);
+        test_shared_prompt(e);
     }
     nalar_engine_destroy(e);
 
     test_step_failures(tf32);
     test_concurrency(tf32);
     {
-        static const char *const archs[] = {
-            "llama3-F32", "qwen2-F16", "qwen3-F16", "gemma2-F16", "phi3-F16",
+        /* the file, its architecture, the sliding window of its draft */
+        static const struct {
+            const char *name, *arch;
+            int         window;
+        } archs[] = {
+            { "llama3-F32", "llama", 0 }, { "qwen2-F16", "qwen2", 0 },
+            { "qwen3-F16", "qwen3", 0 }, { "gemma2-F16", "gemma2", 32 },
+            { "phi3-F16", "phi3", 32 },
         };
 
         for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
-            check_arch(archs[i]);
+            check_arch(archs[i].name, archs[i].arch, archs[i].window);
         }
     }
+    check_slide();
     return done_testing();
 }
