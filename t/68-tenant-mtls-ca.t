@@ -14,25 +14,15 @@ my $t = NalarTest->new->has_model->has_cli->has_program('curl')
                      ->has_program('openssl');
 my $dir = $t->dir;
 
-sub sh {
-    my ($cmd) = @_;
-    system("cd $dir && ($cmd) >/dev/null 2>&1") == 0
-        or NalarTest::missing("openssl failed: $cmd", optional => 1);
-}
-
 # two CAs, a server certificate, and the same subject from each CA
 
-sh('openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost '
-   . '-keyout server.key -out server.pem');
+$t->tls_self_signed('server', '/CN=localhost');
 for my $ca (qw(one two)) {
-    sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
-       . "-subj /O=nalar-test/CN=ca-$ca -keyout ca-$ca.key -out ca-$ca.pem");
-    sh("openssl req -newkey rsa:2048 -nodes -subj /O=nalar-test/CN=alice "
-       . "-keyout alice-$ca.key -out alice-$ca.csr && openssl x509 -req "
-       . "-in alice-$ca.csr -CA ca-$ca.pem -CAkey ca-$ca.key "
-       . "-CAcreateserial -days 2 -out alice-$ca.pem");
+    $t->tls_self_signed("ca-$ca", "/O=nalar-test/CN=ca-$ca")
+      ->tls_client_cert("alice-$ca", '/O=nalar-test/CN=alice', "ca-$ca");
 }
-sh('cat ca-one.pem ca-two.pem > cas.pem');
+$t->write_file('cas.pem', $t->read_file('ca-one.pem')
+                          . $t->read_file('ca-two.pem'));
 
 $t->write_conf(<<'CONF')->run(health => 0);
 http {
