@@ -29,6 +29,8 @@ static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
 static const char *ngx_http_nalar_finish_reason(nalar_finish f);
 static ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
     ngx_chain_t ***ll, json_t *j);
+static ngx_int_t ngx_http_nalar_send(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t *out);
 static ngx_int_t ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx,
     ngx_chain_t *out);
 static ngx_int_t ngx_http_nalar_append_raw(ngx_http_request_t *r,
@@ -100,12 +102,9 @@ ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
 void
 ngx_http_nalar_write_handler(ngx_http_request_t *r)
 {
-    off_t                      sent;
-    ngx_int_t                  rc;
-    ngx_event_t               *wev;
-    ngx_connection_t          *c;
-    ngx_http_nalar_ctx_t      *ctx;
-    ngx_http_core_loc_conf_t  *clcf;
+    ngx_event_t           *wev;
+    ngx_connection_t      *c;
+    ngx_http_nalar_ctx_t  *ctx;
 
     c = r->connection;
     wev = c->write;
@@ -125,29 +124,7 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
     }
 
     if (ctx->blocked) {
-        sent = c->sent;
-
-        rc = ngx_http_nalar_output(ctx, NULL);
-
-        if (rc == NGX_ERROR) {
-            ctx->done = 1;
-            ngx_http_finalize_request(r, NGX_ERROR);
-            return;
-        }
-
-        if (r->buffered || c->buffered) {
-            clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
-            /* send_timeout runs between two writes that made progress */
-            if (!wev->delayed && (c->sent != sent || !wev->timer_set)) {
-                ngx_add_timer(wev, clcf->send_timeout);
-            }
-
-            if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
-                ctx->done = 1;
-                ngx_http_finalize_request(r, NGX_ERROR);
-            }
-
+        if (ngx_http_nalar_send(ctx, NULL) != NGX_OK) {
             return;
         }
 
@@ -176,13 +153,10 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
     ngx_uint_t                 i;
     ngx_chain_t               *out, **ll, *cl;
     nalar_output               o;
-    ngx_connection_t          *c;
     ngx_http_request_t        *r;
     ngx_http_nalar_choice_t   *ch;
-    ngx_http_core_loc_conf_t  *clcf;
 
     r = ctx->request;
-    c = r->connection;
 
     out = NULL;
     ll = &out;
@@ -327,32 +301,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 
     ctx->last_send = ngx_current_msec;
 
-    rc = ngx_http_nalar_output(ctx, out);
-
-    if (rc == NGX_ERROR) {
-        ctx->done = 1;
-        ngx_http_finalize_request(r, NGX_ERROR);
-        return;
-    }
-
-    if (r->buffered || c->buffered) {
-        /* backpressure: take nothing more until the client catches up */
-        ctx->blocked = 1;
-
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
-                       "nalar stream blocked: the client is slow");
-
-        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
-        if (!c->write->delayed && !c->write->timer_set) {
-            ngx_add_timer(c->write, clcf->send_timeout);
-        }
-
-        if (ngx_handle_write_event(c->write, clcf->send_lowat) != NGX_OK) {
-            ctx->done = 1;
-            ngx_http_finalize_request(r, NGX_ERROR);
-        }
-    }
+    (void) ngx_http_nalar_send(ctx, out);
 }
 
 
@@ -891,6 +840,68 @@ ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
     *ll = &cl->next;
 
     return NGX_OK;
+}
+
+
+/*
+ * Sends a chain of the stream (NULL: only what the client has not taken
+ * yet).  NGX_OK: the client took everything.  NGX_AGAIN: it has not; the
+ * stream is blocked (backpressure: nothing more is taken from the engine
+ * until the client catches up) and the write event armed.  NGX_ERROR: the
+ * request is finalized.  send_timeout runs between two writes that made
+ * progress: it is armed where it does not run, and again after a blocked
+ * stream's write that made progress; never in place of limit_rate's delay.
+ */
+
+static ngx_int_t
+ngx_http_nalar_send(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out)
+{
+    off_t                      sent;
+    ngx_uint_t                 blocked;
+    ngx_event_t               *wev;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    r = ctx->request;
+    c = r->connection;
+    wev = c->write;
+    blocked = ctx->blocked;
+    sent = c->sent;
+
+    if (ngx_http_nalar_output(ctx, out) == NGX_ERROR) {
+        goto failed;
+    }
+
+    if (!r->buffered && !c->buffered) {
+        return NGX_OK;
+    }
+
+    if (!blocked) {
+        ctx->blocked = 1;
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "nalar stream blocked: the client is slow");
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (!wev->delayed && (!wev->timer_set || (blocked && c->sent != sent))) {
+        ngx_add_timer(wev, clcf->send_timeout);
+    }
+
+    if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+        goto failed;
+    }
+
+    return NGX_AGAIN;
+
+failed:
+
+    ctx->done = 1;
+    ngx_http_finalize_request(r, NGX_ERROR);
+
+    return NGX_ERROR;
 }
 
 

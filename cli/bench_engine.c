@@ -9,6 +9,7 @@
 #include "bench.h"
 #include "opts.h"
 #include "clock.h"
+#include "collect.h"
 #include "engine.h"
 #include "model.h"
 #include "prefix_cache.h"
@@ -81,26 +82,6 @@ static const char *bench_prompts[] = {
 #define N_BENCH_PROMPTS 8
 
 typedef struct {
-    int32_t ids[1024];
-    int     n;
-} sink;
-
-
-static void
-sink_take(nalar_request *r, void *ctx)
-{
-    sink        *s = ctx;
-    nalar_output o;
-
-    nalar_request_take(r, &o);
-    for (int i = 0; i < o.n_ids && s->n < 1024; i++) {
-        s->ids[s->n++] = o.ids[i];
-    }
-    nalar_output_free(&o);
-}
-
-
-typedef struct {
     const char *model, *draft;
     int         threads, n_gen;
 } spec_env;
@@ -158,7 +139,7 @@ bench_len(int i, int n_gen)
 static double
 spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
          int n, int n_gen, int vary, int32_t (*preds)[1024], int n_pred,
-         int plain, sink *out)
+         int plain, collected *out)
 {
     nalar_request       *reqs[MAX_REQ];
     nalar_request_params p;
@@ -183,7 +164,7 @@ spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
             p.n_prediction = n_pred;
         }
         memset(&out[i], 0, sizeof(out[i]));
-        reqs[i] = nalar_request_create(&p, sink_take, &out[i], &err);
+        reqs[i] = nalar_request_create(&p, collect, &out[i], &err);
     }
     t0 = nalar_now_s();
     nalar_engine_run_sync(e, reqs, n, &err);
@@ -206,7 +187,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
     int32_t       prompts[N_BENCH_PROMPTS][64];
     int           n_prompts[N_BENCH_PROMPTS];
     int32_t     (*preds)[1024] = NULL;
-    sink         *out;
+    collected    *out;
     nalar_err     err;
     nalar_engine *base;
     nalar_model  *m;
@@ -243,7 +224,7 @@ nalar_cmd_spec_bench(int argc, char **argv)
     reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
     n_b = parse_list(blist, bs, 8);
     n_k = parse_list(klist, ks, 8);
-    out = calloc(MAX_REQ, sizeof(sink));
+    out = calloc(MAX_REQ, sizeof(collected));
     base = spec_engine(&env, NALAR_SPEC_OFF, 0, MAX_REQ, &err);
     if (base == NULL || out == NULL) {
         fprintf(stderr, "nalar: %s\n", err.msg);

@@ -998,6 +998,42 @@ pre_gpt2(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends)
     return nw;
 }
 
+/* ` ?[^\s\p{L}\p{N}]+` at pos (the caller has checked that it matches),
+ * then [\r\n]* (with `slash`, [\r\n/]*): the end of the match */
+static size_t
+punct_end(const uint32_t *cp, const uint8_t *cls, size_t n, size_t pos,
+          int slash)
+{
+    pos += cp[pos] == ' ';
+    for (;;) {
+        int g = cls_at(cls, n, pos);
+        if (!(g & C_VALID) || (g & (C_SPACE | C_LETTER | C_NUMBER))) break;
+        pos++;
+    }
+    while (pos < n && (cp[pos] == '\r' || cp[pos] == '\n'
+                       || (slash && cp[pos] == '/')))
+        pos++;
+    return pos;
+}
+
+/* \s*[\r\n]+|\s+(?!\S)|\s+ at pos, or the one character there where none
+ * matches: the end of the match */
+static size_t
+space_end(const uint32_t *cp, const uint8_t *cls, size_t n, size_t pos)
+{
+    size_t ws = 0, last_nl = 0;
+
+    while (cls_at(cls, n, pos + ws) & C_SPACE) {
+        if (cp[pos + ws] == '\r' || cp[pos + ws] == '\n')
+            last_nl = pos + ws + 1;
+        ws++;
+    }
+    if (last_nl > 0) return last_nl;            /* \s*[\r\n]+ */
+    if (ws > 1 && pos + ws < n) return pos + ws - 1;
+    if (ws > 0) return pos + ws;
+    return pos + 1;
+}
+
 /* llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * qwen2: the same with \p{N} one digit at a time. */
@@ -1033,28 +1069,11 @@ pre_llama3(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends,
         }
         f2 = ch == ' ' ? cls_at(cls, n, pos + 1) : f;
         if ((f2 & C_VALID) && !(f2 & (C_SPACE | C_LETTER | C_NUMBER))) {
-            pos += ch == ' ';
-            for (;;) {
-                int g = cls_at(cls, n, pos);
-                if (!(g & C_VALID) || (g & (C_SPACE | C_LETTER | C_NUMBER))) break;
-                pos++;
-            }
-            while (pos < n && (cp[pos] == '\r' || cp[pos] == '\n')) pos++;
+            pos = punct_end(cp, cls, n, pos, 0);
             ends[nw++] = pos;
             continue;
         }
-        {
-            size_t ws = 0, last_nl = 0;
-            while (cls_at(cls, n, pos + ws) & C_SPACE) {
-                if (cp[pos + ws] == '\r' || cp[pos + ws] == '\n')
-                    last_nl = pos + ws + 1;
-                ws++;
-            }
-            if (last_nl > 0) pos = last_nl;            /* \s*[\r\n]+ */
-            else if (ws > 1 && pos + ws < n) pos += ws - 1;
-            else if (ws > 0) pos += ws;
-            else pos++;
-        }
+        pos = space_end(cp, cls, n, pos);
         ends[nw++] = pos;
     }
     return nw;
@@ -1121,32 +1140,11 @@ pre_tekken(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends)
         }
         f2 = ch == ' ' ? cls_at(cls, n, pos + 1) : f;
         if ((f2 & C_VALID) && !(f2 & (C_SPACE | C_LETTER | C_NUMBER))) {
-            pos += ch == ' ';
-            for (;;) {
-                int g = cls_at(cls, n, pos);
-                if (!(g & C_VALID)
-                    || (g & (C_SPACE | C_LETTER | C_NUMBER)))
-                    break;
-                pos++;
-            }
-            while (pos < n && (cp[pos] == '\r' || cp[pos] == '\n'
-                               || cp[pos] == '/'))
-                pos++;
+            pos = punct_end(cp, cls, n, pos, 1);
             ends[nw++] = pos;
             continue;
         }
-        {
-            size_t ws = 0, last_nl = 0;
-            while (cls_at(cls, n, pos + ws) & C_SPACE) {
-                if (cp[pos + ws] == '\r' || cp[pos + ws] == '\n')
-                    last_nl = pos + ws + 1;
-                ws++;
-            }
-            if (last_nl > 0) pos = last_nl;            /* \s*[\r\n]+ */
-            else if (ws > 1 && pos + ws < n) pos += ws - 1;
-            else if (ws > 0) pos += ws;
-            else pos++;
-        }
+        pos = space_end(cp, cls, n, pos);
         ends[nw++] = pos;
     }
     return nw;

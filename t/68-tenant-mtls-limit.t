@@ -15,25 +15,12 @@ my $t = NalarTest->new->has_model->has_cli->has_program('curl')
                      ->has_program('openssl');
 my $dir = $t->dir;
 
-sub sh {
-    my ($cmd) = @_;
-    system("cd $dir && ($cmd) >/dev/null 2>&1") == 0
-        or NalarTest::missing("openssl failed: $cmd", optional => 1);
-}
-
 # a test CA, a server certificate, two clients of the CA and one outsider
 
-sh('openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=nalar-test-ca '
-   . '-keyout ca.key -out ca.pem');
-sh('openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost '
-   . '-keyout server.key -out server.pem');
-for my $u (qw(alice bob)) {
-    sh("openssl req -newkey rsa:2048 -nodes -subj /CN=$u -keyout $u.key "
-       . "-out $u.csr && openssl x509 -req -in $u.csr -CA ca.pem -CAkey ca.key "
-       . "-CAcreateserial -days 2 -out $u.pem");
-}
-sh('openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=mallory '
-   . '-keyout mallory.key -out mallory.pem');
+$t->tls_self_signed('ca', '/CN=nalar-test-ca')
+  ->tls_self_signed('server', '/CN=localhost');
+$t->tls_client_cert($_, "/CN=$_", 'ca') for qw(alice bob);
+$t->tls_self_signed('mallory', '/CN=mallory');
 
 my %fp;
 for my $u (qw(alice bob)) {

@@ -1606,7 +1606,7 @@ check_sampling(void)
 
 /* --- greedy generation: the CUDA backend against the CPU backend --- */
 
-#include "../c/collect.h"
+#include "collect.h"
 
 
 /* four prompts (5..300 tokens, chunked at 64 tokens a step, so prefill

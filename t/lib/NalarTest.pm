@@ -124,6 +124,33 @@ sub has_tls_cert {
     return $self;
 }
 
+# Certificates of a test's own (mutual TLS): openssl commands run in the
+# prefix, and the test is skipped where one fails.
+sub openssl {
+    my ($self, $cmd) = @_;
+    system("cd $self->{dir} && ($cmd) >/dev/null 2>&1") == 0
+        or missing("openssl failed: $cmd", optional => 1);
+    return $self;
+}
+
+# A self-signed certificate NAME.pem, its key NAME.key, of subject SUBJ
+# ("/CN=localhost"): a CA, a server, or a client no CA signed.
+sub tls_self_signed {
+    my ($self, $name, $subj) = @_;
+    return $self->openssl("openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
+                          . "-subj $subj -keyout $name.key -out $name.pem");
+}
+
+# A client certificate NAME.pem, its key NAME.key, of subject SUBJ, signed
+# by the CA CA.pem (key CA.key).
+sub tls_client_cert {
+    my ($self, $name, $subj, $ca) = @_;
+    return $self->openssl("openssl req -newkey rsa:2048 -nodes -subj $subj "
+                          . "-keyout $name.key -out $name.csr && openssl x509 "
+                          . "-req -in $name.csr -CA $ca.pem -CAkey $ca.key "
+                          . "-CAcreateserial -days 2 -out $name.pem");
+}
+
 sub free_port {
     my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                   Proto => 'tcp', Listen => 1, ReuseAddr => 1)

@@ -1,10 +1,12 @@
 /*
- * What the C tests (and t/gpu/cuda_check.c) collect from a request: the
- * engine's notify callback takes everything new and appends it here.
- * Header-only: each program has its own copy of collect().
+ * What a program that runs requests with nalar_engine_run_sync collects
+ * from each: the engine's notify callback, collect(), takes everything new
+ * and appends it here.  For the C tests, t/gpu/cuda_check.c and the CLI's
+ * engine benchmarks; not part of the engine.  Header-only: each program
+ * has its own copy of collect().
  */
-#ifndef NALAR_TEST_COLLECT_H
-#define NALAR_TEST_COLLECT_H
+#ifndef NALAR_COLLECT_H
+#define NALAR_COLLECT_H
 
 #include <string.h>
 
