@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 
+#include "grammar.h"
 #include "nalar_err.h"
 #include "sampler.h"
 #include "spec.h"
@@ -132,6 +133,14 @@ typedef struct {
      * a leading space of the text is that space */
     const nalar_tok_text *prediction_text;
     int32_t        n_prediction_text;
+    /* structured output (grammar.h): the output is one JSON value (an
+     * object for JSON_OBJECT, one matching json_schema for JSON_SCHEMA);
+     * once it is complete and nothing more may follow, the request finishes
+     * with NALAR_FINISH_STOP; max_tokens still ends it first (LENGTH, the
+     * JSON then incomplete) */
+    int            grammar;      /* nalar_grammar_kind */
+    const char    *json_schema;  /* JSON Schema text, NUL-terminated,
+                                    copied; with NALAR_GRAMMAR_JSON_SCHEMA */
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
