@@ -11,7 +11,8 @@ MODULE_SRC  = ngx_nalar_module.c ngx_nalar_module.h ngx_nalar_status.c \
              ngx_nalar_tenancy.c ngx_nalar_response.c ngx_nalar_done.c \
              ngx_nalar_parse.c ngx_nalar_handler.c ngx_nalar_error.c \
              ngx_nalar_chat.c ngx_nalar_chat.h ngx_nalar_request.c \
-             ngx_nalar_request.h config config.make
+             ngx_nalar_request.h ngx_nalar_tools.c ngx_nalar_tools.h \
+             config config.make
 
 .PHONY: module module-configure
 
