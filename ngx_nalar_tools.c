@@ -138,20 +138,9 @@ args_add(nalar_tool_parser *p, nalar_tool_call *c, const char *s, size_t n)
 }
 
 
-/* A primitive arguments value ended (at , or }): without the whitespace
- * after it. */
-
 static void
 args_end(nalar_tool_parser *p, nalar_tool_call *c)
 {
-    if (p->args_prim) {
-        while (c->args_len > c->args_sent
-               && is_space(c->args[c->args_len - 1]))
-        {
-            c->args_len--;
-        }
-    }
-
     p->in_args = 0;
     p->args_prim = 0;
 }
@@ -207,7 +196,11 @@ scan(nalar_tool_parser *p, const char *s, size_t len)
             continue;
         }
 
-        if (p->in_args && args_add(p, c, &ch, 1) != 0) {
+        /* a primitive value (number, true, false, null) has no
+         * whitespace: what follows it is not its */
+        if (p->in_args && !(p->args_prim && is_space(ch))
+            && args_add(p, c, &ch, 1) != 0)
+        {
             return -1;
         }
 
