@@ -14,9 +14,10 @@
  * per state.  Compiled grammars are cached per vocabulary by the schema's
  * digest.
  *
- * Whitespace: none before the value and none after it; inside it at most one
- * space after '{', '[', ':' and ',' and before '}' and ']', so a model
- * cannot loop on whitespace.
+ * Whitespace is fixed, as Python's json.dumps writes it: one space after
+ * ':' and after ',', none anywhere else (nor before or after the value).  So
+ * a model cannot loop on whitespace, and the punctuation and key names
+ * between values are forced (see nalar_gmatcher_forced).
  *
  * Threads: nalar_schema_check is pure.  A cache, its grammars and their
  * matchers are used by one thread at a time (the engine's).
