@@ -566,6 +566,109 @@ api_tool(nalar_api_request *req, json_t *tools, size_t i)
 
 
 /*
+ * A tool's parameters moved into the call's schema: their $ref pointers
+ * ("#", "#/$defs/NAME", "#/definitions/NAME") become pointers into the
+ * call schema's $defs, where the definitions go under the names
+ * "tN_NAME" (and the parameters themselves, when "#" refers to them, as
+ * "tN"), N the tool's index.  -1: out of memory.
+ */
+
+static int
+api_refs(json_t *v, size_t tool, json_t *params, json_t *defs)
+{
+    char         buf[128];
+    size_t       i;
+    json_t      *e;
+    const char  *key, *ref;
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            if (api_refs(e, tool, params, defs) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+
+    if (!json_is_object(v)) {
+        return 0;
+    }
+
+    json_object_foreach(v, key, e) {
+        if (strcmp(key, "$ref") != 0 || !json_is_string(e)) {
+            if (api_refs(e, tool, params, defs) != 0) {
+                return -1;
+            }
+            continue;
+        }
+
+        ref = json_string_value(e);
+
+        if (strcmp(ref, "#") == 0) {
+            snprintf(buf, sizeof(buf), "t%zu", tool);
+            if (json_object_set(defs, buf, params) != 0) {
+                return -1;
+            }
+            snprintf(buf, sizeof(buf), "#/$defs/t%zu", tool);
+
+        } else if (strncmp(ref, "#/$defs/", 8) == 0) {
+            snprintf(buf, sizeof(buf), "#/$defs/t%zu_%.100s", tool, ref + 8);
+
+        } else if (strncmp(ref, "#/definitions/", 14) == 0) {
+            snprintf(buf, sizeof(buf), "#/$defs/t%zu_%.100s", tool, ref + 14);
+
+        } else {
+            continue;
+        }
+
+        if (json_string_set(e, buf) != 0) {
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
+static json_t *
+api_params(json_t *f, size_t tool, json_t *defs)
+{
+    char         buf[128];
+    json_t      *params, *d, *e;
+    const char  *key, **k, *keys[] = { "$defs", "definitions", NULL };
+
+    params = json_object_get(f, "parameters");
+
+    if (params == NULL || json_is_null(params)) {
+        return json_pack("{s:s,s:{},s:b}", "type", "object", "properties",
+                         "additionalProperties", 0);
+    }
+
+    params = json_deep_copy(params);
+    if (params == NULL || api_refs(params, tool, params, defs) != 0) {
+        json_decref(params);
+        return NULL;
+    }
+
+    for (k = keys; *k; k++) {
+        d = json_object_get(params, *k);
+
+        json_object_foreach(d, key, e) {
+            snprintf(buf, sizeof(buf), "t%zu_%.100s", tool, key);
+            if (json_object_set(defs, buf, e) != 0) {
+                json_decref(params);
+                return NULL;
+            }
+        }
+
+        json_object_del(params, *k);
+    }
+
+    return params;
+}
+
+
+/*
  * The grammar of the one call a request must make (tool_choice "required":
  * any of the tools; a named function: that one): the style's call object,
  * {"name": <the name>, <args_key>: <the parameters>}.
@@ -577,10 +680,13 @@ api_call_schema(nalar_api_request *req, json_t *tools, const json_t *want,
 {
     char     msg[256];
     size_t   i;
-    json_t  *any, *f, *params, *one, *schema;
+    json_t  *any, *f, *params, *one, *schema, *defs;
 
     any = json_array();
-    if (any == NULL) {
+    defs = json_object();
+    if (any == NULL || defs == NULL) {
+        json_decref(any);
+        json_decref(defs);
         return api_oom(req);
     }
 
@@ -591,14 +697,7 @@ api_call_schema(nalar_api_request *req, json_t *tools, const json_t *want,
             continue;
         }
 
-        params = json_object_get(f, "parameters");
-
-        if (params == NULL || json_is_null(params)) {
-            params = json_pack("{s:s,s:{},s:b}", "type", "object",
-                               "properties", "additionalProperties", 0);
-        } else {
-            json_incref(params);
-        }
+        params = api_params(f, i, defs);
 
         one = json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}",
                         "type", "object",
@@ -610,6 +709,7 @@ api_call_schema(nalar_api_request *req, json_t *tools, const json_t *want,
 
         if (one == NULL || json_array_append_new(any, one) != 0) {
             json_decref(any);
+            json_decref(defs);
             return api_oom(req);
         }
     }
@@ -621,6 +721,15 @@ api_call_schema(nalar_api_request *req, json_t *tools, const json_t *want,
     } else {
         schema = json_pack("{s:o}", "anyOf", any);
     }
+
+    if (schema != NULL && json_object_size(defs) > 0
+        && json_object_set(schema, "$defs", defs) != 0)
+    {
+        json_decref(schema);
+        schema = NULL;
+    }
+
+    json_decref(defs);
 
     if (schema == NULL) {
         return api_oom(req);

@@ -325,6 +325,12 @@ my @bad = (
       { tools => [ { type => 'function',
                      function => { name => 'f', parameters => 'x' } } ] },
       'tools', qr/tools\[0\]\.function\.parameters must be a JSON Schema/ ],
+    [ 'parameters with a keyword the grammar does not take',
+      { tools => [ { type => 'function',
+                     function => { name => 'f', parameters => {
+                         type => 'object',
+                         patternProperties => { '^x' => {} } } } } ] },
+      'tools', qr/tools\[0\]\.function\.parameters: .*patternProperties/ ],
     [ 'a description that is no string',
       { tools => [ { type => 'function',
                      function => { name => 'f', description => 7 } } ] },
