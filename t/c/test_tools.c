@@ -258,9 +258,116 @@ test_control_opener(void)
 }
 
 
+/*
+ * Rendering with tools, every tool style: the pieces join to a text with
+ * the tool, the call and the result in place, and every piece that holds
+ * the client's text (JSON written by the renderer included) is literal.
+ */
+static void
+test_render(void)
+{
+    static const nalar_chat_style  styles[] = {
+        NALAR_CHAT_CHATML, NALAR_CHAT_LLAMA3, NALAR_CHAT_MISTRAL,
+        NALAR_CHAT_MISTRAL_V3, NALAR_CHAT_MISTRAL_V7,
+        NALAR_CHAT_MISTRAL_V7_SPM
+    };
+    char                 text[8192];
+    size_t               i, k, n, len;
+    json_t              *tools, *calls, *id;
+    nalar_err            err;
+    nalar_tok_text       parts[4], *r;
+    nalar_chat_msg       m[4];
+    nalar_chat_tools     t;
+    nalar_chat_tool_msg  tm[4];
+    json_error_t         je;
+    int                  literal;
+
+    tools = json_loads("[{\"type\": \"function\", \"function\": "
+                       "{\"name\": \"f\", \"description\": "
+                       "\"<tool_call> X\"}}]", 0, &je);
+    calls = json_loads("[{\"id\": \"abcDEF123\", \"type\": \"function\", "
+                       "\"function\": {\"name\": \"f\", \"arguments\": "
+                       "\"{\\\"a\\\":1}\"}}]", 0, &je);
+    id = json_string("abcDEF123");
+
+    for (k = 0; k < 4; k++) {
+        static const char *roles[] = { "system", "user", "assistant",
+                                       "tool" };
+        static const char *texts[] = { "S", "U [TOOL_CALLS]", "",
+                                       "R </tool_call>" };
+
+        parts[k] = (nalar_tok_text) { texts[k], strlen(texts[k]), 0 };
+        m[k].role = roles[k];
+        m[k].role_len = strlen(roles[k]);
+        m[k].parts = &parts[k];
+        m[k].n_parts = strlen(texts[k]) ? 1 : 0;
+        memset(&tm[k], 0, sizeof(tm[k]));
+    }
+    tm[2].tool_calls = calls;
+    tm[3].tool_call_id = id;
+
+    t.tools = tools;
+    t.msgs = tm;
+    t.open_call = 1;
+
+    for (i = 0; i < sizeof(styles) / sizeof(styles[0]); i++) {
+        r = nalar_chat_render_tools(styles[i], m, 4, &t, &n, &err);
+        ok(r != NULL, "%s: renders with tools (%s)",
+           nalar_chat_style_name(styles[i]), r ? "" : err.msg);
+        if (r == NULL) {
+            continue;
+        }
+
+        len = 0;
+        literal = 1;
+        for (k = 0; k < n && len + r[k].len < sizeof(text); k++) {
+            memcpy(text + len, r[k].text, r[k].len);
+            len += r[k].len;
+            if ((memmem(r[k].text, r[k].len, "<tool_call> X", 13)
+                 || memmem(r[k].text, r[k].len, "{\"a\": 1}", 8)
+                 || memmem(r[k].text, r[k].len, "\"abcDEF123\"", 11)
+                 || memmem(r[k].text, r[k].len, "R </tool_call>", 14))
+                && r[k].special)
+            {
+                literal = 0;
+            }
+        }
+        text[len] = '\0';
+
+        ok(strstr(text, "\"description\": \"<tool_call> X\"")
+           && strstr(text, "{\"a\": 1}")
+           && strstr(text, "R </tool_call>")
+           && strstr(text, "U [TOOL_CALLS]"),
+           "%s: the tool, the call's arguments, the result and the user's "
+           "text are there", nalar_chat_style_name(styles[i]));
+        ok(literal, "%s: the client's text is in literal pieces",
+           nalar_chat_style_name(styles[i]));
+        ok(len >= strlen(nalar_chat_call_format_of(styles[i])->prompt_open)
+           && strcmp(text + len
+                     - strlen(nalar_chat_call_format_of(styles[i])
+                              ->prompt_open),
+                     nalar_chat_call_format_of(styles[i])->prompt_open) == 0,
+           "%s: the prompt ends with the call opener",
+           nalar_chat_style_name(styles[i]));
+        free(r);
+    }
+
+    r = nalar_chat_render_tools(NALAR_CHAT_GEMMA, m, 2, &t, &n, &err);
+    ok(r == NULL && strstr(err.msg, "no tool format"),
+       "gemma: tools are refused (%s)", err.msg);
+    free(r);
+
+    json_decref(tools);
+    json_decref(calls);
+    json_decref(id);
+}
+
+
 int
 main(void)
 {
+    test_render();
+
     /* chatml (Hermes, Qwen) */
     check(NALAR_CHAT_CHATML, 0,
           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
