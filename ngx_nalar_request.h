@@ -81,6 +81,7 @@ typedef struct {
     nalar_tok_text       *prediction_text;
     nalar_chat_msg       *msgs;
     int32_t              *ids;
+    char                 *schema_text;  /* response_format's schema */
     const char           *stops[NALAR_API_MAX_STOP + 1];
 } nalar_api_request;
 
