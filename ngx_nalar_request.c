@@ -402,6 +402,101 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
 
 
 /*
+ * `response_format`: {"type": "text"}, {"type": "json_object"} or
+ * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}.  The
+ * schema is checked here (nalar_schema_check, no vocabulary needed), so an
+ * unsupported keyword is a 400 that names it; the engine compiles it again
+ * for the model's vocabulary, from its cache.
+ */
+
+static int
+api_response_format(nalar_api_request *req)
+{
+    char        err[512];
+    json_t     *v, *t, *js, *sc, *nm, *st;
+    const char *type;
+
+    v = json_object_get(req->root, "response_format");
+
+    if (v == NULL || json_is_null(v)) {
+        return 0;
+    }
+
+    t = json_object_get(v, "type");
+
+    if (!json_is_object(v) || !json_is_string(t)) {
+        return api_bad(req, "response_format", "response_format must be an "
+                       "object with a type: \"text\", \"json_object\" or "
+                       "\"json_schema\"");
+    }
+
+    type = json_string_value(t);
+
+    if (strcmp(type, "text") == 0) {
+        return 0;
+    }
+
+    if (strcmp(type, "json_object") == 0) {
+        req->params.grammar = NALAR_GRAMMAR_JSON_OBJECT;
+        return 0;
+    }
+
+    if (strcmp(type, "json_schema") != 0) {
+        return api_bad(req, "response_format", "response_format.type `%s` is "
+                       "not supported (\"text\", \"json_object\" or "
+                       "\"json_schema\")", type);
+    }
+
+    js = json_object_get(v, "json_schema");
+
+    if (!json_is_object(js)) {
+        return api_bad(req, "response_format", "response_format.json_schema "
+                       "must be an object with name and schema");
+    }
+
+    nm = json_object_get(js, "name");
+    sc = json_object_get(js, "schema");
+    st = json_object_get(js, "strict");
+
+    if (!json_is_string(nm) || json_string_length(nm) == 0
+        || json_string_length(nm) > 64)
+    {
+        return api_bad(req, "response_format", "response_format.json_schema"
+                       ".name must be a string of 1 to 64 characters");
+    }
+
+    if (st != NULL && !json_is_null(st) && !json_is_boolean(st)) {
+        return api_bad(req, "response_format", "response_format.json_schema"
+                       ".strict must be a boolean");
+    }
+
+    if (sc != NULL && !json_is_null(sc) && !json_is_object(sc)) {
+        return api_bad(req, "response_format", "response_format.json_schema"
+                       ".schema must be an object");
+    }
+
+    req->schema_text = (sc == NULL || json_is_null(sc))
+                       ? strdup("{}") : json_dumps(sc, JSON_COMPACT);
+    if (req->schema_text == NULL) {
+        return api_oom(req);
+    }
+
+    if (nalar_schema_check(req->schema_text, strlen(req->schema_text), err,
+                           sizeof(err))
+        != 0)
+    {
+        return api_bad(req, "response_format", "response_format.json_schema"
+                       ".schema: %s", err);
+    }
+
+    req->params.grammar = NALAR_GRAMMAR_JSON_SCHEMA;
+    req->params.json_schema = req->schema_text;
+
+    return 0;
+}
+
+
+/*
  * `prediction`: {"type": "content", "content": string or text parts}, for
  * the engine to tokenize (see prediction_text in engine.h), dropped under
  * `nalar_speculative off`.
@@ -1173,7 +1268,7 @@ nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
                         jerr.line, jerr.column);
     }
 
-    if (api_fields(req, in) != 0) {
+    if (api_fields(req, in) != 0 || api_response_format(req) != 0) {
         return -1;
     }
 
@@ -1200,6 +1295,7 @@ nalar_api_request_free(nalar_api_request *req)
     free(req->tool_schema);
     free(req->prompt_text);
     free(req->prediction_text);
+    free(req->schema_text);
     free(req->ids);
     json_decref(req->root);
 

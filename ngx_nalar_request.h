@@ -93,6 +93,7 @@ typedef struct {
     int32_t              *ids;
     nalar_chat_tool_msg  *tool_msgs;
     char                 *tool_schema;  /* the call's JSON Schema */
+    char                 *schema_text;  /* response_format's schema */
     const char           *stops[NALAR_API_MAX_STOP + 1];
 } nalar_api_request;
 

@@ -62,6 +62,10 @@ struct nalar_request {
     char           **stops;           /* (n_stop) */
     char            *scope;           /* cache scope ("" = global) */
     int32_t         *stop_ids;        /* (n_stop_ids) */
+    char            *schema;          /* p.json_schema's copy */
+    nalar_gmatcher  *gm;              /* structured output, from intake */
+    int32_t          n_forced;        /* of this step's proposals, the
+                                         ones the grammar forced */
 
     /* engine state (engine thread only) */
     req_state        state;
@@ -137,6 +141,7 @@ struct nalar_engine {
     nalar_kv_pool     kv;
     int               kv_ready;
     nalar_prefix_cache *cache;        /* NULL when off */
+    nalar_grammar_cache *grammars;    /* compiled response formats */
 
     /* speculative decoding: the draft model runs on the target backend's
      * workers with its own KV pool (same block count) */
@@ -270,6 +275,7 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     snprintf(r->param, sizeof(r->param), "%s",
              p->prompt_param != NULL ? p->prompt_param : "prompt");
     r->p.prompt_param = NULL;
+    r->p.json_schema = NULL;
     r->p.prompt_text = NULL;
     r->p.prediction_text = NULL;
     r->p.shared_prefix = NULL;
@@ -331,6 +337,13 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     } else {
         r->p.n_shared_ids = 0;
     }
+    if (p->grammar == NALAR_GRAMMAR_JSON_SCHEMA) {
+        r->schema = strdup(p->json_schema != NULL ? p->json_schema : "{}");
+        if (r->schema == NULL) {
+            goto oom;
+        }
+        r->p.json_schema = r->schema;
+    }
     nalar_seq_kv_init(&r->dkv);
     r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
     if (r->scope == NULL) {
@@ -391,6 +404,8 @@ nalar_request_unref(nalar_request *r)
     free(r->pred);
     free(r->digests);
     free(r->scope);
+    free(r->schema);
+    nalar_gmatcher_destroy(r->gm);
     free(r->stops);
     free(r->stop_ids);
     free(r->prompt);
@@ -930,6 +945,10 @@ engine_load(nalar_engine *e, nalar_err *err)
             return -1;
         }
     }
+    e->grammars = nalar_grammar_cache_create(e->model->tok, 0);
+    if (e->grammars == NULL) {
+        return nalar_fail(err, "engine: out of memory");
+    }
     /* what verifying (and drafting) k proposals costs, before the cost
      * model first chooses k; the same passes settle which way the CPU
      * backend runs each size (see cost_seed) */
@@ -1181,6 +1200,31 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         r->n_pred = n;
         r->p.prediction = ids;
         r->p.n_prediction = n;
+    }
+    if (r->p.grammar != NALAR_GRAMMAR_NONE && r->gm == NULL) {
+        /* structured output: the compiled grammar from the cache */
+        double         cs;
+        nalar_grammar *g;
+
+        g = nalar_grammar_get(e->grammars, r->p.grammar, r->schema,
+                              r->schema ? strlen(r->schema) : 0, &cs,
+                              no->msg, sizeof(no->msg));
+        if (g != NULL) {
+            r->gm = nalar_gmatcher_create(g);
+            nalar_grammar_release(g);
+        }
+        pthread_mutex_lock(&e->mu);
+        e->m.grammar_compile_seconds_total += cs;
+        e->m.grammar_compiles_total += cs > 0;
+        e->m.grammar_requests_total++;
+        pthread_mutex_unlock(&e->mu);
+        if (r->gm == NULL) {
+            if (g != NULL) {
+                snprintf(no->msg, sizeof(no->msg), "out of memory");
+            }
+            no->param = "response_format";
+            return -1;
+        }
     }
     if (r->shared != NULL) {
         for (i = 0; i < r->p.n_shared_ids && i < r->p.n_prompt; i++) {
@@ -1623,6 +1667,12 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
     nalar_sampler_accept(&r->sampler, id);
     r->tokens[r->n_tokens++] = id;
     r->n_generated++;
+    if (r->gm != NULL && nalar_gmatcher_accept(r->gm, id) != 0) {
+        /* the mask let it through, so this is a bug; say so */
+        request_finish(e, r, NALAR_FINISH_ERROR, "the grammar refused a "
+                       "sampled token");
+        return 1;
+    }
 
     pthread_mutex_lock(&e->mu);
     e->m.generation_tokens_total++;
@@ -1664,15 +1714,19 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
         request_finish(e, r, NALAR_FINISH_STOP, NULL);
         return 1;
     }
-    if (r->n_generated >= r->max_tokens || r->n_tokens >= r->cap_tokens) {
+    if (r->n_generated >= r->max_tokens || r->n_tokens >= r->cap_tokens
+        || (r->gm != NULL && nalar_gmatcher_done(r->gm)))
+    {
         n = nalar_detok_flush(&r->detok, piece, sizeof(piece));
         if (n > 0) {
             ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe,
                                  &stopped);
             push_output(r, safe, ns, -1, NULL);
         }
-        request_finish(e, r, stopped ? NALAR_FINISH_STOP
-                                     : NALAR_FINISH_LENGTH, NULL);
+        request_finish(e, r, stopped || (r->gm != NULL
+                                         && nalar_gmatcher_done(r->gm))
+                             ? NALAR_FINISH_STOP : NALAR_FINISH_LENGTH,
+                       NULL);
         return 1;
     }
     return 0;
@@ -1696,7 +1750,52 @@ greedy_plain(const nalar_request *r)
 
     return !(s->temperature > 0.0f) && s->presence_penalty == 0.0f
            && s->frequency_penalty == 0.0f && s->n_bias == 0
-           && !r->p.logprobs;
+           && !r->p.logprobs && r->gm == NULL;
+}
+
+
+/*
+ * Structured output: the tokens r's grammar does not allow next get a logit
+ * of -inf, so every transform of the sampler (bias, penalties, temperature,
+ * top-k/p, min-p) works on the model's distribution restricted to the
+ * grammar, renormalised.  -1 (r finished with an error) when the grammar
+ * allows nothing.
+ */
+static int
+grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
+{
+    const uint32_t *mask;
+    double          t0 = nalar_now_s(), ms;
+    int32_t         V = e->model->cfg.n_vocab, any = 0;
+
+    mask = nalar_gmatcher_mask(r->gm, &ms);
+    if (mask != NULL) {
+        for (int32_t w = 0; w * 32 < V; w++) {
+            uint32_t m = mask[w];
+            int32_t  end = (w + 1) * 32 < V ? (w + 1) * 32 : V;
+
+            any |= m != 0;
+            if (m == 0xffffffffu) {
+                continue;
+            }
+            for (int32_t i = w * 32; i < end; i++) {
+                if (!(m >> (i & 31) & 1)) {
+                    row[i] = -INFINITY;
+                }
+            }
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.grammar_mask_seconds_total += nalar_now_s() - t0;
+    e->m.grammar_masks_total++;
+    e->m.grammar_mask_build_seconds_total += ms;
+    pthread_mutex_unlock(&e->mu);
+    if (!any) {
+        request_finish(e, r, NALAR_FINISH_ERROR, mask == NULL
+                       ? "out of memory" : "the grammar allows no token");
+        return -1;
+    }
+    return 0;
 }
 
 
@@ -1709,6 +1808,11 @@ emit_token(nalar_engine *e, nalar_request *r, float *row,
     nalar_logprob lp[21];
     int32_t       id;
 
+    if (r->gm != NULL && given == NULL
+        && grammar_mask_row(e, r, row) != 0)
+    {
+        return;
+    }
     position_rng(r);
     id = given != NULL ? *given
                        : nalar_sample(&r->sampler, row,
@@ -1759,6 +1863,13 @@ verify(nalar_engine *e, nalar_request *r, float *rows, const int32_t *given,
     for (int32_t i = 0; i <= k; i++) {
         int32_t id;
 
+        /* the grammar's state follows the tokens confirmed so far, which
+         * are the proposals before row i */
+        if (r->gm != NULL && given == NULL
+            && grammar_mask_row(e, r, rows + (size_t) i * V) != 0)
+        {
+            break;
+        }
         position_rng(r);
         id = given != NULL ? given[i]
                            : nalar_sample(&r->sampler, rows + (size_t) i * V,
@@ -2318,6 +2429,55 @@ step_admit(nalar_engine *e)
 
 
 /*
+ * Structured output: where r's grammar allows one continuation only, its
+ * tokens (nalar_gmatcher_forced) are this step's proposals, with n-gram
+ * lookup's after them where r looks up; they bypass the cost model and the
+ * gate (verifying them is one pass for tokens that are all but certain to
+ * be accepted).  Verification masks each row with the grammar's state after
+ * the tokens confirmed before it (verify), so a proposal the model would
+ * not sample is rejected as any other is.  1 when r proposes so.
+ */
+static int
+grammar_propose(nalar_engine *e, nalar_request *r)
+{
+    int32_t cap = NALAR_SPEC_MAX_K, nf, n;
+
+    if (cap > r->max_tokens - r->n_generated - 1) {
+        cap = r->max_tokens - r->n_generated - 1;
+    }
+    if (cap > r->cap_tokens - r->n_tokens) {
+        cap = r->cap_tokens - r->n_tokens;
+    }
+    if (cap <= 0) {
+        return 0;
+    }
+    nf = nalar_gmatcher_forced(r->gm, r->props, cap);
+    if (nf <= 0) {
+        return 0;
+    }
+    n = nf;
+    if (nf < cap && (r->prop == NALAR_PROP_NGRAM || r->ngram_fallback)) {
+        /* the tokens after the sequence are scratch until confirmed */
+        memcpy(r->tokens + r->n_tokens, r->props,
+               (size_t) nf * sizeof(int32_t));
+        n += nalar_ngram_propose(r->tokens, r->n_tokens + nf, r->tokens,
+                                 r->n_tokens + nf, 1, 3, cap - nf,
+                                 r->props + nf);
+    }
+    r->n_prop = n;
+    r->n_forced = nf;
+    if (r->prop_now == NALAR_PROP_DRAFT) {
+        /* the draft's KV catches up when it is next used */
+        r->prop_now = NALAR_PROP_NGRAM;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.grammar_forced_tokens_total += (uint64_t) nf;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+
+/*
  * Plan speculation: how many decodes and prompt tokens this step has, then
  * each speculating request's k from the cost model (under the step gate),
  * and the draft's proposals.
@@ -2380,6 +2540,14 @@ step_plan_speculation(nalar_engine *e, step_plan *sp)
     for (int32_t i = 0; i < e->n_running; i++) {
         nalar_request *r = e->running[i];
 
+        r->n_forced = 0;
+        if (r->gm != NULL && r->prop != NALAR_PROP_NONE
+            && r->n_tokens - r->n_computed == 1 && grammar_propose(e, r))
+        {
+            /* not a step the gate should learn from */
+            sp->any_fixed = 1;
+            continue;
+        }
         if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
             || (!may_speculate && !r->p.spec_fixed && !pred_fresh(r)))
         {
@@ -2632,8 +2800,16 @@ step_advance(nalar_engine *e, step_plan *sp)
         r->n_prop = 0;
 
         sp->n_confirmed += accepted + 1;
-        nalar_accept_update(acc_now(r), kprop, accepted);
-        if (r->prop_now != NALAR_PROP_PREDICTION) {
+        if (r->n_forced > 0) {
+            /* the grammar's proposals say nothing of the proposer's */
+            pthread_mutex_lock(&e->mu);
+            e->m.grammar_forced_accepted_total += (uint64_t)
+                (accepted < r->n_forced ? accepted : r->n_forced);
+            pthread_mutex_unlock(&e->mu);
+        } else {
+            nalar_accept_update(acc_now(r), kprop, accepted);
+        }
+        if (r->n_forced == 0 && r->prop_now != NALAR_PROP_PREDICTION) {
             nalar_accept_update(&e->prop_acc[r->prop_now], kprop,
                                 accepted);
         }
@@ -2960,6 +3136,7 @@ nalar_engine_destroy(nalar_engine *e)
     }
     fail_all_waiting(e, NALAR_FINISH_CANCELLED, NULL);
     nalar_prefix_cache_destroy(e->cache);
+    nalar_grammar_cache_destroy(e->grammars);
     if (e->dkv_ready) {
         e->draft_be->kv_free(e->draft_be, &e->dkv);
         nalar_kv_pool_free(&e->dkv);

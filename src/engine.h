@@ -212,6 +212,15 @@ typedef struct {
     double   spec_draft_seconds_total;
     double   spec_verify_seconds_total;
     int32_t  spec_provisional_blocks;    /* gauge */
+    /* structured output */
+    uint64_t grammar_requests_total;     /* requests with a grammar */
+    uint64_t grammar_compiles_total;     /* of them, compiled (cache miss) */
+    double   grammar_compile_seconds_total;
+    uint64_t grammar_masks_total;        /* rows masked */
+    double   grammar_mask_seconds_total; /* masking them, mask builds in */
+    double   grammar_mask_build_seconds_total; /* building uncached masks */
+    uint64_t grammar_forced_tokens_total;    /* forced tokens proposed */
+    uint64_t grammar_forced_accepted_total;  /* of them, confirmed */
 } nalar_metrics;
 
 /* Upper bounds (seconds) of the histogram buckets; the last is +Inf. */

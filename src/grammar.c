@@ -53,6 +53,9 @@ typedef struct {
     uint32_t *mask;          /* (n_words) or NULL until asked */
     int8_t   accepting;      /* holds an empty stack */
     int16_t  forced;         /* the one byte allowed, -1: none or several */
+    int32_t  forced_tok;     /* where forced: the one token allowed (the
+                                first of the forced bytes' tokenization);
+                                -2 not known yet */
 } gstate;
 
 /* the vocabulary's byte trie, shared by a cache's grammars: node 0 is the
@@ -126,6 +129,8 @@ struct nalar_gmatcher {
 };
 
 #define GR_ENDED (-3)
+
+static int32_t forced_tok(nalar_grammar *g, int32_t s);
 
 
 /* ---- building the grammar ---- */
@@ -1536,6 +1541,7 @@ intern(nalar_grammar *g, int64_t from)
         int      cnt = 0, last = -1;
 
         st->forced = -1;
+        st->forced_tok = -2;
         for (int32_t o = 0; o < len; o += g->pool[st->off + o] + 1) {
             int32_t sl = g->pool[st->off + o];
 
@@ -1832,6 +1838,14 @@ state_mask(nalar_grammar *g, int32_t s)
     if (m == NULL) {
         return NULL;
     }
+    if (forced_tok(g, s) >= 0) {
+        /* where the bytes are forced, so is their tokenization */
+        int32_t id = forced_tok(g, s);
+
+        m[id >> 5] |= 1u << (id & 31);
+        g->st[s].mask = m;
+        return m;
+    }
     if (mask_walk(g, 0, s, m) < 0) {
         free(m);
         return NULL;
@@ -2064,6 +2078,9 @@ step_token(nalar_grammar *g, int32_t s, int32_t id)
     if (id < 0 || id >= v->n_vocab || v->tok_len[id] == 0) {
         return -1;
     }
+    if (g->st[s].forced >= 0 && forced_tok(g, s) != id) {
+        return -1;
+    }
     for (int j = 0; j < v->tok_len[id] && s >= 0; j++) {
         s = step_byte(g, s, (unsigned char) v->tok_bytes[id][j]);
     }
@@ -2169,29 +2186,24 @@ nalar_gmatcher_done(nalar_gmatcher *m)
 }
 
 
-int
-nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
+/*
+ * The forced bytes from state s (while exactly one byte is allowed and the
+ * value is not complete), tokenized greedily: the longest vocabulary piece
+ * at each point.  Up to cap ids in out; the count.
+ */
+static int
+forced_tokens(nalar_grammar *g, int32_t s, int32_t *out, int cap)
 {
-    nalar_grammar *g = m->g;
-    const gvocab  *v = g->voc;
-    char           fb[256];
-    int            nf = 0, n = 0, pos = 0;
-    int32_t        s = cur(m);
+    const gvocab *v = g->voc;
+    char          fb[256];
+    int           nf = 0, n = 0, pos = 0;
 
-    if (s == GR_ENDED) {
-        return 0;
-    }
-    /* the forced bytes */
-    while (nf < (int) sizeof(fb) && g->st[s].forced >= 0) {
+    while (nf < (int) sizeof(fb) && s >= 0 && g->st[s].forced >= 0) {
         int c = g->st[s].forced;
 
         fb[nf++] = (char) c;
         s = step_byte(g, s, c);
-        if (s < 0) {
-            break;
-        }
     }
-    /* longest vocabulary pieces along them */
     while (pos < nf && n < cap) {
         int32_t node = 0, best = -1, best_len = 0;
 
@@ -2217,4 +2229,29 @@ nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
         pos += best_len;
     }
     return n;
+}
+
+
+/* The one token a forced state allows, or -1 where s is not forced. */
+static int32_t
+forced_tok(nalar_grammar *g, int32_t s)
+{
+    if (g->st[s].forced_tok == -2) {
+        int32_t t;
+
+        g->st[s].forced_tok = forced_tokens(g, s, &t, 1) == 1 ? t : -1;
+    }
+    return g->st[s].forced_tok;
+}
+
+
+int
+nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
+{
+    int32_t s = cur(m);
+
+    if (s == GR_ENDED) {
+        return 0;
+    }
+    return forced_tokens(m->g, s, out, cap);
 }

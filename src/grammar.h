@@ -14,6 +14,12 @@
  * per state.  Compiled grammars are cached per vocabulary by the schema's
  * digest.
  *
+ * Where the grammar allows one continuation only (the bytes are forced),
+ * it also allows one tokenization of it: the longest vocabulary piece at
+ * each point.  The output text is the same either way; what this buys is
+ * that a forced state allows exactly one token, so forced tokens proposed
+ * for speculative verification are accepted with certainty.
+ *
  * Whitespace is fixed, as Python's json.dumps writes it: one space after
  * ':' and after ',', none anywhere else (nor before or after the value).  So
  * a model cannot loop on whitespace, and the punctuation and key names
