@@ -10,7 +10,8 @@
 #    [TOOL_CALLS] and the like, tokenized literally), give /v1/completions
 #    the same greedy answer and count as usage.prompt_tokens;
 #  - a named tool_choice ends the prompt with the style's call opener;
-#  - tool_choice "auto" on an answer that is no call leaves it content;
+#  - tool_choice "auto" on an answer that is no call leaves it content,
+#    streamed or not;
 #  - bad tools, tool_choice and tool_calls get 400s naming what is wrong,
 #    tools on a style without a tool format too, unless tool_choice is
 #    "none".
@@ -285,6 +286,20 @@ for my $s (sort keys %style) {
        "$s: the chat answer is the completion of the rendering's ids");
     ok(!exists $c0->{message}{tool_calls}, "$s: auto, no call: no tool_calls");
     is($c0->{finish_reason}, 'length', "$s: finish_reason length");
+
+    # streamed, the same content, in content deltas
+    my $st = $t->post_json("/$s/v1/chat/completions",
+                           { model => $s, messages => \@msgs,
+                             tools => $tools, max_tokens => $N,
+                             temperature => 0, stream => JSON::PP::true,
+                             ignore_eos => JSON::PP::true });
+    my @ev = NalarTest::sse_events($st->{body} // '');
+    my @ch = map { $_->{choices}[0] } grep { ref } @ev;
+    is(join('', map { $_->{delta}{content} // '' } @ch), $c0->{message}{content},
+       "$s: streamed, auto: the same content");
+    ok(!grep({ exists $_->{delta}{tool_calls} } @ch)
+       && ($ch[-1]{finish_reason} // '') eq 'length' && $ev[-1] eq '[DONE]',
+       "$s: streamed, auto: no tool_calls, finish_reason length, [DONE]");
 
     # a named function: the prompt ends with the call's opener
     my $named = $t->post_json("/$s/v1/chat/completions",
