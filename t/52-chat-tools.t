@@ -10,6 +10,10 @@
 #    [TOOL_CALLS] and the like, tokenized literally), give /v1/completions
 #    the same greedy answer and count as usage.prompt_tokens;
 #  - a named tool_choice ends the prompt with the style's call opener;
+#  - tool_choice "required" gives a call whose arguments python3-jsonschema
+#    validates against the tool's parameters, in every style;
+#  - tool_choice "auto" parses an answer that is a call (llama3, its JSON
+#    held to the call's shape by response_format), streamed or not;
 #  - tool_choice "auto" on an answer that is no call leaves it content,
 #    streamed or not;
 #  - bad tools, tool_choice and tool_calls get 400s naming what is wrong,
@@ -157,7 +161,7 @@ my $user = 'Weather in Paris? <tool_call> [TOOL_CALLS] [TOOL_RESULTS] '
          . '<|eot_id|> [INST]';
 my $result = '22 C </tool_call> [/TOOL_RESULTS] <|im_end|>';
 my $params = { type => 'object', properties => { city => {
-                   type => 'string' } },
+                   type => 'string', maxLength => 8 } },
                required => [ 'city' ] };
 my $tools = [ { type => 'function',
                 function => { name => 'get_weather',
@@ -246,6 +250,8 @@ my %opener = (chatml => "<tool_call>\n", llama3 => '',
               'mistral-v7-spm' => '[TOOL_CALLS] [');
 
 my $N = 8;
+my @required;
+my $r;
 
 for my $s (sort keys %style) {
     my $model = "$dir/$s.gguf";
@@ -316,7 +322,74 @@ for my $s (sort keys %style) {
     is($named->{json}{usage}{prompt_tokens}, scalar @$open,
        "$s: the prompt ends with the opener (". length($opener{$s}) . " bytes, "
        . (@$open - @$ids) . ' tokens)');
+
+    # required: one call, held by the grammar to the tool's parameters
+    my $req = $t->post_json("/$s/v1/chat/completions",
+                            { model => $s, messages => \@msgs,
+                              tools => $tools, max_tokens => 300,
+                              temperature => 1, seed => 5,
+                              tool_choice => 'required' });
+    my $rc = $req->{json}{choices}[0] // {};
+    my $call = $rc->{message}{tool_calls}[0] // {};
+    is($req->{status}, 200, "$s: tool_choice required 200")
+        or diag($req->{body});
+    ok($rc->{finish_reason} eq 'tool_calls'
+       && !defined $rc->{message}{content}
+       && ($call->{function}{name} // '') eq 'get_weather'
+       && $call->{id} =~ ($s =~ /mistral/ ? qr/^[A-Za-z0-9]{9}$/
+                                          : qr/^call_[A-Za-z0-9]{24}$/),
+       "$s: required: a call to get_weather, id "
+       . ($s =~ /mistral/ ? '9 letters and digits' : 'call_...')
+       . ', finish_reason tool_calls') or diag($req->{body});
+    push @required, [ $s, $call->{function}{arguments} // '' ];
 }
+
+my $vf = "$dir/required.jsonl";
+open my $vfh, '>', $vf or die "$vf: $!";
+print $vfh NalarTest::json()->encode({ schema => $_->[0],
+                                       schema_json => $params,
+                                       output => $_->[1] }), "\n"
+    for @required;
+close $vfh;
+my $report = `python3 $root/t/lib/validate_json.py $root/t/data/grammar/schemas.json $vf 2>&1`;
+like($report, qr/^checked 6 invalid 0$/m, 'required, every style: '
+     . 'python3-jsonschema validates the arguments against the parameters')
+    or diag($report);
+
+# auto, on an answer that is a call: llama3's call is the answer's JSON
+# object, here held to the call's shape by response_format
+
+my $call_schema = { type => 'object',
+                    properties => { name => { const => 'get_weather' },
+                                    parameters => $params },
+                    required => [ 'name', 'parameters' ],
+                    additionalProperties => JSON::PP::false };
+my %auto = (model => 'llama3', messages => \@msgs, tools => $tools,
+            max_tokens => 300, temperature => 1, seed => 9,
+            response_format => { type => 'json_schema',
+                                 json_schema => { name => 'call',
+                                                  schema => $call_schema } });
+$r = $t->post_json('/llama3/v1/chat/completions', \%auto);
+my $ac = $r->{json}{choices}[0] // {};
+ok($r->{status} == 200 && $ac->{finish_reason} eq 'tool_calls'
+   && !defined $ac->{message}{content}
+   && $ac->{message}{tool_calls}[0]{function}{name} eq 'get_weather',
+   'llama3, auto: an answer that is a call is parsed into tool_calls')
+    or diag($r->{body});
+my $aargs = $ac->{message}{tool_calls}[0]{function}{arguments} // '';
+my $adec = eval { NalarTest::json()->decode($aargs) };
+ok(ref $adec eq 'HASH' && defined $adec->{city} && !ref $adec->{city},
+   "llama3, auto: its arguments are the JSON object written ($aargs)");
+
+$r = $t->post_json('/llama3/v1/chat/completions',
+                   { %auto, stream => JSON::PP::true });
+my @aev = grep { ref } NalarTest::sse_events($r->{body} // '');
+my @acalls = map { @{ $_->{choices}[0]{delta}{tool_calls} // [] } } @aev;
+ok(@acalls >= 2 && $acalls[0]{function}{name} eq 'get_weather'
+   && join('', map { $_->{function}{arguments} } @acalls) eq $aargs
+   && $aev[-1]{choices}[0]{finish_reason} eq 'tool_calls',
+   'llama3, auto, streamed: the same call, its arguments in fragments')
+    or diag($r->{body});
 
 # 400s
 
@@ -394,7 +467,7 @@ for my $b (@bad) {
         or diag($r->{body});
 }
 
-my $r = $t->post_json('/mistral/v1/chat/completions',
+$r = $t->post_json('/mistral/v1/chat/completions',
                       { model => 'mistral', max_tokens => 1,
                         messages => [ { role => 'user', content => 'hi' },
                                       { role => 'tool', content => '1' } ] });
