@@ -28,6 +28,10 @@ buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
     char    *nb;
     size_t   c;
 
+    if (n == 0) {
+        return 0;
+    }
+
     if (*len + n > *cap) {
         c = *cap ? *cap : 64;
         while (c < *len + n) {
