@@ -1,0 +1,130 @@
+/*
+ * KV reservation and the prefix-cache glue: a request's block digests
+ * (chained, scoped), sharing published blocks at admission (cache_match),
+ * publishing confirmed blocks (cache_publish), and reserving KV, evicting
+ * unreferenced cached blocks when the free list is short.  The cache
+ * itself is prefix_cache.c.
+ *
+ * Threads: the engine thread only (r->mu taken to set what the consumer
+ * reads of the cached prompt tokens).
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "kv.h"
+#include "prefix_cache.h"
+
+
+/* Digest of block i of r's tokens, computing the chain up to it. */
+static const uint8_t *
+block_digest(nalar_engine *e, nalar_request *r, int32_t i)
+{
+    while (r->n_digests <= i) {
+        int32_t        k = r->n_digests;
+        const int32_t *toks = r->tokens + (int64_t) k * NALAR_KV_BLOCK;
+        int            shared_k = (k + 1) * NALAR_KV_BLOCK
+                                  <= r->p.n_shared_prefix;
+        uint8_t        prev[NALAR_DIGEST], root[NALAR_DIGEST];
+
+        if (k == 0) {
+            /* blocks inside the operator's shared prefix live in the
+             * global scope; everything else in the request's scope */
+            nalar_prefix_root(e->cache, shared_k ? "" : r->scope, prev);
+        } else {
+            int shared_prev = k * NALAR_KV_BLOCK <= r->p.n_shared_prefix;
+
+            memcpy(prev, r->digests[k - 1], NALAR_DIGEST);
+            if (shared_prev && !shared_k && r->scope[0] != '\0') {
+                nalar_prefix_root(e->cache, r->scope, root);
+                nalar_prefix_rescope(prev, root, prev);
+            }
+        }
+        nalar_prefix_chain(prev, toks, r->digests[k]);
+        r->n_digests++;
+    }
+    return r->digests[i];
+}
+
+
+/* At admission: share the longest published chain of the prompt's full
+ * blocks, leaving at least one token to compute (its logits are needed). */
+void
+cache_match(nalar_engine *e, nalar_request *r)
+{
+    int32_t max_blocks, matched;
+
+    if (e->cache == NULL || r->p.no_cache || r->kv.n_blocks != 0) {
+        return;
+    }
+    max_blocks = (r->n_tokens - 1) / NALAR_KV_BLOCK;
+    if (max_blocks <= 0) {
+        return;
+    }
+    block_digest(e, r, max_blocks - 1);
+    matched = nalar_prefix_match(e->cache, &r->kv,
+                                 (const uint8_t (*)[NALAR_DIGEST]) r->digests,
+                                 r->tokens, max_blocks);
+    r->n_computed = matched * NALAR_KV_BLOCK;
+    r->kv.n_pos = r->n_computed;
+    if (!r->admitted_once) {
+        pthread_mutex_lock(&r->mu);
+        r->n_cached = matched * NALAR_KV_BLOCK;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (r->n_published < matched) {
+        r->n_published = matched;
+    }
+}
+
+
+/* Publish r's full blocks whose positions are all confirmed and computed
+ * (n_confirmed: positions [0, n_confirmed) hold confirmed tokens' KV). */
+void
+cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed)
+{
+    if (e->cache == NULL || r->p.no_cache) {
+        return;
+    }
+    while ((r->n_published + 1) * NALAR_KV_BLOCK <= n_confirmed) {
+        int32_t i = r->n_published;
+
+        nalar_prefix_publish(e->cache, block_digest(e, r, i),
+                             r->tokens + (int64_t) i * NALAR_KV_BLOCK,
+                             r->kv.blocks[i]);
+        r->n_published++;
+    }
+}
+
+
+/* Blocks that could be handed out now: free plus evictable cached ones. */
+int32_t
+kv_available(nalar_engine *e)
+{
+    nalar_prefix_stats st;
+
+    if (e->cache == NULL) {
+        return e->kv.n_free;
+    }
+    nalar_prefix_stats_get(e->cache, &st);
+    return e->kv.n_free + st.evictable;
+}
+
+
+/* Reserve KV for r up to n_pos, evicting unreferenced cached blocks when
+ * the free list is short. */
+int
+kv_reserve(nalar_engine *e, nalar_request *r, int32_t n_pos)
+{
+    int32_t need;
+
+    if (nalar_seq_kv_reserve(&e->kv, &r->kv, n_pos) == 0) {
+        return 0;
+    }
+    if (e->cache == NULL) {
+        return -1;
+    }
+    need = nalar_seq_kv_blocks_needed(&e->kv, &r->kv, n_pos) - e->kv.n_free;
+    nalar_prefix_evict(e->cache, need);
+    return nalar_seq_kv_reserve(&e->kv, &r->kv, n_pos);
+}

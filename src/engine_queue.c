@@ -1,0 +1,467 @@
+/*
+ * The queues a request passes through before it runs: submission into the
+ * intake queue (e->in_head), intake (tokenizing and checking, engine.h),
+ * the waiting queue (e->wait_head) and FCFS admission into the running
+ * set, preemption back to the waiting queue's head, and failing what
+ * waits.
+ *
+ * Threads: nalar_engine_submit and nalar_engine_check_prompt run on any
+ * thread (the queues under e->mu); the rest on the engine thread, which
+ * takes e->mu only to move a request between queues, never while it
+ * tokenizes.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "engine.h"
+#include "engine_internal.h"
+#include "kv.h"
+#include "tokenizer.h"
+
+
+int
+nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
+{
+    if (nalar_engine_state(e, NULL) != 1) {
+        return nalar_fail(err, "the model is still loading");
+    }
+
+    pthread_mutex_lock(&e->mu);
+    if (e->n_waiting >= e->opts.max_queue) {
+        pthread_mutex_unlock(&e->mu);
+        return nalar_fail(err, "the queue is full (%d waiting)",
+                          e->n_waiting);
+    }
+    if (r->state != REQ_NEW) {
+        pthread_mutex_unlock(&e->mu);
+        return nalar_fail(err, "request submitted twice");
+    }
+    nalar_request_ref(r);
+    __atomic_store_n(&r->engine, e, __ATOMIC_RELEASE);
+    r->state = REQ_WAITING;
+    r->t_submit = nalar_now_s();
+    r->next = NULL;
+    if (e->in_tail != NULL) {
+        e->in_tail->next = r;
+    } else {
+        e->in_head = r;
+    }
+    e->in_tail = r;
+    e->n_waiting++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+
+int
+nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
+                          int32_t max_tokens, char *msg, size_t cap)
+{
+    int32_t     n_ctx = e->model->cfg.n_ctx;
+    int32_t     n_gen = max_tokens > 0 ? max_tokens : 1;
+    const char *al = more ? "at least " : "";
+
+    if (more || n_prompt >= n_ctx
+        || (max_tokens > 0 && (int64_t) n_prompt + max_tokens > n_ctx))
+    {
+        snprintf(msg, cap, "This model's maximum context length is %d "
+                 "tokens. However, you requested %s%lld tokens (%s%d in the "
+                 "prompt, %d in the completion). Please reduce the prompt "
+                 "or the completion length.", n_ctx, al,
+                 (long long) n_prompt + n_gen, al, n_prompt, n_gen);
+        return -1;
+    }
+    /* a prompt the whole KV pool cannot hold is the client's mistake, not
+     * a busy server */
+    if (e->kv_ready
+        && (n_prompt + NALAR_KV_BLOCK) / NALAR_KV_BLOCK > e->kv.n_blocks)
+    {
+        snprintf(msg, cap, "The prompt has %d tokens but the KV cache holds "
+                 "only %d", n_prompt, e->kv.n_blocks * NALAR_KV_BLOCK);
+        return -1;
+    }
+    return 0;
+}
+
+
+/* Why intake refused a request. */
+typedef struct {
+    int         status;
+    const char *code;
+    const char *param;
+    char        msg[256];
+} intake_refusal;
+
+
+/*
+ * Intake of one request (engine thread, no lock held): the prompt's ids,
+ * tokenized from text at most up to the context, and checked; the
+ * prediction's ids; the shared prefix.  Adds the tokens it made to *work.
+ * 0, or -1 with why the request is refused.
+ */
+static int
+intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
+           intake_refusal *no)
+{
+    const nalar_config    *c = &e->model->cfg;
+    const nalar_tokenizer *tok = e->model->tok;
+    int32_t               *ids, i;
+    int                    n, more = 0;
+
+    no->status = 400;
+    no->code = NULL;
+    no->param = r->param;
+    if (r->pieces != NULL) {
+        n = nalar_tokenize_bounded(tok, r->pieces, (size_t) r->n_pieces,
+                                   nalar_tok_add_bos(tok), c->n_ctx, &ids,
+                                   &more);
+        if (n < 0) {
+            snprintf(no->msg, sizeof(no->msg), "%s could not be tokenized",
+                     r->param);
+            return -1;
+        }
+        *work += n;
+        free(r->pieces);
+        free(r->text);
+        r->pieces = NULL;
+        r->text = NULL;
+        pthread_mutex_lock(&r->mu);
+        r->prompt = ids;
+        r->p.prompt = ids;
+        /* where counting stopped, one more token is known to be there */
+        r->p.n_prompt = more ? n + 1 : n;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (r->p.n_prompt <= 0) {
+        snprintf(no->msg, sizeof(no->msg), "the prompt is empty");
+        return -1;
+    }
+    if (nalar_engine_check_prompt(e, r->p.n_prompt, more,
+                                  r->p.max_tokens_fit ? r->p.max_tokens : 0,
+                                  no->msg, sizeof(no->msg)) != 0)
+    {
+        no->code = "context_length_exceeded";
+        return -1;
+    }
+    /* a sequence must fit the pool alone (others are preempted for it,
+     * choices of one prompt and speculation's proposals included: they
+     * wait or give way); without max_tokens, the pool bounds it as the
+     * context does (request_start) */
+    if (e->kv_ready && r->p.max_tokens > 0
+        && r->p.n_prompt + (int64_t) r->p.max_tokens
+           > (int64_t) e->kv.n_blocks * NALAR_KV_BLOCK)
+    {
+        snprintf(no->msg, sizeof(no->msg), "the KV cache holds %d tokens "
+                 "but %lld tokens were requested (%d in the prompt, %d in "
+                 "the completion)", e->kv.n_blocks * NALAR_KV_BLOCK,
+                 (long long) r->p.n_prompt + r->p.max_tokens,
+                 r->p.n_prompt, r->p.max_tokens);
+        no->code = "context_length_exceeded";
+        no->param = "max_tokens";
+        return -1;
+    }
+    for (i = 0; i < r->p.n_prompt; i++) {
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
+            snprintf(no->msg, sizeof(no->msg), "prompt token %d is outside "
+                     "the vocabulary (0..%d)", r->prompt[i], c->n_vocab - 1);
+            return -1;
+        }
+    }
+    if (r->pred_pieces != NULL) {
+        /* the prediction continues the answer: no BOS, and a leading
+         * space is the dummy-prefix space SentencePiece puts there */
+        for (i = 0; i < r->n_pred_pieces; i++) {
+            nalar_tok_text *pc = &r->pred_pieces[i];
+
+            if (pc->len == 0) {
+                continue;
+            }
+            if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
+                && nalar_tok_add_space_prefix(tok))
+            {
+                pc->text++;
+                pc->len--;
+            }
+            break;
+        }
+        /* predictions longer than the context are cut: only so much of
+         * one can ever be verified */
+        n = nalar_tokenize_bounded(tok, r->pred_pieces,
+                                   (size_t) r->n_pred_pieces, 0, c->n_ctx,
+                                   &ids, &more);
+        if (n < 0) {
+            no->param = "prediction";
+            snprintf(no->msg, sizeof(no->msg),
+                     "prediction could not be tokenized");
+            return -1;
+        }
+        *work += n;
+        free(r->pred_pieces);
+        free(r->pred_text);
+        r->pred_pieces = NULL;
+        r->pred_text = NULL;
+        r->pred = ids;
+        r->n_pred = n;
+        r->p.prediction = ids;
+        r->p.n_prediction = n;
+    }
+    if (r->p.grammar != NALAR_GRAMMAR_NONE && r->gm == NULL) {
+        /* structured output: the compiled grammar from the cache */
+        double         cs;
+        nalar_grammar *g;
+
+        g = nalar_grammar_get(e->grammars, r->p.grammar, r->schema,
+                              r->schema ? strlen(r->schema) : 0, &cs,
+                              no->msg, sizeof(no->msg));
+        if (g != NULL) {
+            r->gm = nalar_gmatcher_create(g);
+            nalar_grammar_release(g);
+        }
+        pthread_mutex_lock(&e->mu);
+        e->m.grammar_compile_seconds_total += cs;
+        e->m.grammar_compiles_total += cs > 0;
+        e->m.grammar_requests_total++;
+        pthread_mutex_unlock(&e->mu);
+        if (r->gm == NULL) {
+            if (g != NULL) {
+                snprintf(no->msg, sizeof(no->msg), "out of memory");
+            }
+            no->param = "response_format";
+            return -1;
+        }
+    }
+    if (r->shared != NULL) {
+        for (i = 0; i < r->p.n_shared_ids && i < r->p.n_prompt; i++) {
+            if (r->shared[i] != r->prompt[i]) {
+                break;
+            }
+        }
+        /* the engine shares whole blocks only */
+        r->p.n_shared_prefix = i / NALAR_KV_BLOCK * NALAR_KV_BLOCK;
+    }
+    return 0;
+}
+
+
+/*
+ * Intake (see engine.h): each submitted request, in submission order, is
+ * checked and queued for admission, or refused.  While requests run, a
+ * step tokenizes about one context's worth, at least one request.
+ */
+void
+step_intake(nalar_engine *e)
+{
+    int32_t        work = 0;
+    nalar_request *r;
+    intake_refusal no;
+
+    for ( ;; ) {
+        pthread_mutex_lock(&e->mu);
+        r = e->in_head;
+        if (r == NULL
+            || (work >= e->model->cfg.n_ctx && e->n_running > 0))
+        {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->in_head = r->next;
+        if (e->in_head == NULL) {
+            e->in_tail = NULL;
+        }
+        pthread_mutex_unlock(&e->mu);
+
+        if (__atomic_load_n(&r->cancelled, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_lock(&e->mu);
+            e->n_waiting--;
+            pthread_mutex_unlock(&e->mu);
+            finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
+            continue;
+        }
+
+        if (intake_one(e, r, &work, &no) != 0) {
+            pthread_mutex_lock(&e->mu);
+            e->n_waiting--;
+            pthread_mutex_unlock(&e->mu);
+            pthread_mutex_lock(&r->mu);
+            r->err_status = no.status;
+            snprintf(r->err_code, sizeof(r->err_code), "%s",
+                     no.code != NULL ? no.code : "");
+            snprintf(r->err_param, sizeof(r->err_param), "%s", no.param);
+            pthread_mutex_unlock(&r->mu);
+            finish_unref(e, r, NALAR_FINISH_ERROR, no.msg);
+            continue;
+        }
+
+        pthread_mutex_lock(&r->mu);
+        r->accepted = 1;
+        pthread_mutex_unlock(&r->mu);
+        if (r->notify != NULL) {
+            r->notify(r, r->notify_ctx);
+        }
+
+        pthread_mutex_lock(&e->mu);
+        r->next = NULL;
+        if (e->wait_tail != NULL) {
+            e->wait_tail->next = r;
+        } else {
+            e->wait_head = r;
+        }
+        e->wait_tail = r;
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+
+/* Engine-side setup the first time a request is scheduled. */
+static int
+request_start(nalar_engine *e, nalar_request *r)
+{
+    const nalar_config *c = &e->model->cfg;
+
+    r->cap_tokens = c->n_ctx;
+    r->tokens = malloc((size_t) r->cap_tokens * sizeof(int32_t));
+    if (r->tokens == NULL
+        || nalar_sampler_init(&r->sampler, &r->p.sampling, c->n_vocab) != 0)
+    {
+        return -1;
+    }
+    r->sampler_ready = 1;
+    r->digests = malloc(((size_t) r->cap_tokens / NALAR_KV_BLOCK + 1)
+                        * NALAR_DIGEST);
+    if (r->digests == NULL) {
+        return -1;
+    }
+    memcpy(r->tokens, r->prompt, (size_t) r->p.n_prompt * sizeof(int32_t));
+    r->n_tokens = r->p.n_prompt;
+    r->max_tokens = c->n_ctx - r->p.n_prompt;
+    if (e->kv.n_blocks * NALAR_KV_BLOCK < c->n_ctx) {
+        /* the most one sequence can ever hold (nalar_engine_submit) */
+        r->max_tokens = e->kv.n_blocks * NALAR_KV_BLOCK - r->p.n_prompt;
+    }
+    if (r->p.max_tokens > 0 && r->p.max_tokens < r->max_tokens) {
+        r->max_tokens = r->p.max_tokens;
+    }
+    nalar_detok_init(&r->detok, e->model->tok);
+    if (spec_setup(e, r) != 0) {
+        return -1;
+    }
+    r->t_sched = nalar_now_s();
+    r->queue_ms = (r->t_sched - r->t_submit) * 1e3;
+    pthread_mutex_lock(&e->mu);
+    hist_add(e->m.queue_buckets, &e->m.queue_sum, &e->m.queue_count,
+             r->t_sched - r->t_submit);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+
+/* Admission, FCFS: the head waits until its whole context fits. */
+void
+step_admit(nalar_engine *e)
+{
+    for ( ;; ) {
+        nalar_request *r;
+        int32_t        need, reserved = 0;
+
+        pthread_mutex_lock(&e->mu);
+        r = e->wait_head;
+        if (r != NULL && __atomic_load_n(&r->cancelled, __ATOMIC_ACQUIRE)) {
+            e->wait_head = r->next;
+            if (e->wait_head == NULL) {
+                e->wait_tail = NULL;
+            }
+            e->n_waiting--;
+            pthread_mutex_unlock(&e->mu);
+            finish_unref(e, r, NALAR_FINISH_CANCELLED, NULL);
+            continue;
+        }
+        if (r == NULL || e->n_running >= e->opts.max_running) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        need = ((r->n_tokens > 0 ? r->n_tokens : r->p.n_prompt) + 1
+                + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK;
+        /* leave one block per running sequence for its next decode */
+        reserved = e->n_running;
+        if (need + reserved > kv_available(e) && e->n_running > 0) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        e->wait_head = r->next;
+        if (e->wait_head == NULL) {
+            e->wait_tail = NULL;
+        }
+        e->n_waiting--;
+        pthread_mutex_unlock(&e->mu);
+        if (r->tokens == NULL && request_start(e, r) != 0) {
+            finish_unref(e, r, NALAR_FINISH_ERROR, "out of memory");
+            continue;
+        }
+        cache_match(e, r);
+        r->admitted_once = 1;
+        r->state = REQ_RUNNING;
+        e->running[e->n_running++] = r;
+    }
+}
+
+
+/* Preempt the most recently admitted running request: free its KV and put
+ * it back at the head of the queue; it recomputes its context later. */
+void
+preempt_last(nalar_engine *e)
+{
+    nalar_request *r = e->running[e->n_running - 1];
+
+    e->n_running--;
+    nalar_seq_kv_release(&e->kv, &r->kv);
+    if (e->dkv_ready) {
+        nalar_seq_kv_release(&e->dkv, &r->dkv);
+    }
+    r->d_computed = 0;
+    r->n_computed = 0;
+    r->n_published = 0;
+    r->state = REQ_WAITING;
+    pthread_mutex_lock(&e->mu);
+    r->next = e->wait_head;
+    e->wait_head = r;
+    if (e->wait_tail == NULL) {
+        e->wait_tail = r;
+    }
+    e->n_waiting++;
+    e->m.preemptions_total++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+
+void
+fail_all_waiting(nalar_engine *e, nalar_finish why, const char *msg)
+{
+    for ( ;; ) {
+        nalar_request *r;
+
+        pthread_mutex_lock(&e->mu);
+        r = e->in_head;
+        if (r != NULL) {
+            e->in_head = r->next;
+            if (e->in_head == NULL) {
+                e->in_tail = NULL;
+            }
+            e->n_waiting--;
+        } else if ((r = e->wait_head) != NULL) {
+            e->wait_head = r->next;
+            if (e->wait_head == NULL) {
+                e->wait_tail = NULL;
+            }
+            e->n_waiting--;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (r == NULL) {
+            return;
+        }
+        finish_unref(e, r, why, msg);
+    }
+}

@@ -1,0 +1,403 @@
+/*
+ * A request (engine.h): its owned copy of the parameters, its reference
+ * count, cancelling it, the output buffer the engine thread fills
+ * (push_output) and the consumer drains (nalar_request_take), and how the
+ * engine finishes it (request_finish).
+ *
+ * Threads: nalar_request_create, _ref, _unref, _cancel and _take run on any
+ * thread; the output buffer and what _take reads are under r->mu; the
+ * reference count and the cancel flag are atomics.  push_output,
+ * request_finish and finish_unref run on the engine thread.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "engine_internal.h"
+#include "kv.h"
+#include "stop.h"
+
+
+/* An owned copy of text pieces, their texts back to back in *text. */
+static nalar_tok_text *
+pieces_copy(const nalar_tok_text *src, int32_t n, char **text)
+{
+    nalar_tok_text *dst;
+    size_t          total = 0, off = 0;
+
+    for (int32_t i = 0; i < n; i++) {
+        total += src[i].len;
+    }
+    dst = malloc(((size_t) (n > 0 ? n : 0) + 1) * sizeof(*dst));
+    *text = malloc(total + 1);
+    if (dst == NULL || *text == NULL) {
+        free(dst);
+        free(*text);
+        *text = NULL;
+        return NULL;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (src[i].len > 0) {
+            memcpy(*text + off, src[i].text, src[i].len);
+        }
+        dst[i].text = *text + off;
+        dst[i].len = src[i].len;
+        dst[i].special = src[i].special;
+        off += src[i].len;
+    }
+    return dst;
+}
+
+
+nalar_request *
+nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
+                     void *notify_ctx, nalar_err *err)
+{
+    nalar_request *r;
+
+    if (p->n_prompt <= 0 && p->prompt_text == NULL) {
+        nalar_fail(err, "the prompt is empty");
+        return NULL;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        nalar_fail(err, "out of memory");
+        return NULL;
+    }
+    r->refs = 1;
+    r->notify = notify;
+    r->notify_ctx = notify_ctx;
+    r->p = *p;
+    pthread_mutex_init(&r->mu, NULL);
+    snprintf(r->param, sizeof(r->param), "%s",
+             p->prompt_param != NULL ? p->prompt_param : "prompt");
+    r->p.prompt_param = NULL;
+    r->p.json_schema = NULL;
+    r->p.prompt_text = NULL;
+    r->p.prediction_text = NULL;
+    r->p.shared_prefix = NULL;
+    if (p->prompt_text != NULL) {
+        r->p.n_prompt = 0;
+        r->n_pieces = p->n_prompt_text > 0 ? p->n_prompt_text : 0;
+        r->pieces = pieces_copy(p->prompt_text, r->n_pieces, &r->text);
+        if (r->pieces == NULL) {
+            goto oom;
+        }
+    } else {
+        r->prompt = malloc((size_t) p->n_prompt * sizeof(int32_t));
+        if (r->prompt == NULL) {
+            goto oom;
+        }
+        memcpy(r->prompt, p->prompt, (size_t) p->n_prompt * sizeof(int32_t));
+    }
+    r->stops = calloc((size_t) p->n_stop + 1, sizeof(char *));
+    r->stop_ids = malloc(((size_t) p->n_stop_ids + 1) * sizeof(int32_t));
+    if (r->stops == NULL || r->stop_ids == NULL) {
+        goto oom;
+    }
+    for (int i = 0; i < p->n_stop; i++) {
+        r->stops[i] = strdup(p->stop[i]);
+        if (r->stops[i] == NULL) {
+            goto oom;
+        }
+    }
+    if (p->n_stop_ids > 0) {
+        memcpy(r->stop_ids, p->stop_ids,
+               (size_t) p->n_stop_ids * sizeof(int32_t));
+    }
+    if (p->prediction_text != NULL) {
+        r->p.n_prediction = 0;
+        r->n_pred_pieces = p->n_prediction_text > 0 ? p->n_prediction_text
+                                                    : 0;
+        r->pred_pieces = pieces_copy(p->prediction_text, r->n_pred_pieces,
+                                     &r->pred_text);
+        if (r->pred_pieces == NULL) {
+            goto oom;
+        }
+    } else if (p->n_prediction > 0) {
+        r->pred = malloc((size_t) p->n_prediction * sizeof(int32_t));
+        if (r->pred == NULL) {
+            goto oom;
+        }
+        memcpy(r->pred, p->prediction,
+               (size_t) p->n_prediction * sizeof(int32_t));
+        r->n_pred = p->n_prediction;
+    }
+    r->p.prediction = r->pred;
+    if (p->shared_prefix != NULL && p->n_shared_ids > 0) {
+        r->shared = malloc((size_t) p->n_shared_ids * sizeof(int32_t));
+        if (r->shared == NULL) {
+            goto oom;
+        }
+        memcpy(r->shared, p->shared_prefix,
+               (size_t) p->n_shared_ids * sizeof(int32_t));
+    } else {
+        r->p.n_shared_ids = 0;
+    }
+    if (p->grammar == NALAR_GRAMMAR_JSON_SCHEMA) {
+        r->schema = strdup(p->json_schema != NULL ? p->json_schema : "{}");
+        if (r->schema == NULL) {
+            goto oom;
+        }
+        r->p.json_schema = r->schema;
+    }
+    nalar_seq_kv_init(&r->dkv);
+    r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
+    if (r->scope == NULL) {
+        goto oom;
+    }
+    r->p.cache_scope = r->scope;
+    r->p.prompt = r->prompt;
+    r->p.stop = (const char **) r->stops;
+    r->p.stop_ids = r->stop_ids;
+    if (r->p.sampling.n_logprobs < 0) {
+        r->p.sampling.n_logprobs = 0;
+    }
+    if (r->p.sampling.n_logprobs > 20) {
+        r->p.sampling.n_logprobs = 20;
+    }
+    r->stop = nalar_stop_create((const char **) r->stops, p->n_stop);
+    if (r->stop == NULL) {
+        goto oom;
+    }
+    nalar_seq_kv_init(&r->kv);
+    r->ttft_ms = -1;
+    return r;
+
+oom:
+    nalar_fail(err, "out of memory");
+    nalar_request_unref(r);
+    return NULL;
+}
+
+
+void
+nalar_request_ref(nalar_request *r)
+{
+    __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+}
+
+
+void
+nalar_request_unref(nalar_request *r)
+{
+    if (r == NULL || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+        return;
+    }
+    /* the KV was released by the engine when the request finished */
+    if (r->stops != NULL) {
+        for (int i = 0; i < r->p.n_stop; i++) {
+            free(r->stops[i]);
+        }
+    }
+    if (r->stop != NULL) {
+        nalar_stop_destroy(r->stop);
+    }
+    if (r->sampler_ready) {
+        nalar_sampler_free(&r->sampler);
+    }
+    free(r->kv.blocks);
+    free(r->dkv.blocks);
+    free(r->pred);
+    free(r->digests);
+    free(r->scope);
+    free(r->schema);
+    nalar_gmatcher_destroy(r->gm);
+    free(r->stops);
+    free(r->stop_ids);
+    free(r->prompt);
+    free(r->pieces);
+    free(r->text);
+    free(r->pred_pieces);
+    free(r->pred_text);
+    free(r->shared);
+    free(r->tokens);
+    free(r->out_text);
+    free(r->out_ids);
+    free(r->out_lp);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+
+void
+nalar_request_cancel(nalar_request *r)
+{
+    nalar_engine *e;
+
+    __atomic_store_n(&r->cancelled, 1, __ATOMIC_RELEASE);
+    e = __atomic_load_n(&r->engine, __ATOMIC_ACQUIRE);
+    if (e != NULL) {
+        pthread_mutex_lock(&e->mu);
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+
+int
+nalar_request_take(nalar_request *r, nalar_output *out)
+{
+    int any;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&r->mu);
+    out->text = r->out_text != NULL ? r->out_text : strdup("");
+    out->text_len = r->out_len;
+    out->ids = r->out_ids;
+    out->n_ids = r->out_n;
+    out->logprobs = r->out_lp;
+    r->out_text = NULL;
+    r->out_len = r->out_cap = 0;
+    r->out_ids = NULL;
+    r->out_lp = NULL;
+    r->out_n = r->out_idcap = 0;
+    if (r->finish != NALAR_FINISH_NONE && !r->finish_taken) {
+        out->finish = r->finish;
+        r->finish_taken = 1;
+        memcpy(out->error, r->error, sizeof(out->error));
+        out->err_status = r->err_status;
+        memcpy(out->err_code, r->err_code, sizeof(out->err_code));
+        memcpy(out->err_param, r->err_param, sizeof(out->err_param));
+    }
+    out->accepted = r->accepted;
+    any = r->accepted && !r->accept_taken;
+    r->accept_taken = r->accepted;
+    out->n_prompt = r->p.n_prompt;
+    out->n_cached = r->n_cached;
+    out->n_completion = r->n_generated;
+    out->queue_ms = r->queue_ms;
+    out->ttft_ms = r->ttft_ms;
+    out->spec_proposed = r->spec_proposed;
+    out->spec_accepted = r->spec_accepted;
+    out->pred_accepted = r->pred_accepted;
+    out->pred_rejected = r->pred_rejected;
+    any = any || out->text_len > 0 || out->n_ids > 0
+          || out->finish != NALAR_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
+
+void
+nalar_output_free(nalar_output *out)
+{
+    free(out->text);
+    free(out->ids);
+    free(out->logprobs);
+    memset(out, 0, sizeof(*out));
+}
+
+
+/* Append output under r->mu; called on the engine thread. */
+int
+push_output(nalar_request *r, const char *text, size_t len, int32_t id,
+            const nalar_logprob *lp)
+{
+    int nlp = r->p.logprobs ? 1 + r->p.sampling.n_logprobs : 0;
+
+    pthread_mutex_lock(&r->mu);
+    if (r->out_len + len + 1 > r->out_cap) {
+        size_t cap = r->out_cap ? r->out_cap : 64;
+        char  *t;
+
+        while (cap < r->out_len + len + 1) {
+            cap *= 2;
+        }
+        t = realloc(r->out_text, cap);
+        if (t == NULL) {
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+        r->out_text = t;
+        r->out_cap = cap;
+    }
+    if (len > 0) {
+        memcpy(r->out_text + r->out_len, text, len);
+    }
+    r->out_len += len;
+    r->out_text[r->out_len] = '\0';
+    if (id >= 0) {
+        if (r->out_n == r->out_idcap) {
+            int32_t        cap = r->out_idcap ? r->out_idcap * 2 : 16;
+            int32_t       *ids = realloc(r->out_ids,
+                                         (size_t) cap * sizeof(int32_t));
+            nalar_logprob *lps;
+
+            if (ids == NULL) {
+                pthread_mutex_unlock(&r->mu);
+                return -1;
+            }
+            r->out_ids = ids;
+            if (nlp > 0) {
+                lps = realloc(r->out_lp,
+                              (size_t) cap * nlp * sizeof(nalar_logprob));
+                if (lps == NULL) {
+                    pthread_mutex_unlock(&r->mu);
+                    return -1;
+                }
+                r->out_lp = lps;
+            }
+            r->out_idcap = cap;
+        }
+        if (nlp > 0 && lp != NULL) {
+            memcpy(r->out_lp + (size_t) r->out_n * nlp, lp,
+                   (size_t) nlp * sizeof(nalar_logprob));
+        }
+        r->out_ids[r->out_n++] = id;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+
+/* Finish: release KV, publish the reason, notify.  The caller drops the
+ * engine's reference (finish_unref) once it no longer touches r. */
+void
+request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
+               const char *error)
+{
+    const char *tail;
+    size_t      n;
+
+    if (e->kv_ready) {
+        nalar_seq_kv_release(&e->kv, &r->kv);
+    }
+    if (e->dkv_ready) {
+        nalar_seq_kv_release(&e->dkv, &r->dkv);
+    }
+    if (why != NALAR_FINISH_CANCELLED && why != NALAR_FINISH_ERROR
+        && r->stop != NULL)
+    {
+        /* text held back as a possible stop-string prefix is final now */
+        n = nalar_stop_flush(r->stop, &tail);
+        if (n > 0) {
+            push_output(r, tail, n, -1, NULL);
+        }
+    }
+    r->state = REQ_FINISHED;
+    pthread_mutex_lock(&r->mu);
+    r->finish = why;
+    if (error != NULL) {
+        size_t n = strlen(error);
+
+        n = n < sizeof(r->error) - 1 ? n : sizeof(r->error) - 1;
+        memcpy(r->error, error, n);
+        r->error[n] = '\0';
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (r->notify != NULL) {
+        r->notify(r, r->notify_ctx);
+    }
+}
+
+
+void
+finish_unref(nalar_engine *e, nalar_request *r, nalar_finish why,
+             const char *error)
+{
+    request_finish(e, r, why, error);
+    nalar_request_unref(r);
+}
