@@ -39,6 +39,49 @@ typedef struct {
     size_t                n_parts;
 } nalar_chat_msg;
 
+/*
+ * Tool calling (OpenAI `tools`): what the messages carry beyond their
+ * content, and the tools to render.  All of it is the client's: rendered
+ * as literal text, never as control tokens.
+ */
+typedef struct {
+    const json_t  *tool_calls;      /* an assistant's: OpenAI's tool_calls
+                                       array, or NULL */
+    const json_t  *tool_call_id;    /* a tool message's: the id (a
+                                       string) of the call it answers, or
+                                       NULL */
+} nalar_chat_tool_msg;
+
+typedef struct {
+    const json_t               *tools;      /* the tools array to render
+                                               (NULL or empty: none) */
+    const nalar_chat_tool_msg  *msgs;       /* (n) one per message */
+    int                         open_call;  /* the generation prompt ends
+                                               with the style's call opener:
+                                               the answer is a call */
+} nalar_chat_tools;
+
+/*
+ * How a style's model writes tool calls in its answer:
+ *   chatml:  <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+ *   llama3:  {"name": ..., "parameters": {...}}
+ *   mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+ * NULL: the style has no tool format.
+ */
+typedef struct {
+    const char  *opener;        /* what opens the calls ("" : the call's
+                                   JSON itself, llama3) */
+    const char  *closer;        /* what closes each call, or NULL */
+    const char  *args_key;      /* "arguments" or "parameters" */
+    const char  *prompt_open;   /* appended to the generation prompt for a
+                                   call that must be made: then the answer
+                                   is the one call's JSON object */
+    int          id_len;        /* the ids the style's templates take: 9
+                                   alphanumerics (Mistral), or 0: any */
+} nalar_chat_call_format;
+
+const nalar_chat_call_format *nalar_chat_call_format_of(nalar_chat_style s);
+
 /* "chatml", "llama2", "llama3", "zephyr", "mistral", "gemma", "phi3",
  * "mistral-v7", "mistral-v1", "mistral-v3", "mistral-v7-spm", "auto"; -1
  * when unknown. */
@@ -62,6 +105,19 @@ nalar_chat_style nalar_chat_style_detect(const char *jinja);
 nalar_tok_text *nalar_chat_render(nalar_chat_style s,
                                   const nalar_chat_msg *msgs, size_t n,
                                   size_t *n_pieces, nalar_err *err);
+
+/*
+ * nalar_chat_render with tools: the tools in the style's format, an
+ * assistant's tool_calls and tool messages (tool_call_id) rendered back,
+ * and with open_call the style's call opener after the generation prompt.
+ * A style with no tool format refuses tools and tool calls.  tools NULL:
+ * as nalar_chat_render.  The pieces may point into the returned array's
+ * own memory (JSON written here): free the array only.
+ */
+nalar_tok_text *nalar_chat_render_tools(nalar_chat_style s,
+                                        const nalar_chat_msg *msgs, size_t n,
+                                        const nalar_chat_tools *tools,
+                                        size_t *n_pieces, nalar_err *err);
 
 /*
  * OpenAI's content value: a string, null (no text), or an array of

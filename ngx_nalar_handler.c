@@ -489,6 +489,8 @@ ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     ctx->token_ids = req->token_ids;
     ctx->logprobs = req->logprobs;
     ctx->n = (ngx_uint_t) req->n;
+    ctx->tool_mode = (ngx_uint_t) req->tool_mode;
+    ctx->chat_style = (ngx_uint_t) req->chat_style;
 
     if (req->err.status) {
         if (req->prompt_tokens) {

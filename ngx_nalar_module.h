@@ -30,6 +30,7 @@
 #include "tokenizer.h"
 #include "ngx_nalar_chat.h"
 #include "ngx_nalar_request.h"
+#include "ngx_nalar_tools.h"
 
 
 #define NGX_HTTP_NALAR_API          1
@@ -239,6 +240,7 @@ typedef struct {
     int32_t                    spec_accepted;
     int32_t                    pred_accepted;   /* of the prediction */
     int32_t                    pred_rejected;
+    nalar_tool_parser         *tools;       /* the answer's tool calls */
     unsigned                   submitted:1;
     unsigned                   role_sent:1;
 } ngx_http_nalar_choice_t;
@@ -252,6 +254,8 @@ struct ngx_http_nalar_ctx_s {
     ngx_uint_t                 n_done;
     ngx_http_nalar_choice_t   *choices;     /* (n) */
     ngx_int_t                  logprobs;    /* top-N, or -1: off */
+    ngx_uint_t                 tool_mode;   /* NALAR_API_TOOLS_* */
+    ngx_uint_t                 chat_style;  /* the prompt's rendering */
     u_char                     id[40];      /* "cmpl-..." NUL-terminated */
     time_t                     created;
     ngx_event_t                timer;       /* SSE keep-alive; holds an

@@ -50,6 +50,14 @@ typedef struct {
     uint64_t               seed;        /* when the body names none */
 } nalar_api_in;
 
+/* what the answer of a chat request with tools is */
+#define NALAR_API_TOOLS_NONE    0   /* text */
+#define NALAR_API_TOOLS_AUTO    1   /* text, or calls if it opens with one */
+#define NALAR_API_TOOLS_CALL    2   /* one call: tool_choice "required" or
+                                       a named function; the prompt ends
+                                       with the style's call opener and the
+                                       grammar holds the answer to a call */
+
 typedef struct {
     int          status;        /* HTTP; 0: no error */
     const char  *type;          /* static strings */
@@ -73,6 +81,8 @@ typedef struct {
     unsigned              token_ids:1;  /* logprobs tokens as ids */
     int32_t               prompt_tokens;    /* counted where a prompt of
                                                ids was refused as too long */
+    int                   chat_style;   /* the rendering's (chat) */
+    int                   tool_mode;    /* NALAR_API_TOOLS_* */
     nalar_api_error       err;
 
     /* owned */
@@ -81,6 +91,9 @@ typedef struct {
     nalar_tok_text       *prediction_text;
     nalar_chat_msg       *msgs;
     int32_t              *ids;
+    nalar_chat_tool_msg  *tool_msgs;
+    char                 *tool_schema;  /* the call's JSON Schema */
+    char                 *schema_text;  /* response_format's schema */
     const char           *stops[NALAR_API_MAX_STOP + 1];
 } nalar_api_request;
 

@@ -27,6 +27,17 @@ static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
     const nalar_tokenizer *tok, int32_t id, json_t **bytes);
 static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
 static const char *ngx_http_nalar_finish_reason(nalar_finish f);
+static const char *ngx_http_nalar_choice_finish(ngx_http_nalar_choice_t *ch);
+static ngx_int_t ngx_http_nalar_tools_take(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *o, const char **text,
+    size_t *len);
+static ngx_int_t ngx_http_nalar_call_chunks(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, ngx_chain_t ***ll);
+static json_t *ngx_http_nalar_tool_calls_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch);
+static void ngx_http_nalar_call_id(ngx_http_nalar_ctx_t *ctx,
+    nalar_tool_call *c);
+static void ngx_http_nalar_tools_cleanup(void *data);
 static ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
     ngx_chain_t ***ll, json_t *j);
 static ngx_int_t ngx_http_nalar_send(ngx_http_nalar_ctx_t *ctx,
@@ -349,7 +360,8 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
 {
     u_char                   *p;
     json_t                   *chunk, *choice, *lp, *val;
-    const char               *key;
+    size_t                    text_len;
+    const char               *key, *text;
     ngx_http_request_t       *r;
     ngx_http_nalar_choice_t  *ch;
 
@@ -370,6 +382,18 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     ch->pred_rejected = o->pred_rejected;
     ch->finish = o->finish;
 
+    /* the text: the engine's, or with tools the content part of it */
+
+    text = o->text;
+    text_len = o->text_len;
+
+    if (ctx->tool_mode != NALAR_API_TOOLS_NONE
+        && ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+        && ngx_http_nalar_tools_take(ctx, ch, o, &text, &text_len) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     lp = NULL;
 
     if (ctx->logprobs >= 0 && o->n_ids > 0) {
@@ -380,14 +404,14 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     }
 
     if (!ctx->stream) {
-        if (o->text_len) {
-            p = ngx_array_push_n(ch->text, o->text_len);
+        if (text_len) {
+            p = ngx_array_push_n(ch->text, text_len);
             if (p == NULL) {
                 json_decref(lp);
                 return NGX_ERROR;
             }
 
-            ngx_memcpy(p, o->text, o->text_len);
+            ngx_memcpy(p, text, text_len);
         }
 
         if (lp) {
@@ -429,20 +453,44 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
         }
     }
 
-    if (o->text_len || lp) {
+    if (text == NULL) {
+        text = "";
+    }
+
+    if (text_len || (lp && ch->tools == NULL)) {
         if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
             choice = json_pack("{s:I,s:{s:s%},s:O?,s:n}",
                                "index", (json_int_t) i,
-                               "delta", "content", o->text, o->text_len,
+                               "delta", "content", text, text_len,
                                "logprobs", lp,
                                "finish_reason");
         } else {
             choice = json_pack("{s:s%,s:I,s:O?,s:n}",
-                               "text", o->text, o->text_len,
+                               "text", text, text_len,
                                "index", (json_int_t) i,
                                "logprobs", lp,
                                "finish_reason");
         }
+
+        if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+            json_decref(lp);
+            return NGX_ERROR;
+        }
+
+        json_decref(lp);
+        lp = NULL;
+    }
+
+    if (ch->tools && ngx_http_nalar_call_chunks(ctx, i, ll) != NGX_OK) {
+        json_decref(lp);
+        return NGX_ERROR;
+    }
+
+    if (lp) {
+        /* the logprobs of a take that was all call: in a chunk of their
+         * own */
+        choice = json_pack("{s:I,s:{},s:O,s:n}", "index", (json_int_t) i,
+                           "delta", "logprobs", lp, "finish_reason");
 
         if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
             json_decref(lp);
@@ -484,7 +532,7 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
                            "delta",
                            "logprobs",
                            "finish_reason",
-                           ngx_http_nalar_finish_reason(o->finish));
+                           ngx_http_nalar_choice_finish(ch));
     } else {
         choice = json_pack("{s:s,s:I,s:n,s:s}",
                            "text", "",
@@ -555,9 +603,27 @@ ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
 
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
-        reason = ngx_http_nalar_finish_reason(ch->finish);
+        reason = ngx_http_nalar_choice_finish(ch);
 
-        if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
+        if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+            && ch->tools && nalar_toolp_n_named(ch->tools) > 0)
+        {
+            /* calls: content null when there is none besides them */
+            c = json_pack("{s:I,s:{s:s,s:s%,s:o},s:O?,s:s}",
+                          "index", (json_int_t) i,
+                          "message", "role", "assistant",
+                          "content", ch->text->elts, ch->text->nelts,
+                          "tool_calls",
+                          ngx_http_nalar_tool_calls_json(ctx, ch),
+                          "logprobs", ch->logprobs,
+                          "finish_reason", reason);
+
+            if (c != NULL && ch->text->nelts == 0) {
+                json_object_set_new(json_object_get(c, "message"), "content",
+                                    json_null());
+            }
+
+        } else if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
             c = json_pack("{s:I,s:{s:s,s:s%},s:O?,s:s}",
                           "index", (json_int_t) i,
                           "message", "role", "assistant",
@@ -779,6 +845,214 @@ static const char *
 ngx_http_nalar_finish_reason(nalar_finish f)
 {
     return (f == NALAR_FINISH_LENGTH) ? "length" : "stop";
+}
+
+
+/* "tool_calls" for an answer of calls that ended by itself */
+
+static const char *
+ngx_http_nalar_choice_finish(ngx_http_nalar_choice_t *ch)
+{
+    if (ch->finish == NALAR_FINISH_STOP && ch->tools
+        && nalar_toolp_n_named(ch->tools) > 0)
+    {
+        return "tool_calls";
+    }
+
+    return ngx_http_nalar_finish_reason(ch->finish);
+}
+
+
+/*
+ * A take of a chat answer with tools through the choice's tool parser
+ * (made on the first take): *text becomes the content part of what is
+ * confirmed so far; the calls stay in the parser.
+ */
+
+static ngx_int_t
+ngx_http_nalar_tools_take(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *o, const char **text,
+    size_t *len)
+{
+    ngx_pool_cleanup_t            *cln;
+    const nalar_chat_call_format  *fmt;
+
+    if (ch->tools == NULL) {
+        fmt = nalar_chat_call_format_of((nalar_chat_style) ctx->chat_style);
+        if (fmt == NULL) {
+            return NGX_OK;
+        }
+
+        cln = ngx_pool_cleanup_add(ctx->request->pool,
+                                   sizeof(nalar_tool_parser));
+        if (cln == NULL) {
+            return NGX_ERROR;
+        }
+
+        ch->tools = cln->data;
+        nalar_toolp_init(ch->tools, fmt,
+                         nalar_engine_model(ctx->model->engine)->tok,
+                         ctx->tool_mode == NALAR_API_TOOLS_CALL);
+        cln->handler = ngx_http_nalar_tools_cleanup;
+    }
+
+    if (nalar_toolp_feed(ch->tools, o->text, o->text_len, o->ids, o->n_ids)
+        != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    if (o->finish != NALAR_FINISH_NONE
+        && nalar_toolp_finish(ch->tools) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    *text = nalar_toolp_take_content(ch->tools, len);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_nalar_tools_cleanup(void *data)
+{
+    nalar_toolp_free(data);
+}
+
+
+/*
+ * The calls of a streamed answer as OpenAI streams them: a call's first
+ * chunk, once its name is complete, with its index, id, type and name;
+ * then its arguments as they come, in fragments.
+ */
+
+static ngx_int_t
+ngx_http_nalar_call_chunks(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    ngx_chain_t ***ll)
+{
+    size_t                    k, n;
+    json_t                   *choice;
+    nalar_tool_call          *c;
+    ngx_http_nalar_choice_t  *ch;
+
+    ch = &ctx->choices[i];
+    n = nalar_toolp_n_named(ch->tools);
+
+    for (k = 0; k < n; k++) {
+        c = &ch->tools->calls[k];
+
+        if (!c->announced) {
+            ngx_http_nalar_call_id(ctx, c);
+            c->announced = 1;
+
+            choice = json_pack("{s:I,s:{s:[{s:I,s:s,s:s,s:{s:s%,s:s}}]},"
+                               "s:n,s:n}",
+                               "index", (json_int_t) i,
+                               "delta", "tool_calls",
+                               "index", (json_int_t) k,
+                               "id", c->id,
+                               "type", "function",
+                               "function", "name", c->name, c->name_len,
+                               "arguments", "",
+                               "logprobs", "finish_reason");
+
+            if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+                return NGX_ERROR;
+            }
+        }
+
+        if (c->args_len > c->args_sent) {
+            choice = json_pack("{s:I,s:{s:[{s:I,s:{s:s%}}]},s:n,s:n}",
+                               "index", (json_int_t) i,
+                               "delta", "tool_calls",
+                               "index", (json_int_t) k,
+                               "function", "arguments",
+                               c->args + c->args_sent,
+                               c->args_len - c->args_sent,
+                               "logprobs", "finish_reason");
+
+            if (ngx_http_nalar_append_chunk(ctx, ll, choice) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            c->args_sent = c->args_len;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* The calls of an answer that is not streamed: message.tool_calls. */
+
+static json_t *
+ngx_http_nalar_tool_calls_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch)
+{
+    size_t            k, n;
+    json_t           *calls;
+    nalar_tool_call  *c;
+
+    calls = json_array();
+    if (calls == NULL) {
+        return NULL;
+    }
+
+    n = nalar_toolp_n_named(ch->tools);
+
+    for (k = 0; k < n; k++) {
+        c = &ch->tools->calls[k];
+        ngx_http_nalar_call_id(ctx, c);
+
+        if (json_array_append_new(calls,
+                json_pack("{s:s,s:s,s:{s:s%,s:s%}}",
+                          "id", c->id,
+                          "type", "function",
+                          "function", "name", c->name, c->name_len,
+                          "arguments", c->args ? c->args : "",
+                          c->args_len))
+            != 0)
+        {
+            json_decref(calls);
+            return NULL;
+        }
+    }
+
+    return calls;
+}
+
+
+/* "call_" and 24 random letters and digits; Mistral's templates take ids
+ * of 9 letters and digits, and get those. */
+
+static void
+ngx_http_nalar_call_id(ngx_http_nalar_ctx_t *ctx, nalar_tool_call *c)
+{
+    size_t                         k, n;
+    u_char                        *p;
+    const nalar_chat_call_format  *fmt;
+    static const char              alnum[] = "abcdefghijklmnopqrstuvwxyz"
+                                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                             "0123456789";
+
+    fmt = nalar_chat_call_format_of((nalar_chat_style) ctx->chat_style);
+
+    p = (u_char *) c->id;
+    n = 24;
+
+    if (fmt && fmt->id_len) {
+        n = (size_t) fmt->id_len;
+
+    } else {
+        p = ngx_cpymem(p, "call_", 5);
+    }
+
+    for (k = 0; k < n; k++) {
+        *p++ = alnum[ngx_random() % (sizeof(alnum) - 1)];
+    }
+
+    *p = '\0';
 }
 
 

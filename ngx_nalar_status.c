@@ -256,6 +256,26 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           "KV blocks published in the prefix cache." }
     };
 
+    static struct {
+        char  *name;
+        char  *help;
+    }  grammar[] = {
+        { "nalar_grammar_requests_total",
+          "Requests with a response_format grammar." },
+        { "nalar_grammar_compiles_total",
+          "Grammars compiled (the rest came from the cache)." },
+        { "nalar_grammar_compile_seconds_total",
+          "Time spent compiling grammars." },
+        { "nalar_grammar_masks_total",
+          "Logits rows masked by a grammar (one per sampled token)." },
+        { "nalar_grammar_mask_seconds_total",
+          "Time spent masking rows, building uncached masks included." },
+        { "nalar_grammar_forced_tokens_total",
+          "Tokens the grammar forced, proposed for verification." },
+        { "nalar_grammar_forced_accepted_tokens_total",
+          "Forced tokens confirmed." }
+    };
+
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
     }
@@ -287,7 +307,11 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     for (i = 0; i < nmcf->models.nelts; i++) {
         size += sizeof(prefix) / sizeof(prefix[0])
                 * (128 + model[i].name.len);
+        size += sizeof(grammar) / sizeof(grammar[0])
+                * (128 + model[i].name.len);
     }
+
+    size += sizeof(grammar) / sizeof(grammar[0]) * 192;
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -369,6 +393,32 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
 
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
                              prefix[k].name, &model[i].name, v);
+        }
+    }
+
+    for (k = 0; k < sizeof(grammar) / sizeof(grammar[0]); k++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
+                         grammar[k].name, grammar[k].help, grammar[k].name);
+
+        for (i = 0; i < nmcf->models.nelts; i++) {
+            if (k == 2 || k == 4) {
+                p = ngx_slprintf(p, end, "%s{model=\"%V\"} %.6f\n",
+                                 grammar[k].name, &model[i].name,
+                                 k == 2 ? m[i].grammar_compile_seconds_total
+                                        : m[i].grammar_mask_seconds_total);
+                continue;
+            }
+
+            switch (k) {
+            case 0: v = m[i].grammar_requests_total; break;
+            case 1: v = m[i].grammar_compiles_total; break;
+            case 3: v = m[i].grammar_masks_total; break;
+            case 5: v = m[i].grammar_forced_tokens_total; break;
+            default: v = m[i].grammar_forced_accepted_total; break;
+            }
+
+            p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
+                             grammar[k].name, &model[i].name, v);
         }
     }
 

@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and the tests need, when missing.
 set -e
 PKGS="build-essential clang libclang-rt-dev nginx-core nginx-dev libjansson-dev libssl-dev
-      libperl-dev curl nodejs npm prometheus chromium"
+      libperl-dev curl nodejs npm prometheus chromium python3-jsonschema"
 missing=""
 for p in $PKGS; do
     # a Node.js from elsewhere (nodesource) brings its own npm
@@ -20,10 +20,12 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
 fi
 
-# Node.js clients for the module tests (the openai package, playwright-core
-# driving Debian's chromium), from t/package.json, when missing.
+# Node.js clients for the module tests (the openai package and zod for its
+# zodResponseFormat, playwright-core driving Debian's chromium), from
+# t/package.json, when missing.
 if command -v npm >/dev/null 2>&1 \
    && { [ ! -d t/node_modules/openai ] \
+        || [ ! -d t/node_modules/zod ] \
         || [ ! -d t/node_modules/playwright-core ]; }
 then
     echo "deps: npm install in t/"

@@ -332,6 +332,10 @@ engine_load(nalar_engine *e, nalar_err *err)
             return -1;
         }
     }
+    e->grammars = nalar_grammar_cache_create(e->model->tok, 0);
+    if (e->grammars == NULL) {
+        return nalar_fail(err, "engine: out of memory");
+    }
     /* what verifying (and drafting) k proposals costs, before the cost
      * model first chooses k; the same passes settle which way the CPU
      * backend runs each size (see cost_seed) */
@@ -521,6 +525,7 @@ nalar_engine_destroy(nalar_engine *e)
     }
     fail_all_waiting(e, NALAR_FINISH_CANCELLED, NULL);
     nalar_prefix_cache_destroy(e->cache);
+    nalar_grammar_cache_destroy(e->grammars);
     if (e->dkv_ready) {
         e->draft_be->kv_free(e->draft_be, &e->dkv);
         nalar_kv_pool_free(&e->dkv);

@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 
+#include "grammar.h"
 #include "nalar_err.h"
 #include "sampler.h"
 #include "spec.h"
@@ -138,6 +139,14 @@ typedef struct {
      * a leading space of the text is that space */
     const nalar_tok_text *prediction_text;
     int32_t        n_prediction_text;
+    /* structured output (grammar.h): the output is one JSON value (an
+     * object for JSON_OBJECT, one matching json_schema for JSON_SCHEMA);
+     * once it is complete and nothing more may follow, the request finishes
+     * with NALAR_FINISH_STOP; max_tokens still ends it first (LENGTH, the
+     * JSON then incomplete) */
+    int            grammar;      /* nalar_grammar_kind */
+    const char    *json_schema;  /* JSON Schema text, NUL-terminated,
+                                    copied; with NALAR_GRAMMAR_JSON_SCHEMA */
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
@@ -209,6 +218,15 @@ typedef struct {
     double   spec_draft_seconds_total;
     double   spec_verify_seconds_total;
     int32_t  spec_provisional_blocks;    /* gauge */
+    /* structured output */
+    uint64_t grammar_requests_total;     /* requests with a grammar */
+    uint64_t grammar_compiles_total;     /* of them, compiled (cache miss) */
+    double   grammar_compile_seconds_total;
+    uint64_t grammar_masks_total;        /* rows masked */
+    double   grammar_mask_seconds_total; /* masking them, mask builds in */
+    double   grammar_mask_build_seconds_total; /* building uncached masks */
+    uint64_t grammar_forced_tokens_total;    /* forced tokens proposed */
+    uint64_t grammar_forced_accepted_total;  /* of them, confirmed */
 } nalar_metrics;
 
 /* Upper bounds (seconds) of the histogram buckets; the last is +Inf. */

@@ -78,6 +78,10 @@ struct nalar_request {
     char           **stops;           /* (n_stop) */
     char            *scope;           /* cache scope ("" = global) */
     int32_t         *stop_ids;        /* (n_stop_ids) */
+    char            *schema;          /* p.json_schema's copy */
+    nalar_gmatcher  *gm;              /* structured output, from intake */
+    int32_t          n_forced;        /* of this step's proposals, the
+                                         ones the grammar forced */
 
     /* engine state (engine thread only) */
     req_state        state;
@@ -154,6 +158,7 @@ struct nalar_engine {
     nalar_kv_pool     kv;
     int               kv_ready;
     nalar_prefix_cache *cache;        /* NULL when off */
+    nalar_grammar_cache *grammars;    /* compiled response formats */
 
     /* speculative decoding: the draft model runs on the target backend's
      * workers with its own KV pool (same block count) */

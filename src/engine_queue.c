@@ -206,6 +206,31 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         r->p.prediction = ids;
         r->p.n_prediction = n;
     }
+    if (r->p.grammar != NALAR_GRAMMAR_NONE && r->gm == NULL) {
+        /* structured output: the compiled grammar from the cache */
+        double         cs;
+        nalar_grammar *g;
+
+        g = nalar_grammar_get(e->grammars, r->p.grammar, r->schema,
+                              r->schema ? strlen(r->schema) : 0, &cs,
+                              no->msg, sizeof(no->msg));
+        if (g != NULL) {
+            r->gm = nalar_gmatcher_create(g);
+            nalar_grammar_release(g);
+        }
+        pthread_mutex_lock(&e->mu);
+        e->m.grammar_compile_seconds_total += cs;
+        e->m.grammar_compiles_total += cs > 0;
+        e->m.grammar_requests_total++;
+        pthread_mutex_unlock(&e->mu);
+        if (r->gm == NULL) {
+            if (g != NULL) {
+                snprintf(no->msg, sizeof(no->msg), "out of memory");
+            }
+            no->param = "response_format";
+            return -1;
+        }
+    }
     if (r->shared != NULL) {
         for (i = 0; i < r->p.n_shared_ids && i < r->p.n_prompt; i++) {
             if (r->shared[i] != r->prompt[i]) {

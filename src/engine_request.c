@@ -146,6 +146,7 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     snprintf(r->param, sizeof(r->param), "%s",
              p->prompt_param != NULL ? p->prompt_param : "prompt");
     r->p.prompt_param = NULL;
+    r->p.json_schema = NULL;
     r->p.prompt_text = NULL;
     r->p.prompt_shared = NULL;
     r->p.prediction_text = NULL;
@@ -216,6 +217,13 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     } else {
         r->p.n_shared_ids = 0;
     }
+    if (p->grammar == NALAR_GRAMMAR_JSON_SCHEMA) {
+        r->schema = strdup(p->json_schema != NULL ? p->json_schema : "{}");
+        if (r->schema == NULL) {
+            goto oom;
+        }
+        r->p.json_schema = r->schema;
+    }
     nalar_seq_kv_init(&r->dkv);
     r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
     if (r->scope == NULL) {
@@ -276,6 +284,8 @@ nalar_request_unref(nalar_request *r)
     free(r->pred);
     free(r->digests);
     free(r->scope);
+    free(r->schema);
+    nalar_gmatcher_destroy(r->gm);
     free(r->stops);
     free(r->stop_ids);
     free(r->prompt);

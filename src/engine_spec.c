@@ -595,6 +595,55 @@ pred_fresh(const nalar_request *r)
 
 
 /*
+ * Structured output: where r's grammar allows one continuation only, its
+ * tokens (nalar_gmatcher_forced) are this step's proposals, with n-gram
+ * lookup's after them where r looks up; they bypass the cost model and the
+ * gate (verifying them is one pass for tokens that are all but certain to
+ * be accepted).  Verification masks each row with the grammar's state after
+ * the tokens confirmed before it (verify), so a proposal the model would
+ * not sample is rejected as any other is.  1 when r proposes so.
+ */
+static int
+grammar_propose(nalar_engine *e, nalar_request *r)
+{
+    int32_t cap = NALAR_SPEC_MAX_K, nf, n;
+
+    if (cap > r->max_tokens - r->n_generated - 1) {
+        cap = r->max_tokens - r->n_generated - 1;
+    }
+    if (cap > r->cap_tokens - r->n_tokens) {
+        cap = r->cap_tokens - r->n_tokens;
+    }
+    if (cap <= 0) {
+        return 0;
+    }
+    nf = nalar_gmatcher_forced(r->gm, r->props, cap);
+    if (nf <= 0) {
+        return 0;
+    }
+    n = nf;
+    if (nf < cap && (r->prop == NALAR_PROP_NGRAM || r->ngram_fallback)) {
+        /* the tokens after the sequence are scratch until confirmed */
+        memcpy(r->tokens + r->n_tokens, r->props,
+               (size_t) nf * sizeof(int32_t));
+        n += nalar_ngram_propose(r->tokens, r->n_tokens + nf, r->tokens,
+                                 r->n_tokens + nf, 1, 3, cap - nf,
+                                 r->props + nf);
+    }
+    r->n_prop = n;
+    r->n_forced = nf;
+    if (r->prop_now == NALAR_PROP_DRAFT) {
+        /* the draft's KV catches up when it is next used */
+        r->prop_now = NALAR_PROP_NGRAM;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.grammar_forced_tokens_total += (uint64_t) nf;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+
+/*
  * Plan speculation: how many decodes and prompt tokens this step has, then
  * each speculating request's k from the cost model (under the step gate),
  * and the draft's proposals.
@@ -657,6 +706,14 @@ step_plan_speculation(nalar_engine *e, step_plan *sp)
     for (int32_t i = 0; i < e->n_running; i++) {
         nalar_request *r = e->running[i];
 
+        r->n_forced = 0;
+        if (r->gm != NULL && r->prop != NALAR_PROP_NONE
+            && r->n_tokens - r->n_computed == 1 && grammar_propose(e, r))
+        {
+            /* not a step the gate should learn from */
+            sp->any_fixed = 1;
+            continue;
+        }
         if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
             || (!may_speculate && !r->p.spec_fixed && !pred_fresh(r)))
         {

@@ -9,6 +9,7 @@
  * (through push_output and request_finish) for a request's output, neither
  * across the forward pass.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,12 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
     nalar_sampler_accept(&r->sampler, id);
     r->tokens[r->n_tokens++] = id;
     r->n_generated++;
+    if (r->gm != NULL && nalar_gmatcher_accept(r->gm, id) != 0) {
+        /* the mask let it through, so this is a bug; say so */
+        request_finish(e, r, NALAR_FINISH_ERROR, "the grammar refused a "
+                       "sampled token");
+        return 1;
+    }
 
     pthread_mutex_lock(&e->mu);
     e->m.generation_tokens_total++;
@@ -140,15 +147,19 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
         request_finish(e, r, NALAR_FINISH_STOP, NULL);
         return 1;
     }
-    if (r->n_generated >= r->max_tokens || r->n_tokens >= r->cap_tokens) {
+    if (r->n_generated >= r->max_tokens || r->n_tokens >= r->cap_tokens
+        || (r->gm != NULL && nalar_gmatcher_done(r->gm)))
+    {
         n = nalar_detok_flush(&r->detok, piece, sizeof(piece));
         if (n > 0) {
             ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe,
                                  &stopped);
             push_output(r, safe, ns, -1, NULL);
         }
-        request_finish(e, r, stopped ? NALAR_FINISH_STOP
-                                     : NALAR_FINISH_LENGTH, NULL);
+        request_finish(e, r, stopped || (r->gm != NULL
+                                         && nalar_gmatcher_done(r->gm))
+                             ? NALAR_FINISH_STOP : NALAR_FINISH_LENGTH,
+                       NULL);
         return 1;
     }
     return 0;
@@ -172,7 +183,52 @@ greedy_plain(const nalar_request *r)
 
     return !(s->temperature > 0.0f) && s->presence_penalty == 0.0f
            && s->frequency_penalty == 0.0f && s->n_bias == 0
-           && !r->p.logprobs;
+           && !r->p.logprobs && r->gm == NULL;
+}
+
+
+/*
+ * Structured output: the tokens r's grammar does not allow next get a logit
+ * of -inf, so every transform of the sampler (bias, penalties, temperature,
+ * top-k/p, min-p) works on the model's distribution restricted to the
+ * grammar, renormalised.  -1 (r finished with an error) when the grammar
+ * allows nothing.
+ */
+static int
+grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
+{
+    const uint32_t *mask;
+    double          t0 = nalar_now_s(), ms;
+    int32_t         V = e->model->cfg.n_vocab, any = 0;
+
+    mask = nalar_gmatcher_mask(r->gm, &ms);
+    if (mask != NULL) {
+        for (int32_t w = 0; w * 32 < V; w++) {
+            uint32_t m = mask[w];
+            int32_t  end = (w + 1) * 32 < V ? (w + 1) * 32 : V;
+
+            any |= m != 0;
+            if (m == 0xffffffffu) {
+                continue;
+            }
+            for (int32_t i = w * 32; i < end; i++) {
+                if (!(m >> (i & 31) & 1)) {
+                    row[i] = -INFINITY;
+                }
+            }
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    e->m.grammar_mask_seconds_total += nalar_now_s() - t0;
+    e->m.grammar_masks_total++;
+    e->m.grammar_mask_build_seconds_total += ms;
+    pthread_mutex_unlock(&e->mu);
+    if (!any) {
+        request_finish(e, r, NALAR_FINISH_ERROR, mask == NULL
+                       ? "out of memory" : "the grammar allows no token");
+        return -1;
+    }
+    return 0;
 }
 
 
@@ -185,6 +241,11 @@ emit_token(nalar_engine *e, nalar_request *r, float *row,
     nalar_logprob lp[21];
     int32_t       id;
 
+    if (r->gm != NULL && given == NULL
+        && grammar_mask_row(e, r, row) != 0)
+    {
+        return;
+    }
     position_rng(r);
     id = given != NULL ? *given
                        : nalar_sample(&r->sampler, row,
@@ -235,6 +296,13 @@ verify(nalar_engine *e, nalar_request *r, float *rows, const int32_t *given,
     for (int32_t i = 0; i <= k; i++) {
         int32_t id;
 
+        /* the grammar's state follows the tokens confirmed so far, which
+         * are the proposals before row i */
+        if (r->gm != NULL && given == NULL
+            && grammar_mask_row(e, r, rows + (size_t) i * V) != 0)
+        {
+            break;
+        }
         position_rng(r);
         id = given != NULL ? given[i]
                            : nalar_sample(&r->sampler, rows + (size_t) i * V,
@@ -515,8 +583,16 @@ step_advance(nalar_engine *e, step_plan *sp)
         r->n_prop = 0;
 
         sp->n_confirmed += accepted + 1;
-        nalar_accept_update(acc_now(r), kprop, accepted);
-        if (r->prop_now != NALAR_PROP_PREDICTION) {
+        if (r->n_forced > 0) {
+            /* the grammar's proposals say nothing of the proposer's */
+            pthread_mutex_lock(&e->mu);
+            e->m.grammar_forced_accepted_total += (uint64_t)
+                (accepted < r->n_forced ? accepted : r->n_forced);
+            pthread_mutex_unlock(&e->mu);
+        } else {
+            nalar_accept_update(acc_now(r), kprop, accepted);
+        }
+        if (r->n_forced == 0 && r->prop_now != NALAR_PROP_PREDICTION) {
             nalar_accept_update(&e->prop_acc[r->prop_now], kprop,
                                 accepted);
         }

@@ -1,0 +1,2257 @@
+/*
+ * Structured output (see grammar.h).
+ *
+ * Compile: the schema (parsed with jansson) becomes a context-free grammar.
+ * A rule is a list of alternatives; an alternative is a run of symbols in
+ * one array (g->sym), ended by SYM_END; a symbol is a byte class (a 256-bit
+ * set in g->cls) or a reference to a rule.  Repetition is right recursion
+ * (X ::= "" | c X), bounded counts (maxLength, maxItems, digits) are
+ * unrolled into chains of rules.
+ *
+ * Run: a stack is a list of positions in g->sym (the return points, the
+ * current symbol on top); after expansion every top is a byte class, and an
+ * empty stack means the value is complete.  A state is the sorted set of
+ * distinct stacks, interned in a hash table, so it is an integer: byte
+ * transitions (state, byte) -> state are cached per state, a token's
+ * transition walks its bytes, and a state's token mask is computed once by
+ * walking the vocabulary's byte trie from it (a subtree whose prefix is
+ * refused is skipped whole).  A reference to a rule that ends an alternative
+ * pushes no return point (tail call), so repetition does not grow the stack;
+ * nesting does, up to GR_MAX_DEPTH positions (deeper alternatives are not
+ * taken), and a state holds at most GR_MAX_STACKS stacks.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "grammar.h"
+
+#define GR_MAX_DEPTH      128
+#define GR_MAX_STACKS     64
+#define GR_MAX_SYMS       (1 << 20)   /* grammar size for one schema */
+#define GR_MAX_UNROLL     4096        /* maxLength, maxItems */
+#define GR_INT_DIGITS     15
+#define GR_FRAC_DIGITS    15
+#define GR_EXP_DIGITS     2   /* so a number stays a finite double */
+#define GR_MAX_STATES     (1 << 20)
+
+enum { SYM_END = 0, SYM_CLASS, SYM_REF };
+
+typedef struct {
+    int32_t kind;
+    int32_t arg;
+} gsym;
+
+typedef struct {
+    int32_t  off;            /* into g->pool */
+    int32_t  len;
+    uint32_t hash;
+    int32_t *next;           /* (256) byte transitions: -2 unknown, -1 none */
+    uint32_t *mask;          /* (n_words) or NULL until asked */
+    int8_t   accepting;      /* holds an empty stack */
+    int16_t  forced;         /* the one byte allowed, -1: none or several */
+    int32_t  forced_tok;     /* where forced: the one token allowed (the
+                                first of the forced bytes' tokenization);
+                                -2 not known yet */
+} gstate;
+
+/* the vocabulary's byte trie, shared by a cache's grammars: node 0 is the
+ * root; children in a sibling list */
+typedef struct {
+    int32_t  first_child;    /* -1: none */
+    int32_t  next_sibling;   /* -1: none */
+    int32_t  first_tok;      /* into toks, tokens whose piece ends here */
+    int32_t  n_toks;
+    uint8_t  byte;
+} tnode;
+
+typedef struct {
+    int32_t  n_vocab;
+    int32_t  n_words;
+    tnode   *nodes;
+    int32_t  n_nodes;
+    int32_t *toks;
+    int32_t *eog;            /* end-of-generation tokens */
+    int32_t  n_eog;
+    uint8_t *tok_len;        /* piece length, 0: never in a value */
+    char   (*tok_bytes)[48];
+} gvocab;
+
+struct nalar_grammar {
+    int        refs;
+    /* cache key */
+    int        kind;
+    uint64_t   digest;
+    char      *canon;
+    size_t     canon_len;
+    nalar_grammar *lru_next;
+    /* the grammar */
+    gsym      *sym;
+    int32_t    n_sym;
+    uint32_t (*cls)[8];
+    int32_t    n_cls;
+    int32_t   *rule_alts;    /* per rule: index into alts */
+    int32_t   *rule_nalts;
+    int32_t    n_rules;
+    int32_t   *alts;         /* alternatives' first positions */
+    int32_t    n_alts;
+    int32_t    root;
+    /* the automaton */
+    const gvocab *voc;
+    gstate    *st;
+    int32_t    n_st, cap_st;
+    int32_t   *pool;
+    int64_t    n_pool, cap_pool;
+    int32_t   *ht;           /* open addressing: state ids + 1 */
+    int64_t    ht_cap;
+    int32_t    start;
+    uint32_t  *zero;         /* an all-zero mask */
+    /* scratch for building states */
+    int32_t   *scr;          /* stacks as [len, pos...] runs */
+    int64_t    n_scr, cap_scr;
+};
+
+struct nalar_grammar_cache {
+    gvocab          voc;
+    int             cap;
+    int             n;
+    nalar_grammar  *head;    /* most recently used first */
+};
+
+struct nalar_gmatcher {
+    nalar_grammar *g;
+    int32_t       *hist;     /* states: hist[0] the start, then one per
+                                accepted token; -3 once ended */
+    int32_t        n_hist, cap_hist;
+};
+
+#define GR_ENDED (-3)
+
+static int32_t forced_tok(nalar_grammar *g, int32_t s);
+
+
+/* ---- building the grammar ---- */
+
+typedef struct {
+    int32_t  n_alt;
+    int32_t  cap_alt;
+    gsym   **alt;
+    int32_t *alt_len;
+} brule;
+
+typedef struct {
+    brule     *rules;
+    int32_t    n_rules, cap_rules;
+    uint32_t (*cls)[8];
+    int32_t    n_cls, cap_cls;
+    int64_t    n_syms;
+    json_t    *root_schema;
+    /* $ref targets: pointer string -> rule */
+    struct { char *ref; int32_t rule; json_t *schema; int done; } *refs;
+    int32_t    n_refs, cap_refs;
+    /* shared rules, -1 until made */
+    int32_t    ws, strchar, string_any, value_any, object_any, array_any,
+               number, integer, digit_cls;
+    char      *err;
+    size_t     errlen;
+    int        failed;
+} gbuild;
+
+
+static int
+bfail(gbuild *b, const char *fmt, const char *a, const char *path)
+{
+    if (!b->failed) {
+        b->failed = 1;
+        if (b->errlen) {
+            snprintf(b->err, b->errlen, fmt, a, path);
+        }
+    }
+    return -1;
+}
+
+
+static int32_t
+rule_new(gbuild *b)
+{
+    if (b->failed) {
+        return -1;
+    }
+    if (b->n_rules == b->cap_rules) {
+        int32_t  nc = b->cap_rules ? b->cap_rules * 2 : 64;
+        brule   *nr = realloc(b->rules, nc * sizeof(brule));
+
+        if (nr == NULL) {
+            return bfail(b, "out of memory%s%s", "", "");
+        }
+        b->rules = nr;
+        b->cap_rules = nc;
+    }
+    memset(&b->rules[b->n_rules], 0, sizeof(brule));
+    return b->n_rules++;
+}
+
+
+static int32_t
+cls_new(gbuild *b, const uint32_t set[8])
+{
+    if (b->failed) {
+        return -1;
+    }
+    for (int32_t i = b->n_cls - 1; i >= 0 && i >= b->n_cls - 8; i--) {
+        if (memcmp(b->cls[i], set, 32) == 0) {
+            return i;
+        }
+    }
+    if (b->n_cls == b->cap_cls) {
+        int32_t  nc = b->cap_cls ? b->cap_cls * 2 : 64;
+        void    *nv = realloc(b->cls, nc * 32);
+
+        if (nv == NULL) {
+            return bfail(b, "out of memory%s%s", "", "");
+        }
+        b->cls = nv;
+        b->cap_cls = nc;
+    }
+    memcpy(b->cls[b->n_cls], set, 32);
+    return b->n_cls++;
+}
+
+
+static gsym
+S_cls_range(gbuild *b, int lo, int hi)
+{
+    uint32_t set[8] = {0};
+
+    for (int c = lo; c <= hi; c++) {
+        set[c >> 5] |= 1u << (c & 31);
+    }
+    return (gsym) { SYM_CLASS, cls_new(b, set) };
+}
+
+
+static gsym
+S_ch(gbuild *b, int c)
+{
+    return S_cls_range(b, c, c);
+}
+
+
+static gsym
+S_ref(int32_t r)
+{
+    return (gsym) { SYM_REF, r };
+}
+
+
+/* Adds an alternative (n symbols) to rule r. */
+static void
+alt_add(gbuild *b, int32_t r, const gsym *s, int32_t n)
+{
+    brule *ru;
+    gsym  *copy;
+
+    if (b->failed || r < 0) {
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (s[i].arg < 0) {
+            b->failed = 1;
+            return;
+        }
+    }
+    b->n_syms += n + 1;
+    if (b->n_syms > GR_MAX_SYMS) {
+        bfail(b, "the schema is too large%s%s", "", "");
+        return;
+    }
+    ru = &b->rules[r];
+    if (ru->n_alt == ru->cap_alt) {
+        int32_t  nc = ru->cap_alt ? ru->cap_alt * 2 : 2;
+        gsym   **na = realloc(ru->alt, nc * sizeof(gsym *));
+        int32_t *nl;
+
+        if (na == NULL) {
+            bfail(b, "out of memory%s%s", "", "");
+            return;
+        }
+        ru->alt = na;
+        nl = realloc(ru->alt_len, nc * sizeof(int32_t));
+        if (nl == NULL) {
+            bfail(b, "out of memory%s%s", "", "");
+            return;
+        }
+        ru->alt_len = nl;
+        ru->cap_alt = nc;
+    }
+    copy = malloc((n + 1) * sizeof(gsym));
+    if (copy == NULL) {
+        bfail(b, "out of memory%s%s", "", "");
+        return;
+    }
+    if (n > 0) {
+        memcpy(copy, s, n * sizeof(gsym));
+    }
+    ru->alt[ru->n_alt] = copy;
+    ru->alt_len[ru->n_alt] = n;
+    ru->n_alt++;
+}
+
+
+/* A rule matching exactly the bytes s[0..n). */
+static int32_t
+rule_literal(gbuild *b, const char *s, size_t n)
+{
+    int32_t r = rule_new(b);
+    gsym   *v;
+
+    if (r < 0) {
+        return -1;
+    }
+    v = malloc((n ? n : 1) * sizeof(gsym));
+    if (v == NULL) {
+        return bfail(b, "out of memory%s%s", "", "");
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i] = S_ch(b, (unsigned char) s[i]);
+    }
+    alt_add(b, r, v, (int32_t) n);
+    free(v);
+    return b->failed ? -1 : r;
+}
+
+
+static int32_t
+r_ws(gbuild *b)
+{
+    if (b->ws < 0) {
+        gsym sp;
+
+        b->ws = rule_new(b);
+        sp = S_ch(b, ' ');
+        alt_add(b, b->ws, &sp, 1);
+    }
+    return b->ws;
+}
+
+
+/* One character of a JSON string: printable ASCII but '"' and '\\', an
+ * escape, or a well-formed multi-byte UTF-8 sequence. */
+static int32_t
+r_strchar(gbuild *b)
+{
+    if (b->strchar < 0) {
+        int32_t  r = rule_new(b), hex = rule_new(b);
+        uint32_t set[8] = {0};
+        gsym     s[6];
+
+        b->strchar = r;
+        for (int c = 0x20; c < 0x80; c++) {
+            if (c != '"' && c != '\\') {
+                set[c >> 5] |= 1u << (c & 31);
+            }
+        }
+        s[0] = (gsym) { SYM_CLASS, cls_new(b, set) };
+        alt_add(b, r, s, 1);
+        memset(set, 0, sizeof(set));
+        for (const char *e = "\"\\/bfnrt"; *e; e++) {
+            set[(unsigned char) *e >> 5] |= 1u << (*e & 31);
+        }
+        s[0] = S_ch(b, '\\');
+        s[1] = (gsym) { SYM_CLASS, cls_new(b, set) };
+        alt_add(b, r, s, 2);
+        memset(set, 0, sizeof(set));
+        for (const char *e = "0123456789abcdefABCDEF"; *e; e++) {
+            set[(unsigned char) *e >> 5] |= 1u << (*e & 31);
+        }
+        s[0] = (gsym) { SYM_CLASS, cls_new(b, set) };
+        alt_add(b, hex, s, 1);
+        /* \uXXXX but not a surrogate (D800-DFFF) */
+        s[0] = S_ch(b, '\\');
+        s[1] = S_ch(b, 'u');
+        memset(set, 0, sizeof(set));
+        for (const char *e = "0123456789abceABCEfF"; *e; e++) {
+            set[(unsigned char) *e >> 5] |= 1u << (*e & 31);
+        }
+        s[2] = (gsym) { SYM_CLASS, cls_new(b, set) };
+        s[3] = s[4] = s[5] = S_ref(hex);
+        alt_add(b, r, s, 6);
+        memset(set, 0, sizeof(set));
+        set['d' >> 5] |= 1u << ('d' & 31);
+        set['D' >> 5] |= 1u << ('D' & 31);
+        s[2] = (gsym) { SYM_CLASS, cls_new(b, set) };
+        s[3] = S_cls_range(b, '0', '7');
+        alt_add(b, r, s, 6);
+        /* well-formed UTF-8 (no overlong form, no surrogate, nothing
+         * above U+10FFFF) */
+        {
+            static const uint8_t seq[][8] = {
+                /* n, then (lo, hi) per byte */
+                { 2, 0xC2, 0xDF, 0x80, 0xBF },
+                { 3, 0xE0, 0xE0, 0xA0, 0xBF, 0x80, 0xBF },
+                { 3, 0xE1, 0xEC, 0x80, 0xBF, 0x80, 0xBF },
+                { 3, 0xED, 0xED, 0x80, 0x9F, 0x80, 0xBF },
+                { 3, 0xEE, 0xEF, 0x80, 0xBF, 0x80, 0xBF },
+            };
+            static const uint8_t seq4[][9] = {
+                { 4, 0xF0, 0xF0, 0x90, 0xBF, 0x80, 0xBF, 0x80, 0xBF },
+                { 4, 0xF1, 0xF3, 0x80, 0xBF, 0x80, 0xBF, 0x80, 0xBF },
+                { 4, 0xF4, 0xF4, 0x80, 0x8F, 0x80, 0xBF, 0x80, 0xBF },
+            };
+
+            for (size_t q = 0; q < sizeof(seq) / sizeof(seq[0]); q++) {
+                for (int j = 0; j < seq[q][0]; j++) {
+                    s[j] = S_cls_range(b, seq[q][1 + 2 * j],
+                                       seq[q][2 + 2 * j]);
+                }
+                alt_add(b, r, s, seq[q][0]);
+            }
+            for (size_t q = 0; q < sizeof(seq4) / sizeof(seq4[0]); q++) {
+                for (int j = 0; j < 4; j++) {
+                    s[j] = S_cls_range(b, seq4[q][1 + 2 * j],
+                                       seq4[q][2 + 2 * j]);
+                }
+                alt_add(b, r, s, 4);
+            }
+        }
+    }
+    return b->strchar;
+}
+
+
+/* "..." with min..max characters (max < 0: unbounded) */
+static int32_t
+r_string(gbuild *b, int64_t min, int64_t max)
+{
+    int32_t r, prev = -1, first = -1, c = r_strchar(b);
+    int64_t n = max >= 0 ? max : min;
+    gsym    s[3];
+
+    if (min == 0 && max < 0 && b->string_any >= 0) {
+        return b->string_any;
+    }
+    /* chain C_0 .. C_n: C_k ::= strchar C_k+1 (k < min), or also "" */
+    for (int64_t k = 0; k <= n; k++) {
+        int32_t ck = rule_new(b);
+
+        if (ck < 0) {
+            return -1;
+        }
+        if (first < 0) {
+            first = ck;
+        }
+        if (prev >= 0) {
+            s[0] = S_ref(c);
+            s[1] = S_ref(ck);
+            alt_add(b, prev, s, 2);
+            if (k - 1 >= min) {
+                alt_add(b, prev, NULL, 0);
+            }
+        }
+        prev = ck;
+    }
+    /* the last link */
+    alt_add(b, prev, NULL, 0);
+    if (max < 0) {
+        s[0] = S_ref(c);
+        s[1] = S_ref(prev);
+        alt_add(b, prev, s, 2);
+    }
+    r = rule_new(b);
+    s[0] = S_ch(b, '"');
+    s[1] = S_ref(first);
+    s[2] = s[0];
+    alt_add(b, r, s, 3);
+    if (min == 0 && max < 0) {
+        b->string_any = r;
+    }
+    return b->failed ? -1 : r;
+}
+
+
+/* at_least..n digits, as a chain D_0 .. D_n (D_k: k digits so far) */
+static int32_t
+r_digits(gbuild *b, int n, int at_least)
+{
+    int32_t first = -1, prev = -1;
+    gsym    s[2];
+
+    s[0] = S_cls_range(b, '0', '9');
+    for (int k = 0; k <= n; k++) {
+        int32_t dk = rule_new(b);
+
+        if (dk < 0) {
+            return -1;
+        }
+        if (first < 0) {
+            first = dk;
+        }
+        if (prev >= 0) {
+            s[1] = S_ref(dk);
+            alt_add(b, prev, s, 2);
+            if (k - 1 >= at_least) {
+                alt_add(b, prev, NULL, 0);
+            }
+        }
+        prev = dk;
+    }
+    alt_add(b, prev, NULL, 0);
+    return b->failed ? -1 : first;
+}
+
+
+static int32_t
+r_integer(gbuild *b)
+{
+    if (b->integer < 0) {
+        int32_t r = rule_new(b), mag = rule_new(b), rest;
+        gsym    s[3];
+
+        b->integer = r;
+        /* "0" | [1-9] digits{0..14} */
+        s[0] = S_ch(b, '0');
+        alt_add(b, mag, s, 1);
+        s[0] = S_cls_range(b, '1', '9');
+        rest = r_digits(b, GR_INT_DIGITS - 1, 0);
+        s[1] = S_ref(rest);
+        alt_add(b, mag, s, 2);
+        s[0] = S_ref(mag);
+        alt_add(b, r, s, 1);
+        s[0] = S_ch(b, '-');
+        s[1] = S_ref(mag);
+        alt_add(b, r, s, 2);
+    }
+    return b->integer;
+}
+
+
+static int32_t
+r_number(gbuild *b)
+{
+    if (b->number < 0) {
+        int32_t r = rule_new(b), frac = rule_new(b), ex = rule_new(b),
+                sign = rule_new(b), in = r_integer(b);
+        gsym    s[4];
+
+        b->number = r;
+        alt_add(b, frac, NULL, 0);
+        s[0] = S_ch(b, '.');
+        s[1] = S_ref(r_digits(b, GR_FRAC_DIGITS, 1));
+        alt_add(b, frac, s, 2);
+        alt_add(b, sign, NULL, 0);
+        s[0] = S_ch(b, '-');
+        alt_add(b, sign, s, 1);
+        s[0] = S_ch(b, '+');
+        alt_add(b, sign, s, 1);
+        alt_add(b, ex, NULL, 0);
+        {
+            uint32_t set[8] = {0};
+
+            set['e' >> 5] |= 1u << ('e' & 31);
+            set['E' >> 5] |= 1u << ('E' & 31);
+            s[0] = (gsym) { SYM_CLASS, cls_new(b, set) };
+        }
+        s[1] = S_ref(sign);
+        s[2] = S_ref(r_digits(b, GR_EXP_DIGITS, 1));
+        alt_add(b, ex, s, 3);
+        s[0] = S_ref(in);
+        s[1] = S_ref(frac);
+        s[2] = S_ref(ex);
+        alt_add(b, r, s, 3);
+    }
+    return b->number;
+}
+
+
+static int32_t r_value_any(gbuild *b);
+
+/* "{" (string ": " V (", " string ": " V)*)? "}" with V the
+ * value rule (any value when v < 0) */
+static int32_t
+r_object_map(gbuild *b, int32_t v)
+{
+    int32_t r = rule_new(b), body = rule_new(b), more = rule_new(b),
+            kv = rule_new(b), ws = r_ws(b), str = r_string(b, 0, -1);
+    gsym    s[5];
+
+    if (v < 0) {
+        v = r_value_any(b);
+    }
+    s[0] = S_ref(str);
+    s[1] = S_ch(b, ':');
+    s[2] = S_ref(ws);
+    s[3] = S_ref(v);
+    alt_add(b, kv, s, 4);
+    alt_add(b, more, NULL, 0);
+    s[0] = S_ch(b, ',');
+    s[1] = S_ref(ws);
+    s[2] = S_ref(kv);
+    s[3] = S_ref(more);
+    alt_add(b, more, s, 4);
+    alt_add(b, body, NULL, 0);
+    s[0] = S_ref(kv);
+    s[1] = S_ref(more);
+    alt_add(b, body, s, 2);
+    s[0] = S_ch(b, '{');
+    s[1] = S_ref(body);
+    s[2] = S_ch(b, '}');
+    alt_add(b, r, s, 3);
+    return b->failed ? -1 : r;
+}
+
+
+/* "[" (V (", " V){min-1..max-1})? "]"; max < 0 unbounded */
+static int32_t
+r_array(gbuild *b, int32_t v, int64_t min, int64_t max)
+{
+    int32_t r = rule_new(b), ws = r_ws(b), first = -1, prev = -1;
+    int64_t n = max >= 0 ? max : (min > 1 ? min : 1);
+    gsym    s[5];
+
+    if (v < 0) {
+        v = r_value_any(b);
+    }
+    /* A_k: k items so far; A_k ::= [sep] V A_k+1 | "" (k >= min) */
+    for (int64_t k = 0; k <= n; k++) {
+        int32_t ak = rule_new(b);
+
+        if (ak < 0) {
+            return -1;
+        }
+        if (first < 0) {
+            first = ak;
+        }
+        if (prev >= 0) {
+            int i = 0;
+
+            if (k - 1 > 0) {
+                s[i++] = S_ch(b, ',');
+                s[i++] = S_ref(ws);
+            }
+            s[i++] = S_ref(v);
+            s[i++] = S_ref(ak);
+            alt_add(b, prev, s, i);
+            if (k - 1 >= min) {
+                alt_add(b, prev, NULL, 0);
+            }
+        }
+        prev = ak;
+    }
+    alt_add(b, prev, NULL, 0);
+    if (max < 0) {
+        /* A_n loops: ", " V A_n (n >= 1 items are there) */
+        s[0] = S_ch(b, ',');
+        s[1] = S_ref(ws);
+        s[2] = S_ref(v);
+        s[3] = S_ref(prev);
+        alt_add(b, prev, s, 4);
+    }
+    s[0] = S_ch(b, '[');
+    s[1] = S_ref(first);
+    s[2] = S_ch(b, ']');
+    alt_add(b, r, s, 3);
+    return b->failed ? -1 : r;
+}
+
+
+static int32_t
+r_value_any(gbuild *b)
+{
+    if (b->value_any < 0) {
+        int32_t r = rule_new(b);
+        gsym    s[1];
+
+        b->value_any = r;
+        b->object_any = r_object_map(b, r);
+        b->array_any = r_array(b, r, 0, -1);
+        s[0] = S_ref(b->object_any);
+        alt_add(b, r, s, 1);
+        s[0] = S_ref(b->array_any);
+        alt_add(b, r, s, 1);
+        s[0] = S_ref(r_string(b, 0, -1));
+        alt_add(b, r, s, 1);
+        s[0] = S_ref(r_number(b));
+        alt_add(b, r, s, 1);
+        s[0] = S_ref(rule_literal(b, "true", 4));
+        alt_add(b, r, s, 1);
+        s[0] = S_ref(rule_literal(b, "false", 5));
+        alt_add(b, r, s, 1);
+        s[0] = S_ref(rule_literal(b, "null", 4));
+        alt_add(b, r, s, 1);
+    }
+    return b->value_any;
+}
+
+
+/* the canonical (compact) JSON of v as a literal rule */
+static int32_t
+rule_json_literal(gbuild *b, json_t *v, const char *path)
+{
+    char    *txt;
+    int32_t  r;
+
+    txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (txt == NULL) {
+        return bfail(b, "cannot serialise the value at %s%s", path, "");
+    }
+    r = rule_literal(b, txt, strlen(txt));
+    free(txt);
+    return r;
+}
+
+
+static int32_t compile_schema(gbuild *b, json_t *sc, const char *path,
+                              int depth);
+
+static int
+get_count(gbuild *b, json_t *sc, const char *key, int64_t *out,
+          const char *path)
+{
+    json_t *v = json_object_get(sc, key);
+
+    if (v == NULL) {
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0
+        || json_integer_value(v) > GR_MAX_UNROLL)
+    {
+        char k[96];
+
+        snprintf(k, sizeof(k), "'%s' (an integer 0..%d)", key, GR_MAX_UNROLL);
+        return bfail(b, "unsupported value of %s at %s", k, path);
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+
+static int32_t
+ref_rule(gbuild *b, const char *ref, const char *path)
+{
+    json_t *target = NULL;
+    int32_t r;
+
+    for (int32_t i = 0; i < b->n_refs; i++) {
+        if (strcmp(b->refs[i].ref, ref) == 0) {
+            return b->refs[i].rule;
+        }
+    }
+    if (strcmp(ref, "#") == 0) {
+        target = b->root_schema;
+    } else if (strncmp(ref, "#/$defs/", 8) == 0) {
+        target = json_object_get(json_object_get(b->root_schema, "$defs"),
+                                 ref + 8);
+    } else if (strncmp(ref, "#/definitions/", 14) == 0) {
+        target = json_object_get(json_object_get(b->root_schema,
+                                                 "definitions"), ref + 14);
+    } else {
+        return bfail(b, "unsupported $ref '%s' at %s (only #, #/$defs/NAME "
+                     "and #/definitions/NAME)", ref, path);
+    }
+    if (target == NULL) {
+        return bfail(b, "$ref '%s' at %s points nowhere", ref, path);
+    }
+    if (b->n_refs == b->cap_refs) {
+        int32_t nc = b->cap_refs ? b->cap_refs * 2 : 8;
+        void   *nv = realloc(b->refs, nc * sizeof(*b->refs));
+
+        if (nv == NULL) {
+            return bfail(b, "out of memory%s%s", "", "");
+        }
+        b->refs = nv;
+        b->cap_refs = nc;
+    }
+    r = rule_new(b);
+    if (r < 0) {
+        return -1;
+    }
+    b->refs[b->n_refs].ref = strdup(ref);
+    if (b->refs[b->n_refs].ref == NULL) {
+        return bfail(b, "out of memory%s%s", "", "");
+    }
+    b->refs[b->n_refs].rule = r;
+    b->refs[b->n_refs].schema = target;
+    b->refs[b->n_refs].done = 0;
+    b->n_refs++;
+    return r;
+}
+
+
+static const char *const gr_annotations[] = {
+    "title", "description", "$schema", "$id", "$comment", "default",
+    "examples", "deprecated", "readOnly", "writeOnly", "$defs",
+    "definitions", NULL
+};
+
+static const char *const gr_keywords[] = {
+    "type", "properties", "required", "additionalProperties", "items",
+    "enum", "const", "anyOf", "$ref", "minLength", "maxLength", "minItems",
+    "maxItems", "format", NULL
+};
+
+
+static int
+known_key(const char *k)
+{
+    for (int i = 0; gr_annotations[i]; i++) {
+        if (strcmp(k, gr_annotations[i]) == 0) {
+            return 1;
+        }
+    }
+    for (int i = 0; gr_keywords[i]; i++) {
+        if (strcmp(k, gr_keywords[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+
+static void
+path_join(char *out, size_t cap, const char *path, const char *a,
+          const char *c)
+{
+    snprintf(out, cap, "%s/%s%s%s", path, a, c ? "/" : "", c ? c : "");
+}
+
+
+static int32_t
+compile_object(gbuild *b, json_t *sc, const char *path, int depth)
+{
+    json_t     *props = json_object_get(sc, "properties");
+    json_t     *req = json_object_get(sc, "required");
+    json_t     *addl = json_object_get(sc, "additionalProperties");
+    size_t      n, i;
+    const char *key;
+    json_t     *val;
+    int32_t    *kv, *first, *rest, r, ws = r_ws(b);
+    char       *optional, sub[512];
+    gsym        s[6];
+
+    if (props != NULL && !json_is_object(props)) {
+        return bfail(b, "'properties' at %s%s must be an object", path, "");
+    }
+    if (req != NULL && !json_is_array(req)) {
+        return bfail(b, "'required' at %s%s must be an array", path, "");
+    }
+    if (addl != NULL && !json_is_boolean(addl) && !json_is_object(addl)) {
+        return bfail(b, "'additionalProperties' at %s%s must be a boolean "
+                     "or a schema", path, "");
+    }
+    /* every required name must be a property */
+    for (i = 0; req && i < json_array_size(req); i++) {
+        json_t *nm = json_array_get(req, i);
+
+        if (!json_is_string(nm)) {
+            return bfail(b, "'required' at %s%s must hold strings", path, "");
+        }
+        if (props == NULL || json_object_get(props, json_string_value(nm))
+                             == NULL)
+        {
+            return bfail(b, "required property '%s' at %s is not in "
+                         "'properties'", json_string_value(nm), path);
+        }
+    }
+    n = props ? json_object_size(props) : 0;
+    if (n == 0) {
+        if (addl == NULL || json_is_true(addl)) {
+            return r_object_map(b, -1);
+        }
+        if (json_is_object(addl)) {
+            path_join(sub, sizeof(sub), path, "additionalProperties", NULL);
+            return r_object_map(b, compile_schema(b, addl, sub, depth + 1));
+        }
+        return rule_literal(b, "{}", 2);
+    }
+    /* properties in their order; required ones present, optional ones may
+     * be left out; additional properties (when allowed) are not produced */
+    kv = calloc(n, sizeof(int32_t));
+    first = calloc(n + 1, sizeof(int32_t));
+    rest = calloc(n + 1, sizeof(int32_t));
+    optional = calloc(n, 1);
+    if (kv == NULL || first == NULL || rest == NULL || optional == NULL) {
+        free(kv); free(first); free(rest); free(optional);
+        return bfail(b, "out of memory%s%s", "", "");
+    }
+    i = 0;
+    json_object_foreach(props, key, val) {
+        char   *lit;
+        json_t *ks = json_string(key);
+        int32_t vr;
+
+        optional[i] = 1;
+        for (size_t j = 0; req && j < json_array_size(req); j++) {
+            if (strcmp(json_string_value(json_array_get(req, j)), key) == 0) {
+                optional[i] = 0;
+            }
+        }
+        path_join(sub, sizeof(sub), path, "properties", key);
+        vr = compile_schema(b, val, sub, depth + 1);
+        lit = ks ? json_dumps(ks, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (lit == NULL) {
+            bfail(b, "out of memory%s%s", "", "");
+            break;
+        }
+        kv[i] = rule_new(b);
+        s[0] = S_ref(rule_literal(b, lit, strlen(lit)));
+        s[1] = S_ch(b, ':');
+        s[2] = S_ref(ws);
+        s[3] = S_ref(vr);
+        alt_add(b, kv[i], s, 4);
+        free(lit);
+        i++;
+    }
+    /* first[i]: properties i.. with none written yet; rest[i]: some were */
+    for (i = 0; i <= n; i++) {
+        first[i] = rule_new(b);
+        rest[i] = rule_new(b);
+    }
+    alt_add(b, first[n], NULL, 0);
+    alt_add(b, rest[n], NULL, 0);
+    for (i = 0; i < n && !b->failed; i++) {
+        s[0] = S_ref(kv[i]);
+        s[1] = S_ref(rest[i + 1]);
+        alt_add(b, first[i], s, 2);
+        s[0] = S_ch(b, ',');
+        s[1] = S_ref(ws);
+        s[2] = S_ref(kv[i]);
+        s[3] = S_ref(rest[i + 1]);
+        alt_add(b, rest[i], s, 4);
+        if (optional[i]) {
+            s[0] = S_ref(first[i + 1]);
+            alt_add(b, first[i], s, 1);
+            s[0] = S_ref(rest[i + 1]);
+            alt_add(b, rest[i], s, 1);
+        }
+    }
+    r = rule_new(b);
+    s[0] = S_ch(b, '{');
+    s[1] = S_ref(first[0]);
+    s[2] = S_ch(b, '}');
+    alt_add(b, r, s, 3);
+    free(kv); free(first); free(rest); free(optional);
+    return b->failed ? -1 : r;
+}
+
+
+static int32_t
+compile_type(gbuild *b, json_t *sc, const char *type, const char *path,
+             int depth)
+{
+    char sub[512];
+
+    if (strcmp(type, "object") == 0) {
+        return compile_object(b, sc, path, depth);
+    }
+    if (strcmp(type, "array") == 0) {
+        json_t *items = json_object_get(sc, "items");
+        int64_t min = 0, max = -1;
+        int32_t v = -1;
+
+        if (get_count(b, sc, "minItems", &min, path) < 0
+            || get_count(b, sc, "maxItems", &max, path) < 0)
+        {
+            return -1;
+        }
+        if (max >= 0 && max < min) {
+            return bfail(b, "maxItems < minItems at %s%s", path, "");
+        }
+        if (items != NULL) {
+            if (!json_is_object(items)) {
+                return bfail(b, "'items' at %s%s must be a schema (tuple "
+                             "items are not supported)", path, "");
+            }
+            path_join(sub, sizeof(sub), path, "items", NULL);
+            v = compile_schema(b, items, sub, depth + 1);
+            if (v < 0) {
+                return -1;
+            }
+        }
+        return r_array(b, v, min, max);
+    }
+    if (strcmp(type, "string") == 0) {
+        int64_t     min = 0, max = -1;
+        json_t     *fmt = json_object_get(sc, "format");
+
+        if (fmt != NULL) {
+            const char *f = json_string_value(fmt);
+
+            if (f != NULL && strcmp(f, "uuid") == 0) {
+                /* 8-4-4-4-12 hex digits */
+                static const int groups[] = { 8, 4, 4, 4, 12 };
+                uint32_t set[8] = {0};
+                gsym     s[40];
+                int      k = 0;
+                int32_t  r = rule_new(b);
+
+                for (const char *e = "0123456789abcdef"; *e; e++) {
+                    set[(unsigned char) *e >> 5] |= 1u << (*e & 31);
+                }
+                s[k++] = S_ch(b, '"');
+                for (int gi = 0; gi < 5; gi++) {
+                    if (gi) {
+                        s[k++] = S_ch(b, '-');
+                    }
+                    for (int j = 0; j < groups[gi]; j++) {
+                        s[k++] = (gsym) { SYM_CLASS, cls_new(b, set) };
+                    }
+                }
+                s[k++] = S_ch(b, '"');
+                alt_add(b, r, s, k);
+                return b->failed ? -1 : r;
+            }
+            return bfail(b, "unsupported format '%s' at %s (only uuid)",
+                         f ? f : "?", path);
+        }
+        if (get_count(b, sc, "minLength", &min, path) < 0
+            || get_count(b, sc, "maxLength", &max, path) < 0)
+        {
+            return -1;
+        }
+        if (max >= 0 && max < min) {
+            return bfail(b, "maxLength < minLength at %s%s", path, "");
+        }
+        return r_string(b, min, max);
+    }
+    if (strcmp(type, "number") == 0) {
+        return r_number(b);
+    }
+    if (strcmp(type, "integer") == 0) {
+        return r_integer(b);
+    }
+    if (strcmp(type, "boolean") == 0) {
+        int32_t r = rule_new(b);
+        gsym    s;
+
+        s = S_ref(rule_literal(b, "true", 4));
+        alt_add(b, r, &s, 1);
+        s = S_ref(rule_literal(b, "false", 5));
+        alt_add(b, r, &s, 1);
+        return b->failed ? -1 : r;
+    }
+    if (strcmp(type, "null") == 0) {
+        return rule_literal(b, "null", 4);
+    }
+    return bfail(b, "unsupported type '%s' at %s", type, path);
+}
+
+
+static int32_t
+compile_schema(gbuild *b, json_t *sc, const char *path, int depth)
+{
+    const char *key;
+    json_t     *val, *v;
+    char        sub[512];
+
+    if (b->failed) {
+        return -1;
+    }
+    if (depth > 64) {
+        return bfail(b, "the schema nests too deep at %s%s", path, "");
+    }
+    if (json_is_true(sc)) {
+        return r_value_any(b);
+    }
+    if (!json_is_object(sc)) {
+        return bfail(b, "the schema at %s%s must be an object", path, "");
+    }
+    json_object_foreach(sc, key, val) {
+        if (!known_key(key)) {
+            return bfail(b, "unsupported keyword '%s' at %s", key, path);
+        }
+    }
+    if ((v = json_object_get(sc, "$ref")) != NULL) {
+        if (!json_is_string(v)) {
+            return bfail(b, "'$ref' at %s%s must be a string", path, "");
+        }
+        return ref_rule(b, json_string_value(v), path);
+    }
+    if ((v = json_object_get(sc, "const")) != NULL) {
+        path_join(sub, sizeof(sub), path, "const", NULL);
+        return rule_json_literal(b, v, sub);
+    }
+    if ((v = json_object_get(sc, "enum")) != NULL) {
+        int32_t r;
+
+        if (!json_is_array(v) || json_array_size(v) == 0) {
+            return bfail(b, "'enum' at %s%s must be a non-empty array",
+                         path, "");
+        }
+        r = rule_new(b);
+        for (size_t i = 0; i < json_array_size(v) && !b->failed; i++) {
+            gsym s;
+
+            path_join(sub, sizeof(sub), path, "enum", NULL);
+            s = S_ref(rule_json_literal(b, json_array_get(v, i), sub));
+            alt_add(b, r, &s, 1);
+        }
+        return b->failed ? -1 : r;
+    }
+    if ((v = json_object_get(sc, "anyOf")) != NULL) {
+        int32_t r;
+
+        if (!json_is_array(v) || json_array_size(v) == 0) {
+            return bfail(b, "'anyOf' at %s%s must be a non-empty array",
+                         path, "");
+        }
+        r = rule_new(b);
+        for (size_t i = 0; i < json_array_size(v) && !b->failed; i++) {
+            char idx[24];
+            gsym s;
+
+            snprintf(idx, sizeof(idx), "%zu", i);
+            path_join(sub, sizeof(sub), path, "anyOf", idx);
+            s = S_ref(compile_schema(b, json_array_get(v, i), sub,
+                                     depth + 1));
+            alt_add(b, r, &s, 1);
+        }
+        return b->failed ? -1 : r;
+    }
+    v = json_object_get(sc, "type");
+    if (v == NULL) {
+        if (json_object_get(sc, "properties") != NULL) {
+            return compile_object(b, sc, path, depth);
+        }
+        return r_value_any(b);
+    }
+    if (json_is_string(v)) {
+        return compile_type(b, sc, json_string_value(v), path, depth);
+    }
+    if (json_is_array(v) && json_array_size(v) > 0) {
+        int32_t r = rule_new(b);
+
+        for (size_t i = 0; i < json_array_size(v) && !b->failed; i++) {
+            json_t *t = json_array_get(v, i);
+            gsym    s;
+
+            if (!json_is_string(t)) {
+                return bfail(b, "'type' at %s%s must hold strings", path, "");
+            }
+            s = S_ref(compile_type(b, sc, json_string_value(t), path, depth));
+            alt_add(b, r, &s, 1);
+        }
+        return b->failed ? -1 : r;
+    }
+    return bfail(b, "'type' at %s%s must be a string or an array", path, "");
+}
+
+
+static void
+build_free(gbuild *b)
+{
+    for (int32_t i = 0; i < b->n_rules; i++) {
+        for (int32_t j = 0; j < b->rules[i].n_alt; j++) {
+            free(b->rules[i].alt[j]);
+        }
+        free(b->rules[i].alt);
+        free(b->rules[i].alt_len);
+    }
+    free(b->rules);
+    free(b->cls);
+    for (int32_t i = 0; i < b->n_refs; i++) {
+        free(b->refs[i].ref);
+    }
+    free(b->refs);
+}
+
+
+/* Compiles into b; the root rule, or -1 with b->err. */
+static int32_t
+build_grammar(gbuild *b, int kind, json_t *schema, char *err, size_t errlen)
+{
+    int32_t root;
+
+    memset(b, 0, sizeof(*b));
+    b->ws = b->strchar = b->string_any = b->value_any = b->object_any = -1;
+    b->array_any = b->number = b->integer = b->digit_cls = -1;
+    b->err = err;
+    b->errlen = errlen;
+    if (kind == NALAR_GRAMMAR_JSON_OBJECT) {
+        root = r_value_any(b);
+        root = b->object_any;
+    } else {
+        b->root_schema = schema;
+        root = compile_schema(b, schema, "#", 0);
+        /* the $ref targets, which may add more */
+        for (int32_t i = 0; i < b->n_refs && !b->failed; i++) {
+            int32_t t;
+            gsym    s;
+
+            if (b->refs[i].done) {
+                continue;
+            }
+            b->refs[i].done = 1;
+            t = compile_schema(b, b->refs[i].schema, b->refs[i].ref, 1);
+            s = S_ref(t);
+            alt_add(b, b->refs[i].rule, &s, 1);
+        }
+    }
+    if (b->failed || root < 0) {
+        if (!b->failed && errlen) {
+            snprintf(err, errlen, "the schema cannot be compiled");
+        }
+        return -1;
+    }
+    /* a rule with no alternative could never match */
+    for (int32_t i = 0; i < b->n_rules; i++) {
+        if (b->rules[i].n_alt == 0) {
+            snprintf(err, errlen, "the schema cannot be compiled (an empty "
+                     "rule)");
+            return -1;
+        }
+    }
+    return root;
+}
+
+
+int
+nalar_schema_check(const char *schema_json, size_t len, char *err,
+                   size_t errlen)
+{
+    json_error_t je;
+    json_t      *sc;
+    gbuild       b;
+    int32_t      root;
+
+    if (errlen) {
+        err[0] = '\0';
+    }
+    sc = json_loadb(schema_json, len, JSON_REJECT_DUPLICATES, &je);
+    if (sc == NULL) {
+        snprintf(err, errlen, "the schema is not JSON: %s", je.text);
+        return -1;
+    }
+    root = build_grammar(&b, NALAR_GRAMMAR_JSON_SCHEMA, sc, err, errlen);
+    build_free(&b);
+    json_decref(sc);
+    return root < 0 ? -1 : 0;
+}
+
+
+/* ---- the compiled grammar and its states ---- */
+
+static void
+grammar_free(nalar_grammar *g)
+{
+    if (g == NULL) {
+        return;
+    }
+    for (int32_t i = 0; i < g->n_st; i++) {
+        free(g->st[i].next);
+        free(g->st[i].mask);
+    }
+    free(g->st);
+    free(g->zero);
+    free(g->pool);
+    free(g->ht);
+    free(g->scr);
+    free(g->sym);
+    free(g->cls);
+    free(g->rule_alts);
+    free(g->rule_nalts);
+    free(g->alts);
+    free(g->canon);
+    free(g);
+}
+
+
+/* Flattens the builder's rules into g. */
+static int
+grammar_flatten(nalar_grammar *g, gbuild *b, int32_t root)
+{
+    int32_t n_alts = 0, pos = 0, ai = 0;
+
+    for (int32_t i = 0; i < b->n_rules; i++) {
+        n_alts += b->rules[i].n_alt;
+    }
+    g->sym = malloc((b->n_syms + 1) * sizeof(gsym));
+    g->alts = malloc((n_alts + 1) * sizeof(int32_t));
+    g->rule_alts = malloc((b->n_rules + 1) * sizeof(int32_t));
+    g->rule_nalts = malloc((b->n_rules + 1) * sizeof(int32_t));
+    g->cls = malloc((b->n_cls + 1) * 32);
+    if (!g->sym || !g->alts || !g->rule_alts || !g->rule_nalts || !g->cls) {
+        return -1;
+    }
+    memcpy(g->cls, b->cls, b->n_cls * 32);
+    g->n_cls = b->n_cls;
+    for (int32_t i = 0; i < b->n_rules; i++) {
+        g->rule_alts[i] = ai;
+        g->rule_nalts[i] = b->rules[i].n_alt;
+        for (int32_t j = 0; j < b->rules[i].n_alt; j++) {
+            g->alts[ai++] = pos;
+            memcpy(&g->sym[pos], b->rules[i].alt[j],
+                   b->rules[i].alt_len[j] * sizeof(gsym));
+            pos += b->rules[i].alt_len[j];
+            g->sym[pos++] = (gsym) { SYM_END, 0 };
+        }
+    }
+    g->n_sym = pos;
+    g->n_alts = ai;
+    g->n_rules = b->n_rules;
+    g->root = root;
+    return 0;
+}
+
+
+static uint32_t
+hash_ints(const int32_t *v, int32_t n)
+{
+    uint32_t h = 2166136261u;
+
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint32_t) v[i];
+        h *= 16777619u;
+        h ^= h >> 15;
+    }
+    return h;
+}
+
+
+static int
+scr_reserve(nalar_grammar *g, int64_t extra)
+{
+    if (g->n_scr + extra > g->cap_scr) {
+        int64_t  nc = g->cap_scr ? g->cap_scr : 1024;
+        int32_t *nv;
+
+        while (nc < g->n_scr + extra) {
+            nc *= 2;
+        }
+        nv = realloc(g->scr, nc * sizeof(int32_t));
+        if (nv == NULL) {
+            return -1;
+        }
+        g->scr = nv;
+        g->cap_scr = nc;
+    }
+    return 0;
+}
+
+
+static int
+scr_push(nalar_grammar *g, int32_t v)
+{
+    if (scr_reserve(g, 1) < 0) {
+        return -1;
+    }
+    g->scr[g->n_scr++] = v;
+    return 0;
+}
+
+
+/*
+ * Expands the stack stk[0..n) (top last) until every top is a byte class,
+ * appending each result to the scratch as [len, pos...].  Depth-first with
+ * an explicit copy per alternative.
+ */
+static int
+expand(nalar_grammar *g, int32_t *stk, int32_t n, int guard)
+{
+    int32_t p;
+
+    if (guard > 256) {
+        return 0;            /* a cycle of empty alternatives */
+    }
+    while (n > 0) {
+        p = stk[n - 1];
+        if (g->sym[p].kind == SYM_CLASS) {
+            break;
+        }
+        if (g->sym[p].kind == SYM_END) {
+            n--;
+            continue;
+        }
+        /* a reference: replace p by its return point, then each
+         * alternative's first position */
+        {
+            int32_t r = g->sym[p].arg, base = n - 1;
+            int32_t tmp[GR_MAX_DEPTH + 2];
+
+            if (g->sym[p + 1].kind != SYM_END) {
+                stk[base++] = p + 1;
+            }
+            if (base + 1 > GR_MAX_DEPTH) {
+                return 0;
+            }
+            for (int32_t a = 0; a < g->rule_nalts[r]; a++) {
+                memcpy(tmp, stk, base * sizeof(int32_t));
+                tmp[base] = g->alts[g->rule_alts[r] + a];
+                if (expand(g, tmp, base + 1, guard + 1) < 0) {
+                    return -1;
+                }
+            }
+            return 0;
+        }
+    }
+    if (scr_push(g, n) < 0) {
+        return -1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (scr_push(g, stk[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
+static int
+cmp_stack(const int32_t *a, const int32_t *b)
+{
+    if (a[0] != b[0]) {
+        return a[0] < b[0] ? -1 : 1;
+    }
+    for (int32_t i = 1; i <= a[0]; i++) {
+        if (a[i] != b[i]) {
+            return a[i] < b[i] ? -1 : 1;
+        }
+    }
+    return 0;
+}
+
+
+static int
+cmp_stack_q(const void *x, const void *y)
+{
+    return cmp_stack(*(const int32_t *const *) x, *(const int32_t *const *) y);
+}
+
+
+/* Interns the stacks in the scratch from `from` on: the state id, -1 when
+ * there are none, -2 out of memory. */
+static int32_t
+intern(nalar_grammar *g, int64_t from)
+{
+    const int32_t *ptr[GR_MAX_STACKS];
+    int32_t        n = 0, len = 0, id;
+    int64_t        i, start;
+    uint32_t       h;
+    gstate        *st;
+
+    for (i = from; i < g->n_scr && n < GR_MAX_STACKS; i += g->scr[i] + 1) {
+        ptr[n++] = &g->scr[i];
+    }
+    if (n == 0) {
+        return -1;
+    }
+    /* room for the serialised state after the stacks, so that the
+     * pointers into the scratch stay valid */
+    if (scr_reserve(g, g->n_scr - from) < 0) {
+        return -2;
+    }
+    qsort(ptr, n, sizeof(ptr[0]), cmp_stack_q);
+    start = g->n_scr;
+    for (int32_t k = 0; k < n; k++) {
+        if (k > 0 && cmp_stack(ptr[k - 1], ptr[k]) == 0) {
+            continue;
+        }
+        for (int32_t j = 0; j <= ptr[k][0]; j++) {
+            g->scr[g->n_scr++] = ptr[k][j];
+        }
+    }
+    len = (int32_t) (g->n_scr - start);
+    h = hash_ints(&g->scr[start], len);
+    /* look up */
+    for (int64_t k = h & (g->ht_cap - 1);
+         g->ht_cap > 0; k = (k + 1) & (g->ht_cap - 1))
+    {
+        int32_t e = g->ht[k];
+
+        if (e == 0) {
+            break;
+        }
+        st = &g->st[e - 1];
+        if (st->hash == h && st->len == len
+            && memcmp(&g->pool[st->off], &g->scr[start],
+                      len * sizeof(int32_t)) == 0)
+        {
+            return e - 1;
+        }
+    }
+    if (g->n_st >= GR_MAX_STATES) {
+        return -2;
+    }
+    /* add */
+    if (g->n_pool + len > g->cap_pool) {
+        int64_t  nc = g->cap_pool ? g->cap_pool : 4096;
+        int32_t *nv;
+
+        while (nc < g->n_pool + len) {
+            nc *= 2;
+        }
+        nv = realloc(g->pool, nc * sizeof(int32_t));
+        if (nv == NULL) {
+            return -2;
+        }
+        g->pool = nv;
+        g->cap_pool = nc;
+    }
+    if (g->n_st == g->cap_st) {
+        int32_t nc = g->cap_st ? g->cap_st * 2 : 256;
+        gstate *nv = realloc(g->st, nc * sizeof(gstate));
+
+        if (nv == NULL) {
+            return -2;
+        }
+        g->st = nv;
+        g->cap_st = nc;
+    }
+    if ((int64_t) (g->n_st + 1) * 2 > g->ht_cap) {
+        int64_t  nc = g->ht_cap ? g->ht_cap * 2 : 1024;
+        int32_t *nh = calloc(nc, sizeof(int32_t));
+
+        if (nh == NULL) {
+            return -2;
+        }
+        for (int32_t s = 0; s < g->n_st; s++) {
+            int64_t k = g->st[s].hash & (nc - 1);
+
+            while (nh[k] != 0) {
+                k = (k + 1) & (nc - 1);
+            }
+            nh[k] = s + 1;
+        }
+        free(g->ht);
+        g->ht = nh;
+        g->ht_cap = nc;
+    }
+    id = g->n_st++;
+    st = &g->st[id];
+    memset(st, 0, sizeof(*st));
+    st->off = (int32_t) g->n_pool;
+    st->len = len;
+    st->hash = h;
+    memcpy(&g->pool[g->n_pool], &g->scr[start], len * sizeof(int32_t));
+    g->n_pool += len;
+    {
+        int64_t k = h & (g->ht_cap - 1);
+
+        while (g->ht[k] != 0) {
+            k = (k + 1) & (g->ht_cap - 1);
+        }
+        g->ht[k] = id + 1;
+    }
+    /* accepting, and the one allowed byte if there is one */
+    {
+        uint32_t any[8] = {0};
+        int      cnt = 0, last = -1;
+
+        st->forced = -1;
+        st->forced_tok = -2;
+        for (int32_t o = 0; o < len; o += g->pool[st->off + o] + 1) {
+            int32_t sl = g->pool[st->off + o];
+
+            if (sl == 0) {
+                st->accepting = 1;
+            } else {
+                const uint32_t *c =
+                    g->cls[g->sym[g->pool[st->off + o + sl]].arg];
+
+                for (int w = 0; w < 8; w++) {
+                    any[w] |= c[w];
+                }
+            }
+        }
+        for (int c = 0; c < 256; c++) {
+            if (any[c >> 5] & (1u << (c & 31))) {
+                cnt++;
+                last = c;
+            }
+        }
+        if (cnt == 1 && !st->accepting) {
+            st->forced = (int16_t) last;
+        }
+    }
+    return id;
+}
+
+
+/* The state after byte c from state s: id, -1 refused, -2 out of memory. */
+static int32_t
+step_byte(nalar_grammar *g, int32_t s, int c)
+{
+    gstate *st = &g->st[s];
+    int32_t r, off, len;
+
+    if (st->next == NULL) {
+        st->next = malloc(256 * sizeof(int32_t));
+        if (st->next == NULL) {
+            return -2;
+        }
+        for (int i = 0; i < 256; i++) {
+            st->next[i] = -3;
+        }
+    }
+    if (st->next[c] != -3) {
+        return st->next[c];
+    }
+    g->n_scr = 0;
+    off = st->off;
+    len = st->len;
+    for (int32_t o = 0; o < len; o += g->pool[off + o] + 1) {
+        int32_t sl = g->pool[off + o], top;
+        int32_t tmp[GR_MAX_DEPTH + 2];
+
+        if (sl == 0) {
+            continue;
+        }
+        top = g->pool[off + o + sl];
+        if (!(g->cls[g->sym[top].arg][c >> 5] & (1u << (c & 31)))) {
+            continue;
+        }
+        memcpy(tmp, &g->pool[off + o + 1], sl * sizeof(int32_t));
+        tmp[sl - 1] = top + 1;
+        if (expand(g, tmp, sl, 0) < 0) {
+            return -2;
+        }
+    }
+    r = intern(g, 0);
+    g->st[s].next[c] = r;     /* g->st may have moved */
+    return r;
+}
+
+
+static nalar_grammar *
+grammar_compile(const gvocab *voc, int kind, json_t *schema, char *err,
+                size_t errlen)
+{
+    gbuild         b;
+    int32_t        root;
+    nalar_grammar *g;
+    int32_t        stk[1];
+
+    root = build_grammar(&b, kind, schema, err, errlen);
+    if (root < 0) {
+        build_free(&b);
+        return NULL;
+    }
+    g = calloc(1, sizeof(*g));
+    if (g == NULL || grammar_flatten(g, &b, root) < 0) {
+        build_free(&b);
+        grammar_free(g);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    build_free(&b);
+    g->voc = voc;
+    g->refs = 1;
+    g->zero = calloc(voc->n_words + 1, sizeof(uint32_t));
+    if (g->zero == NULL) {
+        grammar_free(g);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    /* the start: the root rule's reference, expanded */
+    {
+        gsym *ns = realloc(g->sym, (g->n_sym + 2) * sizeof(gsym));
+
+        if (ns == NULL) {
+            grammar_free(g);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        g->sym = ns;
+        g->sym[g->n_sym] = (gsym) { SYM_REF, root };
+        g->sym[g->n_sym + 1] = (gsym) { SYM_END, 0 };
+        stk[0] = g->n_sym;
+        g->n_sym += 2;
+    }
+    g->n_scr = 0;
+    if (expand(g, stk, 1, 0) < 0 || (g->start = intern(g, 0)) < 0) {
+        grammar_free(g);
+        snprintf(err, errlen, "the schema cannot be compiled (it allows "
+                 "no value)");
+        return NULL;
+    }
+    return g;
+}
+
+
+/* ---- the vocabulary trie ---- */
+
+static const gvocab *sort_voc;
+
+static int
+cmp_tok(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *) x, b = *(const int32_t *) y;
+    int     la = sort_voc->tok_len[a], lb = sort_voc->tok_len[b];
+    int     c = memcmp(sort_voc->tok_bytes[a], sort_voc->tok_bytes[b],
+                       la < lb ? la : lb);
+
+    if (c != 0) {
+        return c;
+    }
+    if (la != lb) {
+        return la < lb ? -1 : 1;
+    }
+    return a < b ? -1 : a > b;
+}
+
+
+/* The trie of the pieces, built from them in sorted order (each node's
+ * children are then made in byte order, and tokens with one piece are
+ * next to each other). */
+static int
+voc_build(gvocab *v, const nalar_tokenizer *tok)
+{
+    int32_t  n = nalar_tok_n_vocab(tok), cap_nodes = 1, n_toks = 0;
+    int32_t  path[48], last_child[48];
+
+    memset(v, 0, sizeof(*v));
+    v->n_vocab = n;
+    v->n_words = (n + 31) / 32;
+    v->tok_len = calloc(n, 1);
+    v->tok_bytes = calloc(n, 48);
+    v->eog = calloc(n + 1, sizeof(int32_t));
+    v->toks = malloc((n + 1) * sizeof(int32_t));
+    if (!v->tok_len || !v->tok_bytes || !v->eog || !v->toks) {
+        return -1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int len;
+
+        if (nalar_tok_is_eog(tok, i)) {
+            v->eog[v->n_eog++] = i;
+            continue;
+        }
+        if (nalar_tok_is_control(tok, i)) {
+            continue;
+        }
+        len = nalar_token_bytes(tok, i, v->tok_bytes[i], 47);
+        if (len <= 0 || len > 47) {
+            continue;
+        }
+        v->tok_len[i] = (uint8_t) len;
+        v->toks[n_toks++] = i;
+        cap_nodes += len;
+    }
+    sort_voc = v;
+    qsort(v->toks, n_toks, sizeof(int32_t), cmp_tok);
+    v->nodes = malloc(cap_nodes * sizeof(tnode));
+    if (v->nodes == NULL) {
+        return -1;
+    }
+    v->nodes[0] = (tnode) { -1, -1, 0, 0, 0 };
+    v->n_nodes = 1;
+    path[0] = 0;
+    last_child[0] = -1;
+    {
+        int32_t prev = -1;
+
+        for (int32_t k = 0; k < n_toks; k++) {
+            int32_t id = v->toks[k];
+            int     len = v->tok_len[id], lcp = 0;
+            int32_t nd;
+
+            if (prev >= 0) {
+                int pl = v->tok_len[prev];
+
+                while (lcp < len && lcp < pl
+                       && v->tok_bytes[prev][lcp] == v->tok_bytes[id][lcp])
+                {
+                    lcp++;
+                }
+            }
+            /* path[0..lcp] are shared; make the nodes below */
+            for (int j = lcp; j < len; j++) {
+                nd = v->n_nodes++;
+                v->nodes[nd] = (tnode) { -1, -1, k, 0,
+                                         (uint8_t) v->tok_bytes[id][j] };
+                if (v->nodes[path[j]].first_child < 0) {
+                    v->nodes[path[j]].first_child = nd;
+                } else {
+                    v->nodes[last_child[j]].next_sibling = nd;
+                }
+                last_child[j] = nd;
+                path[j + 1] = nd;
+                last_child[j + 1] = -1;
+            }
+            nd = path[len];
+            if (v->nodes[nd].n_toks == 0) {
+                v->nodes[nd].first_tok = k;
+            }
+            v->nodes[nd].n_toks++;
+            prev = id;
+        }
+    }
+    return 0;
+}
+
+
+static void
+voc_free(gvocab *v)
+{
+    free(v->nodes);
+    free(v->toks);
+    free(v->eog);
+    free(v->tok_len);
+    free(v->tok_bytes);
+}
+
+
+/* ---- masks ---- */
+
+static int
+mask_walk(nalar_grammar *g, int32_t node, int32_t s, uint32_t *mask)
+{
+    const gvocab *v = g->voc;
+
+    for (int32_t c = v->nodes[node].first_child; c >= 0;
+         c = v->nodes[c].next_sibling)
+    {
+        const tnode *cn = &v->nodes[c];
+        int32_t      s2 = step_byte(g, s, cn->byte);
+
+        if (s2 == -2) {
+            return -1;
+        }
+        if (s2 < 0) {
+            continue;
+        }
+        for (int32_t t = 0; t < cn->n_toks; t++) {
+            int32_t id = v->toks[cn->first_tok + t];
+
+            mask[id >> 5] |= 1u << (id & 31);
+        }
+        if (cn->first_child >= 0 && mask_walk(g, c, s2, mask) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
+static const uint32_t *
+state_mask(nalar_grammar *g, int32_t s)
+{
+    uint32_t *m;
+
+    if (g->st[s].mask != NULL) {
+        return g->st[s].mask;
+    }
+    m = calloc(g->voc->n_words, sizeof(uint32_t));
+    if (m == NULL) {
+        return NULL;
+    }
+    if (forced_tok(g, s) >= 0) {
+        /* where the bytes are forced, so is their tokenization */
+        int32_t id = forced_tok(g, s);
+
+        m[id >> 5] |= 1u << (id & 31);
+        g->st[s].mask = m;
+        return m;
+    }
+    if (mask_walk(g, 0, s, m) < 0) {
+        free(m);
+        return NULL;
+    }
+    if (g->st[s].accepting) {
+        for (int32_t i = 0; i < g->voc->n_eog; i++) {
+            int32_t id = g->voc->eog[i];
+
+            m[id >> 5] |= 1u << (id & 31);
+        }
+    }
+    g->st[s].mask = m;
+    return m;
+}
+
+
+/* ---- cache ---- */
+
+nalar_grammar_cache *
+nalar_grammar_cache_create(const nalar_tokenizer *tok, int cap)
+{
+    nalar_grammar_cache *c = calloc(1, sizeof(*c));
+
+    if (c == NULL) {
+        return NULL;
+    }
+    if (voc_build(&c->voc, tok) < 0) {
+        voc_free(&c->voc);
+        free(c);
+        return NULL;
+    }
+    c->cap = cap > 0 ? cap : 64;
+    return c;
+}
+
+
+void
+nalar_grammar_release(nalar_grammar *g)
+{
+    if (g != NULL && --g->refs == 0) {
+        grammar_free(g);
+    }
+}
+
+
+void
+nalar_grammar_cache_destroy(nalar_grammar_cache *c)
+{
+    nalar_grammar *g, *nx;
+
+    if (c == NULL) {
+        return;
+    }
+    for (g = c->head; g != NULL; g = nx) {
+        nx = g->lru_next;
+        nalar_grammar_release(g);
+    }
+    voc_free(&c->voc);
+    free(c);
+}
+
+
+static uint64_t
+fnv64(const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char) s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+
+nalar_grammar *
+nalar_grammar_get(nalar_grammar_cache *c, int kind, const char *schema,
+                  size_t len, double *compile_s, char *err, size_t errlen)
+{
+    json_t        *sc = NULL;
+    json_error_t   je;
+    char          *canon = NULL;
+    size_t         clen = 0;
+    uint64_t       dg;
+    nalar_grammar *g, **pp;
+    double         t0 = nalar_now_s();
+
+    if (compile_s) {
+        *compile_s = 0;
+    }
+    if (kind == NALAR_GRAMMAR_JSON_SCHEMA) {
+        if (schema == NULL) {
+            snprintf(err, errlen, "no schema");
+            return NULL;
+        }
+        sc = json_loadb(schema, len, JSON_REJECT_DUPLICATES, &je);
+        if (sc == NULL) {
+            snprintf(err, errlen, "the schema is not JSON: %s", je.text);
+            return NULL;
+        }
+        canon = json_dumps(sc, JSON_COMPACT | JSON_SORT_KEYS);
+        if (canon == NULL) {
+            json_decref(sc);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        clen = strlen(canon);
+    } else if (kind != NALAR_GRAMMAR_JSON_OBJECT) {
+        snprintf(err, errlen, "unknown grammar kind %d", kind);
+        return NULL;
+    }
+    dg = fnv64(canon ? canon : "", clen, 14695981039346656037ULL ^ kind);
+    for (pp = &c->head; *pp != NULL; pp = &(*pp)->lru_next) {
+        g = *pp;
+        if (g->kind == kind && g->digest == dg && g->canon_len == clen
+            && (clen == 0 || memcmp(g->canon, canon, clen) == 0))
+        {
+            /* to the front */
+            *pp = g->lru_next;
+            g->lru_next = c->head;
+            c->head = g;
+            g->refs++;
+            free(canon);
+            json_decref(sc);
+            return g;
+        }
+    }
+    /* property order matters to the output, so the grammar is compiled
+     * from the schema as written (the digest only keys the cache) */
+    g = grammar_compile(&c->voc, kind, sc, err, errlen);
+    json_decref(sc);
+    if (g == NULL) {
+        free(canon);
+        return NULL;
+    }
+    g->kind = kind;
+    g->digest = dg;
+    g->canon = canon;
+    g->canon_len = clen;
+    g->lru_next = c->head;
+    c->head = g;
+    g->refs++;               /* the cache's */
+    if (++c->n > c->cap) {
+        /* drop the least recently used */
+        for (pp = &c->head; (*pp)->lru_next != NULL; pp = &(*pp)->lru_next) {
+        }
+        nalar_grammar_release(*pp);
+        *pp = NULL;
+        c->n--;
+    }
+    if (compile_s) {
+        *compile_s = nalar_now_s() - t0;
+    }
+    return g;
+}
+
+
+/* ---- matcher ---- */
+
+nalar_gmatcher *
+nalar_gmatcher_create(nalar_grammar *g)
+{
+    nalar_gmatcher *m = calloc(1, sizeof(*m));
+
+    if (m == NULL) {
+        return NULL;
+    }
+    m->cap_hist = 64;
+    m->hist = malloc(m->cap_hist * sizeof(int32_t));
+    if (m->hist == NULL) {
+        free(m);
+        return NULL;
+    }
+    m->g = g;
+    g->refs++;
+    m->hist[0] = g->start;
+    m->n_hist = 1;
+    return m;
+}
+
+
+void
+nalar_gmatcher_destroy(nalar_gmatcher *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    nalar_grammar_release(m->g);
+    free(m->hist);
+    free(m);
+}
+
+
+static int32_t
+cur(const nalar_gmatcher *m)
+{
+    return m->hist[m->n_hist - 1];
+}
+
+
+const uint32_t *
+nalar_gmatcher_mask(nalar_gmatcher *m, double *mask_s)
+{
+    int32_t         s = cur(m);
+    double          t0;
+    const uint32_t *r;
+
+    if (mask_s) {
+        *mask_s = 0;
+    }
+    if (s == GR_ENDED) {
+        return m->g->zero;
+    }
+    if (m->g->st[s].mask != NULL) {
+        return m->g->st[s].mask;
+    }
+    t0 = nalar_now_s();
+    r = state_mask(m->g, s);
+    if (mask_s) {
+        *mask_s = nalar_now_s() - t0;
+    }
+    return r;
+}
+
+
+/* the state after token id from s: id, -1 refused, -2 out of memory */
+static int32_t
+step_token(nalar_grammar *g, int32_t s, int32_t id)
+{
+    const gvocab *v = g->voc;
+
+    if (id < 0 || id >= v->n_vocab || v->tok_len[id] == 0) {
+        return -1;
+    }
+    if (g->st[s].forced >= 0 && forced_tok(g, s) != id) {
+        return -1;
+    }
+    for (int j = 0; j < v->tok_len[id] && s >= 0; j++) {
+        s = step_byte(g, s, (unsigned char) v->tok_bytes[id][j]);
+    }
+    return s;
+}
+
+
+static int
+is_eog(const gvocab *v, int32_t id)
+{
+    for (int32_t i = 0; i < v->n_eog; i++) {
+        if (v->eog[i] == id) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+
+int
+nalar_gmatcher_allows(nalar_gmatcher *m, int32_t id)
+{
+    int32_t s = cur(m);
+
+    if (s == GR_ENDED) {
+        return 0;
+    }
+    if (is_eog(m->g->voc, id)) {
+        return m->g->st[s].accepting;
+    }
+    return step_token(m->g, s, id) >= 0;
+}
+
+
+int
+nalar_gmatcher_accept(nalar_gmatcher *m, int32_t id)
+{
+    int32_t s = cur(m), s2;
+
+    if (s == GR_ENDED) {
+        return -1;
+    }
+    if (is_eog(m->g->voc, id)) {
+        if (!m->g->st[s].accepting) {
+            return -1;
+        }
+        s2 = GR_ENDED;
+    } else {
+        s2 = step_token(m->g, s, id);
+        if (s2 < 0) {
+            return -1;
+        }
+    }
+    if (m->n_hist == m->cap_hist) {
+        int32_t *nv = realloc(m->hist, m->cap_hist * 2 * sizeof(int32_t));
+
+        if (nv == NULL) {
+            return -1;
+        }
+        m->hist = nv;
+        m->cap_hist *= 2;
+    }
+    m->hist[m->n_hist++] = s2;
+    return 0;
+}
+
+
+void
+nalar_gmatcher_rollback(nalar_gmatcher *m, int32_t n)
+{
+    if (n >= m->n_hist) {
+        n = m->n_hist - 1;
+    }
+    if (n > 0) {
+        m->n_hist -= n;
+    }
+}
+
+
+int32_t
+nalar_gmatcher_n_accepted(const nalar_gmatcher *m)
+{
+    return m->n_hist - 1;
+}
+
+
+int
+nalar_gmatcher_can_end(nalar_gmatcher *m)
+{
+    int32_t s = cur(m);
+
+    return s == GR_ENDED || m->g->st[s].accepting;
+}
+
+
+int
+nalar_gmatcher_done(nalar_gmatcher *m)
+{
+    int32_t s = cur(m);
+
+    return s == GR_ENDED
+           || (m->g->st[s].accepting && m->g->st[s].len == 1);
+}
+
+
+/*
+ * The forced bytes from state s (while exactly one byte is allowed and the
+ * value is not complete), tokenized greedily: the longest vocabulary piece
+ * at each point.  Up to cap ids in out; the count.
+ */
+static int
+forced_tokens(nalar_grammar *g, int32_t s, int32_t *out, int cap)
+{
+    const gvocab *v = g->voc;
+    char          fb[256];
+    int           nf = 0, n = 0, pos = 0;
+
+    while (nf < (int) sizeof(fb) && s >= 0 && g->st[s].forced >= 0) {
+        int c = g->st[s].forced;
+
+        fb[nf++] = (char) c;
+        s = step_byte(g, s, c);
+    }
+    while (pos < nf && n < cap) {
+        int32_t node = 0, best = -1, best_len = 0;
+
+        for (int j = pos; j < nf; j++) {
+            int32_t nx = v->nodes[node].first_child;
+
+            while (nx >= 0 && v->nodes[nx].byte != (unsigned char) fb[j]) {
+                nx = v->nodes[nx].next_sibling;
+            }
+            if (nx < 0) {
+                break;
+            }
+            node = nx;
+            if (v->nodes[node].n_toks) {
+                best = v->toks[v->nodes[node].first_tok];
+                best_len = j - pos + 1;
+            }
+        }
+        if (best < 0) {
+            break;
+        }
+        out[n++] = best;
+        pos += best_len;
+    }
+    return n;
+}
+
+
+/* The one token a forced state allows, or -1 where s is not forced. */
+static int32_t
+forced_tok(nalar_grammar *g, int32_t s)
+{
+    if (g->st[s].forced_tok == -2) {
+        int32_t t;
+
+        g->st[s].forced_tok = forced_tokens(g, s, &t, 1) == 1 ? t : -1;
+    }
+    return g->st[s].forced_tok;
+}
+
+
+int
+nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
+{
+    int32_t s = cur(m);
+
+    if (s == GR_ENDED) {
+        return 0;
+    }
+    return forced_tokens(m->g, s, out, cap);
+}

@@ -1,0 +1,556 @@
+/*
+ * The grammar engine (grammar.h) on the demo model's vocabulary: schema
+ * checks name what they refuse; random walks through the token masks of the
+ * test schemas (t/data/grammar/schemas.json) give complete JSON that jansson
+ * parses (and, written to $GRAMMAR_WALK_OUT as JSON lines, that the .t
+ * validates with an independent validator); a mask equals the per-token
+ * check for every token; rollback gives back the earlier masks; forced
+ * tokens are allowed one after the other; compiled grammars are cached.
+ * At a branching point, sampling from logits masked as the engine masks
+ * them (-inf off the grammar) follows the model's distribution renormalised
+ * over the allowed tokens, with temperature, top-k, top-p and logit_bias
+ * composed: nalar_sampler_dist equals an independent reference, and a
+ * chi-square test of 20000 draws passes.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "grammar.h"
+#include "sampler.h"
+#include "tap.h"
+#include "tokenizer.h"
+
+#define MODEL "models/nalar-kjv-target-f32.gguf"
+#define SCHEMAS "t/data/grammar/schemas.json"
+
+static nalar_tokenizer *tok;
+
+
+static void
+test_check(void)
+{
+    static const struct { const char *schema; const char *needle; } bad[] = {
+        { "{\"type\":\"string\",\"pattern\":\"^a+$\"}", "'pattern'" },
+        { "{\"type\":\"object\",\"patternProperties\":{}}",
+          "'patternProperties'" },
+        { "{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf'" },
+        { "{\"type\":\"integer\",\"minimum\":3}", "'minimum'" },
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"int\"}}}",
+          "'int' at #/properties/a" },
+        { "{\"type\":\"object\",\"properties\":{\"a\":{}},"
+          "\"required\":[\"b\"]}", "'b'" },
+        { "{\"$ref\":\"#/components/x\"}", "#/components/x" },
+        { "{\"$ref\":\"#/$defs/missing\"}", "points nowhere" },
+        { "{\"type\":\"string\",\"format\":\"email\"}", "'email'" },
+        { "{\"type\":", "not JSON" },
+        { "{\"type\":\"array\",\"items\":[{}]}", "tuple" },
+        { "{\"type\":\"string\",\"maxLength\":1000000}", "'maxLength'" },
+    };
+    static const char *good[] = {
+        "{\"type\":\"object\"}",
+        "{}",
+        "{\"type\":[\"string\",\"null\"],\"description\":\"x\"}",
+        "{\"type\":\"string\",\"format\":\"uuid\"}",
+        "{\"$defs\":{\"n\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},"
+        "{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/n\"}",
+    };
+    char err[256];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = nalar_schema_check(bad[i].schema, strlen(bad[i].schema),
+                                    err, sizeof(err));
+
+        ok(rc == -1 && strstr(err, bad[i].needle) != NULL,
+           "refused: %s (%s)", bad[i].schema, err);
+    }
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        int rc = nalar_schema_check(good[i], strlen(good[i]), err,
+                                    sizeof(err));
+
+        ok(rc == 0, "accepted: %s %s", good[i], err);
+    }
+}
+
+
+/* bytes of a token list */
+static size_t
+detok(const int32_t *ids, int n, char *out, size_t cap)
+{
+    size_t len = 0;
+
+    for (int i = 0; i < n; i++) {
+        char b[64];
+        int  k = nalar_token_bytes(tok, ids[i], b, sizeof(b));
+
+        if (k > 0 && len + k < cap) {
+            memcpy(out + len, b, k);
+            len += k;
+        }
+    }
+    out[len] = '\0';
+    return len;
+}
+
+
+static uint64_t
+mask_hash(const uint32_t *m, int32_t n_words)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (int32_t i = 0; i < n_words; i++) {
+        h = (h ^ m[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+
+#define MAX_WALK 1500
+
+/*
+ * A random walk: each step a token drawn uniformly from the mask (half of
+ * the time from its one-byte tokens, so that strings end), the end where
+ * allowed with probability 1/4.  Checks every token's bit against
+ * nalar_gmatcher_allows on the way.  Returns 1 when the value completed.
+ */
+static int
+walk(nalar_grammar *g, nalar_rng *rng, char *out, size_t cap, int *mask_bad,
+     int *rollback_bad)
+{
+    nalar_gmatcher *m = nalar_gmatcher_create(g);
+    int32_t         n_vocab = nalar_tok_n_vocab(tok), n_words;
+    int32_t        *allowed = malloc(n_vocab * sizeof(int32_t));
+    int32_t        *short_ok = malloc(n_vocab * sizeof(int32_t));
+    int32_t         ids[MAX_WALK];
+    uint64_t        hashes[MAX_WALK + 1];
+    int             n = 0, completed = 0;
+
+    n_words = (n_vocab + 31) / 32;
+    while (n < MAX_WALK) {
+        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        int32_t         na = 0, ns = 0, pick;
+        int             eog_ok = 0;
+
+        if (mask == NULL) {
+            break;
+        }
+        hashes[n] = mask_hash(mask, n_words);
+        for (int32_t i = 0; i < n_vocab; i++) {
+            int bit = (mask[i >> 5] >> (i & 31)) & 1;
+
+            if (bit != nalar_gmatcher_allows(m, i)) {
+                (*mask_bad)++;
+            }
+            if (!bit) {
+                continue;
+            }
+            if (nalar_tok_is_eog(tok, i)) {
+                eog_ok = 1;
+                continue;
+            }
+            allowed[na++] = i;
+            {
+                char b[64];
+
+                if (nalar_token_bytes(tok, i, b, sizeof(b)) == 1) {
+                    short_ok[ns++] = i;
+                }
+            }
+        }
+        if (nalar_gmatcher_done(m)) {
+            completed = 1;
+            break;
+        }
+        if (eog_ok != nalar_gmatcher_can_end(m)) {
+            (*mask_bad)++;
+        }
+        if (eog_ok && (na == 0 || nalar_rng_next(rng) % 4 == 0)) {
+            completed = 1;
+            break;
+        }
+        if (na == 0) {
+            break;
+        }
+        if (ns > 0 && nalar_rng_next(rng) % 2 == 0) {
+            pick = short_ok[nalar_rng_next(rng) % ns];
+        } else {
+            pick = allowed[nalar_rng_next(rng) % na];
+        }
+        if (nalar_gmatcher_accept(m, pick) != 0) {
+            (*mask_bad)++;
+            break;
+        }
+        ids[n++] = pick;
+    }
+    /* rolling back gives back the masks seen on the way */
+    if (n > 2) {
+        int32_t back = 1 + (int32_t) (nalar_rng_next(rng) % (n - 1));
+        const uint32_t *mask;
+
+        nalar_gmatcher_rollback(m, back);
+        mask = nalar_gmatcher_mask(m, NULL);
+        if (nalar_gmatcher_n_accepted(m) != n - back
+            || mask_hash(mask, n_words) != hashes[n - back])
+        {
+            (*rollback_bad)++;
+        }
+    }
+    detok(ids, n, out, cap);
+    free(allowed);
+    free(short_ok);
+    nalar_gmatcher_destroy(m);
+    return completed;
+}
+
+
+static void
+test_walks(void)
+{
+    json_error_t         je;
+    json_t              *all = json_load_file(SCHEMAS, 0, &je);
+    nalar_grammar_cache *c = nalar_grammar_cache_create(tok, 0);
+    const char          *walk_out = getenv("GRAMMAR_WALK_OUT");
+    int                  walks = getenv("GRAMMAR_WALKS")
+                                 ? atoi(getenv("GRAMMAR_WALKS")) : 20;
+    FILE                *fo = walk_out ? fopen(walk_out, "w") : NULL;
+    nalar_rng            rng;
+    static char          out[65536];
+
+    ok(all != NULL && json_array_size(all) == 10, "10 test schemas");
+    ok(c != NULL, "grammar cache");
+    if (all == NULL || c == NULL) {
+        return;
+    }
+    nalar_rng_seed(&rng, 42);
+    for (size_t i = 0; i < json_array_size(all); i++) {
+        json_t        *e = json_array_get(all, i);
+        const char    *name = json_string_value(json_object_get(e, "name"));
+        char          *txt = json_dumps(json_object_get(e, "schema"),
+                                        JSON_PRESERVE_ORDER | JSON_COMPACT);
+        char           err[256];
+        double         cs = -1, cs2 = -1;
+        nalar_grammar *g, *g2;
+        int            complete = 0, parsed = 0, mask_bad = 0,
+                       rollback_bad = 0, forced_bad = 0;
+
+        ok(nalar_schema_check(txt, strlen(txt), err, sizeof(err)) == 0,
+           "%s: schema check %s", name, err);
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, txt, strlen(txt),
+                              &cs, err, sizeof(err));
+        ok(g != NULL, "%s: compiled in %.2f ms %s", name, cs * 1e3, err);
+        if (g == NULL) {
+            free(txt);
+            continue;
+        }
+        g2 = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, txt, strlen(txt),
+                               &cs2, err, sizeof(err));
+        ok(g2 == g && cs2 == 0, "%s: the second get is a cache hit", name);
+        nalar_grammar_release(g2);
+        for (int w = 0; w < walks; w++) {
+            json_t *v;
+
+            if (walk(g, &rng, out, sizeof(out), &mask_bad, &rollback_bad)) {
+                complete++;
+            }
+            v = json_loads(out, JSON_DECODE_ANY, &je);
+            if (v != NULL) {
+                parsed++;
+                json_decref(v);
+            } else if (parsed + 3 > w) {
+                diag("%s: not JSON: %s", name, out);
+            }
+            if (fo != NULL) {
+                json_t *line = json_pack("{s:s, s:s}", "schema", name,
+                                         "output", out);
+                char   *lt = json_dumps(line, JSON_COMPACT);
+
+                fprintf(fo, "%s\n", lt);
+                free(lt);
+                json_decref(line);
+            }
+        }
+        is_int(complete, walks, "%s: %d walks complete", name, walks);
+        is_int(parsed, walks, "%s: every walk's output is JSON", name);
+        is_int(mask_bad, 0, "%s: masks agree with per-token checks", name);
+        is_int(rollback_bad, 0, "%s: rollback restores the masks", name);
+        /* forced tokens from the start are allowed one after another */
+        {
+            nalar_gmatcher *m = nalar_gmatcher_create(g);
+            int32_t         f[64];
+            int             nf = nalar_gmatcher_forced(m, f, 64);
+
+            for (int k = 0; k < nf; k++) {
+                if (nalar_gmatcher_accept(m, f[k]) != 0) {
+                    forced_bad++;
+                }
+            }
+            detok(f, nf, out, sizeof(out));
+            diag("%s: %d forced tokens at the start: %s", name, nf, out);
+            ok(nf > 0 && forced_bad == 0, "%s: forced tokens accepted",
+               name);
+            nalar_gmatcher_destroy(m);
+        }
+        nalar_grammar_release(g);
+        free(txt);
+    }
+    json_decref(all);
+    /* json_object */
+    {
+        char           err[256];
+        nalar_grammar *g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_OBJECT,
+                                             NULL, 0, NULL, err, sizeof(err));
+        int            objs = 0, mask_bad = 0, rollback_bad = 0;
+
+        ok(g != NULL, "json_object grammar %s", err);
+        for (int w = 0; g && w < walks; w++) {
+            json_t *v;
+
+            walk(g, &rng, out, sizeof(out), &mask_bad, &rollback_bad);
+            v = json_loads(out, 0, &je);
+            /* a walk that stopped at MAX_WALK is a prefix; count objects */
+            if (v != NULL && json_is_object(v)) {
+                objs++;
+            }
+            json_decref(v);
+        }
+        ok(objs > 0, "json_object: %d of %d walks are objects", objs, walks);
+        is_int(mask_bad, 0, "json_object: masks agree");
+        nalar_grammar_release(g);
+    }
+    if (fo != NULL) {
+        fclose(fo);
+    }
+    nalar_grammar_cache_destroy(c);
+}
+
+
+/* upper 99.9% quantile of chi-square with df degrees of freedom
+ * (Wilson-Hilferty) */
+static double
+chi2_q999(int df)
+{
+    double z = 3.0902, k = df;
+
+    return k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
+}
+
+
+static int
+cmp_desc(const void *a, const void *b, void *ctx)
+{
+    const double *l = ctx;
+    int32_t       x = *(const int32_t *) a, y = *(const int32_t *) b;
+
+    if (l[x] != l[y]) {
+        return l[x] > l[y] ? -1 : 1;
+    }
+    return x < y ? -1 : 1;
+}
+
+
+static void
+check_masked(const char *name, const uint32_t *mask, const float *logits,
+             const nalar_sampling *sp)
+{
+    enum { N = 20000 };
+    int32_t        V = nalar_tok_n_vocab(tok), na = 0, kept;
+    int32_t       *ids = malloc(V * sizeof(int32_t));
+    double        *l = malloc(V * sizeof(double)), *ref = calloc(V,
+                                                            sizeof(double));
+    float         *row = malloc(V * sizeof(float));
+    int           *cnt = calloc(V, sizeof(int));
+    double         z = 0, mx = -INFINITY, maxdiff = 0, chi2 = 0, rest_e = 0;
+    int            bins = 0, rest_n = 0, outside = 0;
+    nalar_sampler  s;
+
+    /* the reference: bias, then the allowed tokens only */
+    for (int32_t i = 0; i < V; i++) {
+        l[i] = logits[i];
+    }
+    for (int32_t b = 0; b < sp->n_bias; b++) {
+        l[sp->bias_id[b]] += sp->bias[b];
+    }
+    for (int32_t i = 0; i < V; i++) {
+        if (mask[i >> 5] >> (i & 31) & 1) {
+            ids[na++] = i;
+        }
+    }
+    qsort_r(ids, na, sizeof(int32_t), cmp_desc, l);
+    kept = sp->top_k > 0 && sp->top_k < na ? sp->top_k : na;
+    mx = l[ids[0]];
+    for (int32_t j = 0; j < kept; j++) {
+        z += exp((l[ids[j]] - mx) / sp->temperature);
+    }
+    if (sp->top_p < 1) {
+        double c = 0;
+
+        for (int32_t j = 0; j < kept; j++) {
+            c += exp((l[ids[j]] - mx) / sp->temperature) / z;
+            if (c >= sp->top_p) {
+                kept = j + 1;
+                break;
+            }
+        }
+        z = 0;
+        for (int32_t j = 0; j < kept; j++) {
+            z += exp((l[ids[j]] - mx) / sp->temperature);
+        }
+    }
+    for (int32_t j = 0; j < kept; j++) {
+        ref[ids[j]] = exp((l[ids[j]] - mx) / sp->temperature) / z;
+    }
+
+    /* the sampler on masked logits, as the engine gives them */
+    nalar_sampler_init(&s, sp, V);
+    for (int32_t i = 0; i < V; i++) {
+        row[i] = mask[i >> 5] >> (i & 31) & 1 ? logits[i] : -INFINITY;
+    }
+    nalar_sampler_dist(&s, row);
+    for (int32_t i = 0; i < V; i++) {
+        maxdiff = fmax(maxdiff, fabs(s.probs[i] - ref[i]));
+    }
+    ok(maxdiff < 1e-5, "%s: %d allowed, %d kept; the sampler's distribution "
+       "is the reference (max diff %.2g)", name, na, kept, maxdiff);
+    for (int k = 0; k < N; k++) {
+        int32_t t;
+
+        for (int32_t i = 0; i < V; i++) {
+            row[i] = mask[i >> 5] >> (i & 31) & 1 ? logits[i] : -INFINITY;
+        }
+        t = nalar_sample(&s, row, NULL);
+        if (t < 0 || t >= V || ref[t] == 0) {
+            outside++;
+            continue;
+        }
+        cnt[t]++;
+    }
+    for (int32_t i = 0; i < V; i++) {
+        double e = N * ref[i];
+
+        if (e == 0) {
+            continue;
+        }
+        if (e >= 5) {
+            chi2 += (cnt[i] - e) * (cnt[i] - e) / e;
+            bins++;
+        } else {
+            rest_e += e;
+            rest_n += cnt[i];
+        }
+    }
+    if (rest_e > 0) {
+        chi2 += (rest_n - rest_e) * (rest_n - rest_e) / fmax(rest_e, 1);
+        bins++;
+    }
+    is_int(outside, 0, "%s: no draw outside the grammar and the kept set",
+           name);
+    ok(bins >= 2 && chi2 < chi2_q999(bins - 1), "%s: chi2 = %.2f over %d "
+       "bins (99.9%% quantile %.2f)", name, chi2, bins,
+       chi2_q999(bins > 1 ? bins - 1 : 1));
+    nalar_sampler_free(&s);
+    free(ids);
+    free(l);
+    free(ref);
+    free(row);
+    free(cnt);
+}
+
+
+/* the enums schema after {"color": " -- red, green or blue */
+static void
+test_chi2(void)
+{
+    nalar_grammar_cache *c = nalar_grammar_cache_create(tok, 0);
+    const char          *sc = "{\"type\":\"object\",\"properties\":"
+                              "{\"color\":{\"enum\":[\"red\",\"green\","
+                              "\"blue\",\"black\",\"brown\",\"grey\"]}},"
+                              "\"required\":[\"color\"]}";
+    char                 err[256];
+    nalar_grammar       *g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA,
+                                                sc, strlen(sc), NULL, err,
+                                                sizeof(err));
+    nalar_gmatcher      *m = g ? nalar_gmatcher_create(g) : NULL;
+    int32_t              V = nalar_tok_n_vocab(tok), f[32], nf, dis = -1;
+    float               *logits = malloc(V * sizeof(float));
+    const uint32_t      *mask;
+    uint32_t            *mcopy;
+    nalar_rng            rng;
+    nalar_sampling       sp;
+
+    ok(m != NULL, "chi2: grammar %s", err);
+    if (m == NULL) {
+        return;
+    }
+    nf = nalar_gmatcher_forced(m, f, 32);
+    for (int k = 0; k < nf; k++) {
+        nalar_gmatcher_accept(m, f[k]);
+    }
+    mask = nalar_gmatcher_mask(m, NULL);
+    mcopy = malloc(((V + 31) / 32) * sizeof(uint32_t));
+    memcpy(mcopy, mask, ((V + 31) / 32) * sizeof(uint32_t));
+    /* logits of a model that prefers prose: normal(0, 2) */
+    nalar_rng_seed(&rng, 7);
+    for (int32_t i = 0; i < V; i++) {
+        double u1 = nalar_rng_uniform(&rng) + 1e-12,
+               u2 = nalar_rng_uniform(&rng);
+
+        logits[i] = (float) (2 * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+        if (dis < 0 && !(mcopy[i >> 5] >> (i & 31) & 1)
+            && !nalar_tok_is_control(tok, i))
+        {
+            dis = i;
+        }
+    }
+    nalar_sampling_default(&sp);
+    sp.seed = 11;
+    check_masked("T=1", mcopy, logits, &sp);
+    sp.temperature = 0.7f;
+    sp.top_k = 3;
+    check_masked("T=0.7 top_k=3", mcopy, logits, &sp);
+    sp.temperature = 1.3f;
+    sp.top_k = 0;
+    sp.top_p = 0.8f;
+    check_masked("T=1.3 top_p=0.8", mcopy, logits, &sp);
+    sp.temperature = 1;
+    sp.top_p = 1;
+    sp.n_bias = 2;
+    sp.bias_id[0] = dis;          /* +100 off the grammar: still never */
+    sp.bias[0] = 100;
+    for (int32_t i = 0; i < V; i++) {
+        if (mcopy[i >> 5] >> (i & 31) & 1) {
+            sp.bias_id[1] = i;    /* +1.5 on an allowed one */
+            sp.bias[1] = 1.5f;
+            break;
+        }
+    }
+    check_masked("logit_bias", mcopy, logits, &sp);
+    free(mcopy);
+    free(logits);
+    nalar_gmatcher_destroy(m);
+    nalar_grammar_release(g);
+    nalar_grammar_cache_destroy(c);
+}
+
+
+int
+main(void)
+{
+    nalar_err  err;
+    gguf_file *f;
+
+    test_check();
+    f = gguf_open(MODEL, &err);
+    ok(f != NULL, "open %s", MODEL);
+    if (f == NULL) {
+        return done_testing();
+    }
+    tok = nalar_tokenizer_create(f, &err);
+    gguf_close(f);
+    ok(tok != NULL, "tokenizer");
+    test_chi2();
+    test_walks();
+    nalar_tokenizer_destroy(tok);
+    return done_testing();
+}
