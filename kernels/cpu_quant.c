@@ -1,15 +1,16 @@
 /*
  * CPU kernels over block-quantized weights.  See cpu_quant.h.
  *
- * A step of a row (one K-quant block of 256 weights, or eight Q8_0/Q4_0
- * blocks of 32) is decoded into int8 q[] plus per sub-block float
- * scales a[] and mins b[] (a few byte operations per 32 weights), then
- * dotted with each token's x.  One token: four rows at a time, each code
- * vector widened to float as it is used, each vector of x loaded once for
- * the four rows, whose chains overlap.  A batch: a tile of PR rows by PT
- * tokens, the rows' codes widened to floats once per step and reused
- * from registers for the tile's tokens.  The values, and so the
- * operations per (row, token), are the same in both.
+ * A step of a row (one K-quant block of 256 weights, or Q8_0/Q4_0 blocks
+ * of 32: two for one token, eight for a batch) is decoded into int8 q[]
+ * plus per sub-block float scales a[] and mins b[] (a few byte
+ * operations per 32 weights), then dotted with each token's x.  One
+ * token: four rows at a time, each code vector widened to float as it is
+ * used, each vector of x loaded once for the four rows, whose chains
+ * overlap.  A batch: a tile of PR rows by PT tokens, the rows' codes
+ * widened to floats once per step and reused from registers for the
+ * tile's tokens.  The values, and so the operations per (row, token), are
+ * the same in both.
  */
 #include <math.h>
 #include <pthread.h>
@@ -578,7 +579,8 @@ scratch_get(int64_t n)
 
 
 /*
- * A step of NB blocks of a row (NB = 8 for the 32-weight types, else 1):
+ * A step of NB blocks of a row (NB = 2 or 8 for the 32-weight types,
+ * else 1):
  * its scales into B->a (mins into B->b), and its codes as int8, the
  * return value, sub-block j's at + j * QSTEP: Q8_0's read in place (34
  * bytes apart), the others decoded into B->q.
@@ -857,6 +859,7 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
     int64_t   nblk = cols / qi->qk;
     int64_t   n_xs = cols / 32;
     const int NB = t == GGML_Q8_0 || t == GGML_Q4_0 ? 8 : 1;
+    const int NBD = NB == 8 ? 2 : 1;    /* one token's step */
 
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         int          tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
@@ -878,11 +881,11 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
         }
         if (tn == 1) {
             for (; r + 4 <= r1; r += 4) {
-                decode_rows(t, qi, 4, NB, SUB, NSUB, HAS_MIN, w, wstride,
+                decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride,
                             nblk, xb, xs, yb, r, accumulate);
             }
             for (; r < r1; r++) {
-                decode_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride,
+                decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride,
                             nblk, xb, xs, yb, r, accumulate);
             }
             continue;
