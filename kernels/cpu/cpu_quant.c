@@ -1,12 +1,16 @@
 /*
  * CPU kernels over block-quantized weights.  See cpu_quant.h.
  *
- * A block (32 or 256 weights) is decoded into int8 q[] plus per
- * sub-block float scales a[] and mins b[] (a few byte operations per 32
- * weights), then dotted with each token's x.  One token reads q[] through
- * an int8 -> float conversion; a batch widens q[] to float once per block
- * and row, and each token reads those floats: the values, and so the
- * operations per (row, token), are the same.
+ * A step of a row (one K-quant block of 256 weights, or Q8_0/Q4_0 blocks
+ * of 32: two for one token, eight for a batch) is decoded into int8 q[]
+ * plus per sub-block float scales a[] and mins b[] (a few byte
+ * operations per 32 weights), then dotted with each token's x.  One
+ * token: four rows at a time, each code vector widened to float as it is
+ * used, each vector of x loaded once for the four rows, whose chains
+ * overlap.  A batch: a tile of PR rows by PT tokens, the rows' codes
+ * widened to floats once per step and reused from registers for the
+ * tile's tokens.  The values, and so the operations per (row, token), are
+ * the same in both.
  */
 #include <math.h>
 #include <pthread.h>
@@ -16,7 +20,9 @@
 #include "cpu_quant.h"
 #include "fp16.h"
 
-#define TOK_BLOCK 16    /* tokens per pass over a row's blocks */
+#define TOK_BLOCK 24    /* tokens per pass over a row's blocks */
+#define PR 2            /* rows of a batch's tile */
+#define PT 3            /* tokens of a batch's tile */
 
 typedef struct {
     int8_t q[QK_K] __attribute__((aligned(32)));
@@ -450,30 +456,29 @@ decode_scales_avx2(ggml_type t, const uint8_t *p, qblock *B)
 }
 
 
-/* q[] of a block, with byte vectors */
+/* q[] of a block, with byte vectors, into q */
 static ALWAYS_INLINE_Q void
-decode_q_avx2(ggml_type t, const uint8_t *p, qblock *B)
+decode_q_avx2(ggml_type t, const uint8_t *p, int8_t *q)
 {
     switch (t) {
     case GGML_Q8_0:
-        _mm256_store_si256((__m256i *) B->q,
+        _mm256_store_si256((__m256i *) q,
                            _mm256_loadu_si256((const __m256i *) (p + 2)));
         return;
     case GGML_Q4_0: {
         __m128i v = _mm_loadu_si128((const __m128i *) (p + 2));
         __m128i e = _mm_set1_epi8(8), f = _mm_set1_epi8(0x0F);
 
-        _mm_store_si128((__m128i *) B->q,
+        _mm_store_si128((__m128i *) q,
                         _mm_sub_epi8(_mm_and_si128(v, f), e));
-        _mm_store_si128((__m128i *) (B->q + 16),
+        _mm_store_si128((__m128i *) (q + 16),
                         _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), f),
                                      e));
         return;
     }
     default:
         for (int g = 0; g < 8; g++) {
-            _mm256_store_si256((__m256i *) (B->q + 32 * g),
-                               group32(t, p, g));
+            _mm256_store_si256((__m256i *) (q + 32 * g), group32(t, p, g));
         }
         return;
     }
@@ -497,6 +502,23 @@ xsum32(const float *x)
                               _mm256_loadu_ps(x + 24));
 
     return hsum8(_mm256_add_ps(s0, s1));
+}
+
+
+/* the sums of x's eight 32-float sub-blocks from sub-block g0: from xs
+ * (the sums of a row of x), or computed when xs is NULL */
+static ALWAYS_INLINE_Q __m256
+xsum256(const float *xs, const float *x, int64_t g0)
+{
+    float s[8];
+
+    if (xs != NULL) {
+        return _mm256_loadu_ps(xs + g0);
+    }
+    for (int j = 0; j < 8; j++) {
+        s[j] = xsum32(x + 32 * (g0 + j));
+    }
+    return _mm256_loadu_ps(s);
 }
 
 
@@ -557,71 +579,276 @@ scratch_get(int64_t n)
 
 
 /*
- * One token's sub-block sums of one block added into acc (see the
- * header): Q8_0 and Q4_0 decode in registers, the K-quants through
- * B->q (decode_q_avx2); decode_scales has filled B->a.
+ * A step of NB blocks of a row (NB = 2 or 8 for the 32-weight types,
+ * else 1):
+ * its scales into B->a (mins into B->b), and its codes as int8, the
+ * return value, sub-block j's at + j * QSTEP: Q8_0's read in place (34
+ * bytes apart), the others decoded into B->q.
  */
-static ALWAYS_INLINE_Q __m256
-dot1(ggml_type t, const int SUB, const int NSUB, const uint8_t *p,
-     qblock *B, const float *x, __m256 acc)
+#define QSTEP(t, SUB)  ((t) == GGML_Q8_0 ? 2 + QK8_0 : (SUB))
+
+static ALWAYS_INLINE_Q const int8_t *
+step_decode(ggml_type t, const int NB, const uint8_t *p, qblock *B)
 {
     if (t == GGML_Q8_0 || t == GGML_Q4_0) {
-        __m256 q[4], v;
+        int64_t bytes = t == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
 
-        if (t == GGML_Q8_0) {
-            for (int k = 0; k < 4; k++) {
-                q[k] = i8x8_ps(_mm_loadl_epi64((const __m128i *)
-                                               (p + 2 + 8 * k)));
+        for (int b = 0; b < NB; b++) {
+            B->a[b] = f16_at(p + b * bytes);
+            if (t == GGML_Q4_0) {
+                decode_q_avx2(t, p + b * bytes, B->q + 32 * b);
             }
-        } else {
-            __m128i b = _mm_loadu_si128((const __m128i *) (p + 2));
-            __m128i f = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
-            __m128i lo = _mm_sub_epi8(_mm_and_si128(b, f), e);
-            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), f),
-                                      e);
-
-            q[0] = i8x8_ps(lo);
-            q[1] = i8x8_ps(_mm_srli_si128(lo, 8));
-            q[2] = i8x8_ps(hi);
-            q[3] = i8x8_ps(_mm_srli_si128(hi, 8));
         }
-        v = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
-        for (int k = 1; k < 4; k++) {
-            v = _mm256_fmadd_ps(q[k], _mm256_loadu_ps(x + 8 * k), v);
-        }
-        return _mm256_fmadd_ps(_mm256_set1_ps(B->a[0]), v, acc);
+        return t == GGML_Q8_0 ? (const int8_t *) (p + 2) : B->q;
     }
-    for (int g = 0; g < 8; g++) {
-        __m256i        qv = group32(t, p, g);
-        __m128i        l = _mm256_castsi256_si128(qv);
-        __m128i        h = _mm256_extracti128_si256(qv, 1);
-        const float   *xg = x + 32 * g;
-        __m256         v0 = _mm256_mul_ps(i8x8_ps(l), _mm256_loadu_ps(xg));
-        __m256         v1 = _mm256_mul_ps(i8x8_ps(h),
-                                          _mm256_loadu_ps(xg + 16));
+    decode_scales_avx2(t, p, B);
+    decode_q_avx2(t, p, B->q);
+    return B->q;
+}
 
-        v0 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(l, 8)),
-                             _mm256_loadu_ps(xg + 8), v0);
-        v1 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(h, 8)),
-                             _mm256_loadu_ps(xg + 24), v1);
-        if (SUB == 32) {
-            /* one sub-block: its chain runs on through the high half */
-            v0 = _mm256_fmadd_ps(i8x8_ps(h), _mm256_loadu_ps(xg + 16), v0);
-            v0 = _mm256_fmadd_ps(i8x8_ps(_mm_srli_si128(h, 8)),
-                                 _mm256_loadu_ps(xg + 24), v0);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[g]), v0, acc);
-        } else {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[2 * g]), v0, acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(B->a[2 * g + 1]), v1, acc);
+
+/*
+ * One token, R rows (R <= 4), one step each: per sub-block j and row,
+ * the 8-lane chain v over the sub-block, then acc = fma(a_j, v, acc) (the
+ * header's order).  The rows' chains are independent, so they overlap,
+ * and each vector of x is loaded once for the R rows.
+ */
+static ALWAYS_INLINE_Q void
+rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
+          const int8_t **q, const qblock *B, const float *x, __m256 *acc)
+{
+    for (int j = 0; j < NSUB; j++) {
+        __m256 v[4];
+
+        for (int k = 0; k < SUB; k += 8) {
+            __m256 xv = _mm256_loadu_ps(x + j * SUB + k);
+
+            for (int i = 0; i < R; i++) {
+                __m256 qv = q8_to_ps(q[i] + j * QS + k);
+
+                v[i] = k == 0 ? _mm256_mul_ps(qv, xv)
+                              : _mm256_fmadd_ps(qv, xv, v[i]);
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(B[i].a[j]), v[i],
+                                     acc[i]);
         }
     }
-    return acc;
+}
+
+
+/* one step (NB blocks at column c) of rows r .. r + R - 1, one token */
+static ALWAYS_INLINE_Q void
+decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
+            const int SUB, const int NSUB, const int HAS_MIN,
+            const uint8_t *w, int64_t wstride, int64_t bi, const float *x,
+            const float *xs, int64_t r, __m256 *acc, __m256 *m)
+{
+    qblock        B[4];
+    const int8_t *q[4];
+    int64_t       c = bi * qi->qk;
+
+    for (int i = 0; i < R; i++) {
+        q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
+                           &B[i]);
+    }
+    rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+    if (HAS_MIN) {
+        __m256 s = xsum256(xs, x, c / 32);
+
+        for (int i = 0; i < R; i++) {
+            m[i] = _mm256_fmadd_ps(_mm256_loadu_ps(B[i].b), s, m[i]);
+        }
+    }
+}
+
+
+/* one token's outputs of rows r .. r + R - 1 */
+static ALWAYS_INLINE_Q void
+decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
+            const int SUB, const int NSUB, const int HAS_MIN,
+            const uint8_t *w, int64_t wstride, int64_t nblk, const float *x,
+            const float *xs, float *y, int64_t r, int accumulate)
+{
+    __m256  acc[4], m[4];
+    int64_t bi = 0;
+
+    for (int i = 0; i < R; i++) {
+        acc[i] = _mm256_setzero_ps();
+        m[i] = _mm256_setzero_ps();
+    }
+    for (; bi + NB <= nblk; bi += NB) {
+        decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi, x, xs,
+                    r, acc, m);
+    }
+    for (; bi < nblk; bi++) {
+        decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi, x, xs,
+                    r, acc, m);
+    }
+    for (int i = 0; i < R; i++) {
+        float s = hsum8(acc[i]) - (HAS_MIN ? hsum8(m[i]) : 0);
+
+        y[r + i] = accumulate ? y[r + i] + s : s;
+    }
+}
+
+
+/*
+ * R rows by T tokens of one step, from the rows' codes widened to
+ * floats (qf, QK_K apart): the same chains as rows_dot1 per (row,
+ * token), each code vector loaded once for the T tokens.  acc holds the
+ * tile's accumulators, TOK_BLOCK apart per row.
+ */
+static ALWAYS_INLINE_Q void
+tile_dot(const int R, const int T, const int SUB, const int NSUB,
+         const float *qf, const qblock *B, const float *x, int ldx,
+         __m256 *acc)
+{
+    __m256 a[PR][PT];
+
+    for (int i = 0; i < R; i++) {
+        for (int u = 0; u < T; u++) {
+            a[i][u] = acc[i * TOK_BLOCK + u];
+        }
+    }
+    for (int j = 0; j < NSUB; j++) {
+        __m256 v[PR][PT];
+
+        for (int k = 0; k < SUB; k += 8) {
+            __m256 qv[PR];
+
+            for (int i = 0; i < R; i++) {
+                qv[i] = _mm256_load_ps(qf + i * QK_K + j * SUB + k);
+            }
+            for (int u = 0; u < T; u++) {
+                __m256 xv = _mm256_loadu_ps(x + (int64_t) u * ldx + j * SUB
+                                            + k);
+
+                for (int i = 0; i < R; i++) {
+                    v[i][u] = k == 0 ? _mm256_mul_ps(qv[i], xv)
+                                     : _mm256_fmadd_ps(qv[i], xv, v[i][u]);
+                }
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            __m256 s = _mm256_set1_ps(B[i].a[j]);
+
+            for (int u = 0; u < T; u++) {
+                a[i][u] = _mm256_fmadd_ps(s, v[i][u], a[i][u]);
+            }
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        for (int u = 0; u < T; u++) {
+            acc[i * TOK_BLOCK + u] = a[i][u];
+        }
+    }
+}
+
+
+/* one step (NB blocks at column c) of rows r .. r + R - 1, tn tokens:
+ * the rows' codes decoded and widened to floats once */
+static ALWAYS_INLINE_Q void
+prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
+             const int SUB, const int NSUB, const int HAS_MIN,
+             const uint8_t *w, int64_t wstride, int64_t bi, const float *x,
+             int ldx, int tn, const float *xs, int64_t n_xs, int64_t r,
+             __m256 *acc, __m256 (*m)[TOK_BLOCK])
+{
+    qblock  B[PR];
+    float   qf[PR * QK_K] __attribute__((aligned(32)));
+    int64_t c = bi * qi->qk;
+    int     ns = NB * NSUB;
+
+    for (int i = 0; i < R; i++) {
+        const int8_t *q = step_decode(t, NB, w + (r + i) * wstride
+                                             + bi * qi->bytes, &B[i]);
+
+        for (int j = 0; j < ns; j++) {
+            for (int k = 0; k < SUB; k += 8) {
+                _mm256_store_ps(qf + i * QK_K + j * SUB + k,
+                                q8_to_ps(q + j * QSTEP(t, SUB) + k));
+            }
+        }
+    }
+    for (int tk = 0; tk < tn; tk += PT) {
+        const float *xt = x + (int64_t) tk * ldx + c;
+
+        switch (tn - tk) {
+        case 1:
+            tile_dot(R, 1, SUB, ns, qf, B, xt, ldx, acc + tk);
+            break;
+#if PT > 2
+        case 2:
+            tile_dot(R, 2, SUB, ns, qf, B, xt, ldx, acc + tk);
+            break;
+#endif
+#if PT > 3
+        case 3:
+            tile_dot(R, 3, SUB, ns, qf, B, xt, ldx, acc + tk);
+            break;
+#endif
+        default:
+            tile_dot(R, PT, SUB, ns, qf, B, xt, ldx, acc + tk);
+            break;
+        }
+    }
+    for (int tk = 0; HAS_MIN && tk < tn; tk++) {
+        __m256 s = xsum256(xs != NULL ? xs + tk * n_xs : NULL,
+                           x + (int64_t) tk * ldx, c / 32);
+
+        for (int i = 0; i < R; i++) {
+            m[i][tk] = _mm256_fmadd_ps(_mm256_loadu_ps(B[i].b), s, m[i][tk]);
+        }
+    }
+}
+
+
+/* tn tokens' outputs of rows r .. r + R - 1 (R <= PR) */
+static ALWAYS_INLINE_Q void
+prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
+             const int SUB, const int NSUB, const int HAS_MIN,
+             const uint8_t *w, int64_t wstride, int64_t nblk, const float *x,
+             int ldx, int tn, const float *xs, int64_t n_xs, float *y,
+             int ldy, int64_t r, int accumulate)
+{
+    __m256  acc[PR * TOK_BLOCK];
+    __m256  m[PR][TOK_BLOCK];
+    int64_t bi = 0;
+
+    for (int i = 0; i < R; i++) {
+        for (int tk = 0; tk < tn; tk++) {
+            acc[i * TOK_BLOCK + tk] = _mm256_setzero_ps();
+            m[i][tk] = _mm256_setzero_ps();
+        }
+    }
+    for (; bi + NB <= nblk; bi += NB) {
+        prefill_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi, x,
+                     ldx, tn, xs, n_xs, r, acc, m);
+    }
+    for (; bi < nblk; bi++) {
+        prefill_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi, x, ldx,
+                     tn, xs, n_xs, r, acc, m);
+    }
+    for (int i = 0; i < R; i++) {
+        for (int tk = 0; tk < tn; tk++) {
+            float *o = y + (int64_t) tk * ldy + r + i;
+            float  s = hsum8(acc[i * TOK_BLOCK + tk])
+                       - (HAS_MIN ? hsum8(m[i][tk]) : 0);
+
+            *o = accumulate ? *o + s : s;
+        }
+    }
 }
 
 
 /*
  * One type's kernel; SUB (weights per sub-block), NSUB (sub-blocks per
- * block) and HAS_MIN are constants of the instance.
+ * block) and HAS_MIN are constants of the instance.  One token: rows in
+ * fours (decode_rows); a batch: tiles of PR rows by PT tokens within
+ * token blocks of TOK_BLOCK (prefill_rows).  Every (row, token) output
+ * takes the same operations in either.
  */
 static ALWAYS_INLINE_Q void
 quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
@@ -629,15 +856,17 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
              int64_t cols, const float *x, int n_tok, int ldx, float *y,
              int ldy, int64_t r0, int64_t r1, int accumulate)
 {
-    int64_t nblk = cols / qi->qk;
-    int64_t n_xs = cols / 32;
-    qblock  B;
-    float   qf[QK_K] __attribute__((aligned(32)));
+    int64_t   nblk = cols / qi->qk;
+    int64_t   n_xs = cols / 32;
+    const int NB = t == GGML_Q8_0 || t == GGML_Q4_0 ? 8 : 1;
+    const int NBD = NB == 8 ? 2 : 1;    /* one token's step */
 
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         int          tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
         const float *xb = x + (int64_t) t0 * ldx;
+        float       *yb = y + (int64_t) t0 * ldy;
         float       *xs = NULL;
+        int64_t      r = r0;
 
         if (HAS_MIN) {
             xs = scratch_get((int64_t) tn * n_xs);
@@ -650,87 +879,24 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
                 }
             }
         }
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *wr = w + r * wstride;
-            __m256         acc[TOK_BLOCK];
-            float          m[TOK_BLOCK];
-
-            if (tn == 1) {
-                /* one token: its sums stay in registers */
-                __m256 a = _mm256_setzero_ps();
-                float  m1 = 0, s1;
-                float *o = y + (int64_t) t0 * ldy + r;
-
-                for (int64_t bi = 0; bi < nblk; bi++) {
-                    const uint8_t *p = wr + bi * qi->bytes;
-                    int64_t        c = bi * qi->qk;
-
-                    decode_scales_avx2(t, p, &B);
-                    a = dot1(t, SUB, NSUB, p, &B, xb + c, a);
-                    for (int j = 0; HAS_MIN && j < NSUB; j++) {
-                        int64_t g = (c + j * SUB) / 32;
-
-                        m1 = fmaf(B.b[j], xs != NULL ? xs[g]
-                                          : xsum32(xb + 32 * g), m1);
-                    }
-                }
-                s1 = hsum8(a) - m1;
-                *o = accumulate ? *o + s1 : s1;
-                continue;
+        if (tn == 1) {
+            for (; r + 4 <= r1; r += 4) {
+                decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride,
+                            nblk, xb, xs, yb, r, accumulate);
             }
-            for (int tk = 0; tk < tn; tk++) {
-                acc[tk] = _mm256_setzero_ps();
-                m[tk] = 0;
+            for (; r < r1; r++) {
+                decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride,
+                            nblk, xb, xs, yb, r, accumulate);
             }
-            for (int64_t bi = 0; bi < nblk; bi++) {
-                const uint8_t *p = wr + bi * qi->bytes;
-                int64_t        c = bi * qi->qk;
-
-                decode_scales_avx2(t, p, &B);
-                {
-                    decode_q_avx2(t, p, &B);
-                    for (int i = 0; i < NSUB * SUB; i += 8) {
-                        _mm256_store_ps(qf + i, q8_to_ps(B.q + i));
-                    }
-                    for (int tk = 0; tk < tn; tk++) {
-                        const float *xt = xb + (int64_t) tk * ldx + c;
-                        __m256       a = acc[tk];
-
-                        for (int j = 0; j < NSUB; j++) {
-                            const float *q = qf + j * SUB;
-                            const float *xj = xt + j * SUB;
-                            __m256       v = _mm256_mul_ps(
-                                _mm256_load_ps(q), _mm256_loadu_ps(xj));
-
-                            for (int k = 8; k < SUB; k += 8) {
-                                v = _mm256_fmadd_ps(_mm256_load_ps(q + k),
-                                                    _mm256_loadu_ps(xj + k),
-                                                    v);
-                            }
-                            a = _mm256_fmadd_ps(_mm256_set1_ps(B.a[j]), v, a);
-                        }
-                        acc[tk] = a;
-                    }
-                }
-                if (HAS_MIN) {
-                    for (int tk = 0; tk < tn; tk++) {
-                        for (int j = 0; j < NSUB; j++) {
-                            int64_t g = (c + j * SUB) / 32;
-                            float   s = xs != NULL ? xs[tk * n_xs + g]
-                                        : xsum32(xb + (int64_t) tk * ldx
-                                                 + 32 * g);
-
-                            m[tk] = fmaf(B.b[j], s, m[tk]);
-                        }
-                    }
-                }
-            }
-            for (int tk = 0; tk < tn; tk++) {
-                float *o = y + (int64_t) (t0 + tk) * ldy + r;
-                float  s = hsum8(acc[tk]) - m[tk];
-
-                *o = accumulate ? *o + s : s;
-            }
+            continue;
+        }
+        for (; r + PR <= r1; r += PR) {
+            prefill_rows(t, qi, PR, NB, SUB, NSUB, HAS_MIN, w, wstride,
+                         nblk, xb, ldx, tn, xs, n_xs, yb, ldy, r, accumulate);
+        }
+        for (; r < r1; r++) {
+            prefill_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride,
+                         nblk, xb, ldx, tn, xs, n_xs, yb, ldy, r, accumulate);
         }
     }
 }

@@ -16,12 +16,14 @@
  *   AVX2: per sub-block, an 8-lane chain v = q[0:8] x[0:8],
  *     v = fma(q[8k:8k+8], x[8k:8k+8], v) for k = 1 .. S/8 - 1; then
  *     acc = fma(a_j, v, acc) over the sub-blocks in order (acc 8 lanes,
- *     from 0), and m = fma(b_j, xs_j, m) (scalar, from 0) where xs_j is
+ *     from 0); for Q4_K and Q5_K, per block, m = fma(b[0:8], xs[0:8], m)
+ *     (8 lanes, from 0; lane j holds sub-block j's min) where xs_j is
  *     the 8-lane sum ((x0 + x1) + (x2 + x3)) of the sub-block's four
- *     vectors reduced as hsum8; y = hsum8(acc) - m.
+ *     vectors reduced as hsum8; y = hsum8(acc) - hsum8(m).
  *     hsum8(v) = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
- *   Portable: the same with one lane: v a scalar fmaf chain over the
- *     sub-block, acc = fmaf(a_j, v, acc), xs_j a scalar sum in order.
+ *   Portable: one lane: v a scalar fmaf chain over the sub-block,
+ *     acc = fmaf(a_j, v, acc), m = fmaf(b_j, xs_j, m) over the
+ *     sub-blocks in order, xs_j a scalar sum in order.
  * The two builds differ in their last bits, each agrees with itself.
  */
 #ifndef NALAR_CPU_QUANT_H

@@ -304,6 +304,10 @@ main(void)
         check_kernel(types[i], 37, 512, 1);
         check_kernel(types[i], 37, 512, 5);
         check_kernel(types[i], 21, 768, 19);
+        /* two token blocks, and for the 32-weight types a last step of
+         * one block (25 blocks a row) */
+        check_kernel(types[i], 23, nalar_quant_block(types[i]) == 32
+                                   ? 800 : 1024, 29);
     }
     {
         gguf_file *q = gguf_open(DIR "llama3-Q4_0.gguf", &err);
