@@ -10,3 +10,7 @@ LDLIBS  = -lcrypto -ljansson -lm -pthread
 build/bench/nginx_load: bench/nginx_load.c build/libnalar.a $(wildcard src/*.h)
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) bench/nginx_load.c build/libnalar.a -o $@ $(LDLIBS)
+
+build/bench/grammar: bench/grammar.c build/libnalar.a $(wildcard src/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -It/c bench/grammar.c build/libnalar.a -o $@ $(LDLIBS)
