@@ -69,6 +69,7 @@ build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat.h src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
 build/fuzz_request: ngx_nalar_request.c ngx_nalar_request.h ngx_nalar_chat.c \
                     ngx_nalar_chat.h src/sampler.c src/grammar.c \
+                    src/tokenizer.c src/gguf.c \
                     src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
