@@ -24,3 +24,7 @@ build/bench/nginx_load_cuda: bench/nginx_load.c build/libnalar.a \
 	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) \
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublas -lcudart -lstdc++ -ldl -lrt
+
+build/bench/grammar: bench/grammar.c build/libnalar.a $(wildcard src/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -It/c bench/grammar.c build/libnalar.a -o $@ $(LDLIBS)

@@ -285,7 +285,6 @@ nalar_request_unref(nalar_request *r)
     free(r->digests);
     free(r->scope);
     free(r->schema);
-    nalar_gmatcher_destroy(r->gm);
     free(r->stops);
     free(r->stop_ids);
     free(r->prompt);
@@ -448,6 +447,11 @@ request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
     if (e->dkv_ready) {
         nalar_seq_kv_release(&e->dkv, &r->dkv);
     }
+    /* the matcher holds a reference to a grammar of the engine's cache,
+     * which only the engine's thread touches: dropped here, not at the
+     * last unref (which may run on the consumer's thread) */
+    nalar_gmatcher_destroy(r->gm);
+    r->gm = NULL;
     if (why != NALAR_FINISH_CANCELLED && why != NALAR_FINISH_ERROR
         && r->stop != NULL)
     {

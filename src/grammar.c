@@ -31,7 +31,7 @@
 
 #define GR_MAX_DEPTH      128
 #define GR_MAX_STACKS     64
-#define GR_MAX_SYMS       (1 << 20)   /* grammar size for one schema */
+#define GR_MAX_SYMS       (1 << 18)   /* grammar size for one schema */
 #define GR_MAX_UNROLL     4096        /* maxLength, maxItems */
 #define GR_INT_DIGITS     15
 #define GR_FRAC_DIGITS    15
@@ -158,6 +158,10 @@ typedef struct {
     char      *err;
     size_t     errlen;
     int        failed;
+    int        dry;          /* only check and count (nalar_schema_check):
+                                nothing stored, so the cost is the schema's
+                                size and the unrolled counts' (capped by
+                                GR_MAX_SYMS), with no allocation per rule */
 } gbuild;
 
 
@@ -180,6 +184,9 @@ rule_new(gbuild *b)
     if (b->failed) {
         return -1;
     }
+    if (b->dry) {
+        return b->n_rules++;
+    }
     if (b->n_rules == b->cap_rules) {
         int32_t  nc = b->cap_rules ? b->cap_rules * 2 : 64;
         brule   *nr = realloc(b->rules, nc * sizeof(brule));
@@ -200,6 +207,9 @@ cls_new(gbuild *b, const uint32_t set[8])
 {
     if (b->failed) {
         return -1;
+    }
+    if (b->dry) {
+        return 0;
     }
     for (int32_t i = b->n_cls - 1; i >= 0 && i >= b->n_cls - 8; i--) {
         if (memcmp(b->cls[i], set, 32) == 0) {
@@ -266,6 +276,9 @@ alt_add(gbuild *b, int32_t r, const gsym *s, int32_t n)
     b->n_syms += n + 1;
     if (b->n_syms > GR_MAX_SYMS) {
         bfail(b, "the schema is too large%s%s", "", "");
+        return;
+    }
+    if (b->dry) {
         return;
     }
     ru = &b->rules[r];
@@ -1143,7 +1156,7 @@ compile_schema(gbuild *b, json_t *sc, const char *path, int depth)
 static void
 build_free(gbuild *b)
 {
-    for (int32_t i = 0; i < b->n_rules; i++) {
+    for (int32_t i = 0; !b->dry && i < b->n_rules; i++) {
         for (int32_t j = 0; j < b->rules[i].n_alt; j++) {
             free(b->rules[i].alt[j]);
         }
@@ -1161,11 +1174,13 @@ build_free(gbuild *b)
 
 /* Compiles into b; the root rule, or -1 with b->err. */
 static int32_t
-build_grammar(gbuild *b, int kind, json_t *schema, char *err, size_t errlen)
+build_grammar(gbuild *b, int kind, json_t *schema, int dry, char *err,
+              size_t errlen)
 {
     int32_t root;
 
     memset(b, 0, sizeof(*b));
+    b->dry = dry;
     b->ws = b->strchar = b->string_any = b->value_any = b->object_any = -1;
     b->array_any = b->number = b->integer = b->digit_cls = -1;
     b->err = err;
@@ -1197,7 +1212,7 @@ build_grammar(gbuild *b, int kind, json_t *schema, char *err, size_t errlen)
         return -1;
     }
     /* a rule with no alternative could never match */
-    for (int32_t i = 0; i < b->n_rules; i++) {
+    for (int32_t i = 0; !b->dry && i < b->n_rules; i++) {
         if (b->rules[i].n_alt == 0) {
             snprintf(err, errlen, "the schema cannot be compiled (an empty "
                      "rule)");
@@ -1225,7 +1240,7 @@ nalar_schema_check(const char *schema_json, size_t len, char *err,
         snprintf(err, errlen, "the schema is not JSON: %s", je.text);
         return -1;
     }
-    root = build_grammar(&b, NALAR_GRAMMAR_JSON_SCHEMA, sc, err, errlen);
+    root = build_grammar(&b, NALAR_GRAMMAR_JSON_SCHEMA, sc, 1, err, errlen);
     build_free(&b);
     json_decref(sc);
     return root < 0 ? -1 : 0;
@@ -1624,7 +1639,7 @@ grammar_compile(const gvocab *voc, int kind, json_t *schema, char *err,
     nalar_grammar *g;
     int32_t        stk[1];
 
-    root = build_grammar(&b, kind, schema, err, errlen);
+    root = build_grammar(&b, kind, schema, 0, err, errlen);
     if (root < 0) {
         build_free(&b);
         return NULL;

@@ -66,6 +66,21 @@ test_check(void)
         ok(rc == -1 && strstr(err, bad[i].needle) != NULL,
            "refused: %s (%s)", bad[i].schema, err);
     }
+    /* 400 arrays of up to 4096 items: refused, whatever it unrolls to */
+    {
+        static char big[20000];
+        int         n = sprintf(big, "{\"type\":\"object\","
+                                "\"properties\":{");
+
+        for (int i = 0; i < 400; i++) {
+            n += sprintf(big + n, "%s\"p%d\":{\"type\":\"array\","
+                         "\"maxItems\":4096}", i ? "," : "", i);
+        }
+        n += sprintf(big + n, "}}");
+        ok(nalar_schema_check(big, n, err, sizeof(err)) == -1
+           && strstr(err, "too large") != NULL, "refused: a schema that "
+           "unrolls too far (%s)", err);
+    }
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         int rc = nalar_schema_check(good[i], strlen(good[i]), err,
                                     sizeof(err));
