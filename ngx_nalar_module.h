@@ -317,7 +317,9 @@ extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 extern ngx_str_t  ngx_http_nalar_json_type;
 
-/* ngx_nalar_module.c */
+/* ngx_nalar_shared.c */
+char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
