@@ -15,7 +15,7 @@ MODULE_SRC  = ngx_nalar_module.c ngx_nalar_module.h ngx_nalar_status.c \
              ngx_nalar_request.c \
              ngx_nalar_request.h ngx_nalar_route.c ngx_nalar_route_text.c \
              ngx_nalar_route_text.h ngx_nalar_tools.c ngx_nalar_tools.h \
-             ngx_nalar_shared.c \
+             ngx_nalar_shared.c ngx_nalar_engine_conf.c \
              config config.make
 
 .PHONY: module module-configure

@@ -317,6 +317,14 @@ extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 extern ngx_str_t  ngx_http_nalar_json_type;
 
+/* ngx_nalar_engine_conf.c */
+char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
 /* ngx_nalar_shared.c */
 char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
