@@ -57,9 +57,9 @@ build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
 
 # the chat templates live beside the module but need no nginx: their test
 # compiles them in
-build/t/test_chat: ngx_nalar_chat.c ngx_nalar_chat.h
+build/t/test_chat: ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h
 build/t/test_tools: ngx_nalar_tools.c ngx_nalar_tools.h ngx_nalar_chat.c \
-                    ngx_nalar_chat.h
+                    ngx_nalar_chat_style.c ngx_nalar_chat.h
 
 # libFuzzer targets (clang only): fuzz/fuzz_NAME.c becomes build/fuzz_NAME,
 # with its seed corpus in fuzz/corpus/NAME; each target lists the sources
@@ -71,10 +71,11 @@ FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -I. \
              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 build/fuzz_gguf: src/gguf.c src/nalar_err.c
 build/fuzz_jwt: src/jwt.c src/nalar_err.c
-build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat.h src/nalar_err.c
+build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h \
+                 src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
 build/fuzz_request: ngx_nalar_request.c ngx_nalar_request.h ngx_nalar_chat.c \
-                    ngx_nalar_chat.h src/sampler.c src/grammar.c \
+                    ngx_nalar_chat_style.c ngx_nalar_chat.h src/sampler.c src/grammar.c \
                     src/nalar_err.c src/tokenizer.c src/gguf.c
 build/fuzz_route: ngx_nalar_route_text.c ngx_nalar_route_text.h
 

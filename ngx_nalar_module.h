@@ -317,7 +317,17 @@ extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 extern ngx_str_t  ngx_http_nalar_json_type;
 
-/* ngx_nalar_module.c */
+/* ngx_nalar_engine_conf.c */
+char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_nalar_shared.c */
+char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
 
@@ -348,6 +358,17 @@ ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
     ngx_uint_t status, ngx_buf_t *b);
 ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
+ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t ***ll, json_t *choice);
+
+/* ngx_nalar_response_tools.c */
+ngx_int_t ngx_http_nalar_tools_take(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *o, const char **text,
+    size_t *len);
+ngx_int_t ngx_http_nalar_call_chunks(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, ngx_chain_t ***ll);
+json_t *ngx_http_nalar_tool_calls_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch);
 
 /* ngx_nalar_done.c */
 ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,

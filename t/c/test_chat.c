@@ -14,6 +14,7 @@
 #include "tokenizer.h"
 
 #include "../../ngx_nalar_chat.c"
+#include "../../ngx_nalar_chat_style.c"
 
 #define KJV "models/nalar-kjv-target-f32.gguf"
 

@@ -14,6 +14,7 @@
 #include "tokenizer.h"
 
 #include "../../ngx_nalar_chat.c"
+#include "../../ngx_nalar_chat_style.c"
 #include "../../ngx_nalar_tools.c"
 
 
