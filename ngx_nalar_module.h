@@ -240,6 +240,9 @@ typedef struct {
     int32_t                    spec_accepted;
     int32_t                    pred_accepted;   /* of the prediction */
     int32_t                    pred_rejected;
+    double                     grammar_compile_ms;  /* <0: no grammar */
+    double                     grammar_mask_ms;
+    int32_t                    grammar_forced;      /* forced proposed */
     nalar_tool_parser         *tools;       /* the answer's tool calls */
     unsigned                   submitted:1;
     unsigned                   role_sent:1;

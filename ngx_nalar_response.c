@@ -368,6 +368,9 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     ch->spec_accepted = o->spec_accepted;
     ch->pred_accepted = o->pred_accepted;
     ch->pred_rejected = o->pred_rejected;
+    ch->grammar_compile_ms = o->grammar_compile_ms;
+    ch->grammar_mask_ms = o->grammar_mask_ms;
+    ch->grammar_forced = o->grammar_forced;
     ch->finish = o->finish;
 
     /* the text: the engine's, or with tools the content part of it */

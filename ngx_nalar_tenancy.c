@@ -32,7 +32,10 @@ enum {
     NGX_HTTP_NALAR_VAR_TTFT_MS,
     NGX_HTTP_NALAR_VAR_QUEUE_MS,
     NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED,
-    NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
+    NGX_HTTP_NALAR_VAR_SPEC_PROPOSED,
+    NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS,
+    NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS,
+    NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED
 };
 
 
@@ -64,6 +67,16 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
 
     { ngx_string("nalar_spec_proposed"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_SPEC_PROPOSED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_grammar_compile_ms"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_grammar_mask_ms"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_grammar_forced_tokens"), NULL,
+      ngx_http_nalar_variable, NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("nalar_route_key"), NULL, ngx_http_nalar_route_key_variable,
       0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -598,6 +611,40 @@ ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
         }
 
         v->len = ngx_sprintf(p, "%.3f", ms) - p;
+        break;
+
+    case NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS:
+    case NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS:
+    case NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED:
+
+        /* summed over the choices; "-" without a grammar */
+
+        ms = 0;
+        n = 0;
+        for (i = 0; i < ctx->n && ctx->choices; i++) {
+            if (ctx->choices[i].grammar_compile_ms < 0) {
+                continue;
+            }
+            n++;
+            ms += data == NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS
+                  ? ctx->choices[i].grammar_compile_ms
+                  : data == NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS
+                  ? ctx->choices[i].grammar_mask_ms
+                  : ctx->choices[i].grammar_forced;
+        }
+
+        if (n == 0) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+
+        if (data == NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED) {
+            v->len = ngx_sprintf(p, "%i", (ngx_int_t) ms) - p;
+
+        } else {
+            v->len = ngx_sprintf(p, "%.3f", ms) - p;
+        }
+
         break;
 
     default:

@@ -181,6 +181,12 @@ typedef struct {
     int32_t        spec_accepted;   /* proposals confirmed */
     int32_t        pred_accepted;   /* of them, from the prediction */
     int32_t        pred_rejected;
+    /* structured output, so far; grammar_compile_ms < 0 without a
+     * grammar, 0 on a grammar cache hit */
+    double         grammar_compile_ms;
+    double         grammar_mask_ms;         /* masking logits rows */
+    int32_t        grammar_forced;          /* forced tokens proposed */
+    int32_t        grammar_forced_accepted; /* of them, confirmed */
 } nalar_output;
 
 typedef struct {

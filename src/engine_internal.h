@@ -126,6 +126,8 @@ struct nalar_request {
     uint32_t         spec_steps;      /* steps it chose to speculate */
     int32_t          spec_proposed, spec_accepted;   /* under mu */
     int32_t          pred_accepted, pred_rejected;   /* under mu */
+    double           g_compile_ms, g_mask_ms;         /* under mu */
+    int32_t          g_forced, g_forced_accepted;     /* under mu */
 
     /* output handed to the consumer (under mu) */
     pthread_mutex_t  mu;

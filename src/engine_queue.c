@@ -223,6 +223,9 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         e->m.grammar_compiles_total += cs > 0;
         e->m.grammar_requests_total++;
         pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&r->mu);
+        r->g_compile_ms = cs * 1e3;
+        pthread_mutex_unlock(&r->mu);
         if (r->gm == NULL) {
             if (g != NULL) {
                 snprintf(no->msg, sizeof(no->msg), "out of memory");

@@ -245,6 +245,7 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     }
     nalar_seq_kv_init(&r->kv);
     r->ttft_ms = -1;
+    r->g_compile_ms = -1;
     return r;
 
 oom:
@@ -353,6 +354,10 @@ nalar_request_take(nalar_request *r, nalar_output *out)
     out->spec_accepted = r->spec_accepted;
     out->pred_accepted = r->pred_accepted;
     out->pred_rejected = r->pred_rejected;
+    out->grammar_compile_ms = r->g_compile_ms;
+    out->grammar_mask_ms = r->g_mask_ms;
+    out->grammar_forced = r->g_forced;
+    out->grammar_forced_accepted = r->g_forced_accepted;
     any = any || out->text_len > 0 || out->n_ids > 0
           || out->finish != NALAR_FINISH_NONE;
     pthread_mutex_unlock(&r->mu);

@@ -639,6 +639,9 @@ grammar_propose(nalar_engine *e, nalar_request *r)
     pthread_mutex_lock(&e->mu);
     e->m.grammar_forced_tokens_total += (uint64_t) nf;
     pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&r->mu);
+    r->g_forced += nf;
+    pthread_mutex_unlock(&r->mu);
     return 1;
 }
 

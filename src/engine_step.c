@@ -198,7 +198,7 @@ static int
 grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
 {
     const uint32_t *mask;
-    double          t0 = nalar_now_s(), ms;
+    double          t0 = nalar_now_s(), ms, dt;
     int32_t         V = e->model->cfg.n_vocab, any = 0;
 
     mask = nalar_gmatcher_mask(r->gm, &ms);
@@ -218,11 +218,15 @@ grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
             }
         }
     }
+    dt = nalar_now_s() - t0;
     pthread_mutex_lock(&e->mu);
-    e->m.grammar_mask_seconds_total += nalar_now_s() - t0;
+    e->m.grammar_mask_seconds_total += dt;
     e->m.grammar_masks_total++;
     e->m.grammar_mask_build_seconds_total += ms;
     pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&r->mu);
+    r->g_mask_ms += dt * 1e3;
+    pthread_mutex_unlock(&r->mu);
     if (!any) {
         request_finish(e, r, NALAR_FINISH_ERROR, mask == NULL
                        ? "out of memory" : "the grammar allows no token");
@@ -589,6 +593,10 @@ step_advance(nalar_engine *e, step_plan *sp)
             e->m.grammar_forced_accepted_total += (uint64_t)
                 (accepted < r->n_forced ? accepted : r->n_forced);
             pthread_mutex_unlock(&e->mu);
+            pthread_mutex_lock(&r->mu);
+            r->g_forced_accepted +=
+                accepted < r->n_forced ? accepted : r->n_forced;
+            pthread_mutex_unlock(&r->mu);
         } else {
             nalar_accept_update(acc_now(r), kprop, accepted);
         }
