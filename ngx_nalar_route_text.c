@@ -29,6 +29,7 @@ typedef struct {
 
 static int route_scan_string(nalar_route_scan *s, unsigned char *dst,
     size_t *dst_len, size_t dst_cap, size_t *total);
+static void route_scan_space(nalar_route_scan *s, unsigned char sep);
 static int route_scan_skip(nalar_route_scan *s);
 static int route_scan_prompt(nalar_route_scan *s);
 static int route_scan_messages(nalar_route_scan *s);
@@ -309,6 +310,20 @@ route_scan_string(nalar_route_scan *s, unsigned char *dst,
 }
 
 
+/* Past JSON whitespace, and sep where it stands among it (' ': none). */
+
+static void
+route_scan_space(nalar_route_scan *s, unsigned char sep)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
+                             || *s->p == '\r' || *s->p == '\n'
+                             || *s->p == sep))
+    {
+        s->p++;
+    }
+}
+
+
 /* Any JSON value at s->p, without looking into it. */
 
 static int
@@ -399,11 +414,7 @@ route_scan_prompt(nalar_route_scan *s)
     depth = 0;
 
     for ( ;; ) {
-        while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                 || *s->p == '\r' || *s->p == '\n'))
-        {
-            s->p++;
-        }
+        route_scan_space(s, ' ');
 
         if (s->p == s->end) {
             return ROUTE_SCAN_END;
@@ -471,12 +482,7 @@ route_scan_messages(nalar_route_scan *s)
 
     for (i = 0; /* void */; i++) {
 
-        while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                 || *s->p == '\r' || *s->p == '\n'
-                                 || *s->p == ','))
-        {
-            s->p++;
-        }
+        route_scan_space(s, ',');
 
         if (s->p == s->end) {
             return ROUTE_SCAN_END;
@@ -497,12 +503,7 @@ route_scan_messages(nalar_route_scan *s)
         route_scan_append(s, (unsigned char *) "\x1e", 1);
 
         for ( ;; ) {
-            while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                     || *s->p == '\r' || *s->p == '\n'
-                                     || *s->p == ','))
-            {
-                s->p++;
-            }
+            route_scan_space(s, ',');
 
             if (s->p == s->end) {
                 rc = ROUTE_SCAN_END;
@@ -521,12 +522,7 @@ route_scan_messages(nalar_route_scan *s)
                 goto cut;
             }
 
-            while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                     || *s->p == '\r' || *s->p == '\n'
-                                     || *s->p == ':'))
-            {
-                s->p++;
-            }
+            route_scan_space(s, ':');
 
             if (total == 4 && memcmp(key, "role", 4) == 0
                 && s->p < s->end && *s->p == '"')
@@ -615,12 +611,7 @@ route_scan_content(nalar_route_scan *s)
     s->p++;
 
     for ( ;; ) {
-        while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                 || *s->p == '\r' || *s->p == '\n'
-                                 || *s->p == ','))
-        {
-            s->p++;
-        }
+        route_scan_space(s, ',');
 
         if (s->p == s->end) {
             return ROUTE_SCAN_END;
@@ -643,12 +634,7 @@ route_scan_content(nalar_route_scan *s)
         s->p++;
 
         for ( ;; ) {
-            while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                     || *s->p == '\r' || *s->p == '\n'
-                                     || *s->p == ','))
-            {
-                s->p++;
-            }
+            route_scan_space(s, ',');
 
             if (s->p == s->end) {
                 return ROUTE_SCAN_END;
@@ -666,12 +652,7 @@ route_scan_content(nalar_route_scan *s)
                 return rc;
             }
 
-            while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'
-                                     || *s->p == '\r' || *s->p == '\n'
-                                     || *s->p == ':'))
-            {
-                s->p++;
-            }
+            route_scan_space(s, ':');
 
             if (total == 4 && memcmp(key, "text", 4) == 0
                 && s->p < s->end && *s->p == '"')
