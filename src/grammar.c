@@ -1688,15 +1688,14 @@ grammar_compile(const gvocab *voc, int kind, json_t *schema, char *err,
 
 /* ---- the vocabulary trie ---- */
 
-static const gvocab *sort_voc;
-
 static int
-cmp_tok(const void *x, const void *y)
+cmp_tok(const void *x, const void *y, void *voc)
 {
-    int32_t a = *(const int32_t *) x, b = *(const int32_t *) y;
-    int     la = sort_voc->tok_len[a], lb = sort_voc->tok_len[b];
-    int     c = memcmp(sort_voc->tok_bytes[a], sort_voc->tok_bytes[b],
-                       la < lb ? la : lb);
+    const gvocab *sv = voc;
+    int32_t       a = *(const int32_t *) x, b = *(const int32_t *) y;
+    int           la = sv->tok_len[a], lb = sv->tok_len[b];
+    int           c = memcmp(sv->tok_bytes[a], sv->tok_bytes[b],
+                             la < lb ? la : lb);
 
     if (c != 0) {
         return c;
@@ -1745,8 +1744,9 @@ voc_build(gvocab *v, const nalar_tokenizer *tok)
         v->toks[n_toks++] = i;
         cap_nodes += len;
     }
-    sort_voc = v;
-    qsort(v->toks, n_toks, sizeof(int32_t), cmp_tok);
+    /* the vocabulary goes to the comparator as its argument: engines
+     * build their caches on their own threads at the same time */
+    qsort_r(v->toks, n_toks, sizeof(int32_t), cmp_tok, v);
     v->nodes = malloc(cap_nodes * sizeof(tnode));
     if (v->nodes == NULL) {
         return -1;
@@ -1806,6 +1806,53 @@ voc_free(gvocab *v)
     free(v->eog);
     free(v->tok_len);
     free(v->tok_bytes);
+}
+
+
+static int
+trie_check(const gvocab *v, int32_t node, char *path, int depth,
+           int32_t *seen)
+{
+    int bad = 0, prev = -1;
+
+    for (int32_t t = 0; t < v->nodes[node].n_toks; t++) {
+        int32_t id = v->toks[v->nodes[node].first_tok + t];
+
+        seen[id]++;
+        bad += v->tok_len[id] != depth
+               || memcmp(v->tok_bytes[id], path, depth) != 0;
+    }
+    for (int32_t c = v->nodes[node].first_child; c >= 0;
+         c = v->nodes[c].next_sibling)
+    {
+        bad += v->nodes[c].byte <= prev || depth >= 47;
+        prev = v->nodes[c].byte;
+        if (depth < 47) {
+            path[depth] = (char) v->nodes[c].byte;
+            bad += trie_check(v, c, path, depth + 1, seen);
+        }
+    }
+    return bad;
+}
+
+
+int
+nalar_grammar_cache_check(const nalar_grammar_cache *c)
+{
+    const gvocab *v = &c->voc;
+    char          path[48];
+    int32_t      *seen = calloc(v->n_vocab, sizeof(int32_t));
+    int           bad;
+
+    if (seen == NULL) {
+        return -1;
+    }
+    bad = trie_check(v, 0, path, 0, seen);
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        bad += seen[id] != (v->tok_len[id] > 0);
+    }
+    free(seen);
+    return bad;
 }
 
 

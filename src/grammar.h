@@ -59,6 +59,10 @@ typedef struct nalar_gmatcher      nalar_gmatcher;
 nalar_grammar_cache *nalar_grammar_cache_create(const nalar_tokenizer *tok,
                                                 int cap);
 void nalar_grammar_cache_destroy(nalar_grammar_cache *c);
+/* Tests: the defects of the cache's vocabulary trie (children out of byte
+ * order, a token under a node whose path is not its piece, a token listed
+ * other than once); 0 for a sound trie. */
+int nalar_grammar_cache_check(const nalar_grammar_cache *c);
 
 /*
  * The compiled grammar of (kind, schema) from the cache, compiling it on a

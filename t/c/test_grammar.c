@@ -5,7 +5,9 @@
  * parses (and, written to $GRAMMAR_WALK_OUT as JSON lines, that the .t
  * validates with an independent validator); a mask equals the per-token
  * check for every token; rollback gives back the earlier masks; forced
- * tokens are allowed one after the other; compiled grammars are cached.
+ * tokens are allowed one after the other; compiled grammars are cached,
+ * and caches built on two threads at once for two vocabularies have sound
+ * vocabulary tries.
  * At a branching point, sampling from logits masked as the engine masks
  * them (-inf off the grammar) follows the model's distribution renormalised
  * over the allowed tokens, with temperature, top-k, top-p and logit_bias
@@ -14,6 +16,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -549,6 +552,85 @@ test_chi2(void)
 }
 
 
+/*
+ * Engines build their grammar caches (the vocabulary trie) on their own
+ * threads at the same time.  Caches built on two threads at once, each for
+ * its own vocabulary (GPT-2's 50k pieces and Llama's 32k SentencePiece
+ * ones), have sound tries.
+ */
+#define N_BUILDS 12
+
+static const char *const race_vocab[2] = {
+    "t/data/vocab/ggml-vocab-gpt-2.gguf",
+    "t/data/vocab/ggml-vocab-llama-spm.gguf"
+};
+
+typedef struct {
+    const nalar_tokenizer *tok;
+    pthread_barrier_t     *start;
+    nalar_grammar_cache   *caches[N_BUILDS];
+} build_job;
+
+
+static void *
+build_caches(void *arg)
+{
+    build_job *j = arg;
+
+    pthread_barrier_wait(j->start);
+    for (int i = 0; i < N_BUILDS; i++) {
+        j->caches[i] = nalar_grammar_cache_create(j->tok, 0);
+    }
+    return NULL;
+}
+
+
+static void
+test_concurrent_caches(void)
+{
+    nalar_err          err;
+    nalar_tokenizer   *vt[2];
+    build_job          jobs[2];
+    pthread_t          th[2];
+    pthread_barrier_t  start;
+    int                built = 0, bad = 0;
+
+    for (int t = 0; t < 2; t++) {
+        gguf_file *f = gguf_open(race_vocab[t], &err);
+
+        vt[t] = f != NULL ? nalar_tokenizer_create(f, &err) : NULL;
+        gguf_close(f);
+        ok(vt[t] != NULL, "tokenizer of %s", race_vocab[t]);
+        if (vt[t] == NULL) {
+            return;
+        }
+    }
+    memset(jobs, 0, sizeof(jobs));
+    pthread_barrier_init(&start, NULL, 2);
+    for (int t = 0; t < 2; t++) {
+        jobs[t].tok = vt[t];
+        jobs[t].start = &start;
+        pthread_create(&th[t], NULL, build_caches, &jobs[t]);
+    }
+    for (int t = 0; t < 2; t++) {
+        pthread_join(th[t], NULL);
+    }
+    pthread_barrier_destroy(&start);
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < N_BUILDS; i++) {
+            if (jobs[t].caches[i] != NULL) {
+                built++;
+                bad += nalar_grammar_cache_check(jobs[t].caches[i]) != 0;
+            }
+            nalar_grammar_cache_destroy(jobs[t].caches[i]);
+        }
+        nalar_tokenizer_destroy(vt[t]);
+    }
+    is_int(built, 2 * N_BUILDS, "caches built on two threads at once");
+    is_int(bad, 0, "each one's vocabulary trie is sound (children in byte "
+           "order, every piece once, under its own bytes)");
+}
+
 int
 main(void)
 {
@@ -566,6 +648,7 @@ main(void)
     ok(tok != NULL, "tokenizer");
     test_chi2();
     test_walks();
+    test_concurrent_caches();
     nalar_tokenizer_destroy(tok);
     return done_testing();
 }
