@@ -21,7 +21,7 @@
 #include "fp16.h"
 
 #define TOK_BLOCK 24    /* tokens per pass over a row's blocks */
-#define PR 2            /* rows of a batch's tile */
+#define PR 3            /* rows of a batch's tile */
 #define PT 3            /* tokens of a batch's tile */
 
 typedef struct {
@@ -357,6 +357,15 @@ nalar_quant_matmul_portable(ggml_type t, const uint8_t *w, int64_t wstride,
 
 #define ALWAYS_INLINE_Q inline __attribute__((always_inline))
 
+/*
+ * Decoding one token reads each weight once, four rows at a time: four
+ * short streams (a row of 2048 Q8_0 weights is 34 cache lines), too short
+ * for the hardware prefetcher to get ahead of.  Each step therefore asks
+ * for the same columns of the rows PF_GROUPS groups further on, so their
+ * lines are on the way while this group computes.
+ */
+#define PF_GROUPS 4
+
 
 static ALWAYS_INLINE_Q float
 hsum8(__m256 v)
@@ -643,7 +652,8 @@ static ALWAYS_INLINE_Q void
 decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             const int SUB, const int NSUB, const int HAS_MIN,
             const uint8_t *w, int64_t wstride, int64_t bi, const float *x,
-            const float *xs, int64_t r, __m256 *acc, __m256 *m)
+            const float *xs, int64_t r, int64_t r_end, __m256 *acc,
+            __m256 *m)
 {
     qblock        B[4];
     const int8_t *q[4];
@@ -652,6 +662,14 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
     for (int i = 0; i < R; i++) {
         q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
                            &B[i]);
+    }
+    for (int i = 0; i < R && r + PF_GROUPS * R + i < r_end; i++) {
+        const char *pn = (const char *) w + (r + PF_GROUPS * R + i) * wstride
+                         + bi * qi->bytes;
+
+        for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
+            _mm_prefetch(pn + k, _MM_HINT_T0);
+        }
     }
     rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
     if (HAS_MIN) {
@@ -669,7 +687,8 @@ static ALWAYS_INLINE_Q void
 decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
             const int SUB, const int NSUB, const int HAS_MIN,
             const uint8_t *w, int64_t wstride, int64_t nblk, const float *x,
-            const float *xs, float *y, int64_t r, int accumulate)
+            const float *xs, float *y, int64_t r, int64_t r_end,
+            int accumulate)
 {
     __m256  acc[4], m[4];
     int64_t bi = 0;
@@ -680,11 +699,11 @@ decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
     }
     for (; bi + NB <= nblk; bi += NB) {
         decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi, x, xs,
-                    r, acc, m);
+                    r, r_end, acc, m);
     }
     for (; bi < nblk; bi++) {
         decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi, x, xs,
-                    r, acc, m);
+                    r, r_end, acc, m);
     }
     for (int i = 0; i < R; i++) {
         float s = hsum8(acc[i]) - (HAS_MIN ? hsum8(m[i]) : 0);
@@ -882,11 +901,11 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
         if (tn == 1) {
             for (; r + 4 <= r1; r += 4) {
                 decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride,
-                            nblk, xb, xs, yb, r, accumulate);
+                            nblk, xb, xs, yb, r, r1, accumulate);
             }
             for (; r < r1; r++) {
                 decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride,
-                            nblk, xb, xs, yb, r, accumulate);
+                            nblk, xb, xs, yb, r, r1, accumulate);
             }
             continue;
         }
