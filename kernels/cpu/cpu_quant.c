@@ -7,7 +7,7 @@
  * operations per 32 weights), then dotted with each token's x.  One
  * token: four rows at a time, each code vector widened to float as it is
  * used, each vector of x loaded once for the four rows, whose chains
- * overlap.  A batch: a tile of PR rows by PT tokens, the rows' codes
+ * overlap, and the rows PF_GROUPS fours further on prefetched.  A batch: a tile of PR rows by PT tokens, the rows' codes
  * widened to floats once per step and reused from registers for the
  * tile's tokens.  The values, and so the operations per (row, token), are
  * the same in both.
