@@ -1769,8 +1769,11 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
 
     rest.piece[0] = body;
     rest.len[0] = ids.start;
-    rest.piece[1] = "0";
-    rest.len[1] = 1;
+    /* jansson reads past a number or a word and drops a NUL byte there:
+     * a placeholder that ends at its own closing byte, as the ids do */
+
+    rest.piece[1] = "[]";
+    rest.len[1] = 2;
     rest.piece[2] = body + ids.end;
     rest.len[2] = len - ids.end;
     rest.i = 0;

@@ -99,6 +99,11 @@ my @cases = (
       '400 | invalid_json | - | We could not parse the JSON body of '
       . 'your request: unexpected token near \']\' (line 1, column '
       . '2400012)' ],
+    [ 'a NUL byte after the ids',
+      '{"prompt":[' . ids($m) . "]\0}",
+      '400 | invalid_json | - | We could not parse the JSON body of '
+      . 'your request: \'}\' expected near end of file (line 1, '
+      . 'column 2400012)' ],
     [ 'a duplicate prompt',
       '{"prompt":[' . ids($m) . '],"prompt":[1]}',
       '400 | invalid_json | - | We could not parse the JSON body of '
