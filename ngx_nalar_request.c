@@ -1036,14 +1036,6 @@ api_tool_msg(nalar_api_request *req, json_t *e, size_t i)
 }
 
 
-/*
- * The prompt: `prompt` (a string, a one-element array of a string, or an
- * array of ids) or `messages` rendered with the chat template.  Text goes
- * to the engine as pieces, which it tokenizes on its thread, bounded by
- * the context; an id array is counted against the context before it is
- * copied.
- */
-
 /* An id prompt of n tokens against the model's context: -1 refused. */
 
 static int
@@ -1068,6 +1060,12 @@ api_ids_fit(nalar_api_request *req, const nalar_api_model *m, size_t n)
 
 
 /*
+ * The prompt: `prompt` (a string, a one-element array of a string, or an
+ * array of ids) or `messages` rendered with the chat template.  Text goes
+ * to the engine as pieces, which it tokenizes on its thread, bounded by
+ * the context; an id array is counted against the context before it is
+ * copied.
+ *
  * counted: 0, or the ids of a completions prompt that the body scan
  * counted (the tree holds a placeholder for them): then the answer is the
  * refusal of a prompt that long (-1), or 1 when it fits and the full
@@ -1769,6 +1767,7 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
 
     rest.piece[0] = body;
     rest.len[0] = ids.start;
+
     /* jansson reads past a number or a word and drops a NUL byte there:
      * a placeholder that ends at its own closing byte, as the ids do */
 
