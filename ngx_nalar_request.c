@@ -1059,6 +1059,14 @@ api_ids_fit(nalar_api_request *req, const nalar_api_model *m, size_t n)
 }
 
 
+static int
+api_not_id(nalar_api_request *req, const nalar_api_model *m, size_t i)
+{
+    return api_bad(req, "prompt", "prompt[%zu] is not a token id of this "
+                   "model (0..%d)", i, m->n_vocab - 1);
+}
+
+
 /*
  * The prompt: `prompt` (a string, a one-element array of a string, or an
  * array of ids) or `messages` rendered with the chat template.  Text goes
@@ -1066,14 +1074,15 @@ api_ids_fit(nalar_api_request *req, const nalar_api_model *m, size_t n)
  * the context; an id array is counted against the context before it is
  * copied.
  *
- * counted: 0, or the ids of a completions prompt that the body scan
+ * counted: NULL, or a completions prompt of ids that the body scan
  * counted (the tree holds a placeholder for them): then the answer is the
- * refusal of a prompt that long (-1), or 1 when it fits and the full
- * parse must decide.
+ * refusal of a prompt that long, or of arrays for ids (-1), or 1 when the
+ * ids fit and the full parse must decide.
  */
 
 static int
-api_prompt(nalar_api_request *req, const nalar_api_in *in, size_t counted)
+api_prompt(nalar_api_request *req, const nalar_api_in *in,
+    const nalar_api_ids *counted)
 {
     int                     k, style;
     json_t                 *v, *e, *t, *tools;
@@ -1115,7 +1124,11 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in, size_t counted)
 
     if (!in->chat) {
         if (counted) {
-            return api_ids_fit(req, m, counted) != 0 ? -1 : 1;
+            if (api_ids_fit(req, m, counted->count) != 0) {
+                return -1;
+            }
+
+            return counted->arrays ? api_not_id(req, m, 0) : 1;
         }
 
         v = json_object_get(req->root, "prompt");
@@ -1169,8 +1182,7 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in, size_t counted)
             if (!json_is_integer(e) || json_integer_value(e) < 0
                 || json_integer_value(e) >= m->n_vocab)
             {
-                return api_bad(req, "prompt", "prompt[%zu] is not a token id "
-                               "of this model (0..%d)", i, m->n_vocab - 1);
+                return api_not_id(req, m, i);
             }
 
             req->ids[i] = (int32_t) json_integer_value(e);
@@ -1607,7 +1619,7 @@ int
 nalar_api_count_ids(const char *body, size_t len, nalar_api_ids *ids)
 {
     int       plain;
-    size_t    count;
+    size_t    count, n;
     api_scan  s;
 
     s.p = (const unsigned char *) body;
@@ -1657,10 +1669,11 @@ nalar_api_count_ids(const char *body, size_t len, nalar_api_ids *ids)
         s.p++;
     }
 
-    /* the first "prompt": [ids] or [[ids]] */
+    /* the first "prompt": [ids], [[ids]], or [[ids], [ids], ...] */
 
     api_scan_space(&s);
     ids->start = (size_t) (s.p - (const unsigned char *) body);
+    ids->arrays = 0;
 
     if (s.p == s.end || *s.p != '[') {
         return 0;
@@ -1670,17 +1683,35 @@ nalar_api_count_ids(const char *body, size_t len, nalar_api_ids *ids)
     api_scan_space(&s);
 
     if (s.p < s.end && *s.p == '[') {
-        if (api_scan_int_array(&s, &count) != 0) {
-            return 0;
+        for (n = 1; /* void */; n++) {
+            if (api_scan_int_array(&s, &count) != 0) {
+                return 0;
+            }
+
+            api_scan_space(&s);
+
+            if (s.p == s.end) {
+                return 0;
+            }
+
+            if (*s.p == ']') {
+                s.p++;
+                break;
+            }
+
+            if (*s.p++ != ',') {
+                return 0;
+            }
+
+            api_scan_space(&s);
         }
 
-        api_scan_space(&s);
+        /* one array is the prompt; more are its elements, none an id */
 
-        if (s.p == s.end || *s.p != ']') {
-            return 0;
+        if (n > 1) {
+            count = n;
+            ids->arrays = 1;
         }
-
-        s.p++;
 
     } else {
         s.p = (const unsigned char *) body + ids->start;
@@ -1753,7 +1784,7 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
 
     /* only where some model's answer would not need the ids' values */
 
-    for (i = 0; i < in->n_models; i++) {
+    for (i = 0; i < in->n_models && !ids.arrays; i++) {
         if (in->models[i].state != 1
             || ids.count >= (size_t) in->models[i].n_ctx)
         {
@@ -1761,7 +1792,7 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
         }
     }
 
-    if (i == in->n_models) {
+    if (i == in->n_models && !ids.arrays) {
         return 1;
     }
 
@@ -1788,7 +1819,7 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
         return -1;
     }
 
-    rc = api_prompt(req, in, ids.count);
+    rc = api_prompt(req, in, &ids);
 
     return rc == 0 ? 1 : rc;
 }
@@ -1839,7 +1870,7 @@ nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
         return -1;
     }
 
-    return api_prompt(req, in, 0);
+    return api_prompt(req, in, NULL);
 }
 
 

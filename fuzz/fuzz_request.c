@@ -19,9 +19,10 @@
  * And the scan itself (nalar_api_count_ids) agrees with jansson: where it
  * counts a prompt in a body jansson parses, jansson's "prompt" is the span
  * it found, an array of that many integers (or one such array in an
- * array); where jansson's "prompt" is such an array of integers below
- * 10^18, in a body without escapes or NUL bytes (jansson drops one after
- * a number) nested at most 60 deep, the scan finds it.
+ * array, or that many such arrays); where jansson's "prompt" is such a
+ * prompt of integers below 10^18, in a body without escapes or NUL bytes
+ * (jansson drops one after a number) nested at most 60 deep, the scan
+ * finds it.
  *
  *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=request
  */
@@ -191,22 +192,16 @@ depth(const json_t *v)
 }
 
 
-/* the ids of a prompt that the scan must count; (size_t) -1: not one */
+/* an array of integers below 10^18, of at least one */
 
-static size_t
-ids_of(const json_t *v)
+static int
+int_array(const json_t *v)
 {
     size_t   i;
     json_t  *e;
 
-    if (json_is_array(v) && json_array_size(v) == 1
-        && json_is_array(json_array_get(v, 0)))
-    {
-        v = json_array_get(v, 0);
-    }
-
     if (!json_is_array(v) || json_array_size(v) == 0) {
-        return (size_t) -1;
+        return 0;
     }
 
     json_array_foreach(v, i, e) {
@@ -214,9 +209,44 @@ ids_of(const json_t *v)
             || json_integer_value(e) >= 1000000000000000000LL
             || json_integer_value(e) <= -1000000000000000000LL)
         {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* the count of a prompt that the scan must count, and whether it is of
+ * arrays; (size_t) -1: not one */
+
+static size_t
+ids_of(const json_t *v, int *arrays)
+{
+    size_t   i;
+    json_t  *e;
+
+    *arrays = 0;
+
+    if (int_array(v)) {
+        return json_array_size(v);
+    }
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return (size_t) -1;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (!int_array(e)) {
             return (size_t) -1;
         }
     }
+
+    if (json_array_size(v) == 1) {
+        return json_array_size(json_array_get(v, 0));
+    }
+
+    *arrays = 1;
 
     return json_array_size(v);
 }
@@ -225,7 +255,7 @@ ids_of(const json_t *v)
 static void
 check_scan(const char *body, size_t len)
 {
-    int             rc;
+    int             rc, arrays;
     size_t          n;
     json_t         *root, *prompt, *span;
     json_error_t    jerr;
@@ -244,10 +274,10 @@ check_scan(const char *body, size_t len)
     }
 
     prompt = json_object_get(root, "prompt");
-    n = ids_of(prompt);
+    n = ids_of(prompt, &arrays);
 
     if (rc == 1) {
-        if (n != ids.count) {
+        if (n != ids.count || arrays != ids.arrays) {
             die("scan: a count jansson does not see");
         }
 

@@ -2,8 +2,9 @@
 # A completions body of a huge prompt of token ids (over the scan's 1 MiB)
 # is counted from its bytes, never made a JSON tree: 52 MB of ids get the
 # 400 context_length_exceeded with the exact count (and the access log's
-# count) while the worker's peak memory grows by less than 3 times the
-# body; every other large body gets the answer the full parse gives
+# count), 52 MB of two arrays of ids the 400 for prompt[0], while the
+# worker's peak memory grows by less than 3 times the body; every other
+# large body gets the answer the full parse gives
 # (a syntax error after the ids, duplicate keys, ids that fit, nested
 # arrays, another field's error, the model's answer).
 use strict;
@@ -63,22 +64,42 @@ sub answer {
                        $e->{message} // '-';
 }
 
+# a body posted to a fresh worker: the answer, and how much the worker's
+# peak memory grew in bytes
+
+sub post_fresh {
+    my ($body) = @_;
+    $t->stop->run;
+    my $before = worker_hwm();
+    my $r = post($body);
+    my $after = worker_hwm();
+    ok($before && $after, "the worker's VmHWM: $before -> $after kB");
+    my $grew = ($after - $before) * 1024;
+    diag(sprintf "worker VmHWM %d -> %d kB (+%.1f x the body)", $before,
+                 $after, $grew / length $body);
+    return ($r, $grew);
+}
+
 # 52 MB of ids: refused from their count; the worker's peak stays low
 
 my $n = 13_000_000;
 my $body = '{"prompt":[' . ids($n) . ']}';
-my $before = worker_hwm();
-ok($before, "the worker's VmHWM: $before kB");
-my $r = post($body);
-my $after = worker_hwm();
+my ($r, $grew) = post_fresh($body);
 is(answer($r), "400 | context_length_exceeded | prompt | This model's "
    . "maximum context length is 512 tokens. However, you requested "
    . ($n + 16) . " tokens ($n in the prompt, 16 in the completion). Please "
    . "reduce the prompt or the completion length.",
    length($body) . " bytes of $n ids: context_length_exceeded, counted");
-my $grew = ($after - $before) * 1024;
-diag(sprintf "worker VmHWM %d -> %d kB (+%.1f x the body)", $before, $after,
-             $grew / length $body);
+cmp_ok($grew, '<', 3 * length $body,
+       "the worker's peak memory grew by less than 3x the body");
+
+# 52 MB of two arrays of ids: refused as prompt[0] is not an id, from the
+# scan too
+
+$body = '{"prompt":[[' . ids($n / 2) . '],[' . ids($n / 2) . ']]}';
+($r, $grew) = post_fresh($body);
+is(answer($r), '400 | invalid_value | prompt | prompt[0] is not a token id '
+   . 'of this model (0..2047)', length($body) . ' bytes of two arrays of ids');
 cmp_ok($grew, '<', 3 * length $body,
        "the worker's peak memory grew by less than 3x the body");
 
@@ -195,7 +216,7 @@ for my $c (@cases) {
 my $log = '';
 for (1 .. 100) {
     $log = $t->read_file('prompt.log');
-    last if (() = $log =~ m{^/v1/completions }mg) >= 1 + @cases;
+    last if (() = $log =~ m{^/v1/completions }mg) >= 2 + @cases;
     select(undef, undef, undef, 0.1);
 }
 my @lines = grep { m{^/v1/completions } } split /\n/, $log;
