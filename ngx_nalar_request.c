@@ -1036,21 +1036,57 @@ api_tool_msg(nalar_api_request *req, json_t *e, size_t i)
 }
 
 
+/* An id prompt of n tokens against the model's context: -1 refused. */
+
+static int
+api_ids_fit(nalar_api_request *req, const nalar_api_model *m, size_t n)
+{
+    int32_t  count;
+
+    count = n > INT32_MAX ? INT32_MAX : (int32_t) n;
+
+    if (count >= m->n_ctx) {
+        req->prompt_tokens = count;
+
+        return api_fail(req, 400, "invalid_request_error", "prompt",
+                        "context_length_exceeded",
+                        "This model's maximum context length is %d "
+                        "tokens. However, your prompt has %d tokens.",
+                        m->n_ctx, count);
+    }
+
+    return 0;
+}
+
+
+static int
+api_not_id(nalar_api_request *req, const nalar_api_model *m, size_t i)
+{
+    return api_bad(req, "prompt", "prompt[%zu] is not a token id of this "
+                   "model (0..%d)", i, m->n_vocab - 1);
+}
+
+
 /*
  * The prompt: `prompt` (a string, a one-element array of a string, or an
  * array of ids) or `messages` rendered with the chat template.  Text goes
  * to the engine as pieces, which it tokenizes on its thread, bounded by
  * the context; an id array is counted against the context before it is
  * copied.
+ *
+ * counted: NULL, or a completions prompt of ids that the body scan
+ * counted (the tree holds a placeholder for them): then the answer is the
+ * refusal of a prompt that long, or of arrays for ids (-1), or 1 when the
+ * ids fit and the full parse must decide.
  */
 
 static int
-api_prompt(nalar_api_request *req, const nalar_api_in *in)
+api_prompt(nalar_api_request *req, const nalar_api_in *in,
+    const nalar_api_ids *counted)
 {
     int                     k, style;
     json_t                 *v, *e, *t, *tools;
     size_t                  i, n, n_pieces;
-    int32_t                 count;
     nalar_err               err;
     nalar_tok_text         *rendered;
     nalar_chat_tools        tool_info;
@@ -1087,6 +1123,14 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in)
     }
 
     if (!in->chat) {
+        if (counted) {
+            if (api_ids_fit(req, m, counted->count) != 0) {
+                return -1;
+            }
+
+            return counted->arrays ? api_not_id(req, m, 0) : 1;
+        }
+
         v = json_object_get(req->root, "prompt");
 
         if (json_is_array(v) && json_array_size(v) == 1
@@ -1122,16 +1166,9 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in)
         /* counted before anything is copied */
 
         n = json_array_size(v);
-        count = n > INT32_MAX ? INT32_MAX : (int32_t) n;
 
-        if (count >= m->n_ctx) {
-            req->prompt_tokens = count;
-
-            return api_fail(req, 400, "invalid_request_error", "prompt",
-                            "context_length_exceeded",
-                            "This model's maximum context length is %d "
-                            "tokens. However, your prompt has %d tokens.",
-                            m->n_ctx, count);
+        if (api_ids_fit(req, m, n) != 0) {
+            return -1;
         }
 
         req->ids = malloc(n * sizeof(int32_t));
@@ -1145,8 +1182,7 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in)
             if (!json_is_integer(e) || json_integer_value(e) < 0
                 || json_integer_value(e) >= m->n_vocab)
             {
-                return api_bad(req, "prompt", "prompt[%zu] is not a token id "
-                               "of this model (0..%d)", i, m->n_vocab - 1);
+                return api_not_id(req, m, i);
             }
 
             req->ids[i] = (int32_t) json_integer_value(e);
@@ -1245,18 +1281,580 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in)
 }
 
 
-int
-nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
-                nalar_api_request *req)
-{
-    json_error_t  jerr;
+/*
+ * The body scan (see nalar_api_count_ids in ngx_nalar_request.h): one
+ * pass over the bytes, a lexer of JSON's grammar that keeps the nesting
+ * as a bit per level.  It does not decode strings or check their UTF-8,
+ * nor compare keys beyond "prompt": the parse of the rest of the body
+ * checks all that.
+ */
 
+#define API_SCAN_DEPTH  64              /* deeper: left to the full parse */
+
+size_t  nalar_api_count_min = NALAR_API_COUNT_MIN;
+
+
+typedef struct {
+    const unsigned char  *p;
+    const unsigned char  *end;
+} api_scan;
+
+
+static void
+api_scan_space(api_scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n'
+                             || *s->p == '\r'))
+    {
+        s->p++;
+    }
+}
+
+
+/* at '"': past the closing quote; *plain: no escape in it */
+
+static int
+api_scan_string(api_scan *s, int *plain)
+{
+    unsigned  i;
+
+    *plain = 1;
+    s->p++;
+
+    while (s->p < s->end) {
+        if (*s->p == '"') {
+            s->p++;
+            return 0;
+        }
+
+        if (*s->p < 0x20) {
+            return -1;
+        }
+
+        if (*s->p++ != '\\') {
+            continue;
+        }
+
+        *plain = 0;
+
+        if (s->p == s->end) {
+            return -1;
+        }
+
+        switch (*s->p++) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n':
+        case 'r': case 't':
+            break;
+
+        case 'u':
+            for (i = 0; i < 4; i++, s->p++) {
+                if (s->p == s->end
+                    || !((*s->p >= '0' && *s->p <= '9')
+                         || ((*s->p | 0x20) >= 'a' && (*s->p | 0x20) <= 'f')))
+                {
+                    return -1;
+                }
+            }
+            break;
+
+        default:
+            return -1;
+        }
+    }
+
+    return -1;
+}
+
+
+static size_t
+api_scan_digits(api_scan *s)
+{
+    const unsigned char  *start;
+
+    start = s->p;
+
+    while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+        s->p++;
+    }
+
+    return (size_t) (s->p - start);
+}
+
+
+/* a number; *integer: without fraction or exponent, and of at most 18
+ * digits (json_int_t holds it) */
+
+static int
+api_scan_number(api_scan *s, int *integer)
+{
+    size_t  n;
+
+    if (s->p < s->end && *s->p == '-') {
+        s->p++;
+    }
+
+    if (s->p < s->end && *s->p == '0') {
+        s->p++;
+        n = 1;
+
+    } else {
+        n = api_scan_digits(s);
+
+        if (n == 0) {
+            return -1;
+        }
+    }
+
+    *integer = (n <= 18);
+
+    if (s->p < s->end && *s->p == '.') {
+        s->p++;
+        *integer = 0;
+
+        if (api_scan_digits(s) == 0) {
+            return -1;
+        }
+    }
+
+    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+        s->p++;
+        *integer = 0;
+
+        if (s->p < s->end && (*s->p == '+' || *s->p == '-')) {
+            s->p++;
+        }
+
+        if (api_scan_digits(s) == 0) {
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* an object's key and its colon */
+
+static int
+api_scan_key(api_scan *s, int *plain)
+{
+    api_scan_space(s);
+
+    if (s->p == s->end || *s->p != '"' || api_scan_string(s, plain) != 0) {
+        return -1;
+    }
+
+    api_scan_space(s);
+
+    if (s->p == s->end || *s->p != ':') {
+        return -1;
+    }
+
+    s->p++;
+
+    return 0;
+}
+
+
+/* past one value, of at most API_SCAN_DEPTH levels */
+
+static int
+api_scan_skip(api_scan *s)
+{
+    int       plain, integer;
+    size_t    n;
+    unsigned  depth;
+    uint64_t  objects;                  /* bit d: level d + 1 an object */
+    static const char  *words[3] = { "true", "false", "null" };
+
+    depth = 0;
+    objects = 0;
+
+    for ( ;; ) {
+
+        /* a value */
+
+        api_scan_space(s);
+
+        if (s->p == s->end) {
+            return -1;
+        }
+
+        if (*s->p == '{' || *s->p == '[') {
+            if (depth == API_SCAN_DEPTH) {
+                return -1;
+            }
+
+            objects &= ~((uint64_t) 1 << depth);
+            objects |= (uint64_t) (*s->p == '{') << depth;
+            depth++;
+            s->p++;
+
+            api_scan_space(s);
+
+            if (s->p < s->end
+                && *s->p == ((objects >> (depth - 1)) & 1 ? '}' : ']'))
+            {
+                s->p++;
+                depth--;
+
+            } else if ((objects >> (depth - 1)) & 1) {
+                if (api_scan_key(s, &plain) != 0) {
+                    return -1;
+                }
+
+                continue;
+
+            } else {
+                continue;
+            }
+
+        } else if (*s->p == '"') {
+            if (api_scan_string(s, &plain) != 0) {
+                return -1;
+            }
+
+        } else if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')) {
+            if (api_scan_number(s, &integer) != 0) {
+                return -1;
+            }
+
+        } else {
+            for (n = 0; n < 3; n++) {
+                if (*s->p == (unsigned char) words[n][0]) {
+                    break;
+                }
+            }
+
+            if (n == 3
+                || (size_t) (s->end - s->p) < strlen(words[n])
+                || memcmp(s->p, words[n], strlen(words[n])) != 0)
+            {
+                return -1;
+            }
+
+            s->p += strlen(words[n]);
+        }
+
+        /* after a value: the next one, or the ends of containers */
+
+        for ( ;; ) {
+            if (depth == 0) {
+                return 0;
+            }
+
+            api_scan_space(s);
+
+            if (s->p == s->end) {
+                return -1;
+            }
+
+            if (*s->p == ',') {
+                s->p++;
+
+                if (((objects >> (depth - 1)) & 1)
+                    && api_scan_key(s, &plain) != 0)
+                {
+                    return -1;
+                }
+
+                break;
+            }
+
+            if (*s->p != ((objects >> (depth - 1)) & 1 ? '}' : ']')) {
+                return -1;
+            }
+
+            s->p++;
+            depth--;
+        }
+    }
+}
+
+
+/* an array of integers (of at least one), counted into *count */
+
+static int
+api_scan_int_array(api_scan *s, size_t *count)
+{
+    int  integer;
+
+    if (s->p == s->end || *s->p != '[') {
+        return -1;
+    }
+
+    s->p++;
+    *count = 0;
+
+    for ( ;; ) {
+        api_scan_space(s);
+
+        if (s->p == s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))
+            || api_scan_number(s, &integer) != 0 || !integer)
+        {
+            return -1;
+        }
+
+        (*count)++;
+
+        api_scan_space(s);
+
+        if (s->p == s->end) {
+            return -1;
+        }
+
+        if (*s->p == ']') {
+            s->p++;
+            return 0;
+        }
+
+        if (*s->p++ != ',') {
+            return -1;
+        }
+    }
+}
+
+
+int
+nalar_api_count_ids(const char *body, size_t len, nalar_api_ids *ids)
+{
+    int       plain;
+    size_t    count, n;
+    api_scan  s;
+
+    s.p = (const unsigned char *) body;
+    s.end = s.p + len;
+
+    api_scan_space(&s);
+
+    if (s.p == s.end || *s.p++ != '{') {
+        return 0;
+    }
+
+    api_scan_space(&s);
+
+    if (s.p < s.end && *s.p == '}') {
+        return 0;
+    }
+
+    for ( ;; ) {
+        api_scan_space(&s);
+
+        if (s.p == s.end || *s.p != '"') {
+            return 0;
+        }
+
+        ids->start = (size_t) (s.p - (const unsigned char *) body);
+
+        if (api_scan_key(&s, &plain) != 0) {
+            return 0;
+        }
+
+        if (plain && (const char *) s.p - body - ids->start >= 8
+            && memcmp(body + ids->start, "\"prompt\"", 8) == 0)
+        {
+            break;
+        }
+
+        if (api_scan_skip(&s) != 0) {
+            return 0;
+        }
+
+        api_scan_space(&s);
+
+        if (s.p == s.end || *s.p != ',') {
+            return 0;
+        }
+
+        s.p++;
+    }
+
+    /* the first "prompt": [ids], [[ids]], or [[ids], [ids], ...] */
+
+    api_scan_space(&s);
+    ids->start = (size_t) (s.p - (const unsigned char *) body);
+    ids->arrays = 0;
+
+    if (s.p == s.end || *s.p != '[') {
+        return 0;
+    }
+
+    s.p++;
+    api_scan_space(&s);
+
+    if (s.p < s.end && *s.p == '[') {
+        for (n = 1; /* void */; n++) {
+            if (api_scan_int_array(&s, &count) != 0) {
+                return 0;
+            }
+
+            api_scan_space(&s);
+
+            if (s.p == s.end) {
+                return 0;
+            }
+
+            if (*s.p == ']') {
+                s.p++;
+                break;
+            }
+
+            if (*s.p++ != ',') {
+                return 0;
+            }
+
+            api_scan_space(&s);
+        }
+
+        /* one array is the prompt; more are its elements, none an id */
+
+        if (n > 1) {
+            count = n;
+            ids->arrays = 1;
+        }
+
+    } else {
+        s.p = (const unsigned char *) body + ids->start;
+
+        if (api_scan_int_array(&s, &count) != 0) {
+            return 0;
+        }
+    }
+
+    ids->end = (size_t) (s.p - (const unsigned char *) body);
+    ids->count = count;
+
+    return 1;
+}
+
+
+/* the body without the prompt's ids: a placeholder in their place */
+
+typedef struct {
+    const char  *piece[3];
+    size_t       len[3];
+    unsigned     i;
+} api_rest;
+
+
+static size_t
+api_rest_read(void *buf, size_t size, void *data)
+{
+    size_t     n;
+    api_rest  *r;
+
+    r = data;
+
+    while (r->i < 3 && r->len[r->i] == 0) {
+        r->i++;
+    }
+
+    if (r->i == 3) {
+        return 0;
+    }
+
+    n = r->len[r->i] < size ? r->len[r->i] : size;
+    memcpy(buf, r->piece[r->i], n);
+    r->piece[r->i] += n;
+    r->len[r->i] -= n;
+
+    return n;
+}
+
+
+/*
+ * A large completions body whose prompt is ids: where their count decides
+ * the answer, the answer (-1), from the body's other fields parsed as
+ * usual and the count; 1: the full parse decides.
+ */
+
+static int
+api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
+    nalar_api_request *req)
+{
+    int            rc;
+    size_t         i;
+    api_rest       rest;
+    json_error_t   jerr;
+    nalar_api_ids  ids;
+
+    if (nalar_api_count_ids(body, len, &ids) != 1) {
+        return 1;
+    }
+
+    /* only where some model's answer would not need the ids' values */
+
+    for (i = 0; i < in->n_models && !ids.arrays; i++) {
+        if (in->models[i].state != 1
+            || ids.count >= (size_t) in->models[i].n_ctx)
+        {
+            break;
+        }
+    }
+
+    if (i == in->n_models && !ids.arrays) {
+        return 1;
+    }
+
+    rest.piece[0] = body;
+    rest.len[0] = ids.start;
+
+    /* jansson reads past a number or a word and drops a NUL byte there:
+     * a placeholder that ends at its own closing byte, as the ids do */
+
+    rest.piece[1] = "[]";
+    rest.len[1] = 2;
+    rest.piece[2] = body + ids.end;
+    rest.len[2] = len - ids.end;
+    rest.i = 0;
+
+    req->root = json_load_callback(api_rest_read, &rest,
+                                   JSON_REJECT_DUPLICATES, &jerr);
+
+    if (req->root == NULL || !json_is_object(req->root)) {
+        return 1;
+    }
+
+    if (api_fields(req, in) != 0 || api_response_format(req) != 0) {
+        return -1;
+    }
+
+    rc = api_prompt(req, in, &ids);
+
+    return rc == 0 ? 1 : rc;
+}
+
+
+static void
+api_init(nalar_api_request *req)
+{
     memset(req, 0, sizeof(*req));
     req->model = -1;
     req->logprobs = -1;
     req->n = 1;
     nalar_sampling_default(&req->params.sampling);
     req->params.stop = req->stops;
+}
+
+
+int
+nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
+                nalar_api_request *req)
+{
+    json_error_t  jerr;
+
+    api_init(req);
+
+    /* a large prompt of ids refused from its count, never a tree */
+
+    if (!in->chat && len >= nalar_api_count_min) {
+        if (api_parse_counted(body, len, in, req) != 1) {
+            return -1;
+        }
+
+        nalar_api_request_free(req);
+        api_init(req);
+    }
 
     req->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
 
@@ -1272,7 +1870,7 @@ nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
         return -1;
     }
 
-    return api_prompt(req, in);
+    return api_prompt(req, in, NULL);
 }
 
 

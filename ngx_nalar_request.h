@@ -109,4 +109,37 @@ int nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
                     nalar_api_request *req);
 void nalar_api_request_free(nalar_api_request *req);
 
+/*
+ * A completions body of at least nalar_api_count_min bytes is scanned
+ * first (nalar_api_count_ids): where its prompt is ids whose count alone
+ * decides the answer (context_length_exceeded; prompt[0] is not an id,
+ * for arrays of ids; an error of the other fields, which are parsed with
+ * a placeholder for the ids; the model not ready), that is the answer,
+ * and the ids never become a tree; anything else takes the full parse.
+ * Either way the answer is the full parse's.  Below the minimum the ids'
+ * tree is some MB at most; above it, it grows to about 10 times the body.
+ * A variable for the tests.
+ */
+#define NALAR_API_COUNT_MIN  (1024 * 1024)
+
+extern size_t  nalar_api_count_min;
+
+typedef struct {
+    size_t       start;         /* the prompt value's bytes in the body */
+    size_t       end;
+    size_t       count;         /* its ids, as the context check counts */
+    unsigned     arrays:1;      /* two or more arrays of ids: count is
+                                   theirs, and prompt[0] is not an id */
+} nalar_api_ids;
+
+/*
+ * One pass over `body` with a fixed state: 1 where it opens as a JSON
+ * object whose first top-level "prompt" member (a key without escapes),
+ * after valid JSON, is an array of one or more integers (of at most 18
+ * digits), or an array of such arrays; 0 otherwise.  It checks the
+ * grammar up to the prompt's end only, and no string's UTF-8 or key's
+ * uniqueness.
+ */
+int nalar_api_count_ids(const char *body, size_t len, nalar_api_ids *ids);
+
 #endif

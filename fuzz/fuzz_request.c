@@ -14,6 +14,16 @@
  * user stop strings (non-empty, no NUL), logit_bias ids in the
  * vocabulary.  Everything is freed (ASan's leak check).
  *
+ * Each body is parsed twice, with and without the scan of large bodies
+ * (nalar_api_count_min 0 and SIZE_MAX): the answers must be the same.
+ * And the scan itself (nalar_api_count_ids) agrees with jansson: where it
+ * counts a prompt in a body jansson parses, jansson's "prompt" is the span
+ * it found, an array of that many integers (or one such array in an
+ * array, or that many such arrays); where jansson's "prompt" is such a
+ * prompt of integers below 10^18, in a body without escapes or NUL bytes
+ * (jansson drops one after a number) nested at most 60 deep, the scan
+ * finds it.
+ *
  *   make fuzz FUZZ_SECONDS=60 FUZZ_ONLY=request
  */
 #include <stdint.h>
@@ -152,13 +162,169 @@ check_err(const nalar_api_request *r)
 }
 
 
+static size_t
+depth(const json_t *v)
+{
+    size_t       d, m;
+    json_t      *e;
+    const char  *key;
+    size_t       i;
+
+    m = 0;
+
+    if (json_is_object(v)) {
+        json_object_foreach((json_t *) v, key, e) {
+            d = depth(e);
+            m = d > m ? d : m;
+        }
+        return m + 1;
+    }
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            d = depth(e);
+            m = d > m ? d : m;
+        }
+        return m + 1;
+    }
+
+    return 0;
+}
+
+
+/* an array of integers below 10^18, of at least one */
+
+static int
+int_array(const json_t *v)
+{
+    size_t   i;
+    json_t  *e;
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return 0;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e)
+            || json_integer_value(e) >= 1000000000000000000LL
+            || json_integer_value(e) <= -1000000000000000000LL)
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* the count of a prompt that the scan must count, and whether it is of
+ * arrays; (size_t) -1: not one */
+
+static size_t
+ids_of(const json_t *v, int *arrays)
+{
+    size_t   i;
+    json_t  *e;
+
+    *arrays = 0;
+
+    if (int_array(v)) {
+        return json_array_size(v);
+    }
+
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return (size_t) -1;
+    }
+
+    json_array_foreach(v, i, e) {
+        if (!int_array(e)) {
+            return (size_t) -1;
+        }
+    }
+
+    if (json_array_size(v) == 1) {
+        return json_array_size(json_array_get(v, 0));
+    }
+
+    *arrays = 1;
+
+    return json_array_size(v);
+}
+
+
+static void
+check_scan(const char *body, size_t len)
+{
+    int             rc, arrays;
+    size_t          n;
+    json_t         *root, *prompt, *span;
+    json_error_t    jerr;
+    nalar_api_ids   ids;
+
+    rc = nalar_api_count_ids(body, len, &ids);
+
+    if (rc == 1 && (ids.start >= ids.end || ids.end > len || ids.count == 0)) {
+        die("scan: a bad span");
+    }
+
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL || !json_is_object(root)) {
+        json_decref(root);
+        return;
+    }
+
+    prompt = json_object_get(root, "prompt");
+    n = ids_of(prompt, &arrays);
+
+    if (rc == 1) {
+        if (n != ids.count || arrays != ids.arrays) {
+            die("scan: a count jansson does not see");
+        }
+
+        span = json_loadb(body + ids.start, ids.end - ids.start, 0, &jerr);
+        if (!json_equal(span, prompt)) {
+            die("scan: a span that is not the prompt");
+        }
+        json_decref(span);
+
+    } else if (n != (size_t) -1 && memchr(body, '\\', len) == NULL
+               && memchr(body, '\0', len) == NULL && depth(root) <= 60)
+    {
+        die("scan: a prompt of ids missed");
+    }
+
+    json_decref(root);
+}
+
+
+static void
+same(const nalar_api_request *a, int ra, const nalar_api_request *b, int rb)
+{
+    if (ra != rb || a->err.status != b->err.status
+        || a->prompt_tokens != b->prompt_tokens || a->model != b->model
+        || a->stream != b->stream
+        || a->params.max_tokens != b->params.max_tokens
+        || strcmp(a->err.message, b->err.message) != 0
+        || (a->err.code != b->err.code
+            && (a->err.code == NULL || b->err.code == NULL
+                || strcmp(a->err.code, b->err.code) != 0))
+        || (a->err.param != b->err.param
+            && (a->err.param == NULL || b->err.param == NULL
+                || strcmp(a->err.param, b->err.param) != 0)))
+    {
+        die("the scan of large bodies changed the answer");
+    }
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const int     ready[4] = { 1, 1, 0, -1 };
     nalar_api_in         in;
     nalar_api_model      models[2];
-    nalar_api_request    req;
+    nalar_api_request    req, full;
+    int                  rc, rc_full;
 
     if (size < 2) {
         return 0;
@@ -184,7 +350,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in.chat_style = ((data[0] >> 4) & 7) % 5;
     in.seed = 42;
 
-    if (nalar_api_parse((const char *) data + 2, size - 2, &in, &req) == 0) {
+    check_scan((const char *) data + 2, size - 2);
+
+    nalar_api_count_min = SIZE_MAX;
+    rc_full = nalar_api_parse((const char *) data + 2, size - 2, &in, &full);
+
+    nalar_api_count_min = 0;
+    rc = nalar_api_parse((const char *) data + 2, size - 2, &in, &req);
+
+    same(&req, rc, &full, rc_full);
+    nalar_api_request_free(&full);
+
+    if (rc == 0) {
         if (req.err.status != 0) {
             die("success with an error");
         }
