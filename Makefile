@@ -74,7 +74,9 @@ build/fuzz_jwt: src/jwt.c src/nalar_err.c
 build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h \
                  src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
-build/fuzz_request: ngx_nalar_request.c ngx_nalar_request.h ngx_nalar_chat.c \
+build/fuzz_request: ngx_nalar_request.c ngx_nalar_request_scan.c \
+                    ngx_nalar_request_tools.c ngx_nalar_request_internal.h \
+                    ngx_nalar_request.h ngx_nalar_chat.c \
                     ngx_nalar_chat_style.c ngx_nalar_chat.h src/sampler.c src/grammar.c \
                     src/nalar_err.c src/tokenizer.c src/gguf.c
 build/fuzz_route: ngx_nalar_route_text.c ngx_nalar_route_text.h
@@ -97,7 +99,8 @@ deps:
 # the request parsing, body reading, error, disconnect and auth paths,
 # about 3 minutes (its engine is about 10x slower).
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
-             t/53-parse-offloop.t t/54-disconnect.t t/67-jwt-auth.t
+             t/53-parse-offloop.t t/53-big-ids.t t/54-disconnect.t \
+             t/67-jwt-auth.t
 
 test: deps
 	$(MAKE) all fuzz module-asan

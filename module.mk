@@ -13,7 +13,10 @@ MODULE_SRC  = ngx_nalar_module.c ngx_nalar_module.h ngx_nalar_status.c \
              ngx_nalar_parse.c ngx_nalar_handler.c ngx_nalar_error.c \
              ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h \
              ngx_nalar_request.c \
-             ngx_nalar_request.h ngx_nalar_route.c ngx_nalar_route_text.c \
+             ngx_nalar_request_scan.c \
+             ngx_nalar_request_tools.c \
+             ngx_nalar_request.h ngx_nalar_request_internal.h \
+             ngx_nalar_route.c ngx_nalar_route_text.c \
              ngx_nalar_route_text.h ngx_nalar_tools.c ngx_nalar_tools.h \
              ngx_nalar_shared.c ngx_nalar_engine_conf.c \
              config config.make
