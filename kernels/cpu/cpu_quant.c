@@ -1116,12 +1116,97 @@ nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
  * hsum8(acc) - hsum8(m).  Decode (4 rows by 1 token) and prefill tiles
  * (PR rows by PT tokens) take these operations per (row, token).
  */
+/* the integer dot of sub-block j's codes with x's, in 8 int32 lanes, for
+ * R rows by T tokens */
 static ALWAYS_INLINE_Q void
-i16_tile(const int R, const int T, const int SUB, const int NSUB,
-         const int QS, const int8_t **q, const qblock *B,
+i16_dot(const int R, const int T, const int SUB, const int QS,
+        const int8_t **q, const int16_t *xq, int64_t ldq, int64_t cj, int j,
+        __m256i (*v)[PT])
+{
+    for (int k = 0; k < SUB; k += 16) {
+        __m256i qv[4];
+
+        for (int i = 0; i < R; i++) {
+            qv[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                        (const __m128i *) (q[i] + j * QS + k)));
+        }
+        for (int u = 0; u < T; u++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)
+                                            (xq + u * ldq + cj + k));
+
+            for (int i = 0; i < R; i++) {
+                __m256i p = _mm256_madd_epi16(qv[i], xv);
+
+                v[i][u] = k == 0 ? p : _mm256_add_epi32(v[i][u], p);
+            }
+        }
+    }
+}
+
+
+/*
+ * The K-quants (Q4_K, Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16): per
+ * group of 8 sub-blocks, their integer dots reduced to one vector whose
+ * lane j is sub-block j's sum (exact), then acc = fma(a[j] * dx_j,
+ * (float) sums, acc): one FMA per 8 sub-blocks.
+ */
+static ALWAYS_INLINE_Q void
+i16_tile_k(const int R, const int T, const int SUB, const int NSUB,
+           const int8_t **q, const qblock *B, const int16_t *xq,
+           int64_t ldq, const float *xd, int64_t ldd, int64_t c,
+           __m256 *acc, int as)
+{
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+
+    for (int j0 = 0; j0 < NSUB; j0 += 8) {
+        __m256i h[4][PT][4];
+
+        for (int jp = 0; jp < 4; jp++) {
+            __m256i va[4][PT], vb[4][PT];
+            int     j = j0 + 2 * jp;
+
+            i16_dot(R, T, SUB, SUB, q, xq, ldq, c + j * SUB, j, va);
+            i16_dot(R, T, SUB, SUB, q, xq, ldq, c + (j + 1) * SUB, j + 1,
+                    vb);
+            for (int i = 0; i < R; i++) {
+                for (int u = 0; u < T; u++) {
+                    h[i][u][jp] = _mm256_hadd_epi32(va[i][u], vb[i][u]);
+                }
+            }
+        }
+        for (int u = 0; u < T; u++) {
+            const float *d = xd + u * ldd + (c + j0 * SUB) / 32;
+            __m256       dx = SUB == 32 ? _mm256_loadu_ps(d)
+                              : _mm256_permutevar8x32_ps(
+                                  _mm256_castps128_ps256(_mm_loadu_ps(d)),
+                                  dup);
+
+            for (int i = 0; i < R; i++) {
+                __m256i b0 = _mm256_hadd_epi32(h[i][u][0], h[i][u][1]);
+                __m256i b1 = _mm256_hadd_epi32(h[i][u][2], h[i][u][3]);
+                __m256i s = _mm256_add_epi32(
+                                _mm256_permute2x128_si256(b0, b1, 0x20),
+                                _mm256_permute2x128_si256(b0, b1, 0x31));
+
+                acc[i * as + u] = _mm256_fmadd_ps(
+                    _mm256_mul_ps(_mm256_loadu_ps(B[i].a + j0), dx),
+                    _mm256_cvtepi32_ps(s), acc[i * as + u]);
+            }
+        }
+    }
+}
+
+
+static ALWAYS_INLINE_Q void
+i16_tile(ggml_type t, const int R, const int T, const int SUB,
+         const int NSUB, const int QS, const int8_t **q, const qblock *B,
          const int16_t *xq, int64_t ldq, const float *xd, int64_t ldd,
          int64_t c, __m256 *acc, int as)
 {
+    if (t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K) {
+        i16_tile_k(R, T, SUB, NSUB, q, B, xq, ldq, xd, ldd, c, acc, as);
+        return;
+    }
     for (int j = 0; j < NSUB; j++) {
         __m256i v[4][PT];
         int64_t cj = c + j * SUB;
@@ -1182,7 +1267,7 @@ i16_decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             _mm_prefetch(pn + k, _MM_HINT_T0);
         }
     }
-    i16_tile(R, 1, SUB, NB * NSUB, QSTEP(t, SUB), q, B, xq, 0, xd, 0, c,
+    i16_tile(t, R, 1, SUB, NB * NSUB, QSTEP(t, SUB), q, B, xq, 0, xd, 0, c,
              acc, 1);
     if (HAS_MIN) {
         __m256 s = _mm256_loadu_ps(xs + c / 32);
@@ -1248,17 +1333,17 @@ i16_prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
 
         switch (tn - tk) {
         case 1:
-            i16_tile(R, 1, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
+            i16_tile(t, R, 1, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
                      acc + tk, TOK_BLOCK);
             break;
 #if PT > 2
         case 2:
-            i16_tile(R, 2, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
+            i16_tile(t, R, 2, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
                      acc + tk, TOK_BLOCK);
             break;
 #endif
         default:
-            i16_tile(R, PT, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng,
+            i16_tile(t, R, PT, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng,
                      c, acc + tk, TOK_BLOCK);
             break;
         }
