@@ -1111,10 +1111,11 @@ nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
  * 16-bit activations.  Per (row, token) and sub-block j, the integer dot
  * of the codes with x's codes in 8 int32 lanes (vpmaddwd over 16 codes at
  * a time, summed with vpaddd: exact, so its order is free), then
- * acc = fma(a_j * dx, (float) lanes, acc) over the sub-blocks in order;
- * mins as the float path, with xs the scaled sums of x's codes; y =
- * hsum8(acc) - hsum8(m).  Decode (4 rows by 1 token) and prefill tiles
- * (PR rows by PT tokens) take these operations per (row, token).
+ * acc = fma(a_j * dx, (float) lanes, acc) over the sub-blocks in order
+ * (the K-quants: 8 sub-blocks at a time, i16_tile_k); mins as the float
+ * path, with xs the scaled sums of x's codes; y = hsum8(acc) - hsum8(m).
+ * Decode (4 rows by 1 token) and prefill tiles (PR rows by PT tokens)
+ * take these operations per (row, token).
  */
 /* the integer dot of sub-block j's codes with x's, in 8 int32 lanes, for
  * R rows by T tokens */

@@ -66,10 +66,14 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
  * rounding in the per-sub-block sums:
  *   sum_j (a_j dx) * (sum_i q_i xq_i) - sum_j b_j * (dx * sum_i xq_i)
  * (the mins' sums are x's codes' too).  Batch invariance as above:
- *   AVX2: per sub-block, the integer dot in 8 int32 lanes (vpmaddwd),
- *     acc = fma(a_j * dx, (float) lanes, acc) over the sub-blocks in
- *     order; m = fma(b[0:8], xs[0:8], m) per block, xs_j = dx_j *
- *     (float) sum xq over sub-block j; y = hsum8(acc) - hsum8(m).
+ *   AVX2, Q8_0 and Q4_0: per block, the integer dot in 8 int32 lanes
+ *     (vpmaddwd), acc = fma(a * dx, (float) lanes, acc) over the blocks
+ *     in order.  Q4_K, Q5_K, Q6_K: per 8 sub-blocks j0 .. j0 + 7, one
+ *     vector whose lane k is sub-block j0 + k's whole integer dot,
+ *     acc = fma(a[j0:j0+8] * dx[...], (float) that, acc) in order (dx of
+ *     the sub-block's 32 values).  Mins: m = fma(b[0:8], xs[0:8], m) per
+ *     block, xs_j = dx_j * (float) sum xq over sub-block j; y =
+ *     hsum8(acc) - hsum8(m).
  *   Portable: acc = fmaf(a_j * dx, (float) dot_j, acc), m = fmaf(b_j,
  *     xs_j, m) over the sub-blocks in order.
  * Without memory for x's codes the kernel falls back to the F32 path.
