@@ -64,6 +64,13 @@ static ngx_conf_enum_t  ngx_http_nalar_cache_scopes[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_nalar_cpu_activations[] = {
+    { ngx_string("f32"), 0 },
+    { ngx_string("i16"), 1 },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_command_t  ngx_http_nalar_commands[] = {
 
     { ngx_string("nalar_model"),
@@ -104,6 +111,13 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("nalar_cpu_activations"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_nalar_main_conf_t, cpu_act_i16),
+      &ngx_http_nalar_cpu_activations },
 
     { ngx_string("nalar_max_batch_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -369,6 +383,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     nmcf->threads = NGX_CONF_UNSET;
     nmcf->test_fault = NGX_CONF_UNSET;
     nmcf->kv_cache = NGX_CONF_UNSET;
+    nmcf->cpu_act_i16 = NGX_CONF_UNSET_UINT;
     nmcf->max_batch_tokens = NGX_CONF_UNSET;
     nmcf->max_queue = NGX_CONF_UNSET;
     nmcf->max_running = NGX_CONF_UNSET;
@@ -395,6 +410,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(nmcf->threads, 0);
     ngx_conf_init_value(nmcf->test_fault, 0);
     ngx_conf_init_value(nmcf->kv_cache, 0);
+    ngx_conf_init_uint_value(nmcf->cpu_act_i16, 0);
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
     ngx_conf_init_value(nmcf->max_queue, 0);
     ngx_conf_init_value(nmcf->max_running, 0);
@@ -430,6 +446,13 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
                            "\"nalar_kv_cache dtype=bf16\" needs "
                            "\"nalar_backend cuda\": the CPU backend keeps "
                            "its KV cache in F32");
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_strcmp(nmcf->backend.data, "cpu") != 0 && nmcf->cpu_act_i16) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_cpu_activations i16\" is a mode of "
+                           "\"nalar_backend cpu\"");
         return NGX_CONF_ERROR;
     }
 
@@ -818,6 +841,7 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         opts.n_threads = (int) nmcf->threads;
         opts.kv_bytes = (int64_t) nmcf->kv_cache;
         opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
+        opts.act_i16 = (int) nmcf->cpu_act_i16;
         opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
         opts.max_queue = (int32_t) nmcf->max_queue;
         opts.max_running = (int32_t) nmcf->max_running;

@@ -6,7 +6,9 @@
 # times.  Prints the medians, the median of the per-round ratios to F16
 # (each round's runs are next to each other, so they share the machine's
 # state), the memory-read limit `nalar bench` measures in the same
-# process, and resident memory.  Writes bench/results/quant.md.
+# process, and resident memory.  Q8_0 and Q4_K_M run twice: with F32
+# activations (the default) and with --cpu-activations i16 (the "i16"
+# columns).  Writes bench/results/quant.md.
 #   sh bench/quant.sh [ROUNDS] [MODEL_DIR]
 set -e
 cd "$(dirname "$0")/.."
@@ -24,9 +26,11 @@ RAW="$DIR/raw.txt"
 : > "$RAW"
 r=1
 while [ $r -le "$ROUNDS" ]; do
-    for t in f16 q8_0 q4_k_m; do
-        build/nalar bench -m "$DIR/L1B-$t.gguf" -p 32 -n 16 -b 1 -t 2 \
-            2>&1 | sed "s/^/$r $t /" >> "$RAW"
+    for t in f16 q8_0 q8_0-i16 q4_k_m q4_k_m-i16; do
+        act=f32
+        case $t in *-i16) act=i16 ;; esac
+        build/nalar bench -m "$DIR/L1B-${t%-i16}.gguf" -p 32 -n 16 -b 1 \
+            -t 2 --cpu-activations $act 2>&1 | sed "s/^/$r $t /" >> "$RAW"
     done
     r=$((r + 1))
 done
@@ -45,7 +49,7 @@ for line in open(raw):
     if m: d['limit'], d['bytes'] = float(m.group(1)), int(m.group(2))
     m = re.search(r'resident after load: (\d+) bytes \(file (\d+)', rest)
     if m: d['rss'], d['file'] = int(m.group(1)), int(m.group(2))
-types = ['f16', 'q8_0', 'q4_k_m']
+types = ['f16', 'q8_0', 'q8_0-i16', 'q4_k_m', 'q4_k_m-i16']
 rounds = sorted({r for r, _ in runs})
 med = statistics.median
 def col(t, k): return [runs[(r, t)][k] for r in rounds if k in runs.get((r, t), {})]
@@ -55,8 +59,8 @@ def ratio(t, k, inv=False):
     v = [1 / x for x in v] if inv else v
     return '%.2fx (%.2f-%.2f)' % (med(v), min(v), max(v)) if v else '-'
 print('1.1B Llama shape, 2 threads, %d rounds; %s\n' % (len(rounds), up.strip()))
-print('| | F16 | Q8_0 | Q4_K_M |')
-print('|---|---:|---:|---:|')
+print('| | F16 | Q8_0 | Q8_0 i16 | Q4_K_M | Q4_K_M i16 |')
+print('|---|---:|---:|---:|---:|---:|')
 print('| weight bytes per token | ' + ' | '.join('%.2f GB' % (col(t, 'bytes')[0] / 1e9) for t in types) + ' |')
 print('| decode, batch 1 (tokens/s) | ' + ' | '.join('%.1f' % med(col(t, 'decode')) for t in types) + ' |')
 print('| decode, same-round ratio to F16 | 1 | ' + ' | '.join(ratio(t, 'decode') for t in types[1:]) + ' |')

@@ -53,11 +53,12 @@ usage(void)
         " [--device N]\n"
         "                 [--gpu-memory FRACTION|BYTES] [--gpu-gemv-max N]"
         " [--draft FILE]\n"
-        "                 [--spec off|draft|ngram|auto] [--spec-k K]\n"
+        "                 [--spec off|draft|ngram|auto] [--spec-k K]"
+        " [--cpu-activations f32|i16]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar eval -m MODEL --ids \"ID ...\" [--top K] [--backend cpu|cuda]"
         " [--device N]\n"
-        "                 [-t THREADS]\n"
+        "                 [-t THREADS] [--cpu-activations f32|i16]\n"
         "  nalar inspect MODEL\n"
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
@@ -68,6 +69,7 @@ usage(void)
         "                 --arch llama|qwen2|qwen3|gemma2|phi3 --window N] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
+        "                 [--cpu-activations f32|i16]\n"
         "  nalar spec-bench -m MODEL [--draft FILE]"
         " [--task prompts|edit|edit-spans|edit-rename]\n"
         "                 [-b 1,4,16] [-k 0,1,2,4,8] [-n 96] [-t THREADS]"
@@ -76,6 +78,21 @@ usage(void)
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n"
         "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n");
+}
+
+
+/* --cpu-activations: "f32" (or not given) 0, "i16" 1, else -1 */
+static int
+cpu_activations(const char *cmd, const char *s)
+{
+    if (s == NULL || strcmp(s, "f32") == 0) {
+        return 0;
+    }
+    if (strcmp(s, "i16") == 0) {
+        return 1;
+    }
+    fprintf(stderr, "nalar %s: --cpu-activations f32|i16\n", cmd);
+    return -1;
 }
 
 
@@ -156,7 +173,7 @@ cmd_generate(int argc, char **argv)
     nalar_sampling_default(&rp.sampling);
     rp.max_tokens = 128;
     {
-        const char      *spec = NULL;
+        const char      *spec = NULL, *act = NULL;
         const nalar_opt  opts[] = {
             { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
             { "-p", NULL, NALAR_OPT_STR, &prompt, NULL, 0 },
@@ -185,10 +202,15 @@ cmd_generate(int argc, char **argv)
             { "--ids", NULL, NALAR_OPT_FLAG, &g.print_ids, NULL, 0 },
             { "--ignore-eos", NULL, NALAR_OPT_FLAG, &rp.ignore_eos, NULL,
               0 },
+            { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
         };
 
         if (NALAR_OPTS_PARSE("generate", argc, argv, opts) != 0) {
             usage();
+            return 2;
+        }
+        eo.act_i16 = cpu_activations("generate", act);
+        if (eo.act_i16 < 0) {
             return 2;
         }
         /* --spec, else the draft when one is given */
@@ -286,7 +308,7 @@ eval_print(int32_t pos, const float *row, int32_t V, int k, int32_t *top)
 static int
 cmd_eval(int argc, char **argv)
 {
-    const char         *model = NULL, *ids_s = NULL;
+    const char         *model = NULL, *ids_s = NULL, *act = NULL;
     int                 top_k = 16, n = 0, cap = 0, rc = 1;
     nalar_backend_opts  bo;
     nalar_model        *m = NULL;
@@ -310,9 +332,14 @@ cmd_eval(int argc, char **argv)
             { "--backend", NULL, NALAR_OPT_STR, &bo.name, NULL, 0 },
             { "--device", NULL, NALAR_OPT_INT, &bo.device, NULL, 0 },
             { "-t", "--threads", NALAR_OPT_INT, &bo.n_threads, NULL, 0 },
+            { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
         };
 
         if (NALAR_OPTS_PARSE("eval", argc, argv, opts) != 0) {
+            return 2;
+        }
+        bo.act_i16 = cpu_activations("eval", act);
+        if (bo.act_i16 < 0) {
             return 2;
         }
     }
@@ -819,8 +846,8 @@ bench_batch(bench_ctx *c, int32_t n, nalar_err *err)
 static int
 cmd_bench(int argc, char **argv)
 {
-    const char   *model = NULL, *blist = "1,4,16";
-    int           p = 128, n = 128, threads = 0, json = 0;
+    const char   *model = NULL, *blist = "1,4,16", *act = NULL;
+    int           p = 128, n = 128, threads = 0, json = 0, act_i16;
     int           bs[16], n_bs = 0, max_b = 1, vocab;
     double        prefill_tps, decode_tps, batched[16];
     bench_ctx     c;
@@ -841,6 +868,7 @@ cmd_bench(int argc, char **argv)
             { "-b", NULL, NALAR_OPT_STR, &blist, NULL, 0 },
             { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
             { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
+            { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
 #ifdef NALAR_CUDA
             { "--backend", NULL, NALAR_OPT_STR, &cu_backend, NULL, 0 },
             { "--synthetic", NULL, NALAR_OPT_STR, &cu_synthetic, NULL, 0 },
@@ -848,6 +876,10 @@ cmd_bench(int argc, char **argv)
         };
 
         if (NALAR_OPTS_PARSE("bench", argc, argv, opts) != 0) {
+            return 2;
+        }
+        act_i16 = cpu_activations("bench", act);
+        if (act_i16 < 0) {
             return 2;
         }
     }
@@ -921,6 +953,9 @@ cmd_bench(int argc, char **argv)
     }
     vocab = c.m->cfg.n_vocab;
     c.be = nalar_cpu_backend_create(c.m, threads, &err);
+    if (c.be != NULL && act_i16) {
+        nalar_cpu_backend_act_i16(c.be, 1);
+    }
     if (c.be == NULL
         || nalar_kv_pool_init(&c.kv, max_b * ((p + n) / NALAR_KV_BLOCK + 2),
                               c.m->cfg.n_layers,

@@ -51,6 +51,10 @@ typedef struct {
     /* the KV cache's element type: GGML_F32 (0, every backend) or
      * GGML_BF16 (GPU backends; the CPU backend refuses it) */
     ggml_type   kv_type;
+    /* 1: the CPU backend's products over quantized weights take their
+     * activations rounded to int16 per 32 (nalar_quant_matmul_i16); 0:
+     * F32.  GPU backends refuse 1. */
+    int         act_i16;
 } nalar_backend_opts;
 
 struct nalar_backend {
@@ -95,6 +99,10 @@ nalar_backend *nalar_backend_create(nalar_model *m,
 
 nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
                                         nalar_err *err);
+
+/* A CPU backend's activations for its quantized weights from now on:
+ * int16 (on = 1) or F32 (0); set while it runs no pass. */
+void nalar_cpu_backend_act_i16(nalar_backend *b, int on);
 
 /* A second backend of the same kind (a draft model) that runs on the
  * first one's workers (CPU) or device and stream (CUDA): the two never

@@ -60,6 +60,18 @@ nalar_engine_test_keep_kv(nalar_engine *e, int keep)
 }
 
 
+int
+nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
+                              uint8_t *out)
+{
+    if (e->cache == NULL) {
+        return -1;
+    }
+    nalar_prefix_root(e->cache, scope, out);
+    return 0;
+}
+
+
 static char *
 dup_or_null(const char *s)
 {
@@ -277,7 +289,8 @@ engine_load(nalar_engine *e, nalar_err *err)
     nalar_backend_opts bo = { e->backend_name, e->opts.n_threads,
                               e->opts.device, e->opts.worker,
                               e->opts.gpu_gemv_max,
-                              (ggml_type) e->opts.kv_type };
+                              (ggml_type) e->opts.kv_type,
+                              e->opts.act_i16 };
     int32_t            n_blocks;
 
     e->model = nalar_model_load(e->model_path, err);
@@ -326,8 +339,11 @@ engine_load(nalar_engine *e, nalar_err *err)
         e->dkv_ready = 1;
     }
     if (e->opts.prefix_cache) {
+        /* the backend as it computes: its activations' rounding too */
         e->cache = nalar_prefix_cache_create(&e->kv, e->model->identity,
-                                             e->be->name, err);
+                                             e->opts.act_i16
+                                             ? "cpu act=i16" : e->be->name,
+                                             err);
         if (e->cache == NULL) {
             return -1;
         }

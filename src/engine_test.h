@@ -38,4 +38,9 @@ uint64_t nalar_test_prompt_copies(void);
  * Set it while the engine runs nothing. */
 void nalar_engine_test_keep_kv(nalar_engine *e, int keep);
 
+/* The prefix cache's root digest for `scope` (NALAR_DIGEST bytes into
+ * out); -1 when the engine has no prefix cache (or has not loaded). */
+int nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
+                                  uint8_t *out);
+
 #endif

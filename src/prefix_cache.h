@@ -43,7 +43,8 @@ typedef struct {
 } nalar_prefix_stats;
 
 /* `identity`: the model's computation identity (nalar_model.identity);
- * `backend`: backend name and attention-kernel version. */
+ * `backend`: the backend as it computes (its name; "cpu act=i16" for
+ * the CPU backend with int16 activations). */
 nalar_prefix_cache *nalar_prefix_cache_create(nalar_kv_pool *pool,
                                               const uint8_t *identity,
                                               const char *backend,

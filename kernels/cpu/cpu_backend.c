@@ -1409,6 +1409,22 @@ nalar_cpu_backend_create(nalar_model *m, int n_threads, nalar_err *err)
 }
 
 
+void
+nalar_cpu_backend_act_i16(nalar_backend *b, int on)
+{
+    cpu_backend *be = b->impl;
+
+    for (int l = 0; l < be->m->cfg.n_layers; l++) {
+        cpu_layer *W = &be->layers[l];
+
+        W->wq.act_i16 = W->wk.act_i16 = W->wv.act_i16 = on;
+        W->wo.act_i16 = W->w_gate.act_i16 = W->w_up.act_i16 = on;
+        W->w_down.act_i16 = on;
+    }
+    be->output.act_i16 = on;
+}
+
+
 #ifdef NALAR_CUDA
 /*
  * Weak references: binaries that do not link build/libnalar_cuda.a (the
@@ -1632,12 +1648,23 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
         return NULL;
     }
     if (strcmp(name, "cpu") == 0) {
+        nalar_backend *b;
+
         if (kv_type != GGML_F32) {
             nalar_fail(err, "backend 'cpu' keeps its KV cache in F32; a BF16 "
                        "KV cache needs a GPU backend");
             return NULL;
         }
-        return nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
+        b = nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
+        if (b != NULL && o != NULL && o->act_i16) {
+            nalar_cpu_backend_act_i16(b, 1);
+        }
+        return b;
+    }
+    if (o != NULL && o->act_i16) {
+        nalar_fail(err, "int16 activations are a mode of the 'cpu' backend, "
+                   "not of '%s'", name);
+        return NULL;
     }
 #ifdef NALAR_CUDA
     if (strcmp(name, "cuda") == 0) {

@@ -608,6 +608,7 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->panels = NULL;
     M->ptype = W->type;
     M->pairs = 0;
+    M->act_i16 = 0;
     if (nalar_quant_type(W->type)) {
         return own_blocks(M, W, err);
     }
@@ -664,6 +665,14 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     const uint8_t   *p = M->panels;
 
+    if (M->act_i16 && nalar_quant_type(W->type)) {
+        nalar_quant_matmul_i16(W->type, p != NULL ? p : W->data,
+                               (int64_t) ggml_row_size(W->type,
+                                                       (uint64_t) W->cols),
+                               W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+                               accumulate);
+        return;
+    }
 #if defined(__AVX512BF16__)
     if (M->pairs) {
         panels_pairs(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
@@ -896,6 +905,7 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->panels = NULL;
     M->ptype = W->type;
     M->pairs = 0;
+    M->act_i16 = 0;
     if (nalar_quant_type(W->type)) {
         return own_blocks(M, W, err);
     }
@@ -937,9 +947,9 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
 
     if (nalar_quant_type(W->type)) {
-        nalar_quant_matmul(W->type, M->panels != NULL ? M->panels : W->data,
-                           wstride, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
-                           accumulate);
+        (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
+            W->type, M->panels != NULL ? M->panels : W->data, wstride,
+            W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         return;
     }
 #if defined(__AVX2__) && defined(__FMA__)

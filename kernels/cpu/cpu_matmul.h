@@ -51,6 +51,10 @@ typedef struct {
                                   element (r, c) at panels[(r / 16)
                                   * ceil(cols / 2) * 32 + (c / 2) * 32
                                   + (r % 16) * 2 + c % 2] */
+    int              act_i16;  /* 1: a quantized W's products take x
+                                  rounded to int16 per 32
+                                  (nalar_quant_matmul_i16); 0 (init's
+                                  default): F32 activations */
 } nalar_cpu_mat;
 
 /*

@@ -57,6 +57,44 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
                                  float *y, int ldy, int64_t r0, int64_t r1,
                                  int accumulate);
 
+/*
+ * 16-bit activations (an engine's opt-in mode; exact F32 activations are
+ * the default).  Each token's x is rounded per 32 floats to int16 codes,
+ * xq_i = round(x_i / dx), dx = max |x| / 32767 (kept as a float), and
+ * each sub-block's dot product is an exact integer sum_i q_i xq_i, so
+ * the product is that of W with the rounded x, xq * dx, up to float32
+ * rounding in the per-sub-block sums:
+ *   sum_j (a_j dx) * (sum_i q_i xq_i) - sum_j b_j * (dx * sum_i xq_i)
+ * (the mins' sums are x's codes' too).  Batch invariance as above:
+ *   AVX2, Q8_0 and Q4_0: per block, the integer dot in 8 int32 lanes
+ *     (vpmaddwd), acc = fma(a * dx, (float) lanes, acc) over the blocks
+ *     in order.  Q4_K, Q5_K, Q6_K: per 8 sub-blocks j0 .. j0 + 7, one
+ *     vector whose lane k is sub-block j0 + k's whole integer dot,
+ *     acc = fma(a[j0:j0+8] * dx[...], (float) that, acc) in order (dx of
+ *     the sub-block's 32 values).  Mins: m = fma(b[0:8], xs[0:8], m) per
+ *     block, xs_j = dx_j * (float) sum xq over sub-block j; y =
+ *     hsum8(acc) - hsum8(m).
+ *   Portable: acc = fmaf(a_j * dx, (float) dot_j, acc), m = fmaf(b_j,
+ *     xs_j, m) over the sub-blocks in order.
+ * Without memory for x's codes the kernel falls back to the F32 path.
+ */
+
+/* n floats (a multiple of 32) as int16 codes q and a scale d per 32 */
+void nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d);
+
+/* nalar_quant_matmul with 16-bit activations */
+void nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride,
+                            int64_t cols, const float *x, int n_tok,
+                            int ldx, float *y, int ldy, int64_t r0,
+                            int64_t r1, int accumulate);
+
+/* Its portable kernel, in every build (for tests) */
+void nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,
+                                     int64_t wstride, int64_t cols,
+                                     const float *x, int n_tok, int ldx,
+                                     float *y, int ldy, int64_t r0,
+                                     int64_t r1, int accumulate);
+
 /* Quantize n floats (a multiple of the block) into a row of type t, for
  * `nalar mkmodel` and tests; returns 0, or -1 for a type it cannot
  * write. */

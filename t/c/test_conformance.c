@@ -15,6 +15,14 @@
  * KV cache, so its logits must also be within EXACT_TOL, the kit's bound
  * for such an engine (F16 activations or an F16 KV cache would break it;
  * it sees qwen2's RMSNorm eps at a tenth of its value).
+ * Every quantized file again with 16-bit activations (the engine's
+ * act_i16 mode: x rounded per 32 to int16 codes, cpu_quant.h), held to
+ * I16_DIV times less than llama.cpp's own error on that file (its
+ * max_abs_err_top16 in the reference): llama.cpp rounds activations to
+ * 8 bits per 32, whose step (1/127 of the block's max) is 258 times that
+ * of 16 bits (1/32767), so an engine whose error came from that rounding
+ * alone would land about 258 times lower; I16_DIV = 64 leaves a factor 4.
+ * The argmax and greedy checks use that tolerance as above.
  * A missing or unreadable fixture is a failure.
  */
 #include <math.h>
@@ -40,6 +48,7 @@
 #define N_TOP   16
 #define N_GREEDY 32
 #define EXACT_TOL 1e-4
+#define I16_DIV 64
 
 /* The files checked; each has DIR NAME.gguf and DIR NAME.ref.json. */
 static const char *files[] = {
@@ -218,7 +227,7 @@ check_teacher(json_t *tch, const float *logits, int32_t V, double tol,
  * sampler); returns the number of steps that had to match, or -1. */
 static int
 check_greedy(const char *path, json_t *greedy, int32_t V, double tol,
-             const char *name)
+             const char *name, int i16)
 {
     int32_t              prompt[8], want[N_GREEDY];
     double               margins[N_GREEDY];
@@ -247,6 +256,7 @@ check_greedy(const char *path, json_t *greedy, int32_t V, double tol,
     memset(&o, 0, sizeof(o));
     o.model_path = path;
     o.n_threads = 2;
+    o.act_i16 = i16;
     e = nalar_engine_create(&o, &err);
     if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
         ok(0, "%s: engine: %s", name, err.msg);
@@ -320,9 +330,9 @@ check_tokenizer(const nalar_model *m, json_t *seq, const int32_t *want,
 
 
 static void
-check_file(const char *base)
+check_file(const char *base, int i16)
 {
-    char           gguf_path[256], ref_path[256];
+    char           gguf_path[256], ref_path[256], name[256];
     json_t        *ref, *seqs, *teacher;
     json_error_t   jerr;
     const char    *type;
@@ -350,6 +360,20 @@ check_file(const char *base)
             tol = tols[i].tol;
         }
     }
+    snprintf(name, sizeof(name), "%s%s", base, i16 ? " i16" : "");
+    if (i16) {
+        double e = json_number_value(json_object_get(json_object_get(
+                       json_object_get(ref, "llamacpp"), "error"),
+                       "max_abs_err_top16"));
+
+        tol = e > 0 ? e / I16_DIV : -1;
+        if (tol < 0) {
+            ok(0, "%s: the reference has llama.cpp's error", name);
+            json_decref(ref);
+            return;
+        }
+    }
+    base = name;
     seqs = json_object_get(ref, "sequences");
     teacher = json_object_get(ref, "teacher");
     if (tol < 0 || json_array_size(seqs) != N_SEQ
@@ -364,6 +388,9 @@ check_file(const char *base)
     memset(&kv, 0, sizeof(kv));
     m = nalar_model_load(gguf_path, &err);
     be = m != NULL ? nalar_cpu_backend_create(m, 2, &err) : NULL;
+    if (be != NULL && i16) {
+        nalar_cpu_backend_act_i16(be, 1);
+    }
     V = m != NULL ? m->cfg.n_vocab : 0;
     logits = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
     ok(be != NULL && logits != NULL
@@ -403,16 +430,44 @@ check_file(const char *base)
     }
     ok(!malformed, "%s: %d sequences of %d positions run and compared",
        base, N_SEQ, N_POS);
+    if (i16) {
+        /* the mode is in effect: the F32 path's logits of the last
+         * sequence are other numbers */
+        float  *f32 = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
+        json_t *seq = json_array_get(seqs, N_SEQ - 1);
+        int32_t ids[N_POS];
+        int     differ = 0;
+
+        nalar_cpu_backend_act_i16(be, 0);
+        if (f32 != NULL
+            && ids_of(json_object_get(seq, "ids"), N_POS, ids, V) == 0
+            && forward_seq(be, &kv, ids, f32) == 0)
+        {
+            differ = memcmp(f32, logits, (size_t) N_POS * V
+                                         * sizeof(float)) != 0;
+        }
+        nalar_cpu_backend_act_i16(be, 1);
+        ok(differ, "%s: its logits are not those of F32 activations", base);
+        free(f32);
+    }
     ok(max_err <= tol, "%s: logits at the top-%d ids of every position "
        "within %.3f (max abs error %.2e)", base, N_TOP, tol, max_err);
-    ok(max_err <= EXACT_TOL, "%s: and within %.0e, as an engine with F32 "
-       "activations and KV cache must be", base, EXACT_TOL);
+    if (!i16) {
+        ok(max_err <= EXACT_TOL, "%s: and within %.0e, as an engine with "
+           "F32 activations and KV cache must be", base, EXACT_TOL);
+    } else {
+        diag("%s: max logit error %.2e, %.0f times less than llama.cpp's "
+             "%.3f%s", base, max_err, tol * I16_DIV / max_err,
+             tol * I16_DIV, max_err <= EXACT_TOL ? " (and within 1e-4)"
+                                                 : "");
+    }
     ok(max_lse <= tol, "%s: logsumexp of every position within %.3f "
        "(max abs error %.2e)", base, tol, max_lse);
     ok(n_conf > 0 && bad_top1 == 0, "%s: argmax is the reference's at all "
        "%d positions with margin > %.3f (%d differ)", base, n_conf, 2 * tol,
        bad_top1);
-    check_greedy(gguf_path, json_object_get(ref, "greedy"), V, tol, base);
+    check_greedy(gguf_path, json_object_get(ref, "greedy"), V, tol, base,
+                 i16);
     be->kv_free(be, &kv);
     nalar_kv_pool_free(&kv);
     be->destroy(be);
@@ -537,7 +592,13 @@ main(void)
 {
     check_refusal_and_identity();
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        check_file(files[i]);
+        check_file(files[i], 0);
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (strstr(files[i], "-F") == NULL && strstr(files[i], "-BF") == NULL)
+        {
+            check_file(files[i], 1);
+        }
     }
     return done_testing();
 }

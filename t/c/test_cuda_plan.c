@@ -183,8 +183,8 @@ test_q8_repack(void)
 static void
 test_dispatch(void)
 {
-    nalar_backend_opts o = { "cuda", 0, 0, 0, 0, GGML_F32 };
-    nalar_backend_opts o16 = { "cpu", 1, 0, 0, 0, GGML_BF16 };
+    nalar_backend_opts o = { "cuda", 0, 0, 0, 0, GGML_F32, 0 };
+    nalar_backend_opts o16 = { "cpu", 1, 0, 0, 0, GGML_BF16, 0 };
     nalar_model        m;
     nalar_err          err;
 
@@ -207,6 +207,11 @@ test_dispatch(void)
     ok(nalar_backend_create(&m, &o16, &err) == NULL
        && strstr(err.msg, "F32 or BF16") != NULL,
        "another KV type refused on any backend: %s", err.msg);
+    o.act_i16 = 1;
+    ok(nalar_backend_create(&m, &o, &err) == NULL
+       && strstr(err.msg, "int16 activations") != NULL,
+       "int16 activations refused on a GPU backend: %s", err.msg);
+    o.act_i16 = 0;
 
     /* which GPU: nalar_device N, else nginx worker i on GPU i mod count */
     is_int(nalar_backend_pick_device(-1, 0, 2, "cuda", &err), 0,

@@ -1355,6 +1355,39 @@ check_slide(void)
 }
 
 
+/* The activations' mode enters the prefix cache's root digest: an engine
+ * with int16 activations never serves KV computed with F32 ones, nor the
+ * reverse; the same mode gives the same root */
+static void
+test_act_identity(const char *path)
+{
+    uint8_t       root[3][32];
+    int           got = 0;
+    nalar_err     err;
+    nalar_engine *e;
+
+    for (int i = 0; i < 3; i++) {
+        nalar_engine_opts o;
+
+        memset(&o, 0, sizeof(o));
+        o.model_path = path;
+        o.n_threads = 1;
+        o.prefix_cache = 1;
+        o.act_i16 = i == 1;
+        e = nalar_engine_create(&o, &err);
+        if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
+            diag("engine: %s", err.msg);
+        } else {
+            got += nalar_engine_test_prefix_root(e, "", root[i]) == 0;
+        }
+        nalar_engine_destroy(e);
+    }
+    ok(got == 3 && memcmp(root[0], root[1], 32) != 0
+       && memcmp(root[0], root[2], 32) == 0, "int16 activations: another "
+       "prefix-cache root digest than F32's; F32 twice: the same");
+}
+
+
 int
 main(void)
 {
@@ -1527,5 +1560,6 @@ main(void)
         }
     }
     check_slide();
+    test_act_identity("t/data/conformance/llama3-Q8_0.gguf");
     return done_testing();
 }

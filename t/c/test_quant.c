@@ -248,6 +248,140 @@ done:
 }
 
 
+/*
+ * 16-bit activations: against a double product of the dequantized rows
+ * with x as rounded (its int16 codes times their scales); each token of
+ * a batch of 19 has the bits it has alone and in a batch of 5, and rows
+ * in pieces give the same bits; the portable kernel agrees with the
+ * rounded product too.
+ */
+static void
+check_kernel_i16(ggml_type t, int64_t rows, int64_t cols)
+{
+    const int     n_tok = 19;
+    int64_t       rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    uint8_t      *w = random_matrix(t, rows, cols);
+    float        *x = malloc((size_t) (n_tok * cols) * sizeof(float));
+    float        *xr = malloc((size_t) (n_tok * cols) * sizeof(float));
+    int16_t      *xq = malloc((size_t) cols * sizeof(int16_t));
+    float        *xd = malloc((size_t) (cols / 32) * sizeof(float));
+    float        *deq = malloc((size_t) (rows * cols) * sizeof(float));
+    float        *y = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float        *yf = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float        *yp = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float        *y1 = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float        *y5 = malloc((size_t) (5 * rows) * sizeof(float));
+    nalar_mat     W;
+    nalar_cpu_mat M;
+    nalar_err     err;
+    double        worst = 0, worst_p = 0, worst_f = 0;
+    int           alone = 1, five = 1, split = 1, codes = 1;
+    const char   *tn = ggml_type_name(t);
+
+    if (w == NULL || x == NULL || xr == NULL || xq == NULL || xd == NULL
+        || deq == NULL || y == NULL || yf == NULL || yp == NULL
+        || y1 == NULL || y5 == NULL)
+    {
+        ok(0, "%s: out of memory", tn);
+        goto done;
+    }
+    for (int64_t i = 0; i < n_tok * cols; i++) {
+        /* sub-blocks of very different magnitudes, one all zero */
+        x[i] = frand() * (float) (1 + (i / 32) % 7)
+               * ((i / 32) % 11 == 3 ? 0.0f : 1.0f);
+    }
+    for (int tk = 0; tk < n_tok; tk++) {
+        nalar_quant_x_i16(x + tk * cols, cols, xq, xd);
+        for (int64_t c = 0; c < cols; c++) {
+            float e = (float) xq[c] * xd[c / 32];
+
+            xr[tk * cols + c] = e;
+            /* to nearest, but for the rounding of 1 / d and d */
+            codes &= fabsf(e - x[tk * cols + c]) <= 0.51f * xd[c / 32];
+        }
+    }
+    ok(codes, "%s: x's int16 codes are within half a step of x", tn);
+    for (int64_t r = 0; r < rows; r++) {
+        nalar_dequant_row(t, w + r * rs, cols, deq + r * cols);
+    }
+    W.type = t;
+    W.rows = rows;
+    W.cols = cols;
+    W.data = w;
+    if (nalar_cpu_mat_init(&M, &W, 0, &err) != 0) {
+        ok(0, "%s: mat init: %s", tn, err.msg);
+        goto done;
+    }
+    nalar_cpu_matmul(&M, x, n_tok, (int) cols, yf, (int) rows, 0, rows, 0);
+    M.act_i16 = 1;
+    nalar_cpu_matmul(&M, x, n_tok, (int) cols, y, (int) rows, 0, rows, 0);
+    nalar_quant_matmul_i16_portable(t, w, rs, cols, x, n_tok, (int) cols,
+                                    yp, (int) rows, 0, rows, 0);
+    for (int tk = 0; tk < n_tok; tk++) {
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0, mag = 0, e, ep, ef;
+
+            for (int64_t c = 0; c < cols; c++) {
+                double p = (double) deq[r * cols + c] * xr[tk * cols + c];
+
+                s += p;
+                mag += fabs(p);
+            }
+            e = fabs(y[tk * rows + r] - s) / (mag + 1e-30);
+            ep = fabs(yp[tk * rows + r] - s) / (mag + 1e-30);
+            ef = fabs(yf[tk * rows + r] - s) / (mag + 1e-30);
+            worst = e > worst ? e : (isnan(e) ? INFINITY : worst);
+            worst_p = ep > worst_p ? ep : (isnan(ep) ? INFINITY : worst_p);
+            worst_f = ef > worst_f ? ef : worst_f;
+        }
+    }
+    ok(worst <= 1e-6, "%s %lldx%lld i16: within 1e-6 of the exact product "
+       "with x as rounded (relative to sum |w x|: %.2e; the F32 path: "
+       "%.2e)", tn, (long long) rows, (long long) cols, worst, worst_f);
+    ok(worst_p <= 1e-6, "%s i16: the portable kernel too (%.2e)", tn,
+       worst_p);
+    ok(worst_f > 4 * worst, "%s i16: the F32 path is farther from it "
+       "(%.2e > 4 x %.2e): the mode changes the computation", tn, worst_f,
+       worst);
+
+    for (int tk = 0; tk < n_tok; tk++) {
+        nalar_cpu_matmul(&M, x + tk * cols, 1, (int) cols, y1 + tk * rows,
+                         (int) rows, 0, rows, 0);
+    }
+    alone = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    for (int t0 = 0; t0 + 5 <= n_tok; t0 += 7) {
+        nalar_cpu_matmul(&M, x + t0 * cols, 5, (int) cols, y5, (int) rows,
+                         0, rows, 0);
+        five &= memcmp(y + t0 * rows, y5, (size_t) (5 * rows)
+                                          * sizeof(float)) == 0;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 5) {
+        int64_t r1 = r0 + 5 < rows ? r0 + 5 : rows;
+
+        nalar_cpu_matmul(&M, x, n_tok, (int) cols, y1, (int) rows, r0, r1,
+                         0);
+    }
+    split = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    ok(alone && five && split, "%s i16: batch invariant: each token of 19 "
+       "has the bits it has alone (%s) and in batches of 5 (%s); rows in "
+       "pieces of 5 (%s)", tn, alone ? "yes" : "no", five ? "yes" : "no",
+       split ? "yes" : "no");
+    nalar_cpu_mat_free(&M);
+done:
+    free(w);
+    free(x);
+    free(xr);
+    free(xq);
+    free(xd);
+    free(deq);
+    free(y);
+    free(yf);
+    free(yp);
+    free(y1);
+    free(y5);
+}
+
+
 /* The quantizer: rows of each type dequantize to within its error */
 static void
 check_quantizer(ggml_type t)
@@ -308,6 +442,9 @@ main(void)
          * one block (25 blocks a row) */
         check_kernel(types[i], 23, nalar_quant_block(types[i]) == 32
                                    ? 800 : 1024, 29);
+        check_kernel_i16(types[i], 37, 512);
+        check_kernel_i16(types[i], 23, nalar_quant_block(types[i]) == 32
+                                       ? 800 : 1024);
     }
     {
         gguf_file *q = gguf_open(DIR "llama3-Q4_0.gguf", &err);

@@ -1,0 +1,78 @@
+#!/usr/bin/perl
+# nalar_cpu_activations f32 | i16: nginx -t takes the two values and
+# refuses others; an engine of a quantized model run with i16 answers with
+# the greedy ids of f32 (the conformance file's logits move by about 1e-3
+# at most) and with logprobs that differ from f32's, but only slightly: the
+# directive reaches the engine.
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use NalarTest;
+
+my $t = NalarTest->new->has_model;
+my $q8 = NalarTest->root . '/t/data/conformance/llama3-Q8_0.gguf';
+
+sub conf_with {
+    my ($lines) = @_;
+    $t->write_conf(<<"CONF");
+http {
+    nalar_model q8 $q8;
+    $lines
+}
+CONF
+    return $t->test_conf;
+}
+
+for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;') {
+    my ($rc, $out) = conf_with($l);
+    is($rc, 0, "nginx -t accepts: $l") or diag($out);
+}
+{
+    my ($rc, $out) = conf_with('nalar_cpu_activations i8;');
+    isnt($rc, 0, 'nginx -t refuses nalar_cpu_activations i8');
+    like($out, qr/invalid value "i8"/, '  naming it') or diag($out);
+    ($rc, $out) = conf_with('nalar_cpu_activations i16; '
+                            . 'nalar_cpu_activations f32;');
+    isnt($rc, 0, 'nginx -t refuses it twice');
+    like($out, qr/is duplicate/, '  saying so') or diag($out);
+}
+
+my %got;
+for my $mode ('f32', 'i16') {
+    $t->write_conf(<<"CONF")->run;
+http {
+    %%NALAR_HTTP%%
+    nalar_model q8 $q8;
+    nalar_threads 2;
+    nalar_cpu_activations $mode;
+
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        location /v1/ { nalar_api; }
+    }
+}
+CONF
+    my $r = $t->post_json('/v1/completions', {
+        model => 'q8', prompt => 'In the beginning God created',
+        max_tokens => 16, temperature => 0, ignore_eos => JSON::PP::true,
+        logprobs => 1, return_tokens_as_token_ids => JSON::PP::true });
+    is($r->{status}, 200, "$mode: 200") or diag($r->{body});
+    $got{$mode} = $r->{json}{choices}[0]{logprobs};
+    $t->stop;
+    $t->check_log;
+}
+
+is_deeply($got{i16}{tokens}, $got{f32}{tokens},
+          'i16: the greedy ids of f32');
+my ($max, $n) = (0, 0);
+for my $i (0 .. $#{ $got{f32}{token_logprobs} }) {
+    my $d = abs($got{i16}{token_logprobs}[$i] - $got{f32}{token_logprobs}[$i]);
+    $max = $d if $d > $max;
+    $n++;
+}
+ok($n == 16 && $max > 0, "i16: logprobs are not f32's (largest difference "
+   . sprintf('%.2e', $max) . ')');
+ok($max < 0.01, '  but within 0.01 of them');
+
+done_testing;
