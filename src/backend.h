@@ -104,6 +104,12 @@ nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
  * int16 (on = 1) or F32 (0); set while it runs no pass. */
 void nalar_cpu_backend_act_i16(nalar_backend *b, int on);
 
+/* For tests: the passes a CPU backend has run on the calling thread alone
+ * (choose_way in cpu_backend.c), and a stall of `us` microseconds for its
+ * workers before each pooled pass (nalar_pool_test_stall). */
+uint64_t nalar_cpu_backend_test_solo_passes(nalar_backend *b);
+void nalar_cpu_backend_test_stall(nalar_backend *b, int us);
+
 /* A second backend of the same kind (a draft model) that runs on the
  * first one's workers (CPU) or device and stream (CUDA): the two never
  * run at once. */

@@ -75,6 +75,7 @@ struct nalar_pool {
     /* barrier: arrivals, and the sense bumped by the last one */
     int              bar_count;    /* atomic */
     wait_word        bar_sense;
+    int              stall_us;     /* nalar_pool_test_stall */
 };
 
 
@@ -150,6 +151,9 @@ worker_main(void *a)
         seen = wait_change(&p->gen, seen, SPIN_IDLE);
         if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
             return NULL;
+        }
+        if (p->stall_us > 0) {
+            usleep((useconds_t) p->stall_us);
         }
         p->fn(p->arg, w->tid, p->n);
         if (__atomic_sub_fetch(&p->remaining.word, 1, __ATOMIC_SEQ_CST)
@@ -261,4 +265,18 @@ nalar_pool_barrier(nalar_pool *p)
         return;
     }
     wait_change(&p->bar_sense, sense, SPIN_WAIT);
+}
+
+
+int
+nalar_pool_sleeping(nalar_pool *p)
+{
+    return __atomic_load_n(&p->gen.sleepers, __ATOMIC_SEQ_CST) > 0;
+}
+
+
+void
+nalar_pool_test_stall(nalar_pool *p, int us)
+{
+    p->stall_us = us;
 }

@@ -25,5 +25,13 @@ void nalar_pool_destroy(nalar_pool *p);
 int  nalar_pool_size(const nalar_pool *p);
 void nalar_pool_run(nalar_pool *p, nalar_par_fn fn, void *arg);
 void nalar_pool_barrier(nalar_pool *p);
+/* 1 if a worker sleeps waiting for the next run (the pool has been idle
+ * for longer than its spin): the next run first pays for waking it */
+int  nalar_pool_sleeping(nalar_pool *p);
+
+/* For tests: every worker but the caller sleeps `us` microseconds before
+ * each run's fn, as a thread descheduled by a busy machine would; 0 ends
+ * it.  Set it while the pool runs nothing. */
+void nalar_pool_test_stall(nalar_pool *p, int us);
 
 #endif

@@ -98,6 +98,8 @@ typedef struct {
     double         way_us[WAY_CLASSES][N_WAYS];
     int            way_n[WAY_CLASSES][N_WAYS];
     unsigned       way_passes[WAY_CLASSES];
+    unsigned       way_probes[WAY_CLASSES];
+    uint64_t       solo_passes;  /* passes run WAY_SOLO, for tests */
     /* a pass split by token: thread i's tokens, tiles and logit rows
      * start at tok_lo[i], tile_lo[i], logit_lo[i] (n_threads + 1 each) */
     int32_t       *tok_lo;
@@ -1093,48 +1095,86 @@ way_class(int32_t n)
 
 
 /*
- * Which way a pass runs, where two could: a draft's small passes (a fifth
- * of the target's width or less) may run on the calling thread alone,
- * since they are shorter than what waking the pool and its barriers cost;
- * other passes of two tokens or more may split by token (forward_tokens).
- * Each class of pass sizes measures both of its ways -- alternately, 5
- * passes each, the first (cold) not counted -- then runs the faster, and
- * the other one pass in 64 (in 512 when it measured 25% slower) so that a
- * change of load or of where the vCPUs sit is noticed.
- * The target's one-token pass always runs on the pool by rows: it is what
- * the worker must stay awake for, and running it alone lets the worker
- * fall asleep, which then slows every pooled pass and would skew the
- * measurement.  Which thread computes a row changes no bit of it, nor do
- * the tiles a split by token forms.
+ * Which way a pass runs.  Every pass may run on the pool split by weight
+ * rows; a pass of two tokens or more may also split by token
+ * (forward_tokens); a pass of MODE_TOKENS or fewer may also run on the
+ * calling thread alone, which wins where waking the pool and its
+ * barriers cost more than the pass (a draft's small passes) and where a
+ * worker shares its core with another program, so that the barriers wait
+ * for it to be scheduled again (a busy machine).
+ * Each class of pass sizes measures its ways -- in turn, 5 passes each,
+ * the first (cold) not counted -- then runs the fastest, and probes each
+ * other way in turn one pass in 64 (a way that measured 25% slower than
+ * the fastest, one in eight of its turns), so that a change of load or of
+ * where the vCPUs sit is noticed.  A pooled pass whose workers were
+ * asleep (after passes run alone) wakes them before it is timed
+ * (cpu_forward), so a probe measures the pool, not its wake-up.  Which
+ * thread computes a row changes no bit of it, nor do the tiles a split by
+ * token forms.
  */
 static int
 choose_way(cpu_backend *be, int32_t n_tokens, int *alt)
 {
-    int      c = way_class(n_tokens), a = WAY_ROWS, b;
-    int      nth = nalar_pool_size(be->pool);
-    unsigned k;
+    int      c = way_class(n_tokens), cand[N_WAYS], nc = 0, least, best;
+    int      other[N_WAYS], no = 0, o;
+    unsigned k, probe;
 
-    if (nth > 1 && !be->owns_pool && n_tokens <= MODE_TOKENS) {
-        b = WAY_SOLO;
-    } else if (nth > 1 && n_tokens >= 2) {
-        b = WAY_TOKENS;
-    } else {
+    if (nalar_pool_size(be->pool) == 1) {
+        *alt = 0;
+        return WAY_ROWS;
+    }
+    cand[nc++] = WAY_ROWS;
+    if (n_tokens >= 2) {
+        cand[nc++] = WAY_TOKENS;
+    }
+    if (n_tokens <= MODE_TOKENS) {
+        cand[nc++] = WAY_SOLO;
+    }
+    if (nc == 1) {
         *alt = 0;
         return WAY_ROWS;
     }
     *alt = 1;
     k = be->way_passes[c]++;
-    if (be->way_n[c][a] < 5 || be->way_n[c][b] < 5) {
-        return be->way_n[c][b] < be->way_n[c][a] ? b : a;
+    least = cand[0];
+    best = cand[0];
+    for (int i = 1; i < nc; i++) {
+        if (be->way_n[c][cand[i]] < be->way_n[c][least]) {
+            least = cand[i];
+        }
+        if (be->way_us[c][cand[i]] < be->way_us[c][best]) {
+            best = cand[i];
+        }
     }
+    if (be->way_n[c][least] < 5) {
+        return least;
+    }
+    if (k % 64 != 63) {
+        return best;
+    }
+    for (int i = 0; i < nc; i++) {
+        if (cand[i] != best) {
+            other[no++] = cand[i];
+        }
+    }
+    probe = be->way_probes[c]++;
+    o = other[probe % (unsigned) no];
+    if (be->way_us[c][o] > 1.25 * be->way_us[c][best]
+        && probe / (unsigned) no % 8 != 7)
     {
-        double   ua = be->way_us[c][a], ub = be->way_us[c][b];
-        double   fast = ua < ub ? ua : ub, slow = ua + ub - fast;
-        unsigned every = slow > 1.25 * fast ? 512 : 64;
-        int      w = ub < ua ? b : a;
-
-        return k % every == every - 1 ? a + b - w : w;
+        return best;
     }
+    return o;
+}
+
+
+/* an empty pooled run: wakes sleeping workers before a timed pass */
+static void
+wake_only(void *arg, int tid, int n)
+{
+    (void) arg;
+    (void) tid;
+    (void) n;
 }
 
 
@@ -1157,6 +1197,20 @@ learn_way(cpu_backend *be, int32_t n_tokens, int way, double us)
         *est = 0.9 * *est + 0.1 * (us < 2 * *est ? us : 2 * *est);
     }
     (*n)++;
+}
+
+
+uint64_t
+nalar_cpu_backend_test_solo_passes(nalar_backend *b)
+{
+    return ((cpu_backend *) b->impl)->solo_passes;
+}
+
+
+void
+nalar_cpu_backend_test_stall(nalar_backend *b, int us)
+{
+    nalar_pool_test_stall(((cpu_backend *) b->impl)->pool, us);
 }
 
 
@@ -1259,8 +1313,12 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
     be->kv = kv;
     be->batch = batch;
     be->logits = logits;
+    if (timed && way != WAY_SOLO && nalar_pool_sleeping(be->pool)) {
+        nalar_pool_run(be->pool, wake_only, NULL);
+    }
     t0 = nalar_now_s();
     if (way == WAY_SOLO) {
+        be->solo_passes++;
         forward_worker(be, 0, 1);
     } else {
         nalar_pool_run(be->pool, way == WAY_TOKENS ? forward_tokens

@@ -209,6 +209,45 @@ check_model(const char *path, const char *name)
 }
 
 
+/*
+ * A worker that is slow to run (a busy machine deschedules it) makes every
+ * pooled pass wait for it at its barriers; the backend then runs its
+ * one-token passes on the calling thread alone, with the same bits.
+ */
+static void
+check_stalled_worker(const char *path)
+{
+    static const int one[] = { 1 };
+    rig       g, h;
+    float    *ref, *got;
+    uint64_t  solo;
+    int       same;
+
+    if (rig_open(&g, path, 1) != 0 || rig_open(&h, path, 2) != 0) {
+        ok(0, "stalled worker: backends");
+        return;
+    }
+    ref = malloc((size_t) N_POS * g.V * sizeof(float));
+    got = malloc((size_t) N_POS * g.V * sizeof(float));
+    nalar_cpu_backend_test_stall(h.be, 3000);
+    ok(ref != NULL && got != NULL && feed(&g, one, 1, 0, ref) == 0
+       && feed(&h, one, 1, 0, got) == 0, "stalled worker: %d passes",
+       N_POS);
+    same = ref != NULL && got != NULL
+           && memcmp(ref, got, (size_t) N_POS * g.V * sizeof(float)) == 0;
+    solo = nalar_cpu_backend_test_solo_passes(h.be);
+    ok(solo >= N_POS - 20, "a worker stalled 3 ms per pass: %llu of %d "
+       "one-token passes ran on the calling thread alone (>= %d)",
+       (unsigned long long) solo, N_POS, N_POS - 20);
+    ok(same, "stalled worker: logits bit-identical to one thread's");
+    nalar_cpu_backend_test_stall(h.be, 0);
+    free(ref);
+    free(got);
+    rig_close(&h);
+    rig_close(&g);
+}
+
+
 int
 main(void)
 {
@@ -224,6 +263,7 @@ main(void)
 
     check_model("models/nalar-kjv-target-f32.gguf",
                 "demo target (2 heads per KV head, tiles of 4 tokens)");
+    check_stalled_worker("models/nalar-kjv-target-f32.gguf");
     if (mkdtemp(dir) == NULL) {
         return 1;
     }
