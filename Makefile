@@ -104,8 +104,8 @@ ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
 
 test: deps
 	$(MAKE) all fuzz module-asan
-	prove t/
-	NALAR_ASAN=1 prove $(ASAN_TESTS)
+	prove --timer t/
+	NALAR_ASAN=1 prove --timer $(ASAN_TESTS)
 
 run: deps
 	$(MAKE) all
