@@ -25,6 +25,11 @@
  *     acc = fmaf(a_j, v, acc), m = fmaf(b_j, xs_j, m) over the
  *     sub-blocks in order, xs_j a scalar sum in order.
  * The two builds differ in their last bits, each agrees with itself.
+ *
+ * cpu_quant.c: these kernels and the one dispatch by type of both
+ * families; cpu_quant_i16.c: the 16-bit ones (below);
+ * cpu_quant_blocks.h: the block decoding they share; cpu_quantize.c:
+ * nalar_quantize_row.
  */
 #ifndef NALAR_CPU_QUANT_H
 #define NALAR_CPU_QUANT_H
