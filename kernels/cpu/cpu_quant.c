@@ -546,7 +546,7 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
 {
     int64_t   nblk = cols / qi->qk;
     int64_t   n_xs = cols / 32;
-    const int NB = t == GGML_Q8_0 || t == GGML_Q4_0 ? 8 : 1;
+    const int NB = qi->qk == 32 ? 8 : 1;    /* the 32-weight types */
     const int NBD = NB == 8 ? 2 : 1;    /* one token's step */
 
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {

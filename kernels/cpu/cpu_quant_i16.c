@@ -520,7 +520,7 @@ i16_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
            int n_tok, float *y, int ldy, int64_t r0, int64_t r1,
            int accumulate)
 {
-    const int NB = t == GGML_Q8_0 || t == GGML_Q4_0 ? 8 : 1;
+    const int NB = qi->qk == 32 ? 8 : 1;    /* the 32-weight types */
     int64_t   ng = cols / 32;
 
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
