@@ -71,6 +71,13 @@ typedef struct {
     float         *x;            /* (cap_tok, dim) residual stream */
     float         *xb;           /* (n_threads, cap_tok, dim) normalised
                                     input: each thread's own copy */
+    int            act_i16;      /* products over quantized weights take
+                                    16-bit activations */
+    uint8_t       *xq;           /* act_i16: (n_threads, xq_bytes) each
+                                    thread's int16 codes of its xb
+                                    (nalar_quant_xq), or NULL */
+    int64_t        xq_bytes;     /* nalar_quant_xq_bytes(xq_cap, dim) */
+    int32_t        xq_cap;       /* tokens xq holds per thread */
     float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */
     float         *att;          /* (cap_tok, q_dim) attention output */
     float         *hg;           /* (cap_tok, ffn) gate, then silu(g) * u */
@@ -674,7 +681,9 @@ finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t t0,
 /*
  * Five barriers per layer.  Each thread normalises every token into its
  * own xb (a few hundred floats per token: cheaper than a barrier), then
- * owns a share of the weight rows of the next product.
+ * owns a share of the weight rows of the next product.  With 16-bit
+ * activations it also rounds the tokens its products read to int16 codes
+ * once (xb_codes) for all of them: Q, K and V; gate and up; the output.
  */
 /* a pass run by one thread alone has no one to wait for */
 static inline void
@@ -783,6 +792,26 @@ final_softcap(cpu_backend *be, int64_t r0, int64_t r1, int64_t lo, int64_t hi)
 }
 
 
+/*
+ * With 16-bit activations: the int16 codes of n normalised tokens x (dim
+ * apart), made once into thread tid's own buffer for the products that
+ * read x; NULL (each product then rounds x itself, to the same codes)
+ * when none of those takes them (i16 0).
+ */
+static const nalar_xq *
+xb_codes(cpu_backend *be, int tid, const float *x, int n, int i16,
+         nalar_xq *xq)
+{
+    int dim = be->m->cfg.dim;
+
+    if (!i16 || n <= 0 || n > be->xq_cap) {
+        return NULL;
+    }
+    nalar_quant_xq(x, n, dim, dim, be->xq + tid * be->xq_bytes, xq);
+    return xq;
+}
+
+
 static void
 forward_worker(void *arg, int tid, int nth)
 {
@@ -796,6 +825,8 @@ forward_worker(void *arg, int tid, int nth)
     int                 ldqkv = be->q_dim + 2 * be->kv_dim;
     float              *xb = be->xb + (int64_t) tid * be->cap_tok * dim;
     int64_t             lo, hi, t0, t1;
+    nalar_xq            codes;
+    const nalar_xq     *xq;
 
     split(T, tid, nth, 1, &lo, &hi);
     embed(be, lo, hi);
@@ -840,18 +871,24 @@ forward_worker(void *arg, int tid, int nth)
             float       *yt = be->qkv + t0 * ldqkv;
             int          n = (int) (t1 - t0);
 
+            xq = xb_codes(be, tid, xt, n, nalar_cpu_mat_i16(&W->wq)
+                                          || nalar_cpu_mat_i16(&W->wk)
+                                          || nalar_cpu_mat_i16(&W->wv),
+                          &codes);
             a = lo; b = hi < qd ? hi : qd;
             if (a < b) {
-                nalar_cpu_matmul(&W->wq, xt, n, dim, yt, ldqkv, a, b, 0);
+                nalar_cpu_matmul_xq(&W->wq, xt, xq, n, dim, yt, ldqkv, a, b,
+                                    0);
             }
             a = lo > qd ? lo - qd : 0; b = hi - qd < kd ? hi - qd : kd;
             if (a < b) {
-                nalar_cpu_matmul(&W->wk, xt, n, dim, yt + qd, ldqkv, a, b, 0);
+                nalar_cpu_matmul_xq(&W->wk, xt, xq, n, dim, yt + qd, ldqkv,
+                                    a, b, 0);
             }
             a = lo > qd + kd ? lo - qd - kd : 0; b = hi - qd - kd;
             if (a < b) {
-                nalar_cpu_matmul(&W->wv, xt, n, dim, yt + qd + kd, ldqkv,
-                                 a, b, 0);
+                nalar_cpu_matmul_xq(&W->wv, xt, xq, n, dim, yt + qd + kd,
+                                    ldqkv, a, b, 0);
             }
         }
         finish_qkv(be, L, l, t0, t1, lo, hi);
@@ -885,10 +922,13 @@ forward_worker(void *arg, int tid, int nth)
          * both products, so it can combine them without a barrier */
         split(c->ffn_dim, tid, nth, 16, &lo, &hi);
         if (lo < hi) {
-            nalar_cpu_matmul(&W->w_gate, xb, T, dim, be->hg, c->ffn_dim,
-                             lo, hi, 0);
-            nalar_cpu_matmul(&W->w_up, xb, T, dim, be->hu, c->ffn_dim,
-                             lo, hi, 0);
+            xq = xb_codes(be, tid, xb, T, nalar_cpu_mat_i16(&W->w_gate)
+                                          || nalar_cpu_mat_i16(&W->w_up),
+                          &codes);
+            nalar_cpu_matmul_xq(&W->w_gate, xb, xq, T, dim, be->hg,
+                                c->ffn_dim, lo, hi, 0);
+            nalar_cpu_matmul_xq(&W->w_up, xb, xq, T, dim, be->hu,
+                                c->ffn_dim, lo, hi, 0);
             swiglu(be, 0, T, lo, hi);
         }
         barrier(pool, nth);
@@ -917,8 +957,10 @@ forward_worker(void *arg, int tid, int nth)
     }
     split(c->n_vocab, tid, nth, 16, &lo, &hi);
     if (lo < hi) {
-        nalar_cpu_matmul(&be->output, xb, bt->n_logits, dim, be->logits,
-                         c->n_vocab, lo, hi, 0);
+        xq = xb_codes(be, tid, xb, bt->n_logits,
+                      nalar_cpu_mat_i16(&be->output), &codes);
+        nalar_cpu_matmul_xq(&be->output, xb, xq, bt->n_logits, dim,
+                            be->logits, c->n_vocab, lo, hi, 0);
         final_softcap(be, 0, bt->n_logits, lo, hi);
     }
 }
@@ -950,6 +992,8 @@ forward_tokens(void *arg, int tid, int nth)
     int64_t             l0 = be->logit_lo[tid], l1 = be->logit_lo[tid + 1];
     int                 n = (int) (t1 - t0);
     float              *xb = be->xb + (int64_t) tid * be->cap_tok * dim;
+    nalar_xq            codes;
+    const nalar_xq     *xq;
 
     embed(be, t0, t1);
     for (int l = 0; l < c->n_layers; l++) {
@@ -962,10 +1006,16 @@ forward_tokens(void *arg, int tid, int nth)
                     c->norm_eps);
         }
         if (n > 0) {
-            nalar_cpu_matmul(&W->wq, xb, n, dim, qkv, ldqkv, 0, qd, 0);
-            nalar_cpu_matmul(&W->wk, xb, n, dim, qkv + qd, ldqkv, 0, kd, 0);
-            nalar_cpu_matmul(&W->wv, xb, n, dim, qkv + qd + kd, ldqkv, 0,
-                             kd, 0);
+            xq = xb_codes(be, tid, xb, n, nalar_cpu_mat_i16(&W->wq)
+                                          || nalar_cpu_mat_i16(&W->wk)
+                                          || nalar_cpu_mat_i16(&W->wv),
+                          &codes);
+            nalar_cpu_matmul_xq(&W->wq, xb, xq, n, dim, qkv, ldqkv, 0, qd,
+                                0);
+            nalar_cpu_matmul_xq(&W->wk, xb, xq, n, dim, qkv + qd, ldqkv, 0,
+                                kd, 0);
+            nalar_cpu_matmul_xq(&W->wv, xb, xq, n, dim, qkv + qd + kd,
+                                ldqkv, 0, kd, 0);
             finish_qkv(be, L, l, t0, t1, 0, ldqkv);
         }
         /* every token's K and V of this layer are stored */
@@ -987,10 +1037,13 @@ forward_tokens(void *arg, int tid, int nth)
             rmsnorm(xb + (t - t0) * dim, be->x + t * dim, L->ffn_norm, dim,
                     c->norm_eps);
         }
-        nalar_cpu_matmul(&W->w_gate, xb, n, dim, be->hg + t0 * ffn, ffn, 0,
-                         ffn, 0);
-        nalar_cpu_matmul(&W->w_up, xb, n, dim, be->hu + t0 * ffn, ffn, 0,
-                         ffn, 0);
+        xq = xb_codes(be, tid, xb, n, nalar_cpu_mat_i16(&W->w_gate)
+                                      || nalar_cpu_mat_i16(&W->w_up),
+                      &codes);
+        nalar_cpu_matmul_xq(&W->w_gate, xb, xq, n, dim, be->hg + t0 * ffn,
+                            ffn, 0, ffn, 0);
+        nalar_cpu_matmul_xq(&W->w_up, xb, xq, n, dim, be->hu + t0 * ffn,
+                            ffn, 0, ffn, 0);
         swiglu(be, t0, t1, 0, ffn);
         if (L->post_ffn_norm != NULL) {
             nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
@@ -1006,9 +1059,11 @@ forward_tokens(void *arg, int tid, int nth)
                 m->out_norm, dim, c->norm_eps);
     }
     if (l1 > l0) {
-        nalar_cpu_matmul(&be->output, xb, (int) (l1 - l0), dim,
-                         be->logits + l0 * c->n_vocab, c->n_vocab, 0,
-                         c->n_vocab, 0);
+        xq = xb_codes(be, tid, xb, (int) (l1 - l0),
+                      nalar_cpu_mat_i16(&be->output), &codes);
+        nalar_cpu_matmul_xq(&be->output, xb, xq, (int) (l1 - l0), dim,
+                            be->logits + l0 * c->n_vocab, c->n_vocab, 0,
+                            c->n_vocab, 0);
         final_softcap(be, l0, l1, 0, c->n_vocab);
     }
 }
@@ -1058,6 +1113,18 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
                               "tokens", cap);
         }
         be->cap_tok = cap;
+    }
+    if (be->act_i16 && be->xq_cap < be->cap_tok) {
+        int64_t bytes = nalar_quant_xq_bytes(be->cap_tok, c->dim);
+        int     ok = 1;
+
+        GROW(be->xq, (int64_t) nth * bytes);
+        if (!ok) {
+            return nalar_fail(err, "cpu backend: out of memory for %d "
+                              "tokens' int16 codes", be->cap_tok);
+        }
+        be->xq_bytes = bytes;
+        be->xq_cap = be->cap_tok;
     }
     if (max_pos + 1 > be->scores_cap) {
         int32_t cap = be->scores_cap ? be->scores_cap : 256;
@@ -1421,6 +1488,7 @@ cpu_destroy(nalar_backend *b)
         }
         free(be->x);
         free(be->xb);
+        free(be->xq);
         free(be->qkv);
         free(be->att);
         free(be->hg);
@@ -1480,6 +1548,7 @@ nalar_cpu_backend_act_i16(nalar_backend *b, int on)
         W->w_down.act_i16 = on;
     }
     be->output.act_i16 = on;
+    be->act_i16 = on;
 }
 
 

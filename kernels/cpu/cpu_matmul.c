@@ -978,6 +978,33 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
 #endif
 
 
+int
+nalar_cpu_mat_i16(const nalar_cpu_mat *M)
+{
+    return M->act_i16 && nalar_quant_type(M->W->type);
+}
+
+
+void
+nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
+                    const nalar_xq *xq, int n_tok, int ldx, float *y,
+                    int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    const nalar_mat *W = M->W;
+
+    if (xq != NULL && nalar_cpu_mat_i16(M)) {
+        nalar_quant_matmul_xq(W->type,
+                              M->panels != NULL ? M->panels : W->data,
+                              (int64_t) ggml_row_size(W->type,
+                                                      (uint64_t) W->cols),
+                              W->cols, xq, n_tok, y, ldy, r0, r1,
+                              accumulate);
+        return;
+    }
+    nalar_cpu_matmul(M, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
+}
+
+
 void
 nalar_cpu_drop_mapped(const gguf_file *f)
 {

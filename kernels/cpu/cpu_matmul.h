@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "cpu_quant.h"
 #include "model.h"
 #include "nalar_err.h"
 
@@ -79,6 +80,16 @@ void nalar_cpu_drop_mapped(const gguf_file *f);
 void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
                       int ldx, float *y, int ldy, int64_t r0, int64_t r1,
                       int accumulate);
+
+/* 1 when M's products take 16-bit activations (act_i16, a quantized W) */
+int nalar_cpu_mat_i16(const nalar_cpu_mat *M);
+
+/* nalar_cpu_matmul with x's int16 codes made already (xq: x's n_tok
+ * tokens, nalar_quant_xq): where M takes 16-bit activations it reads
+ * them, the bits it would make of x; otherwise, or with xq NULL, x */
+void nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
+                         const nalar_xq *xq, int n_tok, int ldx, float *y,
+                         int ldy, int64_t r0, int64_t r1, int accumulate);
 
 /* out[c] = W[row, c] as float (embedding lookup), c in [0, cols) */
 void nalar_cpu_get_row(const nalar_mat *W, int64_t row, float *out);

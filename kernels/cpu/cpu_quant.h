@@ -25,6 +25,11 @@
  *     acc = fmaf(a_j, v, acc), m = fmaf(b_j, xs_j, m) over the
  *     sub-blocks in order, xs_j a scalar sum in order.
  * The two builds differ in their last bits, each agrees with itself.
+ *
+ * cpu_quant.c: these kernels and the one dispatch by type of both
+ * families; cpu_quant_i16.c: the 16-bit ones (below);
+ * cpu_quant_blocks.h: the block decoding they share; cpu_quantize.c:
+ * nalar_quantize_row.
  */
 #ifndef NALAR_CPU_QUANT_H
 #define NALAR_CPU_QUANT_H
@@ -82,11 +87,34 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
 /* n floats (a multiple of 32) as int16 codes q and a scale d per 32 */
 void nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d);
 
+/* x's int16 codes for n_tok tokens of cols floats (cols a multiple of
+ * 32): as nalar_quant_matmul_i16 makes them from x */
+typedef struct {
+    const int16_t *q;   /* (n_tok, cols) codes */
+    const float   *d;   /* (n_tok, cols / 32) scales dx */
+    const float   *s;   /* (n_tok, cols / 32) dx * the sum of the 32 codes */
+} nalar_xq;
+
+/* bytes of memory nalar_quant_xq takes for n_tok tokens of cols */
+int64_t nalar_quant_xq_bytes(int n_tok, int64_t cols);
+
+/* the codes of x (n_tok rows, ldx floats apart) into buf (any alignment,
+ * nalar_quant_xq_bytes long), described by *xq */
+void nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols,
+                    void *buf, nalar_xq *xq);
+
 /* nalar_quant_matmul with 16-bit activations */
 void nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride,
                             int64_t cols, const float *x, int n_tok,
                             int ldx, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
+
+/* nalar_quant_matmul_i16 from x's codes, made by nalar_quant_xq: the
+ * same bits, with x rounded once for all the products that read it */
+void nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride,
+                           int64_t cols, const nalar_xq *xq, int n_tok,
+                           float *y, int ldy, int64_t r0, int64_t r1,
+                           int accumulate);
 
 /* Its portable kernel, in every build (for tests) */
 void nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,

@@ -12,7 +12,11 @@
  * pass of two tokens or more runs split by weight rows or by token (each
  * thread the whole model over its own tokens); the backend measures both
  * ways alternately for its first passes of each size, so every pooled
- * check here runs both (breaking either one fails them).
+ * check here runs both (breaking either one fails them).  Quantized
+ * models again with 16-bit activations (each thread rounds its
+ * normalised input once for the products that read it), and with seven
+ * other sequences decoded alongside (a pass of short runs: Q, K and V
+ * split by token), where the sequence checked is the last thread's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,8 @@
 
 #define N_POS  70
 #define MAXB   96
+
+static int act_i16;     /* the backends opened take 16-bit activations */
 
 
 typedef struct {
@@ -59,6 +65,7 @@ rig_open(rig *g, const char *path, int threads)
         diag("%s", err.msg);
         return -1;
     }
+    nalar_cpu_backend_act_i16(g->be, act_i16);
     return 0;
 }
 
@@ -153,6 +160,54 @@ feed(rig *g, const int *sizes, int n_sizes, int mixed, float *out)
 }
 
 
+/* s's positions one per pass, each pass first one token of each of
+ * n_other (< MAXB) other sequences, each its own tokens */
+static int
+feed_many(rig *g, int n_other, float *out)
+{
+    nalar_seq_kv  s[MAXB];
+    int32_t       tok[MAXB], pos[MAXB];
+    int8_t        want[MAXB];
+    nalar_seq_kv *seq[MAXB];
+    float        *logits = nalar_alloc_lines((size_t) MAXB * g->V
+                                             * sizeof(float));
+    nalar_err     err;
+    int           rc = 0;
+
+    for (int i = 0; i <= n_other; i++) {
+        nalar_seq_kv_init(&s[i]);
+    }
+    for (int i = 0; i <= n_other && logits != NULL; i++) {
+        if (nalar_seq_kv_reserve(&g->kv, &s[i], N_POS) != 0) {
+            rc = -1;
+        }
+    }
+    for (int32_t p = 0; p < N_POS && rc == 0 && logits != NULL; p++) {
+        nalar_batch b;
+
+        for (int i = 0; i <= n_other; i++) {
+            tok[i] = token_at(i < n_other ? p + 100 * (i + 1) : p, g->V);
+            pos[i] = p;
+            seq[i] = &s[i == n_other ? 0 : i + 1];
+            want[i] = i == n_other;
+        }
+        b.n_tokens = n_other + 1; b.tokens = tok; b.pos = pos; b.seq = seq;
+        b.want_logits = want; b.n_logits = 1;
+        if (g->be->forward(g->be, &g->kv, &b, logits, &err) != 0) {
+            diag("forward: %s", err.msg);
+            rc = -1;
+            break;
+        }
+        memcpy(out + (size_t) p * g->V, logits, g->V * sizeof(float));
+    }
+    for (int i = 0; i <= n_other; i++) {
+        nalar_seq_kv_release(&g->kv, &s[i]);
+    }
+    free(logits);
+    return logits == NULL ? -1 : rc;
+}
+
+
 static void
 check_model(const char *path, const char *name)
 {
@@ -164,6 +219,7 @@ check_model(const char *path, const char *name)
         { verify, 6, 0, 2, "passes of 5, 1, 9, 3, 2, 4 tokens" },
         { verify, 6, 1, 2, "the same mixed with another sequence" },
         { chunk, 2, 1, 1, "chunks, mixed, one thread" },
+        { NULL, 0, 7, 2, "each pass with seven other sequences' tokens" },
     };
     rig    g;
     float *ref, *got;
@@ -176,6 +232,21 @@ check_model(const char *path, const char *name)
     got = malloc((size_t) N_POS * g.V * sizeof(float));
     ok(ref != NULL && got != NULL && feed(&g, one, 1, 0, ref) == 0,
        "%s: one token per pass", name);
+    if (act_i16 && got != NULL) {
+        rig h;
+        int differ = 0;
+
+        /* the mode is in effect: F32 activations give other logits */
+        act_i16 = 0;
+        if (rig_open(&h, path, 2) == 0) {
+            differ = feed(&h, one, 1, 0, got) == 0
+                     && memcmp(ref, got, (size_t) N_POS * g.V
+                                         * sizeof(float)) != 0;
+            rig_close(&h);
+        }
+        act_i16 = 1;
+        ok(differ, "%s: F32 activations give other logits", name);
+    }
     for (size_t w = 0; w < sizeof(ways) / sizeof(ways[0]); w++) {
         rig     h;
         int32_t bad = -1;
@@ -185,7 +256,10 @@ check_model(const char *path, const char *name)
             continue;
         }
         memset(got, 0, (size_t) N_POS * g.V * sizeof(float));
-        if (feed(&h, ways[w].s, ways[w].n, ways[w].mixed, got) != 0) {
+        if ((ways[w].n > 0 ? feed(&h, ways[w].s, ways[w].n, ways[w].mixed,
+                                  got)
+                           : feed_many(&h, ways[w].mixed, got)) != 0)
+        {
             bad = -2;
         }
         for (int32_t p = 0; p < N_POS && bad == -1; p++) {
@@ -282,6 +356,28 @@ main(void)
             continue;
         }
         check_model(path, m[i].name);
+        unlink(path);
+    }
+    for (int i = 0; i < 2; i++) {
+        nalar_mkmodel_defaults(&o);
+        o.dim = 256;
+        o.n_layers = 2;
+        o.n_heads = 4;
+        o.n_kv_heads = 2;
+        o.ffn_dim = 512;
+        o.n_vocab = 300;
+        o.type = i == 0 ? GGML_Q8_0 : GGML_Q4_K;
+        o.kmix = i == 1;
+        o.seed = 21 + (uint64_t) i;
+        snprintf(path, sizeof(path), "%s/q%d.gguf", dir, i);
+        if (nalar_mkmodel(&o, path, &err) != 0) {
+            ok(0, "mkmodel: %s", err.msg);
+            continue;
+        }
+        act_i16 = 1;
+        check_model(path, i == 0 ? "Q8_0, 16-bit activations"
+                                 : "Q4_K_M, 16-bit activations");
+        act_i16 = 0;
         unlink(path);
     }
     rmdir(dir);

@@ -147,44 +147,66 @@ random_matrix(ggml_type t, int64_t rows, int64_t cols)
 }
 
 
+/* The setup both kernel checks share: rows x cols weights of type t from
+ * the quantizer (*w), their rows dequantized (*deq, rows x cols) and the
+ * backend's matrix over them (M, over W); 0, or -1 (reported) */
+static int
+quant_setup(ggml_type t, int64_t rows, int64_t cols, uint8_t **w,
+            float **deq, nalar_mat *W, nalar_cpu_mat *M)
+{
+    int64_t   rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    nalar_err err;
+
+    *w = random_matrix(t, rows, cols);
+    *deq = malloc((size_t) (rows * cols) * sizeof(float));
+    if (*w == NULL || *deq == NULL) {
+        ok(0, "%s: out of memory", ggml_type_name(t));
+        return -1;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        nalar_dequant_row(t, *w + r * rs, cols, *deq + r * cols);
+    }
+    W->type = t;
+    W->rows = rows;
+    W->cols = cols;
+    W->data = *w;
+    if (nalar_cpu_mat_init(M, W, 0, &err) != 0) {
+        ok(0, "%s: mat init: %s", ggml_type_name(t), err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+
 /* Kernel products against double dot products of the dequantized rows,
  * and batch invariance, for one type and shape */
 static void
 check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok)
 {
     int64_t    rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    uint8_t   *w = random_matrix(t, rows, cols);
+    uint8_t   *w = NULL;
+    float     *deq = NULL;
+    nalar_mat  W;
+    nalar_cpu_mat M;
+    int        set = quant_setup(t, rows, cols, &w, &deq, &W, &M);
     float     *x = malloc((size_t) (n_tok * cols) * sizeof(float));
-    float     *deq = malloc((size_t) (rows * cols) * sizeof(float));
     float     *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     float     *yp = malloc((size_t) (n_tok * rows) * sizeof(float));
     float     *y1 = malloc((size_t) (n_tok * rows) * sizeof(float));
-    nalar_mat  W;
-    nalar_cpu_mat M;
-    nalar_err  err;
     double     worst = 0, worst_p = 0;
     int        same = 1, same_split = 1, acc_ok = 1;
     const char *tn = ggml_type_name(t);
 
-    if (w == NULL || x == NULL || deq == NULL || y == NULL || yp == NULL
-        || y1 == NULL)
-    {
+    if (set != 0) {
+        goto done;
+    }
+    if (x == NULL || y == NULL || yp == NULL || y1 == NULL) {
         ok(0, "%s: out of memory", tn);
+        nalar_cpu_mat_free(&M);
         goto done;
     }
     for (int64_t i = 0; i < n_tok * cols; i++) {
         x[i] = frand() * 2.0f;
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        nalar_dequant_row(t, w + r * rs, cols, deq + r * cols);
-    }
-    W.type = t;
-    W.rows = rows;
-    W.cols = cols;
-    W.data = w;
-    if (nalar_cpu_mat_init(&M, &W, 0, &err) != 0) {
-        ok(0, "%s: mat init: %s", tn, err.msg);
-        goto done;
     }
     ok(M.panels != NULL && M.panels != (void *) w
        && memcmp(M.panels, w, (size_t) (rows * rs)) == 0,
@@ -251,44 +273,55 @@ done:
 /*
  * 16-bit activations: against a double product of the dequantized rows
  * with x as rounded (its int16 codes times their scales); each token of
- * a batch of 19 has the bits it has alone and in a batch of 5, and rows
- * in pieces give the same bits; the portable kernel agrees with the
- * rounded product too.
+ * a batch of n_tok has the bits it has alone and in a batch of 5, and
+ * rows in pieces give the same bits; the portable kernel agrees with the
+ * rounded product too.  x's codes made once (nalar_quant_xq) and read by
+ * nalar_cpu_matmul_xq give the bits of x itself, whole or as views of 5
+ * tokens; given another x's codes, the product is that x's, not x's.
  */
 static void
-check_kernel_i16(ggml_type t, int64_t rows, int64_t cols)
+check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
 {
-    const int     n_tok = 19;
     int64_t       rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    uint8_t      *w = random_matrix(t, rows, cols);
+    int64_t       ng = cols / 32;
+    uint8_t      *w = NULL;
+    float        *deq = NULL;
+    nalar_mat     W;
+    nalar_cpu_mat M;
+    int           set = quant_setup(t, rows, cols, &w, &deq, &W, &M);
     float        *x = malloc((size_t) (n_tok * cols) * sizeof(float));
+    float        *x2 = malloc((size_t) (n_tok * cols) * sizeof(float));
     float        *xr = malloc((size_t) (n_tok * cols) * sizeof(float));
     int16_t      *xq = malloc((size_t) cols * sizeof(int16_t));
     float        *xd = malloc((size_t) (cols / 32) * sizeof(float));
-    float        *deq = malloc((size_t) (rows * cols) * sizeof(float));
+    void         *cb = malloc((size_t) nalar_quant_xq_bytes(n_tok, cols));
     float        *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *yf = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *yp = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *y1 = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float        *y2 = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *y5 = malloc((size_t) (5 * rows) * sizeof(float));
-    nalar_mat     W;
-    nalar_cpu_mat M;
-    nalar_err     err;
+    nalar_xq      X, X5;
     double        worst = 0, worst_p = 0, worst_f = 0;
-    int           alone = 1, five = 1, split = 1, codes = 1;
+    int           alone = 1, five = 1, split = 1, codes = 1, made = 1;
     const char   *tn = ggml_type_name(t);
 
-    if (w == NULL || x == NULL || xr == NULL || xq == NULL || xd == NULL
-        || deq == NULL || y == NULL || yf == NULL || yp == NULL
-        || y1 == NULL || y5 == NULL)
+    if (set != 0) {
+        goto done;
+    }
+    if (x == NULL || x2 == NULL || xr == NULL || xq == NULL || xd == NULL
+        || cb == NULL || y == NULL || yf == NULL || yp == NULL || y1 == NULL
+        || y2 == NULL || y5 == NULL)
     {
         ok(0, "%s: out of memory", tn);
+        nalar_cpu_mat_free(&M);
         goto done;
     }
     for (int64_t i = 0; i < n_tok * cols; i++) {
         /* sub-blocks of very different magnitudes, one all zero */
         x[i] = frand() * (float) (1 + (i / 32) % 7)
                * ((i / 32) % 11 == 3 ? 0.0f : 1.0f);
+        x2[i] = x[i] + 0.25f;
     }
     for (int tk = 0; tk < n_tok; tk++) {
         nalar_quant_x_i16(x + tk * cols, cols, xq, xd);
@@ -301,17 +334,6 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols)
         }
     }
     ok(codes, "%s: x's int16 codes are within half a step of x", tn);
-    for (int64_t r = 0; r < rows; r++) {
-        nalar_dequant_row(t, w + r * rs, cols, deq + r * cols);
-    }
-    W.type = t;
-    W.rows = rows;
-    W.cols = cols;
-    W.data = w;
-    if (nalar_cpu_mat_init(&M, &W, 0, &err) != 0) {
-        ok(0, "%s: mat init: %s", tn, err.msg);
-        goto done;
-    }
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, yf, (int) rows, 0, rows, 0);
     M.act_i16 = 1;
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, y, (int) rows, 0, rows, 0);
@@ -362,22 +384,58 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols)
                          0);
     }
     split = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
-    ok(alone && five && split, "%s i16: batch invariant: each token of 19 "
+    ok(alone && five && split, "%s i16: batch invariant: each token of %d "
        "has the bits it has alone (%s) and in batches of 5 (%s); rows in "
-       "pieces of 5 (%s)", tn, alone ? "yes" : "no", five ? "yes" : "no",
-       split ? "yes" : "no");
+       "pieces of 5 (%s)", tn, n_tok, alone ? "yes" : "no",
+       five ? "yes" : "no", split ? "yes" : "no");
+
+    /* x's codes made once: the bits of x, whole and 5 tokens at a time */
+    nalar_quant_xq(x, n_tok, (int) cols, cols, cb, &X);
+    memset(y1, 0, (size_t) (n_tok * rows) * sizeof(float));
+    nalar_cpu_matmul_xq(&M, x, &X, n_tok, (int) cols, y1, (int) rows, 0,
+                        rows, 0);
+    made = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    for (int t0 = 0; t0 + 5 <= n_tok; t0 += 7) {
+        X5.q = X.q + t0 * cols;
+        X5.d = X.d + t0 * ng;
+        X5.s = X.s + t0 * ng;
+        nalar_cpu_matmul_xq(&M, x + t0 * cols, &X5, 5, (int) cols, y5,
+                            (int) rows, 0, rows, 0);
+        made &= memcmp(y + t0 * rows, y5, (size_t) (5 * rows)
+                                          * sizeof(float)) == 0;
+    }
+    ok(made, "%s i16: x's codes made once give the bits of x, whole and "
+       "as views of 5 tokens", tn);
+    /* another x's codes: that x's product, whatever x is passed */
+    nalar_cpu_matmul(&M, x2, n_tok, (int) cols, y2, (int) rows, 0, rows, 0);
+    nalar_quant_xq(x2, n_tok, (int) cols, cols, cb, &X);
+    nalar_cpu_matmul_xq(&M, x, &X, n_tok, (int) cols, y1, (int) rows, 0,
+                        rows, 0);
+    ok(memcmp(y2, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0
+       && memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) != 0,
+       "%s i16: the product reads the codes it is given (another x's "
+       "codes: that x's bits, not x's)", tn);
+    /* the float path ignores codes */
+    M.act_i16 = 0;
+    nalar_cpu_matmul_xq(&M, x, &X, n_tok, (int) cols, y1, (int) rows, 0,
+                        rows, 0);
+    ok(memcmp(yf, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0,
+       "%s: F32 activations read x, not the codes", tn);
     nalar_cpu_mat_free(&M);
 done:
     free(w);
     free(x);
+    free(x2);
     free(xr);
     free(xq);
     free(xd);
+    free(cb);
     free(deq);
     free(y);
     free(yf);
     free(yp);
     free(y1);
+    free(y2);
     free(y5);
 }
 
@@ -442,9 +500,10 @@ main(void)
          * one block (25 blocks a row) */
         check_kernel(types[i], 23, nalar_quant_block(types[i]) == 32
                                    ? 800 : 1024, 29);
-        check_kernel_i16(types[i], 37, 512);
+        check_kernel_i16(types[i], 37, 512, 19);
+        /* two token blocks */
         check_kernel_i16(types[i], 23, nalar_quant_block(types[i]) == 32
-                                       ? 800 : 1024);
+                                       ? 800 : 1024, 29);
     }
     {
         gguf_file *q = gguf_open(DIR "llama3-Q4_0.gguf", &err);

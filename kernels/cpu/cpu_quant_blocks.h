@@ -1,0 +1,382 @@
+/*
+ * The block decoding both families of quantized kernels share
+ * (cpu_quant.c: F32 activations; cpu_quant_i16.c: 16-bit activations),
+ * as static inline functions, with the list of the quantized types: a
+ * step of a row's blocks decoded into int8 codes q[] and per sub-block
+ * float scales a[] and mins b[].  Internal to those files.
+ */
+#ifndef NALAR_CPU_QUANT_BLOCKS_H
+#define NALAR_CPU_QUANT_BLOCKS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "fp16.h"
+
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define TOK_BLOCK 24    /* tokens per pass over a row's blocks */
+#define PR 3            /* rows of a batch's tile */
+#define PT 3            /* tokens of a batch's tile */
+
+/*
+ * The quantized types, each once: X(name, weights per block, bytes per
+ * block, weights per sub-block, has mins).  The type table, both
+ * families' kernels and their dispatch (cpu_quant.c) are made from this
+ * list; a new type is a line here plus its decoding below, its
+ * dequantization (nalar_dequant_row) and its quantizer (cpu_quantize.c).
+ */
+#define QUANT_TYPES(X)                                                      \
+    X(Q8_0, QK8_0, 2 + QK8_0, 32, 0)                                        \
+    X(Q4_0, QK4_0, 2 + QK4_0 / 2, 32, 0)                                    \
+    X(Q4_K, QK_K, QK4_K_BYTES, 32, 1)                                       \
+    X(Q5_K, QK_K, QK5_K_BYTES, 32, 1)                                       \
+    X(Q6_K, QK_K, QK6_K_BYTES, 16, 0)
+
+/* a decoded step: up to QK_K codes, 16 scales, 8 mins */
+typedef struct {
+    int8_t q[QK_K] __attribute__((aligned(32)));
+    float  a[16];       /* scale per sub-block */
+    float  b[8];        /* min per sub-block (Q4_K, Q5_K) */
+} qblock;
+
+typedef struct {
+    int64_t qk;         /* weights per block */
+    int64_t bytes;      /* bytes per block */
+    int     sub;        /* weights per sub-block */
+    int     has_min;
+} qinfo;
+
+/* t's qinfo; -1 when t is not a quantized type */
+static inline int
+qinfo_of(ggml_type t, qinfo *qi)
+{
+#define QUANT_INFO(N, QK, BYTES, SUB, MIN)                                  \
+    case GGML_##N:                                                          \
+        *qi = (qinfo) { QK, BYTES, SUB, MIN };                              \
+        return 0;
+
+    switch (t) {
+    QUANT_TYPES(QUANT_INFO)
+    default:
+        return -1;
+    }
+#undef QUANT_INFO
+}
+
+/*
+ * One type's kernel of one family: y[t * ldy + r] (+)= W[r, :] . x_t for
+ * r in [r0, r1), t in [0, n_tok); x_t is x[t * ldx + :] (F32), or its
+ * int16 codes: xq's row t, or when xq is NULL made from x (16-bit).
+ */
+typedef void quant_kernel_fn(const uint8_t *w, int64_t wstride,
+                             int64_t cols, const float *x, int ldx,
+                             const nalar_xq *xq, int n_tok, float *y,
+                             int ldy, int64_t r0, int64_t r1,
+                             int accumulate);
+
+/* the 16-bit kernels, one per type (cpu_quant_i16.c) */
+#define QUANT_I16_DECLARE(N, QK, BYTES, SUB, MIN)                           \
+    quant_kernel_fn nalar_quant_i16_##N;
+QUANT_TYPES(QUANT_I16_DECLARE)
+#undef QUANT_I16_DECLARE
+
+/* n floats of this thread's scratch (kept for the thread's life), or NULL
+ * (the caller then computes in place, with the same operations) */
+float *nalar_quant_scratch(int64_t n);
+
+
+/* an f16 as float (exact either way) */
+static inline float
+f16_at(const uint8_t *p)
+{
+    uint16_t h;
+
+    memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    return nalar_f16_to_f32(h);
+#endif
+}
+
+
+/* sub-block j's 6-bit scale and min of a Q4_K/Q5_K block's scales[12] */
+static inline void
+k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+
+/* the float scales and mins of a block (every build) */
+static inline __attribute__((always_inline)) void
+decode_scales(ggml_type t, const uint8_t *p, qblock *B)
+{
+    switch (t) {
+    case GGML_Q8_0:
+    case GGML_Q4_0:
+        B->a[0] = f16_at(p);
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        float d = f16_at(p), dmin = f16_at(p + 2);
+
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+
+            k4_scale_min(p + 4, j, &sc, &m);
+            B->a[j] = d * (float) sc;
+            B->b[j] = dmin * (float) m;
+        }
+        return;
+    }
+    default: {  /* GGML_Q6_K */
+        float d = f16_at(p + 208);
+
+        for (int j = 0; j < 16; j++) {
+            B->a[j] = d * (float) (int8_t) p[192 + j];
+        }
+        return;
+    }
+    }
+}
+
+
+/* q[] of a block, scalar */
+static inline void
+decode_q_scalar(ggml_type t, const uint8_t *p, qblock *B)
+{
+    switch (t) {
+    case GGML_Q8_0:
+        memcpy(B->q, p + 2, QK8_0);
+        return;
+    case GGML_Q4_0:
+        for (int l = 0; l < 16; l++) {
+            B->q[l] = (int8_t) ((p[2 + l] & 0xF) - 8);
+            B->q[l + 16] = (int8_t) ((p[2 + l] >> 4) - 8);
+        }
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        const uint8_t *qh = p + 16;
+        const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
+
+        for (int k = 0; k < 4; k++) {
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[32 * k + l] & 0xF, hi = qs[32 * k + l] >> 4;
+
+                if (t == GGML_Q5_K) {
+                    lo += (qh[l] >> (2 * k) & 1) << 4;
+                    hi += (qh[l] >> (2 * k + 1) & 1) << 4;
+                }
+                B->q[64 * k + l] = (int8_t) lo;
+                B->q[64 * k + 32 + l] = (int8_t) hi;
+            }
+        }
+        return;
+    }
+    default: {  /* GGML_Q6_K */
+        const uint8_t *ql = p, *qh = p + 128;
+
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l++) {
+                uint8_t a = ql[64 * h + l], b = ql[64 * h + l + 32];
+                uint8_t e = qh[32 * h + l];
+                int8_t *q = B->q + 128 * h + l;
+
+                q[0] = (int8_t) (((a & 0xF) | ((e & 3) << 4)) - 32);
+                q[32] = (int8_t) (((b & 0xF) | ((e >> 2 & 3) << 4)) - 32);
+                q[64] = (int8_t) (((a >> 4) | ((e >> 4 & 3) << 4)) - 32);
+                q[96] = (int8_t) (((b >> 4) | ((e >> 6 & 3) << 4)) - 32);
+            }
+        }
+        return;
+    }
+    }
+}
+
+
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+#define ALWAYS_INLINE_Q inline __attribute__((always_inline))
+
+/*
+ * Decoding one token reads each weight once, four rows at a time: four
+ * short streams (a row of 2048 Q8_0 weights is 34 cache lines), too short
+ * for the hardware prefetcher to get ahead of.  Each step therefore asks
+ * for the same columns of the rows PF_GROUPS groups further on, so their
+ * lines are on the way while this group computes.
+ */
+#define PF_GROUPS 4
+
+
+static ALWAYS_INLINE_Q float
+hsum8(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+
+    lo = _mm_add_ps(lo, hi);                   /* v0+v4 v1+v5 v2+v6 v3+v7 */
+    hi = _mm_movehl_ps(lo, lo);                /* v2+v6 v3+v7 */
+    lo = _mm_add_ps(lo, hi);                   /* (04)+(26) (15)+(37) */
+    hi = _mm_shuffle_ps(lo, lo, 1);
+    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+
+/* 8 int8 codes as floats, from the low 8 bytes of v */
+static ALWAYS_INLINE_Q __m256
+i8x8_ps(__m128i v)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+
+/* codes 32 g .. 32 g + 31 of a K-quant block (g = 0 .. 7), as bytes */
+static ALWAYS_INLINE_Q __m256i
+group32(ggml_type t, const uint8_t *p, int g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)
+                                       (p + (t == GGML_Q4_K ? 16 : 48)
+                                        + 32 * (g / 2)));
+        __m256i q = (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(b, 4), m4)
+                            : _mm256_and_si256(b, m4);
+
+        if (t == GGML_Q5_K) {
+            __m256i h = _mm256_loadu_si256((const __m256i *) (p + 16));
+            __m256i u = _mm256_set1_epi8((char) (1 << g));
+
+            q = _mm256_or_si256(q, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(h, u), u),
+                    _mm256_set1_epi8(0x10)));
+        }
+        return q;
+    } else {    /* GGML_Q6_K */
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        int           h = g / 4, i = g % 4;
+        __m256i       a = _mm256_loadu_si256((const __m256i *)
+                                             (p + 64 * h + 32 * (i & 1)));
+        __m256i       e = _mm256_loadu_si256((const __m256i *)
+                                             (p + 128 + 32 * h));
+        __m256i       lo = i < 2 ? _mm256_and_si256(a, m4)
+                           : _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+        __m256i       hi;
+
+        switch (i) {
+        case 0:  hi = _mm256_slli_epi16(e, 4); break;
+        case 1:  hi = _mm256_slli_epi16(e, 2); break;
+        case 2:  hi = e; break;
+        default: hi = _mm256_srli_epi16(e, 2); break;
+        }
+        return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_and_si256(hi, m30)),
+                               _mm256_set1_epi8(32));
+    }
+}
+
+
+/* decode_scales with vectors: the same products, exactly */
+static ALWAYS_INLINE_Q void
+decode_scales_avx2(ggml_type t, const uint8_t *p, qblock *B)
+{
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        uint32_t w[3], sc[2], mn[2];
+        __m256   d = _mm256_set1_ps(f16_at(p));
+        __m256   dm = _mm256_set1_ps(f16_at(p + 2));
+
+        memcpy(w, p + 4, 12);
+        sc[0] = w[0] & 0x3f3f3f3fu;
+        mn[0] = w[1] & 0x3f3f3f3fu;
+        sc[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+        mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u)
+                                                << 4);
+        _mm256_storeu_ps(B->a, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) sc)))));
+        _mm256_storeu_ps(B->b, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) mn)))));
+    } else if (t == GGML_Q6_K) {
+        __m256  d = _mm256_set1_ps(f16_at(p + 208));
+        __m128i v = _mm_loadu_si128((const __m128i *) (p + 192));
+
+        _mm256_storeu_ps(B->a, _mm256_mul_ps(d, i8x8_ps(v)));
+        _mm256_storeu_ps(B->a + 8, _mm256_mul_ps(d,
+                                      i8x8_ps(_mm_srli_si128(v, 8))));
+    } else {
+        B->a[0] = f16_at(p);
+    }
+}
+
+
+/* q[] of a block, with byte vectors, into q */
+static ALWAYS_INLINE_Q void
+decode_q_avx2(ggml_type t, const uint8_t *p, int8_t *q)
+{
+    switch (t) {
+    case GGML_Q8_0:
+        _mm256_store_si256((__m256i *) q,
+                           _mm256_loadu_si256((const __m256i *) (p + 2)));
+        return;
+    case GGML_Q4_0: {
+        __m128i v = _mm_loadu_si128((const __m128i *) (p + 2));
+        __m128i e = _mm_set1_epi8(8), f = _mm_set1_epi8(0x0F);
+
+        _mm_store_si128((__m128i *) q,
+                        _mm_sub_epi8(_mm_and_si128(v, f), e));
+        _mm_store_si128((__m128i *) (q + 16),
+                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), f),
+                                     e));
+        return;
+    }
+    default:
+        for (int g = 0; g < 8; g++) {
+            _mm256_store_si256((__m256i *) (q + 32 * g), group32(t, p, g));
+        }
+        return;
+    }
+}
+
+
+
+/*
+ * A step of NB blocks of a row (NB = 2 or 8 for the 32-weight types,
+ * else 1):
+ * its scales into B->a (mins into B->b), and its codes as int8, the
+ * return value, sub-block j's at + j * QSTEP: Q8_0's read in place (34
+ * bytes apart), the others decoded into B->q.
+ */
+#define QSTEP(t, SUB)  ((t) == GGML_Q8_0 ? 2 + QK8_0 : (SUB))
+
+static ALWAYS_INLINE_Q const int8_t *
+step_decode(ggml_type t, const int NB, const uint8_t *p, qblock *B)
+{
+    if (t == GGML_Q8_0 || t == GGML_Q4_0) {
+        int64_t bytes = t == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
+
+        for (int b = 0; b < NB; b++) {
+            B->a[b] = f16_at(p + b * bytes);
+            if (t == GGML_Q4_0) {
+                decode_q_avx2(t, p + b * bytes, B->q + 32 * b);
+            }
+        }
+        return t == GGML_Q8_0 ? (const int8_t *) (p + 2) : B->q;
+    }
+    decode_scales_avx2(t, p, B);
+    decode_q_avx2(t, p, B->q);
+    return B->q;
+}
+
+#endif
+
+#endif

@@ -1,0 +1,602 @@
+/*
+ * CPU kernels over block-quantized weights with 16-bit activations (an
+ * engine's opt-in mode, cpu_quant.h): x rounded per 32 floats to int16
+ * codes (nalar_quant_x_i16, nalar_quant_xq), and the products from those
+ * codes, one kernel per type (nalar_quant_i16_Q8_0 ..., dispatched by
+ * cpu_quant.c), with the portable kernel every build has.
+ *
+ * Per (row, token) and sub-block j, the integer dot of the codes with
+ * x's codes in 8 int32 lanes (vpmaddwd over 16 codes at a time, summed
+ * with vpaddd: exact, so its order is free), then
+ * acc = fma(a_j * dx, (float) lanes, acc) over the sub-blocks in order
+ * (the K-quants: 8 sub-blocks at a time, i16_tile_k); mins as the float
+ * path, with xs the scaled sums of x's codes; y = hsum8(acc) - hsum8(m).
+ * Decode (4 rows by 1 token) and prefill tiles (PR rows by PT tokens)
+ * take these operations per (row, token).  x's codes come made (xq, made
+ * once by a caller for all the products that read that x), or are made
+ * per block of TOK_BLOCK tokens into the thread's scratch.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_blocks.h"
+
+
+void
+nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d)
+{
+    for (int64_t g = 0; g < n / 32; g++) {
+        const float *xg = x + 32 * g;
+        float        amax = 0, id;
+
+#if defined(__AVX2__) && defined(__FMA__)
+        __m256 sgn = _mm256_set1_ps(-0.0f), mx = _mm256_setzero_ps();
+        __m128 h;
+
+        for (int k = 0; k < 32; k += 8) {
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sgn,
+                                                    _mm256_loadu_ps(xg + k)));
+        }
+        h = _mm_max_ps(_mm256_castps256_ps128(mx),
+                       _mm256_extractf128_ps(mx, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        amax = _mm_cvtss_f32(h);
+        d[g] = amax / 32767.0f;
+        id = amax > 0 ? 32767.0f / amax : 0;
+        {
+            __m256  vi = _mm256_set1_ps(id);
+            __m256i a, b;
+
+            for (int k = 0; k < 32; k += 16) {
+                a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + k),
+                                                     vi));
+                b = _mm256_cvtps_epi32(_mm256_mul_ps(
+                        _mm256_loadu_ps(xg + k + 8), vi));
+                _mm256_storeu_si256((__m256i *) (q + 32 * g + k),
+                                    _mm256_permute4x64_epi64(
+                                        _mm256_packs_epi32(a, b), 0xD8));
+            }
+        }
+#else
+        for (int i = 0; i < 32; i++) {
+            amax = fabsf(xg[i]) > amax ? fabsf(xg[i]) : amax;
+        }
+        d[g] = amax / 32767.0f;
+        id = amax > 0 ? 32767.0f / amax : 0;
+        for (int i = 0; i < 32; i++) {
+            long v = lrintf(xg[i] * id);
+
+            q[32 * g + i] = (int16_t) (v < -32768 ? -32768
+                                       : v > 32767 ? 32767 : v);
+        }
+#endif
+    }
+}
+
+
+int64_t
+nalar_quant_xq_bytes(int n_tok, int64_t cols)
+{
+    return (int64_t) n_tok * (cols * 2 + cols / 32 * 8) + 32;
+}
+
+
+/* the codes (32-byte aligned), then the scales, then the sums */
+void
+nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
+               nalar_xq *xq)
+{
+    uintptr_t a = ((uintptr_t) buf + 31) & ~(uintptr_t) 31;
+    int64_t   ng = cols / 32;
+    int16_t  *xqq = (int16_t *) a;
+    float    *xd = (float *) (xqq + (int64_t) n_tok * cols);
+    float    *xs = xd + (int64_t) n_tok * ng;
+
+    for (int tk = 0; tk < n_tok; tk++) {
+        int16_t *q = xqq + tk * cols;
+        float   *d = xd + tk * ng, *s = xs + tk * ng;
+
+        nalar_quant_x_i16(x + (int64_t) tk * ldx, cols, q, d);
+        for (int64_t g = 0; g < ng; g++) {
+            int32_t sum = 0;
+
+            for (int i = 0; i < 32; i++) {
+                sum += q[32 * g + i];
+            }
+            s[g] = d[g] * (float) sum;
+        }
+    }
+    xq->q = xqq;
+    xq->d = xd;
+    xq->s = xs;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* portable kernel                                                     */
+
+
+/* from x's codes */
+static void
+i16_portable(ggml_type t, const uint8_t *w, int64_t wstride, int64_t cols,
+             const nalar_xq *X, int n_tok, float *y, int ldy, int64_t r0,
+             int64_t r1, int accumulate)
+{
+    qinfo  qi;
+    qblock B;
+
+    if (qinfo_of(t, &qi) != 0) {
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        for (int tk = 0; tk < n_tok; tk++) {
+            const int16_t *xt = X->q + tk * cols;
+            const float   *dt = X->d + tk * (cols / 32);
+            const float   *st = X->s + tk * (cols / 32);
+            float          acc = 0, m = 0, s;
+            float         *o = y + (int64_t) tk * ldy + r;
+
+            for (int64_t c = 0; c < cols; c += qi.qk) {
+                const uint8_t *p = w + r * wstride + c / qi.qk * qi.bytes;
+
+                decode_scales(t, p, &B);
+                decode_q_scalar(t, p, &B);
+                for (int j = 0; j < qi.qk / qi.sub; j++) {
+                    int64_t  c0 = c + j * qi.sub;
+                    int32_t  v = 0;
+
+                    for (int i = 0; i < qi.sub; i++) {
+                        v += (int32_t) B.q[j * qi.sub + i] * xt[c0 + i];
+                    }
+                    acc = fmaf(B.a[j] * dt[c0 / 32], (float) v, acc);
+                    if (qi.has_min) {
+                        m = fmaf(B.b[j], st[c0 / 32], m);
+                    }
+                }
+            }
+            s = acc - m;
+            *o = accumulate ? *o + s : s;
+        }
+    }
+}
+
+
+void
+nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,
+                                int64_t wstride, int64_t cols,
+                                const float *x, int n_tok, int ldx,
+                                float *y, int ldy, int64_t r0, int64_t r1,
+                                int accumulate)
+{
+    void    *buf;
+    nalar_xq X;
+
+    if (!nalar_quant_type(t)) {
+        return;
+    }
+    buf = malloc((size_t) nalar_quant_xq_bytes(n_tok, cols));
+    if (buf == NULL) {
+        /* no room for x's codes: the float path */
+        nalar_quant_matmul_portable(t, w, wstride, cols, x, n_tok, ldx, y,
+                                    ldy, r0, r1, accumulate);
+        return;
+    }
+    nalar_quant_xq(x, n_tok, ldx, cols, buf, &X);
+    i16_portable(t, w, wstride, cols, &X, n_tok, y, ldy, r0, r1,
+                 accumulate);
+    free(buf);
+}
+
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+/* the integer dot of sub-block j's codes with x's, in 8 int32 lanes, for
+ * R rows by T tokens */
+static ALWAYS_INLINE_Q void
+i16_dot(const int R, const int T, const int SUB, const int QS,
+        const int8_t **q, const int16_t *xq, int64_t ldq, int64_t cj, int j,
+        __m256i (*v)[PT])
+{
+    for (int k = 0; k < SUB; k += 16) {
+        __m256i qv[4];
+
+        for (int i = 0; i < R; i++) {
+            qv[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                        (const __m128i *) (q[i] + j * QS + k)));
+        }
+        for (int u = 0; u < T; u++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)
+                                            (xq + u * ldq + cj + k));
+
+            for (int i = 0; i < R; i++) {
+                __m256i p = _mm256_madd_epi16(qv[i], xv);
+
+                v[i][u] = k == 0 ? p : _mm256_add_epi32(v[i][u], p);
+            }
+        }
+    }
+}
+
+
+/*
+ * The K-quants (Q4_K, Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16): per
+ * group of 8 sub-blocks, their integer dots reduced to one vector whose
+ * lane j is sub-block j's sum (exact), then acc = fma(a[j] * dx_j,
+ * (float) sums, acc): one FMA per 8 sub-blocks.
+ */
+static ALWAYS_INLINE_Q void
+i16_tile_k(const int R, const int T, const int SUB, const int NSUB,
+           const int8_t **q, const qblock *B, const int16_t *xq,
+           int64_t ldq, const float *xd, int64_t ldd, int64_t c,
+           __m256 *acc, int as)
+{
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+
+    for (int j0 = 0; j0 < NSUB; j0 += 8) {
+        __m256i h[4][PT][4];
+
+        for (int jp = 0; jp < 4; jp++) {
+            __m256i va[4][PT], vb[4][PT];
+            int     j = j0 + 2 * jp;
+
+            i16_dot(R, T, SUB, SUB, q, xq, ldq, c + j * SUB, j, va);
+            i16_dot(R, T, SUB, SUB, q, xq, ldq, c + (j + 1) * SUB, j + 1,
+                    vb);
+            for (int i = 0; i < R; i++) {
+                for (int u = 0; u < T; u++) {
+                    h[i][u][jp] = _mm256_hadd_epi32(va[i][u], vb[i][u]);
+                }
+            }
+        }
+        for (int u = 0; u < T; u++) {
+            const float *d = xd + u * ldd + (c + j0 * SUB) / 32;
+            __m256       dx = SUB == 32 ? _mm256_loadu_ps(d)
+                              : _mm256_permutevar8x32_ps(
+                                  _mm256_castps128_ps256(_mm_loadu_ps(d)),
+                                  dup);
+
+            for (int i = 0; i < R; i++) {
+                __m256i b0 = _mm256_hadd_epi32(h[i][u][0], h[i][u][1]);
+                __m256i b1 = _mm256_hadd_epi32(h[i][u][2], h[i][u][3]);
+                __m256i s = _mm256_add_epi32(
+                                _mm256_permute2x128_si256(b0, b1, 0x20),
+                                _mm256_permute2x128_si256(b0, b1, 0x31));
+
+                acc[i * as + u] = _mm256_fmadd_ps(
+                    _mm256_mul_ps(_mm256_loadu_ps(B[i].a + j0), dx),
+                    _mm256_cvtepi32_ps(s), acc[i * as + u]);
+            }
+        }
+    }
+}
+
+
+static ALWAYS_INLINE_Q void
+i16_tile(ggml_type t, const int R, const int T, const int SUB,
+         const int NSUB, const int QS, const int8_t **q, const qblock *B,
+         const int16_t *xq, int64_t ldq, const float *xd, int64_t ldd,
+         int64_t c, __m256 *acc, int as)
+{
+    if (t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K) {
+        i16_tile_k(R, T, SUB, NSUB, q, B, xq, ldq, xd, ldd, c, acc, as);
+        return;
+    }
+    for (int j = 0; j < NSUB; j++) {
+        __m256i v[4][PT];
+        int64_t cj = c + j * SUB;
+
+        for (int k = 0; k < SUB; k += 16) {
+            __m256i qv[4];
+
+            for (int i = 0; i < R; i++) {
+                qv[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                            (const __m128i *) (q[i] + j * QS + k)));
+            }
+            for (int u = 0; u < T; u++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)
+                                                (xq + u * ldq + cj + k));
+
+                for (int i = 0; i < R; i++) {
+                    __m256i p = _mm256_madd_epi16(qv[i], xv);
+
+                    v[i][u] = k == 0 ? p : _mm256_add_epi32(v[i][u], p);
+                }
+            }
+        }
+        for (int u = 0; u < T; u++) {
+            float dx = xd[u * ldd + cj / 32];
+
+            for (int i = 0; i < R; i++) {
+                acc[i * as + u] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(B[i].a[j] * dx),
+                    _mm256_cvtepi32_ps(v[i][u]), acc[i * as + u]);
+            }
+        }
+    }
+}
+
+
+/* one step of R rows (R <= 4), one token, with the prefetch of
+ * decode_step */
+static ALWAYS_INLINE_Q void
+i16_decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
+                const int SUB, const int NSUB, const int HAS_MIN,
+                const uint8_t *w, int64_t wstride, int64_t bi,
+                const int16_t *xq, const float *xd, const float *xs,
+                int64_t r, int64_t r_end, __m256 *acc, __m256 *m)
+{
+    qblock        B[4];
+    const int8_t *q[4];
+    int64_t       c = bi * qi->qk;
+
+    for (int i = 0; i < R; i++) {
+        q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
+                           &B[i]);
+    }
+    for (int i = 0; i < R && r + PF_GROUPS * R + i < r_end; i++) {
+        const char *pn = (const char *) w + (r + PF_GROUPS * R + i) * wstride
+                         + bi * qi->bytes;
+
+        for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
+            _mm_prefetch(pn + k, _MM_HINT_T0);
+        }
+    }
+    i16_tile(t, R, 1, SUB, NB * NSUB, QSTEP(t, SUB), q, B, xq, 0, xd, 0, c,
+             acc, 1);
+    if (HAS_MIN) {
+        __m256 s = _mm256_loadu_ps(xs + c / 32);
+
+        for (int i = 0; i < R; i++) {
+            m[i] = _mm256_fmadd_ps(_mm256_loadu_ps(B[i].b), s, m[i]);
+        }
+    }
+}
+
+
+static ALWAYS_INLINE_Q void
+i16_decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
+                const int SUB, const int NSUB, const int HAS_MIN,
+                const uint8_t *w, int64_t wstride, int64_t nblk,
+                const int16_t *xq, const float *xd, const float *xs,
+                float *y, int64_t r, int64_t r_end, int accumulate)
+{
+    __m256  acc[4], m[4];
+    int64_t bi = 0;
+
+    for (int i = 0; i < R; i++) {
+        acc[i] = _mm256_setzero_ps();
+        m[i] = _mm256_setzero_ps();
+    }
+    for (; bi + NB <= nblk; bi += NB) {
+        i16_decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi,
+                        xq, xd, xs, r, r_end, acc, m);
+    }
+    for (; bi < nblk; bi++) {
+        i16_decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi,
+                        xq, xd, xs, r, r_end, acc, m);
+    }
+    for (int i = 0; i < R; i++) {
+        float s = hsum8(acc[i]) - (HAS_MIN ? hsum8(m[i]) : 0);
+
+        y[r + i] = accumulate ? y[r + i] + s : s;
+    }
+}
+
+
+/* one step of rows r .. r + R - 1 (R <= PR), tn tokens in tiles of PT */
+static ALWAYS_INLINE_Q void
+i16_prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
+                 const int SUB, const int NSUB, const int HAS_MIN,
+                 const uint8_t *w, int64_t wstride, int64_t bi,
+                 const int16_t *xq, const float *xd, const float *xs,
+                 int64_t cols, int tn, int64_t r, __m256 *acc,
+                 __m256 (*m)[TOK_BLOCK])
+{
+    qblock        B[PR];
+    const int8_t *q[4];
+    int64_t       c = bi * qi->qk, ng = cols / 32;
+    int           ns = NB * NSUB;
+
+    for (int i = 0; i < R; i++) {
+        q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
+                           &B[i]);
+    }
+    for (int tk = 0; tk < tn; tk += PT) {
+        const int16_t *xt = xq + tk * cols;
+        const float   *dt = xd + tk * ng;
+
+        switch (tn - tk) {
+        case 1:
+            i16_tile(t, R, 1, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
+                     acc + tk, TOK_BLOCK);
+            break;
+#if PT > 2
+        case 2:
+            i16_tile(t, R, 2, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
+                     acc + tk, TOK_BLOCK);
+            break;
+#endif
+        default:
+            i16_tile(t, R, PT, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng,
+                     c, acc + tk, TOK_BLOCK);
+            break;
+        }
+    }
+    for (int tk = 0; HAS_MIN && tk < tn; tk++) {
+        __m256 s = _mm256_loadu_ps(xs + tk * ng + c / 32);
+
+        for (int i = 0; i < R; i++) {
+            m[i][tk] = _mm256_fmadd_ps(_mm256_loadu_ps(B[i].b), s, m[i][tk]);
+        }
+    }
+}
+
+
+static ALWAYS_INLINE_Q void
+i16_prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
+                 const int SUB, const int NSUB, const int HAS_MIN,
+                 const uint8_t *w, int64_t wstride, int64_t nblk,
+                 const int16_t *xq, const float *xd, const float *xs,
+                 int64_t cols, int tn, float *y, int ldy, int64_t r,
+                 int accumulate)
+{
+    __m256  acc[PR * TOK_BLOCK];
+    __m256  m[PR][TOK_BLOCK];
+    int64_t bi = 0;
+
+    for (int i = 0; i < R; i++) {
+        for (int tk = 0; tk < tn; tk++) {
+            acc[i * TOK_BLOCK + tk] = _mm256_setzero_ps();
+            m[i][tk] = _mm256_setzero_ps();
+        }
+    }
+    for (; bi + NB <= nblk; bi += NB) {
+        i16_prefill_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi,
+                         xq, xd, xs, cols, tn, r, acc, m);
+    }
+    for (; bi < nblk; bi++) {
+        i16_prefill_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi,
+                         xq, xd, xs, cols, tn, r, acc, m);
+    }
+    for (int i = 0; i < R; i++) {
+        for (int tk = 0; tk < tn; tk++) {
+            float *o = y + (int64_t) tk * ldy + r + i;
+            float  s = hsum8(acc[i * TOK_BLOCK + tk])
+                       - (HAS_MIN ? hsum8(m[i][tk]) : 0);
+
+            *o = accumulate ? *o + s : s;
+        }
+    }
+}
+
+
+/* rows r0 .. r1 - 1 of tn tokens from their codes (xq, xd, xs: token
+ * 0's, cols and cols / 32 apart per token) */
+static ALWAYS_INLINE_Q void
+i16_rows(ggml_type t, const qinfo *qi, const int NB, const int SUB,
+         const int NSUB, const int HAS_MIN, const uint8_t *w,
+         int64_t wstride, int64_t cols, const int16_t *xq, const float *xd,
+         const float *xs, int tn, float *y, int ldy, int64_t r0, int64_t r1,
+         int accumulate)
+{
+    int64_t   nblk = cols / qi->qk;
+    const int NBD = NB == 8 ? 2 : 1;
+    int64_t   r = r0;
+
+    if (tn == 1) {
+        for (; r + 4 <= r1; r += 4) {
+            i16_decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride,
+                            nblk, xq, xd, xs, y, r, r1, accumulate);
+        }
+        for (; r < r1; r++) {
+            i16_decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride,
+                            nblk, xq, xd, xs, y, r, r1, accumulate);
+        }
+        return;
+    }
+    for (; r + PR <= r1; r += PR) {
+        i16_prefill_rows(t, qi, PR, NB, SUB, NSUB, HAS_MIN, w, wstride,
+                         nblk, xq, xd, xs, cols, tn, y, ldy, r, accumulate);
+    }
+    for (; r < r1; r++) {
+        i16_prefill_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride,
+                         nblk, xq, xd, xs, cols, tn, y, ldy, r, accumulate);
+    }
+}
+
+
+/*
+ * One type's kernel; SUB, NSUB and HAS_MIN are constants of the
+ * instance.  Tokens in blocks of TOK_BLOCK, each block's codes from X or
+ * made into the thread's scratch.
+ */
+static ALWAYS_INLINE_Q void
+i16_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
+           const int HAS_MIN, const uint8_t *w, int64_t wstride,
+           int64_t cols, const float *x, int ldx, const nalar_xq *X,
+           int n_tok, float *y, int ldy, int64_t r0, int64_t r1,
+           int accumulate)
+{
+    const int NB = qi->qk == 32 ? 8 : 1;    /* the 32-weight types */
+    int64_t   ng = cols / 32;
+
+    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
+        int          tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
+        const float *xb = x + (int64_t) t0 * ldx;
+        float       *yb = y + (int64_t) t0 * ldy;
+        float       *buf;
+        nalar_xq     B;
+
+        if (X != NULL) {
+            i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, cols,
+                     X->q + t0 * cols, X->d + t0 * ng, X->s + t0 * ng, tn,
+                     yb, ldy, r0, r1, accumulate);
+            continue;
+        }
+        buf = nalar_quant_scratch((nalar_quant_xq_bytes(tn, cols) + 3) / 4);
+        if (buf == NULL) {
+            /* no room for x's codes: each token alone (the same
+             * operations), or where even that fails the float path */
+            for (int tk = 0; tk < tn; tk++) {
+                buf = nalar_quant_scratch((nalar_quant_xq_bytes(1, cols)
+                                           + 3) / 4);
+                if (buf == NULL) {
+                    nalar_quant_matmul(t, w, wstride, cols,
+                                       xb + (int64_t) tk * ldx, 1, ldx,
+                                       yb + (int64_t) tk * ldy, ldy, r0, r1,
+                                       accumulate);
+                    continue;
+                }
+                nalar_quant_xq(xb + (int64_t) tk * ldx, 1, ldx, cols, buf,
+                               &B);
+                i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, cols,
+                         B.q, B.d, B.s, 1, yb + (int64_t) tk * ldy, ldy, r0,
+                         r1, accumulate);
+            }
+            continue;
+        }
+        nalar_quant_xq(xb, tn, ldx, cols, buf, &B);
+        i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, cols, B.q, B.d,
+                 B.s, tn, yb, ldy, r0, r1, accumulate);
+    }
+}
+
+
+#define I16_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
+void                                                                        \
+nalar_quant_i16_##N(const uint8_t *w, int64_t wstride, int64_t cols,        \
+                    const float *x, int ldx, const nalar_xq *xq, int n_tok, \
+                    float *y, int ldy, int64_t r0, int64_t r1,              \
+                    int accumulate)                                         \
+{                                                                           \
+    static const qinfo qi = { QK, BYTES, SUB, MIN };                        \
+                                                                            \
+    i16_kernel(GGML_##N, &qi, SUB, (QK) / (SUB), MIN, w, wstride, cols, x,  \
+               ldx, xq, n_tok, y, ldy, r0, r1, accumulate);                 \
+}
+
+#else  /* no AVX2: the portable kernel */
+
+#define I16_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
+void                                                                        \
+nalar_quant_i16_##N(const uint8_t *w, int64_t wstride, int64_t cols,        \
+                    const float *x, int ldx, const nalar_xq *xq, int n_tok, \
+                    float *y, int ldy, int64_t r0, int64_t r1,              \
+                    int accumulate)                                         \
+{                                                                           \
+    if (xq != NULL) {                                                       \
+        i16_portable(GGML_##N, w, wstride, cols, xq, n_tok, y, ldy, r0, r1, \
+                     accumulate);                                           \
+    } else {                                                                \
+        nalar_quant_matmul_i16_portable(GGML_##N, w, wstride, cols, x,      \
+                                        n_tok, ldx, y, ldy, r0, r1,         \
+                                        accumulate);                        \
+    }                                                                       \
+}
+
+#endif
+
+QUANT_TYPES(I16_KERNEL)
