@@ -59,6 +59,11 @@ struct nalar_request {
     nalar_notify_fn  notify;
     void            *notify_ctx;
     nalar_request   *next;            /* waiting-queue link (under e->mu) */
+    size_t           intake_bytes;    /* text for intake to tokenize
+                                         (prompt and prediction), set at
+                                         submit */
+    int              overtaken;       /* times intake took a later request
+                                         first (under e->mu) */
 
     /* parameters (owned copies) */
     nalar_request_params p;

@@ -39,6 +39,15 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
         pthread_mutex_unlock(&e->mu);
         return nalar_fail(err, "request submitted twice");
     }
+    r->intake_bytes = 0;
+    for (int32_t i = 0; r->pieces != NULL && i < r->n_pieces; i++) {
+        r->intake_bytes += r->pieces[i].len;
+    }
+    for (int32_t i = 0; r->pred_pieces != NULL && i < r->n_pred_pieces; i++)
+    {
+        r->intake_bytes += r->pred_pieces[i].len;
+    }
+    r->overtaken = 0;
     nalar_request_ref(r);
     __atomic_store_n(&r->engine, e, __ATOMIC_RELEASE);
     r->state = REQ_WAITING;
@@ -248,9 +257,58 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
 
 
 /*
- * Intake (see engine.h): each submitted request, in submission order, is
- * checked and queued for admission, or refused.  While requests run, a
- * step tokenizes about one context's worth, at least one request.
+ * The next request intake takes, unlinked from the intake queue (under
+ * e->mu): the first in submission order whose text is shorter than
+ * INTAKE_BIG_BYTES, so that a short request never waits while long
+ * prompts ahead of it are tokenized (up to the context each, as many
+ * milliseconds); a long one is taken when no short one waits or once
+ * INTAKE_OVERTAKE requests have gone before it.  Among short requests,
+ * and among long ones, the order is the order of submission.
+ */
+#define INTAKE_BIG_BYTES  (64 * 1024)
+#define INTAKE_OVERTAKE   16
+
+static nalar_request *
+intake_next(nalar_engine *e)
+{
+    nalar_request *r, *prev = NULL, *before = NULL, *pick = NULL;
+
+    for (r = e->in_head; r != NULL; prev = r, r = r->next) {
+        if (r->intake_bytes >= INTAKE_BIG_BYTES
+            && r->overtaken >= INTAKE_OVERTAKE)
+        {
+            break;
+        }
+        if (r->intake_bytes < INTAKE_BIG_BYTES) {
+            pick = r;
+            before = prev;
+            break;
+        }
+    }
+    if (pick == NULL) {
+        pick = e->in_head;
+        before = NULL;
+    }
+    for (r = e->in_head; r != pick; r = r->next) {
+        r->overtaken++;
+    }
+    if (before != NULL) {
+        before->next = pick->next;
+    } else {
+        e->in_head = pick->next;
+    }
+    if (e->in_tail == pick) {
+        e->in_tail = before;
+    }
+    pick->next = NULL;
+    return pick;
+}
+
+
+/*
+ * Intake (see engine.h): each submitted request, in the order intake_next
+ * gives, is checked and queued for admission, or refused.  While requests
+ * run, a step tokenizes about one context's worth, at least one request.
  */
 void
 step_intake(nalar_engine *e)
@@ -268,10 +326,7 @@ step_intake(nalar_engine *e)
             pthread_mutex_unlock(&e->mu);
             return;
         }
-        e->in_head = r->next;
-        if (e->in_head == NULL) {
-            e->in_tail = NULL;
-        }
+        r = intake_next(e);
         pthread_mutex_unlock(&e->mu);
 
         if (__atomic_load_n(&r->cancelled, __ATOMIC_ACQUIRE)) {

@@ -457,6 +457,118 @@ test_text_prompts(nalar_engine *e)
 }
 
 
+/*
+ * Intake order: a short request is tokenized before long prompts submitted
+ * ahead of it (each is tokenized up to the context), and a long prompt
+ * waits at most 16 short requests.  Each request's place is when intake
+ * accepted or refused it.
+ */
+typedef struct {
+    collected  c;
+    int       *seq;
+    int        at;       /* 1-based place at intake, 0 before */
+} ordered;
+
+
+static void
+ordered_collect(nalar_request *r, void *ctx)
+{
+    ordered *o = ctx;
+
+    collect(r, &o->c);
+    if (o->at == 0
+        && (o->c.last.accepted || o->c.finish != NALAR_FINISH_NONE))
+    {
+        o->at = ++*o->seq;
+    }
+}
+
+
+static nalar_request *
+ordered_req(const nalar_tok_text *pc, int n, ordered *o, int *seq)
+{
+    nalar_request_params p;
+    nalar_err            err;
+
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.prompt_text = pc;
+    p.n_prompt_text = n;
+    p.prompt_param = "prompt";
+    p.max_tokens = 2;
+    p.ignore_eos = 1;
+    memset(o, 0, sizeof(*o));
+    o->seq = seq;
+    return nalar_request_create(&p, ordered_collect, o, &err);
+}
+
+
+static void
+test_intake_order(nalar_engine *e)
+{
+    enum { N_SHORT = 20 };
+    nalar_tok_text  small, large;
+    nalar_request  *r[3 + N_SHORT + 1];
+    ordered         o[3 + N_SHORT + 1];
+    nalar_err       err;
+    size_t          n_large = 128 * 1024;
+    char           *text = malloc(n_large);
+    int             seq = 0, good = 1;
+
+    if (text == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < n_large; i++) {
+        text[i] = "abc def "[i % 8];
+    }
+    small = (nalar_tok_text) { refs[0].prompt, strlen(refs[0].prompt), 0 };
+    large = (nalar_tok_text) { text, n_large, 0 };
+
+    /* three long prompts, then a short one */
+    for (int i = 0; i < 3; i++) {
+        r[i] = ordered_req(&large, 1, &o[i], &seq);
+    }
+    r[3] = ordered_req(&small, 1, &o[3], &seq);
+    nalar_engine_run_sync(e, r, 4, &err);
+    is_int(o[3].at, 1, "a short prompt submitted after three 128 KiB ones "
+           "is taken in first");
+    ok(o[0].at == 2 && o[1].at == 3 && o[2].at == 4,
+       "the long ones after it, in their order (%d %d %d)", o[0].at,
+       o[1].at, o[2].at);
+    ok(o[3].c.finish == NALAR_FINISH_LENGTH && o[3].c.n == 2
+       && same(o[3].c.ids, refs[0].target, 2), "the short one generates");
+    for (int i = 0; i < 3; i++) {
+        good &= o[i].c.finish == NALAR_FINISH_ERROR
+                && o[i].c.last.err_status == 400;
+    }
+    ok(good, "the long ones are refused as longer than the context");
+    for (int i = 0; i < 4; i++) {
+        nalar_request_unref(r[i]);
+    }
+
+    /* a long prompt, then more short ones than it lets pass */
+    seq = 0;
+    r[0] = ordered_req(&large, 1, &o[0], &seq);
+    for (int i = 1; i <= N_SHORT; i++) {
+        r[i] = ordered_req(&small, 1, &o[i], &seq);
+    }
+    nalar_engine_run_sync(e, r, N_SHORT + 1, &err);
+    is_int(o[0].at, 17, "a long prompt waits for 16 short ones, no more");
+    good = 1;
+    for (int i = 1; i <= N_SHORT; i++) {
+        good &= o[i].at == (i <= 16 ? i : i + 1);
+        good &= o[i].c.finish == NALAR_FINISH_LENGTH;
+    }
+    ok(good, "the short ones in their order, around it; all generate");
+    ok(kv_all_free(e), "no KV block held");
+    for (int i = 0; i <= N_SHORT; i++) {
+        nalar_request_unref(r[i]);
+    }
+    free(text);
+}
+
+
 /* --- failures and concurrency --- */
 
 /* What a request reported, for tests where the engine thread notifies:
@@ -1538,6 +1650,7 @@ main(void)
             free(big);
         }
         test_text_prompts(e);
+        test_intake_order(e);
         test_shared_prompt(e);
     }
     nalar_engine_destroy(e);
