@@ -21,7 +21,8 @@
  * bounded by the context: tokenizing stops once the prompt cannot fit
  * (nalar_tokenize_bounded), so what a request costs the engine does not
  * grow with its body, and a step spends at most about one context's worth
- * of tokenizing while other requests run.  A prompt that does not fit the
+ * of tokenizing while other requests run.  Short texts are taken in before
+ * long ones submitted earlier (a long one waits for 16 at most).  A prompt that does not fit the
  * context with its max_tokens, or the KV pool, finishes the request with
  * NALAR_FINISH_ERROR and an HTTP status and OpenAI error code in the
  * output (err_status 400, err_code "context_length_exceeded"); a prompt
