@@ -379,9 +379,11 @@ check_argmax_path(const char *path)
 }
 
 
-/* a request whose prompt is text, tokenized by the engine at intake */
+/* a request whose prompt is text, tokenized by the engine at intake, with
+ * its notify callback */
 static nalar_request *
-text_req(const nalar_tok_text *pc, int n_pc, int n, int fit, collected *c)
+text_req_fn(const nalar_tok_text *pc, int n_pc, int n, int fit,
+            const char *param, nalar_notify_fn fn, void *ctx)
 {
     nalar_request_params p;
     nalar_err            err;
@@ -391,12 +393,20 @@ text_req(const nalar_tok_text *pc, int n_pc, int n, int fit, collected *c)
     p.sampling.temperature = 0;
     p.prompt_text = pc;
     p.n_prompt_text = n_pc;
-    p.prompt_param = "messages";
+    p.prompt_param = param;
     p.max_tokens = n;
     p.max_tokens_fit = fit;
     p.ignore_eos = 1;
+    return nalar_request_create(&p, fn, ctx, &err);
+}
+
+
+/* the same, collected */
+static nalar_request *
+text_req(const nalar_tok_text *pc, int n_pc, int n, int fit, collected *c)
+{
     memset(c, 0, sizeof(*c));
-    return nalar_request_create(&p, collect, c, &err);
+    return text_req_fn(pc, n_pc, n, fit, "messages", collect, c);
 }
 
 
@@ -487,20 +497,9 @@ ordered_collect(nalar_request *r, void *ctx)
 static nalar_request *
 ordered_req(const nalar_tok_text *pc, int n, ordered *o, int *seq)
 {
-    nalar_request_params p;
-    nalar_err            err;
-
-    memset(&p, 0, sizeof(p));
-    nalar_sampling_default(&p.sampling);
-    p.sampling.temperature = 0;
-    p.prompt_text = pc;
-    p.n_prompt_text = n;
-    p.prompt_param = "prompt";
-    p.max_tokens = 2;
-    p.ignore_eos = 1;
     memset(o, 0, sizeof(*o));
     o->seq = seq;
-    return nalar_request_create(&p, ordered_collect, o, &err);
+    return text_req_fn(pc, n, 2, 0, "prompt", ordered_collect, o);
 }
 
 
