@@ -27,24 +27,52 @@
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
 
 /*
- * A quantized W's blocks copied, as they are, into memory the backend
- * owns (64-byte aligned), so no step waits on a page of the mapped file
- * (nalar_cpu_drop_mapped then lets the mapping's copy go).
+ * A quantized W's blocks copied into memory the backend owns (64-byte
+ * aligned), so no step waits on a page of the mapped file
+ * (nalar_cpu_drop_mapped then lets the mapping's copy go): interleaved
+ * by 4 rows (nalar_quant_interleave) where its columns allow, so that a
+ * token's pass over 4 rows reads one stream, else as they are.  With
+ * AVX-512 a Q8_0 W's F32 products (matmul_q8_0) read rows as stored, so
+ * its copy is not interleaved.
  */
 static int
 own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
 {
-    size_t bytes = (size_t) W->rows
-                   * (size_t) ggml_row_size(W->type, (uint64_t) W->cols);
+    int64_t rb = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
+    int     il = nalar_quant_can_interleave(W->type, W->cols);
+    size_t  bytes;
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    il = il && W->type != GGML_Q8_0;
+#endif
+    bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
+                                                        W->cols)
+               : (size_t) (W->rows * rb);
     if (posix_memalign(&M->panels, 64, bytes) != 0) {
         M->panels = NULL;
         return nalar_fail(err, "cpu backend: out of memory for a %lld x "
                           "%lld %s weight", (long long) W->rows,
                           (long long) W->cols, ggml_type_name(W->type));
     }
-    memcpy(M->panels, W->data, bytes);
+    if (il) {
+        nalar_quant_interleave(W->type, W->data, W->rows, W->cols,
+                               M->panels);
+    } else {
+        memcpy(M->panels, W->data, bytes);
+    }
+    M->il = il;
     return 0;
+}
+
+
+/* a quantized W's blocks as its products read them: the backend's copy,
+ * or without one the mapping's rows; *wstride: a row's bytes */
+static const uint8_t *
+quant_blocks(const nalar_cpu_mat *M, int64_t *wstride, int *il)
+{
+    *wstride = (int64_t) ggml_row_size(M->W->type, (uint64_t) M->W->cols);
+    *il = M->panels != NULL && M->il;
+    return M->panels != NULL ? M->panels : M->W->data;
 }
 
 
@@ -609,6 +637,7 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->ptype = W->type;
     M->pairs = 0;
     M->act_i16 = 0;
+    M->il = 0;
     if (nalar_quant_type(W->type)) {
         return own_blocks(M, W, err);
     }
@@ -665,12 +694,14 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     const uint8_t   *p = M->panels;
 
-    if (M->act_i16 && nalar_quant_type(W->type)) {
-        nalar_quant_matmul_i16(W->type, p != NULL ? p : W->data,
-                               (int64_t) ggml_row_size(W->type,
-                                                       (uint64_t) W->cols),
-                               W->cols, x, n_tok, ldx, y, ldy, r0, r1,
-                               accumulate);
+    if (nalar_quant_type(W->type) && (M->act_i16 || W->type != GGML_Q8_0)) {
+        int64_t        ws;
+        int            il;
+        const uint8_t *w = quant_blocks(M, &ws, &il);
+
+        (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
+            W->type, w, ws, il, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+            accumulate);
         return;
     }
 #if defined(__AVX512BF16__)
@@ -695,11 +726,6 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
                     n_tok, ldx, y, ldy, r0, r1, W->cols, accumulate);
         break;
     default:
-        nalar_quant_matmul(W->type, p != NULL ? p : W->data,
-                           (int64_t) ggml_row_size(W->type,
-                                                   (uint64_t) W->cols),
-                           W->cols, x, n_tok, ldx, y, ldy, r0, r1,
-                           accumulate);
         break;
     }
 }
@@ -906,6 +932,7 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     M->ptype = W->type;
     M->pairs = 0;
     M->act_i16 = 0;
+    M->il = 0;
     if (nalar_quant_type(W->type)) {
         return own_blocks(M, W, err);
     }
@@ -947,9 +974,13 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
 
     if (nalar_quant_type(W->type)) {
+        int64_t        ws;
+        int            il;
+        const uint8_t *w = quant_blocks(M, &ws, &il);
+
         (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
-            W->type, M->panels != NULL ? M->panels : W->data, wstride,
-            W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
+            W->type, w, ws, il, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+            accumulate);
         return;
     }
 #if defined(__AVX2__) && defined(__FMA__)
@@ -993,12 +1024,12 @@ nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
     const nalar_mat *W = M->W;
 
     if (xq != NULL && nalar_cpu_mat_i16(M)) {
-        nalar_quant_matmul_xq(W->type,
-                              M->panels != NULL ? M->panels : W->data,
-                              (int64_t) ggml_row_size(W->type,
-                                                      (uint64_t) W->cols),
-                              W->cols, xq, n_tok, y, ldy, r0, r1,
-                              accumulate);
+        int64_t        ws;
+        int            il;
+        const uint8_t *w = quant_blocks(M, &ws, &il);
+
+        nalar_quant_matmul_xq(W->type, w, ws, il, W->cols, xq, n_tok, y, ldy,
+                              r0, r1, accumulate);
         return;
     }
     nalar_cpu_matmul(M, x, n_tok, ldx, y, ldy, r0, r1, accumulate);

@@ -38,8 +38,9 @@
  * a few tokens costs little more than one.  With AVX2 but no AVX-512 the
  * panels hold 8 rows (element (r, c) at panels[(r / 8) * cols * 8 + c * 8
  * + r % 8], in W's type; narrow is ignored).  Quantized weights (Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K; cpu_quant.h) are copied as they are, in their
- * blocks, into panels (ptype W's): memory the backend owns.  Without
+ * Q4_0, Q4_K, Q5_K, Q6_K; cpu_quant.h) are copied in their blocks into
+ * panels (ptype W's), memory the backend owns, interleaved by 4 rows
+ * where the columns allow (il).  Without
  * AVX2, F32/F16/BF16 are read from the model's rows in place: panels is
  * NULL.
  */
@@ -52,6 +53,9 @@ typedef struct {
                                   element (r, c) at panels[(r / 16)
                                   * ceil(cols / 2) * 32 + (c / 2) * 32
                                   + (r % 16) * 2 + c % 2] */
+    int              il;       /* 1: a quantized W's panels hold its
+                                  blocks interleaved by 4 rows
+                                  (nalar_quant_interleave) */
     int              act_i16;  /* 1: a quantized W's products take x
                                   rounded to int16 per 32
                                   (nalar_quant_matmul_i16); 0 (init's

@@ -13,7 +13,8 @@
  * prefetched.  A batch: a tile of PR rows by PT tokens, the rows' codes
  * widened to floats once per step and reused from registers for the
  * tile's tokens.  The values, and so the operations per (row, token), are
- * the same in both.
+ * the same in both, and in either layout of the rows (qblock_at: the
+ * file's order, or interleaved by 4, nalar_quant_interleave).
  */
 #include <math.h>
 #include <pthread.h>
@@ -39,6 +40,55 @@ nalar_quant_block(ggml_type t)
     qinfo qi;
 
     return qinfo_of(t, &qi) == 0 ? qi.qk : 1;
+}
+
+
+int
+nalar_quant_can_interleave(ggml_type t, int64_t cols)
+{
+    qinfo qi;
+
+    return qinfo_of(t, &qi) == 0 && cols % QK_K == 0;
+}
+
+
+int64_t
+nalar_quant_interleaved_bytes(ggml_type t, int64_t rows, int64_t cols)
+{
+    qinfo qi;
+
+    if (qinfo_of(t, &qi) != 0) {
+        return 0;
+    }
+    return (rows + QIL - 1) / QIL * QIL * (cols / qi.qk) * qi.bytes;
+}
+
+
+void
+nalar_quant_interleave(ggml_type t, const uint8_t *src, int64_t rows,
+                       int64_t cols, uint8_t *dst)
+{
+    qinfo   qi;
+    int64_t nblk, rb, n;
+
+    if (qinfo_of(t, &qi) != 0) {
+        return;
+    }
+    nblk = cols / qi.qk;
+    rb = nblk * qi.bytes;
+    n = (rows + QIL - 1) / QIL * QIL;
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t b = 0; b < nblk; b++) {
+            uint8_t *d = (uint8_t *) qblock_at(dst, rb, 1, qi.qk, qi.bytes,
+                                               r, b);
+
+            if (r < rows) {
+                memcpy(d, src + r * rb + b * qi.bytes, (size_t) qi.bytes);
+            } else {
+                memset(d, 0, (size_t) qi.bytes);
+            }
+        }
+    }
 }
 
 
@@ -200,8 +250,8 @@ nalar_quant_scratch(int64_t n)
 
 void
 nalar_quant_matmul_portable(ggml_type t, const uint8_t *w, int64_t wstride,
-                            int64_t cols, const float *x, int n_tok, int ldx,
-                            float *y, int ldy, int64_t r0, int64_t r1,
+                            int il, int64_t cols, const float *x, int n_tok,
+                            int ldx, float *y, int ldy, int64_t r0, int64_t r1,
                             int accumulate)
 {
     qinfo  qi;
@@ -217,7 +267,8 @@ nalar_quant_matmul_portable(ggml_type t, const uint8_t *w, int64_t wstride,
             float       *o = y + (int64_t) tk * ldy + r;
 
             for (int64_t c = 0; c < cols; c += qi.qk) {
-                const uint8_t *p = w + r * wstride + c / qi.qk * qi.bytes;
+                const uint8_t *p = qblock_at(w, wstride, il, qi.qk,
+                                             qi.bytes, r, c / qi.qk);
 
                 decode_scales(t, p, &B);
                 decode_q_scalar(t, p, &B);
@@ -320,21 +371,22 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 static ALWAYS_INLINE_Q void
 decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             const int SUB, const int NSUB, const int HAS_MIN,
-            const uint8_t *w, int64_t wstride, int64_t bi, const float *x,
-            const float *xs, int64_t r, int64_t r_end, __m256 *acc,
-            __m256 *m)
+            const uint8_t *w, int64_t wstride, int il, int64_t bi,
+            const float *x, const float *xs, int64_t r, int64_t r_end,
+            __m256 *acc, __m256 *m)
 {
     qblock        B[4];
     const int8_t *q[4];
     int64_t       c = bi * qi->qk;
 
     for (int i = 0; i < R; i++) {
-        q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
-                           &B[i]);
+        q[i] = step_decode(t, NB, qblock_at(w, wstride, il, qi->qk,
+                                            qi->bytes, r + i, bi), &B[i]);
     }
     for (int i = 0; i < R && r + PF_GROUPS * R + i < r_end; i++) {
-        const char *pn = (const char *) w + (r + PF_GROUPS * R + i) * wstride
-                         + bi * qi->bytes;
+        const char *pn = (const char *) qblock_at(w, wstride, il, qi->qk,
+                                                  qi->bytes,
+                                                  r + PF_GROUPS * R + i, bi);
 
         for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
             _mm_prefetch(pn + k, _MM_HINT_T0);
@@ -355,9 +407,9 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
 static ALWAYS_INLINE_Q void
 decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
             const int SUB, const int NSUB, const int HAS_MIN,
-            const uint8_t *w, int64_t wstride, int64_t nblk, const float *x,
-            const float *xs, float *y, int64_t r, int64_t r_end,
-            int accumulate)
+            const uint8_t *w, int64_t wstride, int il, int64_t nblk,
+            const float *x, const float *xs, float *y, int64_t r,
+            int64_t r_end, int accumulate)
 {
     __m256  acc[4], m[4];
     int64_t bi = 0;
@@ -367,11 +419,11 @@ decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
         m[i] = _mm256_setzero_ps();
     }
     for (; bi + NB <= nblk; bi += NB) {
-        decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi, x, xs,
-                    r, r_end, acc, m);
+        decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, il, bi, x,
+                    xs, r, r_end, acc, m);
     }
     for (; bi < nblk; bi++) {
-        decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi, x, xs,
+        decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, il, bi, x, xs,
                     r, r_end, acc, m);
     }
     for (int i = 0; i < R; i++) {
@@ -440,9 +492,9 @@ tile_dot(const int R, const int T, const int SUB, const int NSUB,
 static ALWAYS_INLINE_Q void
 prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
              const int SUB, const int NSUB, const int HAS_MIN,
-             const uint8_t *w, int64_t wstride, int64_t bi, const float *x,
-             int ldx, int tn, const float *xs, int64_t n_xs, int64_t r,
-             __m256 *acc, __m256 (*m)[TOK_BLOCK])
+             const uint8_t *w, int64_t wstride, int il, int64_t bi,
+             const float *x, int ldx, int tn, const float *xs, int64_t n_xs,
+             int64_t r, __m256 *acc, __m256 (*m)[TOK_BLOCK])
 {
     qblock  B[PR];
     float   qf[PR * QK_K] __attribute__((aligned(32)));
@@ -450,8 +502,9 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
     int     ns = NB * NSUB;
 
     for (int i = 0; i < R; i++) {
-        const int8_t *q = step_decode(t, NB, w + (r + i) * wstride
-                                             + bi * qi->bytes, &B[i]);
+        const int8_t *q = step_decode(t, NB, qblock_at(w, wstride, il,
+                                                       qi->qk, qi->bytes,
+                                                       r + i, bi), &B[i]);
 
         for (int j = 0; j < ns; j++) {
             for (int k = 0; k < SUB; k += 8) {
@@ -497,9 +550,9 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
 static ALWAYS_INLINE_Q void
 prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
              const int SUB, const int NSUB, const int HAS_MIN,
-             const uint8_t *w, int64_t wstride, int64_t nblk, const float *x,
-             int ldx, int tn, const float *xs, int64_t n_xs, float *y,
-             int ldy, int64_t r, int accumulate)
+             const uint8_t *w, int64_t wstride, int il, int64_t nblk,
+             const float *x, int ldx, int tn, const float *xs, int64_t n_xs,
+             float *y, int ldy, int64_t r, int accumulate)
 {
     __m256  acc[PR * TOK_BLOCK];
     __m256  m[PR][TOK_BLOCK];
@@ -512,12 +565,12 @@ prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
         }
     }
     for (; bi + NB <= nblk; bi += NB) {
-        prefill_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi, x,
+        prefill_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, il, bi, x,
                      ldx, tn, xs, n_xs, r, acc, m);
     }
     for (; bi < nblk; bi++) {
-        prefill_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi, x, ldx,
-                     tn, xs, n_xs, r, acc, m);
+        prefill_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, il, bi, x,
+                     ldx, tn, xs, n_xs, r, acc, m);
     }
     for (int i = 0; i < R; i++) {
         for (int tk = 0; tk < tn; tk++) {
@@ -540,7 +593,7 @@ prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
  */
 static ALWAYS_INLINE_Q void
 quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
-             const int HAS_MIN, const uint8_t *w, int64_t wstride,
+             const int HAS_MIN, const uint8_t *w, int64_t wstride, int il,
              int64_t cols, const float *x, int n_tok, int ldx, float *y,
              int ldy, int64_t r0, int64_t r1, int accumulate)
 {
@@ -569,21 +622,21 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
         }
         if (tn == 1) {
             for (; r + 4 <= r1; r += 4) {
-                decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride,
+                decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride, il,
                             nblk, xb, xs, yb, r, r1, accumulate);
             }
             for (; r < r1; r++) {
-                decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride,
+                decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride, il,
                             nblk, xb, xs, yb, r, r1, accumulate);
             }
             continue;
         }
         for (; r + PR <= r1; r += PR) {
-            prefill_rows(t, qi, PR, NB, SUB, NSUB, HAS_MIN, w, wstride,
+            prefill_rows(t, qi, PR, NB, SUB, NSUB, HAS_MIN, w, wstride, il,
                          nblk, xb, ldx, tn, xs, n_xs, yb, ldy, r, accumulate);
         }
         for (; r < r1; r++) {
-            prefill_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride,
+            prefill_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride, il,
                          nblk, xb, ldx, tn, xs, n_xs, yb, ldy, r, accumulate);
         }
     }
@@ -592,28 +645,28 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
 
 #define F32_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
 static void                                                                 \
-f32_##N(const uint8_t *w, int64_t wstride, int64_t cols, const float *x,    \
-        int ldx, const nalar_xq *xq, int n_tok, float *y, int ldy,          \
-        int64_t r0, int64_t r1, int accumulate)                             \
+f32_##N(const uint8_t *w, int64_t wstride, int il, int64_t cols,          \
+        const float *x, int ldx, const nalar_xq *xq, int n_tok, float *y,   \
+        int ldy, int64_t r0, int64_t r1, int accumulate)                    \
 {                                                                           \
     static const qinfo qi = { QK, BYTES, SUB, MIN };                        \
                                                                             \
     (void) xq;                                                              \
-    quant_kernel(GGML_##N, &qi, SUB, (QK) / (SUB), MIN, w, wstride, cols,   \
-                 x, n_tok, ldx, y, ldy, r0, r1, accumulate);                \
+    quant_kernel(GGML_##N, &qi, SUB, (QK) / (SUB), MIN, w, wstride, il,     \
+                 cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);          \
 }
 
 #else  /* no AVX2: the portable kernel */
 
 #define F32_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
 static void                                                                 \
-f32_##N(const uint8_t *w, int64_t wstride, int64_t cols, const float *x,    \
-        int ldx, const nalar_xq *xq, int n_tok, float *y, int ldy,          \
-        int64_t r0, int64_t r1, int accumulate)                             \
+f32_##N(const uint8_t *w, int64_t wstride, int il, int64_t cols,          \
+        const float *x, int ldx, const nalar_xq *xq, int n_tok, float *y,   \
+        int ldy, int64_t r0, int64_t r1, int accumulate)                    \
 {                                                                           \
     (void) xq;                                                              \
-    nalar_quant_matmul_portable(GGML_##N, w, wstride, cols, x, n_tok, ldx,  \
-                                y, ldy, r0, r1, accumulate);                \
+    nalar_quant_matmul_portable(GGML_##N, w, wstride, il, cols, x, n_tok,   \
+                                ldx, y, ldy, r0, r1, accumulate);           \
 }
 
 #endif
@@ -650,21 +703,21 @@ kernels_of(ggml_type t)
 
 
 void
-nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
+nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                    int64_t cols, const float *x, int n_tok, int ldx,
                    float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
 {
     const quant_kernels *k = kernels_of(t);
 
     if (k != NULL) {
-        k->f32(w, wstride, cols, x, ldx, NULL, n_tok, y, ldy, r0, r1,
+        k->f32(w, wstride, il, cols, x, ldx, NULL, n_tok, y, ldy, r0, r1,
                accumulate);
     }
 }
 
 
 void
-nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride,
+nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                        int64_t cols, const float *x, int n_tok, int ldx,
                        float *y, int ldy, int64_t r0, int64_t r1,
                        int accumulate)
@@ -672,21 +725,21 @@ nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride,
     const quant_kernels *k = kernels_of(t);
 
     if (k != NULL) {
-        k->i16(w, wstride, cols, x, ldx, NULL, n_tok, y, ldy, r0, r1,
+        k->i16(w, wstride, il, cols, x, ldx, NULL, n_tok, y, ldy, r0, r1,
                accumulate);
     }
 }
 
 
 void
-nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride,
+nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                       int64_t cols, const nalar_xq *xq, int n_tok, float *y,
                       int ldy, int64_t r0, int64_t r1, int accumulate)
 {
     const quant_kernels *k = kernels_of(t);
 
     if (k != NULL) {
-        k->i16(w, wstride, cols, NULL, 0, xq, n_tok, y, ldy, r0, r1,
+        k->i16(w, wstride, il, cols, NULL, 0, xq, n_tok, y, ldy, r0, r1,
                accumulate);
     }
 }

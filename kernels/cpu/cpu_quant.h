@@ -48,16 +48,37 @@ int64_t nalar_quant_block(ggml_type t);
  * ggml does (weight = a_j * q - b_j, rounded once to float) */
 void nalar_dequant_row(ggml_type t, const void *src, int64_t n, float *out);
 
+/*
+ * A matrix's blocks at w: its rows as in the file, wstride bytes apart
+ * (il 0), or as nalar_quant_interleave lays them out (il 1).  Every
+ * product takes the same operations either way, so the bits are the
+ * same.
+ */
+
+/* 1 when a matrix of rows of cols weights of type t can be interleaved
+ * (cols a multiple of QK_K); its bytes interleaved are
+ * nalar_quant_interleaved_bytes */
+int nalar_quant_can_interleave(ggml_type t, int64_t cols);
+int64_t nalar_quant_interleaved_bytes(ggml_type t, int64_t rows,
+                                      int64_t cols);
+
+/* Rows of the matrix at src (wstride bytes apart) into dst, interleaved:
+ * in groups of 4 rows (the last padded with zero bytes), each group's
+ * rows taking turns by 256 weights, so that a pass of one token over 4
+ * rows reads one stream of memory */
+void nalar_quant_interleave(ggml_type t, const uint8_t *src, int64_t rows,
+                            int64_t cols, uint8_t *dst);
+
 /* y[t * ldy + r] (+)= W[r, :] . x[t * ldx + :] for r in [r0, r1), t in
- * [0, n_tok); W's rows are wstride bytes apart from w. */
+ * [0, n_tok) */
 void nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride,
-                        int64_t cols, const float *x, int n_tok, int ldx,
-                        float *y, int ldy, int64_t r0, int64_t r1,
+                        int il, int64_t cols, const float *x, int n_tok,
+                        int ldx, float *y, int ldy, int64_t r0, int64_t r1,
                         int accumulate);
 
 /* The portable kernel, in every build (for tests) */
 void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
-                                 int64_t wstride, int64_t cols,
+                                 int64_t wstride, int il, int64_t cols,
                                  const float *x, int n_tok, int ldx,
                                  float *y, int ldy, int64_t r0, int64_t r1,
                                  int accumulate);
@@ -73,10 +94,15 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
  * (the mins' sums are x's codes' too).  Batch invariance as above:
  *   AVX2, Q8_0 and Q4_0: per block, the integer dot in 8 int32 lanes
  *     (vpmaddwd), acc = fma(a * dx, (float) lanes, acc) over the blocks
- *     in order.  Q4_K, Q5_K, Q6_K: per 8 sub-blocks j0 .. j0 + 7, one
- *     vector whose lane k is sub-block j0 + k's whole integer dot,
+ *     in order.  Q5_K: per 8 sub-blocks j0 .. j0 + 7, one vector whose
+ *     lane k is sub-block j0 + k's whole integer dot,
  *     acc = fma(a[j0:j0+8] * dx[...], (float) that, acc) in order (dx of
- *     the sub-block's 32 values).  Mins: m = fma(b[0:8], xs[0:8], m) per
+ *     the sub-block's 32 values).  Q4_K and Q6_K: per group of 32
+ *     weights g in order, I = 8 int32 lanes, lane m the integer dot over
+ *     the group's weights 4m .. 4m + 3 (exact, and exact as a float),
+ *     acc = fma(sd, (float) I, acc) with sd = a_g * dx_g in every lane
+ *     (Q4_K), or a_2g * dx_g in lanes 0-3 and a_2g+1 * dx_g in lanes 4-7
+ *     (Q6_K's sub-blocks of 16).  Mins: m = fma(b[0:8], xs[0:8], m) per
  *     block, xs_j = dx_j * (float) sum xq over sub-block j; y =
  *     hsum8(acc) - hsum8(m).
  *   Portable: acc = fmaf(a_j * dx, (float) dot_j, acc), m = fmaf(b_j,
@@ -93,6 +119,9 @@ typedef struct {
     const int16_t *q;   /* (n_tok, cols) codes */
     const float   *d;   /* (n_tok, cols / 32) scales dx */
     const float   *s;   /* (n_tok, cols / 32) dx * the sum of the 32 codes */
+    const int16_t *e;   /* (n_tok, cols) q again, each 32 reordered: codes
+                           0, 2, .., 30, then 1, 3, .., 31 (Q4_K and Q6_K
+                           read their weights in that order) */
 } nalar_xq;
 
 /* bytes of memory nalar_quant_xq takes for n_tok tokens of cols */
@@ -105,20 +134,20 @@ void nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols,
 
 /* nalar_quant_matmul with 16-bit activations */
 void nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride,
-                            int64_t cols, const float *x, int n_tok,
+                            int il, int64_t cols, const float *x, int n_tok,
                             int ldx, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
 
 /* nalar_quant_matmul_i16 from x's codes, made by nalar_quant_xq: the
  * same bits, with x rounded once for all the products that read it */
 void nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride,
-                           int64_t cols, const nalar_xq *xq, int n_tok,
-                           float *y, int ldy, int64_t r0, int64_t r1,
-                           int accumulate);
+                           int il, int64_t cols, const nalar_xq *xq,
+                           int n_tok, float *y, int ldy, int64_t r0,
+                           int64_t r1, int accumulate);
 
 /* Its portable kernel, in every build (for tests) */
 void nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,
-                                     int64_t wstride, int64_t cols,
+                                     int64_t wstride, int il, int64_t cols,
                                      const float *x, int n_tok, int ldx,
                                      float *y, int ldy, int64_t r0,
                                      int64_t r1, int accumulate);

@@ -21,6 +21,7 @@
 #define TOK_BLOCK 24    /* tokens per pass over a row's blocks */
 #define PR 3            /* rows of a batch's tile */
 #define PT 3            /* tokens of a batch's tile */
+#define QIL 4           /* rows of a group of an interleaved matrix */
 
 /*
  * The quantized types, each once: X(name, weights per block, bytes per
@@ -35,6 +36,26 @@
     X(Q4_K, QK_K, QK4_K_BYTES, 32, 1)                                       \
     X(Q5_K, QK_K, QK5_K_BYTES, 32, 1)                                       \
     X(Q6_K, QK_K, QK6_K_BYTES, 16, 0)
+
+/*
+ * Where row r's block b lies: rows in the file's order, wstride bytes
+ * apart (il 0), or interleaved (il 1, nalar_quant_interleave): the rows
+ * in groups of QIL, each group's rows taking turns by QK_K weights, so
+ * that one token's pass over QIL rows reads one stream.
+ */
+static inline const uint8_t *
+qblock_at(const uint8_t *w, int64_t wstride, int il, int64_t qk,
+          int64_t bytes, int64_t r, int64_t b)
+{
+    int64_t per = QK_K / qk;    /* blocks per QK_K weights */
+
+    if (!il) {
+        return w + r * wstride + b * bytes;
+    }
+    return w + (r / QIL) * QIL * wstride
+           + ((b / per) * QIL + r % QIL) * per * bytes + (b % per) * bytes;
+}
+
 
 /* a decoded step: up to QK_K codes, 16 scales, 8 mins */
 typedef struct {
@@ -72,7 +93,7 @@ qinfo_of(ggml_type t, qinfo *qi)
  * r in [r0, r1), t in [0, n_tok); x_t is x[t * ldx + :] (F32), or its
  * int16 codes: xq's row t, or when xq is NULL made from x (16-bit).
  */
-typedef void quant_kernel_fn(const uint8_t *w, int64_t wstride,
+typedef void quant_kernel_fn(const uint8_t *w, int64_t wstride, int il,
                              int64_t cols, const float *x, int ldx,
                              const nalar_xq *xq, int n_tok, float *y,
                              int ldy, int64_t r0, int64_t r1,
@@ -212,11 +233,12 @@ decode_q_scalar(ggml_type t, const uint8_t *p, qblock *B)
 #define ALWAYS_INLINE_Q inline __attribute__((always_inline))
 
 /*
- * Decoding one token reads each weight once, four rows at a time: four
- * short streams (a row of 2048 Q8_0 weights is 34 cache lines), too short
- * for the hardware prefetcher to get ahead of.  Each step therefore asks
- * for the same columns of the rows PF_GROUPS groups further on, so their
- * lines are on the way while this group computes.
+ * Decoding one token reads each weight once, four rows at a time.  Rows
+ * in the file's order are four short streams (a row of 2048 Q8_0 weights
+ * is 34 cache lines), too short for the hardware prefetcher to get ahead
+ * of; interleaved (qblock_at) they are one, which it follows.  Each step
+ * also asks for the same columns of the rows PF_GROUPS groups further on,
+ * so their lines are on the way while this group computes.
  */
 #define PF_GROUPS 4
 

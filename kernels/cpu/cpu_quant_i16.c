@@ -9,8 +9,9 @@
  * x's codes in 8 int32 lanes (vpmaddwd over 16 codes at a time, summed
  * with vpaddd: exact, so its order is free), then
  * acc = fma(a_j * dx, (float) lanes, acc) over the sub-blocks in order
- * (the K-quants: 8 sub-blocks at a time, i16_tile_k); mins as the float
- * path, with xs the scaled sums of x's codes; y = hsum8(acc) - hsum8(m).
+ * (Q5_K: 8 sub-blocks at a time, i16_tile_k; Q4_K and Q6_K: read from
+ * their bytes in 16-bit lanes, i16_tile_lanes); mins as the float path,
+ * with xs the scaled sums of x's codes; y = hsum8(acc) - hsum8(m).
  * Decode (4 rows by 1 token) and prefill tiles (PR rows by PT tokens)
  * take these operations per (row, token).  x's codes come made (xq, made
  * once by a caller for all the products that read that x), or are made
@@ -80,18 +81,19 @@ nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d)
 int64_t
 nalar_quant_xq_bytes(int n_tok, int64_t cols)
 {
-    return (int64_t) n_tok * (cols * 2 + cols / 32 * 8) + 32;
+    return (int64_t) n_tok * (cols * 4 + cols / 32 * 8) + 64;
 }
 
 
-/* the codes (32-byte aligned), then the scales, then the sums */
+/* the codes (32-byte aligned), then the scales, then the sums, then the
+ * codes in the K-quants' order (32-byte aligned) */
 void
 nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
                nalar_xq *xq)
 {
     uintptr_t a = ((uintptr_t) buf + 31) & ~(uintptr_t) 31;
     int64_t   ng = cols / 32;
-    int16_t  *xqq = (int16_t *) a;
+    int16_t  *xqq = (int16_t *) a, *xe;
     float    *xd = (float *) (xqq + (int64_t) n_tok * cols);
     float    *xs = xd + (int64_t) n_tok * ng;
 
@@ -109,9 +111,18 @@ nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
             s[g] = d[g] * (float) sum;
         }
     }
+    xe = (int16_t *) (((uintptr_t) (xs + (int64_t) n_tok * ng) + 31)
+                      & ~(uintptr_t) 31);
+    for (int64_t i = 0; i < (int64_t) n_tok * cols; i += 32) {
+        for (int l = 0; l < 16; l++) {
+            xe[i + l] = xqq[i + 2 * l];
+            xe[i + 16 + l] = xqq[i + 2 * l + 1];
+        }
+    }
     xq->q = xqq;
     xq->d = xd;
     xq->s = xs;
+    xq->e = xe;
 }
 
 
@@ -121,9 +132,9 @@ nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
 
 /* from x's codes */
 static void
-i16_portable(ggml_type t, const uint8_t *w, int64_t wstride, int64_t cols,
-             const nalar_xq *X, int n_tok, float *y, int ldy, int64_t r0,
-             int64_t r1, int accumulate)
+i16_portable(ggml_type t, const uint8_t *w, int64_t wstride, int il,
+             int64_t cols, const nalar_xq *X, int n_tok, float *y, int ldy,
+             int64_t r0, int64_t r1, int accumulate)
 {
     qinfo  qi;
     qblock B;
@@ -140,7 +151,8 @@ i16_portable(ggml_type t, const uint8_t *w, int64_t wstride, int64_t cols,
             float         *o = y + (int64_t) tk * ldy + r;
 
             for (int64_t c = 0; c < cols; c += qi.qk) {
-                const uint8_t *p = w + r * wstride + c / qi.qk * qi.bytes;
+                const uint8_t *p = qblock_at(w, wstride, il, qi.qk,
+                                             qi.bytes, r, c / qi.qk);
 
                 decode_scales(t, p, &B);
                 decode_q_scalar(t, p, &B);
@@ -166,7 +178,7 @@ i16_portable(ggml_type t, const uint8_t *w, int64_t wstride, int64_t cols,
 
 void
 nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,
-                                int64_t wstride, int64_t cols,
+                                int64_t wstride, int il, int64_t cols,
                                 const float *x, int n_tok, int ldx,
                                 float *y, int ldy, int64_t r0, int64_t r1,
                                 int accumulate)
@@ -180,18 +192,182 @@ nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,
     buf = malloc((size_t) nalar_quant_xq_bytes(n_tok, cols));
     if (buf == NULL) {
         /* no room for x's codes: the float path */
-        nalar_quant_matmul_portable(t, w, wstride, cols, x, n_tok, ldx, y,
+        nalar_quant_matmul_portable(t, w, wstride, il, cols, x, n_tok, ldx, y,
                                     ldy, r0, r1, accumulate);
         return;
     }
     nalar_quant_xq(x, n_tok, ldx, cols, buf, &X);
-    i16_portable(t, w, wstride, cols, &X, n_tok, y, ldy, r0, r1,
+    i16_portable(t, w, wstride, il, cols, &X, n_tok, y, ldy, r0, r1,
                  accumulate);
     free(buf);
 }
 
 
 #if defined(__AVX2__) && defined(__FMA__)
+
+/*
+ * Q4_K and Q6_K straight from their bytes, in 16-bit lanes.  A 32-byte
+ * load of a block's codes, seen as 16 lanes of 16 bits, holds two bytes
+ * per lane; masks and shifts give the codes of the even-indexed weights
+ * (the lanes' low bytes) and of the odd-indexed ones (their high bytes)
+ * as int16, each ready for vpmaddwd against x's codes in that order
+ * (nalar_xq.e).  Nothing is decoded into memory or widened.
+ */
+#define LANES(t)  ((t) == GGML_Q4_K || (t) == GGML_Q6_K)
+
+
+/* Q4_K's codes of weights 64k .. 64k + 63 (k = 0 .. 3): sub-block 2k's
+ * even (*e0) and odd (*o0) weights, sub-block 2k + 1's (*e1, *o1) */
+static ALWAYS_INLINE_Q void
+q4k_lanes(const uint8_t *p, int k, __m256i *e0, __m256i *o0, __m256i *e1,
+          __m256i *o1)
+{
+    const __m256i m4 = _mm256_set1_epi16(0x000F);
+    __m256i       b = _mm256_loadu_si256((const __m256i *) (p + 16 + 32 * k));
+
+    *e0 = _mm256_and_si256(b, m4);
+    *o0 = _mm256_and_si256(_mm256_srli_epi16(b, 8), m4);
+    *e1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    *o1 = _mm256_srli_epi16(b, 12);
+}
+
+
+/* Q6_K's codes (q - 32) of weights 32g .. 32g + 31 (g = 0 .. 7): the
+ * even ones (*e) and the odd ones (*o).  Weight 128h + 32s + l (s =
+ * 0 .. 3) has its low 4 bits in ql[64h + 32(s & 1) + l] (low nibble for
+ * s < 2, high for s >= 2) and its high 2 in bits 2s, 2s + 1 of
+ * qh[32h + l]. */
+static ALWAYS_INLINE_Q void
+q6k_lanes(const uint8_t *p, int g, __m256i *e, __m256i *o)
+{
+    const __m256i m4 = _mm256_set1_epi16(0x000F);
+    const __m256i m30 = _mm256_set1_epi16(0x0030);
+    const __m256i k32 = _mm256_set1_epi16(32);
+    int           h = g / 4, s = g % 4;
+    __m256i       a = _mm256_loadu_si256((const __m256i *)
+                                         (p + 64 * h + 32 * (s & 1)));
+    __m256i       qh = _mm256_loadu_si256((const __m256i *)
+                                          (p + 128 + 32 * h));
+    __m256i       le, lo, he, ho;
+
+    if (s < 2) {
+        le = _mm256_and_si256(a, m4);
+        lo = _mm256_and_si256(_mm256_srli_epi16(a, 8), m4);
+    } else {
+        le = _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+        lo = _mm256_srli_epi16(a, 12);
+    }
+    switch (s) {    /* bits 2s, 2s + 1 of each byte to bits 4, 5 */
+    case 0:
+        he = _mm256_slli_epi16(qh, 4);
+        ho = _mm256_srli_epi16(qh, 4);
+        break;
+    case 1:
+        he = _mm256_slli_epi16(qh, 2);
+        ho = _mm256_srli_epi16(qh, 6);
+        break;
+    case 2:
+        he = qh;
+        ho = _mm256_srli_epi16(qh, 8);
+        break;
+    default:
+        he = _mm256_srli_epi16(qh, 2);
+        ho = _mm256_srli_epi16(qh, 10);
+        break;
+    }
+    *e = _mm256_sub_epi16(_mm256_or_si256(le, _mm256_and_si256(he, m30)),
+                          k32);
+    *o = _mm256_sub_epi16(_mm256_or_si256(lo, _mm256_and_si256(ho, m30)),
+                          k32);
+}
+
+
+/* the exact integer dot of a group of 32 weights (their even and odd
+ * codes) with x's 32 codes at xe (16 even, then 16 odd): lane m holds
+ * the sum over the group's weights 4m .. 4m + 3 */
+static ALWAYS_INLINE_Q __m256i
+lanes_dot(__m256i e, __m256i o, const int16_t *xe)
+{
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(e, _mm256_load_si256((const __m256i *) xe)),
+        _mm256_madd_epi16(o, _mm256_load_si256((const __m256i *)
+                                               (xe + 16))));
+}
+
+
+/*
+ * R rows by T tokens of one block at column c, from the rows' bytes p[]
+ * and scales B: per group of 32 weights g in order, with I = lanes_dot
+ * (exact, and exact as float: at most 4 x 32 x 32767 < 2^24),
+ * acc = fma(sd, (float) I, acc), sd the group's scales times x's: Q4_K
+ * a_g dx_g in every lane; Q6_K a_2g dx_g in lanes 0-3 (weights 0-15,
+ * sub-block 2g) and a_2g+1 dx_g in lanes 4-7.
+ */
+static ALWAYS_INLINE_Q void
+i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
+               const qblock *B, const int16_t *xe, int64_t ldq,
+               const float *xd, int64_t ldd, int64_t c, __m256 *acc, int as)
+{
+    float sd[4][PT][16] __attribute__((aligned(32)));
+
+    for (int i = 0; i < R; i++) {
+        for (int u = 0; u < T; u++) {
+            const float *d = xd + u * ldd + c / 32;
+
+            if (t == GGML_Q4_K) {
+                _mm256_store_ps(sd[i][u], _mm256_mul_ps(
+                    _mm256_loadu_ps(B[i].a), _mm256_loadu_ps(d)));
+            } else {
+                const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+
+                _mm256_store_ps(sd[i][u], _mm256_mul_ps(
+                    _mm256_loadu_ps(B[i].a), _mm256_permutevar8x32_ps(
+                        _mm256_castps128_ps256(_mm_loadu_ps(d)), dup)));
+                _mm256_store_ps(sd[i][u] + 8, _mm256_mul_ps(
+                    _mm256_loadu_ps(B[i].a + 8), _mm256_permutevar8x32_ps(
+                        _mm256_castps128_ps256(_mm_loadu_ps(d + 4)), dup)));
+            }
+        }
+    }
+    if (t == GGML_Q4_K) {
+        for (int k = 0; k < 4; k++) {
+            for (int i = 0; i < R; i++) {
+                __m256i e0, o0, e1, o1;
+
+                q4k_lanes(p[i], k, &e0, &o0, &e1, &o1);
+                for (int u = 0; u < T; u++) {
+                    const int16_t *x = xe + u * ldq + c + 64 * k;
+                    __m256        *a = &acc[i * as + u];
+
+                    *a = _mm256_fmadd_ps(
+                        _mm256_broadcast_ss(&sd[i][u][2 * k]),
+                        _mm256_cvtepi32_ps(lanes_dot(e0, o0, x)), *a);
+                    *a = _mm256_fmadd_ps(
+                        _mm256_broadcast_ss(&sd[i][u][2 * k + 1]),
+                        _mm256_cvtepi32_ps(lanes_dot(e1, o1, x + 32)), *a);
+                }
+            }
+        }
+        return;
+    }
+    for (int g = 0; g < 8; g++) {
+        for (int i = 0; i < R; i++) {
+            __m256i e, o;
+
+            q6k_lanes(p[i], g, &e, &o);
+            for (int u = 0; u < T; u++) {
+                __m256 *a = &acc[i * as + u];
+                __m256  v = _mm256_setr_m128(
+                                _mm_broadcast_ss(&sd[i][u][2 * g]),
+                                _mm_broadcast_ss(&sd[i][u][2 * g + 1]));
+
+                *a = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(lanes_dot(
+                         e, o, xe + u * ldq + c + 32 * g)), *a);
+            }
+        }
+    }
+}
+
 
 /* the integer dot of sub-block j's codes with x's, in 8 int32 lanes, for
  * R rows by T tokens */
@@ -276,11 +452,16 @@ i16_tile_k(const int R, const int T, const int SUB, const int NSUB,
 
 static ALWAYS_INLINE_Q void
 i16_tile(ggml_type t, const int R, const int T, const int SUB,
-         const int NSUB, const int QS, const int8_t **q, const qblock *B,
-         const int16_t *xq, int64_t ldq, const float *xd, int64_t ldd,
+         const int NSUB, const int QS, const int8_t **q,
+         const uint8_t **p, const qblock *B, const int16_t *xq,
+         const int16_t *xe, int64_t ldq, const float *xd, int64_t ldd,
          int64_t c, __m256 *acc, int as)
 {
-    if (t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K) {
+    if (LANES(t)) {
+        i16_tile_lanes(t, R, T, p, B, xe, ldq, xd, ldd, c, acc, as);
+        return;
+    }
+    if (t == GGML_Q5_K) {
         i16_tile_k(R, T, SUB, NSUB, q, B, xq, ldq, xd, ldd, c, acc, as);
         return;
     }
@@ -324,28 +505,35 @@ i16_tile(ggml_type t, const int R, const int T, const int SUB,
 static ALWAYS_INLINE_Q void
 i16_decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
                 const int SUB, const int NSUB, const int HAS_MIN,
-                const uint8_t *w, int64_t wstride, int64_t bi,
-                const int16_t *xq, const float *xd, const float *xs,
-                int64_t r, int64_t r_end, __m256 *acc, __m256 *m)
+                const uint8_t *w, int64_t wstride, int il, int64_t bi,
+                const int16_t *xq, const int16_t *xe, const float *xd,
+                const float *xs, int64_t r, int64_t r_end, __m256 *acc,
+                __m256 *m)
 {
-    qblock        B[4];
-    const int8_t *q[4];
-    int64_t       c = bi * qi->qk;
+    qblock         B[4];
+    const int8_t  *q[4];
+    const uint8_t *p[4];
+    int64_t        c = bi * qi->qk;
 
     for (int i = 0; i < R; i++) {
-        q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
-                           &B[i]);
+        p[i] = qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi);
+        if (LANES(t)) {
+            decode_scales_avx2(t, p[i], &B[i]);
+        } else {
+            q[i] = step_decode(t, NB, p[i], &B[i]);
+        }
     }
     for (int i = 0; i < R && r + PF_GROUPS * R + i < r_end; i++) {
-        const char *pn = (const char *) w + (r + PF_GROUPS * R + i) * wstride
-                         + bi * qi->bytes;
+        const char *pn = (const char *) qblock_at(w, wstride, il, qi->qk,
+                                                  qi->bytes,
+                                                  r + PF_GROUPS * R + i, bi);
 
         for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
             _mm_prefetch(pn + k, _MM_HINT_T0);
         }
     }
-    i16_tile(t, R, 1, SUB, NB * NSUB, QSTEP(t, SUB), q, B, xq, 0, xd, 0, c,
-             acc, 1);
+    i16_tile(t, R, 1, SUB, NB * NSUB, QSTEP(t, SUB), q, p, B, xq, xe, 0, xd,
+             0, c, acc, 1);
     if (HAS_MIN) {
         __m256 s = _mm256_loadu_ps(xs + c / 32);
 
@@ -359,9 +547,10 @@ i16_decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
 static ALWAYS_INLINE_Q void
 i16_decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
                 const int SUB, const int NSUB, const int HAS_MIN,
-                const uint8_t *w, int64_t wstride, int64_t nblk,
-                const int16_t *xq, const float *xd, const float *xs,
-                float *y, int64_t r, int64_t r_end, int accumulate)
+                const uint8_t *w, int64_t wstride, int il, int64_t nblk,
+                const int16_t *xq, const int16_t *xe, const float *xd,
+                const float *xs, float *y, int64_t r, int64_t r_end,
+                int accumulate)
 {
     __m256  acc[4], m[4];
     int64_t bi = 0;
@@ -371,12 +560,12 @@ i16_decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
         m[i] = _mm256_setzero_ps();
     }
     for (; bi + NB <= nblk; bi += NB) {
-        i16_decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi,
-                        xq, xd, xs, r, r_end, acc, m);
+        i16_decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, il, bi,
+                        xq, xe, xd, xs, r, r_end, acc, m);
     }
     for (; bi < nblk; bi++) {
-        i16_decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi,
-                        xq, xd, xs, r, r_end, acc, m);
+        i16_decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, il, bi,
+                        xq, xe, xd, xs, r, r_end, acc, m);
     }
     for (int i = 0; i < R; i++) {
         float s = hsum8(acc[i]) - (HAS_MIN ? hsum8(m[i]) : 0);
@@ -390,38 +579,43 @@ i16_decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
 static ALWAYS_INLINE_Q void
 i16_prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
                  const int SUB, const int NSUB, const int HAS_MIN,
-                 const uint8_t *w, int64_t wstride, int64_t bi,
-                 const int16_t *xq, const float *xd, const float *xs,
-                 int64_t cols, int tn, int64_t r, __m256 *acc,
-                 __m256 (*m)[TOK_BLOCK])
+                 const uint8_t *w, int64_t wstride, int il, int64_t bi,
+                 const int16_t *xq, const int16_t *xe, const float *xd,
+                 const float *xs, int64_t cols, int tn, int64_t r,
+                 __m256 *acc, __m256 (*m)[TOK_BLOCK])
 {
-    qblock        B[PR];
-    const int8_t *q[4];
-    int64_t       c = bi * qi->qk, ng = cols / 32;
-    int           ns = NB * NSUB;
+    qblock         B[PR];
+    const int8_t  *q[4];
+    const uint8_t *p[4];
+    int64_t        c = bi * qi->qk, ng = cols / 32;
+    int            ns = NB * NSUB;
 
     for (int i = 0; i < R; i++) {
-        q[i] = step_decode(t, NB, w + (r + i) * wstride + bi * qi->bytes,
-                           &B[i]);
+        p[i] = qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi);
+        if (LANES(t)) {
+            decode_scales_avx2(t, p[i], &B[i]);
+        } else {
+            q[i] = step_decode(t, NB, p[i], &B[i]);
+        }
     }
     for (int tk = 0; tk < tn; tk += PT) {
-        const int16_t *xt = xq + tk * cols;
+        const int16_t *xt = xq + tk * cols, *et = xe + tk * cols;
         const float   *dt = xd + tk * ng;
 
         switch (tn - tk) {
         case 1:
-            i16_tile(t, R, 1, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
-                     acc + tk, TOK_BLOCK);
+            i16_tile(t, R, 1, SUB, ns, QSTEP(t, SUB), q, p, B, xt, et, cols,
+                     dt, ng, c, acc + tk, TOK_BLOCK);
             break;
 #if PT > 2
         case 2:
-            i16_tile(t, R, 2, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng, c,
-                     acc + tk, TOK_BLOCK);
+            i16_tile(t, R, 2, SUB, ns, QSTEP(t, SUB), q, p, B, xt, et, cols,
+                     dt, ng, c, acc + tk, TOK_BLOCK);
             break;
 #endif
         default:
-            i16_tile(t, R, PT, SUB, ns, QSTEP(t, SUB), q, B, xt, cols, dt, ng,
-                     c, acc + tk, TOK_BLOCK);
+            i16_tile(t, R, PT, SUB, ns, QSTEP(t, SUB), q, p, B, xt, et, cols,
+                     dt, ng, c, acc + tk, TOK_BLOCK);
             break;
         }
     }
@@ -438,10 +632,10 @@ i16_prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
 static ALWAYS_INLINE_Q void
 i16_prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
                  const int SUB, const int NSUB, const int HAS_MIN,
-                 const uint8_t *w, int64_t wstride, int64_t nblk,
-                 const int16_t *xq, const float *xd, const float *xs,
-                 int64_t cols, int tn, float *y, int ldy, int64_t r,
-                 int accumulate)
+                 const uint8_t *w, int64_t wstride, int il, int64_t nblk,
+                 const int16_t *xq, const int16_t *xe, const float *xd,
+                 const float *xs, int64_t cols, int tn, float *y, int ldy,
+                 int64_t r, int accumulate)
 {
     __m256  acc[PR * TOK_BLOCK];
     __m256  m[PR][TOK_BLOCK];
@@ -454,12 +648,12 @@ i16_prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
         }
     }
     for (; bi + NB <= nblk; bi += NB) {
-        i16_prefill_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, bi,
-                         xq, xd, xs, cols, tn, r, acc, m);
+        i16_prefill_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, il, bi,
+                         xq, xe, xd, xs, cols, tn, r, acc, m);
     }
     for (; bi < nblk; bi++) {
-        i16_prefill_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, bi,
-                         xq, xd, xs, cols, tn, r, acc, m);
+        i16_prefill_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, il, bi,
+                         xq, xe, xd, xs, cols, tn, r, acc, m);
     }
     for (int i = 0; i < R; i++) {
         for (int tk = 0; tk < tn; tk++) {
@@ -473,37 +667,41 @@ i16_prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
 }
 
 
-/* rows r0 .. r1 - 1 of tn tokens from their codes (xq, xd, xs: token
- * 0's, cols and cols / 32 apart per token) */
+/* rows r0 .. r1 - 1 of tn tokens from their codes (X: from token t0,
+ * cols and cols / 32 apart per token) */
 static ALWAYS_INLINE_Q void
 i16_rows(ggml_type t, const qinfo *qi, const int NB, const int SUB,
          const int NSUB, const int HAS_MIN, const uint8_t *w,
-         int64_t wstride, int64_t cols, const int16_t *xq, const float *xd,
-         const float *xs, int tn, float *y, int ldy, int64_t r0, int64_t r1,
-         int accumulate)
+         int64_t wstride, int il, int64_t cols, const nalar_xq *X, int t0,
+         int tn, float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
 {
+    int64_t        ng = cols / 32;
+    const int16_t *xq = X->q + t0 * cols, *xe = X->e + t0 * cols;
+    const float   *xd = X->d + t0 * ng, *xs = X->s + t0 * ng;
     int64_t   nblk = cols / qi->qk;
     const int NBD = NB == 8 ? 2 : 1;
     int64_t   r = r0;
 
     if (tn == 1) {
         for (; r + 4 <= r1; r += 4) {
-            i16_decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride,
-                            nblk, xq, xd, xs, y, r, r1, accumulate);
+            i16_decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride, il,
+                            nblk, xq, xe, xd, xs, y, r, r1, accumulate);
         }
         for (; r < r1; r++) {
-            i16_decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride,
-                            nblk, xq, xd, xs, y, r, r1, accumulate);
+            i16_decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride, il,
+                            nblk, xq, xe, xd, xs, y, r, r1, accumulate);
         }
         return;
     }
     for (; r + PR <= r1; r += PR) {
-        i16_prefill_rows(t, qi, PR, NB, SUB, NSUB, HAS_MIN, w, wstride,
-                         nblk, xq, xd, xs, cols, tn, y, ldy, r, accumulate);
+        i16_prefill_rows(t, qi, PR, NB, SUB, NSUB, HAS_MIN, w, wstride, il,
+                         nblk, xq, xe, xd, xs, cols, tn, y, ldy, r,
+                         accumulate);
     }
     for (; r < r1; r++) {
-        i16_prefill_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride,
-                         nblk, xq, xd, xs, cols, tn, y, ldy, r, accumulate);
+        i16_prefill_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride, il,
+                         nblk, xq, xe, xd, xs, cols, tn, y, ldy, r,
+                         accumulate);
     }
 }
 
@@ -515,13 +713,12 @@ i16_rows(ggml_type t, const qinfo *qi, const int NB, const int SUB,
  */
 static ALWAYS_INLINE_Q void
 i16_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
-           const int HAS_MIN, const uint8_t *w, int64_t wstride,
+           const int HAS_MIN, const uint8_t *w, int64_t wstride, int il,
            int64_t cols, const float *x, int ldx, const nalar_xq *X,
            int n_tok, float *y, int ldy, int64_t r0, int64_t r1,
            int accumulate)
 {
     const int NB = qi->qk == 32 ? 8 : 1;    /* the 32-weight types */
-    int64_t   ng = cols / 32;
 
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         int          tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
@@ -531,9 +728,8 @@ i16_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
         nalar_xq     B;
 
         if (X != NULL) {
-            i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, cols,
-                     X->q + t0 * cols, X->d + t0 * ng, X->s + t0 * ng, tn,
-                     yb, ldy, r0, r1, accumulate);
+            i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, il, cols, X,
+                     t0, tn, yb, ldy, r0, r1, accumulate);
             continue;
         }
         buf = nalar_quant_scratch((nalar_quant_xq_bytes(tn, cols) + 3) / 4);
@@ -544,7 +740,7 @@ i16_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
                 buf = nalar_quant_scratch((nalar_quant_xq_bytes(1, cols)
                                            + 3) / 4);
                 if (buf == NULL) {
-                    nalar_quant_matmul(t, w, wstride, cols,
+                    nalar_quant_matmul(t, w, wstride, il, cols,
                                        xb + (int64_t) tk * ldx, 1, ldx,
                                        yb + (int64_t) tk * ldy, ldy, r0, r1,
                                        accumulate);
@@ -552,47 +748,49 @@ i16_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
                 }
                 nalar_quant_xq(xb + (int64_t) tk * ldx, 1, ldx, cols, buf,
                                &B);
-                i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, cols,
-                         B.q, B.d, B.s, 1, yb + (int64_t) tk * ldy, ldy, r0,
-                         r1, accumulate);
+                i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, il, cols,
+                         &B, 0, 1, yb + (int64_t) tk * ldy, ldy, r0, r1,
+                         accumulate);
             }
             continue;
         }
         nalar_quant_xq(xb, tn, ldx, cols, buf, &B);
-        i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, cols, B.q, B.d,
-                 B.s, tn, yb, ldy, r0, r1, accumulate);
+        i16_rows(t, qi, NB, SUB, NSUB, HAS_MIN, w, wstride, il, cols, &B, 0,
+                 tn, yb, ldy, r0, r1, accumulate);
     }
 }
 
 
 #define I16_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
 void                                                                        \
-nalar_quant_i16_##N(const uint8_t *w, int64_t wstride, int64_t cols,        \
-                    const float *x, int ldx, const nalar_xq *xq, int n_tok, \
-                    float *y, int ldy, int64_t r0, int64_t r1,              \
+nalar_quant_i16_##N(const uint8_t *w, int64_t wstride, int il,            \
+                    int64_t cols, const float *x, int ldx,                  \
+                    const nalar_xq *xq, int n_tok, float *y, int ldy,       \
+                    int64_t r0, int64_t r1,                                 \
                     int accumulate)                                         \
 {                                                                           \
     static const qinfo qi = { QK, BYTES, SUB, MIN };                        \
                                                                             \
-    i16_kernel(GGML_##N, &qi, SUB, (QK) / (SUB), MIN, w, wstride, cols, x,  \
-               ldx, xq, n_tok, y, ldy, r0, r1, accumulate);                 \
+    i16_kernel(GGML_##N, &qi, SUB, (QK) / (SUB), MIN, w, wstride, il,       \
+               cols, x, ldx, xq, n_tok, y, ldy, r0, r1, accumulate);        \
 }
 
 #else  /* no AVX2: the portable kernel */
 
 #define I16_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
 void                                                                        \
-nalar_quant_i16_##N(const uint8_t *w, int64_t wstride, int64_t cols,        \
-                    const float *x, int ldx, const nalar_xq *xq, int n_tok, \
-                    float *y, int ldy, int64_t r0, int64_t r1,              \
+nalar_quant_i16_##N(const uint8_t *w, int64_t wstride, int il,            \
+                    int64_t cols, const float *x, int ldx,                  \
+                    const nalar_xq *xq, int n_tok, float *y, int ldy,       \
+                    int64_t r0, int64_t r1,                                 \
                     int accumulate)                                         \
 {                                                                           \
     if (xq != NULL) {                                                       \
-        i16_portable(GGML_##N, w, wstride, cols, xq, n_tok, y, ldy, r0, r1, \
-                     accumulate);                                           \
+        i16_portable(GGML_##N, w, wstride, il, cols, xq, n_tok, y, ldy, r0, \
+                     r1, accumulate);                                       \
     } else {                                                                \
-        nalar_quant_matmul_i16_portable(GGML_##N, w, wstride, cols, x,      \
-                                        n_tok, ldx, y, ldy, r0, r1,         \
+        nalar_quant_matmul_i16_portable(GGML_##N, w, wstride, il, cols,     \
+                                        x, n_tok, ldx, y, ldy, r0, r1,      \
                                         accumulate);                        \
     }                                                                       \
 }

@@ -178,6 +178,40 @@ quant_setup(ggml_type t, int64_t rows, int64_t cols, uint8_t **w,
 }
 
 
+/* 1 when M's copy holds w's blocks where the layout puts them: as they
+ * are, or interleaved (cpu_quant.h): row r's block b at
+ * (r / 4) * 4 * rs + ((b / per) * 4 + r % 4) * per * bytes
+ * + (b % per) * bytes, per the blocks in 256 weights; the rows that
+ * pad the last group of 4 all zero */
+static int
+own_copy(const nalar_cpu_mat *M, const uint8_t *w)
+{
+    const nalar_mat *W = M->W;
+    int64_t          rs = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
+    int64_t          qk = nalar_quant_block(W->type);
+    int64_t          bytes = rs / (W->cols / qk), per = 256 / qk;
+    const uint8_t   *p = M->panels;
+
+    if (!M->il) {
+        return memcmp(p, w, (size_t) (W->rows * rs)) == 0;
+    }
+    for (int64_t r = 0; r < (W->rows + 3) / 4 * 4; r++) {
+        for (int64_t b = 0; b < W->cols / qk; b++) {
+            const uint8_t *at = p + (r / 4) * 4 * rs
+                                + ((b / per) * 4 + r % 4) * per * bytes
+                                + (b % per) * bytes;
+
+            for (int64_t i = 0; i < bytes; i++) {
+                if (at[i] != (r < W->rows ? w[r * rs + b * bytes + i] : 0)) {
+                    return 0;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+
 /* Kernel products against double dot products of the dequantized rows,
  * and batch invariance, for one type and shape */
 static void
@@ -208,11 +242,19 @@ check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok)
     for (int64_t i = 0; i < n_tok * cols; i++) {
         x[i] = frand() * 2.0f;
     }
-    ok(M.panels != NULL && M.panels != (void *) w
-       && memcmp(M.panels, w, (size_t) (rows * rs)) == 0,
-       "%s: the backend holds its own copy of the blocks, as they are", tn);
+    ok(M.panels != NULL && M.panels != (void *) w && own_copy(&M, w),
+       "%s %lldx%lld: the backend holds its own copy of the blocks (%s)",
+       tn, (long long) rows, (long long) cols,
+       M.il ? "interleaved by 4 rows" : "as they are");
+    ok(M.il == (cols % 256 == 0), "%s %lldx%lld: interleaved where the "
+       "columns are a multiple of 256 (%s)", tn, (long long) rows,
+       (long long) cols, M.il ? "yes" : "no");
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, y, (int) rows, 0, rows, 0);
-    nalar_quant_matmul_portable(t, w, rs, cols, x, n_tok, (int) cols, yp,
+    nalar_quant_matmul(t, w, rs, 0, cols, x, n_tok, (int) cols, y1,
+                       (int) rows, 0, rows, 0);
+    ok(memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0,
+       "%s: the backend's copy gives the bits of the file's rows", tn);
+    nalar_quant_matmul_portable(t, w, rs, 0, cols, x, n_tok, (int) cols, yp,
                                 (int) rows, 0, rows, 0);
     for (int tk = 0; tk < n_tok; tk++) {
         for (int64_t r = 0; r < rows; r++) {
@@ -337,7 +379,12 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, yf, (int) rows, 0, rows, 0);
     M.act_i16 = 1;
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, y, (int) rows, 0, rows, 0);
-    nalar_quant_matmul_i16_portable(t, w, rs, cols, x, n_tok, (int) cols,
+    nalar_quant_matmul_i16(t, w, rs, 0, cols, x, n_tok, (int) cols, y1,
+                           (int) rows, 0, rows, 0);
+    ok(memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0,
+       "%s i16: the backend's copy (%s) gives the bits of the file's rows",
+       tn, M.il ? "interleaved" : "as they are");
+    nalar_quant_matmul_i16_portable(t, w, rs, 0, cols, x, n_tok, (int) cols,
                                     yp, (int) rows, 0, rows, 0);
     for (int tk = 0; tk < n_tok; tk++) {
         for (int64_t r = 0; r < rows; r++) {
@@ -399,6 +446,7 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
         X5.q = X.q + t0 * cols;
         X5.d = X.d + t0 * ng;
         X5.s = X.s + t0 * ng;
+        X5.e = X.e + t0 * cols;
         nalar_cpu_matmul_xq(&M, x + t0 * cols, &X5, 5, (int) cols, y5,
                             (int) rows, 0, rows, 0);
         made &= memcmp(y + t0 * rows, y5, (size_t) (5 * rows)
