@@ -28,3 +28,10 @@ build/bench/nginx_load_cuda: bench/nginx_load.c build/libnalar.a \
 build/bench/grammar: bench/grammar.c build/libnalar.a $(wildcard src/*.h)
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -It/c bench/grammar.c build/libnalar.a -o $@ $(LDLIBS)
+
+# The products alone, per weight type (bench/quant.sh)
+build/bench/quant_kernels: bench/quant_kernels.c build/libnalar.a \
+                           $(wildcard src/*.h) $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/quant_kernels.c \
+	    build/libnalar.a -o $@ $(LDLIBS)

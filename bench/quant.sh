@@ -8,13 +8,16 @@
 # state), the memory-read limit `nalar bench` measures in the same
 # process, and resident memory.  Q8_0 and Q4_K_M run twice: with F32
 # activations (the default) and with --cpu-activations i16 (the "i16"
-# columns).  Writes bench/results/quant.md.
+# columns).  Then the products alone (bench/quant_kernels.c: one token,
+# one thread, a matrix in cache and one streamed from memory).  Writes
+# bench/results/quant.md.
 #   sh bench/quant.sh [ROUNDS] [MODEL_DIR]
 set -e
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 DIR=${2:-${TMPDIR:-/tmp}/nalar-quant}
 make -j2 NALAR_CUDA=0 build/nalar >/dev/null
+make -f bench/bench.mk build/bench/quant_kernels >/dev/null
 mkdir -p "$DIR" bench/results
 for t in f16 q8_0 q4_k_m; do
     [ -s "$DIR/L1B-$t.gguf" ] && continue
@@ -71,3 +74,6 @@ print('| prefill time, same-round ratio to F16 | 1 | ' + ' | '.join(ratio(t, 'pr
 print('| resident after load / file | ' + ' | '.join(
     '%.0f / %.0f MB' % (col(t, 'rss')[0] / 1e6, col(t, 'file')[0] / 1e6) for t in types) + ' |')
 EOF
+printf '\nThe products alone, one token, one thread (bench/quant_kernels.c),\n2048 columns, medians of 5 calls:\n\n' \
+    | tee -a bench/results/quant.md
+build/bench/quant_kernels | tee -a bench/results/quant.md

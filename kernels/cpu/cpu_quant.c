@@ -370,23 +370,20 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 /* one step (NB blocks at column c) of rows r .. r + R - 1, one token */
 static ALWAYS_INLINE_Q void
 decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
-            const int SUB, const int NSUB, const int HAS_MIN,
-            const uint8_t *w, int64_t wstride, int il, int64_t bi,
-            const float *x, const float *xs, int64_t r, int64_t r_end,
+            const int SUB, const int NSUB, const int HAS_MIN, int il,
+            const qrows *Q, int64_t bi, const float *x, const float *xs,
             __m256 *acc, __m256 *m)
 {
     qblock        B[4];
     const int8_t *q[4];
     int64_t       c = bi * qi->qk;
+    int64_t       off = qoff_at(il, qi->qk, qi->bytes, bi);
 
     for (int i = 0; i < R; i++) {
-        q[i] = step_decode(t, NB, qblock_at(w, wstride, il, qi->qk,
-                                            qi->bytes, r + i, bi), &B[i]);
+        q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
     }
-    for (int i = 0; i < R && r + PF_GROUPS * R + i < r_end; i++) {
-        const char *pn = (const char *) qblock_at(w, wstride, il, qi->qk,
-                                                  qi->bytes,
-                                                  r + PF_GROUPS * R + i, bi);
+    for (int i = 0; i < R && Q->pf[i] != NULL; i++) {
+        const char *pn = (const char *) Q->pf[i] + off;
 
         for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
             _mm_prefetch(pn + k, _MM_HINT_T0);
@@ -413,18 +410,20 @@ decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
 {
     __m256  acc[4], m[4];
     int64_t bi = 0;
+    qrows   Q;
 
+    qrows_at(&Q, w, wstride, il, qi->qk, qi->bytes, R, PF_GROUPS, r, r_end);
     for (int i = 0; i < R; i++) {
         acc[i] = _mm256_setzero_ps();
         m[i] = _mm256_setzero_ps();
     }
     for (; bi + NB <= nblk; bi += NB) {
-        decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, w, wstride, il, bi, x,
-                    xs, r, r_end, acc, m);
+        decode_step(t, qi, R, NB, SUB, NSUB, HAS_MIN, il, &Q, bi, x, xs, acc,
+                    m);
     }
     for (; bi < nblk; bi++) {
-        decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, w, wstride, il, bi, x, xs,
-                    r, r_end, acc, m);
+        decode_step(t, qi, R, 1, SUB, NSUB, HAS_MIN, il, &Q, bi, x, xs, acc,
+                    m);
     }
     for (int i = 0; i < R; i++) {
         float s = hsum8(acc[i]) - (HAS_MIN ? hsum8(m[i]) : 0);

@@ -41,19 +41,57 @@
  * Where row r's block b lies: rows in the file's order, wstride bytes
  * apart (il 0), or interleaved (il 1, nalar_quant_interleave): the rows
  * in groups of QIL, each group's rows taking turns by QK_K weights, so
- * that one token's pass over QIL rows reads one stream.
+ * that one token's pass over QIL rows reads one stream.  Row r's block b
+ * is at qrow_at(r) + qoff_at(b).
  */
 static inline const uint8_t *
-qblock_at(const uint8_t *w, int64_t wstride, int il, int64_t qk,
-          int64_t bytes, int64_t r, int64_t b)
+qrow_at(const uint8_t *w, int64_t wstride, int il, int64_t qk,
+        int64_t bytes, int64_t r)
+{
+    if (!il) {
+        return w + r * wstride;
+    }
+    return w + (r / QIL) * QIL * wstride + (r % QIL) * (QK_K / qk) * bytes;
+}
+
+
+static inline int64_t
+qoff_at(int il, int64_t qk, int64_t bytes, int64_t b)
 {
     int64_t per = QK_K / qk;    /* blocks per QK_K weights */
 
     if (!il) {
-        return w + r * wstride + b * bytes;
+        return b * bytes;
     }
-    return w + (r / QIL) * QIL * wstride
-           + ((b / per) * QIL + r % QIL) * per * bytes + (b % per) * bytes;
+    return ((b / per) * QIL * per + b % per) * bytes;
+}
+
+
+static inline const uint8_t *
+qblock_at(const uint8_t *w, int64_t wstride, int il, int64_t qk,
+          int64_t bytes, int64_t r, int64_t b)
+{
+    return qrow_at(w, wstride, il, qk, bytes, r) + qoff_at(il, qk, bytes, b);
+}
+
+
+/* the rows r .. r + R - 1 one token's steps read, and the rows pf
+ * groups of R further on that they prefetch (NULL past r_end) */
+typedef struct {
+    const uint8_t *row[4];
+    const uint8_t *pf[4];
+} qrows;
+
+static inline void
+qrows_at(qrows *Q, const uint8_t *w, int64_t wstride, int il, int64_t qk,
+         int64_t bytes, int R, int pf, int64_t r, int64_t r_end)
+{
+    for (int i = 0; i < R; i++) {
+        int64_t n = r + pf * R + i;
+
+        Q->row[i] = qrow_at(w, wstride, il, qk, bytes, r + i);
+        Q->pf[i] = n < r_end ? qrow_at(w, wstride, il, qk, bytes, n) : NULL;
+    }
 }
 
 
