@@ -76,6 +76,22 @@ quant_blocks(const nalar_cpu_mat *M, int64_t *wstride, int *il)
 }
 
 
+/* nalar_cpu_matmul of a quantized W through cpu_quant.h's kernels, in
+ * M's activations' mode */
+static void
+quant_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
+             float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    int64_t        ws;
+    int            il;
+    const uint8_t *w = quant_blocks(M, &ws, &il);
+
+    (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
+        M->W->type, w, ws, il, M->W->cols, x, n_tok, ldx, y, ldy, r0, r1,
+        accumulate);
+}
+
+
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -695,13 +711,7 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const uint8_t   *p = M->panels;
 
     if (nalar_quant_type(W->type) && (M->act_i16 || W->type != GGML_Q8_0)) {
-        int64_t        ws;
-        int            il;
-        const uint8_t *w = quant_blocks(M, &ws, &il);
-
-        (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
-            W->type, w, ws, il, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
-            accumulate);
+        quant_matmul(M, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         return;
     }
 #if defined(__AVX512BF16__)
@@ -974,13 +984,7 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     int64_t wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
 
     if (nalar_quant_type(W->type)) {
-        int64_t        ws;
-        int            il;
-        const uint8_t *w = quant_blocks(M, &ws, &il);
-
-        (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
-            W->type, w, ws, il, W->cols, x, n_tok, ldx, y, ldy, r0, r1,
-            accumulate);
+        quant_matmul(M, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         return;
     }
 #if defined(__AVX2__) && defined(__FMA__)
