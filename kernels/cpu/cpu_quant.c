@@ -382,13 +382,7 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
     for (int i = 0; i < R; i++) {
         q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
     }
-    for (int i = 0; i < R && Q->pf[i] != NULL; i++) {
-        const char *pn = (const char *) Q->pf[i] + off;
-
-        for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
-            _mm_prefetch(pn + k, _MM_HINT_T0);
-        }
-    }
+    qrows_prefetch(Q, R, off, NB * qi->bytes);
     rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
     if (HAS_MIN) {
         __m256 s = xsum256(xs, x, c / 32);

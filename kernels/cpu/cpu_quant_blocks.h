@@ -281,6 +281,20 @@ decode_q_scalar(ggml_type t, const uint8_t *p, qblock *B)
 #define PF_GROUPS 4
 
 
+/* ask for the n bytes from offset off of the rows Q prefetches */
+static ALWAYS_INLINE_Q void
+qrows_prefetch(const qrows *Q, int R, int64_t off, int64_t n)
+{
+    for (int i = 0; i < R && Q->pf[i] != NULL; i++) {
+        const char *pn = (const char *) Q->pf[i] + off;
+
+        for (int64_t k = 0; k < n; k += 64) {
+            _mm_prefetch(pn + k, _MM_HINT_T0);
+        }
+    }
+}
+
+
 static ALWAYS_INLINE_Q float
 hsum8(__m256 v)
 {

@@ -398,7 +398,7 @@ i16_dot(const int R, const int T, const int SUB, const int QS,
 
 
 /*
- * The K-quants (Q4_K, Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16): per
+ * Q5_K (8 sub-blocks of 32; Q4_K and Q6_K take i16_tile_lanes): per
  * group of 8 sub-blocks, their integer dots reduced to one vector whose
  * lane j is sub-block j's sum (exact), then acc = fma(a[j] * dx_j,
  * (float) sums, acc): one FMA per 8 sub-blocks.
@@ -409,8 +409,6 @@ i16_tile_k(const int R, const int T, const int SUB, const int NSUB,
            int64_t ldq, const float *xd, int64_t ldd, int64_t c,
            __m256 *acc, int as)
 {
-    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-
     for (int j0 = 0; j0 < NSUB; j0 += 8) {
         __m256i h[4][PT][4];
 
@@ -428,11 +426,7 @@ i16_tile_k(const int R, const int T, const int SUB, const int NSUB,
             }
         }
         for (int u = 0; u < T; u++) {
-            const float *d = xd + u * ldd + (c + j0 * SUB) / 32;
-            __m256       dx = SUB == 32 ? _mm256_loadu_ps(d)
-                              : _mm256_permutevar8x32_ps(
-                                  _mm256_castps128_ps256(_mm_loadu_ps(d)),
-                                  dup);
+            __m256 dx = _mm256_loadu_ps(xd + u * ldd + (c + j0 * SUB) / 32);
 
             for (int i = 0; i < R; i++) {
                 __m256i b0 = _mm256_hadd_epi32(h[i][u][0], h[i][u][1]);
@@ -523,13 +517,7 @@ i16_decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             q[i] = step_decode(t, NB, p[i], &B[i]);
         }
     }
-    for (int i = 0; i < R && Q->pf[i] != NULL; i++) {
-        const char *pn = (const char *) Q->pf[i] + off;
-
-        for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
-            _mm_prefetch(pn + k, _MM_HINT_T0);
-        }
-    }
+    qrows_prefetch(Q, R, off, NB * qi->bytes);
     i16_tile(t, R, 1, SUB, NB * NSUB, QSTEP(t, SUB), q, p, B, xq, xe, 0, xd,
              0, c, acc, 1);
     if (HAS_MIN) {
