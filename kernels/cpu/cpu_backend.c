@@ -34,7 +34,7 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #endif
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -330,6 +330,39 @@ tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
             }
             continue;
         }
+#elif defined(__AVX2__) && defined(__FMA__)
+        if (hd % 4 == 0) {
+            /* a row at a time: its 16 scores in two vectors of 8, each
+             * with the four accumulators over d mod 4 */
+            for (int i = 0; i < Q; i++) {
+                __m256 acc[2][4];
+
+                for (int u = 0; u < 4; u++) {
+                    acc[0][u] = _mm256_setzero_ps();
+                    acc[1][u] = _mm256_setzero_ps();
+                }
+                for (int d = 0; d < hd; d += 4) {
+                    for (int u = 0; u < 4; u++) {
+                        const float *k = kt + (d + u) * NALAR_KV_BLOCK;
+                        __m256       qv = _mm256_set1_ps(r->q[i][d + u]);
+
+                        acc[0][u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k),
+                                                    acc[0][u]);
+                        acc[1][u] = _mm256_fmadd_ps(
+                            qv, _mm256_loadu_ps(k + 8), acc[1][u]);
+                    }
+                }
+                for (int h = 0; h < 2; h++) {
+                    __m256 s8 = _mm256_add_ps(
+                        _mm256_add_ps(acc[h][0], acc[h][1]),
+                        _mm256_add_ps(acc[h][2], acc[h][3]));
+
+                    _mm256_storeu_ps(r->sc[i] + j0 + 8 * h,
+                                     _mm256_mul_ps(s8, _mm256_set1_ps(scale)));
+                }
+            }
+            continue;
+        }
 #endif
         {
             int32_t jn = r->n_max - j0 < NALAR_KV_BLOCK ? r->n_max - j0
@@ -464,6 +497,61 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
             for (int c = 0; c < nv; c++) {
                 _mm512_storeu_ps(r->out[i] + 16 * c, _mm512_mul_ps(
                     acc[c], _mm512_set1_ps(inv[i])));
+            }
+        }
+        return;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if (hd % 8 == 0) {
+        /* a row at a time, 32 of its columns at a time: the two
+         * accumulators over even and odd positions, as below */
+        for (int i = 0; i < Q; i++) {
+            for (int c0 = 0; c0 < hd; c0 += 32) {
+                __m256 acc[2][4];
+                int    nv = hd - c0 < 32 ? (hd - c0) / 8 : 4;
+
+                for (int c = 0; c < nv; c++) {
+                    acc[0][c] = _mm256_setzero_ps();
+                    acc[1][c] = _mm256_setzero_ps();
+                }
+                for (int32_t j0 = 0; j0 < r->n[i]; j0 += NALAR_KV_BLOCK) {
+                    int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
+                    const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0)
+                                     + col + c0;
+                    int32_t      jn = r->n[i] - j0 < NALAR_KV_BLOCK
+                                      ? r->n[i] - j0 : NALAR_KV_BLOCK;
+
+                    const float *sc = r->sc[i] + j0;
+                    int32_t      j = 0;
+
+                    /* j0 is even: j's parity is its position's */
+                    for (; j + 2 <= jn; j += 2) {
+                        __m256       w0 = _mm256_set1_ps(sc[j]);
+                        __m256       w1 = _mm256_set1_ps(sc[j + 1]);
+                        const float *v1 = v + kv->kv_dim;
+
+                        for (int c = 0; c < nv; c++) {
+                            acc[0][c] = _mm256_fmadd_ps(
+                                w0, _mm256_loadu_ps(v + 8 * c), acc[0][c]);
+                            acc[1][c] = _mm256_fmadd_ps(
+                                w1, _mm256_loadu_ps(v1 + 8 * c), acc[1][c]);
+                        }
+                        v += 2 * kv->kv_dim;
+                    }
+                    if (j < jn) {
+                        __m256 w0 = _mm256_set1_ps(sc[j]);
+
+                        for (int c = 0; c < nv; c++) {
+                            acc[0][c] = _mm256_fmadd_ps(
+                                w0, _mm256_loadu_ps(v + 8 * c), acc[0][c]);
+                        }
+                    }
+                }
+                for (int c = 0; c < nv; c++) {
+                    _mm256_storeu_ps(r->out[i] + c0 + 8 * c, _mm256_mul_ps(
+                        _mm256_add_ps(acc[0][c], acc[1][c]),
+                        _mm256_set1_ps(inv[i])));
+                }
             }
         }
         return;
@@ -614,6 +702,7 @@ attention(cpu_backend *be, int layer, int tid, int64_t lo, int64_t hi,
     case 16: attend_range(be, layer, sc, lo, hi, by_tile, 16); break;
     case 32: attend_range(be, layer, sc, lo, hi, by_tile, 32); break;
     case 64: attend_range(be, layer, sc, lo, hi, by_tile, 64); break;
+    case 128: attend_range(be, layer, sc, lo, hi, by_tile, 128); break;
     default:
         attend_range(be, layer, sc, lo, hi, by_tile, be->m->cfg.head_dim);
     }

@@ -330,6 +330,7 @@ i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
         }
     }
     if (t == GGML_Q4_K) {
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             for (int i = 0; i < R; i++) {
                 __m256i e0, o0, e1, o1;
@@ -350,6 +351,7 @@ i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
         }
         return;
     }
+#pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         for (int i = 0; i < R; i++) {
             __m256i e, o;
