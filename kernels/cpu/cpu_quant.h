@@ -97,12 +97,12 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
  *     in order.  Q5_K: per 8 sub-blocks j0 .. j0 + 7, one vector whose
  *     lane k is sub-block j0 + k's whole integer dot,
  *     acc = fma(a[j0:j0+8] * dx[...], (float) that, acc) in order (dx of
- *     the sub-block's 32 values).  Q4_K and Q6_K: per group of 32
- *     weights g in order, I = 8 int32 lanes, lane m the integer dot over
- *     the group's weights 4m .. 4m + 3 (exact, and exact as a float),
- *     acc = fma(sd, (float) I, acc) with sd = a_g * dx_g in every lane
- *     (Q4_K), or a_2g * dx_g in lanes 0-3 and a_2g+1 * dx_g in lanes 4-7
- *     (Q6_K's sub-blocks of 16).  Mins: m = fma(b[0:8], xs[0:8], m) per
+ *     the sub-block's 32 values).  Q4_K and Q6_K: per two groups of 32
+ *     weights g, g + 1 in order, I_g = 8 int32 lanes, lane m the integer
+ *     dot over the group's weights 4m .. 4m + 3, H = hadd(I_g, I_g+1)
+ *     (each lane 8 weights of one sub-block; exact, and exact as a
+ *     float), acc = fma(sd, (float) H, acc) with sd each lane's
+ *     a_j * dx (the layout is in cpu_quant_i16.c).  Mins: m = fma(b[0:8], xs[0:8], m) per
  *     block, xs_j = dx_j * (float) sum xq over sub-block j; y =
  *     hsum8(acc) - hsum8(m).
  *   Portable: acc = fmaf(a_j * dx, (float) dot_j, acc), m = fmaf(b_j,

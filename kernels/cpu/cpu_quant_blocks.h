@@ -366,20 +366,29 @@ static ALWAYS_INLINE_Q void
 decode_scales_avx2(ggml_type t, const uint8_t *p, qblock *B)
 {
     if (t == GGML_Q4_K || t == GGML_Q5_K) {
-        uint32_t w[3], sc[2], mn[2];
+        /* the 12 bytes of 6-bit codes in registers (a memcpy to an
+         * array went through the stack), then to vectors: 8 scale codes
+         * and 8 min codes, a byte each */
+        uint64_t w01;
+        uint32_t w0, w1, w2;
+        uint64_t sc, mn;
         __m256   d = _mm256_set1_ps(f16_at(p));
         __m256   dm = _mm256_set1_ps(f16_at(p + 2));
 
-        memcpy(w, p + 4, 12);
-        sc[0] = w[0] & 0x3f3f3f3fu;
-        mn[0] = w[1] & 0x3f3f3f3fu;
-        sc[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-        mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u)
-                                                << 4);
+        memcpy(&w01, p + 4, 8);
+        memcpy(&w2, p + 12, 4);
+        w0 = (uint32_t) w01;
+        w1 = (uint32_t) (w01 >> 32);
+        sc = (uint64_t) ((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u))
+                 << 32
+             | (w0 & 0x3f3f3f3fu);
+        mn = (uint64_t) (((w2 >> 4) & 0x0f0f0f0fu)
+                         | ((w1 >> 2) & 0x30303030u)) << 32
+             | (w1 & 0x3f3f3f3fu);
         _mm256_storeu_ps(B->a, _mm256_mul_ps(d, _mm256_cvtepi32_ps(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) sc)))));
+            _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long) sc)))));
         _mm256_storeu_ps(B->b, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) mn)))));
+            _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long) mn)))));
     } else if (t == GGML_Q6_K) {
         __m256  d = _mm256_set1_ps(f16_at(p + 208));
         __m128i v = _mm_loadu_si128((const __m128i *) (p + 192));

@@ -297,11 +297,15 @@ lanes_dot(__m256i e, __m256i o, const int16_t *xe)
 
 /*
  * R rows by T tokens of one block at column c, from the rows' bytes p[]
- * and scales B: per group of 32 weights g in order, with I = lanes_dot
- * (exact, and exact as float: at most 4 x 32 x 32767 < 2^24),
- * acc = fma(sd, (float) I, acc), sd the group's scales times x's: Q4_K
- * a_g dx_g in every lane; Q6_K a_2g dx_g in lanes 0-3 (weights 0-15,
- * sub-block 2g) and a_2g+1 dx_g in lanes 4-7.
+ * and scales B: per two groups of 32 weights, g and g + 1 in order, with
+ * I_g = lanes_dot (lane m: weights 4m .. 4m + 3 of the group) and
+ * H = hadd(I_g, I_g+1) (each lane the exact sum of 8 weights' products,
+ * exact as float too: at most 8 x 32 x 32767 < 2^24),
+ * acc = fma(sd, (float) H, acc), sd each lane's sub-block scale times
+ * x's: Q4_K (32-weight sub-blocks) a_g dx_g in lanes 0, 1, 4, 5 and
+ * a_g+1 dx_g+1 in 2, 3, 6, 7; Q6_K (16-weight sub-blocks 2g .. 2g + 3)
+ * a_2g dx_g in lanes 0, 1, a_2g+2 dx_g+1 in 2, 3, a_2g+1 dx_g in 4, 5,
+ * a_2g+3 dx_g+1 in 6, 7.
  */
 static ALWAYS_INLINE_Q void
 i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
@@ -330,8 +334,15 @@ i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
         }
     }
     if (t == GGML_Q4_K) {
+        /* sub-blocks 2k and 2k + 1 at once: their lanes' sums, pairwise
+         * (exact: at most 8 x 15 x 32767 < 2^24), hold 2k in lanes 0, 1,
+         * 4, 5 and 2k + 1 in 2, 3, 6, 7 */
+        const __m256i ix = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
+
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
+            const __m256i ik = _mm256_add_epi32(ix, _mm256_set1_epi32(2 * k));
+
             for (int i = 0; i < R; i++) {
                 __m256i e0, o0, e1, o1;
 
@@ -339,32 +350,45 @@ i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
                 for (int u = 0; u < T; u++) {
                     const int16_t *x = xe + u * ldq + c + 64 * k;
                     __m256        *a = &acc[i * as + u];
+                    __m256         v = _mm256_permutevar8x32_ps(
+                                           _mm256_load_ps(sd[i][u]), ik);
 
-                    *a = _mm256_fmadd_ps(
-                        _mm256_broadcast_ss(&sd[i][u][2 * k]),
-                        _mm256_cvtepi32_ps(lanes_dot(e0, o0, x)), *a);
-                    *a = _mm256_fmadd_ps(
-                        _mm256_broadcast_ss(&sd[i][u][2 * k + 1]),
-                        _mm256_cvtepi32_ps(lanes_dot(e1, o1, x + 32)), *a);
+                    *a = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(
+                             _mm256_hadd_epi32(lanes_dot(e0, o0, x),
+                                               lanes_dot(e1, o1, x + 32))),
+                             *a);
                 }
             }
         }
         return;
     }
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-        for (int i = 0; i < R; i++) {
-            __m256i e, o;
+    /* Q6_K: groups g and g + 1 at once; their lanes' sums, pairwise
+     * (_mm256_hadd_epi32, exact: at most 8 x 32 x 32767 < 2^24), hold
+     * sub-blocks 2g, 2g + 2 in lanes 0-3 and 2g + 1, 2g + 3 in 4-7 */
+    {
+        const __m256i lo = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+        const __m256i hi = _mm256_setr_epi32(4, 4, 6, 6, 5, 5, 7, 7);
 
-            q6k_lanes(p[i], g, &e, &o);
-            for (int u = 0; u < T; u++) {
-                __m256 *a = &acc[i * as + u];
-                __m256  v = _mm256_setr_m128(
-                                _mm_broadcast_ss(&sd[i][u][2 * g]),
-                                _mm_broadcast_ss(&sd[i][u][2 * g + 1]));
+#pragma GCC unroll 4
+        for (int g = 0; g < 8; g += 2) {
+            for (int i = 0; i < R; i++) {
+                __m256i e0, o0, e1, o1;
 
-                *a = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(lanes_dot(
-                         e, o, xe + u * ldq + c + 32 * g)), *a);
+                q6k_lanes(p[i], g, &e0, &o0);
+                q6k_lanes(p[i], g + 1, &e1, &o1);
+                for (int u = 0; u < T; u++) {
+                    const int16_t *x = xe + u * ldq + c + 32 * g;
+                    __m256        *a = &acc[i * as + u];
+                    __m256         v = _mm256_permutevar8x32_ps(
+                                           _mm256_load_ps(sd[i][u]
+                                                          + (g & 4) * 2),
+                                           g & 2 ? hi : lo);
+
+                    *a = _mm256_fmadd_ps(v, _mm256_cvtepi32_ps(
+                             _mm256_hadd_epi32(lanes_dot(e0, o0, x),
+                                               lanes_dot(e1, o1, x + 32))),
+                             *a);
+                }
             }
         }
     }
