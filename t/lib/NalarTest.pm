@@ -32,10 +32,25 @@ use Socket ();
 use IO::Select;
 use JSON::PP;
 use POSIX qw(WNOHANG);
+use Scalar::Util qw(refaddr weaken);
 use Test::More;
 use Time::HiRes qw(sleep time);
 
 our $ROOT = abs_path(dirname(__FILE__) . '/../..');
+
+# The servers still running, to stop at exit.  A test file whose object
+# outlives the main program (a named sub that uses it keeps it to global
+# destruction) would otherwise reach DESTROY after File::Temp's END has
+# removed its directory, pid file included, and leave nginx running.
+# END blocks run last-compiled first, so this one runs before File::Temp's.
+my %LIVE;
+
+END {
+    local $?;
+    for my $t (values %LIVE) {
+        $t->stop if defined $t && $t->{running};
+    }
+}
 our $NGINX = $ENV{NALAR_NGINX} || '/usr/sbin/nginx';
 our $MODULE = "$ROOT/build/module/ngx_nalar_module.so";
 
@@ -248,6 +263,8 @@ sub run {
     die "nginx failed to start: $out" if $?;
 
     $self->{running} = 1;
+    $LIVE{refaddr $self} = $self;
+    weaken($LIVE{refaddr $self});
     $self->wait_port($self->port(0));
 
     if (!exists $opts{health} || $opts{health}) {
@@ -296,6 +313,7 @@ sub pid {
     my ($self) = @_;
     my $pid = $self->read_file('nginx.pid');
     chomp $pid;
+    $self->{pid} = $pid if $pid;
     return $pid;
 }
 
@@ -310,7 +328,8 @@ sub signal {
 sub stop {
     my ($self) = @_;
     return $self unless $self->{running};
-    my $pid = $self->pid;
+    delete $LIVE{refaddr $self};
+    my $pid = $self->pid || $self->{pid};
     if ($pid) {
         kill 'QUIT', $pid;
         my $deadline = time + 30;
