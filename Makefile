@@ -96,11 +96,12 @@ deps:
 	@sh scripts/deps.sh
 
 # Module tests run again with the ASan/UBSan module (make module-asan):
-# the request parsing, body reading, error, disconnect and auth paths,
+# the request parsing, body reading, error, disconnect and auth paths
+# and the edge's stream filter,
 # about 3 minutes (its engine is about 10x slower).
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
              t/53-parse-offloop.t t/53-big-ids.t t/54-disconnect.t \
-             t/67-jwt-auth.t
+             t/67-jwt-auth.t t/73-edge-cut.t
 
 test: deps
 	$(MAKE) all fuzz module-asan

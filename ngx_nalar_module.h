@@ -289,6 +289,11 @@ struct ngx_http_nalar_ctx_s {
     ngx_http_nalar_parse_t    *parse;       /* the body being parsed */
     ngx_str_t                  route_key;   /* $nalar_route_key, once the
                                                body is read */
+    ngx_chain_t               *route_held;  /* an edge: the beginning of
+                                               the event the node is
+                                               sending, not yet passed */
+    ngx_chain_t               *route_free;  /* held buffers to reuse */
+    ngx_chain_t               *route_busy;  /* held buffers in flight */
 
     unsigned                   stream:1;
     unsigned                   include_usage:1;
@@ -300,6 +305,10 @@ struct ngx_http_nalar_ctx_s {
     unsigned                   cleanup:1;   /* registered */
     unsigned                   route_ended:1;   /* an edge ended a cut
                                                    stream */
+    unsigned                   route_blank:1;   /* what it got ends an
+                                                   empty line so far */
+    unsigned                   route_raw:1;     /* it passes the stream
+                                                   as it comes */
 };
 
 

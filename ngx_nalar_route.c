@@ -44,12 +44,20 @@
 #define NGX_HTTP_NALAR_ROUTE_SCAN   (64 * 1024)
 #define NGX_HTTP_NALAR_ROUTE_MODEL  256
 #define NGX_HTTP_NALAR_ROUTE_HEX    32          /* 128 bits of SHA-256 */
+#define NGX_HTTP_NALAR_ROUTE_EVENT  (1024 * 1024)   /* the longest event an
+                                                       edge holds back */
+#define NGX_HTTP_NALAR_ROUTE_HOLD   4096
 
 
 static ngx_int_t ngx_http_nalar_route_body(ngx_http_request_t *r,
     size_t limit, u_char **data, size_t *len);
 static ngx_int_t ngx_http_nalar_route_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_nalar_route_pass(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_chain_t *held, ngx_chain_t *in,
+    ngx_chain_t *upto, ngx_uint_t error);
+static ngx_int_t ngx_http_nalar_route_hold(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, u_char *p, u_char *last);
 
 
 static ngx_http_output_body_filter_pt  ngx_http_nalar_route_next_filter;
@@ -323,19 +331,33 @@ ngx_http_nalar_route_body(ngx_http_request_t *r, size_t limit, u_char **data,
 
 
 /*
+ * An edge passes a node's stream on in whole events.  What comes after the
+ * stream's last empty line ("\n\n", or "\r\n\r\n") is the beginning of an
+ * event: it is copied to ctx->route_held and goes out with the rest of
+ * that event.  The node's buffers are marked sent up to where they were
+ * passed on, so the upstream reuses them as it would have.
+ *
  * A stream cut off by its node: nginx's upstream, finalizing with an
  * error once the response has begun, has closed the node's connection and
  * passes a flush without the last buffer, then closes the client's
- * connection.  Here an error event and [DONE] go first, with the last
- * buffer, so that the client sees the stream end as the nodes end a
- * failed one.
+ * connection.  Here the held beginning of an event is dropped, and an
+ * error event and [DONE] go out, with the last buffer, so that the client
+ * sees the stream end as the nodes end a failed one, and never part of an
+ * event.
+ *
+ * With proxy_buffering on, a buffer not in memory, or an event longer than
+ * NGX_HTTP_NALAR_ROUTE_EVENT, the stream passes as it comes, and a cut one
+ * still ends with the error event.
  */
 
 static ngx_int_t
 ngx_http_nalar_route_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
+    u_char                     *p, *cut;
+    size_t                      held, tail;
+    ngx_uint_t                  blank, gone;
     ngx_buf_t                  *b;
-    ngx_chain_t                *cl, **ll;
+    ngx_chain_t                *cl, *at, *prev;
     ngx_http_upstream_t        *u;
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
@@ -343,7 +365,7 @@ ngx_http_nalar_route_filter(ngx_http_request_t *r, ngx_chain_t *in)
     u = r->upstream;
 
     if (in == NULL || u == NULL || r != r->main || !u->header_sent
-        || u->peer.connection != NULL || r->headers_out.status != NGX_HTTP_OK
+        || r->headers_out.status != NGX_HTTP_OK
         || r->headers_out.content_type.len < sizeof("text/event-stream") - 1
         || ngx_strncasecmp(r->headers_out.content_type.data,
                            (u_char *) "text/event-stream",
@@ -362,43 +384,265 @@ ngx_http_nalar_route_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return ngx_http_nalar_route_next_filter(r, in);
     }
 
-    for (ll = &in; *ll; ll = &(*ll)->next) {
-        if ((*ll)->buf->last_buf) {
-            return ngx_http_nalar_route_next_filter(r, in);
-        }
-    }
-
     ctx = ngx_http_nalar_get_ctx(r);
     if (ctx == NULL) {
         return NGX_ERROR;
     }
 
-    ctx->route_ended = 1;
+    gone = (u->peer.connection == NULL);
 
-    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                  "nalar: the stream's node went away before it finished; "
-                  "the stream ends with an error event");
+    /* the end: what is held goes first */
 
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            prev = ctx->route_held;
+            ctx->route_held = NULL;
+            ctx->route_ended = 1;
+
+            return ngx_http_nalar_route_pass(r, ctx, prev, in, NULL, 0);
+        }
+
+        if (ngx_buf_size(cl->buf) && !ngx_buf_in_memory_only(cl->buf)) {
+            ctx->route_raw = 1;
+        }
     }
 
-    b->pos = ngx_http_nalar_route_error;
-    b->last = b->pos + sizeof(ngx_http_nalar_route_error) - 1;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-    b->flush = 1;
-
-    cl = ngx_alloc_chain_link(r->pool);
-    if (cl == NULL) {
-        return NGX_ERROR;
+    if (u->buffering) {
+        ctx->route_raw = 1;
     }
 
-    cl->buf = b;
-    cl->next = NULL;
-    *ll = cl;
+    if (ctx->route_raw) {
+        prev = ctx->route_held;
+        ctx->route_held = NULL;
+        ctx->route_ended = gone;
 
-    return ngx_http_nalar_route_next_filter(r, in);
+        return ngx_http_nalar_route_pass(r, ctx, prev, in, NULL, gone);
+    }
+
+    /* the last empty line in what came: "at" and "cut" are after it */
+
+    at = NULL;
+    cut = NULL;
+    blank = ctx->route_blank;
+
+    for (cl = in; cl; cl = cl->next) {
+        b = cl->buf;
+
+        for (p = b->pos; p < b->last; p++) {
+            if (*p == LF) {
+                if (blank) {
+                    at = cl;
+                    cut = p + 1;
+                }
+
+                blank = 1;
+
+            } else if (*p != CR) {
+                blank = 0;
+            }
+        }
+    }
+
+    held = ctx->route_held ? ngx_buf_size(ctx->route_held->buf) : 0;
+    tail = 0;
+
+    for (cl = at ? at : in; cl; cl = cl->next) {
+        b = cl->buf;
+        tail += b->last - (cl == at ? cut : b->pos);
+    }
+
+    if ((at ? tail : held + tail) > NGX_HTTP_NALAR_ROUTE_EVENT) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "nalar: a stream's event is longer than %uz bytes; "
+                      "the stream passes as it comes",
+                      (size_t) NGX_HTTP_NALAR_ROUTE_EVENT);
+
+        ctx->route_raw = 1;
+
+        return ngx_http_nalar_route_filter(r, in);
+    }
+
+    ctx->route_blank = blank;
+
+    /*
+     * up to the empty line: what was held, then in's buffers up to "at",
+     * which ends at "cut"; after it, the beginning of the next event is
+     * copied to be held and its buffers are marked sent
+     */
+
+    prev = NULL;
+
+    if (at) {
+        prev = ctx->route_held;
+        ctx->route_held = NULL;
+    }
+
+    for (cl = at ? at : in; cl; cl = cl->next) {
+        b = cl->buf;
+        p = (cl == at) ? cut : b->pos;
+
+        if (ngx_http_nalar_route_hold(r, ctx, p, b->last) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        b->last = p;
+    }
+
+    if (gone) {
+        /* the beginning of an event that will not end is dropped */
+        ctx->route_held = NULL;
+        ctx->route_ended = 1;
+    }
+
+    return ngx_http_nalar_route_pass(r, ctx, prev, at ? in : NULL, at, gone);
+}
+
+
+/*
+ * Passes on, in links of its own: the held buffer "held" (NULL: none),
+ * in's buffers up to and with "upto" (NULL: all of them), and where
+ * "error", the error event and [DONE] with the last buffer.  The held
+ * buffer is reused once it is sent.
+ */
+
+static ngx_int_t
+ngx_http_nalar_route_pass(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t *held, ngx_chain_t *in, ngx_chain_t *upto, ngx_uint_t error)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl, *next, *out, **ll;
+
+    out = NULL;
+    ll = &out;
+
+    if (held) {
+        held->next = NULL;
+
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        cl->buf = held->buf;
+        *ll = cl;
+        ll = &cl->next;
+    }
+
+    for (next = in; next; next = next->next) {
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        cl->buf = next->buf;
+        *ll = cl;
+        ll = &cl->next;
+
+        if (next == upto) {
+            break;
+        }
+    }
+
+    if (error) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "nalar: the stream's node went away before it "
+                      "finished; the stream ends with an error event");
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->pos = ngx_http_nalar_route_error;
+        b->last = b->pos + sizeof(ngx_http_nalar_route_error) - 1;
+        b->memory = 1;
+        b->last_buf = 1;
+        b->last_in_chain = 1;
+        b->flush = 1;
+
+        cl = ngx_alloc_chain_link(r->pool);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        cl->buf = b;
+        *ll = cl;
+        ll = &cl->next;
+    }
+
+    *ll = NULL;
+
+    if (out == NULL) {
+        return NGX_OK;
+    }
+
+    rc = ngx_http_nalar_route_next_filter(r, out);
+
+    /* the filters after this one keep links of their own */
+
+    for (cl = out; cl; cl = next) {
+        next = cl->next;
+        ngx_free_chain(r->pool, cl);
+    }
+
+    ngx_chain_update_chains(r->pool, &ctx->route_free, &ctx->route_busy,
+                            &held, (ngx_buf_tag_t) &ngx_http_nalar_route_error);
+
+    return rc;
+}
+
+
+/* appends [p, last) to the held beginning of an event */
+
+static ngx_int_t
+ngx_http_nalar_route_hold(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    u_char *p, u_char *last)
+{
+    u_char     *start;
+    size_t      size, need;
+    ngx_buf_t  *b;
+
+    if (p == last) {
+        return NGX_OK;
+    }
+
+    if (ctx->route_held == NULL) {
+        ctx->route_held = ngx_chain_get_free_buf(r->pool, &ctx->route_free);
+        if (ctx->route_held == NULL) {
+            return NGX_ERROR;
+        }
+
+        b = ctx->route_held->buf;
+        b->pos = b->start;
+        b->last = b->start;
+        b->temporary = 1;
+        b->tag = (ngx_buf_tag_t) &ngx_http_nalar_route_error;
+    }
+
+    b = ctx->route_held->buf;
+    need = (b->last - b->pos) + (last - p);
+
+    if (b->start == NULL || (size_t) (b->end - b->pos) < need) {
+        size = ngx_max(need * 2, NGX_HTTP_NALAR_ROUTE_HOLD);
+
+        start = ngx_palloc(r->pool, size);
+        if (start == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (b->start) {
+            ngx_memcpy(start, b->pos, b->last - b->pos);
+            ngx_pfree(r->pool, b->start);
+        }
+
+        b->last = start + (b->last - b->pos);
+        b->pos = start;
+        b->start = start;
+        b->end = start + size;
+    }
+
+    b->last = ngx_cpymem(b->last, p, last - p);
+
+    return NGX_OK;
 }
