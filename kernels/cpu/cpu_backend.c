@@ -27,7 +27,6 @@
 #include "exp_neg.h"
 #include "sampler.h"
 #include "cpu_matmul.h"
-#include "cpu_simd.h"
 #include "threadpool.h"
 
 #ifndef ALWAYS_INLINE

@@ -9,10 +9,8 @@
  * Pairs (narrowed, with AVX512-BF16): the same tiles over BF16 column
  * pairs, one vdpbf16ps chain per output lane (see "BF16 pair panels").
  *
- * Rows (Q8_0): an R x C tile (R weight rows, C tokens) with R*C 16-lane
- * accumulators; W's 16-column chunk is widened to float once and used for
- * C tokens.  Rows and tokens outside full tiles use smaller tiles with the
- * same per-element arithmetic.
+ * Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) go to cpu_quant.h's
+ * kernels, in every build.
  */
 #include <math.h>
 #include <pthread.h>
@@ -21,7 +19,6 @@
 
 #include "cpu_matmul.h"
 #include "cpu_quant.h"
-#include "cpu_simd.h"
 #include "fp16.h"
 
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
@@ -31,9 +28,7 @@
  * aligned), so no step waits on a page of the mapped file
  * (nalar_cpu_drop_mapped then lets the mapping's copy go): interleaved
  * by 4 rows (nalar_quant_interleave) where its columns allow, so that a
- * token's pass over 4 rows reads one stream, else as they are.  With
- * AVX-512 a Q8_0 W's F32 products (matmul_q8_0) read rows as stored, so
- * its copy is not interleaved.
+ * token's pass over 4 rows reads one stream, else as they are.
  */
 static int
 own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
@@ -42,9 +37,6 @@ own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
     int     il = nalar_quant_can_interleave(W->type, W->cols);
     size_t  bytes;
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    il = il && W->type != GGML_Q8_0;
-#endif
     bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
                                                         W->cols)
                : (size_t) (W->rows * rb);
@@ -96,235 +88,11 @@ quant_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
+#ifndef ALWAYS_INLINE
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
+
 typedef __m512 v16;
-
-
-/* 16 weights of row `w` (raw bytes of one row) from column c, masked:
- * Q8_0, or F32 (Q8_0 rows widened by widen_rows). */
-static ALWAYS_INLINE v16
-load_w(ggml_type type, const uint8_t *w, int64_t c, __mmask16 m)
-{
-    switch (type) {
-    case GGML_F32:
-        return _mm512_maskz_loadu_ps(m, (const float *) w + c);
-    default: {  /* GGML_Q8_0: cols are a multiple of 32, no mask needed */
-        const uint8_t *blk = w + (c / QK8_0) * 34;
-        uint16_t       d16;
-        __m512         q;
-
-        memcpy(&d16, blk, 2);
-        q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-            _mm_loadu_si128((const __m128i *) (blk + 2 + (c % QK8_0)))));
-        return _mm512_mul_ps(q, _mm512_set1_ps(nalar_f16_to_f32(d16)));
-    }
-    }
-}
-
-
-static ALWAYS_INLINE void
-tile(ggml_type type, const uint8_t *w, int64_t wstride, const float *x,
-     int ldx, float *y, int ldy, int64_t cols, int accumulate, const int R,
-     const int C)
-{
-    v16     acc[8][4];
-    int64_t c = 0;
-
-    for (int i = 0; i < R; i++) {
-        for (int j = 0; j < C; j++) {
-            acc[i][j] = _mm512_setzero_ps();
-        }
-    }
-    for (; c + 16 <= cols; c += 16) {
-        v16 xv[4];
-
-        for (int j = 0; j < C; j++) {
-            xv[j] = _mm512_loadu_ps(x + (int64_t) j * ldx + c);
-            /* keep each loaded vector in a register: folding the load
-             * into every FMA that uses it would multiply the loads */
-            __asm__("" : "+v"(xv[j]));
-        }
-        for (int i = 0; i < R; i++) {
-            v16 wv = load_w(type, w + i * wstride, c, 0xffff);
-
-            __asm__("" : "+v"(wv));
-            for (int j = 0; j < C; j++) {
-                acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
-            }
-        }
-    }
-    if (c < cols) {
-        __mmask16 m = (__mmask16) ((1u << (cols - c)) - 1);
-        v16       xv[4];
-
-        for (int j = 0; j < C; j++) {
-            xv[j] = _mm512_maskz_loadu_ps(m, x + (int64_t) j * ldx + c);
-        }
-        for (int i = 0; i < R; i++) {
-            v16 wv = load_w(type, w + i * wstride, c, m);
-
-            for (int j = 0; j < C; j++) {
-                acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
-            }
-        }
-    }
-    if (R == 4 && C == 4) {
-        /* all 16 sums at once, in the same order of additions as
-         * _mm512_reduce_add_ps (see reduce16) */
-        __m512 v[16], sums;
-
-        for (int j = 0; j < 4; j++) {
-            for (int i = 0; i < 4; i++) {
-                v[4 * j + i] = acc[i][j];
-            }
-        }
-        sums = reduce16(v);
-        for (int j = 0; j < 4; j++) {
-            __m128 s4 = _mm512_extractf32x4_ps(sums, 0);
-            float *o = y + (int64_t) j * ldy;
-
-            switch (j) {
-            case 1: s4 = _mm512_extractf32x4_ps(sums, 1); break;
-            case 2: s4 = _mm512_extractf32x4_ps(sums, 2); break;
-            case 3: s4 = _mm512_extractf32x4_ps(sums, 3); break;
-            default: break;
-            }
-            if (accumulate) {
-                s4 = _mm_add_ps(_mm_loadu_ps(o), s4);
-            }
-            _mm_storeu_ps(o, s4);
-        }
-        return;
-    }
-    for (int i = 0; i < R; i++) {
-        for (int j = 0; j < C; j++) {
-            float s = _mm512_reduce_add_ps(acc[i][j]);
-            float *o = y + (int64_t) j * ldy + i;
-
-            *o = accumulate ? *o + s : s;
-        }
-    }
-}
-
-
-/* Four rows of W widened to float in a per-thread buffer, so a block of
- * tokens pays the conversion once (values are bit-identical to widening
- * inside the kernel: Q8_0 -> F32 is exact). */
-typedef struct {
-    float  *buf;     /* (cap) */
-    int64_t cap;
-} widen_space;
-
-static pthread_key_t  widen_key;
-static pthread_once_t widen_once = PTHREAD_ONCE_INIT;
-
-
-static void
-widen_free(void *p)
-{
-    widen_space *w = p;
-
-    free(w->buf);
-    free(w);
-}
-
-
-static void
-widen_key_init(void)
-{
-    pthread_key_create(&widen_key, widen_free);
-}
-
-
-static const uint8_t *
-widen_rows(const uint8_t *w, int64_t wstride, int64_t cols)
-{
-    widen_space *ws;
-    float       *widen_buf;
-
-    pthread_once(&widen_once, widen_key_init);
-    ws = pthread_getspecific(widen_key);
-    if (ws == NULL) {
-        ws = calloc(1, sizeof(*ws));
-        if (ws == NULL || pthread_setspecific(widen_key, ws) != 0) {
-            free(ws);
-            return NULL;
-        }
-    }
-    if (4 * cols > ws->cap) {
-        float *nb = realloc(ws->buf, (size_t) (4 * cols) * sizeof(float));
-
-        if (nb == NULL) {
-            return NULL;
-        }
-        ws->buf = nb;
-        ws->cap = 4 * cols;
-    }
-    widen_buf = ws->buf;
-    /* Q8_0: cols are a multiple of 32 */
-    for (int i = 0; i < 4; i++) {
-        for (int64_t c = 0; c < cols; c += 16) {
-            _mm512_storeu_ps(widen_buf + i * cols + c,
-                             load_w(GGML_Q8_0, w + i * wstride, c, 0xffff));
-        }
-    }
-    return (const uint8_t *) widen_buf;
-}
-
-
-/* Q8_0 rows; the compiler specialises tile() per (type, R, C).  A block
- * of 8 or more tokens widens 4 rows to F32 once (widen_rows). */
-static void
-matmul_q8_0(const uint8_t *w, int64_t wstride, const float *x, int n_tok,
-            int ldx, float *y, int ldy, int64_t r0, int64_t r1, int64_t cols,
-            int acc)
-{
-    for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
-        int     tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
-        int64_t r = r0;
-
-        while (r < r1) {
-            const uint8_t *wr = w + r * wstride;
-            float         *yr = y + (int64_t) t0 * ldy + r;
-            const float   *xt = x + (int64_t) t0 * ldx;
-            int            t = 0;
-            int            R = tn >= 4 && r + 4 <= r1 ? 4
-                               : r + 8 <= r1 ? 8 : 1;
-
-            if (R == 4) {
-                const uint8_t *ww = tn >= 8 ? widen_rows(wr, wstride, cols)
-                                            : NULL;
-
-                for (; t + 4 <= tn; t += 4) {
-                    if (ww != NULL) {
-                        tile(GGML_F32, ww, cols * (int64_t) sizeof(float),
-                             xt + (int64_t) t * ldx, ldx,
-                             yr + (int64_t) t * ldy, ldy, cols, acc, 4, 4);
-                    } else {
-                        tile(GGML_Q8_0, wr, wstride, xt + (int64_t) t * ldx,
-                             ldx, yr + (int64_t) t * ldy, ldy, cols, acc, 4,
-                             4);
-                    }
-                }
-            }
-            for (; t < tn; t++) {
-                const float *xr = xt + (int64_t) t * ldx;
-                float       *yo = yr + (int64_t) t * ldy;
-
-                if (R == 4) {
-                    tile(GGML_Q8_0, wr, wstride, xr, ldx, yo, ldy, cols, acc,
-                         4, 1);
-                } else if (R == 8) {
-                    tile(GGML_Q8_0, wr, wstride, xr, ldx, yo, ldy, cols, acc,
-                         8, 1);
-                } else {
-                    tile(GGML_Q8_0, wr, wstride, xr, ldx, yo, ldy, cols, acc,
-                         1, 1);
-                }
-            }
-            r += R;
-        }
-    }
-}
 
 
 /* --- panels --- */
@@ -710,7 +478,7 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     const nalar_mat *W = M->W;
     const uint8_t   *p = M->panels;
 
-    if (nalar_quant_type(W->type) && (M->act_i16 || W->type != GGML_Q8_0)) {
+    if (nalar_quant_type(W->type)) {
         quant_matmul(M, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
         return;
     }
@@ -729,11 +497,6 @@ nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
         break;
     case GGML_BF16:
         panels_bf16(p, W->cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
-        break;
-    case GGML_Q8_0:
-        matmul_q8_0(p != NULL ? p : W->data,
-                    (int64_t) ggml_row_size(W->type, (uint64_t) W->cols), x,
-                    n_tok, ldx, y, ldy, r0, r1, W->cols, accumulate);
         break;
     default:
         break;

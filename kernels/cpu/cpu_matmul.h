@@ -11,9 +11,7 @@
  * depend on what else is in the batch or on how its prompt was chunked.
  *   F32, F16, BF16: one FMA chain over the columns in order, from 0:
  *     s = fma(W[r, c], x[t, c], s) for c = 0 .. cols - 1; then y (+)= s.
- *   Q8_0 with AVX-512: 16-lane FMA accumulation over columns in order,
- *     then one fixed horizontal reduction.
- *   Q8_0 without AVX-512, Q4_0, Q4_K, Q5_K, Q6_K: see cpu_quant.h.
+ *   Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: see cpu_quant.h.
  *   BF16 pairs (a narrowed W, see nalar_cpu_mat_init): x rounded to BF16,
  *     then one vdpbf16ps chain over the column pairs in order, from 0:
  *     s = dpbf16(s, (W[r, 2q], W[r, 2q + 1]), (x[t, 2q], x[t, 2q + 1])).

@@ -367,6 +367,62 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 }
 
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+
+/*
+ * rows_dot1 for four rows with AVX-512: rows 2i and 2i + 1 share a
+ * vector, row 2i's 8 lanes in the low half and 2i + 1's in the high, so
+ * each lane's chain and each row's acc are rows_dot1's (the same bits)
+ * in half the instructions: x's 8 floats go to both halves, and the two
+ * rows' 8 codes are loaded together.
+ */
+static ALWAYS_INLINE_Q void
+rows_dot4_512(const int SUB, const int NSUB, const int QS, const int8_t **q,
+              const qblock *B, const float *x, __m256 *acc)
+{
+    __m512 a[2];
+
+    for (int h = 0; h < 2; h++) {
+        a[h] = _mm512_insertf32x8(_mm512_castps256_ps512(acc[2 * h]),
+                                  acc[2 * h + 1], 1);
+    }
+    for (int j = 0; j < NSUB; j++) {
+        __m512 v[2];
+
+        for (int k = 0; k < SUB; k += 8) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + j * SUB
+                                                               + k));
+
+            for (int h = 0; h < 2; h++) {
+                __m128i qq = _mm_loadl_epi64((const __m128i *)
+                                             (q[2 * h] + j * QS + k));
+                __m512  qv;
+
+                qq = _mm_castpd_si128(_mm_loadh_pd(
+                         _mm_castsi128_pd(qq),
+                         (const double *) (q[2 * h + 1] + j * QS + k)));
+                qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qq));
+                v[h] = k == 0 ? _mm512_mul_ps(qv, xv)
+                              : _mm512_fmadd_ps(qv, xv, v[h]);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            __m512 s = _mm512_insertf32x8(
+                           _mm512_set1_ps(B[2 * h].a[j]),
+                           _mm256_set1_ps(B[2 * h + 1].a[j]), 1);
+
+            a[h] = _mm512_fmadd_ps(s, v[h], a[h]);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        acc[2 * h] = _mm512_castps512_ps256(a[h]);
+        acc[2 * h + 1] = _mm512_extractf32x8_ps(a[h], 1);
+    }
+}
+
+#endif
+
+
 /* one step (NB blocks at column c) of rows r .. r + R - 1, one token */
 static ALWAYS_INLINE_Q void
 decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
@@ -383,6 +439,11 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
         q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
     }
     qrows_prefetch(Q, R, off, NB * qi->bytes);
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    if (R == 4) {
+        rows_dot4_512(SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+    } else
+#endif
     rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
     if (HAS_MIN) {
         __m256 s = xsum256(xs, x, c / 32);
@@ -480,6 +541,71 @@ tile_dot(const int R, const int T, const int SUB, const int NSUB,
 }
 
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+
+/*
+ * tile_dot for T = 2 or 4 tokens with AVX-512: tokens 2h and 2h + 1
+ * share a vector, 2h's 8 lanes in the low half and 2h + 1's in the
+ * high, against the row's 8 codes in both halves: each (row, token)
+ * chain is tile_dot's, so are the bits.
+ */
+static ALWAYS_INLINE_Q void
+tile_dot_pairs(const int R, const int T, const int SUB, const int NSUB,
+               const float *qf, const qblock *B, const float *x, int ldx,
+               __m256 *acc)
+{
+    __m512 a[PR][2];
+
+    for (int i = 0; i < R; i++) {
+        for (int h = 0; h < T / 2; h++) {
+            a[i][h] = _mm512_insertf32x8(
+                          _mm512_castps256_ps512(acc[i * TOK_BLOCK + 2 * h]),
+                          acc[i * TOK_BLOCK + 2 * h + 1], 1);
+        }
+    }
+    for (int j = 0; j < NSUB; j++) {
+        __m512 v[PR][2];
+
+        for (int k = 0; k < SUB; k += 8) {
+            __m512 xv[2];
+
+            for (int h = 0; h < T / 2; h++) {
+                const float *xh = x + (int64_t) (2 * h) * ldx + j * SUB + k;
+
+                xv[h] = _mm512_insertf32x8(
+                            _mm512_castps256_ps512(_mm256_loadu_ps(xh)),
+                            _mm256_loadu_ps(xh + ldx), 1);
+            }
+            for (int i = 0; i < R; i++) {
+                __m512 qv = _mm512_broadcast_f32x8(
+                                _mm256_load_ps(qf + i * QK_K + j * SUB + k));
+
+                for (int h = 0; h < T / 2; h++) {
+                    v[i][h] = k == 0 ? _mm512_mul_ps(qv, xv[h])
+                                     : _mm512_fmadd_ps(qv, xv[h], v[i][h]);
+                }
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            __m512 s = _mm512_set1_ps(B[i].a[j]);
+
+            for (int h = 0; h < T / 2; h++) {
+                a[i][h] = _mm512_fmadd_ps(s, v[i][h], a[i][h]);
+            }
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        for (int h = 0; h < T / 2; h++) {
+            acc[i * TOK_BLOCK + 2 * h] = _mm512_castps512_ps256(a[i][h]);
+            acc[i * TOK_BLOCK + 2 * h + 1] =
+                _mm512_extractf32x8_ps(a[i][h], 1);
+        }
+    }
+}
+
+#endif
+
+
 /* one step (NB blocks at column c) of rows r .. r + R - 1, tn tokens:
  * the rows' codes decoded and widened to floats once */
 static ALWAYS_INLINE_Q void
@@ -506,6 +632,22 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             }
         }
     }
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    for (int tk = 0; tk < tn; ) {
+        const float *xt = x + (int64_t) tk * ldx + c;
+
+        if (tn - tk >= 4) {
+            tile_dot_pairs(R, 4, SUB, ns, qf, B, xt, ldx, acc + tk);
+            tk += 4;
+        } else if (tn - tk >= 2) {
+            tile_dot_pairs(R, 2, SUB, ns, qf, B, xt, ldx, acc + tk);
+            tk += 2;
+        } else {
+            tile_dot(R, 1, SUB, ns, qf, B, xt, ldx, acc + tk);
+            tk += 1;
+        }
+    }
+#else
     for (int tk = 0; tk < tn; tk += PT) {
         const float *xt = x + (int64_t) tk * ldx + c;
 
@@ -528,6 +670,7 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             break;
         }
     }
+#endif
     for (int tk = 0; HAS_MIN && tk < tn; tk++) {
         __m256 s = xsum256(xs != NULL ? xs + tk * n_xs : NULL,
                            x + (int64_t) tk * ldx, c / 32);

@@ -21,6 +21,8 @@
  *     the 8-lane sum ((x0 + x1) + (x2 + x3)) of the sub-block's four
  *     vectors reduced as hsum8; y = hsum8(acc) - hsum8(m).
  *     hsum8(v) = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
+ *   AVX-512 (one token, four rows): rows 2i and 2i + 1 share a vector,
+ *     each row's 8 lanes in one half: the same chains, the AVX2 bits.
  *   Portable: one lane: v a scalar fmaf chain over the sub-block,
  *     acc = fmaf(a_j, v, acc), m = fmaf(b_j, xs_j, m) over the
  *     sub-blocks in order, xs_j a scalar sum in order.
@@ -104,7 +106,9 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
  *     float), acc = fma(sd, (float) H, acc) with sd each lane's
  *     a_j * dx (the layout is in cpu_quant_i16.c).  Mins: m = fma(b[0:8], xs[0:8], m) per
  *     block, xs_j = dx_j * (float) sum xq over sub-block j; y =
- *     hsum8(acc) - hsum8(m).
+ *     hsum8(acc) - hsum8(m).  AVX-512 takes two of these steps per
+ *     64-byte load for Q4_K and Q6_K, with the same integers and the
+ *     same float operations in order: the AVX2 bits.
  *   Portable: acc = fmaf(a_j * dx, (float) dot_j, acc), m = fmaf(b_j,
  *     xs_j, m) over the sub-blocks in order.
  * Without memory for x's codes the kernel falls back to the F32 path.

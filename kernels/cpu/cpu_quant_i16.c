@@ -295,6 +295,181 @@ lanes_dot(__m256i e, __m256i o, const int16_t *xe)
 }
 
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+/*
+ * With AVX-512, two steps of the lane kernels below at once, with the
+ * same integers and the same float operations in the same order, so
+ * the bits are the AVX2 kernels'.  A 64-byte load holds the codes of
+ * 128 weights: Q4_K's two steps k, k + 1 (sub-blocks 2k .. 2k + 3),
+ * Q6_K's four groups 4h .. 4h + 3 (ql's 64 bytes; qh's 32 to both
+ * halves, shifted by lane as q6k_lanes shifts them by group).  x's
+ * codes are gathered to match: [16 codes at x | 16 at x + gap].
+ */
+#define LANES512  1
+
+static ALWAYS_INLINE_Q __m512i
+x512(const int16_t *x, int64_t gap)
+{
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_load_si256((const __m256i *) x)),
+        _mm256_load_si256((const __m256i *) (x + gap)), 1);
+}
+
+
+/* lanes_dot in each 256-bit half (exact integers either way) */
+static ALWAYS_INLINE_Q __m512i
+lanes_dot512(__m512i e, __m512i o, __m512i xe, __m512i xo)
+{
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(_mm512_madd_epi16(e, xe), o, xo);
+#else
+    return _mm512_add_epi32(_mm512_madd_epi16(e, xe),
+                            _mm512_madd_epi16(o, xo));
+#endif
+}
+
+
+/* _mm256_hadd_epi32 of a's and b's low halves, then of their high */
+static ALWAYS_INLINE_Q __m512i
+hadd512(__m512i a, __m512i b)
+{
+    __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+
+    return _mm512_add_epi32(
+        _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+        _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xdd)));
+}
+
+
+/* acc = fma(v0, f's low half, acc), then fma(v1, its high half, acc) */
+static ALWAYS_INLINE_Q __m256
+fma2(__m256 v0, __m256 v1, __m512 f, __m256 acc)
+{
+    acc = _mm256_fmadd_ps(v0, _mm512_castps512_ps256(f), acc);
+    return _mm256_fmadd_ps(v1, _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                   _mm512_castps_pd(f), 1)), acc);
+}
+
+
+static ALWAYS_INLINE_Q void
+q4k_tile512(const int R, const int T, const uint8_t **p,
+            float (*sd)[PT][16], const int16_t *xe, int64_t ldq, int64_t c,
+            __m256 *acc, int as)
+{
+    const __m512i m4 = _mm512_set1_epi16(0x000F);
+    const __m256i ix = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
+
+#pragma GCC unroll 2
+    for (int k = 0; k < 4; k += 2) {
+        const __m256i ik0 = _mm256_add_epi32(ix, _mm256_set1_epi32(2 * k));
+        const __m256i ik1 = _mm256_add_epi32(ix, _mm256_set1_epi32(2 * k
+                                                                   + 2));
+        __m512i       X[PT][4];
+
+        for (int u = 0; u < T; u++) {
+            const int16_t *x = xe + u * ldq + c + 64 * k;
+
+            for (int j = 0; j < 4; j++) {
+                X[u][j] = x512(x + 16 * j, 64);
+            }
+        }
+        for (int i = 0; i < R; i++) {
+            __m512i b = _mm512_loadu_si512((const void *) (p[i] + 16
+                                                           + 32 * k));
+            __m512i e0 = _mm512_and_si512(b, m4);
+            __m512i o0 = _mm512_and_si512(_mm512_srli_epi16(b, 8), m4);
+            __m512i e1 = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+            __m512i o1 = _mm512_srli_epi16(b, 12);
+
+            for (int u = 0; u < T; u++) {
+                __m256  s = _mm256_load_ps(sd[i][u]);
+                __m512i h = hadd512(lanes_dot512(e0, o0, X[u][0], X[u][1]),
+                                    lanes_dot512(e1, o1, X[u][2], X[u][3]));
+
+                acc[i * as + u] = fma2(_mm256_permutevar8x32_ps(s, ik0),
+                                       _mm256_permutevar8x32_ps(s, ik1),
+                                       _mm512_cvtepi32_ps(h),
+                                       acc[i * as + u]);
+            }
+        }
+    }
+}
+
+
+static ALWAYS_INLINE_Q void
+q6k_tile512(const int R, const int T, const uint8_t **p,
+            float (*sd)[PT][16], const int16_t *xe, int64_t ldq, int64_t c,
+            __m256 *acc, int as)
+{
+    const __m512i m4 = _mm512_set1_epi16(0x000F);
+    const __m512i m30 = _mm512_set1_epi16(0x0030);
+    const __m512i k32 = _mm512_set1_epi16(32);
+    const __m256i lo = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+    const __m256i hi = _mm256_setr_epi32(4, 4, 6, 6, 5, 5, 7, 7);
+    /* q6k_lanes' shifts of qh, groups 4h, 4h + 2 in the low half and
+     * 4h + 1, 4h + 3 in the high */
+    const __m512i ea = _mm512_inserti64x4(_mm512_set1_epi16(4),
+                                          _mm256_set1_epi16(2), 1);
+    const __m512i oa = _mm512_inserti64x4(_mm512_set1_epi16(4),
+                                          _mm256_set1_epi16(6), 1);
+    const __m512i eb = _mm512_inserti64x4(_mm512_set1_epi16(0),
+                                          _mm256_set1_epi16(2), 1);
+    const __m512i ob = _mm512_inserti64x4(_mm512_set1_epi16(8),
+                                          _mm256_set1_epi16(10), 1);
+
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i X[PT][4];
+
+        for (int u = 0; u < T; u++) {
+            const int16_t *x = xe + u * ldq + c + 128 * h;
+
+            X[u][0] = x512(x, 32);
+            X[u][1] = x512(x + 16, 32);
+            X[u][2] = x512(x + 64, 32);
+            X[u][3] = x512(x + 80, 32);
+        }
+        for (int i = 0; i < R; i++) {
+            __m512i a = _mm512_loadu_si512((const void *) (p[i] + 64 * h));
+            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                             (const __m256i *) (p[i] + 128 + 32 * h)));
+            __m512i e0 = _mm512_sub_epi16(_mm512_or_si512(
+                             _mm512_and_si512(a, m4),
+                             _mm512_and_si512(_mm512_sllv_epi16(qh, ea),
+                                              m30)), k32);
+            __m512i o0 = _mm512_sub_epi16(_mm512_or_si512(
+                             _mm512_and_si512(_mm512_srli_epi16(a, 8), m4),
+                             _mm512_and_si512(_mm512_srlv_epi16(qh, oa),
+                                              m30)), k32);
+            __m512i e1 = _mm512_sub_epi16(_mm512_or_si512(
+                             _mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                             _mm512_and_si512(_mm512_srlv_epi16(qh, eb),
+                                              m30)), k32);
+            __m512i o1 = _mm512_sub_epi16(_mm512_or_si512(
+                             _mm512_srli_epi16(a, 12),
+                             _mm512_and_si512(_mm512_srlv_epi16(qh, ob),
+                                              m30)), k32);
+
+            for (int u = 0; u < T; u++) {
+                const float *s = sd[i][u] + 8 * h;
+                __m512i      i0 = lanes_dot512(e0, o0, X[u][0], X[u][1]);
+                __m512i      i1 = lanes_dot512(e1, o1, X[u][2], X[u][3]);
+                __m512i      hs = hadd512(_mm512_shuffle_i64x2(i0, i1, 0x44),
+                                          _mm512_shuffle_i64x2(i0, i1, 0xee));
+
+                acc[i * as + u] = fma2(
+                    _mm256_permutevar8x32_ps(_mm256_load_ps(s), lo),
+                    _mm256_permutevar8x32_ps(_mm256_load_ps(s), hi),
+                    _mm512_cvtepi32_ps(hs), acc[i * as + u]);
+            }
+        }
+    }
+}
+
+#endif
+
+
 /*
  * R rows by T tokens of one block at column c, from the rows' bytes p[]
  * and scales B: per two groups of 32 weights, g and g + 1 in order, with
@@ -333,6 +508,14 @@ i16_tile_lanes(ggml_type t, const int R, const int T, const uint8_t **p,
             }
         }
     }
+#if defined(LANES512)
+    if (t == GGML_Q4_K) {
+        q4k_tile512(R, T, p, sd, xe, ldq, c, acc, as);
+    } else {
+        q6k_tile512(R, T, p, sd, xe, ldq, c, acc, as);
+    }
+    return;
+#endif
     if (t == GGML_Q4_K) {
         /* sub-blocks 2k and 2k + 1 at once: their lanes' sums, pairwise
          * (exact: at most 8 x 15 x 32767 < 2^24), hold 2k in lanes 0, 1,
