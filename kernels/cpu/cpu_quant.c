@@ -420,6 +420,70 @@ rows_dot4_512(const int SUB, const int NSUB, const int QS, const int8_t **q,
     }
 }
 
+
+/*
+ * rows_dot4_512 for Q4_K straight from the blocks' bytes: the two rows'
+ * 8 bytes of nibbles, widened once, give sub-block 2k's 8 codes (the low
+ * nibbles) and 2k + 1's (the high), with nothing decoded into memory;
+ * the two sub-blocks' chains run side by side, then scale into acc in
+ * order: rows_dot1's operations, so its bits.
+ */
+static ALWAYS_INLINE_Q void
+rows_dot4_q4k_512(const uint8_t **p, const qblock *B, const float *x,
+                  __m256 *acc)
+{
+    const __m512i m4 = _mm512_set1_epi32(0x0F);
+    __m512        a[2];
+
+    for (int h = 0; h < 2; h++) {
+        a[h] = _mm512_insertf32x8(_mm512_castps256_ps512(acc[2 * h]),
+                                  acc[2 * h + 1], 1);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512 v0[2], v1[2];
+
+        for (int l = 0; l < 32; l += 8) {
+            __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + 64 * k
+                                                               + l));
+            __m512 x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + 64 * k
+                                                               + 32 + l));
+
+            for (int h = 0; h < 2; h++) {
+                __m128i qq = _mm_loadl_epi64((const __m128i *)
+                                             (p[2 * h] + 16 + 32 * k + l));
+                __m512i b;
+                __m512  q0, q1;
+
+                qq = _mm_castpd_si128(_mm_loadh_pd(
+                         _mm_castsi128_pd(qq),
+                         (const double *) (p[2 * h + 1] + 16 + 32 * k + l)));
+                b = _mm512_cvtepu8_epi32(qq);
+                q0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, m4));
+                q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+                v0[h] = l == 0 ? _mm512_mul_ps(q0, x0)
+                               : _mm512_fmadd_ps(q0, x0, v0[h]);
+                v1[h] = l == 0 ? _mm512_mul_ps(q1, x1)
+                               : _mm512_fmadd_ps(q1, x1, v1[h]);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            a[h] = _mm512_fmadd_ps(_mm512_insertf32x8(
+                       _mm512_set1_ps(B[2 * h].a[2 * k]),
+                       _mm256_set1_ps(B[2 * h + 1].a[2 * k]), 1),
+                       v0[h], a[h]);
+            a[h] = _mm512_fmadd_ps(_mm512_insertf32x8(
+                       _mm512_set1_ps(B[2 * h].a[2 * k + 1]),
+                       _mm256_set1_ps(B[2 * h + 1].a[2 * k + 1]), 1),
+                       v1[h], a[h]);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        acc[2 * h] = _mm512_castps512_ps256(a[h]);
+        acc[2 * h + 1] = _mm512_extractf32x8_ps(a[h], 1);
+    }
+}
+
 #endif
 
 
@@ -435,16 +499,33 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
     int64_t       c = bi * qi->qk;
     int64_t       off = qoff_at(il, qi->qk, qi->bytes, bi);
 
-    for (int i = 0; i < R; i++) {
-        q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
-    }
-    qrows_prefetch(Q, R, off, NB * qi->bytes);
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
-    if (R == 4) {
+    if (t == GGML_Q4_K && R == 4) {
+        const uint8_t *p[4];
+
+        for (int i = 0; i < R; i++) {
+            p[i] = Q->row[i] + off;
+            decode_scales_avx2(t, p[i], &B[i]);
+        }
+        qrows_prefetch(Q, R, off, NB * qi->bytes);
+        rows_dot4_q4k_512(p, B, x + c, acc);
+
+    } else if (R == 4) {
+        for (int i = 0; i < R; i++) {
+            q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
+        }
+        qrows_prefetch(Q, R, off, NB * qi->bytes);
         rows_dot4_512(SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+
     } else
 #endif
-    rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+    {
+        for (int i = 0; i < R; i++) {
+            q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
+        }
+        qrows_prefetch(Q, R, off, NB * qi->bytes);
+        rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+    }
     if (HAS_MIN) {
         __m256 s = xsum256(xs, x, c / 32);
 
