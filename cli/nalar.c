@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -737,7 +738,8 @@ cmd_mkmodel(int argc, char **argv)
 /*
  * Memory read bandwidth, for the decode's memory-read limit: n threads
  * each sum their share of a 256 MiB buffer (far larger than the caches),
- * best of 3 passes, in bytes per second.
+ * best of 3 passes, in bytes per second.  The buffer is in huge pages
+ * where the kernel gives them, as the backend's weights are.
  */
 typedef struct {
     const uint64_t *p;
@@ -767,14 +769,17 @@ static double
 measure_read_bw(int n_threads)
 {
     size_t     bytes = (size_t) 256 << 20, words = bytes / 8;
-    uint64_t  *buf = malloc(bytes);
+    uint64_t  *buf;
     pthread_t  th[64];
     bw_part    part[64];
     double     best = 0;
 
-    if (buf == NULL) {
+    if (posix_memalign((void **) &buf, (size_t) 2 << 20, bytes) != 0) {
         return 0;
     }
+#if defined(MADV_HUGEPAGE)
+    (void) madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
     n_threads = n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads;
     for (size_t i = 0; i < words; i++) {
         buf[i] = i;

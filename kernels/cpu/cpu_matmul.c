@@ -16,12 +16,37 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cpu_matmul.h"
 #include "cpu_quant.h"
 #include "fp16.h"
 
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
+#define HUGE_PAGE (2 * 1024 * 1024)
+
+
+/*
+ * Memory for a weight's copy, 64-byte aligned; a copy of 2 MB or more is
+ * aligned to 2 MB and asked for in huge pages (MADV_HUGEPAGE, for a
+ * kernel whose transparent huge pages are "madvise"): a pass streams
+ * every weight once, and with 4 KB pages each 4 KB of it costs a TLB
+ * miss, a nested page walk in a virtual machine.  0, or -1 (no memory).
+ */
+static int
+weights_alloc(void **p, size_t bytes)
+{
+    if (bytes < HUGE_PAGE) {
+        return posix_memalign(p, 64, bytes) == 0 ? 0 : -1;
+    }
+    if (posix_memalign(p, HUGE_PAGE, bytes) != 0) {
+        return -1;
+    }
+#if defined(MADV_HUGEPAGE)
+    (void) madvise(*p, bytes, MADV_HUGEPAGE);
+#endif
+    return 0;
+}
 
 /*
  * A quantized W's blocks copied into memory the backend owns (64-byte
@@ -40,7 +65,7 @@ own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
     bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
                                                         W->cols)
                : (size_t) (W->rows * rb);
-    if (posix_memalign(&M->panels, 64, bytes) != 0) {
+    if (weights_alloc(&M->panels, bytes) != 0) {
         M->panels = NULL;
         return nalar_fail(err, "cpu backend: out of memory for a %lld x "
                           "%lld %s weight", (long long) W->rows,
@@ -385,7 +410,7 @@ pairs_init(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
     size_t  bytes = (size_t) (n_panels * n_pairs * 64);
     float  *row = malloc((size_t) W->cols * sizeof(float));
 
-    if (row == NULL || posix_memalign(&M->panels, 64, bytes) != 0) {
+    if (row == NULL || weights_alloc(&M->panels, bytes) != 0) {
         free(row);
         M->panels = NULL;
         return nalar_fail(err, "cpu backend: out of memory for a %lld x "
@@ -440,8 +465,8 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
     n_panels = (W->rows + 15) / 16;
     wstride = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
     /* 64-byte aligned: each column of a panel is one cache line (F32) */
-    if (posix_memalign(&M->panels, 64,
-                       (size_t) (n_panels * W->cols * 16 * esz)) != 0)
+    if (weights_alloc(&M->panels,
+                      (size_t) (n_panels * W->cols * 16 * esz)) != 0)
     {
         M->panels = NULL;
         return nalar_fail(err, "cpu backend: out of memory for a %lld x "
@@ -717,7 +742,7 @@ nalar_cpu_mat_init(nalar_cpu_mat *M, const nalar_mat *W, int narrow,
                                                   (uint64_t) W->cols);
         size_t  bytes = (size_t) (n_panels * W->cols * 8 * esz);
 
-        if (posix_memalign(&M->panels, 64, bytes) != 0) {
+        if (weights_alloc(&M->panels, bytes) != 0) {
             M->panels = NULL;
             return nalar_fail(err, "cpu backend: out of memory for a %lld x "
                               "%lld weight's panels", (long long) W->rows,
