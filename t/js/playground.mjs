@@ -26,28 +26,28 @@ try {
     await page.fill('#max_tokens', n);
     await page.fill('#temperature', '0');
 
-    // sample the text while it streams: it must grow in steps (the limit
-    // is a backstop for a page that never finishes, not a speed bound)
-    const t0 = Date.now();
+    // every text the page shows while it streams, recorded in the page by
+    // a MutationObserver (each change of the output, delivered before the
+    // page reads the stream's next piece), so what is seen does not hang
+    // on how fast this script polls: it must grow in steps
+    await page.evaluate(() => {
+        window.nalarTexts = [];
+        new MutationObserver(() => {
+            const text = document.getElementById('text');
+            const seen = window.nalarTexts;
+
+            if (text !== null && seen[seen.length - 1] !== text.textContent) {
+                seen.push(text.textContent);
+            }
+        }).observe(document.getElementById('output'),
+                   { childList: true, subtree: true, characterData: true });
+    });
     await page.click('#run');
-    out.samples = [];
-    // the done check comes after a sample, so the stream's last pieces may
-    // land between the two: one more sample once done is seen takes the
-    // final text (the page marks done after the last piece is shown)
-    const sample = async () => {
-        const text = await page.textContent('#text').catch(() => null);
-        if (text !== null && out.samples[out.samples.length - 1] !== text) {
-            out.samples.push(text);
-        }
-    };
-    while (Date.now() - t0 < 600000) {
-        await sample();
-        if (await page.$('#status[data-done="1"]')) {
-            await sample();
-            break;
-        }
-        await page.waitForTimeout(5);
-    }
+    // wait for the page to say done (the page marks done after the last
+    // piece is shown); the limit is a backstop, not a speed bound
+    await page.waitForSelector('#status[data-done="1"]',
+                               { state: 'attached', timeout: 600000 });
+    out.samples = await page.evaluate(() => window.nalarTexts);
 
     out.reads = Number(await page.getAttribute('#output', 'data-reads'));
     out.text = await page.textContent('#text');
