@@ -46,7 +46,8 @@
 #define NGX_HTTP_NALAR_ROUTE_HEX    32          /* 128 bits of SHA-256 */
 #define NGX_HTTP_NALAR_ROUTE_EVENT  (1024 * 1024)   /* the longest event an
                                                        edge holds back */
-#define NGX_HTTP_NALAR_ROUTE_HOLD   4096
+#define NGX_HTTP_NALAR_ROUTE_HOLD   4096            /* a held buffer's
+                                                       first size */
 
 
 static ngx_int_t ngx_http_nalar_route_body(ngx_http_request_t *r,

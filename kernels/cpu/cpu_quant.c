@@ -369,6 +369,33 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 
+/* two 8-lane vectors as one: lo in the low half, hi in the high */
+static ALWAYS_INLINE_Q __m512
+pair_ps(__m256 lo, __m256 hi)
+{
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+
+/* pair_ps split back */
+static ALWAYS_INLINE_Q void
+unpair_ps(__m512 v, __m256 *lo, __m256 *hi)
+{
+    *lo = _mm512_castps512_ps256(v);
+    *hi = _mm512_extractf32x8_ps(v, 1);
+}
+
+
+/* 8 bytes at p0, then 8 at p1 */
+static ALWAYS_INLINE_Q __m128i
+bytes2x8(const void *p0, const void *p1)
+{
+    return _mm_castpd_si128(_mm_loadh_pd(
+               _mm_castsi128_pd(_mm_loadl_epi64((const __m128i *) p0)),
+               (const double *) p1));
+}
+
+
 /*
  * rows_dot1 for four rows with AVX-512: rows 2i and 2i + 1 share a
  * vector, row 2i's 8 lanes in the low half and 2i + 1's in the high, so
@@ -383,8 +410,7 @@ rows_dot4_512(const int SUB, const int NSUB, const int QS, const int8_t **q,
     __m512 a[2];
 
     for (int h = 0; h < 2; h++) {
-        a[h] = _mm512_insertf32x8(_mm512_castps256_ps512(acc[2 * h]),
-                                  acc[2 * h + 1], 1);
+        a[h] = pair_ps(acc[2 * h], acc[2 * h + 1]);
     }
     for (int j = 0; j < NSUB; j++) {
         __m512 v[2];
@@ -394,29 +420,21 @@ rows_dot4_512(const int SUB, const int NSUB, const int QS, const int8_t **q,
                                                                + k));
 
             for (int h = 0; h < 2; h++) {
-                __m128i qq = _mm_loadl_epi64((const __m128i *)
-                                             (q[2 * h] + j * QS + k));
-                __m512  qv;
-
-                qq = _mm_castpd_si128(_mm_loadh_pd(
-                         _mm_castsi128_pd(qq),
-                         (const double *) (q[2 * h + 1] + j * QS + k)));
-                qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qq));
+                __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                bytes2x8(q[2 * h] + j * QS + k,
+                                         q[2 * h + 1] + j * QS + k)));
                 v[h] = k == 0 ? _mm512_mul_ps(qv, xv)
                               : _mm512_fmadd_ps(qv, xv, v[h]);
             }
         }
         for (int h = 0; h < 2; h++) {
-            __m512 s = _mm512_insertf32x8(
-                           _mm512_set1_ps(B[2 * h].a[j]),
-                           _mm256_set1_ps(B[2 * h + 1].a[j]), 1);
-
-            a[h] = _mm512_fmadd_ps(s, v[h], a[h]);
+            a[h] = _mm512_fmadd_ps(pair_ps(_mm256_set1_ps(B[2 * h].a[j]),
+                                           _mm256_set1_ps(B[2 * h + 1].a[j])),
+                                   v[h], a[h]);
         }
     }
     for (int h = 0; h < 2; h++) {
-        acc[2 * h] = _mm512_castps512_ps256(a[h]);
-        acc[2 * h + 1] = _mm512_extractf32x8_ps(a[h], 1);
+        unpair_ps(a[h], &acc[2 * h], &acc[2 * h + 1]);
     }
 }
 
@@ -436,8 +454,7 @@ rows_dot4_q4k_512(const uint8_t **p, const qblock *B, const float *x,
     __m512        a[2];
 
     for (int h = 0; h < 2; h++) {
-        a[h] = _mm512_insertf32x8(_mm512_castps256_ps512(acc[2 * h]),
-                                  acc[2 * h + 1], 1);
+        a[h] = pair_ps(acc[2 * h], acc[2 * h + 1]);
     }
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
@@ -450,15 +467,11 @@ rows_dot4_q4k_512(const uint8_t **p, const qblock *B, const float *x,
                                                                + 32 + l));
 
             for (int h = 0; h < 2; h++) {
-                __m128i qq = _mm_loadl_epi64((const __m128i *)
-                                             (p[2 * h] + 16 + 32 * k + l));
-                __m512i b;
+                __m512i b = _mm512_cvtepu8_epi32(
+                                bytes2x8(p[2 * h] + 16 + 32 * k + l,
+                                         p[2 * h + 1] + 16 + 32 * k + l));
                 __m512  q0, q1;
 
-                qq = _mm_castpd_si128(_mm_loadh_pd(
-                         _mm_castsi128_pd(qq),
-                         (const double *) (p[2 * h + 1] + 16 + 32 * k + l)));
-                b = _mm512_cvtepu8_epi32(qq);
                 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, m4));
                 q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
                 v0[h] = l == 0 ? _mm512_mul_ps(q0, x0)
@@ -468,19 +481,16 @@ rows_dot4_q4k_512(const uint8_t **p, const qblock *B, const float *x,
             }
         }
         for (int h = 0; h < 2; h++) {
-            a[h] = _mm512_fmadd_ps(_mm512_insertf32x8(
-                       _mm512_set1_ps(B[2 * h].a[2 * k]),
-                       _mm256_set1_ps(B[2 * h + 1].a[2 * k]), 1),
-                       v0[h], a[h]);
-            a[h] = _mm512_fmadd_ps(_mm512_insertf32x8(
-                       _mm512_set1_ps(B[2 * h].a[2 * k + 1]),
-                       _mm256_set1_ps(B[2 * h + 1].a[2 * k + 1]), 1),
-                       v1[h], a[h]);
+            for (int u = 0; u < 2; u++) {
+                a[h] = _mm512_fmadd_ps(
+                           pair_ps(_mm256_set1_ps(B[2 * h].a[2 * k + u]),
+                                   _mm256_set1_ps(B[2 * h + 1].a[2 * k + u])),
+                           u ? v1[h] : v0[h], a[h]);
+            }
         }
     }
     for (int h = 0; h < 2; h++) {
-        acc[2 * h] = _mm512_castps512_ps256(a[h]);
-        acc[2 * h + 1] = _mm512_extractf32x8_ps(a[h], 1);
+        unpair_ps(a[h], &acc[2 * h], &acc[2 * h + 1]);
     }
 }
 
@@ -639,9 +649,8 @@ tile_dot_pairs(const int R, const int T, const int SUB, const int NSUB,
 
     for (int i = 0; i < R; i++) {
         for (int h = 0; h < T / 2; h++) {
-            a[i][h] = _mm512_insertf32x8(
-                          _mm512_castps256_ps512(acc[i * TOK_BLOCK + 2 * h]),
-                          acc[i * TOK_BLOCK + 2 * h + 1], 1);
+            a[i][h] = pair_ps(acc[i * TOK_BLOCK + 2 * h],
+                              acc[i * TOK_BLOCK + 2 * h + 1]);
         }
     }
     for (int j = 0; j < NSUB; j++) {
@@ -653,9 +662,8 @@ tile_dot_pairs(const int R, const int T, const int SUB, const int NSUB,
             for (int h = 0; h < T / 2; h++) {
                 const float *xh = x + (int64_t) (2 * h) * ldx + j * SUB + k;
 
-                xv[h] = _mm512_insertf32x8(
-                            _mm512_castps256_ps512(_mm256_loadu_ps(xh)),
-                            _mm256_loadu_ps(xh + ldx), 1);
+                xv[h] = pair_ps(_mm256_loadu_ps(xh),
+                                _mm256_loadu_ps(xh + ldx));
             }
             for (int i = 0; i < R; i++) {
                 __m512 qv = _mm512_broadcast_f32x8(
@@ -677,9 +685,8 @@ tile_dot_pairs(const int R, const int T, const int SUB, const int NSUB,
     }
     for (int i = 0; i < R; i++) {
         for (int h = 0; h < T / 2; h++) {
-            acc[i * TOK_BLOCK + 2 * h] = _mm512_castps512_ps256(a[i][h]);
-            acc[i * TOK_BLOCK + 2 * h + 1] =
-                _mm512_extractf32x8_ps(a[i][h], 1);
+            unpair_ps(a[i][h], &acc[i * TOK_BLOCK + 2 * h],
+                      &acc[i * TOK_BLOCK + 2 * h + 1]);
         }
     }
 }
