@@ -4,8 +4,9 @@
  * rows by 2048, called again and again) and one streamed from memory
  * (ROWS by 2048, read once a call), through nalar_cpu_matmul over the
  * backend's own copy (nalar_cpu_mat_init), as a forward pass calls it.
- * Prints billions of weights a second and the bytes read, medians of 5
- * calls.  bench/quant.sh builds and runs it.
+ * Also a prefill's product: PREFILL tokens against the PF_ROWS rows
+ * held in cache.  Prints billions of weights (for the prefill, of weight
+ * x token products) a second and the bytes read, medians of 5 calls.  bench/quant.sh builds and runs it.
  *   quant_kernels [ROWS]
  */
 #include <stdio.h>
@@ -20,6 +21,8 @@
 #define COLS  2048
 #define HOT   128       /* rows of the matrix held in cache */
 #define CALLS 5
+#define PREFILL 32      /* tokens of the prefill's product */
+#define PF_ROWS 512     /* its rows, held in cache */
 
 
 static double
@@ -41,10 +44,11 @@ cmp_double(const void *a, const void *b)
 }
 
 
-/* seconds of the median of CALLS calls of n_reps products over rows */
+/* seconds of the median of CALLS calls of n_reps products of n_tok
+ * tokens over rows */
 static double
-median_call(const nalar_cpu_mat *M, const float *x, float *y, int64_t rows,
-            int n_reps)
+median_call(const nalar_cpu_mat *M, const float *x, int n_tok, float *y,
+            int64_t rows, int n_reps)
 {
     double t[CALLS];
 
@@ -52,7 +56,7 @@ median_call(const nalar_cpu_mat *M, const float *x, float *y, int64_t rows,
         double t0 = now();
 
         for (int i = 0; i < n_reps; i++) {
-            nalar_cpu_matmul(M, x, 1, COLS, y, (int) rows, 0, rows, 0);
+            nalar_cpu_matmul(M, x, n_tok, COLS, y, (int) rows, 0, rows, 0);
         }
         t[k] = (now() - t0) / n_reps;
     }
@@ -103,20 +107,23 @@ main(int argc, char **argv)
     static const ggml_type types[] = { GGML_F16, GGML_Q8_0, GGML_Q4_K,
                                        GGML_Q6_K };
     int64_t   rows = argc > 1 ? atoll(argv[1]) : 65536;
-    float     x[COLS];
-    float    *y = malloc((size_t) rows * sizeof(float));
+    static float x[PREFILL * COLS];
+    float    *y = malloc((size_t) (rows > PREFILL * PF_ROWS
+                                   ? rows : PREFILL * PF_ROWS)
+                         * sizeof(float));
     nalar_err err;
 
-    if (y == NULL || rows < HOT) {
-        fprintf(stderr, "quant_kernels: ROWS >= %d, and memory\n", HOT);
+    if (y == NULL || rows < PF_ROWS) {
+        fprintf(stderr, "quant_kernels: ROWS >= %d, and memory\n", PF_ROWS);
         return 1;
     }
     srand(1);
-    for (int c = 0; c < COLS; c++) {
+    for (int c = 0; c < PREFILL * COLS; c++) {
         x[c] = (float) rand() / (float) RAND_MAX - 0.5f;
     }
     printf("| weights | activations | in cache (Gw/s) | streamed (Gw/s) "
-           "| streamed (GB/s) |\n|---|---|---:|---:|---:|\n");
+           "| streamed (GB/s) | prefill %d tokens (G products/s) |\n"
+           "|---|---|---:|---:|---:|---:|\n", PREFILL);
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         ggml_type     t = types[i];
         int64_t       rb = (int64_t) ggml_row_size(t, COLS);
@@ -138,16 +145,19 @@ main(int argc, char **argv)
             return 1;
         }
         for (int i16 = 0; i16 <= nalar_quant_type(t); i16++) {
-            double hot, cold;
+            double hot, cold, pf;
 
             M.act_i16 = i16;
             /* in cache: the first HOT rows, again and again */
-            hot = median_call(&M, x, y, HOT, 200);
-            cold = median_call(&M, x, y, rows, 1);
-            printf("| %s | %s | %.1f | %.1f | %.1f |\n", ggml_type_name(t),
-                   i16 ? "i16" : "f32", (double) HOT * COLS / hot / 1e9,
+            hot = median_call(&M, x, 1, y, HOT, 200);
+            cold = median_call(&M, x, 1, y, rows, 1);
+            pf = median_call(&M, x, PREFILL, y, PF_ROWS, 2);
+            printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n",
+                   ggml_type_name(t), i16 ? "i16" : "f32",
+                   (double) HOT * COLS / hot / 1e9,
                    (double) rows * COLS / cold / 1e9,
-                   (double) rows * rb / cold / 1e9);
+                   (double) rows * rb / cold / 1e9,
+                   (double) PREFILL * PF_ROWS * COLS / pf / 1e9);
         }
         nalar_cpu_mat_free(&M);
         free(w);

@@ -12,9 +12,13 @@
  * whose chains overlap, and the rows PF_GROUPS fours further on
  * prefetched.  A batch: a tile of PR rows by PT tokens, the rows' codes
  * widened to floats once per step and reused from registers for the
- * tile's tokens.  The values, and so the operations per (row, token), are
- * the same in both, and in either layout of the rows (qblock_at: the
- * file's order, or interleaved by 4, nalar_quant_interleave).
+ * tile's tokens.  With AVX-512 the weights themselves are made: one
+ * token's in registers as they are used (Q4_K's looked up from its
+ * nibbles, q4k_pair), a batch's once per step into memory (step_dequant),
+ * and a tile of PR rows by up to 8 tokens is then plain F32 FMAs.  The
+ * values, and so the operations per (row, token), are the same in both,
+ * and in either layout of the rows (qblock_at: the file's order, or
+ * interleaved by 4, nalar_quant_interleave).
  */
 #include <math.h>
 #include <pthread.h>
@@ -369,129 +373,190 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 
-/* two 8-lane vectors as one: lo in the low half, hi in the high */
+/*
+ * With AVX-512 each (row, token) has 16-lane chains (the header's order):
+ * an accumulator is one __m512, summed as hsum8 of its halves' sum.
+ */
+#define QUANT_512 1
+
+/* the weights are dequantized before the products: no sums of mins */
+#define MIN_SUMS(HAS_MIN)  0
+
+typedef __m512 qacc;
+
+static ALWAYS_INLINE_Q qacc
+qacc_zero(void)
+{
+    return _mm512_setzero_ps();
+}
+
+
+static ALWAYS_INLINE_Q float
+qacc_sum(qacc v)
+{
+    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v),
+                               _mm512_extractf32x8_ps(v, 1)));
+}
+
+
+/* 16 int8 codes at q as floats */
 static ALWAYS_INLINE_Q __m512
-pair_ps(__m256 lo, __m256 hi)
+q8x16_ps(const int8_t *q)
 {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+               _mm_loadu_si128((const __m128i *) q)));
 }
 
 
-/* pair_ps split back */
-static ALWAYS_INLINE_Q void
-unpair_ps(__m512 v, __m256 *lo, __m256 *hi)
+/* ggml's values of 16 weights of a sub-block of scale a and min b from
+ * their codes: a * q - b rounded once (a * q is exact) */
+static ALWAYS_INLINE_Q __m512
+dq16(const int HAS_MIN, __m512 q, __m512 a, __m512 b)
 {
-    *lo = _mm512_castps512_ps256(v);
-    *hi = _mm512_extractf32x8_ps(v, 1);
-}
-
-
-/* 8 bytes at p0, then 8 at p1 */
-static ALWAYS_INLINE_Q __m128i
-bytes2x8(const void *p0, const void *p1)
-{
-    return _mm_castpd_si128(_mm_loadh_pd(
-               _mm_castsi128_pd(_mm_loadl_epi64((const __m128i *) p0)),
-               (const double *) p1));
+    return HAS_MIN ? _mm512_fmsub_ps(a, q, b) : _mm512_mul_ps(a, q);
 }
 
 
 /*
- * rows_dot1 for four rows with AVX-512: rows 2i and 2i + 1 share a
- * vector, row 2i's 8 lanes in the low half and 2i + 1's in the high, so
- * each lane's chain and each row's acc are rows_dot1's (the same bits)
- * in half the instructions: x's 8 floats go to both halves, and the two
- * rows' 8 codes are loaded together.
+ * Q4_K's sub-blocks 2k and 2k + 1 of the block at p (scales in B) as
+ * ggml's values: w[0], w[1] sub-block 2k's 32, w[2], w[3] 2k + 1's.
+ * Each sub-block has 16 possible values, a * q - b for q = 0 .. 15: a
+ * vector of them is the sub-block's table, and vpermps, which reads an
+ * index's low 4 bits, looks a nibble up in it.  So 16 bytes, widened
+ * once, give 32 weights in two lookups, with nothing decoded into memory.
  */
 static ALWAYS_INLINE_Q void
-rows_dot4_512(const int SUB, const int NSUB, const int QS, const int8_t **q,
-              const qblock *B, const float *x, __m256 *acc)
+q4k_pair(const uint8_t *p, const qblock *B, int k, __m512 *w)
 {
-    __m512 a[2];
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                       11, 12, 13, 14, 15);
+    __m512       t0, t1;
 
-    for (int h = 0; h < 2; h++) {
-        a[h] = pair_ps(acc[2 * h], acc[2 * h + 1]);
+    t0 = dq16(1, iota, _mm512_set1_ps(B->a[2 * k]),
+              _mm512_set1_ps(B->b[2 * k]));
+    t1 = dq16(1, iota, _mm512_set1_ps(B->a[2 * k + 1]),
+              _mm512_set1_ps(B->b[2 * k + 1]));
+    for (int l = 0; l < 2; l++) {
+        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                        (const __m128i *) (p + 16 + 32 * k + 16 * l)));
+
+        w[l] = _mm512_permutexvar_ps(c, t0);
+        w[2 + l] = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), t1);
     }
-    for (int j = 0; j < NSUB; j++) {
-        __m512 v[2];
+}
 
-        for (int k = 0; k < SUB; k += 8) {
-            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + j * SUB
-                                                               + k));
 
-            for (int h = 0; h < 2; h++) {
-                __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                bytes2x8(q[2 * h] + j * QS + k,
-                                         q[2 * h + 1] + j * QS + k)));
-                v[h] = k == 0 ? _mm512_mul_ps(qv, xv)
-                              : _mm512_fmadd_ps(qv, xv, v[h]);
+/* a step of NB blocks of a row at p, as ggml's values, into wf */
+static ALWAYS_INLINE_Q void
+step_dequant(ggml_type t, const int NB, const int SUB, const int NSUB,
+             const int HAS_MIN, const uint8_t *p, float *wf)
+{
+    qblock        B;
+    const int8_t *q;
+
+    if (t == GGML_Q4_K) {
+        decode_scales_avx2(t, p, &B);
+        for (int k = 0; k < 4; k++) {
+            __m512 w[4];
+
+            q4k_pair(p, &B, k, w);
+            for (int l = 0; l < 4; l++) {
+                _mm512_store_ps(wf + 64 * k + 16 * l, w[l]);
             }
         }
-        for (int h = 0; h < 2; h++) {
-            a[h] = _mm512_fmadd_ps(pair_ps(_mm256_set1_ps(B[2 * h].a[j]),
-                                           _mm256_set1_ps(B[2 * h + 1].a[j])),
-                                   v[h], a[h]);
-        }
+        return;
     }
-    for (int h = 0; h < 2; h++) {
-        unpair_ps(a[h], &acc[2 * h], &acc[2 * h + 1]);
+    q = step_decode(t, NB, p, &B);
+    for (int j = 0; j < NB * NSUB; j++) {
+        __m512 a = _mm512_set1_ps(B.a[j]);
+        __m512 b = HAS_MIN ? _mm512_set1_ps(B.b[j]) : a;
+
+        for (int k = 0; k < SUB; k += 16) {
+            _mm512_store_ps(wf + j * SUB + k,
+                            dq16(HAS_MIN, q8x16_ps(q + j * QSTEP(t, SUB) + k),
+                                 a, b));
+        }
     }
 }
 
 
 /*
- * rows_dot4_512 for Q4_K straight from the blocks' bytes: the two rows'
- * 8 bytes of nibbles, widened once, give sub-block 2k's 8 codes (the low
- * nibbles) and 2k + 1's (the high), with nothing decoded into memory;
- * the two sub-blocks' chains run side by side, then scale into acc in
- * order: rows_dot1's operations, so its bits.
+ * One token, R rows (R <= 4), one step each: each row's chain
+ * acc = fma(w[c:c+16], x[c:c+16], acc) over the step's columns in order
+ * (the header's), the rows' chains side by side, each vector of x loaded
+ * once for the R rows, each weight made in a register from its code:
+ * Q4_K's looked up from the nibbles (q4k_pair), the others' from the
+ * int8 codes of the step (Q8_0's read in place).
  */
 static ALWAYS_INLINE_Q void
-rows_dot4_q4k_512(const uint8_t **p, const qblock *B, const float *x,
-                  __m256 *acc)
+rows_dot16(ggml_type t, const int R, const int NB, const int SUB,
+           const int NSUB, const int HAS_MIN, const uint8_t **p,
+           const float *x, qacc *acc)
 {
-    const __m512i m4 = _mm512_set1_epi32(0x0F);
-    __m512        a[2];
+    if (t == GGML_Q4_K) {
+        qblock B[4];
 
-    for (int h = 0; h < 2; h++) {
-        a[h] = pair_ps(acc[2 * h], acc[2 * h + 1]);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        __m512 v0[2], v1[2];
+        for (int i = 0; i < R; i++) {
+            decode_scales_avx2(t, p[i], &B[i]);
+        }
+#pragma GCC unroll 1
+        for (int k = 0; k < 4; k++) {
+            __m512 xv[4];
 
-        for (int l = 0; l < 32; l += 8) {
-            __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + 64 * k
-                                                               + l));
-            __m512 x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + 64 * k
-                                                               + 32 + l));
+            for (int l = 0; l < 4; l++) {
+                xv[l] = _mm512_loadu_ps(x + 64 * k + 16 * l);
+            }
+            for (int i = 0; i < R; i++) {
+                __m512 w[4];
 
-            for (int h = 0; h < 2; h++) {
-                __m512i b = _mm512_cvtepu8_epi32(
-                                bytes2x8(p[2 * h] + 16 + 32 * k + l,
-                                         p[2 * h + 1] + 16 + 32 * k + l));
-                __m512  q0, q1;
-
-                q0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, m4));
-                q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-                v0[h] = l == 0 ? _mm512_mul_ps(q0, x0)
-                               : _mm512_fmadd_ps(q0, x0, v0[h]);
-                v1[h] = l == 0 ? _mm512_mul_ps(q1, x1)
-                               : _mm512_fmadd_ps(q1, x1, v1[h]);
+                q4k_pair(p[i], &B[i], k, w);
+                for (int l = 0; l < 4; l++) {
+                    acc[i] = _mm512_fmadd_ps(w[l], xv[l], acc[i]);
+                }
             }
         }
-        for (int h = 0; h < 2; h++) {
-            for (int u = 0; u < 2; u++) {
-                a[h] = _mm512_fmadd_ps(
-                           pair_ps(_mm256_set1_ps(B[2 * h].a[2 * k + u]),
-                                   _mm256_set1_ps(B[2 * h + 1].a[2 * k + u])),
-                           u ? v1[h] : v0[h], a[h]);
+
+    } else {
+        qblock        B[4];
+        const int8_t *q[4];
+
+        for (int i = 0; i < R; i++) {
+            q[i] = step_decode(t, NB, p[i], &B[i]);
+        }
+        for (int j = 0; j < NB * NSUB; j++) {
+            for (int k = 0; k < SUB; k += 16) {
+                __m512 xv = _mm512_loadu_ps(x + j * SUB + k);
+
+                for (int i = 0; i < R; i++) {
+                    __m512 a = _mm512_set1_ps(B[i].a[j]);
+                    __m512 b = HAS_MIN ? _mm512_set1_ps(B[i].b[j]) : a;
+                    __m512 w = dq16(HAS_MIN, q8x16_ps(q[i] + j * QSTEP(t, SUB)
+                                                      + k), a, b);
+
+                    acc[i] = _mm512_fmadd_ps(w, xv, acc[i]);
+                }
             }
         }
     }
-    for (int h = 0; h < 2; h++) {
-        unpair_ps(a[h], &acc[2 * h], &acc[2 * h + 1]);
-    }
+}
+
+#else
+
+#define MIN_SUMS(HAS_MIN)  (HAS_MIN)
+
+typedef __m256 qacc;
+
+static ALWAYS_INLINE_Q qacc
+qacc_zero(void)
+{
+    return _mm256_setzero_ps();
+}
+
+
+static ALWAYS_INLINE_Q float
+qacc_sum(qacc v)
+{
+    return hsum8(v);
 }
 
 #endif
@@ -502,41 +567,30 @@ static ALWAYS_INLINE_Q void
 decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             const int SUB, const int NSUB, const int HAS_MIN, int il,
             const qrows *Q, int64_t bi, const float *x, const float *xs,
-            __m256 *acc, __m256 *m)
+            qacc *acc, __m256 *m)
 {
     qblock        B[4];
     const int8_t *q[4];
     int64_t       c = bi * qi->qk;
     int64_t       off = qoff_at(il, qi->qk, qi->bytes, bi);
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-    if (t == GGML_Q4_K && R == 4) {
-        const uint8_t *p[4];
+#ifdef QUANT_512
+    const uint8_t *p[4];
 
-        for (int i = 0; i < R; i++) {
-            p[i] = Q->row[i] + off;
-            decode_scales_avx2(t, p[i], &B[i]);
-        }
-        qrows_prefetch(Q, R, off, NB * qi->bytes);
-        rows_dot4_q4k_512(p, B, x + c, acc);
-
-    } else if (R == 4) {
-        for (int i = 0; i < R; i++) {
-            q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
-        }
-        qrows_prefetch(Q, R, off, NB * qi->bytes);
-        rows_dot4_512(SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
-
-    } else
-#endif
-    {
-        for (int i = 0; i < R; i++) {
-            q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
-        }
-        qrows_prefetch(Q, R, off, NB * qi->bytes);
-        rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+    (void) q;
+    for (int i = 0; i < R; i++) {
+        p[i] = Q->row[i] + off;
     }
-    if (HAS_MIN) {
+    qrows_prefetch(Q, R, off, NB * qi->bytes);
+    rows_dot16(t, R, NB, SUB, NSUB, HAS_MIN, p, x + c, acc);
+#else
+    for (int i = 0; i < R; i++) {
+        q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
+    }
+    qrows_prefetch(Q, R, off, NB * qi->bytes);
+    rows_dot1(R, SUB, NB * NSUB, QSTEP(t, SUB), q, B, x + c, acc);
+#endif
+    if (MIN_SUMS(HAS_MIN)) {
         __m256 s = xsum256(xs, x, c / 32);
 
         for (int i = 0; i < R; i++) {
@@ -554,13 +608,14 @@ decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
             const float *x, const float *xs, float *y, int64_t r,
             int64_t r_end, int accumulate)
 {
-    __m256  acc[4], m[4];
+    qacc    acc[4];
+    __m256  m[4];
     int64_t bi = 0;
     qrows   Q;
 
     qrows_at(&Q, w, wstride, il, qi->qk, qi->bytes, R, PF_GROUPS, r, r_end);
     for (int i = 0; i < R; i++) {
-        acc[i] = _mm256_setzero_ps();
+        acc[i] = qacc_zero();
         m[i] = _mm256_setzero_ps();
     }
     for (; bi + NB <= nblk; bi += NB) {
@@ -572,7 +627,7 @@ decode_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
                     m);
     }
     for (int i = 0; i < R; i++) {
-        float s = hsum8(acc[i]) - (HAS_MIN ? hsum8(m[i]) : 0);
+        float s = qacc_sum(acc[i]) - (MIN_SUMS(HAS_MIN) ? hsum8(m[i]) : 0);
 
         y[r + i] = accumulate ? y[r + i] + s : s;
     }
@@ -632,61 +687,44 @@ tile_dot(const int R, const int T, const int SUB, const int NSUB,
 }
 
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#ifdef QUANT_512
 
 /*
- * tile_dot for T = 2 or 4 tokens with AVX-512: tokens 2h and 2h + 1
- * share a vector, 2h's 8 lanes in the low half and 2h + 1's in the
- * high, against the row's 8 codes in both halves: each (row, token)
- * chain is tile_dot's, so are the bits.
+ * R rows by T tokens (T <= 8) of one step with AVX-512, from the rows'
+ * weights dequantized (wf, QK_K apart, n of them): rows_dot16's chain
+ * per (row, token), each vector of weights loaded once for the T tokens
+ * and each vector of x once for the R rows.  acc holds the tile's
+ * accumulators, TOK_BLOCK apart per row.
  */
 static ALWAYS_INLINE_Q void
-tile_dot_pairs(const int R, const int T, const int SUB, const int NSUB,
-               const float *qf, const qblock *B, const float *x, int ldx,
-               __m256 *acc)
+tile_dot16(const int R, const int T, int n, const float *wf, const float *x,
+           int ldx, qacc *acc)
 {
-    __m512 a[PR][2];
+    __m512 a[PR][8];
 
     for (int i = 0; i < R; i++) {
-        for (int h = 0; h < T / 2; h++) {
-            a[i][h] = pair_ps(acc[i * TOK_BLOCK + 2 * h],
-                              acc[i * TOK_BLOCK + 2 * h + 1]);
+        for (int u = 0; u < T; u++) {
+            a[i][u] = acc[i * TOK_BLOCK + u];
         }
     }
-    for (int j = 0; j < NSUB; j++) {
-        __m512 v[PR][2];
+#pragma GCC unroll 1
+    for (int c = 0; c < n; c += 16) {
+        __m512 wv[PR];
 
-        for (int k = 0; k < SUB; k += 8) {
-            __m512 xv[2];
-
-            for (int h = 0; h < T / 2; h++) {
-                const float *xh = x + (int64_t) (2 * h) * ldx + j * SUB + k;
-
-                xv[h] = pair_ps(_mm256_loadu_ps(xh),
-                                _mm256_loadu_ps(xh + ldx));
-            }
-            for (int i = 0; i < R; i++) {
-                __m512 qv = _mm512_broadcast_f32x8(
-                                _mm256_load_ps(qf + i * QK_K + j * SUB + k));
-
-                for (int h = 0; h < T / 2; h++) {
-                    v[i][h] = k == 0 ? _mm512_mul_ps(qv, xv[h])
-                                     : _mm512_fmadd_ps(qv, xv[h], v[i][h]);
-                }
-            }
-        }
         for (int i = 0; i < R; i++) {
-            __m512 s = _mm512_set1_ps(B[i].a[j]);
+            wv[i] = _mm512_load_ps(wf + i * QK_K + c);
+        }
+        for (int u = 0; u < T; u++) {
+            __m512 xv = _mm512_loadu_ps(x + (int64_t) u * ldx + c);
 
-            for (int h = 0; h < T / 2; h++) {
-                a[i][h] = _mm512_fmadd_ps(s, v[i][h], a[i][h]);
+            for (int i = 0; i < R; i++) {
+                a[i][u] = _mm512_fmadd_ps(wv[i], xv, a[i][u]);
             }
         }
     }
     for (int i = 0; i < R; i++) {
-        for (int h = 0; h < T / 2; h++) {
-            unpair_ps(a[i][h], &acc[i * TOK_BLOCK + 2 * h],
-                      &acc[i * TOK_BLOCK + 2 * h + 1]);
+        for (int u = 0; u < T; u++) {
+            acc[i * TOK_BLOCK + u] = a[i][u];
         }
     }
 }
@@ -701,13 +739,38 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
              const int SUB, const int NSUB, const int HAS_MIN,
              const uint8_t *w, int64_t wstride, int il, int64_t bi,
              const float *x, int ldx, int tn, const float *xs, int64_t n_xs,
-             int64_t r, __m256 *acc, __m256 (*m)[TOK_BLOCK])
+             int64_t r, qacc *acc, __m256 (*m)[TOK_BLOCK])
 {
     qblock  B[PR];
-    float   qf[PR * QK_K] __attribute__((aligned(32)));
+    float   qf[PR * QK_K] __attribute__((aligned(64)));
     int64_t c = bi * qi->qk;
     int     ns = NB * NSUB;
 
+#ifdef QUANT_512
+    (void) B;
+    for (int i = 0; i < R; i++) {
+        step_dequant(t, NB, SUB, NSUB, HAS_MIN,
+                     qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi),
+                     qf + i * QK_K);
+    }
+    for (int tk = 0; tk < tn; ) {
+        const float *xt = x + (int64_t) tk * ldx + c;
+
+        if (tn - tk >= 8) {
+            tile_dot16(R, 8, ns * SUB, qf, xt, ldx, acc + tk);
+            tk += 8;
+        } else if (tn - tk >= 4) {
+            tile_dot16(R, 4, ns * SUB, qf, xt, ldx, acc + tk);
+            tk += 4;
+        } else if (tn - tk >= 2) {
+            tile_dot16(R, 2, ns * SUB, qf, xt, ldx, acc + tk);
+            tk += 2;
+        } else {
+            tile_dot16(R, 1, ns * SUB, qf, xt, ldx, acc + tk);
+            tk += 1;
+        }
+    }
+#else
     for (int i = 0; i < R; i++) {
         const int8_t *q = step_decode(t, NB, qblock_at(w, wstride, il,
                                                        qi->qk, qi->bytes,
@@ -720,22 +783,6 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             }
         }
     }
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-    for (int tk = 0; tk < tn; ) {
-        const float *xt = x + (int64_t) tk * ldx + c;
-
-        if (tn - tk >= 4) {
-            tile_dot_pairs(R, 4, SUB, ns, qf, B, xt, ldx, acc + tk);
-            tk += 4;
-        } else if (tn - tk >= 2) {
-            tile_dot_pairs(R, 2, SUB, ns, qf, B, xt, ldx, acc + tk);
-            tk += 2;
-        } else {
-            tile_dot(R, 1, SUB, ns, qf, B, xt, ldx, acc + tk);
-            tk += 1;
-        }
-    }
-#else
     for (int tk = 0; tk < tn; tk += PT) {
         const float *xt = x + (int64_t) tk * ldx + c;
 
@@ -759,7 +806,7 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
         }
     }
 #endif
-    for (int tk = 0; HAS_MIN && tk < tn; tk++) {
+    for (int tk = 0; MIN_SUMS(HAS_MIN) && tk < tn; tk++) {
         __m256 s = xsum256(xs != NULL ? xs + tk * n_xs : NULL,
                            x + (int64_t) tk * ldx, c / 32);
 
@@ -778,13 +825,13 @@ prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
              const float *x, int ldx, int tn, const float *xs, int64_t n_xs,
              float *y, int ldy, int64_t r, int accumulate)
 {
-    __m256  acc[PR * TOK_BLOCK];
+    qacc    acc[PR * TOK_BLOCK];
     __m256  m[PR][TOK_BLOCK];
     int64_t bi = 0;
 
     for (int i = 0; i < R; i++) {
         for (int tk = 0; tk < tn; tk++) {
-            acc[i * TOK_BLOCK + tk] = _mm256_setzero_ps();
+            acc[i * TOK_BLOCK + tk] = qacc_zero();
             m[i][tk] = _mm256_setzero_ps();
         }
     }
@@ -799,8 +846,8 @@ prefill_rows(ggml_type t, const qinfo *qi, const int R, const int NB,
     for (int i = 0; i < R; i++) {
         for (int tk = 0; tk < tn; tk++) {
             float *o = y + (int64_t) tk * ldy + r + i;
-            float  s = hsum8(acc[i * TOK_BLOCK + tk])
-                       - (HAS_MIN ? hsum8(m[i][tk]) : 0);
+            float  s = qacc_sum(acc[i * TOK_BLOCK + tk])
+                       - (MIN_SUMS(HAS_MIN) ? hsum8(m[i][tk]) : 0);
 
             *o = accumulate ? *o + s : s;
         }
@@ -833,7 +880,7 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
         float       *xs = NULL;
         int64_t      r = r0;
 
-        if (HAS_MIN) {
+        if (MIN_SUMS(HAS_MIN)) {
             xs = nalar_quant_scratch((int64_t) tn * n_xs);
             if (xs != NULL) {
                 for (int tk = 0; tk < tn; tk++) {

@@ -7,12 +7,20 @@
  * that share a scale a_j and (Q4_K, Q5_K) a min b_j: weight i of
  * sub-block j is a_j * q_i - b_j, q_i a small integer.  a_j and b_j are
  * the products ggml forms (d * sc_j, dmin * m_j), exact in float, and
- * a_j * q_i is exact too, so the dot product of a row with x is
- *   sum_j a_j * (sum_i q_i x_i) - sum_j b_j * (sum_i x_i)
- * with only float32 rounding in the sums; activations are never rounded.
+ * a_j * q_i is exact too.  With AVX-512 each weight is dequantized as
+ * ggml does (w_i = a_j * q_i - b_j rounded once: an fmsub, or a product
+ * where there is no min) and the dot product is sum_i w_i x_i; otherwise
+ * it is
+ *   sum_j a_j * (sum_i q_i x_i) - sum_j b_j * (sum_i x_i).
+ * Either way only float32 rounding enters the sums; activations are
+ * never rounded.
  *
  * Batch invariance: every (row, token) output is computed by the same
  * operations in the same order whatever the batch:
+ *   AVX-512: one 16-lane chain over the row's columns in order,
+ *     acc = fma(w[c:c+16], x[c:c+16], acc) from 0, and y = hsum16(acc) =
+ *     hsum8(acc[0:8] + acc[8:16]): the dot product of x with
+ *     nalar_dequant_row's floats.
  *   AVX2: per sub-block, an 8-lane chain v = q[0:8] x[0:8],
  *     v = fma(q[8k:8k+8], x[8k:8k+8], v) for k = 1 .. S/8 - 1; then
  *     acc = fma(a_j, v, acc) over the sub-blocks in order (acc 8 lanes,
@@ -21,12 +29,10 @@
  *     the 8-lane sum ((x0 + x1) + (x2 + x3)) of the sub-block's four
  *     vectors reduced as hsum8; y = hsum8(acc) - hsum8(m).
  *     hsum8(v) = ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
- *   AVX-512 (one token, four rows): rows 2i and 2i + 1 share a vector,
- *     each row's 8 lanes in one half: the same chains, the AVX2 bits.
  *   Portable: one lane: v a scalar fmaf chain over the sub-block,
  *     acc = fmaf(a_j, v, acc), m = fmaf(b_j, xs_j, m) over the
  *     sub-blocks in order, xs_j a scalar sum in order.
- * The two builds differ in their last bits, each agrees with itself.
+ * The three builds differ in their last bits, each agrees with itself.
  *
  * cpu_quant.c: these kernels and the one dispatch by type of both
  * families; cpu_quant_i16.c: the 16-bit ones (below);
