@@ -418,24 +418,89 @@ dq16(const int HAS_MIN, __m512 q, __m512 a, __m512 b)
 
 
 /*
- * Q4_K's sub-blocks 2k and 2k + 1 of the block at p (scales in B) as
- * ggml's values: w[0], w[1] sub-block 2k's 32, w[2], w[3] 2k + 1's.
- * Each sub-block has 16 possible values, a * q - b for q = 0 .. 15: a
- * vector of them is the sub-block's table, and vpermps, which reads an
- * index's low 4 bits, looks a nibble up in it.  So 16 bytes, widened
- * once, give 32 weights in two lookups, with nothing decoded into memory.
+ * The scales and mins of the Q4_K blocks at p[0 .. 3] (p[i] for i >= R
+ * repeats p[0]): ab[i][j] = d * sc_j and ab[i][8 + j] = dmin * m_j, the
+ * products decode_scales forms.  The four blocks' first 16 bytes (d,
+ * dmin and the 12 bytes of 6-bit codes) are one vector, a block to each
+ * 128-bit lane, so vpshufb unpacks the four blocks' codes at once:
+ *   sc_j = s_j & 63, m_j = s_(j+4) & 63                      (j < 4)
+ *   sc_j = (s_(j+4) & 15) | (s_(j-4) >> 6) << 4,
+ *   m_j = (s_(j+4) >> 4) | (s_j >> 6) << 4                   (j >= 4)
+ * (s_k the block's byte 4 + k; k4_scale_min).
  */
 static ALWAYS_INLINE_Q void
-q4k_pair(const uint8_t *p, const qblock *B, int k, __m512 *w)
+q4k_scales4(const int R, const uint8_t **p, float (*ab)[16])
+{
+#define Z -128
+    const __m512i lo = _mm512_broadcast_i32x4(_mm_setr_epi8(
+                           4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11,
+                           Z, Z, Z, Z));
+    const __m512i lo_mask = _mm512_broadcast_i32x4(_mm_setr_epi8(
+                                63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63,
+                                63, 0, 0, 0, 0));
+    const __m512i nib = _mm512_broadcast_i32x4(_mm_setr_epi8(
+                            Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z,
+                            12, 13, 14, 15));
+    const __m512i top = _mm512_broadcast_i32x4(_mm_setr_epi8(
+                            Z, Z, Z, Z, 4, 5, 6, 7, Z, Z, Z, Z,
+                            8, 9, 10, 11));
+#undef Z
+    __m512i v, h4, h6, c;
+    uint8_t codes[64] __attribute__((aligned(64)));
+
+    v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *) p[0]));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)
+                                              p[R > 1 ? 1 : 0]), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)
+                                              p[R > 2 ? 2 : 0]), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)
+                                              p[R > 3 ? 3 : 0]), 3);
+    h4 = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15));
+    h6 = _mm512_and_si512(_mm512_srli_epi16(v, 6), _mm512_set1_epi8(3));
+    c = _mm512_or_si512(
+            _mm512_or_si512(_mm512_and_si512(_mm512_shuffle_epi8(v, lo),
+                                             lo_mask),
+                            _mm512_shuffle_epi8(h4, nib)),
+            _mm512_slli_epi16(_mm512_shuffle_epi8(h6, top), 4));
+    _mm512_store_si512(codes, c);
+    for (int i = 0; i < R; i++) {
+        /* d 8 times, then dmin 8 times: words 8i and 8i + 1 of v */
+        const __m256i dd = _mm256_set_epi16(
+                               8 * i + 1, 8 * i + 1, 8 * i + 1, 8 * i + 1,
+                               8 * i + 1, 8 * i + 1, 8 * i + 1, 8 * i + 1,
+                               8 * i, 8 * i, 8 * i, 8 * i, 8 * i, 8 * i,
+                               8 * i, 8 * i);
+        __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(
+                       _mm512_permutexvar_epi16(
+                           _mm512_castsi256_si512(dd), v)));
+        __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                       _mm_load_si128((const __m128i *) codes + i)));
+
+        _mm512_storeu_ps(ab[i], _mm512_mul_ps(d, q));
+    }
+}
+
+
+/*
+ * Q4_K's sub-blocks 2k and 2k + 1 of the block at p (ab: its scales, then
+ * its mins) as ggml's values: w[0], w[1] sub-block 2k's 32, w[2], w[3]
+ * 2k + 1's.  Each sub-block has 16 possible values, a * q - b for
+ * q = 0 .. 15: a vector of them is the sub-block's table, and vpermps,
+ * which reads an index's low 4 bits, looks a nibble up in it.  So 16
+ * bytes, widened once, give 32 weights in two lookups, with nothing
+ * decoded into memory.
+ */
+static ALWAYS_INLINE_Q void
+q4k_pair(const uint8_t *p, const float *ab, int k, __m512 *w)
 {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
                                        11, 12, 13, 14, 15);
     __m512       t0, t1;
 
-    t0 = dq16(1, iota, _mm512_set1_ps(B->a[2 * k]),
-              _mm512_set1_ps(B->b[2 * k]));
-    t1 = dq16(1, iota, _mm512_set1_ps(B->a[2 * k + 1]),
-              _mm512_set1_ps(B->b[2 * k + 1]));
+    t0 = dq16(1, iota, _mm512_set1_ps(ab[2 * k]),
+              _mm512_set1_ps(ab[8 + 2 * k]));
+    t1 = dq16(1, iota, _mm512_set1_ps(ab[2 * k + 1]),
+              _mm512_set1_ps(ab[8 + 2 * k + 1]));
     for (int l = 0; l < 2; l++) {
         __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(
                         (const __m128i *) (p + 16 + 32 * k + 16 * l)));
@@ -455,11 +520,13 @@ step_dequant(ggml_type t, const int NB, const int SUB, const int NSUB,
     const int8_t *q;
 
     if (t == GGML_Q4_K) {
-        decode_scales_avx2(t, p, &B);
+        float ab[1][16];
+
+        q4k_scales4(1, &p, ab);
         for (int k = 0; k < 4; k++) {
             __m512 w[4];
 
-            q4k_pair(p, &B, k, w);
+            q4k_pair(p, ab[0], k, w);
             for (int l = 0; l < 4; l++) {
                 _mm512_store_ps(wf + 64 * k + 16 * l, w[l]);
             }
@@ -494,11 +561,9 @@ rows_dot16(ggml_type t, const int R, const int NB, const int SUB,
            const float *x, qacc *acc)
 {
     if (t == GGML_Q4_K) {
-        qblock B[4];
+        float ab[4][16];
 
-        for (int i = 0; i < R; i++) {
-            decode_scales_avx2(t, p[i], &B[i]);
-        }
+        q4k_scales4(R, p, ab);
 #pragma GCC unroll 1
         for (int k = 0; k < 4; k++) {
             __m512 xv[4];
@@ -509,7 +574,7 @@ rows_dot16(ggml_type t, const int R, const int NB, const int SUB,
             for (int i = 0; i < R; i++) {
                 __m512 w[4];
 
-                q4k_pair(p[i], &B[i], k, w);
+                q4k_pair(p[i], ab[i], k, w);
                 for (int l = 0; l < 4; l++) {
                     acc[i] = _mm512_fmadd_ps(w[l], xv[l], acc[i]);
                 }
@@ -746,6 +811,17 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
     int64_t c = bi * qi->qk;
     int     ns = NB * NSUB;
 
+    /* the rows' blocks two steps on (past a row's end, a prefetch does
+     * not fault), which would otherwise be waited for here */
+    for (int i = 0; i < R; i++) {
+        const char *pn = (const char *) qblock_at(w, wstride, il, qi->qk,
+                                                  qi->bytes, r + i,
+                                                  bi + 2 * NB);
+
+        for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
+            _mm_prefetch(pn + k, _MM_HINT_T0);
+        }
+    }
 #ifdef QUANT_512
     (void) B;
     for (int i = 0; i < R; i++) {
