@@ -511,37 +511,42 @@ q4k_pair(const uint8_t *p, const float *ab, int k, __m512 *w)
 }
 
 
-/* a step of NB blocks of a row at p, as ggml's values, into wf */
+/* a step of NB blocks of rows p[0 .. R - 1] (R <= 4), as ggml's values,
+ * into wf (QK_K floats apart per row) */
 static ALWAYS_INLINE_Q void
-step_dequant(ggml_type t, const int NB, const int SUB, const int NSUB,
-             const int HAS_MIN, const uint8_t *p, float *wf)
+step_dequant(ggml_type t, const int R, const int NB, const int SUB,
+             const int NSUB, const int HAS_MIN, const uint8_t **p, float *wf)
 {
-    qblock        B;
-    const int8_t *q;
-
     if (t == GGML_Q4_K) {
-        float ab[1][16];
+        float ab[4][16];
 
-        q4k_scales4(1, &p, ab);
-        for (int k = 0; k < 4; k++) {
-            __m512 w[4];
+        q4k_scales4(R, p, ab);
+        for (int i = 0; i < R; i++) {
+            for (int k = 0; k < 4; k++) {
+                __m512 w[4];
 
-            q4k_pair(p, ab[0], k, w);
-            for (int l = 0; l < 4; l++) {
-                _mm512_store_ps(wf + 64 * k + 16 * l, w[l]);
+                q4k_pair(p[i], ab[i], k, w);
+                for (int l = 0; l < 4; l++) {
+                    _mm512_store_ps(wf + i * QK_K + 64 * k + 16 * l, w[l]);
+                }
             }
         }
         return;
     }
-    q = step_decode(t, NB, p, &B);
-    for (int j = 0; j < NB * NSUB; j++) {
-        __m512 a = _mm512_set1_ps(B.a[j]);
-        __m512 b = HAS_MIN ? _mm512_set1_ps(B.b[j]) : a;
+    for (int i = 0; i < R; i++) {
+        qblock        B;
+        const int8_t *q = step_decode(t, NB, p[i], &B);
 
-        for (int k = 0; k < SUB; k += 16) {
-            _mm512_store_ps(wf + j * SUB + k,
-                            dq16(HAS_MIN, q8x16_ps(q + j * QSTEP(t, SUB) + k),
-                                 a, b));
+        for (int j = 0; j < NB * NSUB; j++) {
+            __m512 a = _mm512_set1_ps(B.a[j]);
+            __m512 b = HAS_MIN ? _mm512_set1_ps(B.b[j]) : a;
+
+            for (int k = 0; k < SUB; k += 16) {
+                _mm512_store_ps(wf + i * QK_K + j * SUB + k,
+                                dq16(HAS_MIN,
+                                     q8x16_ps(q + j * QSTEP(t, SUB) + k),
+                                     a, b));
+            }
         }
     }
 }
@@ -823,12 +828,13 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
         }
     }
 #ifdef QUANT_512
+    const uint8_t *p[PR];
+
     (void) B;
     for (int i = 0; i < R; i++) {
-        step_dequant(t, NB, SUB, NSUB, HAS_MIN,
-                     qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi),
-                     qf + i * QK_K);
+        p[i] = qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi);
     }
+    step_dequant(t, R, NB, SUB, NSUB, HAS_MIN, p, qf);
     for (int tk = 0; tk < tn; ) {
         const float *xt = x + (int64_t) tk * ldx + c;
 
