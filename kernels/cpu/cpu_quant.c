@@ -371,7 +371,7 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 }
 
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
 
 /*
  * With AVX-512 each (row, token) has 16-lane chains (the header's order):
@@ -799,6 +799,45 @@ tile_dot16(const int R, const int T, int n, const float *wf, const float *x,
     }
 }
 
+/*
+ * The tiles as functions of their own: inlined into a kernel, whose
+ * other steps keep constants in vector registers, a tile of 3 x 8 was
+ * left short of registers and spilled its accumulators.
+ */
+#define TILE16(R, T)                                                        \
+static __attribute__((noinline)) void                                       \
+tile16_##R##x##T(int n, const float *wf, const float *x, int ldx,           \
+                 qacc *acc)                                                 \
+{                                                                           \
+    tile_dot16(R, T, n, wf, x, ldx, acc);                                   \
+}
+
+TILE16(3, 8) TILE16(3, 4) TILE16(3, 2) TILE16(3, 1)
+TILE16(1, 8) TILE16(1, 4) TILE16(1, 2) TILE16(1, 1)
+#undef TILE16
+
+
+/* R (PR or 1) rows by T (8, 4, 2 or 1) tokens */
+static ALWAYS_INLINE_Q void
+tile16(const int R, const int T, int n, const float *wf, const float *x,
+       int ldx, qacc *acc)
+{
+#define TILE16_CASE(T_)                                                     \
+    case T_:                                                                \
+        (R == 1 ? tile16_1x##T_ : tile16_3x##T_)(n, wf, x, ldx, acc);       \
+        return;
+
+    switch (T) {
+    TILE16_CASE(8)
+    TILE16_CASE(4)
+    TILE16_CASE(2)
+    default:
+    TILE16_CASE(1)
+    }
+#undef TILE16_CASE
+}
+
+
 #endif
 
 
@@ -839,16 +878,16 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
         const float *xt = x + (int64_t) tk * ldx + c;
 
         if (tn - tk >= 8) {
-            tile_dot16(R, 8, ns * SUB, qf, xt, ldx, acc + tk);
+            tile16(R, 8, ns * SUB, qf, xt, ldx, acc + tk);
             tk += 8;
         } else if (tn - tk >= 4) {
-            tile_dot16(R, 4, ns * SUB, qf, xt, ldx, acc + tk);
+            tile16(R, 4, ns * SUB, qf, xt, ldx, acc + tk);
             tk += 4;
         } else if (tn - tk >= 2) {
-            tile_dot16(R, 2, ns * SUB, qf, xt, ldx, acc + tk);
+            tile16(R, 2, ns * SUB, qf, xt, ldx, acc + tk);
             tk += 2;
         } else {
-            tile_dot16(R, 1, ns * SUB, qf, xt, ldx, acc + tk);
+            tile16(R, 1, ns * SUB, qf, xt, ldx, acc + tk);
             tk += 1;
         }
     }

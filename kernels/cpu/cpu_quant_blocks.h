@@ -402,10 +402,59 @@ decode_scales_avx2(ggml_type t, const uint8_t *p, qblock *B)
 }
 
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+/* Q6_K's codes (group32's values) of weights 64u .. 64u + 63 of the block
+ * at p: half h = u / 2 of the block has 64 bytes of low nibbles, for
+ * weights 0 .. 63 (low nibbles) and 64 .. 127 (high), and 32 bytes of
+ * high bits, here in both 256-bit halves of a vector and shifted per half
+ * (vpsllvw, vpsrlvw) so that each group's two bits land on bits 4 and 5 */
+static ALWAYS_INLINE_Q __m512i
+q6k_codes64(const uint8_t *p, int u)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    __m512i       l = _mm512_loadu_si512(p + 64 * (u / 2));
+    __m512i       e = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                          (const __m256i *) (p + 128 + 32 * (u / 2))));
+    __m512i       q;
+
+    if (u % 2 == 0) {
+        q = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(
+                _mm512_sllv_epi16(e, _mm512_inserti64x4(
+                    _mm512_set1_epi16(4), _mm256_set1_epi16(2), 1)), m30));
+    } else {
+        q = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                            _mm512_and_si512(_mm512_srlv_epi16(e,
+                                _mm512_inserti64x4(_mm512_setzero_si512(),
+                                    _mm256_set1_epi16(2), 1)), m30));
+    }
+    return _mm512_sub_epi8(q, _mm512_set1_epi8(32));
+}
+
+
+/* Q6_K's 256 codes, 64 at a time */
+static ALWAYS_INLINE_Q void
+decode_q6k_512(const uint8_t *p, int8_t *q)
+{
+    for (int u = 0; u < 4; u++) {
+        _mm512_storeu_si512(q + 64 * u, q6k_codes64(p, u));
+    }
+}
+
+#endif
+
+
 /* q[] of a block, with byte vectors, into q */
 static ALWAYS_INLINE_Q void
 decode_q_avx2(ggml_type t, const uint8_t *p, int8_t *q)
 {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (t == GGML_Q6_K) {
+        decode_q6k_512(p, q);
+        return;
+    }
+#endif
     switch (t) {
     case GGML_Q8_0:
         _mm256_store_si256((__m256i *) q,
