@@ -3,8 +3,8 @@
  * cpu_quant.h), the one dispatch of both families' kernels (the 16-bit
  * ones are in cpu_quant_i16.c), and the reference dequantization.
  *
- * A step of a row (one K-quant block of 256 weights, or Q8_0/Q4_0 blocks
- * of 32: two for one token, eight for a batch) is decoded into int8 q[]
+ * A step of a row (one K-quant block of 256 weights, or eight Q8_0/Q4_0
+ * blocks of 32) is decoded into int8 q[]
  * plus per sub-block float scales a[] and mins b[] (a few byte
  * operations per 32 weights, cpu_quant_blocks.h), then dotted with each
  * token's x.  One token: four rows at a time, each code vector widened to
@@ -374,8 +374,9 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
 
 /*
- * With AVX-512 each (row, token) has 16-lane chains (the header's order):
- * an accumulator is one __m512, summed as hsum8 of its halves' sum.
+ * With AVX-512 each (row, token) has one 16-lane chain (the header's
+ * order): an accumulator is one __m512, summed as hsum8 of its halves'
+ * sum.
  */
 #define QUANT_512 1
 
@@ -992,7 +993,6 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
     int64_t   nblk = cols / qi->qk;
     int64_t   n_xs = cols / 32;
     const int NB = qi->qk == 32 ? 8 : 1;    /* the 32-weight types */
-    const int NBD = NB == 8 ? 2 : 1;    /* one token's step */
 
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {
         int          tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;
@@ -1014,11 +1014,11 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
         }
         if (tn == 1) {
             for (; r + 4 <= r1; r += 4) {
-                decode_rows(t, qi, 4, NBD, SUB, NSUB, HAS_MIN, w, wstride, il,
+                decode_rows(t, qi, 4, NB, SUB, NSUB, HAS_MIN, w, wstride, il,
                             nblk, xb, xs, yb, r, r1, accumulate);
             }
             for (; r < r1; r++) {
-                decode_rows(t, qi, 1, NBD, SUB, NSUB, HAS_MIN, w, wstride, il,
+                decode_rows(t, qi, 1, NB, SUB, NSUB, HAS_MIN, w, wstride, il,
                             nblk, xb, xs, yb, r, r1, accumulate);
             }
             continue;
