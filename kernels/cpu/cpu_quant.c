@@ -818,6 +818,8 @@ TILE16(1, 8) TILE16(1, 4) TILE16(1, 2) TILE16(1, 1)
 #undef TILE16
 
 
+_Static_assert(PR == 3, "the AVX-512 tiles are of 3 rows or 1");
+
 /* R (PR or 1) rows by T (8, 4, 2 or 1) tokens */
 static ALWAYS_INLINE_Q void
 tile16(const int R, const int T, int n, const float *wf, const float *x,
