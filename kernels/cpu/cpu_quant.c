@@ -418,6 +418,19 @@ dq16(const int HAS_MIN, __m512 q, __m512 a, __m512 b)
 }
 
 
+/* weights j * SUB + k .. + 15 of a step decoded into q and B (sub-block
+ * j): ggml's values */
+static ALWAYS_INLINE_Q __m512
+step_w16(ggml_type t, const int SUB, const int HAS_MIN, const int8_t *q,
+         const qblock *B, int j, int k)
+{
+    __m512 a = _mm512_set1_ps(B->a[j]);
+
+    return dq16(HAS_MIN, q8x16_ps(q + j * QSTEP(t, SUB) + k), a,
+                HAS_MIN ? _mm512_set1_ps(B->b[j]) : a);
+}
+
+
 /*
  * The scales and mins of the Q4_K blocks at p[0 .. 3] (p[i] for i >= R
  * repeats p[0]): ab[i][j] = d * sc_j and ab[i][8 + j] = dmin * m_j, the
@@ -539,14 +552,9 @@ step_dequant(ggml_type t, const int R, const int NB, const int SUB,
         const int8_t *q = step_decode(t, NB, p[i], &B);
 
         for (int j = 0; j < NB * NSUB; j++) {
-            __m512 a = _mm512_set1_ps(B.a[j]);
-            __m512 b = HAS_MIN ? _mm512_set1_ps(B.b[j]) : a;
-
             for (int k = 0; k < SUB; k += 16) {
                 _mm512_store_ps(wf + i * QK_K + j * SUB + k,
-                                dq16(HAS_MIN,
-                                     q8x16_ps(q + j * QSTEP(t, SUB) + k),
-                                     a, b));
+                                step_w16(t, SUB, HAS_MIN, q, &B, j, k));
             }
         }
     }
@@ -599,12 +607,9 @@ rows_dot16(ggml_type t, const int R, const int NB, const int SUB,
                 __m512 xv = _mm512_loadu_ps(x + j * SUB + k);
 
                 for (int i = 0; i < R; i++) {
-                    __m512 a = _mm512_set1_ps(B[i].a[j]);
-                    __m512 b = HAS_MIN ? _mm512_set1_ps(B[i].b[j]) : a;
-                    __m512 w = dq16(HAS_MIN, q8x16_ps(q[i] + j * QSTEP(t, SUB)
-                                                      + k), a, b);
-
-                    acc[i] = _mm512_fmadd_ps(w, xv, acc[i]);
+                    acc[i] = _mm512_fmadd_ps(step_w16(t, SUB, HAS_MIN, q[i],
+                                                      &B[i], j, k),
+                                             xv, acc[i]);
                 }
             }
         }
@@ -641,20 +646,20 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
             qacc *acc, __m256 *m)
 {
     qblock        B[4];
-    const int8_t *q[4];
     int64_t       c = bi * qi->qk;
     int64_t       off = qoff_at(il, qi->qk, qi->bytes, bi);
 
 #ifdef QUANT_512
     const uint8_t *p[4];
 
-    (void) q;
     for (int i = 0; i < R; i++) {
         p[i] = Q->row[i] + off;
     }
     qrows_prefetch(Q, R, off, NB * qi->bytes);
     rows_dot16(t, R, NB, SUB, NSUB, HAS_MIN, p, x + c, acc);
 #else
+    const int8_t *q[4];
+
     for (int i = 0; i < R; i++) {
         q[i] = step_decode(t, NB, Q->row[i] + off, &B[i]);
     }
@@ -853,29 +858,23 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
              const float *x, int ldx, int tn, const float *xs, int64_t n_xs,
              int64_t r, qacc *acc, __m256 (*m)[TOK_BLOCK])
 {
-    qblock  B[PR];
-    float   qf[PR * QK_K] __attribute__((aligned(64)));
-    int64_t c = bi * qi->qk;
-    int     ns = NB * NSUB;
+    qblock         B[PR];
+    float          qf[PR * QK_K] __attribute__((aligned(64)));
+    const uint8_t *p[PR];
+    int64_t        c = bi * qi->qk;
+    int64_t        pf = qoff_at(il, qi->qk, qi->bytes, bi + 2 * NB)
+                        - qoff_at(il, qi->qk, qi->bytes, bi);
+    int            ns = NB * NSUB;
 
-    /* the rows' blocks two steps on (past a row's end, a prefetch does
-     * not fault), which would otherwise be waited for here */
+    /* the rows' blocks, and the same two steps on (past a row's end, a
+     * prefetch does not fault), which would otherwise be waited for */
     for (int i = 0; i < R; i++) {
-        const char *pn = (const char *) qblock_at(w, wstride, il, qi->qk,
-                                                  qi->bytes, r + i,
-                                                  bi + 2 * NB);
-
+        p[i] = qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi);
         for (int64_t k = 0; k < NB * qi->bytes; k += 64) {
-            _mm_prefetch(pn + k, _MM_HINT_T0);
+            _mm_prefetch((const char *) p[i] + pf + k, _MM_HINT_T0);
         }
     }
 #ifdef QUANT_512
-    const uint8_t *p[PR];
-
-    (void) B;
-    for (int i = 0; i < R; i++) {
-        p[i] = qblock_at(w, wstride, il, qi->qk, qi->bytes, r + i, bi);
-    }
     step_dequant(t, R, NB, SUB, NSUB, HAS_MIN, p, qf);
     for (int tk = 0; tk < tn; ) {
         const float *xt = x + (int64_t) tk * ldx + c;
@@ -896,9 +895,7 @@ prefill_step(ggml_type t, const qinfo *qi, const int R, const int NB,
     }
 #else
     for (int i = 0; i < R; i++) {
-        const int8_t *q = step_decode(t, NB, qblock_at(w, wstride, il,
-                                                       qi->qk, qi->bytes,
-                                                       r + i, bi), &B[i]);
+        const int8_t *q = step_decode(t, NB, p[i], &B[i]);
 
         for (int j = 0; j < ns; j++) {
             for (int k = 0; k < SUB; k += 8) {
