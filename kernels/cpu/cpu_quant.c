@@ -418,6 +418,20 @@ dq16(const int HAS_MIN, __m512 q, __m512 a, __m512 b)
 }
 
 
+/*
+ * v, held in a register.  Left alone, the compiler folds a vector of x
+ * that several rows use into each row's FMA as a memory operand, so it
+ * is loaded once per row, and the loads rather than the FMAs bound the
+ * loop: held once, the 3 x 8 tile ran 9-12% faster, one token 3-13%.
+ */
+static ALWAYS_INLINE_Q __m512
+in_reg(__m512 v)
+{
+    __asm__("" : "+v"(v));
+    return v;
+}
+
+
 /* weights j * SUB + k .. + 15 of a step decoded into q and B (sub-block
  * j): ggml's values */
 static ALWAYS_INLINE_Q __m512
@@ -581,7 +595,7 @@ rows_dot16(ggml_type t, const int R, const int NB, const int SUB,
     }
     for (int j = 0; j < NB * NSUB; j++) {
         for (int k = 0; k < SUB; k += 16) {
-            __m512 xv = _mm512_loadu_ps(x + j * SUB + k);
+            __m512 xv = in_reg(_mm512_loadu_ps(x + j * SUB + k));
 
             for (int i = 0; i < R; i++) {
                 acc[i] = _mm512_fmadd_ps(step_w16(t, SUB, HAS_MIN, q[i],
@@ -604,7 +618,7 @@ q4k_rows_dot16(const int R, const uint8_t **p, const float (*ab)[16],
         __m512 xv[4];
 
         for (int l = 0; l < 4; l++) {
-            xv[l] = _mm512_loadu_ps(x + 64 * k + 16 * l);
+            xv[l] = in_reg(_mm512_loadu_ps(x + 64 * k + 16 * l));
         }
         for (int i = 0; i < R; i++) {
             __m512 w[4];
@@ -837,7 +851,7 @@ tile_dot16(const int R, const int T, int n, const float *wf, const float *x,
             wv[i] = _mm512_load_ps(wf + i * QK_K + c);
         }
         for (int u = 0; u < T; u++) {
-            __m512 xv = _mm512_loadu_ps(x + (int64_t) u * ldx + c);
+            __m512 xv = in_reg(_mm512_loadu_ps(x + (int64_t) u * ldx + c));
 
             for (int i = 0; i < R; i++) {
                 a[i][u] = _mm512_fmadd_ps(wv[i], xv, a[i][u]);
