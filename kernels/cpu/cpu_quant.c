@@ -340,6 +340,15 @@ xsum256(const float *xs, const float *x, int64_t g0)
 
 
 
+/* v, held in a register (see in_reg) */
+static ALWAYS_INLINE_Q __m256
+in_reg8(__m256 v)
+{
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+
 /*
  * One token, R rows (R <= 4), one step each: per sub-block j and row,
  * the 8-lane chain v over the sub-block, then acc = fma(a_j, v, acc) (the
@@ -354,7 +363,7 @@ rows_dot1(const int R, const int SUB, const int NSUB, const int QS,
         __m256 v[4];
 
         for (int k = 0; k < SUB; k += 8) {
-            __m256 xv = _mm256_loadu_ps(x + j * SUB + k);
+            __m256 xv = in_reg8(_mm256_loadu_ps(x + j * SUB + k));
 
             for (int i = 0; i < R; i++) {
                 __m256 qv = q8_to_ps(q[i] + j * QS + k);
@@ -798,8 +807,8 @@ tile_dot(const int R, const int T, const int SUB, const int NSUB,
                 qv[i] = _mm256_load_ps(qf + i * QK_K + j * SUB + k);
             }
             for (int u = 0; u < T; u++) {
-                __m256 xv = _mm256_loadu_ps(x + (int64_t) u * ldx + j * SUB
-                                            + k);
+                __m256 xv = in_reg8(_mm256_loadu_ps(x + (int64_t) u * ldx
+                                                    + j * SUB + k));
 
                 for (int i = 0; i < R; i++) {
                     v[i][u] = k == 0 ? _mm256_mul_ps(qv[i], xv)
