@@ -676,25 +676,15 @@ q4k_decode_blocks(const qinfo *qi, const int R, int il, const qrows *Q,
                   int64_t nblk, const float *x, qacc *acc)
 {
     float          sc[2][4][16] __attribute__((aligned(64)));
-    const uint8_t *p[4];
+    const uint8_t *p[4], *pn[4];
 
+    qrows_blocks(Q, R, 0, pn);
+    q4k_scales4(R, pn, sc[0]);
     for (int64_t bi = 0; bi < nblk; bi++) {
-        int64_t off = qoff_at(il, qi->qk, qi->bytes, bi);
-
-        for (int i = 0; i < R; i++) {
-            p[i] = Q->row[i] + off;
-        }
-        if (bi == 0) {
-            q4k_scales4(R, p, sc[0]);
-        }
-        qrows_prefetch(Q, R, off, qi->bytes);
+        memcpy(p, pn, sizeof(p));
+        qrows_prefetch(Q, R, qoff_at(il, qi->qk, qi->bytes, bi), qi->bytes);
         if (bi + 1 < nblk) {
-            const uint8_t *pn[4];
-            int64_t        next = qoff_at(il, qi->qk, qi->bytes, bi + 1);
-
-            for (int i = 0; i < R; i++) {
-                pn[i] = Q->row[i] + next;
-            }
+            qrows_blocks(Q, R, qoff_at(il, qi->qk, qi->bytes, bi + 1), pn);
             q4k_scales4(R, pn, sc[(bi + 1) & 1]);
         }
         q4k_rows_dot16(R, p, (const float (*)[16]) sc[bi & 1],
@@ -738,9 +728,7 @@ decode_step(ggml_type t, const qinfo *qi, const int R, const int NB,
 #ifdef QUANT_512
     const uint8_t *p[4];
 
-    for (int i = 0; i < R; i++) {
-        p[i] = Q->row[i] + off;
-    }
+    qrows_blocks(Q, R, off, p);
     qrows_prefetch(Q, R, off, NB * qi->bytes);
     rows_dot16(t, R, NB, SUB, NSUB, HAS_MIN, p, x + c, acc);
 #else

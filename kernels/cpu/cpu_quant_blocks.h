@@ -95,6 +95,16 @@ qrows_at(qrows *Q, const uint8_t *w, int64_t wstride, int il, int64_t qk,
 }
 
 
+/* p[i]: the block at offset off of row Q->row[i], i < R */
+static inline void
+qrows_blocks(const qrows *Q, int R, int64_t off, const uint8_t **p)
+{
+    for (int i = 0; i < R; i++) {
+        p[i] = Q->row[i] + off;
+    }
+}
+
+
 /* a decoded step: up to QK_K codes, 16 scales, 8 mins */
 typedef struct {
     int8_t q[QK_K] __attribute__((aligned(32)));
