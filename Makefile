@@ -6,8 +6,8 @@
 CC       ?= cc
 OPT      ?= -O3 -march=native
 WARN     = -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread -Isrc -Ikernels/cpu \
-                -Ikernels/cuda $(WARN)
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -ffp-contract=off -g -pthread -Isrc \
+                -Ikernels/cpu -Ikernels/cuda $(WARN)
 CFLAGS   = $(CFLAGS_COMMON) $(OPT) -fPIC
 SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN)

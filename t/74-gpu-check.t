@@ -78,5 +78,38 @@ like($out, qr/goal: verify pass of 8 tokens, mma\s+1\.07x one token \(goal <= 1\
 like($out, qr/goal: 16 streams, mma\s+not measured/, 'no 16-stream MMA row');
 like($out, qr/verify curve \(k\+1 = 2\.\.9\)\s+1\.02 1\.04 1\.06 1\.08 1\.10 1\.12 1\.14 1\.16/,
      'the verify curve');
+like($out, qr/goal: Q4_K_M batch-1 decode\s+not measured/,
+     'no Q4_K_M bench: not measured');
+like($out, qr/goal: Q8_0 batch-1 decode\s+not measured/,
+     'no Q8_0 bench: not measured');
+
+# the quantized models' benches (bench-TYPE.txt, `nalar bench --backend
+# cuda -m`), in cuda_bench.cu's printf formats (values made up)
+sub quant_table {
+    my ($type, $tps, $gbs, $pct) = @_;
+    open my $f, '>', "$dir/bench-$type.txt" or die $!;
+    printf $f "model build/gpu-models/llama3-8b-%s.gguf: dim 4096, 32 layers, "
+        . "32/8 heads, ffn 14336, vocab 128256, 4.92 GB of weights read per token\n",
+        $type;
+    printf $f "%-34s %10.1f GB/s  %s\n", 'HBM copy bandwidth (D2D)', 4278.2,
+        'read + write';
+    printf $f "%-34s %10.2f tok/s  %.1f GB/s = %.1f%% of copy bandwidth\n",
+        'decode batch 1', $tps, $gbs, $pct;
+    close $f;
+}
+quant_table('q4_k_m', 700.0, 3400.0, 79.5);
+quant_table('q8_0', 400.0, 3000.0, 70.1);
+open my $sk, '>', "$dir/bench-q8_0.skipped" or die $!;
+print $sk "skipped: 120 s of the budget left\n";
+close $sk;
+($rc, $out) = report(@table, @more);
+is($rc, 0, 'a report with the quantized benches') or diag($out);
+like($out, qr/goal: Q4_K_M batch-1 decode\s+79\.50% of copy bandwidth \(goal >= 75%\): met/,
+     'Q4_K_M decode against copy bandwidth');
+like($out, qr/goal: Q8_0 batch-1 decode\s+70\.10% of copy bandwidth \(goal >= 75%\): not met/,
+     'Q8_0 decode against copy bandwidth');
+like($out, qr/Q8_0: skipped: 120 s of the budget left/, 'a skipped type says so');
+like($out, qr/^model build\/gpu-models\/llama3-8b-q4_k_m\.gguf/m,
+     "the quantized bench's model line");
 
 done_testing();

@@ -866,9 +866,12 @@ cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
                           "in device memory: %s", 2 * bytes >> 20,
                           cudaGetErrorString(e));
     }
-    /* zeros, as the CPU backend's calloc: no stale NaN ever meets a mask */
-    CUDA_CHECK(err, cudaMemset(p->k, 0, bytes));
-    CUDA_CHECK(err, cudaMemset(p->v, 0, bytes));
+    /* zeros, as the CPU backend's calloc: no stale NaN ever meets a mask.
+     * On the backend's stream: that stream does not wait for the legacy
+     * default stream, so a plain cudaMemset could land after the first
+     * pass had written K and V */
+    CUDA_CHECK(err, cudaMemsetAsync(p->k, 0, bytes, be->c.stream));
+    CUDA_CHECK(err, cudaMemsetAsync(p->v, 0, bytes, be->c.stream));
     be->pool = p;
     be->kv.k = p->k;
     be->kv.v = p->v;

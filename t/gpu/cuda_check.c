@@ -133,20 +133,32 @@ dnew(size_t bytes)
 }
 
 
+/* a cudaMemcpy from pageable memory may return before its DMA has
+ * landed, and the ops' stream does not wait for it */
+static void
+upload_done(void)
+{
+    cu(cudaDeviceSynchronize(), "upload");
+}
+
+
 static void *
 dup_to_dev(const void *h, size_t bytes)
 {
     void *d = dnew(bytes);
 
     cu(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "upload");
+    upload_done();
     return d;
 }
 
 
+/* outputs filled with NaN before an op writes them; on the ops' stream,
+ * which does not wait for the legacy default stream */
 static void
 poison(void *d, size_t bytes)
 {
-    cu(cudaMemset(d, 0xff, bytes), "poison");
+    cu(cudaMemsetAsync(d, 0xff, bytes, C.stream), "poison");
 }
 
 
@@ -740,6 +752,7 @@ check_mma(void)
             if (acc) {
                 cu(cudaMemcpy(dy, y0, (size_t) n * ldy * sizeof(float),
                               cudaMemcpyHostToDevice), "upload");
+                upload_done();
             } else {
                 poison(dy, (size_t) n * ldy * sizeof(float));
             }
@@ -1695,9 +1708,8 @@ check_greedy(const char *dir, const char *file, int strict,
     snprintf(shape, sizeof(shape), "%s, 4 prompts x 48 tokens, gemv<=%d",
              file, gemv_max > 0 ? (int) gemv_max : 8);
     if (first >= 0 && !strict) {
-        printf("WARN %-14s %-58s prompt %d differs from token %d (activations "
-               "rounded for cuBLAS; not counted)\n", "greedy", shape, which,
-               first);
+        printf("WARN %-14s %-58s prompt %d differs from token %d (not "
+               "counted)\n", "greedy", shape, which, first);
         return;
     }
     report_eq("greedy", shape, first < 0, "token ids differ from the CPU");
@@ -1709,11 +1721,30 @@ check_greedy(const char *dir, const char *file, int strict,
 }
 
 
-/* the kit's files and their types' tolerances */
-static const struct { const char *file; double tol; } conf_files[] = {
-    { "llama-F16", 0.027 }, { "llama3-F32", 0.015 }, { "llama3-F16", 0.027 },
-    { "llama3-BF16", 0.083 }, { "llama3-Q8_0", 0.25 }, { "qwen2-F16", 0.027 },
-    { "qwen3-F16", 0.027 }, { "gemma2-F16", 0.027 }, { "phi3-F16", 0.027 },
+/*
+ * The kit's files and their types' tolerances (t/c/test_conformance.c's).
+ * blocked: ggml's block types (Q4_0, Q4_K, Q5_K, Q6_K; a Q4_K_M file
+ * mixes Q4_K and Q6_K, its output head and fused q|k|v parts included):
+ * their greedy run is compared with the CPU's but not counted, as the two
+ * backends' products of dequantized weights sum in different orders and
+ * a random-weight model's near-ties may fall either way; the logits'
+ * tolerance is what holds them.
+ */
+static const struct {
+    const char *file;
+    double      tol;
+    int         blocked;
+} conf_files[] = {
+    { "llama-F16", 0.027, 0 }, { "llama3-F32", 0.015, 0 },
+    { "llama3-F16", 0.027, 0 }, { "llama3-BF16", 0.083, 0 },
+    { "llama3-Q8_0", 0.25, 0 }, { "qwen2-F16", 0.027, 0 },
+    { "qwen3-F16", 0.027, 0 }, { "gemma2-F16", 0.027, 0 },
+    { "phi3-F16", 0.027, 0 },
+    { "llama-Q4_K_M", 0.65, 1 }, { "qwen2-Q4_K_M", 0.65, 1 },
+    { "llama3-Q4_0", 0.27, 1 }, { "llama3-Q4_K_M", 0.65, 1 },
+    { "llama3-Q5_K_M", 0.37, 1 }, { "llama3-Q6_K", 0.38, 1 },
+    { "qwen3-Q4_K_M", 0.65, 1 }, { "gemma2-Q4_K_M", 0.65, 1 },
+    { "phi3-Q4_K_M", 0.65, 1 },
 };
 
 
@@ -1834,7 +1865,7 @@ check_conformance(const char *dir)
                conformance_err(dir, conf_files[i].file, GGML_F32),
                conf_files[i].tol);
         snprintf(gguf, sizeof(gguf), "%s.gguf", conf_files[i].file);
-        check_greedy(dir, gguf, 1, 1000000);
+        check_greedy(dir, gguf, !conf_files[i].blocked, 1000000);
     }
     /* a BF16 KV cache: K and V rounded to 8 significant bits (relative
      * error up to 2^-9) before attention reads them; the logits may move
