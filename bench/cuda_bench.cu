@@ -539,7 +539,8 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             return -1;
         }
         r.be = nalar_cuda_backend_create_synthetic(&cfg,
-                   o->type != 0 ? o->type : GGML_BF16, 42, o->device, err);
+                   o->type != 0 ? o->type : GGML_BF16, 42, o->device,
+                   o->gemv_max, err);
         name = o->synthetic;
     } else {
         if (o->model_path == NULL) {
@@ -550,7 +551,7 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
             return -1;
         }
         cfg = m->cfg;
-        r.be = nalar_cuda_backend_create(m, o->device, 0, err);
+        r.be = nalar_cuda_backend_create(m, o->device, o->gemv_max, err);
         name = o->model_path;
     }
     if (r.be == NULL) {

@@ -867,6 +867,7 @@ cmd_bench(int argc, char **argv)
     char         *dup, *tokp;
 #ifdef NALAR_CUDA
     const char   *cu_backend = NULL, *cu_synthetic = NULL;  /* CUDA bench */
+    int           cu_gemv_max = 0;
 #endif
 
     {
@@ -881,6 +882,7 @@ cmd_bench(int argc, char **argv)
 #ifdef NALAR_CUDA
             { "--backend", NULL, NALAR_OPT_STR, &cu_backend, NULL, 0 },
             { "--synthetic", NULL, NALAR_OPT_STR, &cu_synthetic, NULL, 0 },
+            { "--gpu-gemv-max", NULL, NALAR_OPT_INT, &cu_gemv_max, NULL, 0 },
 #endif
         };
 
@@ -908,6 +910,7 @@ cmd_bench(int argc, char **argv)
         bo.prefill = p > 128 ? p : 0;           /* default 2048 */
         bo.n_decode = n > 128 ? n : 0;          /* default 64 */
         bo.json = json;
+        bo.gemv_max = cu_gemv_max;
         if (strcmp(blist, "1,4,16") != 0) {     /* -b given */
             dup = strdup(blist);
             for (tokp = strtok(dup, ","); tokp != NULL && bo.n_batches < 16;

@@ -1186,7 +1186,8 @@ synth_ones(cuda_backend *be, int64_t n, float **p, nalar_err *err)
 
 nalar_backend *
 nalar_cuda_backend_create_synthetic(const nalar_config *cfg, ggml_type type,
-                                    uint64_t seed, int device, nalar_err *err)
+                                    uint64_t seed, int device,
+                                    int32_t gemv_max, nalar_err *err)
 {
     nalar_model   *stub;
     nalar_backend *b;
@@ -1213,7 +1214,7 @@ nalar_cuda_backend_create_synthetic(const nalar_config *cfg, ggml_type type,
     }
     stub->cfg = *cfg;
     stub->name = strdup("synthetic");
-    b = create_common(stub, device, 0, err);
+    b = create_common(stub, device, gemv_max, err);
     if (b == NULL) {
         free(stub->name);
         free(stub);

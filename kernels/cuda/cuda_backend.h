@@ -34,11 +34,12 @@ nalar_backend *nalar_cuda_backend_create(nalar_model *m, int device,
  * A backend for a model shape with random weights of `type` (F16, BF16 or
  * Q8_0) made directly in device memory: benchmarks of large shapes with no
  * file to write or load.  The backend owns a stub model (cfg and name
- * only: no tokenizer, no host weights).
+ * only: no tokenizer, no host weights).  gemv_max as above.
  */
 nalar_backend *nalar_cuda_backend_create_synthetic(const nalar_config *cfg,
                                                    ggml_type type,
                                                    uint64_t seed, int device,
+                                                   int32_t gemv_max,
                                                    nalar_err *err);
 
 /* Shapes for --synthetic: "llama3-8b" (dim 4096, 32 layers, 32 heads,
@@ -80,6 +81,7 @@ typedef struct {
     const int32_t *batches;   /* decode streams, e.g. 8, 32, 128 */
     int32_t     n_batches;
     int32_t     attn_ctx;     /* paged-attention context (default 8192) */
+    int32_t     gemv_max;     /* the backend's gemv_max (<= 0: default) */
     int         json;
 } nalar_cuda_bench_opts;
 
