@@ -15,8 +15,10 @@
 #      (random weights, quantized by its own quantizer; kept in
 #      build/gpu-models/ for the next run): `nalar bench --backend cuda -m`
 #      of each, batch-1 decode against copy bandwidth in weight bytes per
-#      token; a type is skipped, and reported so, when fewer than 150 s
-#      of BUDGET (default 560 s from the start) are left
+#      token, Q4_K_M also at 16 and 32 streams, then again through the
+#      GEMV (--gpu-gemv-max 32) rather than dequantize + cuBLAS; a run is
+#      skipped, and reported so, when fewer than 150 s of BUDGET (default
+#      560 s from the start) are left
 # and prints a table last.  Exit status non-zero when anything fails (the
 # performance goals are reported, not enforced).
 #
@@ -35,6 +37,7 @@ status_build=FAIL status_check=FAIL status_bench=FAIL
 budget=${BUDGET:-560}
 models=build/gpu-models
 quant_types="q4_k_m q8_0"
+quant_runs="q4_k_m:1,16,32:0 q8_0:1:0 q4_k_m:16,32:32"
 if [ -n "${FROM:-}" ]; then
     log=$FROM
 fi
@@ -87,17 +90,21 @@ else
     cat "$log/bench.txt"
 fi
 
-# the Llama-3-8B shape in the quantized types people download
+# the Llama-3-8B shape in the quantized types people download; runs are
+# TYPE:STREAMS:GEMV_MAX (0: the default), the last the lowest priority
 mkdir -p "$models"
-for t in $quant_types; do
+for run in $quant_runs; do
+    t=${run%%:*} rest=${run#*:}
+    b=${rest%%:*} g=${rest#*:}
+    out="$log/bench-$t.txt"
+    [ "$g" = 0 ] || out="$log/bench-$t-gemv$g.txt"
     left=$(( budget - ($(date +%s) - t0) ))
-    rm -f "$log/bench-$t.txt"
+    rm -f "$out" "${out%.txt}.skipped"
     if [ "$left" -lt 150 ]; then
-        echo "skipped: $left s of the budget left" > "$log/bench-$t.skipped"
+        echo "skipped: $left s of the budget left" > "${out%.txt}.skipped"
         continue
     fi
-    rm -f "$log/bench-$t.skipped"
-    say "bench: llama3-8b shape, $t"
+    say "bench: llama3-8b shape, $t, streams $b, gemv_max $g"
     f="$models/llama3-8b-$t.gguf"
     if [ ! -s "$f" ] && ! timeout 200 ./build/nalar mkmodel --dim 4096 \
             --layers 32 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 \
@@ -111,10 +118,11 @@ for t in $quant_types; do
     [ -s "$f" ] || mv "$f.part" "$f"
     left=$(( budget - ($(date +%s) - t0) ))
     if ! timeout "$(( left > 60 ? left - 20 : 40 ))" $lines ./build/nalar \
-            bench --backend cuda -m "$f" -b 1 >"$log/bench-$t.txt" 2>&1
+            bench --backend cuda -m "$f" -b "$b" --gpu-gemv-max "$g" \
+            >"$out" 2>&1
     then
         fail=1
-        tail -n 20 "$log/bench-$t.txt"
+        tail -n 20 "$out"
     fi
 done
 fi
@@ -199,6 +207,18 @@ for t in $quant_types; do
         || printf '%-34s not measured\n' "goal: $name batch-1 decode"
     [ -f "$log/bench-$t.skipped" ] && sed "s/^/  $name: /" "$log/bench-$t.skipped"
 done
+# a block type's batched decode through the GEMV (gemv_max 32) against
+# the default (cuBLAS above 8 tokens)
+if [ -s "$log/bench-q4_k_m-gemv32.txt" ]; then
+    for k in 16 32; do
+        printf '%-34s %s tok/s with cuBLAS, %s with the GEMV\n' \
+            "Q4_K_M decode batch $k" \
+            "$(awk -v k="$k" '$1 == "decode" && $2 == "batch" && $3 == k { print $4; exit }' "$log/bench-q4_k_m.txt" 2>/dev/null)" \
+            "$(awk -v k="$k" '$1 == "decode" && $2 == "batch" && $3 == k { print $4; exit }' "$log/bench-q4_k_m-gemv32.txt")"
+    done
+elif [ -f "$log/bench-q4_k_m-gemv32.skipped" ]; then
+    sed "s/^/  Q4_K_M, gemv_max 32: /" "$log/bench-q4_k_m-gemv32.skipped"
+fi
 echo "total $(( $(date +%s) - t0 )) s; logs in $log/"
 if [ -n "${FROM:-}" ]; then
     echo "gpu-check: the report of $log (nothing built or run)"

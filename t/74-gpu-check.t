@@ -95,7 +95,17 @@ sub quant_table {
         'read + write';
     printf $f "%-34s %10.2f tok/s  %.1f GB/s = %.1f%% of copy bandwidth\n",
         'decode batch 1', $tps, $gbs, $pct;
+    batch_rows($f, 16 => $tps * 9, 32 => $tps * 14);
     close $f;
+}
+sub batch_rows {
+    my ($f, %tps) = @_;
+    for my $k (sort { $a <=> $b } keys %tps) {
+        printf $f "%-34s %10.1f tok/s  %.1fx batch 1\n", "decode batch $k",
+            $tps{$k}, 1.0;
+        printf $f "%-34s %10.1f tok/s  %.1fx batch 1\n",
+            "decode batch $k, logits to host", 1.0, 1.0;
+    }
 }
 quant_table('q4_k_m', 700.0, 3400.0, 79.5);
 quant_table('q8_0', 400.0, 3000.0, 70.1);
@@ -111,5 +121,23 @@ like($out, qr/goal: Q8_0 batch-1 decode\s+70\.10% of copy bandwidth \(goal >= 75
 like($out, qr/Q8_0: skipped: 120 s of the budget left/, 'a skipped type says so');
 like($out, qr/^model build\/gpu-models\/llama3-8b-q4_k_m\.gguf/m,
      "the quantized bench's model line");
+unlike($out, qr/Q4_K_M decode batch/, 'no GEMV run: no comparison rows');
+
+# the Q4_K_M run through the GEMV at 16 and 32 streams
+open my $g, '>', "$dir/bench-q4_k_m-gemv32.txt" or die $!;
+batch_rows($g, 16 => 8000.0, 32 => 9000.0);
+close $g;
+($rc, $out) = report(@table, @more);
+like($out, qr/Q4_K_M decode batch 16\s+6300\.0 tok\/s with cuBLAS, 8000\.0 with the GEMV/,
+     '16 streams: cuBLAS against the GEMV');
+like($out, qr/Q4_K_M decode batch 32\s+9800\.0 tok\/s with cuBLAS, 9000\.0 with the GEMV/,
+     '32 streams: cuBLAS against the GEMV');
+unlink "$dir/bench-q4_k_m-gemv32.txt";
+open my $gs, '>', "$dir/bench-q4_k_m-gemv32.skipped" or die $!;
+print $gs "skipped: 100 s of the budget left\n";
+close $gs;
+($rc, $out) = report(@table, @more);
+like($out, qr/Q4_K_M, gemv_max 32: skipped: 100 s of the budget left/,
+     'a skipped GEMV run says so');
 
 done_testing();
