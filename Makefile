@@ -24,7 +24,7 @@ HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
 
 .PHONY: all test run run-cluster deps clean module fuzz bench
 
-all: build/nalar build/asan/nalar $(TEST_BIN) module
+all: build/nalar build/asan/nalar $(TEST_BIN) build/t/test_kq_decode_host module
 
 build/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -41,6 +41,15 @@ build/libnalar.a: $(ENGINE_OBJ)
 build/asan/libnalar.a: $(ASAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the CUDA kernels' block decoding built as host C++ (no GPU, no nvcc)
+CXX ?= c++
+build/t/test_kq_decode_host: t/gpu/kq_decode_host.cc kernels/cuda/kq_decode.cuh \
+                             build/libnalar.a $(HDRS)
+	@mkdir -p build/t
+	$(CXX) -std=c++17 -ffp-contract=off -g -O2 -Isrc -Ikernels/cpu \
+	    -Ikernels/cuda -It/c $(WARN) t/gpu/kq_decode_host.cc \
+	    build/libnalar.a -o $@ $(LDLIBS)
 
 CLI_SRC = $(wildcard cli/*.c)
 CLI_HDRS = $(wildcard cli/*.h)

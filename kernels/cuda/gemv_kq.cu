@@ -5,87 +5,9 @@
  * token.  The decoding follows ggml's layouts (see gguf.h).
  */
 #include "gemv_kq.cuh"
+#include "kq_decode.cuh"
 
 #define KQ_WARPS 8                 /* rows per block */
-
-
-static __device__ __forceinline__ float
-ld_f16(const uint8_t *p)
-{
-    return f16_to_f32((uint32_t) p[0] | ((uint32_t) p[1] << 8));
-}
-
-
-/* sub-block j's 6-bit scale and min of a Q4_K/Q5_K block's scales[12] */
-static __device__ __forceinline__ void
-k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
-
-/* weights c .. c + 7 (c a multiple of 8) of a row, exactly */
-template <ggml_type T>
-static __device__ __forceinline__ void
-dequant8(const uint8_t *row, int64_t c, float *w)
-{
-    if constexpr (T == GGML_Q4_0) {
-        const uint8_t *b = row + (c / 32) * 18;
-        int            o = (int) (c % 32);
-        float          d = ld_f16(b);
-
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = o < 16 ? (b[2 + o + i] & 0xF) : (b[2 + o - 16 + i] >> 4);
-
-            w[i] = (float) (q - 8) * d;
-        }
-    } else if constexpr (T == GGML_Q4_K || T == GGML_Q5_K) {
-        const int      nb = T == GGML_Q4_K ? QK4_K_BYTES : QK5_K_BYTES;
-        const uint8_t *b = row + (c / QK_K) * nb;
-        int            o = (int) (c % QK_K), j = o / 32, k = o / 64;
-        int            l0 = o % 32, sc, m;
-        const uint8_t *qs = b + (T == GGML_Q4_K ? 16 : 48) + 32 * k;
-        float          a, mn;
-
-        k4_scale_min(b + 4, j, &sc, &m);
-        a = ld_f16(b) * (float) sc;
-        mn = ld_f16(b + 2) * (float) m;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int q = (j & 1) ? qs[l0 + i] >> 4 : qs[l0 + i] & 0xF;
-
-            if constexpr (T == GGML_Q5_K) {
-                q += ((b[16 + l0 + i] >> j) & 1) << 4;
-            }
-            /* no contraction: the bits of the CPU's a * q - mn */
-            w[i] = __fsub_rn(__fmul_rn(a, (float) q), mn);
-        }
-    } else {    /* GGML_Q6_K */
-        const uint8_t *b = row + (c / QK_K) * QK6_K_BYTES;
-        int            o = (int) (c % QK_K), h = o / 128, g = (o % 128) / 32;
-        int            l0 = o % 32;
-        const uint8_t *ql = b + 64 * h + (g & 1) * 32;
-        const uint8_t *qh = b + 128 + 32 * h;
-        float          d = ld_f16(b + 208);
-
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            int l = l0 + i;
-            int lo = g < 2 ? ql[l] & 0xF : ql[l] >> 4;
-            int q = (lo | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
-            int is = 8 * h + l / 16 + 2 * g;
-
-            w[i] = d * (float) (int8_t) b[192 + is] * (float) q;
-        }
-    }
-}
 
 
 template <ggml_type T, int NT>
