@@ -43,13 +43,11 @@ build/asan/libnalar.a: $(ASAN_OBJ)
 	ar rcs $@ $^
 
 # the CUDA kernels' block decoding built as host C++ (no GPU, no nvcc)
-CXX ?= c++
 build/t/test_kq_decode_host: t/gpu/kq_decode_host.cc kernels/cuda/kq_decode.cuh \
                              build/libnalar.a $(HDRS)
 	@mkdir -p build/t
-	$(CXX) -std=c++17 -ffp-contract=off -g -O2 -Isrc -Ikernels/cpu \
-	    -Ikernels/cuda -It/c $(WARN) t/gpu/kq_decode_host.cc \
-	    build/libnalar.a -o $@ $(LDLIBS)
+	$(CXX) -std=c++17 $(filter-out -std=c11,$(CFLAGS_COMMON)) -O2 -It/c \
+	    t/gpu/kq_decode_host.cc build/libnalar.a -o $@ $(LDLIBS)
 
 CLI_SRC = $(wildcard cli/*.c)
 CLI_HDRS = $(wildcard cli/*.h)

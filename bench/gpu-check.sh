@@ -209,12 +209,17 @@ for t in $quant_types; do
 done
 # a block type's batched decode through the GEMV (gemv_max 32) against
 # the default (cuBLAS above 8 tokens)
+# tokens/s of the "decode batch K" row of a bench's table
+streams_tps() {
+    awk -v k="$2" '$1 == "decode" && $2 == "batch" && $3 == k { print $4; exit }' \
+        "$1" 2>/dev/null
+}
 if [ -s "$log/bench-q4_k_m-gemv32.txt" ]; then
     for k in 16 32; do
         printf '%-34s %s tok/s with cuBLAS, %s with the GEMV\n' \
             "Q4_K_M decode batch $k" \
-            "$(awk -v k="$k" '$1 == "decode" && $2 == "batch" && $3 == k { print $4; exit }' "$log/bench-q4_k_m.txt" 2>/dev/null)" \
-            "$(awk -v k="$k" '$1 == "decode" && $2 == "batch" && $3 == k { print $4; exit }' "$log/bench-q4_k_m-gemv32.txt")"
+            "$(streams_tps "$log/bench-q4_k_m.txt" "$k")" \
+            "$(streams_tps "$log/bench-q4_k_m-gemv32.txt" "$k")"
     done
 elif [ -f "$log/bench-q4_k_m-gemv32.skipped" ]; then
     sed "s/^/  Q4_K_M, gemv_max 32: /" "$log/bench-q4_k_m-gemv32.skipped"

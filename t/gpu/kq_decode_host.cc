@@ -76,18 +76,12 @@ differing(ggml_type t, const uint8_t *data, int64_t rows, int64_t cols)
 }
 
 
-/* the byte offsets of a block's f16 scales (d, and dmin where there is
- * one), and the block's size */
+/* the byte offsets of a block's f16 scales: d, and dmin (-1: none) */
 static void
-f16_fields(ggml_type t, int *d, int *dmin, int *bytes)
+f16_fields(ggml_type t, int *d, int *dmin)
 {
-    *dmin = -1;
-    switch (t) {
-    case GGML_Q4_0: *d = 0; *bytes = 18; break;
-    case GGML_Q4_K: *d = 0; *dmin = 2; *bytes = QK4_K_BYTES; break;
-    case GGML_Q5_K: *d = 0; *dmin = 2; *bytes = QK5_K_BYTES; break;
-    default:        *d = 208; *bytes = QK6_K_BYTES; break;
-    }
+    *d = t == GGML_Q6_K ? 208 : 0;
+    *dmin = t == GGML_Q4_K || t == GGML_Q5_K ? 2 : -1;
 }
 
 
@@ -107,14 +101,16 @@ main(void)
         int64_t   rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
         uint8_t  *w = (uint8_t *) malloc((size_t) (rows * rs));
         float     x[1024];
-        int       d, dmin, bytes;
+        int       bytes = (int) ggml_row_size(t, t == GGML_Q4_0 ? QK4_0
+                                                                 : QK_K);
+        int       d, dmin;
         long      n;
 
         if (w == NULL) {
             ok(0, "memory");
             return 1;
         }
-        f16_fields(t, &d, &dmin, &bytes);
+        f16_fields(t, &d, &dmin);
         for (int64_t i = 0; i < rows * rs; i++) {
             w[i] = (uint8_t) rand();
         }
