@@ -42,9 +42,9 @@
 
 
 static void
-usage(void)
+usage(FILE *out)
 {
-    fprintf(stderr,
+    fprintf(out,
         "usage:\n"
         "  nalar generate -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K]"
         " [--top-p P]\n"
@@ -71,6 +71,10 @@ usage(void)
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "                 [--cpu-activations f32|i16]\n"
+        "  nalar bench --backend cuda [-m MODEL | --synthetic"
+        " llama3-8b|llama3-1b|tiny]\n"
+        "                 [-b 1,8,32] [--gpu-gemv-max N] [--json]"
+        "   (CUDA builds)\n"
         "  nalar spec-bench -m MODEL [--draft FILE]"
         " [--task prompts|edit|edit-spans|edit-rename]\n"
         "                 [-b 1,4,16] [-k 0,1,2,4,8] [-n 96] [-t THREADS]"
@@ -78,7 +82,8 @@ usage(void)
         "                 [--only draft|auto|ngram|prediction...] [--json]\n"
         "  nalar prefix-bench -m MODEL [-p 1500] [-n 16] [-t THREADS]"
         " [--json]\n"
-        "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n");
+        "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n"
+        "  nalar --help\n");
 }
 
 
@@ -207,7 +212,7 @@ cmd_generate(int argc, char **argv)
         };
 
         if (NALAR_OPTS_PARSE("generate", argc, argv, opts) != 0) {
-            usage();
+            usage(stderr);
             return 2;
         }
         eo.act_i16 = cpu_activations("generate", act);
@@ -477,12 +482,12 @@ cmd_tokenize(int argc, char **argv)
         } else if (text == NULL) {
             text = argv[i];
         } else {
-            usage();
+            usage(stderr);
             return 2;
         }
     }
     if (model == NULL || text == NULL) {
-        usage();
+        usage(stderr);
         return 2;
     }
     /* the tokenizer alone: vocabulary-only files work too */
@@ -575,7 +580,7 @@ cmd_inspect(int argc, char **argv)
     char        *s;
 
     if (argc != 2) {
-        usage();
+        usage(stderr);
         return 2;
     }
     m = nalar_model_load(argv[1], &err);
@@ -933,7 +938,7 @@ cmd_bench(int argc, char **argv)
     }
 #endif
     if (model == NULL || p < 1 || n < 1) {
-        usage();
+        usage(stderr);
         return 2;
     }
     dup = strdup(blist);
@@ -1152,8 +1157,14 @@ int
 main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage();
+        usage(stderr);
         return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0
+        || strcmp(argv[1], "help") == 0)
+    {
+        usage(stdout);
+        return 0;
     }
     if (strcmp(argv[1], "generate") == 0) {
         return cmd_generate(argc - 1, argv + 1);
@@ -1182,6 +1193,6 @@ main(int argc, char **argv)
     if (strcmp(argv[1], "prefix-bench") == 0) {
         return nalar_cmd_prefix_bench(argc - 1, argv + 1);
     }
-    usage();
+    usage(stderr);
     return 2;
 }

@@ -22,7 +22,11 @@ ok(defined $block, 'README.md has the delimited `nalar --help` block')
 
 my $usage = `$nalar --help 2>&1`;
 my $rc = $? >> 8;
-ok($usage =~ /^usage:\n/, "nalar --help prints its usage (exit $rc)");
+ok($usage =~ /^usage:\n/, 'nalar --help prints its usage');
+is($rc, 0, 'nalar --help exits 0');
+my $bad = `$nalar no-such-command 2>&1`;
+is($? >> 8, 2, 'an unknown command exits 2, with the usage')
+    and like($bad, qr/^usage:\n/, 'the usage goes with it');
 
 my @want = split /\n/, $usage;
 my @have = split /\n/, $block;
