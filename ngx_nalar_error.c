@@ -146,7 +146,13 @@ ngx_http_nalar_header_filter(ngx_http_request_t *r)
         type = "authentication_error"; code = "invalid_api_key";
         msg = "Authorization required"; break;
     case NGX_HTTP_FORBIDDEN:
-        type = "permission_error"; code = NULL; msg = "Forbidden"; break;
+        type = "permission_error"; code = NULL; msg = "Forbidden";
+        ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
+        if (ctx && ctx->tenant_state == NGX_HTTP_NALAR_TENANT_REFUSED) {
+            code = "invalid_edge_identity";
+            msg = "The request's edge identity did not verify";
+        }
+        break;
     case NGX_HTTP_NOT_FOUND:
         type = "invalid_request_error"; code = NULL; msg = "Not found"; break;
     case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:

@@ -99,6 +99,10 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
             return ngx_http_nalar_unauthorized(r, ctx);
         }
 
+        if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_REFUSED) {
+            return NGX_HTTP_FORBIDDEN;
+        }
+
         return ngx_http_nalar_models(r);
 
     default:
@@ -374,6 +378,10 @@ ngx_http_nalar_start(ngx_http_request_t *r)
         || ctx->tenant_state == NGX_HTTP_NALAR_TENANT_INVALID)
     {
         return ngx_http_nalar_unauthorized(r, ctx);
+    }
+
+    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_REFUSED) {
+        return NGX_HTTP_FORBIDDEN;
     }
 
     ctx->endpoint = ngx_http_nalar_endpoint(&r->uri);

@@ -252,6 +252,20 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       0,
       NULL },
 
+    { ngx_string("nalar_edge_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_nalar_edge_key,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_edge_tenant"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, edge_tenant),
+      NULL },
+
     { ngx_string("nalar_route_prefix"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_nalar_route_prefix,
@@ -529,6 +543,8 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
     nlcf->jwt = NGX_CONF_UNSET_PTR;
     nlcf->jwt_leeway = NGX_CONF_UNSET;
     nlcf->cache_scope = NGX_CONF_UNSET_UINT;
+    nlcf->edge_key = NGX_CONF_UNSET_PTR;
+    nlcf->edge_tenant = NGX_CONF_UNSET_PTR;
     nlcf->shared = NGX_CONF_UNSET_PTR;
     nlcf->spec_mode = NGX_CONF_UNSET_UINT;
     nlcf->spec_max_k = NGX_CONF_UNSET;
@@ -558,6 +574,8 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_sec_value(conf->jwt_leeway, prev->jwt_leeway, 0);
     ngx_conf_merge_uint_value(conf->cache_scope, prev->cache_scope,
                               NGX_HTTP_NALAR_SCOPE_TENANT);
+    ngx_conf_merge_ptr_value(conf->edge_key, prev->edge_key, NULL);
+    ngx_conf_merge_ptr_value(conf->edge_tenant, prev->edge_tenant, NULL);
     ngx_conf_merge_ptr_value(conf->shared, prev->shared, NULL);
     ngx_conf_merge_uint_value(conf->spec_mode, prev->spec_mode,
                               NALAR_SPEC_AUTO);
@@ -565,6 +583,24 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->spec_fixed, prev->spec_fixed, 0);
     ngx_conf_merge_size_value(conf->route_prefix, prev->route_prefix, 2048);
     ngx_conf_merge_value(conf->route_edge, prev->route_edge, 0);
+
+    /* behind an edge the tenant comes from the edge's signed identity
+     * only: never also from a header or a token of the node's own */
+
+    if (conf->edge_tenant && conf->edge_key == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_edge_tenant\" needs \"nalar_edge_key\" "
+                           "(the key the edge signs identities with)");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->edge_tenant && (conf->tenant || conf->jwt)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_edge_tenant\" cannot be used with "
+                           "\"%s\": the edge establishes the tenant",
+                           conf->jwt ? "nalar_jwt_key" : "nalar_tenant");
+        return NGX_CONF_ERROR;
+    }
 
     if (conf->keepalive == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

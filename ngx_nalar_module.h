@@ -72,6 +72,9 @@
                                                prefix cache */
 #define NGX_HTTP_NALAR_TENANT_MISSING 3     /* no bearer token */
 #define NGX_HTTP_NALAR_TENANT_INVALID 4     /* a token that did not verify */
+#define NGX_HTTP_NALAR_TENANT_REFUSED 5     /* nalar_edge_tenant: no edge
+                                               identity, or one that did
+                                               not verify: 403 */
 
 #define NGX_HTTP_NALAR_MAX_TENANT     256   /* bytes of a tenant claim */
 #define NGX_HTTP_NALAR_MAX_SHARED     (64 * 1024)  /* nalar_shared_prefix */
@@ -159,6 +162,15 @@ typedef struct {
 } ngx_http_nalar_runtime_t;
 
 
+/* nalar_edge_key: the secret an edge signs identities with and its
+ * nodes verify them with (ngx_nalar_edge.c) */
+typedef struct {
+    ngx_str_t                  key;         /* 32 to 4096 bytes */
+    time_t                     skew;        /* how far a signature's time
+                                               may be from the node's */
+} ngx_http_nalar_edge_key_t;
+
+
 typedef struct {
     ngx_uint_t                 handler;     /* NGX_HTTP_NALAR_API, ... */
     ngx_uint_t                 chat_style;  /* nalar_chat_style */
@@ -173,6 +185,9 @@ typedef struct {
     ngx_str_t                  jwt_audience;
     time_t                     jwt_leeway;
     ngx_uint_t                 cache_scope; /* NGX_HTTP_NALAR_SCOPE_* */
+    ngx_http_nalar_edge_key_t *edge_key;    /* nalar_edge_key, or NULL */
+    ngx_http_complex_value_t  *edge_tenant; /* nalar_edge_tenant, or NULL:
+                                               the signed identity header */
     ngx_http_nalar_shared_t   *shared;      /* nalar_shared_prefix */
     ngx_uint_t                 spec_mode;   /* nalar_spec_mode */
     ngx_int_t                  spec_max_k;  /* most proposals per step */
@@ -329,6 +344,14 @@ extern char              *ngx_http_nalar_hold_path;  /* test only */
 extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 extern ngx_str_t  ngx_http_nalar_json_type;
+
+/* ngx_nalar_edge.c */
+char *ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+ngx_int_t ngx_http_nalar_edge_verify(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
 
 /* ngx_nalar_engine_conf.c */
 char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -81,6 +81,10 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
     { ngx_string("nalar_route_key"), NULL, ngx_http_nalar_route_key_variable,
       0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("nalar_edge_identity"), NULL,
+      ngx_http_nalar_edge_identity_variable, 0, NGX_HTTP_VAR_NOCACHEABLE,
+      0 },
+
       ngx_http_null_variable
 };
 
@@ -106,7 +110,7 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
     if ((nlcf->handler != NGX_HTTP_NALAR_API && !nlcf->route_edge)
-        || nlcf->jwt == NULL
+        || (nlcf->jwt == NULL && nlcf->edge_tenant == NULL)
         || r->method == NGX_HTTP_OPTIONS
         || ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_HEALTH)
     {
@@ -118,19 +122,28 @@ ngx_http_nalar_access_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (ctx->tenant_state == NGX_HTTP_NALAR_TENANT_OK) {
+    switch (ctx->tenant_state) {
+
+    case NGX_HTTP_NALAR_TENANT_MISSING:
+    case NGX_HTTP_NALAR_TENANT_INVALID:
+        return ngx_http_nalar_unauthorized(r, ctx);
+
+    case NGX_HTTP_NALAR_TENANT_REFUSED:
+        return NGX_HTTP_FORBIDDEN;
+
+    default:
         return NGX_OK;
     }
-
-    return ngx_http_nalar_unauthorized(r, ctx);
 }
 
 
 /*
- * The tenant of a request, established once: the verified JWT claim where
- * nalar_jwt_key is set, else the value of nalar_tenant, else "" (a single
- * tenant).  Never anything from the request body.  The reason a token is
- * refused goes to the log only; the client is told invalid_token.
+ * The tenant of a request, established once: behind an edge
+ * (nalar_edge_tenant), the tenant and scope the edge signed; else the
+ * verified JWT claim where nalar_jwt_key is set, else the value of
+ * nalar_tenant, else "" (a single tenant).  Never anything from the
+ * request body.  The reason a token is refused goes to the log only; the
+ * client is told invalid_token.
  */
 
 ngx_http_nalar_ctx_t *
@@ -168,6 +181,10 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
     ngx_str_null(&ctx->tenant);
     ngx_str_null(&ctx->scope);
     is_string = 1;
+
+    if (nlcf->edge_tenant) {
+        return ngx_http_nalar_edge_verify(r, ctx) == NGX_OK ? ctx : NULL;
+    }
 
     if (nlcf->jwt == NULL) {
 

@@ -400,7 +400,8 @@ sub DESTROY {
 # One request on its own connection.  Returns
 #   { status, headers => { lowercase name => value }, body, raw }.
 # Options: body, headers => {..}, json => ref (sent as JSON), port,
-# timeout, on_data => sub { my ($chunk_so_far) = @_; return 0 to stop }.
+# timeout, on_data => sub { my ($chunk_so_far) = @_; return 0 to stop },
+# local_addr (the address to connect from, e.g. '127.0.0.2').
 sub request {
     my ($self, $method, $path, %o) = @_;
     my $port = $o{port} || $self->port(0);
@@ -413,7 +414,9 @@ sub request {
     }
 
     my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-                                  Proto => 'tcp', Timeout => 10)
+                                  Proto => 'tcp', Timeout => 10,
+                                  $o{local_addr}
+                                  ? (LocalAddr => $o{local_addr}) : ())
         or return { status => 0, error => "connect: $!" };
 
     my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
