@@ -25,6 +25,21 @@ then
     exit 1
 fi
 
+# the key the edge signs identities with and the nodes verify them with,
+# made once and kept (readable by this user only)
+KEY=build/cluster/edge.key
+if [ ! -f "$KEY" ]; then
+    if ! command -v openssl > /dev/null 2>&1; then
+        echo "run-cluster: openssl is needed to make $KEY" \
+             "(apt-get install openssl)" >&2
+        exit 1
+    fi
+    mkdir -p build/cluster
+    (umask 077 && openssl rand -hex 32 > "$KEY.new")
+    mv "$KEY.new" "$KEY"
+    echo "nalar: made the edge key $KEY"
+fi
+
 PIDS=
 stop() {
     trap - INT TERM EXIT
@@ -42,6 +57,7 @@ for n in 1 2 3; do
     sed -e "s/127\.0\.0\.1:8081/127.0.0.1:808$n/" \
         -e "s/X-Node  node1/X-Node  node$n/" \
         -e "s#models/#$ROOT/models/#" \
+        -e "s#build/cluster/edge\.key#$ROOT/$KEY#" \
         conf.example.node > "$dir/nginx.conf"
     "$NGINX" -t -q -p "$ROOT/$dir/" -c "$ROOT/$dir/nginx.conf"
     "$NGINX" -p "$ROOT/$dir/" -c "$ROOT/$dir/nginx.conf" \

@@ -3,8 +3,9 @@
 # `make run` serves), and conf.example.node and conf.example.cluster (what
 # `make run-cluster` serves), with the module built here and each file's
 # relative paths resolved as the run scripts resolve them (prefixes under
-# build/, models beside the file).  A directive renamed or dropped in the
-# module without the example following it fails here.
+# build/, models beside the file, the cluster's edge key made as `make
+# run-cluster` makes it when absent).  A directive renamed or dropped in
+# the module without the example following it fails here.
 use strict;
 use warnings;
 use Test::More;
@@ -20,6 +21,15 @@ NalarTest::missing('models/ missing')
     unless -f "$root/models/nalar-kjv-target-f32.gguf";
 
 my $nginx = $NalarTest::NGINX;
+
+# the key conf.example.cluster and conf.example.node share, as
+# scripts/run-cluster.sh makes it
+my $key = "$root/build/cluster/edge.key";
+unless (-f $key) {
+    make_path("$root/build/cluster");
+    system("umask 077 && openssl rand -hex 32 > $key.new && mv $key.new $key")
+        == 0 or die "openssl rand: $?";
+}
 my $base = "$root/build/conf-examples";
 remove_tree($base);
 

@@ -5,10 +5,13 @@
 # tenants, each with a system prompt (tenants 0 and 1 with the same text).
 #  - affinity: a tenant's requests with its system prompt all reach one
 #    node, and every one after the first reads the prompt from its cache;
-#  - the trust boundary: a node refuses a client that connects to it
-#    directly; an X-Edge-Tenant a client sets never reaches a node's scope
+#  - the trust boundary: the edge signs the scope it establishes
+#    ($nalar_edge_identity under nalar_edge_key) and the nodes take it only
+#    when it verifies (nalar_edge_tenant); a node refuses a client that
+#    connects to it directly; an identity a client sets, even a validly
+#    signed one, never reaches a node's scope when the edge sets its own
 #    (an edge location that forgets proxy_set_header is the control that
-#    shows the probe would see it);
+#    shows the probe would see it), and a bare X-Edge-Tenant is refused;
 #  - isolation: no tenant's prompt is cached for anyone else on any node;
 #  - reload of the edge under load: every request answered 200 with the
 #    greedy answer it has alone;
@@ -22,8 +25,15 @@ use NalarTest;
 use Time::HiRes qw(sleep time);
 use IO::Socket::INET;
 use IO::Select;
+use Digest::SHA qw(hmac_sha256);
+use MIME::Base64 qw(encode_base64url);
 
 my @nodes = map { NalarTest->new->has_model } 0 .. 2;
+my $edge = NalarTest->new;
+
+# the key edge and nodes share
+my $key = join '', map { sprintf '%02x', int rand 256 } 1 .. 32;
+chmod 0600, $_->write_file('edge.key', "$key\n") for @nodes, $edge;
 
 for my $i (0 .. 2) {
     $nodes[$i]->write_conf(<<"CONF")->run(health => '/health');
@@ -42,7 +52,8 @@ http {
         location /v1/ {
             allow 127.0.0.2;
             deny all;
-            nalar_tenant \$http_x_edge_tenant;
+            nalar_edge_key %%PREFIX%%/edge.key;
+            nalar_edge_tenant \$http_x_edge_identity;
             limit_rate \$test_rate;
             nalar_api;
         }
@@ -53,7 +64,6 @@ http {
 CONF
 }
 
-my $edge = NalarTest->new;
 my $servers = join '', map {
     '        server 127.0.0.1:' . $nodes[$_]->port
     . " max_fails=1 fail_timeout=60s;\n" } 0 .. 2;
@@ -63,7 +73,7 @@ my $servers = join '', map {
 my $direct = join '', map { my $p = $nodes[$_]->port; <<"LOC" } 0 .. 2;
         location /node$_/ {
             nalar_tenant \$http_x_tenant;
-            proxy_set_header X-Edge-Tenant \$nalar_tenant;
+            proxy_set_header X-Edge-Identity \$nalar_edge_identity;
             proxy_bind 127.0.0.2;
             proxy_pass http://127.0.0.1:$p/;
         }
@@ -77,6 +87,7 @@ LOC
 $edge->write_conf(<<"CONF")->run;
 http {
     %%NALAR_HTTP%%
+    nalar_edge_key %%PREFIX%%/edge.key;
 
     upstream nalar_nodes {
         hash \$nalar_route_key consistent;
@@ -92,7 +103,7 @@ $servers
 
         location /v1/ {
             nalar_tenant \$http_x_tenant;
-            proxy_set_header X-Edge-Tenant \$nalar_tenant;
+            proxy_set_header X-Edge-Identity \$nalar_edge_identity;
             proxy_http_version 1.1;
             proxy_buffering off;
             proxy_bind 127.0.0.2;
@@ -187,24 +198,38 @@ my $r = $edge->post_json('/v1/chat/completions', body(2, 0),
 is($r->{status}, 403, 'a node refuses a client that connects directly');
 is($r->{json}{error}{type}, 'permission_error', '... with OpenAI error JSON');
 
-# tenant 2's prompt is cached on its node: a request naming tenant 2 in
-# X-Edge-Tenant while the edge knows it as someone else reads nothing of
+# tenant 2's identity as the edge signs it (ngx_nalar_edge.c): the scope
+# names the nalar_tenant expression, the client CA (none) and the name
+my $expr = '$http_x_tenant';
+my $payload = 'o7:tenant2var:' . length($expr) . ":$expr:ca=-:tenant2";
+my $signed = '1.' . int(time) . '.' . encode_base64url($payload);
+my $identity = "$signed."
+               . encode_base64url(hmac_sha256("nalar-edge-identity $signed",
+                                              $key));
+
+# tenant 2's prompt is cached on its node: a request carrying tenant 2's
+# signed identity while the edge knows it as someone else reads nothing of
 # it, on any node
 my @forged;
 for my $i (0 .. 2) {
     my (undef, undef, $cached) = chat("/node$i/v1/chat/completions", 2, 0,
         headers => { 'X-Tenant' => "intruder$i",
+                     'X-Edge-Identity' => $identity,
                      'X-Edge-Tenant' => 'tenant2' });
     push @forged, $cached // 'none';
 }
-is("@forged", '0 0 0', 'a client-set X-Edge-Tenant never reaches a scope');
+is("@forged", '0 0 0', 'a client-set X-Edge-Identity never reaches a scope');
 
 my ($victim_idx) = $node_of{2} =~ /(\d)/;
 my (undef, undef, $leaked) = chat("/leaky$victim_idx/v1/chat/completions",
-    2, 0, headers => { 'X-Edge-Tenant' => 'tenant2' });
+    2, 0, headers => { 'X-Edge-Identity' => $identity });
 ok($leaked && $leaked >= 32,
-   "control: an edge that passes the client's header leaks tenant 2's "
-   . 'cache (the probe sees a forged scope)');
+   "control: an edge that passes the client's identity header leaks "
+   . "tenant 2's cache (the probe sees a forged scope)");
+
+my ($status) = chat("/leaky$victim_idx/v1/chat/completions", 2, 0,
+                    headers => { 'X-Edge-Tenant' => 'tenant2' });
+is($status, 403, 'a bare X-Edge-Tenant, even from the edge\'s address: 403');
 
 # --- isolation ----------------------------------------------------------------
 
