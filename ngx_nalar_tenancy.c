@@ -4,8 +4,9 @@
  * writes.  nalar_jwt_key's handler loads the keys at configuration time
  * (nginx -t reports a bad one); the access phase checks the bearer JWT, the
  * tenant comes from the verified claim or from a verified client
- * certificate's CA (mTLS), and the $nalar_* variables report a request's
- * tenant, model and usage to the log.
+ * certificate's CA (mTLS), or behind an edge from the identity the edge
+ * signed (ngx_nalar_edge.c), and the $nalar_* variables report a
+ * request's tenant, model and usage to the log.
  *
  * The key loader runs while the configuration is read; the rest on the
  * event loop only: it touches the request, its ctx and the configuration,
