@@ -8,7 +8,8 @@ NGX_SRC     ?= /usr/share/nginx/src
 NGX_BUILD   = build/nginx
 NGX_MODULE  = build/module/ngx_nalar_module.so
 MODULE_SRC  = ngx_nalar_module.c ngx_nalar_module.h ngx_nalar_status.c \
-             ngx_nalar_tenancy.c ngx_nalar_edge.c ngx_nalar_response.c \
+             ngx_nalar_tenancy.c ngx_nalar_edge.c ngx_nalar_edge_status.c \
+             ngx_nalar_response.c \
              ngx_nalar_response_tools.c ngx_nalar_done.c \
              ngx_nalar_parse.c ngx_nalar_handler.c ngx_nalar_error.c \
              ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h \

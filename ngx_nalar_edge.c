@@ -266,6 +266,13 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "nalar: $nalar_edge_identity without nalar_edge_key; "
                       "no identity is sent");
+
+        ctx = ngx_http_nalar_get_ctx(r);
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ctx->edge_sign = NGX_HTTP_NALAR_SIGN_NO_KEY;
         v->not_found = 1;
         return NGX_OK;
     }
@@ -275,9 +282,14 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
+    /* what nalar_edge_zone counts; an error return below leaves ERROR */
+
+    ctx->edge_sign = NGX_HTTP_NALAR_SIGN_ERROR;
+
     if (ctx->tenant_state != NGX_HTTP_NALAR_TENANT_OK
         && ctx->tenant_state != NGX_HTTP_NALAR_TENANT_ANON)
     {
+        ctx->edge_sign = NGX_HTTP_NALAR_SIGN_NO_IDENTITY;
         v->not_found = 1;
         return NGX_OK;
     }
@@ -311,6 +323,7 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "nalar: the edge identity is longer than %d bytes; "
                       "no identity is sent", NGX_HTTP_NALAR_EDGE_MAX);
+        ctx->edge_sign = NGX_HTTP_NALAR_SIGN_TOO_LONG;
         v->not_found = 1;
         return NGX_OK;
     }
@@ -339,6 +352,8 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
     dst.data = p;
     ngx_encode_base64url(&dst, &src);
     p += dst.len;
+
+    ctx->edge_sign = NGX_HTTP_NALAR_SIGN_OK;
 
     v->len = p - out;
     v->data = out;

@@ -266,6 +266,27 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       offsetof(ngx_http_nalar_loc_conf_t, edge_tenant),
       NULL },
 
+    { ngx_string("nalar_edge_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_edge_zone,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_edge_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_edge_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_edge_health"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_edge_health,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("nalar_route_prefix"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_nalar_route_prefix,
@@ -357,6 +378,10 @@ ngx_http_nalar_init(ngx_conf_t *cf)
 
     ngx_http_nalar_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_nalar_body_filter;
+
+    if (ngx_http_nalar_edge_status_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     return ngx_http_nalar_route_init(cf);
 }
@@ -535,6 +560,8 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
      *     nlcf->jwt_claim = { 0, NULL };
      *     nlcf->jwt_issuer = { 0, NULL };
      *     nlcf->jwt_audience = { 0, NULL };
+     *     nlcf->edge_metrics = NULL;
+     *     nlcf->edge_health = NULL;
      */
 
     nlcf->chat_style = NGX_CONF_UNSET_UINT;
@@ -551,6 +578,7 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
     nlcf->spec_fixed = NGX_CONF_UNSET;
     nlcf->route_prefix = NGX_CONF_UNSET_SIZE;
     nlcf->route_edge = NGX_CONF_UNSET;
+    nlcf->edge_zone = NGX_CONF_UNSET_PTR;
 
     return nlcf;
 }
@@ -583,6 +611,7 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->spec_fixed, prev->spec_fixed, 0);
     ngx_conf_merge_size_value(conf->route_prefix, prev->route_prefix, 2048);
     ngx_conf_merge_value(conf->route_edge, prev->route_edge, 0);
+    ngx_conf_merge_ptr_value(conf->edge_zone, prev->edge_zone, NULL);
 
     /* behind an edge the tenant comes from the edge's signed identity
      * only: never also from a header or a token of the node's own */

@@ -76,6 +76,14 @@
                                                identity, or one that did
                                                not verify: 403 */
 
+/* how $nalar_edge_identity came out, for nalar_edge_zone's counters */
+#define NGX_HTTP_NALAR_SIGN_NONE      0     /* not asked for */
+#define NGX_HTTP_NALAR_SIGN_OK        1
+#define NGX_HTTP_NALAR_SIGN_NO_KEY    2     /* no nalar_edge_key */
+#define NGX_HTTP_NALAR_SIGN_NO_IDENTITY 3   /* no valid token or tenant */
+#define NGX_HTTP_NALAR_SIGN_TOO_LONG  4
+#define NGX_HTTP_NALAR_SIGN_ERROR     5     /* no memory, HMAC failed */
+
 #define NGX_HTTP_NALAR_MAX_TENANT     256   /* bytes of a tenant claim */
 #define NGX_HTTP_NALAR_MAX_SHARED     (64 * 1024)  /* nalar_shared_prefix */
 
@@ -195,6 +203,11 @@ typedef struct {
     size_t                     route_prefix;    /* nalar_route_prefix */
     ngx_flag_t                 route_edge;  /* nalar_route_prefix here or
                                                above: an edge location */
+    ngx_shm_zone_t            *edge_zone;   /* nalar_edge_zone: where this
+                                               location's requests are
+                                               counted, or NULL */
+    ngx_shm_zone_t            *edge_metrics;    /* nalar_edge_metrics */
+    ngx_http_upstream_srv_conf_t  *edge_health; /* nalar_edge_health */
 } ngx_http_nalar_loc_conf_t;
 
 
@@ -287,6 +300,9 @@ struct ngx_http_nalar_ctx_s {
     ngx_str_t                  scope;       /* the tenant and where it
                                                came from; NUL-terminated */
     ngx_uint_t                 tenant_state;    /* NGX_HTTP_NALAR_TENANT_* */
+    ngx_uint_t                 edge_sign;   /* NGX_HTTP_NALAR_SIGN_*: how
+                                               $nalar_edge_identity last
+                                               came out */
     ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
 
     /* usage */
@@ -324,6 +340,8 @@ struct ngx_http_nalar_ctx_s {
                                                    empty line so far */
     unsigned                   route_raw:1;     /* it passes the stream
                                                    as it comes */
+    unsigned                   route_text:1;    /* route_key read prompt
+                                                   text */
 };
 
 
@@ -352,6 +370,15 @@ ngx_int_t ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 ngx_int_t ngx_http_nalar_edge_verify(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
+
+/* ngx_nalar_edge_status.c */
+ngx_int_t ngx_http_nalar_edge_status_init(ngx_conf_t *cf);
+char *ngx_http_nalar_edge_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_edge_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_edge_health(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_nalar_engine_conf.c */
 char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,

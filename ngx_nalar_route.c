@@ -241,6 +241,7 @@ ngx_http_nalar_route_key_variable(ngx_http_request_t *r,
 
     ctx->route_key.data = p;
     ctx->route_key.len = NGX_HTTP_NALAR_ROUTE_HEX;
+    ctx->route_text = (text_len != 0);
 
 done:
 
