@@ -12,7 +12,9 @@
  * $nalar_edge_identity came out, and every try of a node as
  * $upstream_addr and $upstream_status record it (r->upstream_states):
  * the node's status class, or no answer at all (refused, reset, timed
- * out), and the tries beyond a request's first.  The counters live in one
+ * out), the tries beyond a request's first, and the requests for which
+ * nginx had no node left to try ("no live upstreams", which
+ * $upstream_addr names by the upstream's name: not a node, not a try).  The counters live in one
  * shared memory zone, so every worker adds to the same ones and a reload
  * keeps them (the zone's size never changes).
  *
@@ -64,6 +66,7 @@ typedef struct {
     ngx_atomic_t               route_keys[2];   /* without, with text */
     ngx_atomic_t               sign[6];         /* NGX_HTTP_NALAR_SIGN_* */
     ngx_atomic_t               retries;
+    ngx_atomic_t               no_live;         /* nginx had no node */
     ngx_atomic_t               nodes_dropped;
     ngx_atomic_t               n_nodes;         /* see the invariant */
     ngx_http_nalar_edge_node_t nodes[NGX_HTTP_NALAR_EDGE_NODES];
@@ -280,9 +283,11 @@ ngx_http_nalar_edge_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_nalar_edge_log(ngx_http_request_t *r)
 {
-    ngx_uint_t                    i, status, outcome;
+    ngx_str_t                    *peer;
+    ngx_uint_t                    i, status, outcome, tries;
     ngx_str_t                     none = ngx_string("-");
     ngx_http_nalar_ctx_t         *ctx;
+    ngx_http_upstream_srv_conf_t *uscf;
     ngx_http_upstream_state_t    *state;
     ngx_http_nalar_edge_node_t   *node;
     ngx_http_nalar_edge_stats_t  *st;
@@ -325,12 +330,22 @@ ngx_http_nalar_edge_log(ngx_http_request_t *r)
         return NGX_OK;
     }
 
-    (void) ngx_atomic_fetch_add(&st->retries,
-                                r->upstream_states->nelts - 1);
-
+    uscf = r->upstream ? r->upstream->upstream : NULL;
     state = r->upstream_states->elts;
+    tries = 0;
 
     for (i = 0; i < r->upstream_states->nelts; i++) {
+        peer = state[i].peer ? state[i].peer : &none;
+
+        if (uscf && state[i].header_time == (ngx_msec_t) -1
+            && peer->len == uscf->host.len
+            && ngx_strncmp(peer->data, uscf->host.data, peer->len) == 0)
+        {
+            (void) ngx_atomic_fetch_add(&st->no_live, 1);
+            continue;
+        }
+
+        tries++;
 
         /* header_time is -1 until the node's header came (connect and
          * header timers start it so); the status is then what nginx
@@ -352,15 +367,17 @@ ngx_http_nalar_edge_log(ngx_http_request_t *r)
             outcome = NGX_HTTP_NALAR_TRY_ABORTED;
         }
 
-        node = ngx_http_nalar_edge_node(nlcf->edge_zone,
-                                        state[i].peer ? state[i].peer
-                                                      : &none);
+        node = ngx_http_nalar_edge_node(nlcf->edge_zone, peer);
         if (node == NULL) {
             (void) ngx_atomic_fetch_add(&st->nodes_dropped, 1);
             continue;
         }
 
         (void) ngx_atomic_fetch_add(&node->tries[outcome], 1);
+    }
+
+    if (tries > 1) {
+        (void) ngx_atomic_fetch_add(&st->retries, tries - 1);
     }
 
     return NGX_OK;
@@ -516,11 +533,15 @@ ngx_http_nalar_edge_metrics_handler(ngx_http_request_t *r)
             "beyond each request's first.\n"
             "# TYPE nalar_edge_upstream_retries_total counter\n"
             "nalar_edge_upstream_retries_total %uA\n"
+            "# HELP nalar_edge_upstream_no_live_total Requests for which "
+            "nginx had no node left to try.\n"
+            "# TYPE nalar_edge_upstream_no_live_total counter\n"
+            "nalar_edge_upstream_no_live_total %uA\n"
             "# HELP nalar_edge_upstream_nodes_dropped_total Tries not "
             "counted by node: the node table was full.\n"
             "# TYPE nalar_edge_upstream_nodes_dropped_total counter\n"
             "nalar_edge_upstream_nodes_dropped_total %uA\n",
-            st->retries, st->nodes_dropped);
+            st->retries, st->no_live, st->nodes_dropped);
 
     p = ngx_slprintf(p, end,
             "# HELP nalar_edge_upstream_tries_total Tries of a node, by "
