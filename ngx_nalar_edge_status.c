@@ -293,6 +293,13 @@ ngx_http_nalar_edge_log(ngx_http_request_t *r)
     ngx_http_nalar_edge_stats_t  *st;
     ngx_http_nalar_loc_conf_t    *nlcf;
 
+    /* a subrequest is logged too where log_subrequest is on: it is part
+     * of its main request, which is counted */
+
+    if (r != r->main) {
+        return NGX_OK;
+    }
+
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
     if (nlcf->edge_zone == NULL || nlcf->edge_zone->data == NULL) {
