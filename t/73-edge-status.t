@@ -131,6 +131,23 @@ sub scrape {
     return \%m;
 }
 
+# A request is counted when it ends, which may be a moment after its
+# client has the answer (and another worker may serve the next scrape):
+# wait until the edge has counted `$n` requests in all, then scrape.
+sub settled {
+    my ($what, $n) = @_;
+    my $deadline = time + 10 * $NalarTest::SLOW;
+    while (time < $deadline) {
+        my %m = map { /^(nalar_edge_requests_total\S*)\s+(\S+)$/ ? ($1, $2) : () }
+                split /\n/, $edge->get('/metrics')->{body} // '';
+        my $got = 0;
+        $got += $_ for values %m;
+        last if $got >= $n;
+        sleep 0.05;
+    }
+    return scrape($what);
+}
+
 # the sum of a metric's series whose labels match
 sub total {
     my ($m, $name, $labels) = @_;
@@ -197,7 +214,7 @@ $edge->get('/health');
 is(chat('/uncounted/v1/chat/completions', 1)->{status}, 200,
    'a request in a location without nalar_edge_zone');
 
-my $m1 = scrape('after traffic');
+my $m1 = settled('after traffic', 9);
 my %d = map { $_ => total($m1, 'nalar_edge_requests_total', qr/"$_"/)
                     - total($m0, 'nalar_edge_requests_total', qr/"$_"/) }
         qw(1xx 2xx 3xx 4xx 5xx);
@@ -249,7 +266,7 @@ is($j->{status}, 'degraded', '... "status": "degraded"');
 is($state->{$addr_x}, 'failed', '... the stopped node "failed"');
 is(scalar(grep { $_ eq 'up' } values %$state), 2, '... the others "up"');
 
-my $m2 = scrape('one node down');
+my $m2 = settled('one node down', 10);
 is(tries($m2, $addr_x, 'error') - tries($m1, $addr_x, 'error'), 1,
    'the stopped node: one try without an answer');
 is($m2->{nalar_edge_upstream_retries_total}, 1, 'one retry');
@@ -271,7 +288,7 @@ is($j->{status}, 'failed', '... "status": "failed"');
 is_deeply($state, { map { $_ => 'failed' } keys %node_of_addr },
           '... every node "failed"') or diag(explain $j);
 
-my $m3 = scrape('every node down');
+my $m3 = settled('every node down', 11);
 diag($edge->read_file('metrics.txt')) if $ENV{NALAR_TEST_SHOW};
 is(total($m3, 'nalar_edge_requests_total', qr/"5xx"/), 1,
    'the 502 counted once, as 5xx');
@@ -292,18 +309,50 @@ is($m3->{nalar_edge_upstream_retries_total}
 
 # --- a reload keeps the counters ----------------------------------------------
 
-my $reloads = () = $edge->read_file('error.log') =~ /reconfiguring/g;
+# once both old workers are shutting down (they close their listening
+# sockets first), only the new ones answer
+sub shutting { scalar(() = $edge->read_file('error.log')
+                           =~ /gracefully shutting down/g) }
+my $before = shutting();
 $edge->signal('HUP');
 my $deadline = time + 60;
-sleep 0.05 while time < $deadline
-    && (() = $edge->read_file('error.log') =~ /reconfiguring/g) == $reloads;
-my $m4 = scrape('after a reload');
+sleep 0.05 while time < $deadline && shutting() < $before + 2;
+is(shutting(), $before + 2, 'the edge reloaded: both old workers left');
+
+$r = chat('/v1/chat/completions', 2);
+is($r->{status}, 502, 'a request after the reload (the nodes are still '
+                      . 'stopped): 502');
+my $m4 = settled('after a reload', 12);
 is(total($m4, 'nalar_edge_requests_total'),
-   total($m3, 'nalar_edge_requests_total'), 'a reload keeps the counters');
+   total($m3, 'nalar_edge_requests_total') + 1,
+   'a reload keeps the counters: the new workers add to them');
 
 $r = $edge->request('POST', '/metrics', body => 'x');
 is($r->{status}, 405, '/metrics: POST is not allowed');
 
 $edge->check_log;
+
+# --- configuration mistakes that nginx -t names -------------------------------
+
+my $bad = NalarTest->new;
+my @mistakes = (
+    [ 'location / { nalar_edge_zone a; nalar_edge_zone a; }',
+      qr/"nalar_edge_zone" directive is duplicate/, 'a repeated zone' ],
+    [ "limit_req_zone \$binary_remote_addr zone=a:1m rate=1r/s;\n"
+      . '    server { location / { nalar_edge_metrics a; } }',
+      qr/already declared for a different use/,
+      "a zone name another module's zone has" ],
+    [ 'location / { nalar_edge_health nowhere; }',
+      qr/in upstream "nowhere"/,
+      'nalar_edge_health of an upstream that does not exist' ],
+);
+for my $case (@mistakes) {
+    my ($conf, $re, $what) = @$case;
+    $conf = "server { listen 127.0.0.1:%%PORT%%; $conf }"
+        unless $conf =~ /server \{/;
+    $bad->write_conf("http {\n    %%NALAR_HTTP%%\n    $conf\n}\n");
+    my ($rc, $out) = $bad->test_conf;
+    ok($rc != 0 && $out =~ $re, "nginx -t refuses $what") or diag($out);
+}
 
 done_testing;
