@@ -14,9 +14,11 @@
  * the node's status class, or no answer at all (refused, reset, timed
  * out), the tries beyond a request's first, and the requests for which
  * nginx had no node left to try ("no live upstreams", which
- * $upstream_addr names by the upstream's name: not a node, not a try).  The counters live in one
- * shared memory zone, so every worker adds to the same ones and a reload
- * keeps them (the zone's size never changes).
+ * $upstream_addr names by the upstream's name: not a node, not a try).
+ * The counters live in one shared memory zone, so every worker adds to
+ * the same ones and a reload keeps them (the zone's size never changes).
+ * A request is counted when nginx frees it, which can be a moment after
+ * its client has the whole answer (a lingering close).
  *
  * The nodes' table: NGX_HTTP_NALAR_EDGE_NODES slots, each an address and
  * its counters.  Invariant: a slot below `n_nodes` is filled and never
