@@ -73,6 +73,8 @@ PIDS="$PIDS $!"
 
 echo "nalar: edge        http://127.0.0.1:8080/v1/chat/completions"
 echo "nalar: nodes       127.0.0.1:8081 8082 8083 (from the edge only)"
+echo "nalar: edge status http://127.0.0.1:8080/health" \
+     "http://127.0.0.1:8080/metrics"
 echo "nalar: logs        build/cluster/*/logs/"
 echo "nalar: try         curl -s -H 'X-Tenant: acme' -H 'Content-Type:" \
      "application/json' -d '{\"messages\":[{\"role\":\"user\"," \
