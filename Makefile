@@ -127,3 +127,32 @@ run-cluster: deps
 
 clean:
 	rm -rf build
+
+# The protocol layer (api/: chat templates and, later, the OpenAI shapes;
+# no nginx) as build/libnalar_api.a, its ASan/UBSan flavour for the unit
+# tests, and linked into the nalar tool (nalar render).
+API_SRC      = $(wildcard api/*.c)
+API_HDRS     = $(wildcard api/*.h)
+API_OBJ      = $(patsubst %.c,build/obj/%.o,$(API_SRC))
+API_ASAN_OBJ = $(patsubst %.c,build/asan/obj/%.o,$(API_SRC))
+$(API_OBJ) $(API_ASAN_OBJ): $(API_HDRS)
+build/libnalar_api.a: $(API_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+build/asan/libnalar_api.a: $(API_ASAN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+all: build/libnalar_api.a build/asan/libnalar_api.a
+build/nalar: build/libnalar_api.a $(API_HDRS)
+build/nalar: private CFLAGS += -Iapi
+build/nalar: private LDLIBS := build/libnalar_api.a $(LDLIBS)
+build/asan/nalar: build/asan/libnalar_api.a $(API_HDRS)
+build/asan/nalar: private ASAN_CFLAGS += -Iapi
+build/asan/nalar: private LDLIBS := build/asan/libnalar_api.a $(LDLIBS)
+build/t/test_jinja: build/asan/libnalar_api.a $(API_HDRS)
+build/t/test_jinja: private ASAN_CFLAGS += -Iapi
+build/t/test_jinja: private LDLIBS := build/asan/libnalar_api.a $(LDLIBS)
+build/fuzz_jinja: $(API_SRC) $(API_HDRS)
+build/t/jinja_batch: build/asan/libnalar_api.a $(API_HDRS)
+build/t/jinja_batch: private ASAN_CFLAGS += -Iapi
+build/t/jinja_batch: private LDLIBS := build/asan/libnalar_api.a $(LDLIBS)

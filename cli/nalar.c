@@ -36,6 +36,7 @@
 #include "gguf.h"
 #include "mkmodel.h"
 #include "opts.h"
+#include "render.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -61,6 +62,11 @@ usage(FILE *out)
         " [--device N]\n"
         "                 [-t THREADS] [--cpu-activations f32|i16]\n"
         "  nalar inspect MODEL\n"
+        "  nalar render --template FILE --messages FILE.json"
+        " [--tools FILE.json]\n"
+        "                 [--kwargs JSON] [--bos TEXT] [--eos TEXT]"
+        " [--now SECONDS]\n"
+        "                 [--no-generation-prompt] [--spans]\n"
         "  nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F"
         " --vocab V\n"
         "                 --ctx C --type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k"
@@ -1174,6 +1180,9 @@ main(int argc, char **argv)
     }
     if (strcmp(argv[1], "eval") == 0) {
         return cmd_eval(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "render") == 0) {
+        return nalar_cmd_render(argc - 1, argv + 1);
     }
     if (strcmp(argv[1], "inspect") == 0) {
         return cmd_inspect(argc - 1, argv + 1);

@@ -2,7 +2,8 @@
 # Installs the Debian packages the build and the tests need, when missing.
 set -e
 PKGS="build-essential clang libclang-rt-dev nginx-core nginx-dev libjansson-dev libssl-dev
-      libperl-dev curl nodejs npm prometheus chromium python3-jsonschema"
+      libperl-dev curl nodejs npm prometheus chromium python3-jsonschema
+      python3-jinja2"
 missing=""
 for p in $PKGS; do
     # a Node.js from elsewhere (nodesource) brings its own npm

@@ -1,0 +1,198 @@
+/*
+ * nalar render --template FILE --messages FILE.json [--tools FILE.json]
+ *              [--kwargs JSON] [--bos TEXT] [--eos TEXT] [--now SECONDS]
+ *              [--no-generation-prompt] [--spans]
+ *
+ * Renders a Jinja chat template as Hugging Face's apply_chat_template does
+ * (api/jinja.h) and prints the prompt exactly, or with --spans one JSON
+ * object {"text": ..., "user_spans": [[offset, length], ...]} giving the
+ * byte spans that came from the request (messages, tools, kwargs).  As
+ * transformers does, `tools` and `documents` are None when not given.  The
+ * template's raise_exception, an undefined value used, or a bound passed
+ * exits 1 with the message; a usage error exits 2.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "jinja.h"
+#include "opts.h"
+#include "render.h"
+
+
+static char *
+slurp(const char *path, size_t *len)
+{
+    FILE   *f = fopen(path, "rb");
+    char   *buf = NULL;
+    size_t  cap = 0, n = 0;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    for (;;) {
+        size_t got;
+
+        if (n + 4096 + 1 > cap) {
+            char *nb;
+
+            cap = cap ? 2 * cap : 65536;
+            nb = realloc(buf, cap);
+            if (nb == NULL) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            break;
+        }
+    }
+    fclose(f);
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+
+static json_t *
+load_json(const char *what, const char *path)
+{
+    json_error_t  je;
+    json_t       *j = json_load_file(path, JSON_PRESERVE_ORDER, &je);
+
+    if (j == NULL) {
+        fprintf(stderr, "nalar render: %s %s: %s (line %d)\n", what, path,
+                je.text, je.line);
+    }
+    return j;
+}
+
+
+static int
+render(nalar_jinja_tmpl *t, json_t *user, json_t *trusted, int64_t now,
+       int show_spans)
+{
+    nalar_jinja_limits  lim;
+    nalar_jinja_out     out;
+    char                err[512];
+    int                 rc;
+
+    memset(&lim, 0, sizeof(lim));
+    lim.now = now;
+    rc = nalar_jinja_render(t, user, trusted, &lim, &out, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "nalar render: %s%s\n",
+                rc == NALAR_JINJA_RAISED ? "the template raised: " : "", err);
+        return 1;
+    }
+    if (!show_spans) {
+        fwrite(out.text, 1, out.len, stdout);
+    } else {
+        json_t *o = json_object(), *sp = json_array();
+        char   *s;
+
+        json_object_set_new(o, "text", json_stringn(out.text, out.len));
+        for (size_t i = 0; i < out.n_spans; i++) {
+            json_array_append_new(sp, json_pack("[II]",
+                                  (json_int_t) out.spans[i].off,
+                                  (json_int_t) out.spans[i].len));
+        }
+        json_object_set_new(o, "user_spans", sp);
+        s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+        printf("%s\n", s != NULL ? s : "{}");
+        free(s);
+        json_decref(o);
+    }
+    nalar_jinja_out_free(&out);
+    return 0;
+}
+
+
+int
+nalar_cmd_render(int argc, char **argv)
+{
+    const char        *tpath = NULL, *mpath = NULL, *tools = NULL;
+    const char        *kwargs = NULL, *bos = "", *eos = "";
+    uint64_t           now = UINT64_MAX;
+    int                no_gen = 0, show_spans = 0, rc = 1;
+    char              *src;
+    size_t             len;
+    char               err[512];
+    nalar_jinja_tmpl  *t;
+    json_t            *user = NULL, *trusted = NULL, *j;
+    const nalar_opt    opts[] = {
+        { "--template", NULL, NALAR_OPT_STR, &tpath, NULL, 0 },
+        { "--messages", NULL, NALAR_OPT_STR, &mpath, NULL, 0 },
+        { "--tools", NULL, NALAR_OPT_STR, &tools, NULL, 0 },
+        { "--kwargs", NULL, NALAR_OPT_STR, &kwargs, NULL, 0 },
+        { "--bos", NULL, NALAR_OPT_STR, &bos, NULL, 0 },
+        { "--eos", NULL, NALAR_OPT_STR, &eos, NULL, 0 },
+        { "--now", NULL, NALAR_OPT_U64, &now, NULL, 0 },
+        { "--no-generation-prompt", NULL, NALAR_OPT_FLAG, &no_gen, NULL, 0 },
+        { "--spans", NULL, NALAR_OPT_FLAG, &show_spans, NULL, 0 },
+    };
+
+    if (NALAR_OPTS_PARSE("render", argc, argv, opts) != 0) {
+        return 2;
+    }
+    if (tpath == NULL || mpath == NULL) {
+        fprintf(stderr, "nalar render: --template FILE and --messages "
+                "FILE.json are required\n");
+        return 2;
+    }
+    src = slurp(tpath, &len);
+    if (src == NULL) {
+        fprintf(stderr, "nalar render: cannot read %s\n", tpath);
+        return 1;
+    }
+    t = nalar_jinja_compile(src, len, err, sizeof(err));
+    free(src);
+    if (t == NULL) {
+        fprintf(stderr, "nalar render: %s: %s\n", tpath, err);
+        return 1;
+    }
+    user = json_object();
+    trusted = json_pack("{sbssss}", "add_generation_prompt", !no_gen,
+                        "bos_token", bos, "eos_token", eos);
+    if ((j = load_json("--messages", mpath)) == NULL) {
+        goto done;
+    }
+    json_object_set_new(user, "messages", j);
+    /* as transformers passes them: None when not given */
+    if (tools == NULL) {
+        json_object_set_new(user, "tools", json_null());
+    } else {
+        if ((j = load_json("--tools", tools)) == NULL) {
+            goto done;
+        }
+        json_object_set_new(user, "tools", j);
+    }
+    json_object_set_new(user, "documents", json_null());
+    if (kwargs != NULL) {
+        json_error_t je;
+
+        j = json_loads(kwargs, JSON_PRESERVE_ORDER, &je);
+        if (j == NULL || !json_is_object(j)) {
+            fprintf(stderr, "nalar render: --kwargs: a JSON object%s%s\n",
+                    j == NULL ? ": " : "", j == NULL ? je.text : "");
+            json_decref(j);
+            goto done;
+        }
+        json_object_update(user, j);
+        json_decref(j);
+    }
+    rc = render(t, user, trusted, now == UINT64_MAX ? -1 : (int64_t) now,
+                show_spans);
+done:
+    json_decref(user);
+    json_decref(trusted);
+    nalar_jinja_free(t);
+    return rc;
+}
