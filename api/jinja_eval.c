@@ -82,6 +82,12 @@ lookup(jj_ctx *c, const char *name)
 static void
 bind(jj_ctx *c, jj_scope *s, const char *name, jv v)
 {
+    jv *p = jj_dict_gets(&s->vars, name);
+
+    if (p != NULL) {
+        *p = v;
+        return;
+    }
     jj_dict_set(&c->b, &s->vars, jv_str(&c->b, name, strlen(name), 0), v);
 }
 
@@ -734,10 +740,10 @@ assign(jj_ctx *c, jj_scope *s, jj_node *n, jv v)
 }
 
 
+/* the loop object: one dict per loop, its values set for each item */
 static void
-loop_vars(jj_ctx *c, jj_scope *s, jj_list *items, size_t i)
+loop_vars(jj_ctx *c, jj_scope *s, jv *d, jj_list *items, size_t i)
 {
-    jv    d = jv_dict(&c->b, 12);
     size_t n = items->n;
     struct { const char *k; jv v; } f[] = {
         { "index", jv_int((int64_t) i + 1) },
@@ -753,11 +759,18 @@ loop_vars(jj_ctx *c, jj_scope *s, jj_list *items, size_t i)
         { "nextitem", i + 1 < n ? items->v[i + 1] : jv_undef("nextitem") },
     };
 
-    for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
-        jj_dict_set(&c->b, d.u.d, jv_str(&c->b, f[k].k, strlen(f[k].k), 0),
-                    f[k].v);
+    if (d->t != JV_DICT) {
+        *d = jv_dict(&c->b, 12);
+        for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
+            jj_dict_set(&c->b, d->u.d,
+                        jv_str(&c->b, f[k].k, strlen(f[k].k), 0), f[k].v);
+        }
+    } else {
+        for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
+            d->u.d->v[k] = f[k].v;
+        }
     }
-    bind(c, s, "loop", d);
+    bind(c, s, "loop", *d);
 }
 
 
@@ -767,6 +780,7 @@ exec_for(jj_ctx *c, jj_node *n)
     jv        seq = jj_iter_list(c, jj_eval(c, n->a), n->line);
     jj_scope *s = jj_alloc(&c->b, sizeof(jj_scope)), *saved = c->scope;
     jj_list  *items = seq.u.l;
+    jv        loop = jv_none();
 
     s->up = c->scope;
     c->scope = s;
@@ -787,7 +801,7 @@ exec_for(jj_ctx *c, jj_node *n)
         int ctl = 0;
 
         jj_step(c);
-        loop_vars(c, s, items, i);
+        loop_vars(c, s, &loop, items, i);
         assign(c, s, n, items->v[i]);
         jj_exec_body(c, n->b, &ctl);
         if (ctl == 1) {
