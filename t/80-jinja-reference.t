@@ -78,6 +78,24 @@ for my $tpath (@templates) {
     }
 }
 
+# small templates, one feature or corner each (t/data/jinja/snippets.json):
+# whitespace control, call blocks, raw, filters, tests, methods, Python's
+# str() of values, operators, undefined values and the errors jinja2 gives
+my $snips = $json->decode(slurp('t/data/jinja/snippets.json'));
+my $snip_msgs = [ { role => 'user', content => 'Hello <there> & you' },
+                  { role => 'assistant', content => 'Hi!' },
+                  { role => 'user', content => 'bye' } ];
+for my $k (0 .. $#$snips) {
+    my $path = "$dir/snippet-$k.jinja";
+    spew($path, Encode::encode('UTF-8', $snips->[$k]));
+    push @argv, undef;
+    (my $label = substr($snips->[$k], 0, 50)) =~ s/\s+/ /g;
+    push @cases, { name => "snippet $k: $label",
+                   template => $path, messages => $snip_msgs, kwargs => {},
+                   add_generation_prompt => JSON::PP::true,
+                   bos => '<s>', eos => '</s>', now => $NOW };
+}
+
 # nalar render, one process a case, on a sample (each is a whole nalar
 # process: slow on a busy machine); every case through the same library
 # in one process (build/t/jinja_batch, under ASan/UBSan)
