@@ -62,7 +62,7 @@ usage(FILE *out)
         " [--device N]\n"
         "                 [-t THREADS] [--cpu-activations f32|i16]\n"
         "  nalar inspect MODEL\n"
-        "  nalar render --template FILE --messages FILE.json"
+        "  nalar render [-m MODEL] [--template FILE] --messages FILE.json"
         " [--tools FILE.json]\n"
         "                 [--kwargs JSON] [--bos TEXT] [--eos TEXT]"
         " [--now SECONDS]\n"

@@ -1,7 +1,11 @@
 /*
- * nalar render --template FILE --messages FILE.json [--tools FILE.json]
- *              [--kwargs JSON] [--bos TEXT] [--eos TEXT] [--now SECONDS]
- *              [--no-generation-prompt] [--spans]
+ * nalar render [-m MODEL] [--template FILE] --messages FILE.json
+ *              [--tools FILE.json] [--kwargs JSON] [--bos TEXT] [--eos TEXT]
+ *              [--now SECONDS] [--no-generation-prompt] [--spans]
+ *
+ * The template is FILE, else the model's tokenizer.chat_template; bos_token
+ * and eos_token are --bos/--eos, else the model's BOS and EOS tokens' text
+ * (else "").
  *
  * Renders a Jinja chat template as Hugging Face's apply_chat_template does
  * (api/jinja.h) and prints the prompt exactly, or with --spans one JSON
@@ -18,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "gguf.h"
 #include "jinja.h"
 #include "opts.h"
 #include "render.h"
@@ -58,6 +63,57 @@ slurp(const char *path, size_t *len)
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+
+/* the text of token `key` ("tokenizer.ggml.bos_token_id"), or NULL */
+static char *
+token_text(const gguf_file *f, const char *key)
+{
+    const gguf_kv *toks = gguf_find(f, "tokenizer.ggml.tokens");
+    int64_t        id = gguf_get_int(f, key, -1);
+    char          *s;
+
+    if (toks == NULL || toks->type != GGUF_T_ARRAY
+        || toks->arr_strs == NULL || id < 0 || (uint64_t) id >= toks->arr_len)
+    {
+        return NULL;
+    }
+    s = malloc(toks->arr_strs[id].len + 1);
+    if (s != NULL) {
+        memcpy(s, toks->arr_strs[id].ptr, toks->arr_strs[id].len);
+        s[toks->arr_strs[id].len] = 0;
+    }
+    return s;
+}
+
+
+/* -m MODEL: its template (unless --template) and its BOS/EOS text (unless
+ * --bos/--eos); 0, or 1 after a message */
+static int
+from_model(const char *path, char **src, size_t *len, char **bos, char **eos)
+{
+    nalar_err  err;
+    gguf_file *f = gguf_open(path, &err);
+
+    if (f == NULL) {
+        fprintf(stderr, "nalar render: %s\n", err.msg);
+        return 1;
+    }
+    if (*src == NULL) {
+        *src = gguf_get_str(f, "tokenizer.chat_template");
+        if (*src == NULL) {
+            fprintf(stderr, "nalar render: %s has no tokenizer.chat_template"
+                    " (give --template FILE)\n", path);
+            gguf_close(f);
+            return 1;
+        }
+        *len = strlen(*src);
+    }
+    *bos = token_text(f, "tokenizer.ggml.bos_token_id");
+    *eos = token_text(f, "tokenizer.ggml.eos_token_id");
+    gguf_close(f);
+    return 0;
 }
 
 
@@ -119,15 +175,18 @@ int
 nalar_cmd_render(int argc, char **argv)
 {
     const char        *tpath = NULL, *mpath = NULL, *tools = NULL;
-    const char        *kwargs = NULL, *bos = "", *eos = "";
+    const char        *kwargs = NULL, *bos = NULL, *eos = NULL;
+    const char        *model = NULL;
+    char              *mbos = NULL, *meos = NULL;
     uint64_t           now = UINT64_MAX;
     int                no_gen = 0, show_spans = 0, rc = 1;
-    char              *src;
-    size_t             len;
+    char              *src = NULL;
+    size_t             len = 0;
     char               err[512];
     nalar_jinja_tmpl  *t;
     json_t            *user = NULL, *trusted = NULL, *j;
     const nalar_opt    opts[] = {
+        { "-m", "--model", NALAR_OPT_STR, &model, NULL, 0 },
         { "--template", NULL, NALAR_OPT_STR, &tpath, NULL, 0 },
         { "--messages", NULL, NALAR_OPT_STR, &mpath, NULL, 0 },
         { "--tools", NULL, NALAR_OPT_STR, &tools, NULL, 0 },
@@ -142,20 +201,31 @@ nalar_cmd_render(int argc, char **argv)
     if (NALAR_OPTS_PARSE("render", argc, argv, opts) != 0) {
         return 2;
     }
-    if (tpath == NULL || mpath == NULL) {
-        fprintf(stderr, "nalar render: --template FILE and --messages "
-                "FILE.json are required\n");
+    if ((tpath == NULL && model == NULL) || mpath == NULL) {
+        fprintf(stderr, "nalar render: --template FILE (or -m MODEL) and "
+                "--messages FILE.json are required\n");
         return 2;
     }
-    src = slurp(tpath, &len);
-    if (src == NULL) {
-        fprintf(stderr, "nalar render: cannot read %s\n", tpath);
+    if (tpath != NULL) {
+        src = slurp(tpath, &len);
+        if (src == NULL) {
+            fprintf(stderr, "nalar render: cannot read %s\n", tpath);
+            return 1;
+        }
+    }
+    if (model != NULL && from_model(model, &src, &len, &mbos, &meos) != 0) {
+        free(src);
         return 1;
     }
+    bos = bos != NULL ? bos : mbos != NULL ? mbos : "";
+    eos = eos != NULL ? eos : meos != NULL ? meos : "";
     t = nalar_jinja_compile(src, len, err, sizeof(err));
     free(src);
     if (t == NULL) {
-        fprintf(stderr, "nalar render: %s: %s\n", tpath, err);
+        fprintf(stderr, "nalar render: %s: %s\n",
+                tpath != NULL ? tpath : model, err);
+        free(mbos);
+        free(meos);
         return 1;
     }
     user = json_object();
@@ -194,5 +264,7 @@ done:
     json_decref(user);
     json_decref(trusted);
     nalar_jinja_free(t);
+    free(mbos);
+    free(meos);
     return rc;
 }

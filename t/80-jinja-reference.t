@@ -166,6 +166,22 @@ for my $i (0 .. $#cases) {
     }
 }
 
+# -m MODEL: the template and the BOS text come from the GGUF
+{
+    my $tpl = 't/data/templates/meta-llama-Llama-3.1-8B-Instruct.jinja';
+    my $gguf = "$dir/tiny.gguf";
+    system($nalar, 'mkmodel', '--dim', 32, '--layers', 1, '--heads', 2,
+           '--kv-heads', 1, '--ffn', 64, '--vocab', 300, '--ctx', 64,
+           '--chat-template', $tpl, '-o', $gguf) == 0
+        or die "nalar mkmodel failed";
+    my $m = "$dir/m-0.json";
+    my $from_model = `$nalar render -m $gguf --messages $m --now $NOW`;
+    my $from_file = `$nalar render --template $tpl --bos '<s>' --messages $m --now $NOW`;
+    ok($from_model ne '' && $from_model eq $from_file
+       && $from_model =~ /^<s><\|start_header_id\|>/,
+       'nalar render -m MODEL runs the GGUF\'s template with its BOS text');
+}
+
 # equality of two failures proves little: most cases must render
 for my $t (@templates) {
     my ($tname) = $t =~ m{([^/]+)$};
