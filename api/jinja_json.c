@@ -260,7 +260,7 @@ jj_tojson(jj_ctx *c, jj_sb *sb, jv v, int indent, int sort_keys, int ascii,
     char buf[64];
 
     jj_step(c);
-    if (level > JJ_JSON_DEPTH) {
+    if (level > JJ_JSON_DEPTH || c->depth + level > c->max_depth) {
         jj_fail(&c->b, c->line, "tojson: the value nests too deep");
     }
     switch (v.t) {

@@ -459,9 +459,27 @@ jv_truthy(jv v)
 }
 
 
+/* Values nest at most this deep for ==, repr and order: deeper nesting
+ * (only a template building it on purpose makes it) compares unequal and
+ * fails to print or order, rather than exhausting the stack. */
+#define JJ_VALUE_DEPTH 200
+
+static int equal_at(jv a, jv b, int depth);
+
+
 int
 jv_equal(jv a, jv b)
 {
+    return equal_at(a, b, 0);
+}
+
+
+static int
+equal_at(jv a, jv b, int depth)
+{
+    if (depth > JJ_VALUE_DEPTH) {
+        return 0;
+    }
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             return (a.t == JV_INT ? a.u.i : a.u.b)
@@ -478,23 +496,29 @@ jv_equal(jv a, jv b)
         return a.u.s->len == b.u.s->len
                && memcmp(a.u.s->s, b.u.s->s, a.u.s->len) == 0;
     case JV_LIST:
+        if (a.u.l == b.u.l && a.tuple == b.tuple) {
+            return 1;       /* the same list (Python's identity shortcut) */
+        }
         if (a.u.l->n != b.u.l->n || a.tuple != b.tuple) {
             return 0;
         }
         for (size_t i = 0; i < a.u.l->n; i++) {
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) {
+            if (!equal_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) {
                 return 0;
             }
         }
         return 1;
     case JV_DICT:
+        if (a.u.d == b.u.d) {
+            return 1;
+        }
         if (a.u.d->n != b.u.d->n) {
             return 0;
         }
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv *o = jj_dict_get(b.u.d, a.u.d->k[i]);
 
-            if (o == NULL || !jv_equal(a.u.d->v[i], *o)) {
+            if (o == NULL || !equal_at(a.u.d->v[i], *o, depth + 1)) {
                 return 0;
             }
         }
@@ -503,6 +527,16 @@ jv_equal(jv a, jv b)
     case JV_MACRO: return a.u.m == b.u.m;
     case JV_FUNC: return a.u.fn == b.u.fn;
     default: return 0;
+    }
+}
+
+
+static void
+value_enter(jj_ctx *c)
+{
+    if (++c->depth > c->max_depth) {
+        jj_fail(&c->b, c->line, "a value nests deeper than %d levels",
+                c->max_depth);
     }
 }
 
@@ -528,7 +562,12 @@ jv_compare(jj_ctx *c, jv a, jv b)
     if (a.t == JV_LIST && b.t == JV_LIST) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
             if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) {
-                return jv_compare(c, a.u.l->v[i], b.u.l->v[i]);
+                int r;
+
+                value_enter(c);
+                r = jv_compare(c, a.u.l->v[i], b.u.l->v[i]);
+                c->depth--;
+                return r;
             }
         }
         return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
@@ -599,10 +638,22 @@ repr_str(jj_ctx *c, jj_sb *sb, const jj_str *s)
 }
 
 
+static void repr_inner(jj_ctx *c, jj_sb *sb, jv v);
+
+
 void
 jv_repr(jj_ctx *c, jj_sb *sb, jv v)
 {
     jj_step(c);
+    value_enter(c);
+    repr_inner(c, sb, v);
+    c->depth--;
+}
+
+
+static void
+repr_inner(jj_ctx *c, jj_sb *sb, jv v)
+{
     switch (v.t) {
     case JV_STR:
         repr_str(c, sb, v.u.s);

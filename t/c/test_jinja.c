@@ -183,6 +183,25 @@ hostile(void)
         fails("deeply nested blocks", deep, NULL, NULL, "nests deeper");
         free(deep);
     }
+    {
+        static const char *const uses[] = {
+            "{{ ns.l }}", "{{ ns.l == ns.l }}", "{{ ns.l|tojson }}",
+            "{{ [ns.l] < [ns.l] }}", "{{ ns.l|string|length }}"
+        };
+        char src[256];
+
+        for (size_t i = 0; i < sizeof(uses) / sizeof(uses[0]); i++) {
+            result r;
+
+            snprintf(src, sizeof(src), "{%% set ns = namespace(l=[]) %%}"
+                     "{%% for i in range(50000) %%}{%% set ns.l = [ns.l] %%}"
+                     "{%% endfor %%}%s", uses[i]);
+            run(src, NULL, NULL, NULL, &r);
+            ok(r.rc != 0 || strcmp(r.text, "True") == 0,
+               "a list nested 50000 deep: %s stops (%s)", uses[i],
+               r.rc != 0 ? r.err : r.text);
+        }
+    }
     fails("an unclosed block names the line", "a\nb\n{% if x %}\nc", NULL,
           NULL, "line 4: unexpected end of template: expected 'endif'");
     fails("a broken expression names the line", "\n\n{{ x + }}", NULL, NULL,
