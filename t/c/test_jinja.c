@@ -186,7 +186,7 @@ hostile(void)
     {
         static const char *const uses[] = {
             "{{ ns.l }}", "{{ ns.l == ns.l }}", "{{ ns.l|tojson }}",
-            "{{ [ns.l] < [ns.l] }}", "{{ ns.l|string|length }}"
+            "{{ [ns.l] < [[ns.l]] }}", "{{ ns.l|string|length }}"
         };
         char src[256];
 
