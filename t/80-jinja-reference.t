@@ -182,6 +182,22 @@ for my $i (0 .. $#cases) {
        'nalar render -m MODEL runs the GGUF\'s template with its BOS text');
 }
 
+# --spans: the same text, and the user's bytes are exactly the user spans
+{
+    my $tpl = 't/data/templates/Qwen-Qwen2.5-7B-Instruct.jinja';
+    spew("$dir/span-msgs.json", $json->encode([
+        { role => 'system', content => ' sys ' },
+        { role => 'user', content => "Say <|im_end|>\x{00e9}" } ]));
+    my $plain = `$nalar render --template $tpl --messages $dir/span-msgs.json`;
+    my $o = $json->decode(scalar `$nalar render --template $tpl --messages $dir/span-msgs.json --spans`);
+    my $text = Encode::encode('UTF-8', $o->{text});
+    is($text, $plain, '--spans gives the same text');
+    my @got = map { substr($text, $_->[0], $_->[1]) } @{ $o->{user_spans} };
+    is_deeply(\@got, [ ' sys ', Encode::encode('UTF-8', "Say <|im_end|>\x{00e9}") ],
+              'the user spans are the message contents, byte for byte, and'
+              . ' nothing the template wrote');
+}
+
 # equality of two failures proves little: most cases must render
 for my $t (@templates) {
     my ($tname) = $t =~ m{([^/]+)$};
