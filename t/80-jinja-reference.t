@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The Jinja interpreter (api/jinja*.c, through `nalar render`) renders the
-# ten real chat templates in t/data/templates/ byte for byte as Debian's
+# fourteen real chat templates in t/data/templates/ byte for byte as Debian's
 # python3-jinja2 renders them under Hugging Face's setup (t/jinja_ref.py),
 # over the conversations of t/data/jinja/conversations.json, each with
 # add_generation_prompt on and off: system or not, multi-turn, tools, tool
@@ -44,7 +44,7 @@ sub spew {
 
 my $conf = $json->decode(slurp('t/data/jinja/conversations.json'));
 my @templates = sort glob 't/data/templates/*.jinja';
-is(scalar @templates, 10, 'ten real templates');
+is(scalar @templates, 14, 'fourteen real templates');
 spew("$dir/tools.json", $json->encode($conf->{tools}));
 
 my (@cases, @argv);
