@@ -371,14 +371,16 @@ arith(jj_ctx *c, int op, jv a, jv b, int line)
         int64_t r;
 
         switch (op) {
+        /* Python's ints have no bound; ours stop at 64 bits, with an
+         * error rather than a different number */
         case OP_ADD:
-            if (__builtin_add_overflow(x, y, &r)) { break; }
+            if (__builtin_add_overflow(x, y, &r)) { goto overflow; }
             return jv_int(r);
         case OP_SUB:
-            if (__builtin_sub_overflow(x, y, &r)) { break; }
+            if (__builtin_sub_overflow(x, y, &r)) { goto overflow; }
             return jv_int(r);
         case OP_MUL:
-            if (__builtin_mul_overflow(x, y, &r)) { break; }
+            if (__builtin_mul_overflow(x, y, &r)) { goto overflow; }
             return jv_int(r);
         case OP_DIV:
             break;
@@ -388,7 +390,7 @@ arith(jj_ctx *c, int op, jv a, jv b, int line)
                 jj_fail(&c->b, line, "integer division or modulo by zero");
             }
             if (x == INT64_MIN && y == -1) {
-                break;
+                goto overflow;
             }
             r = x / y;
             if ((x % y != 0) && ((x < 0) != (y < 0))) {
@@ -402,7 +404,7 @@ arith(jj_ctx *c, int op, jv a, jv b, int line)
                 for (int64_t i = 0; i < y; i++) {
                     jj_step(c);
                     if (__builtin_mul_overflow(acc, x, &acc)) {
-                        jj_fail(&c->b, line, "integer overflow");
+                        goto overflow;
                     }
                 }
                 return jv_int(acc);
@@ -443,6 +445,9 @@ arith(jj_ctx *c, int op, jv a, jv b, int line)
             return jv_float(pow(x, y));
         }
     }
+
+overflow:
+    jj_fail(&c->b, line, "integer overflow (past 64 bits)");
 }
 
 
@@ -653,6 +658,9 @@ eval_inner(jj_ctx *c, jj_node *n)
         }
         if (n->k == JN_POS) {
             return v.t == JV_BOOL ? jv_int(v.u.b) : v;
+        }
+        if (v.t == JV_INT && v.u.i == INT64_MIN) {
+            jj_fail(&c->b, n->line, "integer overflow");
         }
         return v.t == JV_FLOAT ? jv_float(-v.u.f)
                : jv_int(-(v.t == JV_INT ? v.u.i : v.u.b));

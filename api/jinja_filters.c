@@ -378,7 +378,9 @@ to_int(jj_ctx *c, jv v, jv dflt)
     if (v.t == JV_INT) { return v; }
     if (v.t == JV_BOOL) { return jv_int(v.u.b); }
     if (v.t == JV_FLOAT) {
-        return isfinite(v.u.f) ? jv_int((int64_t) v.u.f) : dflt;
+        /* in int64 range only (Python's ints have no bound) */
+        return isfinite(v.u.f) && fabs(v.u.f) < 9.2e18
+               ? jv_int((int64_t) v.u.f) : dflt;
     }
     if (v.t == JV_STR) {
         jv          s = jj_str_strip(c, v, jv_none(), 1, 1);
@@ -392,7 +394,7 @@ to_int(jj_ctx *c, jv v, jv dflt)
             return jv_int(k);
         }
         f = strtod(s.u.s->s, &end);
-        if (s.u.s->len > 0 && *end == 0 && isfinite(f)) {
+        if (s.u.s->len > 0 && *end == 0 && isfinite(f) && fabs(f) < 9.2e18) {
             return jv_int((int64_t) f);
         }
     }
@@ -447,7 +449,12 @@ filter_more(jj_ctx *c, const char *name, jv v, const fargs *a, int line)
 
     if (strcmp(name, "abs") == 0) {
         if (v.t == JV_FLOAT) { return jv_float(fabs(v.u.f)); }
-        if (v.t == JV_INT) { return jv_int(v.u.i < 0 ? -v.u.i : v.u.i); }
+        if (v.t == JV_INT) {
+            if (v.u.i == INT64_MIN) {
+                jj_fail(&c->b, line, "integer overflow");
+            }
+            return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+        }
         if (v.t == JV_BOOL) { return jv_int(v.u.b); }
         jj_fail(&c->b, line, "bad operand type for abs(): '%s'",
                 jv_type_name(v));

@@ -658,8 +658,15 @@ range(jj_ctx *c, jv *args, int nargs, int line)
     if (s == 0) {
         jj_fail(&c->b, line, "range() arg 3 must not be zero");
     }
-    n = s > 0 ? (b > a ? (b - a + s - 1) / s : 0)
-              : (a > b ? (a - b - s - 1) / -s : 0);
+    {
+        /* in 128 bits: the span of two int64s overflows 64 */
+        __int128 span = s > 0 ? (__int128) b - a : (__int128) a - b;
+        __int128 step = s > 0 ? (__int128) s : -(__int128) s;
+
+        n = span > 0 ? (int64_t) ((span + step - 1) / step > JJ_MAX_RANGE + 1
+                                  ? JJ_MAX_RANGE + 1
+                                  : (span + step - 1) / step) : 0;
+    }
     if (n > JJ_MAX_RANGE) {
         jj_fail(&c->b, line, "Range too big. The sandbox blocks ranges larger"
                 " than MAX_RANGE (%d).", JJ_MAX_RANGE);

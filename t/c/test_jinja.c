@@ -202,6 +202,15 @@ hostile(void)
                r.rc != 0 ? r.err : r.text);
         }
     }
+    fails("integer overflow", "{{ -(-9223372036854775807 - 1) }}", NULL,
+          NULL, "overflow");
+    fails("integer overflow in abs", "{{ (-9223372036854775807 - 1)|abs }}",
+          NULL, NULL, "overflow");
+    fails("a range wider than 64 bits",
+          "{{ range(-9223372036854775807, 9223372036854775807)|length }}",
+          NULL, NULL, "Range too big");
+    fails("a product past 64 bits", "{{ 9223372036854775807 * 2 }}", NULL,
+          NULL, "past 64 bits");
     fails("an unclosed block names the line", "a\nb\n{% if x %}\nc", NULL,
           NULL, "line 4: unexpected end of template: expected 'endif'");
     fails("a broken expression names the line", "\n\n{{ x + }}", NULL, NULL,
