@@ -222,8 +222,11 @@ eval_slice(jj_ctx *c, jj_node *n)
     } else if (obj.t == JV_LIST && obj.tuple != 2) {
         len = (int64_t) obj.u.l->n;
     } else {
-        jj_fail(&c->b, n->line, "'%s' object is not subscriptable",
-                jv_type_name(obj));
+        /* jinja2 compiles a slice to Python's own subscript, not to its
+         * forgiving getitem */
+        jj_fail(&c->b, n->line, obj.t == JV_DICT
+                ? "unhashable type: 'slice'" : "'%s' object is not "
+                "subscriptable", jv_type_name(obj));
     }
     step = slice_arg(c, vs[2], 1, n->line);
     if (step == 0) {
@@ -277,6 +280,9 @@ jj_iter_list(jj_ctx *c, jv v, int line)
 
     switch (v.t) {
     case JV_LIST:
+        if (v.u.l->raise != NULL) {
+            jj_fail(&c->b, line, "%s", v.u.l->raise);
+        }
         return v;
     case JV_UNDEF:
         return jv_list(&c->b, 0);
@@ -463,7 +469,7 @@ jj_binop(jj_ctx *c, int op, jv a, jv b, int line)
         return str_concat(c, a, b);
     }
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST
-        && a.tuple == b.tuple && a.tuple != 2)
+        && a.tuple == b.tuple && a.tuple < 2)
     {
         jv r = jv_list(&c->b, a.u.l->n + b.u.l->n);
 

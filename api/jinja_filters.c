@@ -128,7 +128,12 @@ indent(jj_ctx *c, jv s, const fargs *a)
     size_t  i = 0, nline = 0;
     const jj_str *p;
 
-    s = jv_to_string(c, s);
+    if (s.t != JV_STR) {
+        /* jinja2's do_indent adds "\n" to the value itself */
+        jj_not_undef(c, s, c->line);
+        jj_fail(&c->b, c->line, "unsupported operand type(s) for +=: '%s' "
+                "and 'str'", jv_type_name(s));
+    }
     p = s.u.s;
     if (w.t == JV_STR) {
         ind = w;
@@ -486,6 +491,7 @@ filter_more(jj_ctx *c, const char *name, jv v, const fargs *a, int line)
         for (size_t i = seq.u.l->n; i-- > 0;) {
             jj_list_push(&c->b, out.u.l, seq.u.l->v[i]);
         }
+        out.tuple = 2;      /* reversed(): an iterator */
         return out;
     }
     if (strcmp(name, "escape") == 0 || strcmp(name, "e") == 0) {
@@ -580,7 +586,7 @@ jj_filter(jj_ctx *c, const char *name, jv v, jv *args, int nargs,
     }
     if (strcmp(name, "upper") == 0) { return jj_str_case(c, v, 1); }
     if (strcmp(name, "lower") == 0) { return jj_str_case(c, v, 0); }
-    if (strcmp(name, "title") == 0) { return jj_str_case(c, v, 2); }
+    if (strcmp(name, "title") == 0) { return jj_str_case(c, v, 4); }
     if (strcmp(name, "capitalize") == 0) {
         return jj_str_case(c, jj_str_case(c, v, 0), 3);
     }
@@ -636,13 +642,23 @@ jj_filter(jj_ctx *c, const char *name, jv v, jv *args, int nargs,
         return out;
     }
     if (strcmp(name, "items") == 0) {
+        /* a generator in jinja2 (so not JSON, no length) */
         if (v.t == JV_UNDEF) {
-            return jv_list(&c->b, 0);
+            out = jv_list(&c->b, 0);
+        } else if (v.t != JV_DICT) {
+            /* raised when iterated, as jinja2's generator does */
+            out = jv_list(&c->b, 0);
+            out.u.l->raise = "Can only get item pairs from a mapping.";
+        } else {
+            out = jj_call_method(c, v, "items", NULL, 0, NULL, NULL, 0, line);
         }
-        if (v.t != JV_DICT) {
-            jj_fail(&c->b, line, "Can only get item pairs from a mapping.");
-        }
-        return jj_call_method(c, v, "items", NULL, 0, NULL, NULL, 0, line);
+        out.tuple = 2;
+        return out;
+    }
+    if ((strcmp(name, "int") == 0 || strcmp(name, "float") == 0)
+        && v.t == JV_UNDEF)
+    {
+        jj_not_undef(c, v, line);       /* Undefined.__int__ raises */
     }
     if (strcmp(name, "int") == 0) {
         return to_int(c, v, farg(&a, 0, "default", jv_int(0)));
@@ -689,8 +705,9 @@ jj_test(jj_ctx *c, const char *name, jv v, jv *args, int nargs, int line)
                || v.t == JV_UNDEF;
     }
     if (strcmp(name, "sequence") == 0) {
+        /* jinja2's Undefined has a len() and a __getitem__: a sequence */
         return v.t == JV_STR || (v.t == JV_LIST && v.tuple != 2)
-               || v.t == JV_DICT;
+               || v.t == JV_DICT || v.t == JV_UNDEF;
     }
     if (strcmp(name, "number") == 0) { return jv_is_number(v); }
     if (strcmp(name, "integer") == 0) { return v.t == JV_INT; }

@@ -57,8 +57,11 @@ typedef struct {
 typedef struct jv jv;
 
 typedef struct {
-    size_t  n, cap;
-    jv     *v;
+    size_t       n, cap;
+    jv          *v;
+    const char  *raise;     /* a generator that fails when iterated (|items
+                               of a non-mapping): the message */
+    int64_t      start, stop, step;     /* a range's arguments */
 } jj_list;
 
 /* insertion-ordered; a namespace is one too (JV_NS, mutable) */
@@ -76,7 +79,8 @@ struct jv {
     uint8_t safe;       /* JV_STR: markupsafe.Markup (|safe) */
     uint8_t tuple;      /* JV_LIST: 1 a tuple (repr with parentheses), 2 a
                            generator (what map/select give: no len, no
-                           JSON, always true) */
+                           JSON, always true), 3 a range (its own repr,
+                           no JSON) */
     union {
         int64_t       i;
         double        f;
@@ -244,7 +248,8 @@ jv      jj_call_func(jj_ctx *c, int fn, jv *args, int nargs,
 jv      jj_str_strip(jj_ctx *c, jv s, jv chars, int left, int right);
 jv      jj_str_replace(jj_ctx *c, jv s, jv old, jv new_, int64_t count);
 jv      jj_str_case(jj_ctx *c, jv s, int how);   /* 0 lower 1 upper 2 title
-                                                   3 capitalize */
+                                                   3 capitalize 4 jinja2's
+                                                   |title */
 jv      jj_str_split(jj_ctx *c, jv s, jv sep, int64_t maxsplit);
 
 

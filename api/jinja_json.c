@@ -284,9 +284,9 @@ jj_tojson(jj_ctx *c, jj_sb *sb, jv v, int indent, int sort_keys, int ascii,
         put_json_string(c, sb, v.u.s, ascii);
         return;
     case JV_LIST:
-        if (v.tuple == 2) {
-            jj_fail(&c->b, c->line, "Object of type generator is not JSON "
-                    "serializable");
+        if (v.tuple >= 2) {
+            jj_fail(&c->b, c->line, "Object of type %s is not JSON "
+                    "serializable", jv_type_name(v));
         }
         if (v.u.l->n == 0) {
             jj_sb_putz(&c->b, sb, "[]");

@@ -138,6 +138,11 @@ jj_str_case(jj_ctx *c, jv s, int how)
         case 0: m = map_case(cp, 0); break;
         case 1: m = map_case(cp, 1); break;
         case 2: m = map_case(cp, !prev_cased); break;
+        case 4:
+            /* jinja2's |title: each piece between runs of -, blanks, (, {,
+             * [ and < starts upper and goes on lower */
+            m = map_case(cp, first);
+            break;
         default: m = map_case(cp, first); break;
         }
         if (m == cp) {
@@ -146,7 +151,14 @@ jj_str_case(jj_ctx *c, jv s, int how)
             put_cp(c, &sb, m, t);
         }
         prev_cased = is_cased(cp);
-        first = 0;
+        if (how == 4) {
+            int sep = jj_py_space(cp) || cp == '-' || cp == '(' || cp == '{'
+                      || cp == '[' || cp == '<';
+
+            first = sep;
+        } else {
+            first = 0;
+        }
         i = j;
     }
     return jv_sb(&c->b, &sb);
@@ -675,6 +687,10 @@ range(jj_ctx *c, jv *args, int nargs, int line)
     for (int64_t i = 0; i < n; i++) {
         jj_list_push(&c->b, out.u.l, jv_int(a + i * s));
     }
+    out.tuple = 3;
+    out.u.l->start = a;
+    out.u.l->stop = b;
+    out.u.l->step = s;
     return out;
 }
 

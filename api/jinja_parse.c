@@ -225,6 +225,22 @@ parse_subscript(parser *p, jj_node *target)
             jj_fail(p->b, cur(p)->line, "expected ']'");
         }
         parts[k] = parse_expr(p, 1);
+        if (k == 0 && !slice && is_op(p, ",")) {
+            /* x[a, b]: the key is a tuple */
+            nvec t = { 0 };
+
+            nvec_push(p, &t, parts[0]);
+            while (is_op(p, ",")) {
+                next(p);
+                if (is_op(p, "]")) {
+                    break;
+                }
+                nvec_push(p, &t, parse_expr(p, 1));
+            }
+            parts[0] = mk(p, JN_TUPLE);
+            parts[0]->args = t.v;
+            parts[0]->nargs = t.n;
+        }
     }
     next(p);
     if (!slice) {

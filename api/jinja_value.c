@@ -589,7 +589,7 @@ jv_type_name(jv v)
     };
 
     if (v.t == JV_LIST && v.tuple) {
-        return v.tuple == 2 ? "generator" : "tuple";
+        return v.tuple == 2 ? "generator" : v.tuple == 3 ? "range" : "tuple";
     }
     return names[v.t];
 }
@@ -656,12 +656,32 @@ repr_inner(jj_ctx *c, jj_sb *sb, jv v)
 {
     switch (v.t) {
     case JV_STR:
+        if (v.safe) {
+            jj_sb_putz(&c->b, sb, "Markup(");
+        }
         repr_str(c, sb, v.u.s);
+        if (v.safe) {
+            jj_sb_putz(&c->b, sb, ")");
+        }
         return;
     case JV_LIST:
         if (v.tuple == 2) {
             jj_fail(&c->b, c->line, "printing a generator (map, select, "
                     "...) is not supported: add |list");
+        }
+        if (v.tuple == 3) {
+            char buf[96];
+
+            if (v.u.l->step == 1) {
+                snprintf(buf, sizeof(buf), "range(%" PRId64 ", %" PRId64 ")",
+                         v.u.l->start, v.u.l->stop);
+            } else {
+                snprintf(buf, sizeof(buf), "range(%" PRId64 ", %" PRId64
+                         ", %" PRId64 ")", v.u.l->start, v.u.l->stop,
+                         v.u.l->step);
+            }
+            jj_sb_putz(&c->b, sb, buf);
+            return;
         }
         jj_sb_putz(&c->b, sb, v.tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
