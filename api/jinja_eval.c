@@ -155,7 +155,7 @@ jj_getitem(jj_ctx *c, jv obj, jv key, int line)
     {
         int64_t i = key.t == JV_INT ? key.u.i : key.u.b;
 
-        if (obj.t == JV_LIST && obj.tuple != 2) {
+        if (obj.t == JV_LIST && (obj.tuple <= 1 || obj.tuple == 3)) {
             if (i < 0) {
                 i += (int64_t) obj.u.l->n;
             }
@@ -219,7 +219,7 @@ eval_slice(jj_ctx *c, jj_node *n)
     if (obj.t == JV_STR) {
         off = cp_offsets(c, obj.u.s, &count);
         len = (int64_t) count;
-    } else if (obj.t == JV_LIST && obj.tuple != 2) {
+    } else if (obj.t == JV_LIST && (obj.tuple <= 1 || obj.tuple == 3)) {
         len = (int64_t) obj.u.l->n;
     } else {
         /* jinja2 compiles a slice to Python's own subscript, not to its
@@ -261,6 +261,15 @@ eval_slice(jj_ctx *c, jj_node *n)
         for (i = start; step > 0 ? i < stop : i > stop; i += step) {
             jj_step(c);
             jj_list_push(&c->b, out.u.l, obj.u.l->v[i]);
+        }
+        /* a tuple's slice is a tuple, a range's a range */
+        out.tuple = obj.tuple;
+        if (obj.tuple == 3) {
+            jj_list *r = obj.u.l;
+
+            out.u.l->start = r->start + start * r->step;
+            out.u.l->stop = r->start + stop * r->step;
+            out.u.l->step = r->step * step;
         }
         return out;
     }
@@ -358,6 +367,7 @@ repeat(jj_ctx *c, jv seq, int64_t k)
         return r;
     }
     r = jv_list(&c->b, 0);
+    r.tuple = seq.tuple;
     for (int64_t i = 0; i < k; i++) {
         for (size_t j = 0; j < seq.u.l->n; j++) {
             jj_step(c);
@@ -457,9 +467,30 @@ overflow:
 }
 
 
+/* Python's dict keys and set members: not a list, dict or view */
+void
+jj_hashable(jj_ctx *c, jv v, int line)
+{
+    if ((v.t == JV_LIST && v.tuple != 1 && v.tuple != 3) || v.t == JV_DICT
+        || v.t == JV_NS)
+    {
+        jj_fail(&c->b, line, "unhashable type: '%s'", jv_type_name(v));
+    }
+    if (v.t == JV_LIST) {
+        for (size_t i = 0; i < v.u.l->n; i++) {
+            jj_hashable(c, v.u.l->v[i], line);
+        }
+    }
+}
+
+
 jv
 jj_binop(jj_ctx *c, int op, jv a, jv b, int line)
 {
+    if (op == OP_MOD && a.t == JV_STR) {
+        c->line = line;
+        return jj_str_percent(c, a, b);
+    }
     jj_not_undef(c, a, line);
     jj_not_undef(c, b, line);
     if (jv_is_number(a) && jv_is_number(b)) {
@@ -482,12 +513,12 @@ jj_binop(jj_ctx *c, int op, jv a, jv b, int line)
         r.tuple = a.tuple;
         return r;
     }
-    if (op == OP_MUL && (a.t == JV_STR || a.t == JV_LIST)
+    if (op == OP_MUL && (a.t == JV_STR || (a.t == JV_LIST && a.tuple < 2))
         && (b.t == JV_INT || b.t == JV_BOOL))
     {
         return repeat(c, a, b.t == JV_INT ? b.u.i : b.u.b);
     }
-    if (op == OP_MUL && (b.t == JV_STR || b.t == JV_LIST)
+    if (op == OP_MUL && (b.t == JV_STR || (b.t == JV_LIST && b.tuple < 2))
         && (a.t == JV_INT || a.t == JV_BOOL))
     {
         return repeat(c, b, a.t == JV_INT ? a.u.i : a.u.b);
@@ -522,6 +553,7 @@ contains(jj_ctx *c, jv item, jv box, int line)
         }
         return 0;
     case JV_DICT:
+        jj_hashable(c, item, line);
         return jj_dict_get(box.u.d, item) != NULL;
     case JV_UNDEF:
         return 0;
@@ -712,6 +744,7 @@ eval_inner(jj_ctx *c, jj_node *n)
         for (int i = 0; i < n->nargs; i++) {
             jv k = jj_eval(c, n->args[i]);
 
+            jj_hashable(c, k, n->line);
             jj_dict_set(&c->b, v.u.d, k, jj_eval(c, n->kwv[i]));
         }
         return v;

@@ -20,12 +20,13 @@ static const char *const filters[] = {
     "reverse", "escape", "e", "round", "sum", "min", "max", "wordcount",
     NULL
 };
+/* those before "equalto" take no argument */
 static const char *const tests[] = {
     "defined", "undefined", "none", "string", "mapping", "iterable",
     "sequence", "number", "integer", "float", "boolean", "true", "false",
-    "callable", "equalto", "eq", "==", "sameas", "ne", "!=", "lt", "<", "le",
-    "<=", "gt", ">", "ge", ">=", "in", "odd", "even", "divisibleby",
-    "lower", "upper", "escaped", "filter", "test", NULL
+    "callable", "odd", "even", "lower", "upper", "escaped",
+    "equalto", "eq", "==", "sameas", "ne", "!=", "lt", "<", "le", "<=", "gt",
+    ">", "ge", ">=", "in", "divisibleby", "filter", "test", NULL
 };
 
 
@@ -363,6 +364,7 @@ unique(jj_ctx *c, jv v, const fargs *a, int line)
         jv  k = sort_key(c, seq.u.l->v[i], attr, cs, line);
         int dup = 0;
 
+        jj_hashable(c, k, line);        /* jinja2 keeps a set */
         for (size_t j = 0; j < seen.u.l->n && !dup; j++) {
             jj_step(c);
             dup = jv_equal(seen.u.l->v[j], k);
@@ -522,14 +524,24 @@ filter_more(jj_ctx *c, const char *name, jv v, const fargs *a, int line)
         if (seq.u.l->n == 0) {
             return jv_undef(name);
         }
-        out = seq.u.l->v[0];
-        for (size_t i = 1; i < seq.u.l->n; i++) {
-            int r;
+        {
+            /* case-insensitive unless case_sensitive=true; the first of
+             * equals wins, as Python's min and max give it */
+            int cs = jv_truthy(farg(a, 0, "case_sensitive", jv_bool(0)));
+            jv  attr = farg(a, 1, "attribute", jv_undef(NULL));
+            jv  best = sort_key(c, seq.u.l->v[0], attr, cs, line);
 
-            c->line = line;
-            r = jv_compare(c, seq.u.l->v[i], out);
-            if (name[1] == 'i' ? r < 0 : r > 0) {
-                out = seq.u.l->v[i];
+            out = seq.u.l->v[0];
+            for (size_t i = 1; i < seq.u.l->n; i++) {
+                jv  k = sort_key(c, seq.u.l->v[i], attr, cs, line);
+                int r;
+
+                c->line = line;
+                r = jv_compare(c, k, best);
+                if (name[1] == 'i' ? r < 0 : r > 0) {
+                    out = seq.u.l->v[i];
+                    best = k;
+                }
             }
         }
         return out;
@@ -695,6 +707,10 @@ jj_test(jj_ctx *c, const char *name, jv v, jv *args, int nargs, int line)
 
     jj_step(c);
     c->line = line;
+    if (nargs > 0 && find(tests, name) < find(tests, "equalto")) {
+        jj_fail(&c->b, line, "test_%s() takes 1 positional argument but %d "
+                "were given", name, nargs + 1);
+    }
     if (strcmp(name, "defined") == 0) { return v.t != JV_UNDEF; }
     if (strcmp(name, "undefined") == 0) { return v.t == JV_UNDEF; }
     if (strcmp(name, "none") == 0) { return v.t == JV_NONE; }
@@ -706,7 +722,8 @@ jj_test(jj_ctx *c, const char *name, jv v, jv *args, int nargs, int line)
     }
     if (strcmp(name, "sequence") == 0) {
         /* jinja2's Undefined has a len() and a __getitem__: a sequence */
-        return v.t == JV_STR || (v.t == JV_LIST && v.tuple != 2)
+        return v.t == JV_STR || (v.t == JV_LIST && (v.tuple <= 1
+                                                    || v.tuple == 3))
                || v.t == JV_DICT || v.t == JV_UNDEF;
     }
     if (strcmp(name, "number") == 0) { return jv_is_number(v); }
@@ -733,7 +750,8 @@ jj_test(jj_ctx *c, const char *name, jv v, jv *args, int nargs, int line)
     {
         jv m = jj_binop(c, OP_MOD, v, name[0] == 'd' ? x : jv_int(2), line);
 
-        return name[0] == 'o' ? jv_truthy(m) : !jv_truthy(m);
+        /* jinja2: value % 2 == 1, value % 2 == 0, value % num == 0 */
+        return jv_equal(m, jv_int(name[0] == 'o' ? 1 : 0));
     }
     if (strcmp(name, "sameas") == 0) {
         return v.t == x.t && (v.t == JV_NONE || v.t == JV_UNDEF

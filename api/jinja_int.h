@@ -80,7 +80,8 @@ struct jv {
     uint8_t tuple;      /* JV_LIST: 1 a tuple (repr with parentheses), 2 a
                            generator (what map/select give: no len, no
                            JSON, always true), 3 a range (its own repr,
-                           no JSON) */
+                           no JSON), 4 5 6 a dict's keys(), values(),
+                           items() view (their repr, no index, no JSON) */
     union {
         int64_t       i;
         double        f;
@@ -229,6 +230,7 @@ void    jj_step(jj_ctx *c);
 jv      jj_iter_list(jj_ctx *c, jv v, int line);   /* a JV_LIST to iterate */
 void    jj_not_undef(jj_ctx *c, jv v, int line);
 jv      jj_binop(jj_ctx *c, int op, jv a, jv b, int line);
+void    jj_hashable(jj_ctx *c, jv v, int line);     /* fails if not */
 
 /* jinja_filters.c */
 jv      jj_filter(jj_ctx *c, const char *name, jv v, jv *args, int nargs,
@@ -251,6 +253,7 @@ jv      jj_str_case(jj_ctx *c, jv s, int how);   /* 0 lower 1 upper 2 title
                                                    3 capitalize 4 jinja2's
                                                    |title */
 jv      jj_str_split(jj_ctx *c, jv s, jv sep, int64_t maxsplit);
+jv      jj_str_percent(jj_ctx *c, jv fmt, jv args);
 
 
 /* --- tokens (jinja_lex.c, read by jinja_parse.c) --- */

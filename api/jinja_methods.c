@@ -7,7 +7,9 @@
  * the taint of its source.  Mutating methods (list.append, dict.update)
  * fail, as in jinja2's ImmutableSandboxedEnvironment.
  */
+#include <inttypes.h>
 #include <locale.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -571,6 +573,7 @@ jj_call_method(jj_ctx *c, jv self, const char *name, jv *args, int nargs,
                              name[0] == 'i' ? pair(c, d->k[i], d->v[i])
                              : name[0] == 'k' ? d->k[i] : d->v[i]);
             }
+            out.tuple = name[0] == 'k' ? 4 : name[0] == 'v' ? 5 : 6;
             return out;
         }
         if (strcmp(name, "get") == 0) {
@@ -618,6 +621,182 @@ jj_call_method(jj_ctx *c, jv self, const char *name, jv *args, int nargs,
     }
     jj_fail(&c->b, line, "access to attribute '%s' of '%s' object is unsafe",
             name, jv_type_name(self));
+}
+
+
+/* --- printf-style formatting: str % args --- */
+
+static void
+pad_put(jj_ctx *c, jj_sb *sb, jv s, int width, int left, int taint_all)
+{
+    size_t n = jj_utf8_len(s.u.s->s, s.u.s->len);
+
+    for (size_t k = n; !left && (int) k < width; k++) {
+        jj_sb_putz(&c->b, sb, " ");
+    }
+    if (taint_all) {
+        jj_sb_put(&c->b, sb, s.u.s->s, s.u.s->len, 0);
+    } else {
+        jj_sb_put_str(&c->b, sb, s.u.s, 0, s.u.s->len);
+    }
+    for (size_t k = n; left && (int) k < width; k++) {
+        jj_sb_putz(&c->b, sb, " ");
+    }
+}
+
+
+/* Python's fmt % args for %s %r %d %i %f %x %c and %%, with flags - 0 +,
+ * a width and a precision.  A tuple gives the arguments; a dict (or any
+ * other object with items, as Python counts a list) may be left unused. */
+jv
+jj_str_percent(jj_ctx *c, jv fmt, jv arg)
+{
+    const jj_str *f = fmt.u.s;
+    jv           *args = &arg;
+    size_t        nargs = 1, ai = 0;
+    int           mapping = arg.t == JV_DICT || arg.t == JV_LIST
+                            || arg.t == JV_UNDEF || arg.t == JV_NS;
+    jj_sb         sb;
+
+    if (arg.t == JV_LIST && arg.tuple == 1) {
+        args = arg.u.l->v;
+        nargs = arg.u.l->n;
+        mapping = 0;
+    }
+    jj_sb_init(&sb, c->max_output);
+    for (size_t i = 0; i < f->len; i++) {
+        int     left = 0, zero = 0, plus = 0, width = 0, prec = -1;
+        char    spec[32], buf[128];
+        jv      v;
+
+        if (f->s[i] != '%') {
+            jj_sb_put_str(&c->b, &sb, f, i, 1);
+            continue;
+        }
+        if (++i >= f->len) {
+            jj_fail(&c->b, c->line, "incomplete format");
+        }
+        if (f->s[i] == '%') {
+            jj_sb_putz(&c->b, &sb, "%");
+            continue;
+        }
+        if (f->s[i] == '(') {
+            size_t e = i + 1;
+
+            while (e < f->len && f->s[e] != ')') {
+                e++;
+            }
+            if (e >= f->len || arg.t != JV_DICT) {
+                jj_fail(&c->b, c->line, "format requires a mapping");
+            }
+            v = jj_getitem(c, arg, jv_str(&c->b, f->s + i + 1, e - i - 1, 0),
+                           c->line);
+            jj_not_undef(c, v, c->line);
+            i = e + 1;
+        } else {
+            v = jv_undef(NULL);
+        }
+        for (; i < f->len && strchr("-0+ #", f->s[i]) != NULL; i++) {
+            left |= f->s[i] == '-';
+            zero |= f->s[i] == '0';
+            plus |= f->s[i] == '+';
+        }
+        for (; i < f->len && f->s[i] >= '0' && f->s[i] <= '9'; i++) {
+            width = width * 10 + (f->s[i] - '0');
+            if (width > 4096) {
+                jj_fail(&c->b, c->line, "a format width over 4096");
+            }
+        }
+        if (i < f->len && f->s[i] == '.') {
+            for (prec = 0, i++; i < f->len && f->s[i] >= '0'
+                 && f->s[i] <= '9'; i++)
+            {
+                prec = prec * 10 + (f->s[i] - '0');
+                if (prec > 100) {
+                    jj_fail(&c->b, c->line, "a format precision over 100");
+                }
+            }
+        }
+        if (i >= f->len) {
+            jj_fail(&c->b, c->line, "incomplete format");
+        }
+        if (v.t == JV_UNDEF) {
+            if (ai >= nargs) {
+                jj_fail(&c->b, c->line, "not enough arguments for format "
+                        "string");
+            }
+            v = args[ai++];
+        }
+        switch (f->s[i]) {
+        case 's':
+        case 'r': {
+            jj_sb t;
+            jv    s;
+
+            jj_sb_init(&t, c->max_output);
+            if (f->s[i] == 's') {
+                jv_print(c, &t, v);
+            } else {
+                jv_repr(c, &t, v);
+            }
+            s = jv_sb(&c->b, &t);
+            if (prec >= 0 && (size_t) prec < s.u.s->len) {
+                size_t k = 0, b = 0;
+                uint32_t cp;
+
+                while (k < (size_t) prec && b < s.u.s->len) {
+                    b = jj_utf8_next(s.u.s->s, s.u.s->len, b, &cp);
+                    k++;
+                }
+                s = jv_substr(&c->b, s.u.s, 0, b);
+            }
+            pad_put(c, &sb, s, width, left, 0);
+            continue;
+        }
+        case 'd': case 'i': case 'f': case 'F': case 'x': case 'X':
+        case 'c':
+            break;
+        default:
+            jj_fail(&c->b, c->line, "unsupported format character '%c'",
+                    f->s[i]);
+        }
+        if (!jv_is_number(v)) {
+            jj_fail(&c->b, c->line, "%%%c format: a real number is required,"
+                    " not %s", f->s[i], jv_type_name(v));
+        }
+        snprintf(spec, sizeof(spec), "%%%s%s%s*", left ? "-" : "",
+                 zero ? "0" : "", plus ? "+" : "");
+        if (f->s[i] == 'f' || f->s[i] == 'F') {
+            snprintf(spec + strlen(spec), sizeof(spec) - strlen(spec),
+                     ".%df", prec < 0 ? 6 : prec);
+            snprintf(buf, sizeof(buf), spec, width > 100 ? 100 : width,
+                     jv_num(v));
+        } else {
+            int64_t k = v.t == JV_FLOAT ? (int64_t) v.u.f
+                        : v.t == JV_INT ? v.u.i : v.u.b;
+
+            if (v.t == JV_FLOAT && !(fabs(v.u.f) < 9.2e18)) {
+                jj_fail(&c->b, c->line, "integer overflow (past 64 bits)");
+            }
+            if (f->s[i] == 'c') {
+                if (k < 0 || k > 0x10ffff) {
+                    jj_fail(&c->b, c->line, "%%c arg not in range");
+                }
+                put_cp(c, &sb, (uint32_t) k, 0);
+                continue;
+            }
+            snprintf(spec + strlen(spec), sizeof(spec) - strlen(spec),
+                     "%s", f->s[i] == 'x' ? PRIx64 : f->s[i] == 'X' ? PRIX64
+                     : PRId64);
+            snprintf(buf, sizeof(buf), spec, width > 100 ? 100 : width, k);
+        }
+        jj_sb_putz(&c->b, &sb, buf);
+    }
+    if (ai < nargs && !mapping) {
+        jj_fail(&c->b, c->line, "not all arguments converted during string "
+                "formatting");
+    }
+    return jv_sb(&c->b, &sb);
 }
 
 

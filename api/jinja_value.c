@@ -589,7 +589,12 @@ jv_type_name(jv v)
     };
 
     if (v.t == JV_LIST && v.tuple) {
-        return v.tuple == 2 ? "generator" : v.tuple == 3 ? "range" : "tuple";
+        static const char *const kinds[] = {
+            "list", "tuple", "generator", "range", "dict_keys", "dict_values",
+            "dict_items"
+        };
+
+        return kinds[v.tuple];
     }
     return names[v.t];
 }
@@ -681,6 +686,16 @@ repr_inner(jj_ctx *c, jj_sb *sb, jv v)
                          v.u.l->step);
             }
             jj_sb_putz(&c->b, sb, buf);
+            return;
+        }
+        if (v.tuple >= 4) {
+            jv l = v;
+
+            jj_sb_putz(&c->b, sb, jv_type_name(v));
+            jj_sb_putz(&c->b, sb, "(");
+            l.tuple = 0;
+            repr_inner(c, sb, l);
+            jj_sb_putz(&c->b, sb, ")");
             return;
         }
         jj_sb_putz(&c->b, sb, v.tuple ? "(" : "[");
