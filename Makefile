@@ -84,7 +84,7 @@ build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
 build/fuzz_request: ngx_nalar_request.c ngx_nalar_request_scan.c \
                     ngx_nalar_request_tools.c ngx_nalar_request_internal.h \
                     ngx_nalar_request.h ngx_nalar_chat.c \
-                    ngx_nalar_chat_style.c ngx_nalar_chat.h src/sampler.c src/grammar.c \
+                    ngx_nalar_chat_style.c ngx_nalar_chat.h src/sampler.c src/grammar.c src/grammar_regex.c \
                     src/nalar_err.c src/tokenizer.c src/gguf.c
 build/fuzz_route: ngx_nalar_route_text.c ngx_nalar_route_text.h
 
