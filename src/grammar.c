@@ -3067,3 +3067,15 @@ nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
     }
     return forced_tokens(m->g, s, out, cap);
 }
+
+
+int
+nalar_grammar_match(nalar_grammar *g, const char *s, size_t n)
+{
+    int32_t st = g->start;
+
+    for (size_t i = 0; i < n && st >= 0; i++) {
+        st = step_byte(g, st, (unsigned char) s[i]);
+    }
+    return st >= 0 && g->st[st].accepting;
+}

@@ -74,6 +74,10 @@ nalar_grammar *nalar_grammar_get(nalar_grammar_cache *c, int kind,
                                  double *compile_s, char *err, size_t errlen);
 void nalar_grammar_release(nalar_grammar *g);
 
+/* Tests: 1 when the bytes s[0..n), walked byte by byte from the start,
+ * are a complete value of g (no tokenization involved), else 0. */
+int nalar_grammar_match(nalar_grammar *g, const char *s, size_t n);
+
 /* A request's position in a grammar. */
 nalar_gmatcher *nalar_gmatcher_create(nalar_grammar *g);
 void nalar_gmatcher_destroy(nalar_gmatcher *m);
