@@ -214,7 +214,7 @@ node_new(rx *r, int kind, int32_t a, int32_t b)
         rnode  *nn;
 
         if (nc > RX_MAX_NODES) {
-            return rx_fail(r, "the pattern is too long%s", "");
+            return rx_fail(r, "'pattern' is too long%s", "");
         }
         nn = realloc(r->nodes, nc * sizeof(rnode));
         if (nn == NULL) {
@@ -275,7 +275,7 @@ parse_hex_escape(rx *r, int ndig)
             int h = hexval(r->cp[r->pos]);
 
             if (h < 0) {
-                return rx_fail(r, "a bad \\u{...} escape in the pattern%s",
+                return rx_fail(r, "a bad \\u{...} escape in 'pattern'%s",
                                "");
             }
             v = v * 16 + h;
@@ -283,7 +283,7 @@ parse_hex_escape(rx *r, int ndig)
             k++;
         }
         if (peek(r) != '}' || k == 0 || v > RX_MAX_CP) {
-            return rx_fail(r, "a bad \\u{...} escape in the pattern%s", "");
+            return rx_fail(r, "a bad \\u{...} escape in 'pattern'%s", "");
         }
         r->pos++;
         return v;
@@ -292,7 +292,7 @@ parse_hex_escape(rx *r, int ndig)
         int h = peek(r) >= 0 ? hexval(r->cp[r->pos]) : -1;
 
         if (h < 0) {
-            return rx_fail(r, "a bad \\x or \\u escape in the pattern%s", "");
+            return rx_fail(r, "a bad \\x or \\u escape in 'pattern'%s", "");
         }
         v = v * 16 + h;
         r->pos++;
@@ -311,7 +311,7 @@ parse_escape(rx *r, int in_class, rrange **set, int32_t *n, int *ascii_only)
     int c = peek(r);
 
     if (c < 0) {
-        return rx_fail(r, "the pattern ends in '\\'%s", "");
+        return rx_fail(r, "'pattern' ends in '\\'%s", "");
     }
     r->pos++;
     switch (c) {
@@ -329,7 +329,7 @@ parse_escape(rx *r, int in_class, rrange **set, int32_t *n, int *ascii_only)
     case 'u': return parse_hex_escape(r, 4);
     case '0':
         if (peek(r) >= '0' && peek(r) <= '9') {
-            return rx_fail(r, "unsupported octal escape in the pattern%s",
+            return rx_fail(r, "unsupported octal escape in 'pattern'%s",
                            "");
         }
         return 0;
@@ -337,31 +337,31 @@ parse_escape(rx *r, int in_class, rrange **set, int32_t *n, int *ascii_only)
         if (in_class) {
             return 8;
         }
-        return rx_fail(r, "unsupported word boundary '\\b' in the "
-                       "pattern%s", "");
+        return rx_fail(r, "unsupported word boundary '\\b' in "
+                       "'pattern'%s", "");
     case 'B':
-        return rx_fail(r, "unsupported word boundary '\\B' in the "
-                       "pattern%s", "");
+        return rx_fail(r, "unsupported word boundary '\\B' in "
+                       "'pattern'%s", "");
     case 'k':
-        return rx_fail(r, "unsupported backreference '\\k' in the "
-                       "pattern%s", "");
+        return rx_fail(r, "unsupported backreference '\\k' in "
+                       "'pattern'%s", "");
     case 'p': case 'P':
-        return rx_fail(r, "unsupported Unicode property escape in the "
-                       "pattern%s", "");
+        return rx_fail(r, "unsupported Unicode property escape in "
+                       "'pattern'%s", "");
     case 'c':
-        return rx_fail(r, "unsupported control escape '\\c' in the "
-                       "pattern%s", "");
+        return rx_fail(r, "unsupported control escape '\\c' in "
+                       "'pattern'%s", "");
     default:
         break;
     }
     if (c >= '1' && c <= '9') {
-        return rx_fail(r, "unsupported backreference in the pattern%s", "");
+        return rx_fail(r, "unsupported backreference in 'pattern'%s", "");
     }
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
         char e[8];
 
         snprintf(e, sizeof(e), "\\%c", c);
-        return rx_fail(r, "unsupported escape '%s' in the pattern", e);
+        return rx_fail(r, "unsupported escape '%s' in 'pattern'", e);
     }
     return c;                /* an escaped punctuation or other character */
 }
@@ -388,13 +388,13 @@ parse_class(rx *r)
 
         if (c < 0) {
             free(set);
-            return rx_fail(r, "an unterminated '[' in the pattern%s", "");
+            return rx_fail(r, "an unterminated '[' in 'pattern'%s", "");
         }
         if (c == ']') {
             if (first) {
                 free(set);
-                return rx_fail(r, "unsupported empty class '[]' in the "
-                               "pattern%s", "");
+                return rx_fail(r, "unsupported empty class '[]' in "
+                               "'pattern'%s", "");
             }
             r->pos++;
             break;
@@ -414,7 +414,7 @@ parse_class(rx *r)
                                 || peek(r) == '.'))
         {
             free(set);
-            return rx_fail(r, "unsupported POSIX class in the pattern%s", "");
+            return rx_fail(r, "unsupported POSIX class in 'pattern'%s", "");
         } else {
             lo = c;
         }
@@ -434,7 +434,7 @@ parse_class(rx *r)
                 if (hi == -2) {
                     free(set);
                     return rx_fail(r, "a class shorthand ends a range in "
-                                   "the pattern%s", "");
+                                   "'pattern'%s", "");
                 }
                 if (hi < 0) {
                     free(set);
@@ -445,8 +445,8 @@ parse_class(rx *r)
             }
             if (hi < lo) {
                 free(set);
-                return rx_fail(r, "a range out of order in a class in the "
-                               "pattern%s", "");
+                return rx_fail(r, "a range out of order in a class in "
+                               "'pattern'%s", "");
             }
         }
         if (set_add(r, &set, &n, (uint32_t) lo, (uint32_t) hi) < 0) {
@@ -500,14 +500,14 @@ parse_atom(rx *r, int depth)
             if (c == ':') {
                 r->pos++;
             } else if (c == '=' || c == '!') {
-                return rx_fail(r, "unsupported lookahead '(?%s' in the "
-                               "pattern", c == '=' ? "=" : "!");
+                return rx_fail(r, "unsupported lookahead '(?%s' in "
+                               "'pattern'", c == '=' ? "=" : "!");
             } else if (c == '<' && r->pos + 1 < r->n_cp
                        && (r->cp[r->pos + 1] == '=' || r->cp[r->pos + 1]
                                                        == '!'))
             {
-                return rx_fail(r, "unsupported lookbehind '(?<%s' in the "
-                               "pattern", r->cp[r->pos + 1] == '=' ? "="
+                return rx_fail(r, "unsupported lookbehind '(?<%s' in "
+                               "'pattern'", r->cp[r->pos + 1] == '=' ? "="
                                                                    : "!");
             } else if (c == '<') {
                 /* a named group: the name, then an ordinary group */
@@ -515,13 +515,13 @@ parse_atom(rx *r, int depth)
                     r->pos++;
                 }
                 if (peek(r) != '>') {
-                    return rx_fail(r, "a bad group name in the pattern%s",
+                    return rx_fail(r, "a bad group name in 'pattern'%s",
                                    "");
                 }
                 r->pos++;
             } else {
                 return rx_fail(r, "unsupported group '(?' (flags or "
-                               "another extension) in the pattern%s", "");
+                               "another extension) in 'pattern'%s", "");
             }
         }
         {
@@ -531,13 +531,13 @@ parse_atom(rx *r, int depth)
                 return -1;
             }
             if (peek(r) != ')') {
-                return rx_fail(r, "an unterminated '(' in the pattern%s", "");
+                return rx_fail(r, "an unterminated '(' in 'pattern'%s", "");
             }
             r->pos++;
             return g;
         }
     case ')':
-        return rx_fail(r, "an unmatched ')' in the pattern%s", "");
+        return rx_fail(r, "an unmatched ')' in 'pattern'%s", "");
     case '[':
         return parse_class(r);
     case '.':
@@ -578,19 +578,19 @@ parse_atom(rx *r, int depth)
         }
     case '^':
     case '$':
-        return rx_fail(r, "unsupported anchor '%s' inside the pattern (only "
+        return rx_fail(r, "unsupported anchor '%s' inside 'pattern' (only "
                        "at the start or end of a branch)", c == '^' ? "^"
                                                                    : "$");
     case '*': case '+': case '?':
-        return rx_fail(r, "nothing to repeat before a quantifier in the "
-                       "pattern%s", "");
+        return rx_fail(r, "nothing to repeat before a quantifier in "
+                       "'pattern'%s", "");
     case '{':
         {
             int save = r->pos;
 
             if (parse_count(r) >= 0) {
                 return rx_fail(r, "nothing to repeat before a quantifier "
-                               "in the pattern%s", "");
+                               "in 'pattern'%s", "");
             }
             r->pos = save;
         }
@@ -624,8 +624,8 @@ parse_repeat(rx *r, int depth)
 
             r->pos++;
             if (peek(r) == ',') {
-                return rx_fail(r, "unsupported quantifier '{,m}' in the "
-                               "pattern (write {0,m})%s", "");
+                return rx_fail(r, "unsupported quantifier '{,m}' in "
+                               "'pattern' (write {0,m})%s", "");
             }
             min = parse_count(r);
             max = min;
@@ -639,12 +639,12 @@ parse_repeat(rx *r, int depth)
             }
             r->pos++;
             if (max >= 0 && max < min) {
-                return rx_fail(r, "a quantifier {n,m} with m < n in the "
-                               "pattern%s", "");
+                return rx_fail(r, "a quantifier {n,m} with m < n in "
+                               "'pattern'%s", "");
             }
             if (min > 1000 || max > 1000) {
-                return rx_fail(r, "a quantifier's count above 1000 in the "
-                               "pattern%s", "");
+                return rx_fail(r, "a quantifier's count above 1000 in "
+                               "'pattern'%s", "");
             }
         } else {
             break;
@@ -674,8 +674,8 @@ parse_repeat(rx *r, int depth)
                 }
                 r->pos = save;
             }
-            return rx_fail(r, "a quantifier after a quantifier in the "
-                           "pattern%s", "");
+            return rx_fail(r, "a quantifier after a quantifier in "
+                           "'pattern'%s", "");
         }
     }
     return a;
@@ -764,7 +764,7 @@ st_new(rx *r)
         char n[16];
 
         snprintf(n, sizeof(n), "%d", GR_REGEX_MAX_NFA);
-        return rx_fail(r, "the pattern is too large (more than %s automaton "
+        return rx_fail(r, "'pattern' is too large (more than %s automaton "
                        "states before determinising)", n);
     }
     if (r->n_st == r->cap_st) {
@@ -1114,7 +1114,7 @@ intern_set(rx *r, dfab *d, int32_t n)
         char m[16];
 
         snprintf(m, sizeof(m), "%d", GR_REGEX_MAX_DFA);
-        return rx_fail(r, "the pattern is too complex (more than %s "
+        return rx_fail(r, "'pattern' is too complex (more than %s "
                        "automaton states)", m);
     }
     if (d->n_pool + n > d->cap_pool) {
@@ -1295,7 +1295,7 @@ prune(rx *r, gr_dfa *d)
     free(rto); free(rnext); free(work);
     if (!live[0]) {
         free(rhead); free(live);
-        return rx_fail(r, "the pattern matches no string%s", "");
+        return rx_fail(r, "'pattern' matches no string%s", "");
     }
     /* renumber the live states in order (the start stays 0) */
     map = rhead;
@@ -1351,7 +1351,7 @@ gr_regex_dfa(const char *pat, size_t len, gr_dfa *out, char *err,
     }
     root = parse_alt(&r, 0);
     if (root >= 0 && r.pos < r.n_cp) {
-        rx_fail(&r, "an unmatched ')' in the pattern%s", "");
+        rx_fail(&r, "an unmatched ')' in 'pattern'%s", "");
     }
     if (!r.failed) {
         s = st_new(&r);
@@ -1362,7 +1362,7 @@ gr_regex_dfa(const char *pat, size_t len, gr_dfa *out, char *err,
         }
     }
     if (r.failed && !r.err[0]) {
-        snprintf(err, errlen, "the pattern cannot be compiled");
+        snprintf(err, errlen, "'pattern' cannot be compiled");
     }
     for (int32_t i = 0; i < r.n_nodes; i++) {
         free(r.nodes[i].set);
@@ -1423,13 +1423,17 @@ static const struct { const char *name, *pattern; } gr_formats[] = {
     { "date", "^" RX_DATE "$" },
     { "time", "^" RX_TIME "$" },
     { "date-time", "^" RX_DATE "T" RX_TIME "$" },
-    { "email", "^[A-Za-z0-9._%+\\-]+@[A-Za-z0-9\\-]+(?:\\.[A-Za-z0-9\\-]+)*"
-               "\\.[A-Za-z]{2,}$" },
-    /* scheme "://" host [":" port] path ["?" query] ["#" fragment] */
-    { "uri", "^[A-Za-z][A-Za-z0-9+.\\-]*://(?:[" RX_UCHAR "]|" RX_PCT ")+"
-             "(?::\\d{1,5})?(?:/(?:[" RX_UCHAR ":@]|" RX_PCT ")*)*"
-             "(?:\\?(?:[" RX_UCHAR ":@/?]|" RX_PCT ")*)?"
-             "(?:#(?:[" RX_UCHAR ":@/?]|" RX_PCT ")*)?$" },
+    /* bounded as RFC 5321 bounds it: a local part of up to 64
+     * characters, up to 3 labels of up to 63 and a top-level domain */
+    { "email", "^[A-Za-z0-9._%+\\-]{1,64}@(?:[A-Za-z0-9\\-]{1,63}\\.){1,3}"
+               "[A-Za-z]{2,24}$" },
+    /* scheme "://" host [":" port] path ["?" query] ["#" fragment], each
+     * part bounded (a host of up to 63 characters, up to 8 segments of
+     * up to 32, a query of up to 64, a fragment of up to 32) */
+    { "uri", "^[A-Za-z][A-Za-z0-9+.\\-]{0,15}://(?:[" RX_UCHAR "]|" RX_PCT
+             "){1,63}(?::\\d{1,5})?(?:/(?:[" RX_UCHAR ":@]|" RX_PCT
+             "){0,32}){0,8}(?:\\?(?:[" RX_UCHAR ":@/?]|" RX_PCT "){0,64})?"
+             "(?:#(?:[" RX_UCHAR ":@/?]|" RX_PCT "){0,32})?$" },
     { "ipv4", "^" RX_IPV4 "$" },
     { "ipv6", "^" RX_IPV6 "$" },
     { "uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"

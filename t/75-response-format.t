@@ -48,10 +48,11 @@ sub rf {
 
 my @bad = (
     [ { type => 'json_schema', json_schema => { name => 'x', schema =>
-        { type => 'string', pattern => '^a' } } }, qr/'pattern'/ ],
+        { type => 'string', pattern => '(?=a)' } } },
+      qr/lookahead '\(\?=' in 'pattern'/ ],
     [ { type => 'json_schema', json_schema => { name => 'x', schema =>
-        { type => 'object', properties => { a => { type => 'integer',
-          minimum => 1 } } } } }, qr/'minimum' at #\/properties\/a/ ],
+        { type => 'object', properties => { a => { minimum => 1 } } } } },
+      qr/'minimum' at #\/properties\/a needs a 'type'/ ],
     [ { type => 'json_schema', json_schema => { name => 'x', schema =>
         { oneOf => [ { type => 'string' } ] } } }, qr/'oneOf'/ ],
     [ { type => 'json_schema', json_schema => { name => 'x', schema =>

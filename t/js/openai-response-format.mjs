@@ -50,7 +50,7 @@ try {
     await client.chat.completions.create({
         model: 'kjv', messages, max_tokens: 4,
         response_format: { type: 'json_schema', json_schema: {
-            name: 'bad', schema: { type: 'string', pattern: '^a' } } },
+            name: 'bad', schema: { type: 'string', pattern: '(?=a)' } } },
     });
     out.error_status = 200;
 } catch (e) {
