@@ -1591,33 +1591,46 @@ compile_bounds(gbuild *b, json_t *sc, int integer, const char *path)
 }
 
 
-/* a string whose content (between the quotes) the DFA accepts: a rule per
- * state, an alternative per state it moves to (the bytes that lead there,
- * then that state's rule), and "" where it accepts */
+#define GR_MAX_PRODUCT 200000    /* pattern states x lengths */
+
+/*
+ * A string whose content (between the quotes) the DFA accepts, of min..max
+ * characters (max < 0: no limit): a rule per live (DFA state, characters
+ * so far) pair, an alternative per successor (the bytes that lead there,
+ * then its rule), and "" where the DFA accepts with at least min.  A byte
+ * out of a state between two characters starts one; with no max, counts
+ * stop at min.  Pairs that cannot reach acceptance within max are left
+ * out, so no walk ends in a dead end.
+ */
 static int32_t
-r_dfa_string(gbuild *b, const gr_dfa *d)
+r_dfa_string(gbuild *b, const gr_dfa *d, int64_t min, int64_t max,
+             const char *path)
 {
-    int32_t first = -1, r;
-    gsym    s[3];
+    int64_t  K = max >= 0 ? max : min, P = (int64_t) d->n * (K + 1), E = 0;
+    int32_t *tn = calloc(d->n + 1, sizeof(int32_t)), *tl = NULL, *tc = NULL;
+    int32_t *id = NULL, *rhead = NULL, *rnext = NULL, *rfrom = NULL, *work;
+    int32_t  nt = 0, r = -1, nid = 0;
+    int64_t  nw = 0;
+    uint8_t *live = NULL;
+    gsym     s[3];
 
-    for (int32_t q = 0; q < d->n; q++) {
-        int32_t id = rule_new(b);
-
-        if (q == 0) {
-            first = id;
-        }
-        if (id < 0 || id != first + q) {
-            return -1;
-        }
+    if (P > GR_MAX_PRODUCT) {
+        free(tn);
+        return bfail(b, "'pattern' or 'format' with these lengths is too "
+                     "large at %s%s", path, "");
+    }
+    /* each state's successors and the class of bytes to each */
+    tl = malloc((int64_t) d->n * 256 * sizeof(int32_t));
+    tc = malloc((int64_t) d->n * 256 * sizeof(int32_t));
+    if (tn == NULL || tl == NULL || tc == NULL) {
+        goto oom;
     }
     for (int32_t q = 0; q < d->n && !b->failed; q++) {
         const int32_t *nx = d->next + (int64_t) q * 256;
         uint8_t        done[256];
 
+        tn[q] = nt;
         memset(done, 0, sizeof(done));
-        if (d->accept[q]) {
-            alt_add(b, first + q, NULL, 0);
-        }
         for (int c = 0; c < 256; c++) {
             uint32_t set[8] = {0};
 
@@ -1630,17 +1643,97 @@ r_dfa_string(gbuild *b, const gr_dfa *d)
                     done[k] = 1;
                 }
             }
-            s[0] = (gsym) { SYM_CLASS, cls_new(b, set) };
-            s[1] = S_ref(first + nx[c]);
-            alt_add(b, first + q, s, 2);
+            tl[nt] = nx[c];
+            tc[nt++] = cls_new(b, set);
         }
     }
+    tn[d->n] = nt;
+    /* the pairs that reach acceptance: backwards from the accepting ones */
+#define PAIR(q, k) ((int64_t) (q) * (K + 1) + (k))
+#define NEXT_K(q, k) (d->mid[q] ? (k) : max < 0 && (k) == K ? (k) : (k) + 1)
+    live = calloc(P, 1);
+    id = malloc(P * sizeof(int32_t));
+    rhead = malloc(P * sizeof(int32_t));
+    rnext = malloc((int64_t) nt * (K + 1) * sizeof(int32_t));
+    rfrom = malloc((int64_t) nt * (K + 1) * sizeof(int32_t));
+    if (!live || !id || !rhead || !rnext || !rfrom) {
+        goto oom;
+    }
+    work = id;               /* a worklist first, the rule ids after */
+    for (int64_t p = 0; p < P; p++) {
+        rhead[p] = -1;
+    }
+    for (int32_t q = 0; q < d->n; q++) {
+        for (int64_t k = 0; k <= K; k++) {
+            int64_t k2 = NEXT_K(q, k);
+
+            for (int32_t t = tn[q]; t < tn[q + 1] && k2 <= K; t++) {
+                int64_t to = PAIR(tl[t], k2);
+
+                rfrom[E] = (int32_t) PAIR(q, k);
+                rnext[E] = rhead[to];
+                rhead[to] = (int32_t) E++;
+            }
+            if (d->accept[q] && k >= min) {
+                live[PAIR(q, k)] = 1;
+                work[nw++] = (int32_t) PAIR(q, k);
+            }
+        }
+    }
+    while (nw > 0) {
+        int32_t p = work[--nw];
+
+        for (int32_t e = rhead[p]; e >= 0; e = rnext[e]) {
+            if (!live[rfrom[e]]) {
+                live[rfrom[e]] = 1;
+                work[nw++] = rfrom[e];
+            }
+        }
+    }
+    if (!live[PAIR(0, 0)]) {
+        r = bfail(b, "no string of the lengths allowed matches 'pattern' or "
+                  "'format' at %s%s", path, "");
+        goto done;
+    }
+    /* a rule per live pair */
+    for (int64_t p = 0; p < P; p++) {
+        id[p] = live[p] ? rule_new(b) : -1;
+        nid += live[p];
+    }
+    for (int32_t q = 0; q < d->n && !b->failed; q++) {
+        for (int64_t k = 0; k <= K; k++) {
+            int64_t k2 = NEXT_K(q, k);
+
+            if (!live[PAIR(q, k)]) {
+                continue;
+            }
+            if (d->accept[q] && k >= min) {
+                alt_add(b, id[PAIR(q, k)], NULL, 0);
+            }
+            for (int32_t t = tn[q]; t < tn[q + 1] && k2 <= K; t++) {
+                if (live[PAIR(tl[t], k2)]) {
+                    s[0] = (gsym) { SYM_CLASS, tc[t] };
+                    s[1] = S_ref(id[PAIR(tl[t], k2)]);
+                    alt_add(b, id[PAIR(q, k)], s, 2);
+                }
+            }
+        }
+    }
+#undef PAIR
+#undef NEXT_K
     r = rule_new(b);
     s[0] = S_ch(b, '"');
-    s[1] = S_ref(first);
+    s[1] = S_ref(id[0]);
     s[2] = s[0];
     alt_add(b, r, s, 3);
-    return b->failed ? -1 : r;
+    r = b->failed ? -1 : r;
+    goto done;
+oom:
+    r = bfail(b, "out of memory%s%s", "", "");
+done:
+    free(tn); free(tl); free(tc); free(live); free(id); free(rhead);
+    free(rnext); free(rfrom);
+    return r;
 }
 
 
@@ -1664,6 +1757,7 @@ compile_string_pattern(gbuild *b, json_t *sc, const char *path)
     gr_dfa      d;
     char        msg[200];
     int32_t     r;
+    int64_t     min = 0, max = -1;
 
     if (pat != NULL && !json_is_string(pat)) {
         return bfail(b, "'pattern' at %s%s must be a string", path, "");
@@ -1695,9 +1789,13 @@ compile_string_pattern(gbuild *b, json_t *sc, const char *path)
         return bfail(b, "'pattern' with 'format' at %s%s is not supported",
                      path, "");
     }
-    if (json_object_get(sc, "minLength") || json_object_get(sc, "maxLength")) {
-        return bfail(b, "'minLength'/'maxLength' with '%s' at %s is not "
-                     "supported", pat ? "pattern" : "format", path);
+    if (get_count(b, sc, "minLength", &min, path) < 0
+        || get_count(b, sc, "maxLength", &max, path) < 0)
+    {
+        return -1;
+    }
+    if (max >= 0 && max < min) {
+        return bfail(b, "maxLength < minLength at %s%s", path, "");
     }
     if (pat != NULL) {
         p = json_string_value(pat);
@@ -1706,7 +1804,7 @@ compile_string_pattern(gbuild *b, json_t *sc, const char *path)
     if (gr_regex_dfa(p, plen, &d, msg, sizeof(msg)) < 0) {
         return bfail(b, "%s at %s", msg, path);
     }
-    r = r_dfa_string(b, &d);
+    r = r_dfa_string(b, &d, min, max, path);
     gr_dfa_free(&d);
     return r;
 }

@@ -53,6 +53,7 @@ typedef struct {
     int32_t   n_nodes, cap_nodes;
     /* the NFA */
     int32_t  *head;          /* per state: first edge, -1: none */
+    uint8_t  *mid;           /* per state: inside a character's form */
     int32_t   n_st, cap_st;
     nedge    *edges;
     int32_t   n_edges, cap_edges;
@@ -770,15 +771,35 @@ st_new(rx *r)
     if (r->n_st == r->cap_st) {
         int32_t  nc = r->cap_st ? r->cap_st * 2 : 256;
         int32_t *nh = realloc(r->head, nc * sizeof(int32_t));
+        uint8_t *nm;
 
         if (nh == NULL) {
             return rx_fail(r, "out of memory%s", "");
         }
         r->head = nh;
+        nm = realloc(r->mid, nc);
+        if (nm == NULL) {
+            return rx_fail(r, "out of memory%s", "");
+        }
+        r->mid = nm;
         r->cap_st = nc;
     }
     r->head[r->n_st] = -1;
+    r->mid[r->n_st] = 0;
     return r->n_st++;
+}
+
+
+/* a state inside a character's JSON form */
+static int32_t
+st_mid(rx *r)
+{
+    int32_t q = st_new(r);
+
+    if (q >= 0) {
+        r->mid[q] = 1;
+    }
+    return q;
 }
 
 
@@ -813,7 +834,7 @@ chain(rx *r, int32_t s, int32_t e, const uint8_t *lo, const uint8_t *hi,
     int32_t cur = s;
 
     for (int i = 0; i < n; i++) {
-        int32_t nx = i == n - 1 ? e : st_new(r);
+        int32_t nx = i == n - 1 ? e : st_mid(r);
 
         edge(r, cur, nx, lo[i], hi[i]);
         cur = nx;
@@ -913,7 +934,7 @@ build_set(rx *r, const rrange *set, int32_t n, int32_t s, int32_t e)
                 continue;
             }
             if (bs < 0) {
-                bs = st_new(r);
+                bs = st_mid(r);
                 edge(r, s, bs, '\\', '\\');
             }
             if (c == '"' || c == '\\') {
@@ -929,15 +950,15 @@ build_set(rx *r, const rrange *set, int32_t n, int32_t s, int32_t e)
                 }
             }
             if (u00 < 0) {
-                int32_t u = st_new(r), u0 = st_new(r);
+                int32_t u = st_mid(r), u0 = st_mid(r);
 
-                u00 = st_new(r);
+                u00 = st_mid(r);
                 edge(r, bs, u, 'u', 'u');
                 edge(r, u, u0, '0', '0');
                 edge(r, u0, u00, '0', '0');
             }
             if (uh[c >> 4] < 0) {
-                uh[c >> 4] = st_new(r);
+                uh[c >> 4] = st_mid(r);
                 edge(r, u00, uh[c >> 4], hex[c >> 4], hex[c >> 4]);
             }
             edge(r, uh[c >> 4], e, hex[c & 15], hex[c & 15]);
@@ -1175,8 +1196,9 @@ determinise(rx *r, gr_dfa *out)
     d.buf = malloc(r->n_st * sizeof(int32_t));
     out->next = malloc((int64_t) cap * 256 * sizeof(int32_t));
     out->accept = calloc(cap, 1);
-    if (!d.set_off || !d.set_len || !d.set_hash || !d.ht || !d.stamp
-        || !d.stack || !d.buf || !out->next || !out->accept)
+    out->mid = calloc(cap, 1);
+    if (!out->mid || !d.set_off || !d.set_len || !d.set_hash || !d.ht
+        || !d.stamp || !d.stack || !d.buf || !out->next || !out->accept)
     {
         dfab_free(&d);
         return rx_fail(r, "out of memory%s", "");
@@ -1191,6 +1213,10 @@ determinise(rx *r, gr_dfa *out)
         /* the members' byte edges, and where their ranges start and end */
         memset(bnd, 0, sizeof(bnd));
         n_el = 0;
+        /* a set's states are all inside a character or all between
+         * two: the JSON forms are a prefix code, so the bytes read so far
+         * say which */
+        out->mid[q] = nm > 0 && r->mid[mem[0]];
         for (int32_t k = 0; k < nm; k++) {
             if (mem[k] == r->accept) {
                 out->accept[q] = 1;
@@ -1312,6 +1338,7 @@ prune(rx *r, gr_dfa *d)
             d->next[(int64_t) map[q] * 256 + c] = t >= 0 ? map[t] : -1;
         }
         d->accept[map[q]] = d->accept[q];
+        d->mid[map[q]] = d->mid[q];
     }
     d->n = n;
     free(map);
@@ -1370,6 +1397,7 @@ gr_regex_dfa(const char *pat, size_t len, gr_dfa *out, char *err,
     free(r.nodes);
     free(r.cp);
     free(r.head);
+    free(r.mid);
     free(r.edges);
     if (rc < 0) {
         gr_dfa_free(out);
@@ -1383,8 +1411,10 @@ gr_dfa_free(gr_dfa *d)
 {
     free(d->next);
     free(d->accept);
+    free(d->mid);
     d->next = NULL;
     d->accept = NULL;
+    d->mid = NULL;
     d->n = 0;
 }
 

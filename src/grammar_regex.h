@@ -24,6 +24,8 @@ typedef struct {
     int32_t  n;          /* states; 0 is the start */
     int32_t *next;       /* n * 256 byte transitions, -1: none */
     uint8_t *accept;     /* n flags */
+    uint8_t *mid;        /* n flags: inside a character's JSON form (its
+                            next byte does not start a character) */
 } gr_dfa;
 
 /*
