@@ -1370,6 +1370,9 @@ r_num_range(gbuild *b, const gdec *lo, const gdec *hi)
     }
     has_neg = (lo->inf || (lo->neg && !dec_is_zero(lo)))
               && dec_cmp_mag(na, nz) <= 0;
+    /* a first pass counts what each side has (a side may have nothing of
+     * at most 15 fraction digits; its rules then go unused), so that no
+     * rule is left without an alternative */
     np = has_pos ? num_magnitudes(b, &nc, -1, pa, pz) : 0;
     nn = has_neg ? num_magnitudes(b, &nc, -1, na, nz) : 0;
     if (np + nn == 0) {
