@@ -2,8 +2,10 @@
 # response_format through nginx: json_schema and json_object on completions
 # and chat, streamed and not; 200 sampled outputs for each of the ten test
 # schemas (t/data/grammar/schemas.json; `n` = 16 choices a request), every
-# one validated by python3-jsonschema; bad schemas and unsupported keywords
-# are 400s that name them; the grammar metrics.
+# one validated by python3-jsonschema, and 16 for each of the five keyword
+# schemas (t/data/grammar/keywords.json: bounds, lengths, patterns,
+# formats); bad schemas and unsupported keywords are 400s that name them;
+# the grammar metrics.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -169,6 +171,34 @@ ok(($m->{'nalar_grammar_masks_total{model="kjv"}'} // 0) > 0
    'nalar_grammar_masks_total and mask seconds');
 ok(($m->{'nalar_grammar_forced_accepted_tokens_total{model="kjv"}'} // 0)
    > 0, 'forced tokens accepted');
+
+# --- the keywords real schemas use, through nginx -------------------------
+# bounds, counts, lengths, patterns and formats (t/data/grammar/
+# keywords.json): 16 sampled outputs each, valid with formats asserted
+
+my $kw = $J->decode(do { local $/;
+    open(my $fh, '<', "$root/t/data/grammar/keywords.json") or die; <$fh> });
+open(my $kout, '>', "$dir/keywords.jsonl") or die;
+my ($kw_out, $kw_stop) = (0, 0);
+for my $s (@$kw) {
+    my $r = $t->post_json('/v1/completions',
+        { model => 'kjv', max_tokens => 400, temperature => 1.0, n => 16,
+          seed => 77, prompt => 'A wise man', response_format => rf($s) });
+    is($r->{status}, 200, "$s->{name}: 200") or diag($r->{body});
+    for my $c (@{ $r->{json}{choices} || [] }) {
+        $kw_out++;
+        $kw_stop++ if ($c->{finish_reason} // '') eq 'stop';
+        print $kout $J->encode({ schema => $s->{name}, output => $c->{text} }),
+                    "\n";
+    }
+}
+close $kout;
+is($kw_out, 80, 'keyword schemas: 80 sampled outputs');
+is($kw_stop, 80, 'every one finished with stop');
+$res = `python3 $root/t/lib/validate_json.py $root/t/data/grammar/keywords.json $dir/keywords.jsonl`;
+like($res, qr/^checked 80 invalid 0$/m,
+     'every one valid under python3-jsonschema, formats asserted')
+    or diag($res);
 
 $t->check_log;
 done_testing();
