@@ -54,13 +54,16 @@ $(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar.a $(HDRS)
 	cp $(NGX_BUILD)/objs/ngx_nalar_module.so $@
 
 # The same module with AddressSanitizer and UBSan, engine included (compiled
-# again position-independent): `make module-asan`, then `NALAR_ASAN=1 prove
-# t/5*.t` runs the tests with it (nginx gets libasan preloaded; reports land
-# in error.log, which every test checks).
+# again position-independent), and the test hooks (TEST_HOOKS): the test
+# build.  `make module-asan`, then `NALAR_ASAN=1 prove t/5*.t` runs the
+# tests with it (nginx gets libasan preloaded; reports land in error.log,
+# which every test checks); tests that use a nalar_test_* directive always
+# do (`use NalarTest 'hooks'`).
 NGX_BUILD_ASAN  = build/nginx-asan
 NGX_MODULE_ASAN = build/asan/module/ngx_nalar_module.so
 ASAN_PIC_OBJ    = $(patsubst %.c,build/asan-pic/obj/%.o,$(ENGINE_SRC))
-ASAN_NGX_CC_OPT = -g -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer
+ASAN_NGX_CC_OPT = -g -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
+                  $(TEST_HOOKS)
 
 .PHONY: module-asan
 ifneq ($(wildcard $(NGX_SRC)/configure),)
@@ -80,7 +83,7 @@ build/asan-pic/libnalar.a: $(ASAN_PIC_OBJ)
 
 # `config` checks that NALAR_LIB exists: the library comes first (order
 # only: a rebuilt library relinks the module, it does not reconfigure)
-$(NGX_BUILD_ASAN)/objs/Makefile: config config.make | build/asan-pic/libnalar.a
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk | build/asan-pic/libnalar.a
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD_ASAN)

@@ -425,7 +425,9 @@ ngx_http_nalar_start(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+#ifdef NALAR_TEST_HOOKS
         ngx_http_nalar_test_hold(len);
+#endif
 
         (void) nalar_api_parse((char *) data, len, &in, &req);
 

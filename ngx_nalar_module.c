@@ -87,8 +87,11 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       offsetof(ngx_http_nalar_main_conf_t, threads),
       &ngx_http_nalar_threads_bounds },
 
-    /* for the module's own tests: the N-th forward pass of each engine in
-     * each worker fails, as an engine error mid-request would */
+#ifdef NALAR_TEST_HOOKS
+
+    /* for the module's own tests, in the test build (make module-asan)
+     * alone: the N-th forward pass of each engine in each worker fails, as
+     * an engine error mid-request would */
     { ngx_string("nalar_test_fault_forward"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,
@@ -104,6 +107,8 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_nalar_main_conf_t, test_hold),
       NULL },
+
+#endif
 
     { ngx_string("nalar_kv_cache"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
@@ -348,7 +353,9 @@ ngx_queue_t        ngx_http_nalar_jobs;
 ngx_queue_t        ngx_http_nalar_results;
 ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
 int                ngx_http_nalar_parser_stop;
+#ifdef NALAR_TEST_HOOKS
 char              *ngx_http_nalar_hold_path;  /* test only */
+#endif
 ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 ngx_str_t  ngx_http_nalar_json_type = ngx_string("application/json");
@@ -420,7 +427,9 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     }
 
     nmcf->threads = NGX_CONF_UNSET;
+#ifdef NALAR_TEST_HOOKS
     nmcf->test_fault = NGX_CONF_UNSET;
+#endif
     nmcf->kv_cache = NGX_CONF_UNSET;
     nmcf->cpu_act_i16 = NGX_CONF_UNSET_UINT;
     nmcf->max_batch_tokens = NGX_CONF_UNSET;
@@ -447,7 +456,9 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     /* 0 and unset mean "the engine's default" */
 
     ngx_conf_init_value(nmcf->threads, 0);
+#ifdef NALAR_TEST_HOOKS
     ngx_conf_init_value(nmcf->test_fault, 0);
+#endif
     ngx_conf_init_value(nmcf->kv_cache, 0);
     ngx_conf_init_uint_value(nmcf->cpu_act_i16, 0);
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
@@ -843,8 +854,10 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     ngx_queue_init(&ngx_http_nalar_jobs);
     ngx_queue_init(&ngx_http_nalar_results);
 
+#ifdef NALAR_TEST_HOOKS
     ngx_http_nalar_hold_path = nmcf->test_hold.len
                                ? (char *) nmcf->test_hold.data : NULL;
+#endif
 
     if (ngx_array_init(&ngx_http_nalar_all_slots, cycle->pool, 64,
                        sizeof(ngx_http_nalar_slot_t *))
@@ -930,10 +943,12 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
             continue;
         }
 
+#ifdef NALAR_TEST_HOOKS
         if (nmcf->test_fault > 0) {
             nalar_engine_test_fault(rt->models[i].engine, NALAR_FAULT_FORWARD,
                                     (int) nmcf->test_fault);
         }
+#endif
 
         err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
         if (err_no) {

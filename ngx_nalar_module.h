@@ -118,10 +118,12 @@ typedef struct {
     ngx_int_t                  spec_max_k;
     ngx_flag_t                 spec_draft;  /* nalar_speculative draft
                                                somewhere */
+#ifdef NALAR_TEST_HOOKS
     ngx_int_t                  test_fault;  /* nalar_test_fault_forward:
                                                the module's tests only */
     ngx_str_t                  test_hold;   /* nalar_test_hold_parse: the
                                                module's tests only */
+#endif
     time_t                     created;     /* for /v1/models */
 } ngx_http_nalar_main_conf_t;
 
@@ -358,7 +360,9 @@ extern ngx_queue_t        ngx_http_nalar_jobs;
 extern ngx_queue_t        ngx_http_nalar_results;
 extern ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
 extern int                ngx_http_nalar_parser_stop;
+#ifdef NALAR_TEST_HOOKS
 extern char              *ngx_http_nalar_hold_path;  /* test only */
+#endif
 extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
 extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 extern ngx_str_t  ngx_http_nalar_json_type;
@@ -452,7 +456,9 @@ void *ngx_http_nalar_parse_thread(void *data);
 void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
+#ifdef NALAR_TEST_HOOKS
 void ngx_http_nalar_test_hold(size_t len);
+#endif
 
 /* ngx_nalar_route.c */
 ngx_int_t ngx_http_nalar_route_init(ngx_conf_t *cf);

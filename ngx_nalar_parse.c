@@ -321,7 +321,9 @@ ngx_http_nalar_parse_thread(void *data)
             }
         }
 
+#ifdef NALAR_TEST_HOOKS
         ngx_http_nalar_test_hold(job->len);
+#endif
 
         if (job->read_failed) {
             job->req.err.status = 500;
@@ -420,10 +422,13 @@ ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
+
 /*
  * nalar_test_hold_parse FILE: the parse of a body over
  * NGX_HTTP_NALAR_PARSE_SMALL waits, wherever it runs, until FILE exists,
- * and says so by making FILE.held (the module's tests only).
+ * and says so by making FILE.held (the module's tests only, in the test
+ * build).
  */
 
 void
@@ -452,3 +457,5 @@ ngx_http_nalar_test_hold(size_t len)
         (void) usleep(10000);
     }
 }
+
+#endif

@@ -38,6 +38,8 @@ const double nalar_hist_bounds[NALAR_HIST_BUCKETS] = {
 };
 
 
+#ifdef NALAR_TEST_HOOKS
+
 void
 nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n)
 {
@@ -70,6 +72,8 @@ nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
     nalar_prefix_root(e->cache, scope, out);
     return 0;
 }
+
+#endif /* NALAR_TEST_HOOKS */
 
 
 static char *
@@ -446,8 +450,8 @@ engine_main(void *arg)
          * since step_admit looked, one preempted in the step) the next
          * step admits, since with nothing running step_admit takes the
          * head whatever it needs: nothing waiting is ever unadmittable */
-        if (engine_step(e, &err) == 0 && e->idle_fn != NULL) {
-            e->idle_fn(e->idle_arg);
+        if (engine_step(e, &err) == 0) {
+            test_idle(e);
         }
     }
     return NULL;

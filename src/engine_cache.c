@@ -111,7 +111,7 @@ kv_slide(nalar_engine *e, nalar_request *r)
     const nalar_config *c = &e->model->cfg;
     int32_t             pos;
 
-    if (c->swa_window <= 0 || c->swa_layers != 1 || e->keep_kv) {
+    if (c->swa_window <= 0 || c->swa_layers != 1 || test_keep_kv(e)) {
         return;
     }
     pos = r->n_computed - c->swa_window + 1;

@@ -223,12 +223,14 @@ struct nalar_engine {
     /* metrics (under mu) */
     nalar_metrics     m;
 
+#ifdef NALAR_TEST_HOOKS
     /* tests only (engine_test.h) */
     int               keep_kv;        /* never give back blocks before a
                                          sliding window */
     int               fault[NALAR_FAULT_COUNT];
     void            (*idle_fn)(void *arg);
     void             *idle_arg;
+#endif
 };
 
 
@@ -265,6 +267,8 @@ hist_add(uint64_t *buckets, double *sum, uint64_t *count, double v)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
+
 /* Is this the armed fault at `site` (engine_test.h)? */
 static inline int
 test_fault(nalar_engine *e, nalar_fault_site site)
@@ -277,6 +281,27 @@ test_fault(nalar_engine *e, nalar_fault_site site)
     __atomic_store_n(&e->fault[site], n - 1, __ATOMIC_RELAXED);
     return n == 1;
 }
+
+/* The engine thread found nothing to run (engine_test.h). */
+static inline void
+test_idle(nalar_engine *e)
+{
+    if (e->idle_fn != NULL) {
+        e->idle_fn(e->idle_arg);
+    }
+}
+
+#define test_keep_kv(e)      ((e)->keep_kv)
+
+#else
+
+/* production builds: no hook is ever set, and its sites compile to
+ * nothing */
+#define test_fault(e, site)  0
+#define test_idle(e)         ((void) 0)
+#define test_keep_kv(e)      0
+
+#endif
 
 
 /* The acceptance estimates of r's proposer this step. */

@@ -60,7 +60,12 @@ struct nalar_prompt {
     char            *text;
 };
 
+#ifdef NALAR_TEST_HOOKS
 static uint64_t  prompt_copies;       /* atomic: engine_test.h */
+#define count_copy()  __atomic_add_fetch(&prompt_copies, 1, __ATOMIC_RELAXED)
+#else
+#define count_copy()
+#endif
 
 
 nalar_prompt *
@@ -80,7 +85,7 @@ nalar_prompt_create(const nalar_tok_text *pieces, int32_t n, nalar_err *err)
         nalar_fail(err, "out of memory");
         return NULL;
     }
-    __atomic_add_fetch(&prompt_copies, 1, __ATOMIC_RELAXED);
+    count_copy();
     return pr;
 }
 
@@ -98,11 +103,15 @@ nalar_prompt_unref(nalar_prompt *pr)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
+
 uint64_t
 nalar_test_prompt_copies(void)
 {
     return __atomic_load_n(&prompt_copies, __ATOMIC_RELAXED);
 }
+
+#endif
 
 
 /* The request's prompt text, given back once tokenized or freed. */
@@ -165,7 +174,7 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
         if (r->pieces == NULL) {
             goto oom;
         }
-        __atomic_add_fetch(&prompt_copies, 1, __ATOMIC_RELAXED);
+        count_copy();
     } else {
         r->prompt = malloc((size_t) p->n_prompt * sizeof(int32_t));
         if (r->prompt == NULL) {

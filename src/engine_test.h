@@ -4,11 +4,17 @@
  * never calls these.  They make failures that real
  * traffic produces rarely (an allocation failing mid-step, a request
  * arriving just as the engine goes idle) happen on demand.
+ *
+ * They exist only in the test builds, compiled with -DNALAR_TEST_HOOKS
+ * (the ASan flavour: build/asan/, the unit tests and `make module-asan`);
+ * the production library, CLI and module have none of them.
  */
 #ifndef NALAR_ENGINE_TEST_H
 #define NALAR_ENGINE_TEST_H
 
 #include "engine.h"
+
+#ifdef NALAR_TEST_HOOKS
 
 typedef enum {
     NALAR_FAULT_BATCH = 0,   /* growing the step's batch (every step) */
@@ -42,5 +48,7 @@ void nalar_engine_test_keep_kv(nalar_engine *e, int keep);
  * out); -1 when the engine has no prefix cache (or has not loaded). */
 int nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
                                   uint8_t *out);
+
+#endif /* NALAR_TEST_HOOKS */
 
 #endif

@@ -17,7 +17,7 @@ use Test::More;
 use IO::Socket::INET;
 use IO::Select;
 use Time::HiRes qw(time sleep);
-use NalarTest;
+use NalarTest 'hooks';    # nalar_test_*: the test build of the module
 
 my $t = NalarTest->new->has_model;
 

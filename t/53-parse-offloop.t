@@ -11,7 +11,7 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use Time::HiRes qw(sleep time);
-use NalarTest;
+use NalarTest 'hooks';    # nalar_test_*: the test build of the module
 
 my $t = NalarTest->new->has_model;
 my $dir = $t->dir;

@@ -54,12 +54,15 @@ END {
 our $NGINX = $ENV{NALAR_NGINX} || '/usr/sbin/nginx';
 our $MODULE = "$ROOT/build/module/ngx_nalar_module.so";
 
-# NALAR_ASAN=1: the sanitizer build of the module (make module-asan), with
-# libasan preloaded into nginx; reports go to stderr, which nginx points at
-# error.log, which check_log reads.
+# NALAR_ASAN=1: the test build of the module (make module-asan: ASan,
+# UBSan and the test hooks), with libasan preloaded into nginx; reports go
+# to stderr, which nginx points at error.log, which check_log reads.
 our $ENV_PREFIX = '';
 our $SLOW = 1;          # time factor for waits: sanitized engines are slower
-if ($ENV{NALAR_ASAN}) {
+our $TEST_BUILD = 0;
+
+sub use_test_build {
+    return if $TEST_BUILD++;
     $SLOW = 10;
     $MODULE = "$ROOT/build/asan/module/ngx_nalar_module.so";
     my $asan = `gcc -print-file-name=libasan.so`;
@@ -67,6 +70,20 @@ if ($ENV{NALAR_ASAN}) {
     $ENV_PREFIX = "LD_PRELOAD=$asan "
         . "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 "
         . "UBSAN_OPTIONS=print_stacktrace=1 ";
+}
+
+use_test_build() if $ENV{NALAR_ASAN};
+
+# `use NalarTest 'hooks';`: the file configures a nalar_test_* directive,
+# which only the test build of the module has (the production module
+# rejects it as an unknown directive), so it runs with that build whatever
+# NALAR_ASAN says.
+sub import {
+    my ($class, @what) = @_;
+    for my $w (@what) {
+        die "NalarTest: unknown import '$w'\n" unless $w eq 'hooks';
+        use_test_build();
+    }
 }
 our $MODEL = "$ROOT/models/nalar-kjv-target-f32.gguf";
 our $DRAFT = "$ROOT/models/nalar-kjv-draft-f32.gguf";
@@ -97,7 +114,7 @@ sub new {
 
     missing("$NGINX not found") unless -x $NGINX;
     missing("$MODULE not built (make module"
-            . ($ENV{NALAR_ASAN} ? '-asan)' : ')')) unless -f $MODULE;
+            . ($TEST_BUILD ? '-asan)' : ')')) unless -f $MODULE;
 
     my $dir = tempdir('nalar-test-XXXXXX', TMPDIR => 1,
                       CLEANUP => !$ENV{NALAR_TEST_KEEP});
