@@ -1,7 +1,15 @@
 # Nalar build.  `make` builds the engine library, build/nalar and (when the
 # nginx source tree is installed) the nginx module; `make test` installs what
-# is missing, builds and runs every test; `make run` serves conf.example,
-# `make run-cluster` an edge and three nodes (conf.example.cluster).
+# is missing, builds and runs every test; `make run` builds what serving
+# needs and serves conf.example, `make run-cluster` an edge and three nodes
+# (conf.example.cluster); PORT=N moves either off 8080.
+#
+# Two flavours of the engine: build/obj/ (-O3, production: build/libnalar.a,
+# build/nalar, the module) and build/asan/obj/ (ASan/UBSan, -fPIC, with the
+# test hooks: build/asan/libnalar.a serves build/asan/nalar, the unit tests
+# and the test module).  Each object has its own header dependencies (-MMD,
+# build/.../*.d), and each flavour's flags are kept in a file
+# (build/obj/flags, build/asan/flags) whose change recompiles that flavour.
 
 CC       ?= cc
 OPT      ?= -O3 -march=native
@@ -14,8 +22,12 @@ SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 # (NALAR_TEST_HOOKS: src/engine_test.h, the nalar_test_* directives), which
 # the production library, CLI and module never have.
 TEST_HOOKS = -DNALAR_TEST_HOOKS
-ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN) $(TEST_HOOKS)
+ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN) $(TEST_HOOKS) -fPIC
 LDLIBS   = -lcrypto -ljansson -lm -pthread
+DEPFLAGS = -MMD -MP
+# make and prove run this many jobs in `make test` and `make run`
+NPROC   := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
+                  || echo 1)
 
 ENGINE_SRC = $(wildcard src/*.c) $(wildcard kernels/cpu/*.c) \
              $(wildcard kernels/cuda/*.c)
@@ -26,17 +38,35 @@ TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
 HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
              $(wildcard kernels/cuda/*.h) $(wildcard t/c/*.h)
 
-.PHONY: all test run run-cluster deps clean module fuzz bench
+.PHONY: all serve test run run-cluster deps clean module fuzz bench FORCE
 
 all: build/nalar build/asan/nalar $(TEST_BIN) build/t/test_kq_decode_host module
 
-build/obj/%.o: %.c $(HDRS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+# what serving needs: the production library, the CLI and the module
+serve: build/nalar module
 
-build/asan/obj/%.o: %.c $(HDRS)
+# A flavour's flags file is written only when its flags change (the
+# recipe runs every time; make compares its date afterwards).
+build/obj/flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(CFLAGS)' | cmp -s - $@ || echo '$(CFLAGS)' > $@
+build/asan/flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(ASAN_CFLAGS)' | cmp -s - $@ || echo '$(ASAN_CFLAGS)' > $@
+FORCE:
+
+build/obj/%.o: %.c build/obj/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ASAN_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+build/asan/obj/%.o: %.c build/asan/flags
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+# every object's and test program's dependency file, whichever library
+# (src/, kernels/, api/) it belongs to
+-include $(wildcard build/obj/*/*.d build/obj/*/*/*.d build/asan/obj/*/*.d \
+                    build/asan/obj/*/*/*.d build/t/*.d)
 
 build/libnalar.a: $(ENGINE_OBJ)
 	@rm -f $@
@@ -48,10 +78,11 @@ build/asan/libnalar.a: $(ASAN_OBJ)
 
 # the CUDA kernels' block decoding built as host C++ (no GPU, no nvcc)
 build/t/test_kq_decode_host: t/gpu/kq_decode_host.cc kernels/cuda/kq_decode.cuh \
-                             build/libnalar.a $(HDRS)
+                             build/libnalar.a
 	@mkdir -p build/t
 	$(CXX) -std=c++17 $(filter-out -std=c11,$(CFLAGS_COMMON)) -O2 -It/c \
-	    t/gpu/kq_decode_host.cc build/libnalar.a -o $@ $(LDLIBS)
+	    $(DEPFLAGS) -MF $@.d t/gpu/kq_decode_host.cc build/libnalar.a \
+	    -o $@ $(LDLIBS)
 
 CLI_SRC = $(wildcard cli/*.c)
 CLI_HDRS = $(wildcard cli/*.h)
@@ -62,9 +93,10 @@ build/nalar: $(CLI_SRC) $(CLI_HDRS) build/libnalar.a $(HDRS)
 build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar.a $(HDRS)
 	$(CC) $(ASAN_CFLAGS) -Icli $(CLI_SRC) build/asan/libnalar.a -o $@ $(LDLIBS)
 
-build/t/%: t/c/%.c build/asan/libnalar.a $(HDRS)
+build/t/%: t/c/%.c build/asan/libnalar.a
 	@mkdir -p build/t
-	$(CC) $(ASAN_CFLAGS) -It/c $< build/asan/libnalar.a -o $@ $(LDLIBS)
+	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c $< build/asan/libnalar.a \
+	    -o $@ $(LDLIBS)
 
 # the chat templates live beside the module but need no nginx: their test
 # compiles them in
@@ -116,19 +148,32 @@ ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
              t/53-big-ids.t t/54-disconnect.t \
              t/67-jwt-auth.t t/73-edge-cut.t
 
-test: deps
-	$(MAKE) all fuzz module-asan
-	prove --timer t/
-	NALAR_ASAN=1 prove --timer $(ASAN_TESTS)
+# Tests that compare one timing with another (a worker's measured pass
+# time sets the stall it is given) run alone, after the parallel ones:
+# a neighbour's load between the two measurements would change the answer.
+SERIAL_TESTS = t/42-cpu-backend.t
+PAR_TESTS    = $(filter-out $(SERIAL_TESTS),$(wildcard t/*.t))
 
+# make and prove run in parallel (NPROC jobs); tests that start nginx each
+# take their own free ports (t/lib/NalarTest.pm)
+test: deps
+	$(MAKE) -j$(NPROC) all fuzz module-asan
+	prove -j$(NPROC) --timer $(PAR_TESTS)
+	prove --timer $(SERIAL_TESTS)
+	NALAR_ASAN=1 prove -j$(NPROC) --timer $(ASAN_TESTS)
+
+# `make run` and `make run-cluster` build only what serving needs, in
+# parallel, and say how long it took
 run: deps
-	$(MAKE) all
+	@t0=$$(date +%s); $(MAKE) -j$(NPROC) serve && \
+	    echo "run: build took $$(($$(date +%s) - t0)) s"
 	sh scripts/run.sh
 
 # three engine nodes and the edge that routes over them (conf.example.node,
 # conf.example.cluster), all on 127.0.0.1
 run-cluster: deps
-	$(MAKE) all
+	@t0=$$(date +%s); $(MAKE) -j$(NPROC) serve && \
+	    echo "run-cluster: build took $$(($$(date +%s) - t0)) s"
 	sh scripts/run-cluster.sh
 
 clean:

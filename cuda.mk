@@ -32,7 +32,6 @@ NVCCFLAGS  ?= -std=c++17 -O3 $(CUDA_ARCH) -Isrc -Ikernels/cpu \
               -Werror all-warnings
 CUDA_SRC   = $(wildcard kernels/cuda/*.cu) bench/cuda_bench.cu
 CUDA_OBJ   = $(patsubst %.cu,build/cuda/%.o,$(CUDA_SRC))
-CUDA_HDRS  = $(wildcard kernels/cuda/*.cuh) $(HDRS)
 # cudart and cuBLAS shared, found at run time through the rpath; only what
 # is referenced is kept (--as-needed)
 CUDA_LIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
@@ -44,9 +43,18 @@ CFLAGS_COMMON += -DNALAR_CUDA
 cuda: build/libnalar_cuda.a build/nalar-cuda-check
 all: build/libnalar_cuda.a build/nalar-cuda-check
 
-build/cuda/%.o: %.cu $(CUDA_HDRS)
+# each object's header dependencies: build/cuda/.../*.d (nvcc -MMD); the
+# flags in build/cuda/flags, as the C flavours' (Makefile)
+build/cuda/flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(NVCC) $(NVCCFLAGS)' | cmp -s - $@ \
+	    || echo '$(NVCC) $(NVCCFLAGS)' > $@
+
+build/cuda/%.o: %.cu build/cuda/flags
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+-include $(CUDA_OBJ:.o=.d) build/nalar-cuda-check.d
 
 build/libnalar_cuda.a: $(CUDA_OBJ)
 	@rm -f $@
@@ -59,10 +67,14 @@ build/nalar: LDLIBS += -Wl,-u,nalar_cuda_backend_create \
 build/asan/nalar: build/libnalar_cuda.a
 build/asan/nalar: LDLIBS += -Wl,-u,nalar_cuda_backend_create \
     build/libnalar_cuda.a build/asan/libnalar.a $(CUDA_LIBS)
+# both modules link it (`config`): built before them, so that the make that
+# nginx's Makefile runs for it (config.make) finds it done
+$(NGX_MODULE) $(NGX_MODULE_ASAN): build/libnalar_cuda.a
 
 build/nalar-cuda-check: t/gpu/cuda_check.c build/libnalar_cuda.a \
-                        build/libnalar.a $(CUDA_HDRS)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include t/gpu/cuda_check.c \
+                        build/libnalar.a
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -I$(CUDA_HOME)/include \
+	    t/gpu/cuda_check.c \
 	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) $(CUDA_LIBS)
 else
 cuda:

@@ -53,15 +53,15 @@ $(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar.a $(HDRS)
 	@mkdir -p build/module
 	cp $(NGX_BUILD)/objs/ngx_nalar_module.so $@
 
-# The same module with AddressSanitizer and UBSan, engine included (compiled
-# again position-independent), and the test hooks (TEST_HOOKS): the test
-# build.  `make module-asan`, then `NALAR_ASAN=1 prove t/5*.t` runs the
-# tests with it (nginx gets libasan preloaded; reports land in error.log,
-# which every test checks); tests that use a nalar_test_* directive always
-# do (`use NalarTest 'hooks'`).
+# The same module with AddressSanitizer and UBSan, and the test hooks
+# (TEST_HOOKS): the test build, linking the ASan flavour of the engine
+# (build/asan/libnalar.a, position-independent, which also serves
+# build/asan/nalar and the unit tests).  `make module-asan`, then
+# `NALAR_ASAN=1 prove t/5*.t` runs the tests with it (nginx gets libasan
+# preloaded; reports land in error.log, which every test checks); tests
+# that use a nalar_test_* directive always do (`use NalarTest 'hooks'`).
 NGX_BUILD_ASAN  = build/nginx-asan
 NGX_MODULE_ASAN = build/asan/module/ngx_nalar_module.so
-ASAN_PIC_OBJ    = $(patsubst %.c,build/asan-pic/obj/%.o,$(ENGINE_SRC))
 ASAN_NGX_CC_OPT = -g -O1 -fPIC -fsanitize=address,undefined -fno-omit-frame-pointer \
                   $(TEST_HOOKS)
 
@@ -73,21 +73,13 @@ module-asan:
 	@echo "module-asan: $(NGX_SRC) not found; install nginx-dev (make deps)"
 endif
 
-build/asan-pic/obj/%.o: %.c $(HDRS)
-	@mkdir -p $(dir $@)
-	$(CC) $(ASAN_CFLAGS) -fPIC -c $< -o $@
-
-build/asan-pic/libnalar.a: $(ASAN_PIC_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
-
 # `config` checks that NALAR_LIB exists: the library comes first (order
 # only: a rebuilt library relinks the module, it does not reconfigure)
-$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk | build/asan-pic/libnalar.a
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk | build/asan/libnalar.a
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD_ASAN)
-	cd $(NGX_BUILD_ASAN) && NALAR_LIB=$(CURDIR)/build/asan-pic/libnalar.a \
+	cd $(NGX_BUILD_ASAN) && NALAR_LIB=$(CURDIR)/build/asan/libnalar.a \
 	    bash -c '. ./conf_flags && \
 	    ./configure "$${NGX_CONF_FLAGS[@]}" \
 	        --with-cc-opt="$(ASAN_NGX_CC_OPT)" \
@@ -96,7 +88,7 @@ $(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk | build/asan-pic/l
 	    || { tail -n 20 ../nginx-asan-configure.log; \
 	         rm -f objs/Makefile; exit 1; }
 
-$(NGX_MODULE_ASAN): build/asan-pic/libnalar.a $(NGX_BUILD_ASAN)/objs/Makefile \
+$(NGX_MODULE_ASAN): build/asan/libnalar.a $(NGX_BUILD_ASAN)/objs/Makefile \
                     $(MODULE_SRC) $(HDRS)
 	$(MAKE) -C $(NGX_BUILD_ASAN) -f objs/Makefile modules
 	@mkdir -p build/asan/module

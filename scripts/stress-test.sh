@@ -7,7 +7,11 @@
 #   STRESS_TARGET=target  what to run instead of `make test` (e.g. a
 #                         single quick target, to try the script itself)
 #   STRESS_KEEP=1         keep the clone and the logs
+#   NALAR_FUZZ_SECONDS=N  how long t/15-fuzz.t runs each fuzzer (20 here;
+#                         `make test` alone runs them 3 s each)
 set -eu
+NALAR_FUZZ_SECONDS=${NALAR_FUZZ_SECONDS:-20}
+export NALAR_FUZZ_SECONDS
 
 N=${1:?usage: sh scripts/stress-test.sh N}
 case $N in

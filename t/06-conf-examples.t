@@ -5,7 +5,8 @@
 # relative paths resolved as the run scripts resolve them (prefixes under
 # build/, models beside the file, the cluster's edge key made as `make
 # run-cluster` makes it when absent).  A directive renamed or dropped in
-# the module without the example following it fails here.
+# the module without the example following it fails here.  The run
+# scripts' copies with PORT substituted load too.
 use strict;
 use warnings;
 use Test::More;
@@ -56,5 +57,39 @@ for my $case (@cases) {
     remove_tree($prefix);
 }
 remove_tree($base);
+
+# PORT=N: the run scripts serve copies of the examples with the ports
+# substituted (the edge on N, the nodes on N+1..N+3), which nginx -t
+# accepts (it binds nothing), and leave the tracked files as they were
+sub slurp { open my $fh, '<', $_[0] or return ''; local $/; <$fh> }
+my %before = map { $_ => slurp("$root/$_") }
+             qw(conf.example conf.example.node conf.example.cluster);
+my $port = 9090;
+my $out = `PORT=$port sh $root/scripts/run.sh --check 2>&1`;
+is($? >> 8, 0, "PORT=$port scripts/run.sh --check passes") or diag($out);
+my $conf = slurp("$root/build/run/nginx.conf");
+like($conf, qr/^\s*listen\s+127\.0\.0\.1:$port;/m,
+     "run.sh: build/run/nginx.conf listens on $port");
+unlike($conf, qr/:8080\b/, 'run.sh: ... and nowhere on 8080');
+
+$out = `PORT=$port sh $root/scripts/run-cluster.sh --check 2>&1`;
+is($? >> 8, 0, "PORT=$port scripts/run-cluster.sh --check passes")
+    or diag($out);
+$conf = slurp("$root/build/cluster/edge/nginx.conf");
+like($conf, qr/^\s*listen\s+127\.0\.0\.1:$port;/m,
+     "run-cluster.sh: the edge listens on $port");
+is(join(',', $conf =~ /^\s*server\s+127\.0\.0\.1:(\d+)/mg),
+   join(',', map { $port + $_ } 1 .. 3),
+   'run-cluster.sh: the edge routes to the nodes on PORT+1..PORT+3');
+for my $n (1 .. 3) {
+    like(slurp("$root/build/cluster/node$n/nginx.conf"),
+         qr/^\s*listen\s+127\.0\.0\.1:@{[$port + $n]};/m,
+         "run-cluster.sh: node$n listens on " . ($port + $n));
+}
+is_deeply({ map { $_ => slurp("$root/$_") } keys %before }, \%before,
+          'the tracked conf.example* files are unchanged');
+$out = `PORT=80x sh $root/scripts/run.sh --check 2>&1`;
+ok($? >> 8 == 2 && $out =~ /PORT must be a number/,
+   "run.sh refuses PORT=80x: $out");
 
 done_testing();

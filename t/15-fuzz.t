@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # Runs every libFuzzer target (fuzz/fuzz_NAME.c, built as build/fuzz_NAME by
-# `make fuzz`) for 20 seconds from its committed seed corpus fuzz/corpus/NAME.
+# `make fuzz`) from its committed seed corpus fuzz/corpus/NAME, for a few
+# seconds (3; NALAR_FUZZ_SECONDS=N for N: scripts/stress-test.sh runs 20).
 # The corpus is copied to a temporary directory: libFuzzer adds the inputs
 # it finds to the directory it is given, and the repository must not change.
 # A crashing input is kept as build/fuzz-crash/NAME-crash-*.  Longer runs:
@@ -11,7 +12,8 @@ use File::Copy qw(copy);
 use File::Path qw(make_path);
 use File::Temp qw(tempdir tempfile);
 
-my $secs = 20;
+my $secs = $ENV{NALAR_FUZZ_SECONDS} || 3;
+die "NALAR_FUZZ_SECONDS must be a number of seconds\n" if $secs !~ /^\d+$/;
 my @names = map { m{^fuzz/fuzz_(\w+)\.c$} ? $1 : () } sort glob 'fuzz/fuzz_*.c';
 
 if (!grep { -x "./build/fuzz_$_" } @names) {

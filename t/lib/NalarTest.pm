@@ -25,6 +25,8 @@ use strict;
 use warnings;
 
 use Cwd qw(abs_path);
+use Fcntl qw(:flock);
+use File::Spec;
 use File::Basename qw(dirname);
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
@@ -183,13 +185,32 @@ sub tls_client_cert {
                           . "-CAcreateserial -days 2 -out $name.pem");
 }
 
+# A port nothing listens on, that no other test process holds: each port
+# handed out is locked (flock on TMPDIR/nalar-test-ports/PORT) until this
+# process ends, so that test files run in parallel (prove -j) never both
+# take a port between choosing it and their nginx binding it.
+my %PORT_LOCK;
+
 sub free_port {
-    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
-                                  Proto => 'tcp', Listen => 1, ReuseAddr => 1)
-        or die "cannot find a free port: $!";
-    my $port = $s->sockport;
-    close $s;
-    return $port;
+    my $dir = File::Spec->tmpdir . '/nalar-test-ports';
+    mkdir $dir, 01777;
+
+    for (1 .. 100) {
+        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                      LocalPort => 0, Proto => 'tcp',
+                                      Listen => 1, ReuseAddr => 1)
+            or die "cannot find a free port: $!";
+        my $port = $s->sockport;
+        close $s;
+        next if $PORT_LOCK{$port};
+        open my $fh, '>>', "$dir/$port" or die "$dir/$port: $!";
+        if (flock($fh, LOCK_EX | LOCK_NB)) {
+            $PORT_LOCK{$port} = $fh;
+            return $port;
+        }
+        close $fh;
+    }
+    die "cannot find a free port: every one tried is held by another test";
 }
 
 sub nalar_http_lines {
