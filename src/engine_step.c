@@ -101,9 +101,10 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
     r->tokens[r->n_tokens++] = id;
     r->n_generated++;
     if (r->gm != NULL && nalar_gmatcher_accept(r->gm, id) != 0) {
-        /* the mask let it through, so this is a bug; say so */
-        request_finish(e, r, NALAR_FINISH_ERROR, "the grammar refused a "
-                       "sampled token");
+        /* the mask let it through, so the grammar failed: out of memory
+         * or past a budget, which it names */
+        request_finish(e, r, NALAR_FINISH_ERROR,
+                       nalar_gmatcher_error(r->gm));
         return 1;
     }
 
@@ -229,7 +230,8 @@ grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
     pthread_mutex_unlock(&r->mu);
     if (!any) {
         request_finish(e, r, NALAR_FINISH_ERROR, mask == NULL
-                       ? "out of memory" : "the grammar allows no token");
+                       ? nalar_gmatcher_error(r->gm)
+                       : "the grammar allows no token");
         return -1;
     }
     return 0;

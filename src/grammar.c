@@ -18,7 +18,23 @@
  * refused is skipped whole).  A reference to a rule that ends an alternative
  * pushes no return point (tail call), so repetition does not grow the stack;
  * nesting does, up to GR_MAX_DEPTH positions (deeper alternatives are not
- * taken), and a state holds at most GR_MAX_STACKS stacks.
+ * taken).  A state holds as many stacks as its choices need.
+ *
+ * Bounds (compile cost, per-request work and memory; see gr_budget):
+ * - compile: the grammar is at most GR_MAX_SYMS symbols (a 400 past it, at
+ *   parse time); building it, checking its recursion and flattening it are
+ *   linear in that, so a compile on the engine thread takes a bounded few
+ *   milliseconds.  Recursion that can recur before producing a byte (left
+ *   recursion) or can never end is refused at compile time (grammar_check).
+ * - expansion: iterative, each distinct stack expanded once per transition
+ *   (so duplicate paths, e.g. 2^18 through an anyOf chain, cost nothing),
+ *   at most GR_MAX_WORK stack words per transition.
+ * - one API call (a mask, a token) walks at most GR_MAX_CALL_WORK stack
+ *   words; past either limit the call fails (NULL mask, refused token) and
+ *   the grammar says why (nalar_gmatcher_error).
+ * - memory: a grammar's automaton holds at most GR_MAX_BYTES; its masks
+ *   and transitions (caches) are dropped when it passes half of that, and
+ *   the grammar cache keeps at most GR_CACHE_BYTES of grammars.
  */
 #include <jansson.h>
 #include <math.h>
@@ -31,13 +47,16 @@
 #include "grammar_regex.h"
 
 #define GR_MAX_DEPTH      128
-#define GR_MAX_STACKS     64
 #define GR_MAX_SYMS       (1 << 18)   /* grammar size for one schema */
 #define GR_MAX_UNROLL     4096        /* maxLength, maxItems */
 #define GR_INT_DIGITS     15
 #define GR_FRAC_DIGITS    15
 #define GR_EXP_DIGITS     2   /* so a number stays a finite double */
 #define GR_MAX_STATES     (1 << 20)
+#define GR_MAX_WORK       (1 << 20)   /* stack words, one transition */
+#define GR_MAX_CALL_WORK  ((int64_t) 1 << 27) /* stack words, one API call */
+#define GR_MAX_BYTES      ((size_t) 64 << 20) /* one grammar's automaton */
+#define GR_CACHE_BYTES    ((size_t) 256 << 20) /* a cache's grammars */
 
 enum { SYM_END = 0, SYM_CLASS, SYM_REF };
 
@@ -113,6 +132,22 @@ struct nalar_grammar {
     /* scratch for building states */
     int32_t   *scr;          /* stacks as [len, pos...] runs */
     int64_t    n_scr, cap_scr;
+    int64_t   *ord;          /* intern: offsets of the stacks in scr */
+    int64_t    cap_ord;
+    /* expansion work list: stacks as [len, pos...] runs in wk, each once
+     * (wk_ht: a set of their offsets + 1, valid where wk_ep matches) */
+    int32_t   *wk;
+    int64_t    n_wk, cap_wk;
+    int64_t   *wk_ht;
+    uint32_t  *wk_ep;
+    int64_t    wk_ht_cap, wk_used;
+    uint32_t   epoch;
+    /* budgets */
+    size_t     bytes;        /* the automaton's memory (states, pool, hash
+                                table, transitions, masks) */
+    size_t     base_bytes;   /* the grammar itself */
+    int64_t    call_work;    /* stack words walked in this API call */
+    const char *why;         /* the last failure, NULL: out of memory */
 };
 
 struct nalar_grammar_cache {
@@ -153,6 +188,7 @@ typedef struct {
     /* $ref targets: pointer string -> rule */
     struct { char *ref; int32_t rule; json_t *schema; int done; } *refs;
     int32_t    n_refs, cap_refs;
+    json_t    *ref_map;      /* ref -> index into refs */
     /* shared rules, -1 until made */
     int32_t    ws, strchar, string_any, value_any, object_any, array_any,
                number, integer, digit_cls;
@@ -748,10 +784,12 @@ ref_rule(gbuild *b, const char *ref, const char *path)
     json_t *target = NULL;
     int32_t r;
 
-    for (int32_t i = 0; i < b->n_refs; i++) {
-        if (strcmp(b->refs[i].ref, ref) == 0) {
-            return b->refs[i].rule;
-        }
+    /* known refs by name: a hash look-up, so many $defs stay linear */
+    if (b->ref_map == NULL && (b->ref_map = json_object()) == NULL) {
+        return bfail(b, "out of memory%s%s", "", "");
+    }
+    if ((target = json_object_get(b->ref_map, ref)) != NULL) {
+        return b->refs[json_integer_value(target)].rule;
     }
     if (strcmp(ref, "#") == 0) {
         target = b->root_schema;
@@ -789,6 +827,10 @@ ref_rule(gbuild *b, const char *ref, const char *path)
     b->refs[b->n_refs].rule = r;
     b->refs[b->n_refs].schema = target;
     b->refs[b->n_refs].done = 0;
+    if (json_object_set_new(b->ref_map, ref, json_integer(b->n_refs)) != 0) {
+        free(b->refs[b->n_refs].ref);
+        return bfail(b, "out of memory%s%s", "", "");
+    }
     b->n_refs++;
     return r;
 }
@@ -833,6 +875,31 @@ path_join(char *out, size_t cap, const char *path, const char *a,
 }
 
 
+/* The names in `required` as a set (a JSON object), so that marking each
+ * property is a hash look-up: linear, where a scan per property was
+ * quadratic (10k required properties took seconds).  NULL when req is. */
+static json_t *
+required_set(json_t *req)
+{
+    json_t *set;
+
+    if (req == NULL) {
+        return NULL;
+    }
+    set = json_object();
+    for (size_t j = 0; set != NULL && j < json_array_size(req); j++) {
+        if (json_object_set_new(set,
+                                json_string_value(json_array_get(req, j)),
+                                json_true()) != 0)
+        {
+            json_decref(set);
+            return NULL;
+        }
+    }
+    return set;
+}
+
+
 static int32_t
 compile_object(gbuild *b, json_t *sc, const char *path, int depth)
 {
@@ -844,6 +911,7 @@ compile_object(gbuild *b, json_t *sc, const char *path, int depth)
     json_t     *val;
     int32_t    *kv, *first, *rest, r, ws = r_ws(b);
     char       *optional, sub[512];
+    json_t     *reqset;
     gsym        s[6];
 
     if (props != NULL && !json_is_object(props)) {
@@ -887,8 +955,12 @@ compile_object(gbuild *b, json_t *sc, const char *path, int depth)
     first = calloc(n + 1, sizeof(int32_t));
     rest = calloc(n + 1, sizeof(int32_t));
     optional = calloc(n, 1);
-    if (kv == NULL || first == NULL || rest == NULL || optional == NULL) {
+    reqset = required_set(req);
+    if (kv == NULL || first == NULL || rest == NULL || optional == NULL
+        || (req != NULL && reqset == NULL))
+    {
         free(kv); free(first); free(rest); free(optional);
+        json_decref(reqset);
         return bfail(b, "out of memory%s%s", "", "");
     }
     i = 0;
@@ -897,12 +969,7 @@ compile_object(gbuild *b, json_t *sc, const char *path, int depth)
         json_t *ks = json_string(key);
         int32_t vr;
 
-        optional[i] = 1;
-        for (size_t j = 0; req && j < json_array_size(req); j++) {
-            if (strcmp(json_string_value(json_array_get(req, j)), key) == 0) {
-                optional[i] = 0;
-            }
-        }
+        optional[i] = reqset == NULL || json_object_get(reqset, key) == NULL;
         path_join(sub, sizeof(sub), path, "properties", key);
         vr = compile_schema(b, val, sub, depth + 1);
         lit = ks ? json_dumps(ks, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
@@ -949,6 +1016,7 @@ compile_object(gbuild *b, json_t *sc, const char *path, int depth)
     s[2] = S_ch(b, '}');
     alt_add(b, r, s, 3);
     free(kv); free(first); free(rest); free(optional);
+    json_decref(reqset);
     return b->failed ? -1 : r;
 }
 
@@ -2020,6 +2088,279 @@ build_free(gbuild *b)
         free(b->refs[i].ref);
     }
     free(b->refs);
+    json_decref(b->ref_map);
+}
+
+
+/* ---- the grammar's recursion, checked ---- */
+
+/*
+ * The name of a $ref rule for a message ("#" where r is none's).
+ */
+static const char *
+ref_name(const gbuild *b, int32_t r)
+{
+    for (int32_t i = 0; i < b->n_refs; i++) {
+        if (b->refs[i].rule == r) {
+            return b->refs[i].ref;
+        }
+    }
+    return NULL;
+}
+
+
+/*
+ * Marks the rules that derive something: when `nullable`, the empty string
+ * (an alternative of references to nullable rules only); otherwise some
+ * finite string of bytes (productive: an alternative whose references are
+ * all productive).  A work list over the alternatives, each with the count
+ * of its references not yet marked, so it is linear in the grammar's size
+ * (a fixpoint by passes would be quadratic on a chain of 4096 rules).
+ * 0, or -1 out of memory.
+ */
+static int
+mark_rules(const gbuild *b, int nullable, uint8_t *mark)
+{
+    int64_t  n_alts = 0, n_occ = 0, k;
+    int32_t *alt_rule, *cnt, *occ_first, *occ, *queue, nq = 0;
+    int64_t *alt_base;
+    int      rc = -1;
+
+    for (int32_t r = 0; r < b->n_rules; r++) {
+        n_alts += b->rules[r].n_alt;
+        for (int32_t a = 0; a < b->rules[r].n_alt; a++) {
+            n_occ += b->rules[r].alt_len[a];
+        }
+    }
+    alt_rule = malloc((n_alts + 1) * sizeof(int32_t));
+    cnt = malloc((n_alts + 1) * sizeof(int32_t));
+    alt_base = malloc((b->n_rules + 1) * sizeof(int64_t));
+    occ_first = calloc(b->n_rules + 2, sizeof(int32_t));
+    occ = malloc((n_occ + 1) * sizeof(int32_t));
+    queue = malloc((b->n_rules + 1) * sizeof(int32_t));
+    if (!alt_rule || !cnt || !alt_base || !occ_first || !occ || !queue) {
+        goto done;
+    }
+    memset(mark, 0, b->n_rules);
+    /* the occurrences of each rule in alternatives, grouped by rule */
+    k = 0;
+    for (int32_t r = 0; r < b->n_rules; r++) {
+        alt_base[r] = k;
+        for (int32_t a = 0; a < b->rules[r].n_alt; a++, k++) {
+            alt_rule[k] = r;
+            cnt[k] = 0;
+            for (int32_t i = 0; i < b->rules[r].alt_len[a]; i++) {
+                const gsym *y = &b->rules[r].alt[a][i];
+
+                if (y->kind == SYM_REF) {
+                    cnt[k]++;
+                    occ_first[y->arg + 1]++;
+                } else if (nullable) {
+                    cnt[k] = -1;         /* a byte: never empty */
+                    break;
+                }
+            }
+        }
+    }
+    for (int32_t r = 0; r < b->n_rules; r++) {
+        occ_first[r + 1] += occ_first[r];
+    }
+    {
+        int32_t *fill = calloc(b->n_rules + 1, sizeof(int32_t));
+
+        if (fill == NULL) {
+            goto done;
+        }
+        for (int32_t r = 0; r < b->n_rules; r++) {
+            for (int32_t a = 0; a < b->rules[r].n_alt; a++) {
+                if (cnt[alt_base[r] + a] < 0) {
+                    continue;
+                }
+                for (int32_t i = 0; i < b->rules[r].alt_len[a]; i++) {
+                    const gsym *y = &b->rules[r].alt[a][i];
+
+                    if (y->kind == SYM_REF) {
+                        occ[occ_first[y->arg] + fill[y->arg]++] =
+                            (int32_t) (alt_base[r] + a);
+                    }
+                }
+            }
+        }
+        /* an alternative cut short by a byte (nullable) lists fewer
+         * occurrences than occ_first made room for: those slots hold -1 */
+        for (int32_t r = 0; r < b->n_rules; r++) {
+            for (int32_t j = occ_first[r] + fill[r]; j < occ_first[r + 1];
+                 j++)
+            {
+                occ[j] = -1;
+            }
+        }
+        free(fill);
+    }
+    for (k = 0; k < n_alts; k++) {
+        if (cnt[k] == 0 && !mark[alt_rule[k]]) {
+            mark[alt_rule[k]] = 1;
+            queue[nq++] = alt_rule[k];
+        }
+    }
+    while (nq > 0) {
+        int32_t r = queue[--nq];
+
+        for (int32_t j = occ_first[r]; j < occ_first[r + 1]; j++) {
+            int32_t a = occ[j];
+
+            if (a < 0 || cnt[a] <= 0) {
+                continue;
+            }
+            if (--cnt[a] == 0 && !mark[alt_rule[a]]) {
+                mark[alt_rule[a]] = 1;
+                queue[nq++] = alt_rule[a];
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(alt_rule);
+    free(cnt);
+    free(alt_base);
+    free(occ_first);
+    free(occ);
+    free(queue);
+    return rc;
+}
+
+
+/*
+ * Refuses (bfail) a grammar the automaton could not run:
+ * - left recursion: a rule that can reach itself before any byte, through
+ *   references at the start of alternatives or after nullable ones (e.g.
+ *   {"anyOf": [{"$ref": "#"}, ...]}, or a -> b -> a through $defs).
+ *   Expanding it would never produce a byte: the engine would loop.
+ * - recursion that never ends: a rule reachable from the root that derives
+ *   no finite value (e.g. {"$ref": "#"}, or an object that requires itself),
+ *   where a model could start a value it can never complete.
+ * Linear in the grammar's size: mark_rules, then an iterative depth-first
+ * search of the left-corner graph.
+ */
+static int
+grammar_check(gbuild *b, int32_t root)
+{
+    uint8_t *nul = NULL, *prod = NULL, *color = NULL;
+    int32_t *stk_r = NULL, *stk_a = NULL, *stk_i = NULL;
+    int32_t  sp;
+    int      rc = -1;
+
+    if (b->failed || b->dry || b->n_rules == 0) {
+        return b->failed ? -1 : 0;
+    }
+    nul = malloc(b->n_rules);
+    prod = malloc(b->n_rules);
+    color = calloc(b->n_rules, 1);
+    stk_r = malloc(b->n_rules * sizeof(int32_t));
+    stk_a = malloc(b->n_rules * sizeof(int32_t));
+    stk_i = malloc(b->n_rules * sizeof(int32_t));
+    if (!nul || !prod || !color || !stk_r || !stk_a || !stk_i
+        || mark_rules(b, 1, nul) < 0 || mark_rules(b, 0, prod) < 0)
+    {
+        bfail(b, "out of memory%s%s", "", "");
+        goto done;
+    }
+    /* left recursion: a cycle of left-corner edges, found by depth-first
+     * search from every rule (color 1: on the current path, 2: done; each
+     * rule is pushed once, so the stack holds at most n_rules) */
+    for (int32_t start = 0; start < b->n_rules; start++) {
+        if (color[start] != 0) {
+            continue;
+        }
+        sp = 0;
+        stk_r[0] = start;
+        stk_a[0] = 0;
+        stk_i[0] = 0;
+        color[start] = 1;
+        while (sp >= 0) {
+            int32_t r = stk_r[sp], a = stk_a[sp], i = stk_i[sp];
+            brule  *ru = &b->rules[r];
+
+            if (a >= ru->n_alt) {
+                color[r] = 2;
+                sp--;
+                continue;
+            }
+            if (i >= ru->alt_len[a]
+                || (i > 0 && (ru->alt[a][i - 1].kind != SYM_REF
+                              || !nul[ru->alt[a][i - 1].arg])))
+            {
+                /* past the left corner of this alternative */
+                stk_a[sp]++;
+                stk_i[sp] = 0;
+                continue;
+            }
+            stk_i[sp]++;
+            if (ru->alt[a][i].kind != SYM_REF) {
+                stk_a[sp]++;
+                stk_i[sp] = 0;
+                continue;
+            }
+            {
+                int32_t s = ru->alt[a][i].arg;
+
+                if (color[s] == 1) {
+                    const char *nm = ref_name(b, s);
+
+                    for (int32_t j = sp; nm == NULL && j >= 0; j--) {
+                        nm = ref_name(b, stk_r[j]);
+                    }
+                    bfail(b, "the schema recurses without producing "
+                          "anything (left recursion through $ref '%s')%s",
+                          nm ? nm : "#", "");
+                    goto done;
+                }
+                if (color[s] == 0) {
+                    color[s] = 1;
+                    sp++;
+                    stk_r[sp] = s;
+                    stk_a[sp] = 0;
+                    stk_i[sp] = 0;
+                }
+            }
+        }
+    }
+    /* every rule reachable from the root derives a finite value (each
+     * rule is pushed once, so the stack holds at most n_rules) */
+    memset(color, 0, b->n_rules);
+    sp = 0;
+    stk_r[sp++] = root;
+    color[root] = 1;
+    while (sp > 0) {
+        int32_t r = stk_r[--sp];
+
+        if (!prod[r]) {
+            const char *nm = ref_name(b, r);
+
+            bfail(b, "the schema recurses without end (%s%s can never "
+                  "complete)", nm ? "$ref " : "a value", nm ? nm : "");
+            goto done;
+        }
+        for (int32_t a = 0; a < b->rules[r].n_alt; a++) {
+            for (int32_t i = 0; i < b->rules[r].alt_len[a]; i++) {
+                const gsym *y = &b->rules[r].alt[a][i];
+
+                if (y->kind == SYM_REF && color[y->arg] == 0) {
+                    color[y->arg] = 1;
+                    stk_r[sp++] = y->arg;
+                }
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(nul);
+    free(prod);
+    free(color);
+    free(stk_r);
+    free(stk_a);
+    free(stk_i);
+    return rc;
 }
 
 
@@ -2070,6 +2411,9 @@ build_grammar(gbuild *b, int kind, json_t *schema, int dry, char *err,
             return -1;
         }
     }
+    if (grammar_check(b, root) < 0) {
+        return -1;
+    }
     return root;
 }
 
@@ -2091,7 +2435,9 @@ nalar_schema_check(const char *schema_json, size_t len, char *err,
         snprintf(err, errlen, "the schema is not JSON: %s", je.text);
         return -1;
     }
-    root = build_grammar(&b, NALAR_GRAMMAR_JSON_SCHEMA, sc, 1, err, errlen);
+    /* built for real (not dry), so that its recursion is checked here,
+     * at parse time: the cost is bounded by GR_MAX_SYMS like a compile's */
+    root = build_grammar(&b, NALAR_GRAMMAR_JSON_SCHEMA, sc, 0, err, errlen);
     build_free(&b);
     json_decref(sc);
     return root < 0 ? -1 : 0;
@@ -2115,6 +2461,10 @@ grammar_free(nalar_grammar *g)
     free(g->pool);
     free(g->ht);
     free(g->scr);
+    free(g->ord);
+    free(g->wk);
+    free(g->wk_ht);
+    free(g->wk_ep);
     free(g->sym);
     free(g->cls);
     free(g->rule_alts);
@@ -2142,15 +2492,19 @@ grammar_flatten(nalar_grammar *g, gbuild *b, int32_t root)
     if (!g->sym || !g->alts || !g->rule_alts || !g->rule_nalts || !g->cls) {
         return -1;
     }
-    memcpy(g->cls, b->cls, b->n_cls * 32);
+    if (b->n_cls > 0) {
+        memcpy(g->cls, b->cls, b->n_cls * 32);
+    }
     g->n_cls = b->n_cls;
     for (int32_t i = 0; i < b->n_rules; i++) {
         g->rule_alts[i] = ai;
         g->rule_nalts[i] = b->rules[i].n_alt;
         for (int32_t j = 0; j < b->rules[i].n_alt; j++) {
             g->alts[ai++] = pos;
-            memcpy(&g->sym[pos], b->rules[i].alt[j],
-                   b->rules[i].alt_len[j] * sizeof(gsym));
+            if (b->rules[i].alt_len[j] > 0) {
+                memcpy(&g->sym[pos], b->rules[i].alt[j],
+                       b->rules[i].alt_len[j] * sizeof(gsym));
+            }
             pos += b->rules[i].alt_len[j];
             g->sym[pos++] = (gsym) { SYM_END, 0 };
         }
@@ -2164,14 +2518,21 @@ grammar_flatten(nalar_grammar *g, gbuild *b, int32_t root)
 
 
 static uint32_t
+hash_step(uint32_t h, uint32_t v)
+{
+    h ^= v;
+    h *= 16777619u;
+    return h ^ (h >> 15);
+}
+
+
+static uint32_t
 hash_ints(const int32_t *v, int32_t n)
 {
     uint32_t h = 2166136261u;
 
     for (int32_t i = 0; i < n; i++) {
-        h ^= (uint32_t) v[i];
-        h *= 16777619u;
-        h ^= h >> 15;
+        h = hash_step(h, (uint32_t) v[i]);
     }
     return h;
 }
@@ -2210,55 +2571,193 @@ scr_push(nalar_grammar *g, int32_t v)
 
 
 /*
- * Expands the stack stk[0..n) (top last) until every top is a byte class,
- * appending each result to the scratch as [len, pos...].  Depth-first with
- * an explicit copy per alternative.
+ * Counts n stack words against the call's budget: 0, or -1 (with g->why)
+ * past GR_MAX_CALL_WORK, so that no schema makes one mask or token cost
+ * more than a bounded time.
  */
 static int
-expand(nalar_grammar *g, int32_t *stk, int32_t n, int guard)
+call_work(nalar_grammar *g, int64_t n)
 {
-    int32_t p;
-
-    if (guard > 256) {
-        return 0;            /* a cycle of empty alternatives */
+    g->call_work += n;
+    if (g->call_work > GR_MAX_CALL_WORK) {
+        g->why = "the grammar is too ambiguous here (one step passes its "
+                 "work budget)";
+        return -1;
     }
-    while (n > 0) {
-        p = stk[n - 1];
-        if (g->sym[p].kind == SYM_CLASS) {
-            break;
+    return 0;
+}
+
+
+/* ---- expansion: an explicit work list, each distinct stack once ---- */
+
+/* Starts an expansion: the work list and its set emptied. */
+static void
+xp_begin(nalar_grammar *g)
+{
+    g->n_wk = 0;
+    g->wk_used = 0;
+    if (++g->epoch == 0) {
+        /* the epoch wrapped: every slot must read as empty again */
+        if (g->wk_ep != NULL) {
+            memset(g->wk_ep, 0, g->wk_ht_cap * sizeof(uint32_t));
         }
-        if (g->sym[p].kind == SYM_END) {
-            n--;
+        g->epoch = 1;
+    }
+}
+
+
+static int
+xp_grow_set(nalar_grammar *g)
+{
+    int64_t   nc = g->wk_ht_cap ? g->wk_ht_cap * 2 : 1024;
+    int64_t  *nh = malloc(nc * sizeof(int64_t));
+    uint32_t *ne = calloc(nc, sizeof(uint32_t));
+
+    if (nh == NULL || ne == NULL) {
+        free(nh);
+        free(ne);
+        return -1;
+    }
+    for (int64_t k = 0; k < g->wk_ht_cap; k++) {
+        int64_t o, j;
+
+        if (g->wk_ep[k] != g->epoch) {
             continue;
         }
-        /* a reference: replace p by its return point, then each
-         * alternative's first position */
+        o = g->wk_ht[k];
+        j = hash_ints(&g->wk[o], g->wk[o] + 1) & (nc - 1);
+        while (ne[j] == g->epoch) {
+            j = (j + 1) & (nc - 1);
+        }
+        nh[j] = o;
+        ne[j] = g->epoch;
+    }
+    free(g->wk_ht);
+    free(g->wk_ep);
+    g->wk_ht = nh;
+    g->wk_ep = ne;
+    g->wk_ht_cap = nc;
+    return 0;
+}
+
+
+/*
+ * Adds the stack stk[0..n) to the work list unless it is there already:
+ * 0, -1 out of memory, -3 past the transition's budget (g->why).
+ */
+static int
+xp_add(nalar_grammar *g, const int32_t *stk, int32_t n)
+{
+    uint32_t h;
+    int64_t  k;
+
+    if (g->n_wk + n + 1 > GR_MAX_WORK) {
+        g->why = "the grammar is too ambiguous here (one transition passes "
+                 "its expansion budget)";
+        return -3;
+    }
+    if ((g->wk_used + 1) * 2 > g->wk_ht_cap && xp_grow_set(g) < 0) {
+        return -1;
+    }
+    /* the hash of the run [n, stk...], as xp_grow_set hashes it */
+    h = hash_step(2166136261u, (uint32_t) n);
+    for (int32_t i = 0; i < n; i++) {
+        h = hash_step(h, (uint32_t) stk[i]);
+    }
+    for (k = h & (g->wk_ht_cap - 1); g->wk_ep[k] == g->epoch;
+         k = (k + 1) & (g->wk_ht_cap - 1))
+    {
+        const int32_t *o = &g->wk[g->wk_ht[k]];
+
+        if (o[0] == n && (n == 0 || memcmp(o + 1, stk, n * sizeof(int32_t))
+                                    == 0))
         {
-            int32_t r = g->sym[p].arg, base = n - 1;
-            int32_t tmp[GR_MAX_DEPTH + 2];
+            return 0;
+        }
+    }
+    if (g->n_wk + n + 1 > g->cap_wk) {
+        int64_t  nc = g->cap_wk ? g->cap_wk : 1024;
+        int32_t *nv;
+
+        while (nc < g->n_wk + n + 1) {
+            nc *= 2;
+        }
+        nv = realloc(g->wk, nc * sizeof(int32_t));
+        if (nv == NULL) {
+            return -1;
+        }
+        g->wk = nv;
+        g->cap_wk = nc;
+    }
+    g->wk_ht[k] = g->n_wk;
+    g->wk_ep[k] = g->epoch;
+    g->wk_used++;
+    g->wk[g->n_wk] = n;
+    if (n > 0) {
+        memcpy(&g->wk[g->n_wk + 1], stk, n * sizeof(int32_t));
+    }
+    g->n_wk += n + 1;
+    return 0;
+}
+
+
+/*
+ * Expands every stack on the work list until each top is a byte class,
+ * appending the results to the scratch as [len, pos...] runs: 0, -1 out of
+ * memory, -3 past a budget (g->why).  A reference's alternatives are added
+ * to the list, never recursed into, so neither a long chain of optional
+ * parts nor many paths to the same stack can exhaust the C stack or take
+ * exponential time; the grammar has no left recursion (grammar_check), so
+ * the list is finite.
+ */
+static int
+xp_run(nalar_grammar *g)
+{
+    int32_t stk[GR_MAX_DEPTH + 2];
+
+    for (int64_t off = 0; off < g->n_wk; off += g->wk[off] + 1) {
+        int32_t n = g->wk[off], p;
+
+        if (call_work(g, n + 1) < 0) {
+            return -3;
+        }
+        /* the list may move as it grows: work on a copy */
+        if (n > 0) {
+            memcpy(stk, &g->wk[off + 1], n * sizeof(int32_t));
+        }
+        while (n > 0 && g->sym[stk[n - 1]].kind == SYM_END) {
+            n--;
+        }
+        if (n == 0 || g->sym[stk[n - 1]].kind == SYM_CLASS) {
+            if (scr_push(g, n) < 0) {
+                return -1;
+            }
+            for (int32_t i = 0; i < n; i++) {
+                if (scr_push(g, stk[i]) < 0) {
+                    return -1;
+                }
+            }
+            continue;
+        }
+        /* a reference: its return point (none for a tail call), then
+         * each alternative's first position on top */
+        p = stk[n - 1];
+        {
+            int32_t r = g->sym[p].arg, base = n - 1, rc;
 
             if (g->sym[p + 1].kind != SYM_END) {
                 stk[base++] = p + 1;
             }
             if (base + 1 > GR_MAX_DEPTH) {
-                return 0;
+                continue;
             }
             for (int32_t a = 0; a < g->rule_nalts[r]; a++) {
-                memcpy(tmp, stk, base * sizeof(int32_t));
-                tmp[base] = g->alts[g->rule_alts[r] + a];
-                if (expand(g, tmp, base + 1, guard + 1) < 0) {
-                    return -1;
+                stk[base] = g->alts[g->rule_alts[r] + a];
+                rc = xp_add(g, stk, base + 1);
+                if (rc < 0) {
+                    return rc;
                 }
             }
-            return 0;
-        }
-    }
-    if (scr_push(g, n) < 0) {
-        return -1;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        if (scr_push(g, stk[i]) < 0) {
-            return -1;
         }
     }
     return 0;
@@ -2281,46 +2780,81 @@ cmp_stack(const int32_t *a, const int32_t *b)
 
 
 static int
-cmp_stack_q(const void *x, const void *y)
+cmp_stack_off(const void *x, const void *y, void *base)
 {
-    return cmp_stack(*(const int32_t *const *) x, *(const int32_t *const *) y);
+    const int32_t *s = base;
+
+    return cmp_stack(&s[*(const int64_t *) x], &s[*(const int64_t *) y]);
 }
 
 
-/* Interns the stacks in the scratch from `from` on: the state id, -1 when
- * there are none, -2 out of memory. */
+/* Counts n bytes against the automaton's budget: 0, or -1 past it. */
+static int
+gr_charge(nalar_grammar *g, size_t n)
+{
+    if (g->bytes + n > GR_MAX_BYTES) {
+        g->why = "the grammar's automaton passes its memory budget";
+        return -1;
+    }
+    g->bytes += n;
+    return 0;
+}
+
+
+/*
+ * Interns the stacks in the scratch from `from` on: the state id, -1 when
+ * there are none, -2 out of memory or past a budget.  The stacks are
+ * sorted by offset (offsets, not pointers: the scratch may move while the
+ * state is written after them).
+ */
 static int32_t
 intern(nalar_grammar *g, int64_t from)
 {
-    const int32_t *ptr[GR_MAX_STACKS];
-    int32_t        n = 0, len = 0, id;
-    int64_t        i, start;
-    uint32_t       h;
-    gstate        *st;
+    int64_t   n = 0, len = 0, i, start;
+    int32_t   id;
+    uint32_t  h;
+    gstate   *st;
 
-    for (i = from; i < g->n_scr && n < GR_MAX_STACKS; i += g->scr[i] + 1) {
-        ptr[n++] = &g->scr[i];
+    for (i = from; i < g->n_scr; i += g->scr[i] + 1) {
+        n++;
     }
     if (n == 0) {
         return -1;
     }
-    /* room for the serialised state after the stacks, so that the
-     * pointers into the scratch stay valid */
+    if (n > g->cap_ord) {
+        int64_t *nv = realloc(g->ord, n * sizeof(int64_t));
+
+        if (nv == NULL) {
+            return -2;
+        }
+        g->ord = nv;
+        g->cap_ord = n;
+    }
+    n = 0;
+    for (i = from; i < g->n_scr; i += g->scr[i] + 1) {
+        g->ord[n++] = i;
+    }
+    /* room for the serialised state after the stacks */
     if (scr_reserve(g, g->n_scr - from) < 0) {
         return -2;
     }
-    qsort(ptr, n, sizeof(ptr[0]), cmp_stack_q);
+    qsort_r(g->ord, n, sizeof(int64_t), cmp_stack_off, g->scr);
     start = g->n_scr;
-    for (int32_t k = 0; k < n; k++) {
-        if (k > 0 && cmp_stack(ptr[k - 1], ptr[k]) == 0) {
+    for (int64_t k = 0; k < n; k++) {
+        const int32_t *sk = &g->scr[g->ord[k]];
+
+        if (k > 0 && cmp_stack(&g->scr[g->ord[k - 1]], sk) == 0) {
             continue;
         }
-        for (int32_t j = 0; j <= ptr[k][0]; j++) {
-            g->scr[g->n_scr++] = ptr[k][j];
+        for (int32_t j = 0; j <= sk[0]; j++) {
+            g->scr[g->n_scr++] = sk[j];
         }
     }
-    len = (int32_t) (g->n_scr - start);
-    h = hash_ints(&g->scr[start], len);
+    len = g->n_scr - start;
+    if (len > INT32_MAX / 2) {
+        return -2;
+    }
+    h = hash_ints(&g->scr[start], (int32_t) len);
     /* look up */
     for (int64_t k = h & (g->ht_cap - 1);
          g->ht_cap > 0; k = (k + 1) & (g->ht_cap - 1))
@@ -2338,7 +2872,13 @@ intern(nalar_grammar *g, int64_t from)
             return e - 1;
         }
     }
-    if (g->n_st >= GR_MAX_STATES) {
+    if (g->n_st >= GR_MAX_STATES || g->n_pool + len > INT32_MAX) {
+        g->why = "the grammar's automaton passes its state budget";
+        return -2;
+    }
+    if (gr_charge(g, len * sizeof(int32_t) + sizeof(gstate)
+                     + 2 * sizeof(int32_t)) < 0)
+    {
         return -2;
     }
     /* add */
@@ -2436,7 +2976,10 @@ intern(nalar_grammar *g, int64_t from)
 }
 
 
-/* The state after byte c from state s: id, -1 refused, -2 out of memory. */
+/*
+ * The state after byte c from state s: id, -1 refused, -2 out of memory or
+ * past a budget (g->why; not cached, so a later call may try again).
+ */
 static int32_t
 step_byte(nalar_grammar *g, int32_t s, int c)
 {
@@ -2444,8 +2987,12 @@ step_byte(nalar_grammar *g, int32_t s, int c)
     int32_t r, off, len;
 
     if (st->next == NULL) {
+        if (gr_charge(g, 256 * sizeof(int32_t)) < 0) {
+            return -2;
+        }
         st->next = malloc(256 * sizeof(int32_t));
         if (st->next == NULL) {
+            g->bytes -= 256 * sizeof(int32_t);
             return -2;
         }
         for (int i = 0; i < 256; i++) {
@@ -2455,9 +3002,13 @@ step_byte(nalar_grammar *g, int32_t s, int c)
     if (st->next[c] != -3) {
         return st->next[c];
     }
-    g->n_scr = 0;
     off = st->off;
     len = st->len;
+    if (call_work(g, len) < 0) {
+        return -2;
+    }
+    g->n_scr = 0;
+    xp_begin(g);
     for (int32_t o = 0; o < len; o += g->pool[off + o] + 1) {
         int32_t sl = g->pool[off + o], top;
         int32_t tmp[GR_MAX_DEPTH + 2];
@@ -2471,12 +3022,17 @@ step_byte(nalar_grammar *g, int32_t s, int c)
         }
         memcpy(tmp, &g->pool[off + o + 1], sl * sizeof(int32_t));
         tmp[sl - 1] = top + 1;
-        if (expand(g, tmp, sl, 0) < 0) {
+        if (xp_add(g, tmp, sl) < 0) {
             return -2;
         }
     }
+    if (xp_run(g) < 0) {
+        return -2;
+    }
     r = intern(g, 0);
-    g->st[s].next[c] = r;     /* g->st may have moved */
+    if (r >= -1) {
+        g->st[s].next[c] = r;     /* g->st may have moved */
+    }
     return r;
 }
 
@@ -2526,11 +3082,17 @@ grammar_compile(const gvocab *voc, int kind, json_t *schema, char *err,
         stk[0] = g->n_sym;
         g->n_sym += 2;
     }
+    g->base_bytes = sizeof(*g) + g->n_sym * sizeof(gsym) + g->n_cls * 32
+                    + (g->n_rules * 2 + g->n_alts) * sizeof(int32_t)
+                    + (voc->n_words + 1) * sizeof(uint32_t);
     g->n_scr = 0;
-    if (expand(g, stk, 1, 0) < 0 || (g->start = intern(g, 0)) < 0) {
+    xp_begin(g);
+    if (xp_add(g, stk, 1) < 0 || xp_run(g) < 0
+        || (g->start = intern(g, 0)) < 0)
+    {
+        snprintf(err, errlen, "the schema cannot be compiled (%s)",
+                 g->why ? g->why : "out of memory, or it allows no value");
         grammar_free(g);
-        snprintf(err, errlen, "the schema cannot be compiled (it allows "
-                 "no value)");
         return NULL;
     }
     return g;
@@ -2747,8 +3309,12 @@ state_mask(nalar_grammar *g, int32_t s)
     if (g->st[s].mask != NULL) {
         return g->st[s].mask;
     }
+    if (gr_charge(g, g->voc->n_words * sizeof(uint32_t)) < 0) {
+        return NULL;
+    }
     m = calloc(g->voc->n_words, sizeof(uint32_t));
     if (m == NULL) {
+        g->bytes -= g->voc->n_words * sizeof(uint32_t);
         return NULL;
     }
     if (forced_tok(g, s) >= 0) {
@@ -2761,6 +3327,7 @@ state_mask(nalar_grammar *g, int32_t s)
     }
     if (mask_walk(g, 0, s, m) < 0) {
         free(m);
+        g->bytes -= g->voc->n_words * sizeof(uint32_t);
         return NULL;
     }
     if (g->st[s].accepting) {
@@ -2916,6 +3483,43 @@ nalar_grammar_get(nalar_grammar_cache *c, int kind, const char *schema,
 
 /* ---- matcher ---- */
 
+/*
+ * An API call starts: its work budget is whole again.  Where the automaton
+ * has passed half its memory budget, its caches (masks, byte transitions)
+ * are dropped first; the states stay, as matchers hold their ids.  Masks
+ * handed out are valid until the next call (grammar.h), so this is the
+ * one place they may go.
+ */
+static void
+call_begin(nalar_grammar *g, int trim)
+{
+    g->call_work = 0;
+    g->why = NULL;
+    if (!trim || g->bytes <= GR_MAX_BYTES / 2) {
+        return;
+    }
+    for (int32_t i = 0; i < g->n_st; i++) {
+        if (g->st[i].next != NULL) {
+            free(g->st[i].next);
+            g->st[i].next = NULL;
+            g->bytes -= 256 * sizeof(int32_t);
+        }
+        if (g->st[i].mask != NULL) {
+            free(g->st[i].mask);
+            g->st[i].mask = NULL;
+            g->bytes -= g->voc->n_words * sizeof(uint32_t);
+        }
+    }
+}
+
+
+const char *
+nalar_gmatcher_error(const nalar_gmatcher *m)
+{
+    return m->g->why ? m->g->why : "out of memory";
+}
+
+
 nalar_gmatcher *
 nalar_gmatcher_create(nalar_grammar *g)
 {
@@ -2970,6 +3574,7 @@ nalar_gmatcher_mask(nalar_gmatcher *m, double *mask_s)
     if (s == GR_ENDED) {
         return m->g->zero;
     }
+    call_begin(m->g, 1);
     if (m->g->st[s].mask != NULL) {
         return m->g->st[s].mask;
     }
@@ -3024,6 +3629,7 @@ nalar_gmatcher_allows(nalar_gmatcher *m, int32_t id)
     if (is_eog(m->g->voc, id)) {
         return m->g->st[s].accepting;
     }
+    call_begin(m->g, 0);
     return step_token(m->g, s, id) >= 0;
 }
 
@@ -3042,6 +3648,7 @@ nalar_gmatcher_accept(nalar_gmatcher *m, int32_t id)
         }
         s2 = GR_ENDED;
     } else {
+        call_begin(m->g, 0);
         s2 = step_token(m->g, s, id);
         if (s2 < 0) {
             return -1;
@@ -3166,6 +3773,7 @@ nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
     if (s == GR_ENDED) {
         return 0;
     }
+    call_begin(m->g, 0);
     return forced_tokens(m->g, s, out, cap);
 }
 

@@ -89,6 +89,12 @@ void nalar_gmatcher_destroy(nalar_gmatcher *m);
  * spent (0 when cached).
  */
 const uint32_t *nalar_gmatcher_mask(nalar_gmatcher *m, double *mask_s);
+/*
+ * Why the last call on the matcher's grammar failed (a NULL mask, a token
+ * refused for a reason other than the grammar): a budget it passed, or
+ * "out of memory".
+ */
+const char *nalar_gmatcher_error(const nalar_gmatcher *m);
 /* 1 when token id is allowed now */
 int  nalar_gmatcher_allows(nalar_gmatcher *m, int32_t id);
 /* Advances by one token: 0, or -1 (state unchanged) when not allowed.  An

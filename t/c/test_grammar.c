@@ -51,14 +51,19 @@ test_check(void)
         { "{\"type\":", "not JSON" },
         { "{\"type\":\"array\",\"items\":[{}]}", "tuple" },
         { "{\"type\":\"string\",\"maxLength\":1000000}", "'maxLength'" },
+        /* recursion that can recur before a byte (left recursion) */
+        { "{\"$defs\":{\"n\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},"
+          "{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/n\"}",
+          "left recursion through $ref '#/$defs/n'" },
     };
     static const char *good[] = {
         "{\"type\":\"object\"}",
         "{}",
         "{\"type\":[\"string\",\"null\"],\"description\":\"x\"}",
         "{\"type\":\"string\",\"format\":\"uuid\"}",
-        "{\"$defs\":{\"n\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},"
-        "{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/n\"}",
+        "{\"$defs\":{\"n\":{\"anyOf\":[{\"type\":\"null\"},"
+        "{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}]}},"
+        "\"$ref\":\"#/$defs/n\"}",
     };
     char err[256];
 
