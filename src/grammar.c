@@ -189,6 +189,7 @@ typedef struct {
     struct { char *ref; int32_t rule; json_t *schema; int done; } *refs;
     int32_t    n_refs, cap_refs;
     json_t    *ref_map;      /* ref -> index into refs */
+    json_t    *lit_map;      /* short literal text -> its rule */
     /* shared rules, -1 until made */
     int32_t    ws, strchar, string_any, value_any, object_any, array_any,
                number, integer, digit_cls;
@@ -351,15 +352,37 @@ alt_add(gbuild *b, int32_t r, const gsym *s, int32_t n)
 }
 
 
-/* A rule matching exactly the bytes s[0..n). */
+/* A rule matching exactly the bytes s[0..n).  Short literals are made
+ * once per grammar ("null", "true", "false" of many properties share
+ * one rule), so a schema's size counts each such literal once. */
 static int32_t
 rule_literal(gbuild *b, const char *s, size_t n)
 {
-    int32_t r = rule_new(b);
+    int32_t r;
     gsym   *v;
+    char    key[64];
+    json_t *known;
 
+    key[0] = '\0';
+    if (!b->dry && n < sizeof(key) && memchr(s, '\0', n) == NULL) {
+        memcpy(key, s, n);
+        key[n] = '\0';
+        if (b->lit_map == NULL && (b->lit_map = json_object()) == NULL) {
+            return bfail(b, "out of memory%s%s", "", "");
+        }
+        known = json_object_get(b->lit_map, key);
+        if (known != NULL) {
+            return (int32_t) json_integer_value(known);
+        }
+    }
+    r = rule_new(b);
     if (r < 0) {
         return -1;
+    }
+    if (key[0] != '\0'
+        && json_object_set_new(b->lit_map, key, json_integer(r)) != 0)
+    {
+        return bfail(b, "out of memory%s%s", "", "");
     }
     v = malloc((n ? n : 1) * sizeof(gsym));
     if (v == NULL) {
@@ -2089,6 +2112,7 @@ build_free(gbuild *b)
     }
     free(b->refs);
     json_decref(b->ref_map);
+    json_decref(b->lit_map);
 }
 
 
@@ -3466,8 +3490,19 @@ nalar_grammar_get(nalar_grammar_cache *c, int kind, const char *schema,
     g->lru_next = c->head;
     c->head = g;
     g->refs++;               /* the cache's */
-    if (++c->n > c->cap) {
-        /* drop the least recently used */
+    c->n++;
+    /* drop the least recently used while there are more than cap, or
+     * their memory (grammars and automata) passes GR_CACHE_BYTES; the new
+     * one stays.  A grammar dropped here lives on while matchers use it. */
+    for (;;) {
+        size_t total = 0;
+
+        for (nalar_grammar *x = c->head; x != NULL; x = x->lru_next) {
+            total += x->base_bytes + x->bytes;
+        }
+        if (c->n <= 1 || (c->n <= c->cap && total <= GR_CACHE_BYTES)) {
+            break;
+        }
         for (pp = &c->head; (*pp)->lru_next != NULL; pp = &(*pp)->lru_next) {
         }
         nalar_grammar_release(*pp);
@@ -3709,7 +3744,8 @@ nalar_gmatcher_done(nalar_gmatcher *m)
 /*
  * The forced bytes from state s (while exactly one byte is allowed and the
  * value is not complete), tokenized greedily: the longest vocabulary piece
- * at each point.  Up to cap ids in out; the count.
+ * at each point.  Up to cap ids in out; the count, or -1 when a step
+ * failed (out of memory or past a budget: g->why).
  */
 static int
 forced_tokens(nalar_grammar *g, int32_t s, int32_t *out, int cap)
@@ -3723,6 +3759,9 @@ forced_tokens(nalar_grammar *g, int32_t s, int32_t *out, int cap)
 
         fb[nf++] = (char) c;
         s = step_byte(g, s, c);
+        if (s == -2) {
+            return -1;       /* out of memory or past a budget (g->why) */
+        }
     }
     while (pos < nf && n < cap) {
         int32_t node = 0, best = -1, best_len = 0;
@@ -3758,8 +3797,12 @@ forced_tok(nalar_grammar *g, int32_t s)
 {
     if (g->st[s].forced_tok == -2) {
         int32_t t;
+        int     n = forced_tokens(g, s, &t, 1);
 
-        g->st[s].forced_tok = forced_tokens(g, s, &t, 1) == 1 ? t : -1;
+        if (n < 0) {
+            return -1;       /* a failure is not remembered */
+        }
+        g->st[s].forced_tok = n == 1 ? t : -1;
     }
     return g->st[s].forced_tok;
 }
@@ -3769,12 +3812,14 @@ int
 nalar_gmatcher_forced(nalar_gmatcher *m, int32_t *out, int cap)
 {
     int32_t s = cur(m);
+    int     n;
 
     if (s == GR_ENDED) {
         return 0;
     }
     call_begin(m->g, 0);
-    return forced_tokens(m->g, s, out, cap);
+    n = forced_tokens(m->g, s, out, cap);
+    return n < 0 ? 0 : n;
 }
 
 

@@ -17,6 +17,8 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -744,6 +746,420 @@ test_keywords(void)
 }
 
 
+/* ---- hostile schemas: none crashes, hangs or loses a choice ---- */
+
+/*
+ * Produces `text` through g's masks: at each point the longest allowed
+ * token whose bytes start the rest.  1 when all of it went in and the
+ * value may end there.
+ */
+static const char *produce_why;     /* why the last produce stopped */
+
+static int
+produce(nalar_grammar *g, const char *text)
+{
+    nalar_gmatcher *m = nalar_gmatcher_create(g);
+    int32_t         n_vocab = nalar_tok_n_vocab(tok);
+    size_t          pos = 0, len = strlen(text);
+    int             okk;
+
+    produce_why = NULL;
+    while (pos < len) {
+        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        int32_t         best = -1;
+        int             best_len = 0;
+
+        if (mask == NULL) {
+            produce_why = nalar_gmatcher_error(m);
+            break;
+        }
+        for (int32_t i = 0; i < n_vocab; i++) {
+            char b[64];
+            int  k;
+
+            if (!((mask[i >> 5] >> (i & 31)) & 1)) {
+                continue;
+            }
+            k = nalar_token_bytes(tok, i, b, sizeof(b));
+            if (k > best_len && (size_t) k <= len - pos
+                && memcmp(b, text + pos, k) == 0)
+            {
+                best = i;
+                best_len = k;
+            }
+        }
+        if (best < 0 || nalar_gmatcher_accept(m, best) != 0) {
+            produce_why = best < 0 ? "no token" : nalar_gmatcher_error(m);
+            break;
+        }
+        pos += best_len;
+    }
+    okk = pos == len && nalar_gmatcher_can_end(m);
+    nalar_gmatcher_destroy(m);
+    return okk;
+}
+
+
+/*
+ * A random walk through g's masks (no per-token cross-check, so it is fast
+ * enough for long values): the completed value in out, 1 when it
+ * completed within max_steps.  A NULL mask ends it (err: the reason).
+ */
+static int
+quick_walk(nalar_grammar *g, nalar_rng *rng, int max_steps, char *out,
+           size_t cap, const char **why)
+{
+    nalar_gmatcher *m = nalar_gmatcher_create(g);
+    int32_t         n_vocab = nalar_tok_n_vocab(tok);
+    int32_t        *allowed = malloc(n_vocab * sizeof(int32_t));
+    size_t          len = 0;
+    int             done = 0;
+
+    *why = NULL;
+    for (int step = 0; step < max_steps && !done; step++) {
+        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        int32_t         na = 0, pick;
+        char            b[64];
+        int             k;
+
+        if (mask == NULL) {
+            *why = nalar_gmatcher_error(m);
+            break;
+        }
+        if (nalar_gmatcher_done(m)
+            || (nalar_gmatcher_can_end(m) && nalar_rng_next(rng) % 4 == 0))
+        {
+            done = 1;
+            break;
+        }
+        for (int32_t w = 0; w * 32 < n_vocab; w++) {
+            for (uint32_t x = mask[w]; x != 0; x &= x - 1) {
+                int32_t i = w * 32 + __builtin_ctz(x);
+
+                if (i < n_vocab && !nalar_tok_is_eog(tok, i)) {
+                    allowed[na++] = i;
+                }
+            }
+        }
+        if (na == 0) {
+            done = nalar_gmatcher_can_end(m);
+            break;
+        }
+        /* short tokens half of the time, so that strings end */
+        pick = allowed[nalar_rng_next(rng) % na];
+        for (int t = 0; t < 8 && nalar_rng_next(rng) % 2; t++) {
+            int32_t c = allowed[nalar_rng_next(rng) % na];
+
+            if (nalar_token_bytes(tok, c, b, sizeof(b)) == 1) {
+                pick = c;
+                break;
+            }
+        }
+        if (nalar_gmatcher_accept(m, pick) != 0) {
+            *why = nalar_gmatcher_error(m);
+            break;
+        }
+        k = nalar_token_bytes(tok, pick, b, sizeof(b));
+        if (k > 0 && len + k < cap) {
+            memcpy(out + len, b, k);
+            len += k;
+        }
+    }
+    out[len] = '\0';
+    free(allowed);
+    nalar_gmatcher_destroy(m);
+    return done;
+}
+
+
+/* A growing string buffer for building schemas. */
+typedef struct { char *s; size_t n, cap; } sbuf;
+
+static void
+sb_add(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int     k;
+
+    for (;;) {
+        va_start(ap, fmt);
+        k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (b->s != NULL && (size_t) k < b->cap - b->n) {
+            b->n += k;
+            return;
+        }
+        b->cap = (b->cap ? b->cap * 2 : 4096) + (size_t) k;
+        b->s = realloc(b->s, b->cap);
+    }
+}
+
+
+/* the trial's schemas (also fuzz/corpus/grammar's seeds) */
+static char *
+nested_objects(int depth)
+{
+    sbuf b = {0};
+
+    for (int i = 0; i < depth; i++) {
+        sb_add(&b, "{\"type\":\"object\",\"properties\":{\"a\":");
+    }
+    sb_add(&b, "{\"type\":\"integer\"}");
+    for (int i = 0; i < depth; i++) {
+        sb_add(&b, "},\"required\":[\"a\"]}");
+    }
+    return b.s;
+}
+
+
+static void
+test_hostile(void)
+{
+    nalar_grammar_cache *c = nalar_grammar_cache_create(tok, 0);
+    nalar_rng            rng;
+    char                 err[256];
+    static char          out[1 << 20];
+    const char          *why;
+    nalar_grammar       *g;
+
+    nalar_rng_seed(&rng, 7);
+    /* nested objects, 20 to 32 deep: compile, and a walk gives a document
+     * with the integer at the bottom */
+    for (int depth = 20; depth <= 32; depth += 4) {
+        char   *s = nested_objects(depth);
+        int     complete, deep = 0;
+        json_t *v, *x;
+
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, s, strlen(s),
+                              NULL, err, sizeof(err));
+        ok(g != NULL, "%d nested objects compile %s", depth,
+           g ? "" : err);
+        complete = g && quick_walk(g, &rng, 4000, out, sizeof(out), &why);
+        v = json_loads(out, 0, NULL);
+        for (x = v; json_is_object(x); x = json_object_get(x, "a")) {
+            deep++;
+        }
+        ok(complete && deep == depth && json_is_integer(x), "%d nested "
+           "objects: a walk gives a valid document (%s)", depth, out);
+        json_decref(v);
+        nalar_grammar_release(g);
+        free(s);
+    }
+    /* an enum of 200 short strings: every entry reachable, the 200th too */
+    {
+        sbuf b = {0};
+        int  bad = 0;
+
+        sb_add(&b, "{\"enum\":[");
+        for (int i = 0; i < 200; i++) {
+            sb_add(&b, "%s\"s%d\"", i ? "," : "", i);
+        }
+        sb_add(&b, "]}");
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, NULL,
+                              err, sizeof(err));
+        ok(g != NULL, "an enum of 200 strings compiles %s", g ? "" : err);
+        for (int i = 0; g && i < 200; i++) {
+            char want[16];
+
+            snprintf(want, sizeof(want), "\"s%d\"", i);
+            bad += !produce(g, want);
+        }
+        ok(g && bad == 0, "every one of the 200 entries can be produced "
+           "(%d cannot)", bad);
+        ok(g && produce(g, "\"s199\"") && !produce(g, "\"s200\""),
+           "the 200th entry is produced, a 201st is not");
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    /* "type": ["null", ...] x 1000 */
+    {
+        sbuf b = {0};
+
+        sb_add(&b, "{\"type\":[");
+        for (int i = 0; i < 1000; i++) {
+            sb_add(&b, "%s\"null\"", i ? "," : "");
+        }
+        sb_add(&b, "]}");
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, NULL,
+                              err, sizeof(err));
+        ok(g != NULL, "type: [\"null\" x 1000] compiles %s", g ? "" : err);
+        ok(g && quick_walk(g, &rng, 100, out, sizeof(out), &why)
+           && strcmp(out, "null") == 0, "and a walk gives null (%s)", out);
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    /* an anyOf chain through $defs with 2^18 paths to the same integer */
+    {
+        sbuf b = {0};
+
+        sb_add(&b, "{\"$defs\":{");
+        for (int i = 0; i < 18; i++) {
+            sb_add(&b, "\"d%d\":{\"anyOf\":[{\"$ref\":\"#/$defs/d%d\"},"
+                   "{\"$ref\":\"#/$defs/d%d\"}]},", i, i + 1, i + 1);
+        }
+        sb_add(&b, "\"d18\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/d0\"}");
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, NULL,
+                              err, sizeof(err));
+        ok(g != NULL, "an anyOf chain with 2^18 paths compiles %s",
+           g ? "" : err);
+        ok(g && produce(g, "-12345"), "and produces an integer");
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    /* anyOf of 100 tool calls (tool_choice "required" with 100 tools): the
+     * 100th reachable */
+    {
+        sbuf b = {0};
+        char want[128];
+
+        sb_add(&b, "{\"anyOf\":[");
+        for (int i = 0; i < 100; i++) {
+            sb_add(&b, "%s{\"type\":\"object\",\"properties\":{\"name\":"
+                   "{\"const\":\"tool_%d\"},\"arguments\":{\"type\":\"object\","
+                   "\"properties\":{\"x\":{\"type\":\"integer\"}},"
+                   "\"required\":[\"x\"]}},\"required\":[\"name\","
+                   "\"arguments\"]}", i ? "," : "", i);
+        }
+        sb_add(&b, "]}");
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, NULL,
+                              err, sizeof(err));
+        ok(g != NULL, "anyOf of 100 tool calls compiles %s", g ? "" : err);
+        snprintf(want, sizeof(want),
+                 "{\"name\": \"tool_99\", \"arguments\": {\"x\": 7}}");
+        ok(g && produce(g, want), "the 100th tool can be called");
+        snprintf(want, sizeof(want),
+                 "{\"name\": \"tool_64\", \"arguments\": {\"x\": 7}}");
+        ok(g && produce(g, want), "so can the 65th");
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    /* an anyOf of 65 consts */
+    {
+        sbuf b = {0};
+
+        sb_add(&b, "{\"anyOf\":[");
+        for (int i = 0; i < 65; i++) {
+            sb_add(&b, "%s{\"const\":%d}", i ? "," : "", 1000 + i);
+        }
+        sb_add(&b, "]}");
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, NULL,
+                              err, sizeof(err));
+        ok(g && produce(g, "1064") && !produce(g, "1065"),
+           "anyOf: the 65th const is produced");
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    /* 10k required properties: linear compile, and a walk writes them all */
+    {
+        sbuf    b = {0};
+        json_t *v;
+        double  cs = 0;
+
+        sb_add(&b, "{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 10000; i++) {
+            sb_add(&b, "%s\"p%d\":{\"type\":\"boolean\"}", i ? "," : "", i);
+        }
+        sb_add(&b, "},\"required\":[");
+        for (int i = 0; i < 10000; i++) {
+            sb_add(&b, "%s\"p%d\"", i ? "," : "", i);
+        }
+        sb_add(&b, "]}");
+        ok(nalar_schema_check(b.s, b.n, err, sizeof(err)) == 0,
+           "10k required properties pass the check %s", err);
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, &cs,
+                              err, sizeof(err));
+        ok(g != NULL, "and compile (%.1f ms) %s", cs * 1e3, g ? "" : err);
+        v = g && quick_walk(g, &rng, 200000, out, sizeof(out), &why)
+            ? json_loads(out, 0, NULL) : NULL;
+        ok(v != NULL && json_object_size(v) == 10000
+           && json_is_boolean(json_object_get(v, "p9999")),
+           "a walk writes all 10000 (%s)", why ? why : "");
+        json_decref(v);
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    /* recursion that cannot produce a byte, or never ends: a 400 */
+    {
+        static const struct { const char *s, *needle; } rec[] = {
+            { "{\"anyOf\":[{\"$ref\":\"#\"},{\"$ref\":\"#\"}]}",
+              "left recursion" },
+            { "{\"$ref\":\"#\"}", "left recursion" },
+            { "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"anyOf\":"
+              "[{\"type\":\"null\"},{\"$ref\":\"#/$defs/a\"}]}},"
+              "\"$ref\":\"#/$defs/a\"}", "left recursion" },
+            { "{\"anyOf\":[{\"type\":\"null\"},{\"anyOf\":[{\"$ref\":\"#\"},"
+              "{\"type\":\"string\"}]}]}", "left recursion" },
+            { "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}},"
+              "\"required\":[\"a\"]}", "without end" },
+            { "{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":"
+              "{\"$ref\":\"#/$defs/a\"},\"minItems\":1}},"
+              "\"$ref\":\"#/$defs/a\"}", "without end" },
+        };
+
+        for (size_t i = 0; i < sizeof(rec) / sizeof(rec[0]); i++) {
+            int rc = nalar_schema_check(rec[i].s, strlen(rec[i].s), err,
+                                        sizeof(err));
+
+            ok(rc == -1 && strstr(err, rec[i].needle) != NULL,
+               "refused at parse time: %s (%s)", rec[i].s, err);
+            g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, rec[i].s,
+                                  strlen(rec[i].s), NULL, err, sizeof(err));
+            ok(g == NULL && strstr(err, rec[i].needle) != NULL,
+               "and at compile time (%s)", err);
+            nalar_grammar_release(g);
+        }
+    }
+    /* recursion that makes progress still compiles and walks */
+    {
+        const char *s = "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\","
+                        "\"items\":{\"$ref\":\"#\"}}]}";
+
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, s, strlen(s),
+                              NULL, err, sizeof(err));
+        ok(g && produce(g, "[[null, []], null]"), "recursive arrays "
+           "compile and produce nesting %s", g ? "" : err);
+        nalar_grammar_release(g);
+    }
+    /* ambiguity that doubles per level: a clear error past the budget,
+     * never a hang (2^k stacks alive after k levels of {"a": ...) */
+    {
+        sbuf b = {0};
+        char text[4096];
+        int  n = 0, produced;
+
+
+        sb_add(&b, "{\"$defs\":{");
+        for (int i = 0; i < 30; i++) {
+            sb_add(&b, "\"d%d\":{\"anyOf\":[{\"type\":\"object\","
+                   "\"properties\":{\"a\":{\"$ref\":\"#/$defs/d%d\"}}},"
+                   "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":"
+                   "\"#/$defs/d%d\"},\"b\":{\"type\":\"null\"}}}]},",
+                   i, i + 1, i + 1);
+        }
+        sb_add(&b, "\"d30\":{\"type\":\"null\"}},\"$ref\":\"#/$defs/d0\"}");
+        g = nalar_grammar_get(c, NALAR_GRAMMAR_JSON_SCHEMA, b.s, b.n, NULL,
+                              err, sizeof(err));
+        ok(g != NULL, "a doubling ambiguity compiles %s", g ? "" : err);
+        for (int i = 0; i < 30; i++) {
+            n += snprintf(text + n, sizeof(text) - n, "{\"a\": ");
+        }
+        n += snprintf(text + n, sizeof(text) - n, "null");
+        for (int i = 0; i < 30; i++) {
+            n += snprintf(text + n, sizeof(text) - n, "}");
+        }
+        produced = g ? produce(g, text) : 0;
+        why = produce_why;
+        diag("30 levels: %s", produced ? "produced" : why);
+        ok(produced || (why != NULL && strstr(why, "budget") != NULL),
+           "30 levels: produced (%d), or stopped with a named budget",
+           produced);
+        nalar_grammar_release(g);
+        free(b.s);
+    }
+    nalar_grammar_cache_destroy(c);
+}
+
+
 /* upper 99.9% quantile of chi-square with df degrees of freedom
  * (Wilson-Hilferty) */
 static double
@@ -1050,6 +1466,7 @@ main(void)
     test_chi2();
     test_walks();
     test_concurrent_caches();
+    test_hostile();
     nalar_tokenizer_destroy(tok);
     return done_testing();
 }
