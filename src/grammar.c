@@ -733,6 +733,11 @@ r_array(gbuild *b, int32_t v, int64_t min, int64_t max)
 static int32_t
 r_value_any(gbuild *b)
 {
+    if (b->failed) {
+        /* no rule is made after a failure, so value_any would stay -1
+         * and r_object_map would come back here without end */
+        return -1;
+    }
     if (b->value_any < 0) {
         int32_t r = rule_new(b);
         gsym    s[1];
