@@ -53,8 +53,8 @@
 #define GR_FRAC_DIGITS    15
 #define GR_EXP_DIGITS     2   /* so a number stays a finite double */
 #define GR_MAX_STATES     (1 << 20)
-#define GR_MAX_WORK       (1 << 20)   /* stack words, one transition */
-#define GR_MAX_CALL_WORK  ((int64_t) 1 << 27) /* stack words, one API call */
+#define GR_MAX_WORK       (1 << 18)   /* stack words, one transition */
+#define GR_MAX_CALL_WORK  ((int64_t) 1 << 26) /* stack words, one API call */
 #define GR_MAX_BYTES      ((size_t) 64 << 20) /* one grammar's automaton */
 #define GR_CACHE_BYTES    ((size_t) 256 << 20) /* a cache's grammars */
 
