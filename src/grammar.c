@@ -196,10 +196,11 @@ typedef struct {
     char      *err;
     size_t     errlen;
     int        failed;
-    int        dry;          /* only check and count (nalar_schema_check):
-                                nothing stored, so the cost is the schema's
-                                size and the unrolled counts' (capped by
-                                GR_MAX_SYMS), with no allocation per rule */
+    int        dry;          /* only check and count: nothing stored, so
+                                the cost is the schema's size and the
+                                unrolled counts' (capped by GR_MAX_SYMS).
+                                nalar_schema_check no longer builds dry:
+                                grammar_check needs the rules */
 } gbuild;
 
 
