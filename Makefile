@@ -123,7 +123,8 @@ build/fuzz_request: ngx_nalar_request.c ngx_nalar_request_scan.c \
                     ngx_nalar_chat_style.c ngx_nalar_chat.h src/sampler.c src/grammar.c src/grammar_regex.c \
                     src/nalar_err.c src/tokenizer.c src/gguf.c
 build/fuzz_route: ngx_nalar_route_text.c ngx_nalar_route_text.h
-build/fuzz_grammar: src/grammar.c src/tokenizer.c src/gguf.c src/nalar_err.c
+build/fuzz_grammar: src/grammar.c src/grammar_regex.c src/tokenizer.c src/gguf.c \
+                    src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
 ifneq ($(FUZZ_SECONDS),)

@@ -3834,6 +3834,7 @@ nalar_grammar_match(nalar_grammar *g, const char *s, size_t n)
 {
     int32_t st = g->start;
 
+    call_begin(g, 0);
     for (size_t i = 0; i < n && st >= 0; i++) {
         st = step_byte(g, st, (unsigned char) s[i]);
     }
