@@ -6,7 +6,8 @@
  * read: even, as schema text (the seeds in fuzz/corpus/grammar, the
  * trial's hostile schemas among them, and their mutations); odd, as
  * choices for a generated schema (objects, arrays, strings, numbers,
- * enums, anyOf, $ref to the root or to $defs, nesting, ...), so that
+ * enums, anyOf, $ref to the root or to $defs, bounds, patterns and
+ * formats, nesting, ...), so that
  * random structure is reached without valid JSON to mutate.  The rest of
  * the input also seeds the walk.
  *
@@ -88,7 +89,7 @@ gen(src *s, int depth)
     if (depth > 6) {
         return gen_leaf(s);
     }
-    switch (c % 14) {
+    switch (c % 15) {
     case 0: {
         json_t *props = json_object(), *req = json_array();
         unsigned bits;
@@ -164,6 +165,31 @@ gen(src *s, int depth)
         return json_pack("{s:s, s:s}", "type", "string", "format", "uuid");
     case 11:
         return json_pack("{s:s}", "type", "object");
+    case 12: {
+        /* the bounded keywords: numbers, pattern, formats */
+        static const char *const pats[] = {
+            "^[a-z]{1,5}$", "^(ab|cd)*x?$", "^\\d{3}-\\d{2}$", "^.$"
+        };
+        static const char *const fmts[] = {
+            "date", "time", "date-time", "email", "uri", "ipv4", "ipv6"
+        };
+
+        switch (take(s) % 4) {
+        case 0:
+            return json_pack("{s:s, s:i, s:i}", "type", "integer",
+                             "minimum", (int) take(s) - 128,
+                             "maximum", (int) take(s) * 7);
+        case 1:
+            return json_pack("{s:s, s:f}", "type", "number",
+                             "exclusiveMinimum", (double) take(s) / 4);
+        case 2:
+            return json_pack("{s:s, s:s}", "type", "string", "pattern",
+                             pats[take(s) % 4]);
+        default:
+            return json_pack("{s:s, s:s}", "type", "string", "format",
+                             fmts[take(s) % 7]);
+        }
+    }
     default:
         return gen_leaf(s);
     }
