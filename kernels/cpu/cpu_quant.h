@@ -123,8 +123,63 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
 /* n floats (a multiple of 32) as int16 codes q and a scale d per 32 */
 void nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d);
 
+/*
+ * 8-bit activations (an engine's opt-in mode, cpu_quant_q8.c): each
+ * token's x rounded to int8 codes, per 32 (Q8_0-like: read by Q8_0 and
+ * Q4_0) and per 256 (Q8_K-like, with the sums of each 16 codes: read by
+ * the K-quants), d = max |x| / 127, codes round(x / d) in [-127, 127];
+ * the products are integer dot products with the weights' codes (AVX-512
+ * VNNI, AVX2 or scalar, chosen at run time), and every path gives the
+ * same bits (the operations are in cpu_quant_q8.c).
+ */
+typedef struct {
+    const int8_t  *q;    /* (n_tok, cols) codes per 32 */
+    const float   *d;    /* (n_tok, cols / 32) their scales */
+    const int8_t  *qk;   /* (n_tok, cols) codes per 256, or NULL when cols
+                            is not a multiple of 256 */
+    const float   *dk;   /* (n_tok, cols / 256) their scales */
+    const int32_t *bs;   /* (n_tok, cols / 16) the sums of 16 codes of qk */
+    int64_t        cols; /* 0: no codes made */
+} nalar_xq8;
+
+/* bytes nalar_quant_x8 takes for n_tok tokens of cols (a multiple of 32) */
+int64_t nalar_quant_x8_bytes(int n_tok, int64_t cols);
+
+/* the 8-bit codes of x (n_tok rows, ldx floats apart) into buf (any
+ * alignment, nalar_quant_x8_bytes long), described by *x8 */
+void nalar_quant_x8(const float *x, int n_tok, int ldx, int64_t cols,
+                    void *buf, nalar_xq8 *x8);
+
+/* 1 when a row of cols weights of type t takes 8-bit codes */
+int nalar_quant_x8_fits(ggml_type t, int64_t cols);
+
+/* nalar_quant_matmul from x's 8-bit codes (nalar_quant_x8) */
+void nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride,
+                           int il, int64_t cols, const nalar_xq8 *x8,
+                           int n_tok, float *y, int ldy, int64_t r0,
+                           int64_t r1, int accumulate);
+
+/* nalar_quant_matmul with 8-bit activations: x's codes made here, the
+ * same bits as nalar_quant_matmul_x8 from codes made once */
+void nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride,
+                           int il, int64_t cols, const float *x, int n_tok,
+                           int ldx, float *y, int ldy, int64_t r0,
+                           int64_t r1, int accumulate);
+
+/* The instruction set the 8-bit kernels run on: the widest this CPU has
+ * (nalar_quant_q8_isa_max), capped by the environment's NALAR_CPU_ISA
+ * (scalar | avx2 | vnni) and by nalar_quant_q8_force (tests; -1: none).
+ * Every one gives the same bits. */
+#define NALAR_ISA_SCALAR 0
+#define NALAR_ISA_AVX2   1
+#define NALAR_ISA_VNNI   2
+int nalar_quant_q8_isa_max(void);
+int nalar_quant_q8_isa(void);
+void nalar_quant_q8_force(int isa);
+
 /* x's int16 codes for n_tok tokens of cols floats (cols a multiple of
- * 32): as nalar_quant_matmul_i16 makes them from x */
+ * 32): as nalar_quant_matmul_i16 makes them from x; with 8-bit
+ * activations, x8 holds the 8-bit codes instead (x8.cols != 0) */
 typedef struct {
     const int16_t *q;   /* (n_tok, cols) codes */
     const float   *d;   /* (n_tok, cols / 32) scales dx */
@@ -132,6 +187,7 @@ typedef struct {
     const int16_t *e;   /* (n_tok, cols) q again, each 32 reordered: codes
                            0, 2, .., 30, then 1, 3, .., 31 (Q4_K and Q6_K
                            read their weights in that order) */
+    nalar_xq8      x8;
 } nalar_xq;
 
 /* bytes of memory nalar_quant_xq takes for n_tok tokens of cols */

@@ -1,0 +1,676 @@
+/*
+ * CPU kernels over block-quantized weights with 8-bit activations (an
+ * engine's opt-in mode, cpu_quant.h): x rounded once per token into int8
+ * codes (nalar_quant_x8), and integer dot products of those codes with
+ * the weights' codes, one kernel per type and instruction set:
+ * AVX-512 VNNI (vpdpbusd, vpdpwssd on 256-bit vectors), AVX2 (vpmaddubsw,
+ * vpmaddwd) and a scalar reference, chosen at run time (cpuid, capped by
+ * NALAR_CPU_ISA or nalar_quant_q8_force).
+ *
+ * Exactness.  Every path computes, per block, the same eight int32 lanes
+ * L[0..7] (integers: exact, so the order in which a path sums them is
+ * free), lane m holding the weights 4m .. 4m + 3 of each 32 weights of
+ * the block:
+ *   Q8_0, Q4_0:  L[m] = sum_{k<4} w[4m+k] x[4m+k]  (w signed codes,
+ *                Q4_0's n - 8), x the block's per-32 codes
+ *   Q4_K, Q5_K:  L[m] = sum_G sc_G sum_{k<4} q[32G+4m+k] x[32G+4m+k]
+ *                (G = 0 .. 7 the sub-blocks, q unsigned 4- or 5-bit)
+ *   Q6_K:        L[m] = sum_G sc_{(32G+4m)/16} sum_k q[..] x[..]
+ *                (q the unsigned 6-bit code, 0 .. 63)
+ * and then the same float operations in the same order:
+ *   acc[m] = fma(s, (float) L[m], acc[m]) over the blocks in order, from
+ *   0, s = d_w * d_x (the block's weight scale times x's scale);
+ *   mn = fma(s', (float) I, mn) over the blocks in order, from 0, with
+ *   I the integer min term: Q4_K/Q5_K s' = dmin * d_x,
+ *   I = sum_j m_j * (sum of x's 32 codes of sub-block j); Q6_K s' = s,
+ *   I = 32 * sum_j sc_j * (sum of x's 16 codes of sub-block j); Q8_0 and
+ *   Q4_0 have none (mn = 0);
+ *   y = hsum8(acc) - mn, hsum8(v) = ((v0 + v4) + (v2 + v6)) + ((v1 + v5)
+ *   + (v3 + v7)).
+ * So the three paths give the same bits, and each (row, token) output is
+ * one function of that row and that token's codes: bit-identical whatever
+ * the batch, its chunking or the threads' split of the rows.
+ *
+ * x's codes: Q8_0 and Q4_0 read x per 32 (Q8_0-like blocks: d = max|x| /
+ * 127, codes round(x / d) in [-127, 127]); the K-quants per 256 (Q8_K-like:
+ * one d per 256, and the sums of each 16 codes).  Codes never reach -128,
+ * so vpsignb cannot overflow, and vpmaddubsw's pairs stay below 2^15.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_blocks.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define Q8_X86 1
+#endif
+
+
+/* ------------------------------------------------------------------ */
+/* x's codes                                                            */
+
+
+/* n floats as int8 codes per g (32 or 256): d = amax / 127 per group */
+static void
+x8_groups(const float *x, int64_t n, int g, int8_t *q, float *d)
+{
+    for (int64_t b = 0; b < n / g; b++) {
+        const float *xb = x + b * g;
+        float        amax = 0, id;
+
+        for (int i = 0; i < g; i++) {
+            float a = fabsf(xb[i]);
+
+            amax = a > amax ? a : amax;
+        }
+        d[b] = amax / 127.0f;
+        id = amax > 0 ? 127.0f / amax : 0;
+        for (int i = 0; i < g; i++) {
+            long v = lrintf(xb[i] * id);
+
+            q[b * g + i] = (int8_t) (v < -127 ? -127 : v > 127 ? 127 : v);
+        }
+    }
+}
+
+
+int64_t
+nalar_quant_x8_bytes(int n_tok, int64_t cols)
+{
+    /* codes per 32 and their scales; codes per 256, their scales and the
+     * sums of 16; alignment */
+    return (int64_t) n_tok * (cols + cols / 32 * 4 + cols + cols / 256 * 4
+                              + cols / 16 * 4) + 4 * 32;
+}
+
+
+static uint8_t *
+align32(uint8_t *p)
+{
+    return (uint8_t *) (((uintptr_t) p + 31) & ~(uintptr_t) 31);
+}
+
+
+void
+nalar_quant_x8(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
+               nalar_xq8 *x8)
+{
+    uint8_t *p = align32(buf);
+    int8_t  *q = (int8_t *) p, *qk = NULL;
+    float   *d, *dk = NULL;
+    int32_t *bs = NULL;
+    int      k = cols % QK_K == 0;
+
+    p = align32(p + (int64_t) n_tok * cols);
+    d = (float *) p;
+    p = align32(p + (int64_t) n_tok * (cols / 32) * 4);
+    if (k) {
+        qk = (int8_t *) p;
+        p = align32(p + (int64_t) n_tok * cols);
+        dk = (float *) p;
+        p = align32(p + (int64_t) n_tok * (cols / QK_K) * 4);
+        bs = (int32_t *) p;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (int64_t) t * ldx;
+
+        x8_groups(xt, cols, 32, q + t * cols, d + t * (cols / 32));
+        if (k) {
+            int8_t  *c = qk + t * cols;
+            int32_t *s = bs + t * (cols / 16);
+
+            x8_groups(xt, cols, QK_K, c, dk + t * (cols / QK_K));
+            for (int64_t j = 0; j < cols / 16; j++) {
+                int32_t sum = 0;
+
+                for (int i = 0; i < 16; i++) {
+                    sum += c[16 * j + i];
+                }
+                s[j] = sum;
+            }
+        }
+    }
+    x8->q = q;
+    x8->d = d;
+    x8->qk = qk;
+    x8->dk = dk;
+    x8->bs = bs;
+    x8->cols = cols;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* one token's codes, and the blocks of one row                         */
+
+
+typedef struct {
+    const int8_t  *q;     /* per-32 codes (Q8_0, Q4_0) or per-256 */
+    const float   *d;     /* their scales */
+    const int32_t *bs;    /* per-256: the sums of 16 codes */
+} x8_tok;
+
+typedef float q8_row_fn(const uint8_t *row, int il, int64_t nb,
+                        const x8_tok *x);
+
+/* block b of a row at row (qblock_at's offsets) */
+static inline const uint8_t *
+blk(const uint8_t *row, int il, int64_t qk, int64_t bytes, int64_t b)
+{
+    return row + qoff_at(il, qk, bytes, b);
+}
+
+
+static inline float
+hsum8_s(const float *v)
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+
+/* Q4_K/Q5_K integer min term of a block: sum_j m_j * (x's 32 codes) */
+static inline int32_t
+k4_min_term(const uint8_t *p, const int32_t *bs)
+{
+    int32_t I = 0;
+
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+
+        k4_scale_min(p + 4, j, &sc, &m);
+        I += m * (bs[2 * j] + bs[2 * j + 1]);
+    }
+    return I;
+}
+
+
+/* Q6_K integer min term: 32 * sum_j sc_j * (x's 16 codes) */
+static inline int32_t
+k6_min_term(const uint8_t *p, const int32_t *bs)
+{
+    int32_t I = 0;
+
+    for (int j = 0; j < 16; j++) {
+        I += (int8_t) p[192 + j] * bs[j];
+    }
+    return 32 * I;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* scalar reference                                                     */
+
+
+/* the block's codes as the lanes read them: signed for Q8_0/Q4_0,
+ * unsigned for the K-quants; and the per-32-group scale of each lane
+ * (sc[G * 8 + m]; 1 for Q8_0/Q4_0) */
+static void
+scalar_codes(ggml_type t, const uint8_t *p, int *w, int *sc)
+{
+    switch (t) {
+    case GGML_Q8_0:
+        for (int i = 0; i < 32; i++) {
+            w[i] = (int8_t) p[2 + i];
+        }
+        for (int m = 0; m < 8; m++) {
+            sc[m] = 1;
+        }
+        return;
+    case GGML_Q4_0:
+        for (int l = 0; l < 16; l++) {
+            w[l] = (p[2 + l] & 0xF) - 8;
+            w[l + 16] = (p[2 + l] >> 4) - 8;
+        }
+        for (int m = 0; m < 8; m++) {
+            sc[m] = 1;
+        }
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        const uint8_t *qh = p + 16;
+        const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
+
+        for (int k = 0; k < 4; k++) {
+            for (int l = 0; l < 32; l++) {
+                int lo = qs[32 * k + l] & 0xF, hi = qs[32 * k + l] >> 4;
+
+                if (t == GGML_Q5_K) {
+                    lo += (qh[l] >> (2 * k) & 1) << 4;
+                    hi += (qh[l] >> (2 * k + 1) & 1) << 4;
+                }
+                w[64 * k + l] = lo;
+                w[64 * k + 32 + l] = hi;
+            }
+        }
+        for (int G = 0; G < 8; G++) {
+            int s, mn;
+
+            k4_scale_min(p + 4, G, &s, &mn);
+            for (int m = 0; m < 8; m++) {
+                sc[G * 8 + m] = s;
+            }
+        }
+        return;
+    }
+    default: {  /* GGML_Q6_K */
+        const uint8_t *ql = p, *qh = p + 128;
+
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l++) {
+                uint8_t a = ql[64 * h + l], b = ql[64 * h + l + 32];
+                uint8_t e = qh[32 * h + l];
+                int    *q = w + 128 * h + l;
+
+                q[0] = (a & 0xF) | ((e & 3) << 4);
+                q[32] = (b & 0xF) | ((e >> 2 & 3) << 4);
+                q[64] = (a >> 4) | ((e >> 4 & 3) << 4);
+                q[96] = (b >> 4) | ((e >> 6 & 3) << 4);
+            }
+        }
+        for (int G = 0; G < 8; G++) {
+            for (int m = 0; m < 8; m++) {
+                sc[G * 8 + m] = (int8_t) p[192 + (32 * G + 4 * m) / 16];
+            }
+        }
+        return;
+    }
+    }
+}
+
+
+static float
+row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
+           const x8_tok *x)
+{
+    qinfo qi = { 0, 0, 0, 0 };
+    float acc[8] = { 0 }, mn = 0;
+    int   w[QK_K], sc[64];
+
+    (void) qinfo_of(t, &qi);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = blk(row, il, qi.qk, qi.bytes, b);
+        const int8_t  *xq = x->q + b * qi.qk;
+        int32_t        L[8] = { 0 };
+        float          s, s2 = 0;
+        int32_t        I = 0;
+
+        scalar_codes(t, p, w, sc);
+        for (int G = 0; G < qi.qk / 32; G++) {
+            for (int m = 0; m < 8; m++) {
+                int32_t v = 0;
+
+                for (int k = 0; k < 4; k++) {
+                    v += w[32 * G + 4 * m + k] * xq[32 * G + 4 * m + k];
+                }
+                L[m] += sc[G * 8 + m] * v;
+            }
+        }
+        switch (t) {
+        case GGML_Q8_0:
+        case GGML_Q4_0:
+            s = f16_at(p) * x->d[b];
+            break;
+        case GGML_Q4_K:
+        case GGML_Q5_K:
+            s = f16_at(p) * x->d[b];
+            s2 = f16_at(p + 2) * x->d[b];
+            I = k4_min_term(p, x->bs + 16 * b);
+            break;
+        default:
+            s = f16_at(p + 208) * x->d[b];
+            s2 = s;
+            I = k6_min_term(p, x->bs + 16 * b);
+            break;
+        }
+        for (int m = 0; m < 8; m++) {
+            acc[m] = fmaf(s, (float) L[m], acc[m]);
+        }
+        if (t != GGML_Q8_0 && t != GGML_Q4_0) {
+            mn = fmaf(s2, (float) I, mn);
+        }
+    }
+    return hsum8_s(acc) - mn;
+}
+
+
+#define SCALAR_ROW(N, QK, BYTES, SUB, MIN)                                  \
+static float                                                                \
+row_scalar_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x)     \
+{                                                                           \
+    return row_scalar(GGML_##N, row, il, nb, x);                            \
+}
+
+QUANT_TYPES(SCALAR_ROW)
+
+
+/* ------------------------------------------------------------------ */
+/* AVX2 and AVX-512 VNNI                                                */
+
+#if defined(Q8_X86)
+
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_VNNI __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw," \
+                                     "avx512vnni")))
+#define INL inline __attribute__((always_inline))
+
+static INL T_AVX2 float
+hsum8_v(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+
+    lo = _mm_add_ps(lo, hi);
+    hi = _mm_movehl_ps(lo, lo);
+    lo = _mm_add_ps(lo, hi);
+    hi = _mm_shuffle_ps(lo, lo, 1);
+    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+
+/* the 32 signed codes of a Q8_0 / Q4_0 block */
+static INL T_AVX2 __m256i
+w32_signed(ggml_type t, const uint8_t *p)
+{
+    if (t == GGML_Q8_0) {
+        return _mm256_loadu_si256((const __m256i *) (p + 2));
+    } else {
+        __m128i v = _mm_loadu_si128((const __m128i *) (p + 2));
+        __m128i f = _mm_set1_epi8(0xF);
+        __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), f),
+                                     _mm_and_si128(v, f));
+
+        return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+    }
+}
+
+
+/* the 32 unsigned codes of group G (sub-block) of a Q4_K/Q5_K block */
+static INL T_AVX2 __m256i
+w32_k4(ggml_type t, const uint8_t *p, int G)
+{
+    const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
+    __m256i        v = _mm256_loadu_si256((const __m256i *) (qs + 32 * (G / 2)));
+    __m256i        f = _mm256_set1_epi8(0xF), q;
+
+    q = (G & 1) ? _mm256_and_si256(_mm256_srli_epi16(v, 4), f)
+                : _mm256_and_si256(v, f);
+    if (t == GGML_Q5_K) {
+        __m256i h = _mm256_loadu_si256((const __m256i *) (p + 16));
+        __m256i bit = _mm256_set1_epi8((char) (1 << G));
+
+        q = _mm256_or_si256(q, _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit),
+                _mm256_set1_epi8(16)));
+    }
+    return q;
+}
+
+
+/* the 32 unsigned 6-bit codes of group G of a Q6_K block */
+static INL T_AVX2 __m256i
+w32_k6(const uint8_t *p, int G)
+{
+    int            h = G / 4, k = G % 4;
+    const uint8_t *ql = p + 64 * h + (k & 1) * 32;
+    __m256i        a = _mm256_loadu_si256((const __m256i *) ql);
+    __m256i        e = _mm256_loadu_si256((const __m256i *) (p + 128 + 32 * h));
+    __m256i        f = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
+    __m256i        lo, hi;
+
+    lo = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(a, 4), f)
+                 : _mm256_and_si256(a, f);
+    switch (k) {
+    case 0:  hi = _mm256_and_si256(e, three); break;
+    case 1:  hi = _mm256_and_si256(_mm256_srli_epi16(e, 2), three); break;
+    case 2:  hi = _mm256_and_si256(_mm256_srli_epi16(e, 4), three); break;
+    default: hi = _mm256_and_si256(_mm256_srli_epi16(e, 6), three); break;
+    }
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+
+/* the int16 scales of group G's lanes (lanes 0-3 one 16-weight
+ * sub-block, 4-7 the next) */
+static INL T_AVX2 __m256i
+sc16_k6(const uint8_t *p, int G)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((int8_t) p[192 + 2 * G + 1]),
+                            _mm_set1_epi16((int8_t) p[192 + 2 * G]));
+}
+
+
+/* The row functions, written once for both instruction sets: DOT_S (the
+ * signed codes' lanes), DOT_U (unsigned codes' lanes, scaled by int16
+ * scales and added to an accumulator) differ. */
+#define ROW_BODY(T, DOT_S, DOT_U)                                           \
+    qinfo  qi = { 0, 0, 0, 0 };                                             \
+    __m256 acc = _mm256_setzero_ps();                                       \
+    float  mn = 0;                                                          \
+                                                                            \
+    (void) qinfo_of(T, &qi);                                                \
+    for (int64_t b = 0; b < nb; b++) {                                      \
+        const uint8_t *p = blk(row, il, qi.qk, qi.bytes, b);                \
+        const int8_t  *xq = x->q + b * qi.qk;                               \
+        __m256i        L = _mm256_setzero_si256();                          \
+        float          s;                                                   \
+                                                                            \
+        if (b + 1 < nb) {                                                   \
+            _mm_prefetch((const char *) blk(row, il, qi.qk, qi.bytes,       \
+                                            b + 1) + qi.bytes,              \
+                         _MM_HINT_T0);                                      \
+        }                                                                   \
+        if (T == GGML_Q8_0 || T == GGML_Q4_0) {                             \
+            __m256i w = w32_signed(T, p);                                   \
+            __m256i xv = _mm256_loadu_si256((const __m256i *) xq);          \
+                                                                            \
+            L = DOT_S(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w));         \
+            s = f16_at(p) * x->d[b];                                        \
+        } else {                                                            \
+            for (int G = 0; G < 8; G++) {                                   \
+                __m256i xv = _mm256_loadu_si256(                            \
+                    (const __m256i *) (xq + 32 * G));                       \
+                __m256i w, sc;                                              \
+                                                                            \
+                if (T == GGML_Q6_K) {                                       \
+                    w = w32_k6(p, G);                                       \
+                    sc = sc16_k6(p, G);                                     \
+                } else {                                                    \
+                    int scv, m;                                             \
+                                                                            \
+                    w = w32_k4(T, p, G);                                    \
+                    k4_scale_min(p + 4, G, &scv, &m);                       \
+                    sc = _mm256_set1_epi16((short) scv);                    \
+                }                                                           \
+                L = DOT_U(L, w, xv, sc);                                    \
+            }                                                               \
+            if (T == GGML_Q6_K) {                                           \
+                s = f16_at(p + 208) * x->d[b];                              \
+                mn = fmaf(s, (float) k6_min_term(p, x->bs + 16 * b), mn);   \
+            } else {                                                        \
+                s = f16_at(p) * x->d[b];                                    \
+                mn = fmaf(f16_at(p + 2) * x->d[b],                          \
+                          (float) k4_min_term(p, x->bs + 16 * b), mn);      \
+            }                                                               \
+        }                                                                   \
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(L),     \
+                              acc);                                         \
+    }                                                                       \
+    return hsum8_v(acc) - mn;
+
+
+/* AVX2: vpmaddubsw pairs (|u| <= 128, |s| <= 127: below 2^15), summed in
+ * fours by vpmaddwd */
+#define DOT_S_AVX2(u, s)                                                    \
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#define DOT_U_AVX2(L, u, s, sc)                                             \
+    _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc))
+
+/* VNNI: vpdpbusd sums the fours in one step; vpdpwssd scales and adds */
+#define DOT_S_VNNI(u, s)                                                    \
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#define DOT_U_VNNI(L, u, s, sc)                                             \
+    _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), sc)
+
+
+#define SIMD_ROWS(N, QK, BYTES, SUB, MIN)                                   \
+static T_AVX2 float                                                         \
+row_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x)       \
+{                                                                           \
+    ROW_BODY(GGML_##N, DOT_S_AVX2, DOT_U_AVX2)                              \
+}                                                                           \
+static T_VNNI float                                                         \
+row_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x)       \
+{                                                                           \
+    ROW_BODY(GGML_##N, DOT_S_VNNI, DOT_U_VNNI)                              \
+}
+
+QUANT_TYPES(SIMD_ROWS)
+
+#endif
+
+
+/* ------------------------------------------------------------------ */
+/* dispatch                                                             */
+
+
+static int q8_forced = -1;   /* nalar_quant_q8_force's cap, or -1 */
+
+
+int
+nalar_quant_q8_isa_max(void)
+{
+#if defined(Q8_X86)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni")
+        && __builtin_cpu_supports("avx512vl")
+        && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    {
+        return NALAR_ISA_VNNI;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        return NALAR_ISA_AVX2;
+    }
+#endif
+    return NALAR_ISA_SCALAR;
+}
+
+
+void
+nalar_quant_q8_force(int isa)
+{
+    q8_forced = isa;
+}
+
+
+int
+nalar_quant_q8_isa(void)
+{
+    int         isa = nalar_quant_q8_isa_max();
+    const char *e = getenv("NALAR_CPU_ISA");
+    int         cap = NALAR_ISA_VNNI;
+
+    if (e != NULL) {
+        cap = strcmp(e, "scalar") == 0 ? NALAR_ISA_SCALAR
+              : strcmp(e, "avx2") == 0 ? NALAR_ISA_AVX2 : NALAR_ISA_VNNI;
+    }
+    if (q8_forced >= 0 && q8_forced < cap) {
+        cap = q8_forced;
+    }
+    return isa < cap ? isa : cap;
+}
+
+
+static q8_row_fn *
+row_fn(ggml_type t, int isa)
+{
+#if defined(Q8_X86)
+#define ROW_CASE(N, QK, BYTES, SUB, MIN)                                    \
+    case GGML_##N:                                                          \
+        return isa == NALAR_ISA_VNNI ? row_vnni_##N                         \
+               : isa == NALAR_ISA_AVX2 ? row_avx2_##N : row_scalar_##N;
+#else
+#define ROW_CASE(N, QK, BYTES, SUB, MIN)                                    \
+    case GGML_##N:                                                          \
+        return row_scalar_##N;
+#endif
+    switch (t) {
+    QUANT_TYPES(ROW_CASE)
+    default:
+        return NULL;
+    }
+#undef ROW_CASE
+}
+
+
+int
+nalar_quant_x8_fits(ggml_type t, int64_t cols)
+{
+    qinfo qi = { 0, 0, 0, 0 };
+
+    return qinfo_of(t, &qi) == 0 && cols % qi.qk == 0 && cols % 32 == 0;
+}
+
+
+void
+nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
+                      int64_t cols, const nalar_xq8 *x8, int n_tok, float *y,
+                      int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    qinfo      qi;
+    q8_row_fn *f = row_fn(t, nalar_quant_q8_isa());
+    int        k;
+
+    if (f == NULL || qinfo_of(t, &qi) != 0) {
+        return;
+    }
+    k = qi.qk == QK_K;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes, r);
+
+        for (int tk = 0; tk < n_tok; tk++) {
+            x8_tok xt;
+            float  s;
+            float *yp = &y[(int64_t) tk * ldy + r];
+
+            if (k) {
+                xt.q = x8->qk + (int64_t) tk * cols;
+                xt.d = x8->dk + (int64_t) tk * (cols / QK_K);
+                xt.bs = x8->bs + (int64_t) tk * (cols / 16);
+            } else {
+                xt.q = x8->q + (int64_t) tk * cols;
+                xt.d = x8->d + (int64_t) tk * (cols / 32);
+                xt.bs = NULL;
+            }
+            s = f(row, il, cols / qi.qk, &xt);
+            *yp = accumulate ? *yp + s : s;
+        }
+    }
+}
+
+
+void
+nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
+                      int64_t cols, const float *x, int n_tok, int ldx,
+                      float *y, int ldy, int64_t r0, int64_t r1,
+                      int accumulate)
+{
+    int64_t   bytes = nalar_quant_x8_bytes(1, cols);
+    float    *buf = nalar_quant_scratch((bytes + 3) / 4);
+    nalar_xq8 x8;
+
+    if (buf == NULL || !nalar_quant_x8_fits(t, cols)) {
+        nalar_quant_matmul(t, w, wstride, il, cols, x, n_tok, ldx, y, ldy,
+                           r0, r1, accumulate);
+        return;
+    }
+    /* a token at a time: the same codes as made for the whole batch */
+    for (int tk = 0; tk < n_tok; tk++) {
+        nalar_quant_x8(x + (int64_t) tk * ldx, 1, ldx, cols, buf, &x8);
+        nalar_quant_matmul_x8(t, w, wstride, il, cols, &x8, 1,
+                              y + (int64_t) tk * ldy, ldy, r0, r1,
+                              accumulate);
+    }
+}

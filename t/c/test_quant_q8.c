@@ -1,0 +1,315 @@
+/*
+ * 8-bit activations' integer kernels (cpu_quant_q8.c), for Q8_0, Q4_0,
+ * Q4_K, Q5_K and Q6_K:
+ *   - x's codes: in [-127, 127], each within half a step of x;
+ *   - every instruction set this CPU has (VNNI, AVX2, forced narrower)
+ *     gives the scalar reference's bits, on random blocks from the
+ *     quantizer and on random bytes with extreme scales and mins (the
+ *     largest f16, the smallest, negative, zero);
+ *   - the products agree with a double-precision dot product of the
+ *     dequantized rows with x's dequantized codes;
+ *   - batch invariance: the same bits for a token alone, in a batch, in
+ *     any split of the rows, from codes made once or per call, and from
+ *     the rows interleaved.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "fp16.h"
+#include "gguf.h"
+#include "tap.h"
+
+static const ggml_type types[] = {
+    GGML_Q8_0, GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K
+};
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static uint64_t
+rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+
+static float
+frand(void)
+{
+    return (float) ((double) (rnd() >> 11) / 9007199254740992.0) * 2.0f
+           - 1.0f;
+}
+
+
+/* the f16 fields of a block (scales, mins) */
+static void
+f16_fields(ggml_type t, int *off, int *n)
+{
+    switch (t) {
+    case GGML_Q8_0:
+    case GGML_Q4_0: off[0] = 0; *n = 1; return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: off[0] = 0; off[1] = 2; *n = 2; return;
+    default:        off[0] = 208; *n = 1; return;   /* Q6_K */
+    }
+}
+
+
+/* an extreme f16 scale: the largest finite, the smallest subnormal,
+ * the smallest normal, their negatives, zero, one */
+static uint16_t
+extreme_f16(void)
+{
+    static const uint16_t v[] = { 0x7bff, 0x0001, 0x0400, 0xfbff, 0x8001,
+                                  0x0000, 0x3c00, 0x5bff };
+
+    return v[rnd() % (sizeof(v) / sizeof(v[0]))];
+}
+
+
+/* rows x cols weights: from the quantizer (kind 0), or random bytes with
+ * extreme scales (kind 1) */
+static uint8_t *
+matrix(ggml_type t, int64_t rows, int64_t cols, int kind)
+{
+    int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int64_t  qk = nalar_quant_block(t), bytes = rs / (cols / qk);
+    uint8_t *w = malloc((size_t) (rows * rs));
+    float   *x = malloc((size_t) cols * sizeof(float));
+
+    if (w == NULL || x == NULL) {
+        free(w);
+        free(x);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (kind == 0) {
+            float s = (float) (1 + r % 5) * 0.1f;
+            float o = r % 3 == 0 ? 1.0f : 0.0f;
+
+            for (int64_t c = 0; c < cols; c++) {
+                x[c] = (frand() + o) * s;
+            }
+            (void) nalar_quantize_row(t, x, cols, w + r * rs);
+            continue;
+        }
+        for (int64_t i = 0; i < rs; i++) {
+            w[r * rs + i] = (uint8_t) rnd();
+        }
+        for (int64_t b = 0; b < cols / qk; b++) {
+            int off[2], n;
+
+            f16_fields(t, off, &n);
+            for (int k = 0; k < n; k++) {
+                uint16_t h = extreme_f16();
+
+                memcpy(w + r * rs + b * bytes + off[k], &h, 2);
+            }
+        }
+    }
+    free(x);
+    return w;
+}
+
+
+/* n_tok tokens of cols activations: random, with some tokens' groups
+ * all zero and some large */
+static float *
+activations(int n_tok, int64_t cols)
+{
+    float *x = malloc((size_t) (n_tok * cols) * sizeof(float));
+
+    if (x == NULL) {
+        return NULL;
+    }
+    for (int64_t i = 0; i < n_tok * cols; i++) {
+        x[i] = frand() * ((i / 32) % 7 == 3 ? 1000.0f : 1.0f);
+        if ((i / 32) % 11 == 5) {
+            x[i] = 0;
+        }
+    }
+    return x;
+}
+
+
+static void
+check_codes(int64_t cols)
+{
+    int       n_tok = 3, bad = 0;
+    float    *x = activations(n_tok, cols);
+    void     *buf = malloc((size_t) nalar_quant_x8_bytes(n_tok, cols));
+    nalar_xq8 x8;
+
+    if (x == NULL || buf == NULL) {
+        ok(0, "codes: out of memory");
+        free(x);
+        free(buf);
+        return;
+    }
+    nalar_quant_x8(x, n_tok, (int) cols, cols, buf, &x8);
+    for (int64_t i = 0; i < n_tok * cols; i++) {
+        float d = x8.d[i / 32], dk = x8.dk[i / 256];
+
+        if (x8.q[i] == -128 || x8.qk[i] == -128
+            || fabsf(x[i] - (float) x8.q[i] * d) > d * 0.5001f + 1e-30f
+            || fabsf(x[i] - (float) x8.qk[i] * dk) > dk * 0.5001f + 1e-30f)
+        {
+            bad++;
+        }
+    }
+    for (int64_t j = 0; j < n_tok * cols / 16; j++) {
+        int32_t s = 0;
+
+        for (int i = 0; i < 16; i++) {
+            s += x8.qk[16 * j + i];
+        }
+        bad += s != x8.bs[j];
+    }
+    ok(bad == 0, "x's 8-bit codes lie in [-127, 127] within half a step, "
+       "with their sums of 16 (%d bad)", bad);
+    free(x);
+    free(buf);
+}
+
+
+/* y (n_tok, rows) of W (w, il) with x's codes, on isa */
+static void
+product(ggml_type t, const uint8_t *w, int64_t rs, int il, int64_t rows,
+        int64_t cols, const nalar_xq8 *x8, int n_tok, int isa, float *y)
+{
+    nalar_quant_q8_force(isa);
+    nalar_quant_matmul_x8(t, w, rs, il, cols, x8, n_tok, y, (int) rows, 0,
+                          rows, 0);
+    nalar_quant_q8_force(-1);
+}
+
+
+static void
+check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok, int kind)
+{
+    const char *tn = ggml_type_name(t);
+    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int         isa_max = nalar_quant_q8_isa_max(), k = nalar_quant_block(t)
+                                                     == 256;
+    uint8_t    *w = matrix(t, rows, cols, kind);
+    float      *x = activations(n_tok, cols);
+    float      *deq = malloc((size_t) cols * sizeof(float));
+    float      *ref = malloc((size_t) (n_tok * rows) * sizeof(float));
+    float      *y = malloc((size_t) (n_tok * rows) * sizeof(float));
+    void       *buf = malloc((size_t) nalar_quant_x8_bytes(n_tok, cols));
+    uint8_t    *il = NULL;
+    nalar_xq8   x8;
+    int         bad = 0;
+
+    if (w == NULL || x == NULL || deq == NULL || ref == NULL || y == NULL
+        || buf == NULL)
+    {
+        ok(0, "%s: out of memory", tn);
+        goto out;
+    }
+    nalar_quant_x8(x, n_tok, (int) cols, cols, buf, &x8);
+
+    /* the scalar reference against double dot products */
+    product(t, w, rs, 0, rows, cols, &x8, n_tok, NALAR_ISA_SCALAR, ref);
+    for (int64_t r = 0; r < rows; r++) {
+        nalar_dequant_row(t, w + r * rs, cols, deq);
+        for (int tk = 0; tk < n_tok; tk++) {
+            double s = 0, a = 0;
+
+            for (int64_t c = 0; c < cols; c++) {
+                int64_t i = tk * cols + c;
+                double  xc = k ? (double) x8.qk[i] * x8.dk[i / 256]
+                               : (double) x8.q[i] * x8.d[i / 32];
+
+                s += (double) deq[c] * xc;
+                a += fabs((double) deq[c] * xc);
+            }
+            if (!(fabs(ref[tk * rows + r] - s) <= 1e-5 * a + 1e-30)) {
+                if (bad++ == 0) {
+                    diag("%s row %lld tok %d: %g, want %g (|.| %g)", tn,
+                         (long long) r, tk, ref[tk * rows + r], s, a);
+                }
+            }
+        }
+    }
+    ok(bad == 0, "%s %s %lldx%lld, %d tokens: the scalar kernel agrees with "
+       "a double product of the codes", tn, kind ? "extreme blocks"
+       : "quantized rows", (long long) rows, (long long) cols, n_tok);
+
+    /* every instruction set: the scalar bits */
+    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
+        product(t, w, rs, 0, rows, cols, &x8, n_tok, isa, y);
+        ok(memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) == 0,
+           "%s %s: %s gives the scalar kernel's bits", tn,
+           kind ? "extreme blocks" : "quantized rows",
+           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2");
+    }
+
+    /* batch invariance: each token alone, split rows, codes made per
+     * call, interleaved rows */
+    bad = 0;
+    for (int tk = 0; tk < n_tok; tk++) {
+        void     *b1 = malloc((size_t) nalar_quant_x8_bytes(1, cols));
+        nalar_xq8 x1;
+        int64_t   mid = rows / 3;
+
+        if (b1 == NULL) {
+            bad++;
+            break;
+        }
+        nalar_quant_x8(x + tk * cols, 1, (int) cols, cols, b1, &x1);
+        nalar_quant_matmul_x8(t, w, rs, 0, cols, &x1, 1, y, (int) rows, 0,
+                              mid, 0);
+        nalar_quant_matmul_x8(t, w, rs, 0, cols, &x1, 1, y, (int) rows, mid,
+                              rows, 0);
+        bad += memcmp(y, ref + tk * rows, (size_t) rows * sizeof(float))
+               != 0;
+        free(b1);
+    }
+    nalar_quant_matmul_q8(t, w, rs, 0, cols, x, n_tok, (int) cols, y,
+                          (int) rows, 0, rows, 0);
+    bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) != 0;
+    if (nalar_quant_can_interleave(t, cols)) {
+        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
+        if (il == NULL) {
+            bad++;
+        } else {
+            nalar_quant_interleave(t, w, rows, cols, il);
+            nalar_quant_matmul_x8(t, il, rs, 1, cols, &x8, n_tok, y,
+                                  (int) rows, 0, rows, 0);
+            bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float))
+                   != 0;
+        }
+    }
+    ok(bad == 0, "%s %s: the same bits for each token alone, in split rows, "
+       "from codes made per call%s", tn, kind ? "extreme blocks"
+       : "quantized rows", il != NULL ? ", from interleaved rows" : "");
+out:
+    free(w);
+    free(x);
+    free(deq);
+    free(ref);
+    free(y);
+    free(buf);
+    free(il);
+}
+
+
+int
+main(void)
+{
+    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+
+    diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
+    check_codes(1024);
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        check_kernel(types[i], 13, 512, 3, 0);
+        check_kernel(types[i], 13, 512, 3, 1);
+        check_kernel(types[i], 9, 2048, 2, 1);
+    }
+    return done_testing();
+}
