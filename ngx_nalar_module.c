@@ -67,6 +67,7 @@ static ngx_conf_enum_t  ngx_http_nalar_cache_scopes[] = {
 static ngx_conf_enum_t  ngx_http_nalar_cpu_activations[] = {
     { ngx_string("f32"), 0 },
     { ngx_string("i16"), 1 },
+    { ngx_string("q8"), 2 },
     { ngx_null_string, 0 }
 };
 
@@ -501,8 +502,9 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
 
     if (ngx_strcmp(nmcf->backend.data, "cpu") != 0 && nmcf->cpu_act_i16) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"nalar_cpu_activations i16\" is a mode of "
-                           "\"nalar_backend cpu\"");
+                           "\"nalar_cpu_activations %s\" is a mode of "
+                           "\"nalar_backend cpu\"",
+                           nmcf->cpu_act_i16 == 2 ? "q8" : "i16");
         return NGX_CONF_ERROR;
     }
 

@@ -104,7 +104,8 @@ typedef struct {
     ngx_int_t                  threads;
     off_t                      kv_cache;
     ngx_uint_t                 kv_bf16;     /* nalar_kv_cache dtype=bf16 */
-    ngx_uint_t                 cpu_act_i16; /* nalar_cpu_activations i16 */
+    ngx_uint_t                 cpu_act_i16; /* nalar_cpu_activations: 0 f32,
+                                               1 i16, 2 q8 */
     ngx_int_t                  max_batch_tokens;
     ngx_int_t                  max_queue;
     ngx_int_t                  max_running;

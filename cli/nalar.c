@@ -56,11 +56,11 @@ usage(FILE *out)
         "                 [--gpu-memory FRACTION|BYTES] [--gpu-gemv-max N]"
         " [--draft FILE]\n"
         "                 [--spec off|draft|ngram|auto] [--spec-k K]"
-        " [--cpu-activations f32|i16]\n"
+        " [--cpu-activations f32|i16|q8]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar eval -m MODEL --ids \"ID ...\" [--top K] [--backend cpu|cuda]"
         " [--device N]\n"
-        "                 [-t THREADS] [--cpu-activations f32|i16]\n"
+        "                 [-t THREADS] [--cpu-activations f32|i16|q8]\n"
         "  nalar inspect MODEL\n"
         "  nalar render [-m MODEL] [--template FILE] --messages FILE.json"
         " [--tools FILE.json]\n"
@@ -76,7 +76,7 @@ usage(FILE *out)
         "                 --arch llama|qwen2|qwen3|gemma2|phi3 --window N] -o FILE\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
-        "                 [--cpu-activations f32|i16]\n"
+        "                 [--cpu-activations f32|i16|q8]\n"
         "  nalar bench --backend cuda [-m MODEL | --synthetic"
         " llama3-8b|llama3-1b|tiny]\n"
         "                 [-b 1,8,32] [--gpu-gemv-max N] [--json]"
@@ -93,7 +93,7 @@ usage(FILE *out)
 }
 
 
-/* --cpu-activations: "f32" (or not given) 0, "i16" 1, else -1 */
+/* --cpu-activations: "f32" (or not given) 0, "i16" 1, "q8" 2, else -1 */
 static int
 cpu_activations(const char *cmd, const char *s)
 {
@@ -103,7 +103,10 @@ cpu_activations(const char *cmd, const char *s)
     if (strcmp(s, "i16") == 0) {
         return 1;
     }
-    fprintf(stderr, "nalar %s: --cpu-activations f32|i16\n", cmd);
+    if (strcmp(s, "q8") == 0) {
+        return 2;
+    }
+    fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8\n", cmd);
     return -1;
 }
 
@@ -977,7 +980,7 @@ cmd_bench(int argc, char **argv)
     vocab = c.m->cfg.n_vocab;
     c.be = nalar_cpu_backend_create(c.m, threads, &err);
     if (c.be != NULL && act_i16) {
-        nalar_cpu_backend_act_i16(c.be, 1);
+        nalar_cpu_backend_act_i16(c.be, act_i16);
     }
     if (c.be == NULL
         || nalar_kv_pool_init(&c.kv, max_b * ((p + n) / NALAR_KV_BLOCK + 2),

@@ -51,9 +51,11 @@ typedef struct {
     /* the KV cache's element type: GGML_F32 (0, every backend) or
      * GGML_BF16 (GPU backends; the CPU backend refuses it) */
     ggml_type   kv_type;
-    /* 1: the CPU backend's products over quantized weights take their
-     * activations rounded to int16 per 32 (nalar_quant_matmul_i16); 0:
-     * F32.  GPU backends refuse 1. */
+    /* the CPU backend's activations for its products over quantized
+     * weights: NALAR_ACT_F32 (0), NALAR_ACT_I16 (1: rounded to int16 per
+     * 32, nalar_quant_matmul_i16) or NALAR_ACT_Q8 (2: rounded to int8
+     * codes, integer dot products, nalar_quant_matmul_q8).  GPU backends
+     * refuse all but F32. */
     int         act_i16;
 } nalar_backend_opts;
 
@@ -100,9 +102,15 @@ nalar_backend *nalar_backend_create(nalar_model *m,
 nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
                                         nalar_err *err);
 
+/* the activations' modes of nalar_backend_opts.act_i16 */
+#define NALAR_ACT_F32 0
+#define NALAR_ACT_I16 1
+#define NALAR_ACT_Q8  2
+
 /* A CPU backend's activations for its quantized weights from now on:
- * int16 (on = 1) or F32 (0); set while it runs no pass. */
-void nalar_cpu_backend_act_i16(nalar_backend *b, int on);
+ * mode NALAR_ACT_F32, NALAR_ACT_I16 or NALAR_ACT_Q8; set while it runs
+ * no pass. */
+void nalar_cpu_backend_act_i16(nalar_backend *b, int mode);
 
 /* For tests: the passes a CPU backend has run on the calling thread alone
  * (choose_way in cpu_backend.c), and a stall of `us` microseconds for its

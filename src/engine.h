@@ -61,10 +61,11 @@ typedef struct {
                                     in place, > 1 bytes; <= 0: 0.9 */
     int         kv_type;         /* the KV cache's element type: GGML_F32
                                     (0) or GGML_BF16 (GPU backends) */
-    int         act_i16;         /* 1: the CPU backend's products over
-                                    quantized weights round activations
-                                    to int16 per 32 (cpu_quant.h); 0:
-                                    F32 (exact).  Part of the prefix
+    int         act_i16;         /* the CPU backend's activations for
+                                    its products over quantized weights:
+                                    NALAR_ACT_F32 (0, exact), _I16 (1:
+                                    int16 per 32) or _Q8 (2: int8 codes,
+                                    cpu_quant.h).  Part of the prefix
                                     cache's identity. */
     int32_t     gpu_gemv_max;    /* passes of up to this many tokens use
                                     the FP32-activation GEMV kernels, whose

@@ -1,9 +1,10 @@
 #!/usr/bin/perl
-# nalar_cpu_activations f32 | i16: nginx -t takes the two values and
+# nalar_cpu_activations f32 | i16 | q8: nginx -t takes the three values and
 # refuses others; an engine of a quantized model run with i16 answers with
 # the greedy ids of f32 (the conformance file's logits move by about 1e-3
 # at most) and with logprobs that differ from f32's, but only slightly: the
-# directive reaches the engine.
+# directive reaches the engine.  With q8 the first step's id is f32's and
+# its logprob is another, within the kit's Q8_0 tolerance.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -24,7 +25,8 @@ CONF
     return $t->test_conf;
 }
 
-for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;') {
+for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;',
+           'nalar_cpu_activations q8;') {
     my ($rc, $out) = conf_with($l);
     is($rc, 0, "nginx -t accepts: $l") or diag($out);
 }
@@ -39,7 +41,7 @@ for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;') {
 }
 
 my %got;
-for my $mode ('f32', 'i16') {
+for my $mode ('f32', 'i16', 'q8') {
     $t->write_conf(<<"CONF")->run;
 http {
     %%NALAR_HTTP%%
@@ -74,5 +76,14 @@ for my $i (0 .. $#{ $got{f32}{token_logprobs} }) {
 ok($n == 16 && $max > 0, "i16: logprobs are not f32's (largest difference "
    . sprintf('%.2e', $max) . ')');
 ok($max < 0.01, '  but within 0.01 of them');
+
+# q8: 8-bit codes move the logits by up to the kit's tolerance for Q8_0
+# (0.25), so only the first step is compared
+is($got{q8}{tokens}[0], $got{f32}{tokens}[0], 'q8: the first greedy id of f32');
+my $d8 = abs($got{q8}{token_logprobs}[0] - $got{f32}{token_logprobs}[0]);
+my $d16 = abs($got{q8}{token_logprobs}[0] - $got{i16}{token_logprobs}[0]);
+ok($d8 > 0 && $d16 > 0, 'q8: its logprob is neither f32\'s nor i16\'s ('
+   . sprintf('%.2e', $d8) . ' from f32)');
+ok($d8 < 0.25, '  but within 0.25 of f32\'s');
 
 done_testing;

@@ -71,11 +71,14 @@ typedef struct {
     float         *xb;           /* (n_threads, cap_tok, dim) normalised
                                     input: each thread's own copy */
     int            act_i16;      /* products over quantized weights take
-                                    16-bit activations */
+                                    16-bit (NALAR_ACT_I16) or 8-bit
+                                    (NALAR_ACT_Q8) activations */
     uint8_t       *xq;           /* act_i16: (n_threads, xq_bytes) each
                                     thread's int16 codes of its xb
-                                    (nalar_quant_xq), or NULL */
-    int64_t        xq_bytes;     /* nalar_quant_xq_bytes(xq_cap, dim) */
+                                    (nalar_quant_xq) or int8 codes
+                                    (nalar_quant_x8), or NULL */
+    int64_t        xq_bytes;     /* nalar_quant_xq_bytes(xq_cap, dim) or
+                                    nalar_quant_x8_bytes */
     int32_t        xq_cap;       /* tokens xq holds per thread */
     float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */
     float         *att;          /* (cap_tok, q_dim) attention output */
@@ -895,7 +898,13 @@ xb_codes(cpu_backend *be, int tid, const float *x, int n, int i16,
     if (!i16 || n <= 0 || n > be->xq_cap) {
         return NULL;
     }
+    if (be->act_i16 == NALAR_ACT_Q8) {
+        memset(xq, 0, sizeof(*xq));
+        nalar_quant_x8(x, n, dim, dim, be->xq + tid * be->xq_bytes, &xq->x8);
+        return xq;
+    }
     nalar_quant_xq(x, n, dim, dim, be->xq + tid * be->xq_bytes, xq);
+    xq->x8.cols = 0;
     return xq;
 }
 
@@ -1203,7 +1212,9 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
         be->cap_tok = cap;
     }
     if (be->act_i16 && be->xq_cap < be->cap_tok) {
-        int64_t bytes = nalar_quant_xq_bytes(be->cap_tok, c->dim);
+        int64_t bytes = be->act_i16 == NALAR_ACT_Q8
+                        ? nalar_quant_x8_bytes(be->cap_tok, c->dim)
+                        : nalar_quant_xq_bytes(be->cap_tok, c->dim);
         int     ok = 1;
 
         GROW(be->xq, (int64_t) nth * bytes);
@@ -1628,6 +1639,10 @@ nalar_cpu_backend_act_i16(nalar_backend *b, int on)
 {
     cpu_backend *be = b->impl;
 
+    if (be->act_i16 != on) {
+        /* the codes' buffers are sized for one mode: made anew */
+        be->xq_cap = 0;
+    }
     for (int l = 0; l < be->m->cfg.n_layers; l++) {
         cpu_layer *W = &be->layers[l];
 
@@ -1872,13 +1887,13 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
         }
         b = nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
         if (b != NULL && o != NULL && o->act_i16) {
-            nalar_cpu_backend_act_i16(b, 1);
+            nalar_cpu_backend_act_i16(b, o->act_i16);
         }
         return b;
     }
     if (o != NULL && o->act_i16) {
-        nalar_fail(err, "int16 activations are a mode of the 'cpu' backend, "
-                   "not of '%s'", name);
+        nalar_fail(err, "int16 and 8-bit activations are modes of the 'cpu' "
+                   "backend, not of '%s'", name);
         return NULL;
     }
 #ifdef NALAR_CUDA

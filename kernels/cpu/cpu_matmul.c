@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backend.h"
 #include "cpu_matmul.h"
 #include "cpu_quant.h"
 #include "fp16.h"
@@ -103,7 +104,8 @@ quant_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     int            il;
     const uint8_t *w = quant_blocks(M, &ws, &il);
 
-    (M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
+    (M->act_i16 == NALAR_ACT_Q8 ? nalar_quant_matmul_q8
+     : M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
         M->W->type, w, ws, il, M->W->cols, x, n_tok, ldx, y, ldy, r0, r1,
         accumulate);
 }
@@ -820,9 +822,20 @@ nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
         int            il;
         const uint8_t *w = quant_blocks(M, &ws, &il);
 
-        nalar_quant_matmul_xq(W->type, w, ws, il, W->cols, xq, n_tok, y, ldy,
-                              r0, r1, accumulate);
-        return;
+        if (M->act_i16 != NALAR_ACT_Q8) {
+            nalar_quant_matmul_xq(W->type, w, ws, il, W->cols, xq, n_tok, y,
+                                  ldy, r0, r1, accumulate);
+            return;
+        }
+        /* 8-bit codes made for x's columns (a K-quant needs its per-256
+         * codes); else quant_matmul makes them, to the same bits */
+        if (xq->x8.cols == W->cols && nalar_quant_x8_fits(W->type, W->cols)
+            && (nalar_quant_block(W->type) != 256 || xq->x8.qk != NULL))
+        {
+            nalar_quant_matmul_x8(W->type, w, ws, il, W->cols, &xq->x8,
+                                  n_tok, y, ldy, r0, r1, accumulate);
+            return;
+        }
     }
     nalar_cpu_matmul(M, x, n_tok, ldx, y, ldy, r0, r1, accumulate);
 }

@@ -164,6 +164,21 @@ blk(const uint8_t *row, int il, int64_t qk, int64_t bytes, int64_t b)
 }
 
 
+/* the block after block b at p (blk(.., b + 1)): the next in the row,
+ * or, interleaved, the next group's turn after each QK_K weights */
+static inline const uint8_t *
+blk_next(const uint8_t *p, int il, int64_t qk, int64_t bytes, int64_t b)
+{
+    int64_t per = QK_K / qk;
+
+    p += bytes;
+    if (il && (b + 1) % per == 0) {
+        p += (QIL - 1) * per * bytes;
+    }
+    return p;
+}
+
+
 static inline float
 hsum8_s(const float *v)
 {
@@ -391,7 +406,8 @@ static INL T_AVX2 __m256i
 w32_k4(ggml_type t, const uint8_t *p, int G)
 {
     const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
-    __m256i        v = _mm256_loadu_si256((const __m256i *) (qs + 32 * (G / 2)));
+    __m256i        v = _mm256_loadu_si256((const __m256i *)
+                                          (qs + 32 * (G / 2)));
     __m256i        f = _mm256_set1_epi8(0xF), q;
 
     q = (G & 1) ? _mm256_and_si256(_mm256_srli_epi16(v, 4), f)
@@ -415,7 +431,8 @@ w32_k6(const uint8_t *p, int G)
     int            h = G / 4, k = G % 4;
     const uint8_t *ql = p + 64 * h + (k & 1) * 32;
     __m256i        a = _mm256_loadu_si256((const __m256i *) ql);
-    __m256i        e = _mm256_loadu_si256((const __m256i *) (p + 128 + 32 * h));
+    __m256i        e = _mm256_loadu_si256((const __m256i *)
+                                          (p + 128 + 32 * h));
     __m256i        f = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
     __m256i        lo, hi;
 
@@ -450,17 +467,15 @@ sc16_k6(const uint8_t *p, int G)
     float  mn = 0;                                                          \
                                                                             \
     (void) qinfo_of(T, &qi);                                                \
-    for (int64_t b = 0; b < nb; b++) {                                      \
-        const uint8_t *p = blk(row, il, qi.qk, qi.bytes, b);                \
+    const uint8_t *p = row;                                                 \
+                                                                            \
+    for (int64_t b = 0; b < nb;                                             \
+         p = blk_next(p, il, qi.qk, qi.bytes, b), b++)                      \
+    {                                                                       \
         const int8_t  *xq = x->q + b * qi.qk;                               \
         __m256i        L = _mm256_setzero_si256();                          \
         float          s;                                                   \
                                                                             \
-        if (b + 1 < nb) {                                                   \
-            _mm_prefetch((const char *) blk(row, il, qi.qk, qi.bytes,       \
-                                            b + 1) + qi.bytes,              \
-                         _MM_HINT_T0);                                      \
-        }                                                                   \
         if (T == GGML_Q8_0 || T == GGML_Q4_0) {                             \
             __m256i w = w32_signed(T, p);                                   \
             __m256i xv = _mm256_loadu_si256((const __m256i *) xq);          \

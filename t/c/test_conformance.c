@@ -23,6 +23,11 @@
  * of 16 bits (1/32767), so an engine whose error came from that rounding
  * alone would land about 258 times lower; I16_DIV = 64 leaves a factor 4.
  * The argmax and greedy checks use that tolerance as above.
+ * Every quantized file again with 8-bit activations (act_i16 mode
+ * NALAR_ACT_Q8: int8 codes per 32 for Q8_0/Q4_0, per 256 for the
+ * K-quants, integer dot products), held to the kit's tolerance for its
+ * type and to Q8_LLAMA times llama.cpp's own error on the file (which
+ * rounds activations the same way, in other orders).
  * A missing or unreadable fixture is a failure.
  */
 #include <math.h>
@@ -49,6 +54,7 @@
 #define N_GREEDY 32
 #define EXACT_TOL 1e-4
 #define I16_DIV 64
+#define Q8_LLAMA 1.5
 
 /* The files checked; each has DIR NAME.gguf and DIR NAME.ref.json. */
 static const char *files[] = {
@@ -332,6 +338,7 @@ check_tokenizer(const nalar_model *m, json_t *seq, const int32_t *want,
 static void
 check_file(const char *base, int i16)
 {
+    double         llama = 0;
     char           gguf_path[256], ref_path[256], name[256];
     json_t        *ref, *seqs, *teacher;
     json_error_t   jerr;
@@ -360,8 +367,12 @@ check_file(const char *base, int i16)
             tol = tols[i].tol;
         }
     }
-    snprintf(name, sizeof(name), "%s%s", base, i16 ? " i16" : "");
-    if (i16) {
+    snprintf(name, sizeof(name), "%s%s", base,
+             i16 == NALAR_ACT_Q8 ? " q8" : i16 ? " i16" : "");
+    llama = json_number_value(json_object_get(json_object_get(
+                json_object_get(ref, "llamacpp"), "error"),
+                "max_abs_err_top16"));
+    if (i16 == NALAR_ACT_I16) {
         double e = json_number_value(json_object_get(json_object_get(
                        json_object_get(ref, "llamacpp"), "error"),
                        "max_abs_err_top16"));
@@ -389,7 +400,7 @@ check_file(const char *base, int i16)
     m = nalar_model_load(gguf_path, &err);
     be = m != NULL ? nalar_cpu_backend_create(m, 2, &err) : NULL;
     if (be != NULL && i16) {
-        nalar_cpu_backend_act_i16(be, 1);
+        nalar_cpu_backend_act_i16(be, i16);
     }
     V = m != NULL ? m->cfg.n_vocab : 0;
     logits = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
@@ -446,7 +457,7 @@ check_file(const char *base, int i16)
             differ = memcmp(f32, logits, (size_t) N_POS * V
                                          * sizeof(float)) != 0;
         }
-        nalar_cpu_backend_act_i16(be, 1);
+        nalar_cpu_backend_act_i16(be, i16);
         ok(differ, "%s: its logits are not those of F32 activations", base);
         free(f32);
     }
@@ -455,6 +466,10 @@ check_file(const char *base, int i16)
     if (!i16) {
         ok(max_err <= EXACT_TOL, "%s: and within %.0e, as an engine with "
            "F32 activations and KV cache must be", base, EXACT_TOL);
+    } else if (i16 == NALAR_ACT_Q8) {
+        ok(llama > 0 && max_err <= Q8_LLAMA * llama, "%s: and within %.1f "
+           "times llama.cpp's %.3f (%.2f times)", base, Q8_LLAMA, llama,
+           llama > 0 ? max_err / llama : 0);
     } else {
         diag("%s: max logit error %.2e, %.0f times less than llama.cpp's "
              "%.3f%s", base, max_err, tol * I16_DIV / max_err,
@@ -597,7 +612,13 @@ main(void)
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         if (strstr(files[i], "-F") == NULL && strstr(files[i], "-BF") == NULL)
         {
-            check_file(files[i], 1);
+            check_file(files[i], NALAR_ACT_I16);
+        }
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (strstr(files[i], "-F") == NULL && strstr(files[i], "-BF") == NULL)
+        {
+            check_file(files[i], NALAR_ACT_Q8);
         }
     }
     return done_testing();
