@@ -13,8 +13,8 @@
  * thread the whole model over its own tokens); the backend measures both
  * ways alternately for its first passes of each size, so every pooled
  * check here runs both (breaking either one fails them).  Quantized
- * models again with 16-bit activations (each thread rounds its
- * normalised input once for the products that read it), and with seven
+ * models again with 16-bit and with 8-bit activations (each thread rounds
+ * its normalised input once for the products that read it), and with seven
  * other sequences decoded alongside (a pass of short runs: Q, K and V
  * split by token), where the sequence checked is the last thread's.
  */
@@ -33,7 +33,8 @@
 #define N_POS  70
 #define MAXB   96
 
-static int act_i16;     /* the backends opened take 16-bit activations */
+static int act_i16;     /* the backends opened take 16-bit (NALAR_ACT_I16)
+                           or 8-bit (NALAR_ACT_Q8) activations */
 
 
 typedef struct {
@@ -235,7 +236,7 @@ check_model(const char *path, const char *name)
        "%s: one token per pass", name);
     if (act_i16 && got != NULL) {
         rig h;
-        int differ = 0;
+        int differ = 0, mode = act_i16;
 
         /* the mode is in effect: F32 activations give other logits */
         act_i16 = 0;
@@ -245,7 +246,7 @@ check_model(const char *path, const char *name)
                                          * sizeof(float)) != 0;
             rig_close(&h);
         }
-        act_i16 = 1;
+        act_i16 = mode;
         ok(differ, "%s: F32 activations give other logits", name);
     }
     for (size_t w = 0; w < sizeof(ways) / sizeof(ways[0]); w++) {
@@ -388,6 +389,9 @@ main(void)
         act_i16 = 1;
         check_model(path, i == 0 ? "Q8_0, 16-bit activations"
                                  : "Q4_K_M, 16-bit activations");
+        act_i16 = NALAR_ACT_Q8;
+        check_model(path, i == 0 ? "Q8_0, 8-bit activations"
+                                 : "Q4_K_M, 8-bit activations");
         act_i16 = 0;
         unlink(path);
     }
