@@ -458,6 +458,73 @@ sc16_k6(const uint8_t *p, int G)
 }
 
 
+/* a Q4_K/Q5_K block's 6-bit scales (sc[0..7]) and mins (sc[8..15]) as
+ * bytes: k4_scale_min's values, four at a time */
+static INL void
+k4_scales(const uint8_t *p, uint8_t *sc)
+{
+    uint32_t w0, w1, w2, v[4];
+
+    memcpy(&w0, p + 4, 4);
+    memcpy(&w1, p + 8, 4);
+    memcpy(&w2, p + 12, 4);
+    v[0] = w0 & 0x3f3f3f3f;
+    v[1] = (w2 & 0x0f0f0f0f) | ((w0 >> 2) & 0x30303030);
+    v[2] = w1 & 0x3f3f3f3f;
+    v[3] = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
+    memcpy(sc, v, 16);
+}
+
+
+/* the sum of v's 8 int32 lanes (exact) */
+static INL T_AVX2 int32_t
+hsum8_i(__m256i v)
+{
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v),
+                              _mm256_extracti128_si256(v, 1));
+
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    return _mm_cvtsi128_si32(h);
+}
+
+
+/* k4_min_term from the mins m[0..7]: the same integer */
+static INL T_AVX2 int32_t
+k4_min_term_v(const uint8_t *m, const int32_t *bs)
+{
+    __m256i a = _mm256_loadu_si256((const __m256i *) bs);
+    __m256i b = _mm256_loadu_si256((const __m256i *) (bs + 8));
+    __m256i s = _mm256_hadd_epi32(a, b);  /* sub-blocks 0 1 4 5 2 3 6 7 */
+    __m128i mv;
+    __m256i mm;
+    int64_t m8;
+
+    memcpy(&m8, m, 8);
+    mv = _mm_cvtsi64_si128(m8);
+    mm = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(mv),
+                                     _mm256_setr_epi32(0, 1, 4, 5, 2, 3,
+                                                       6, 7));
+    return hsum8_i(_mm256_mullo_epi32(s, mm));
+}
+
+
+/* k6_min_term: the same integer */
+static INL T_AVX2 int32_t
+k6_min_term_v(const uint8_t *p, const int32_t *bs)
+{
+    __m128i sc = _mm_loadu_si128((const __m128i *) (p + 192));
+    __m256i lo = _mm256_cvtepi8_epi32(sc);
+    __m256i hi = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
+    __m256i v = _mm256_add_epi32(
+        _mm256_mullo_epi32(lo, _mm256_loadu_si256((const __m256i *) bs)),
+        _mm256_mullo_epi32(hi, _mm256_loadu_si256((const __m256i *)
+                                                  (bs + 8))));
+
+    return 32 * hsum8_i(v);
+}
+
+
 /* The row functions, written once for both instruction sets: DOT_S (the
  * signed codes' lanes), DOT_U (unsigned codes' lanes, scaled by int16
  * scales and added to an accumulator) differ. */
@@ -483,6 +550,11 @@ sc16_k6(const uint8_t *p, int G)
             L = DOT_S(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w));         \
             s = f16_at(p) * x->d[b];                                        \
         } else {                                                            \
+            uint8_t scm[16];                                                \
+                                                                            \
+            if (T != GGML_Q6_K) {                                           \
+                k4_scales(p, scm);                                          \
+            }                                                               \
             for (int G = 0; G < 8; G++) {                                   \
                 __m256i xv = _mm256_loadu_si256(                            \
                     (const __m256i *) (xq + 32 * G));                       \
@@ -492,21 +564,19 @@ sc16_k6(const uint8_t *p, int G)
                     w = w32_k6(p, G);                                       \
                     sc = sc16_k6(p, G);                                     \
                 } else {                                                    \
-                    int scv, m;                                             \
-                                                                            \
                     w = w32_k4(T, p, G);                                    \
-                    k4_scale_min(p + 4, G, &scv, &m);                       \
-                    sc = _mm256_set1_epi16((short) scv);                    \
+                    sc = _mm256_set1_epi16((short) scm[G]);                 \
                 }                                                           \
                 L = DOT_U(L, w, xv, sc);                                    \
             }                                                               \
             if (T == GGML_Q6_K) {                                           \
                 s = f16_at(p + 208) * x->d[b];                              \
-                mn = fmaf(s, (float) k6_min_term(p, x->bs + 16 * b), mn);   \
+                mn = fmaf(s, (float) k6_min_term_v(p, x->bs + 16 * b), mn); \
             } else {                                                        \
                 s = f16_at(p) * x->d[b];                                    \
                 mn = fmaf(f16_at(p + 2) * x->d[b],                          \
-                          (float) k4_min_term(p, x->bs + 16 * b), mn);      \
+                          (float) k4_min_term_v(scm + 8, x->bs + 16 * b),   \
+                          mn);                                              \
             }                                                               \
         }                                                                   \
         acc = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(L),     \
