@@ -207,11 +207,15 @@ test_dispatch(void)
     ok(nalar_backend_create(&m, &o16, &err) == NULL
        && strstr(err.msg, "F32 or BF16") != NULL,
        "another KV type refused on any backend: %s", err.msg);
-    o.act_i16 = 1;
+    o.act_i16 = NALAR_ACT_I16;
     ok(nalar_backend_create(&m, &o, &err) == NULL
-       && strstr(err.msg, "int16 activations") != NULL,
+       && strstr(err.msg, "int16") != NULL,
        "int16 activations refused on a GPU backend: %s", err.msg);
-    o.act_i16 = 0;
+    o.act_i16 = NALAR_ACT_Q8;
+    ok(nalar_backend_create(&m, &o, &err) == NULL
+       && strstr(err.msg, "8-bit") != NULL,
+       "8-bit activations refused on a GPU backend: %s", err.msg);
+    o.act_i16 = NALAR_ACT_F32;
 
     /* which GPU: nalar_device N, else nginx worker i on GPU i mod count */
     is_int(nalar_backend_pick_device(-1, 0, 2, "cuda", &err), 0,
