@@ -69,8 +69,7 @@ nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
     if (e->cache == NULL) {
         return -1;
     }
-    nalar_prefix_root(e->cache, scope, out);
-    return 0;
+    return nalar_prefix_root(e->cache, scope, out);
 }
 
 #endif /* NALAR_TEST_HOOKS */
@@ -123,6 +122,7 @@ nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
     pthread_cond_init(&e->cv, NULL);
     e->running = calloc((size_t) e->opts.max_running, sizeof(*e->running));
     if (e->model_path == NULL || e->backend_name == NULL
+        || (o->model_name != NULL && e->model_name == NULL)
         || e->running == NULL)
     {
         nalar_fail(err, "engine: out of memory");

@@ -43,6 +43,7 @@ typedef struct nalar_engine  nalar_engine;
 typedef struct nalar_request nalar_request;
 typedef struct nalar_model   nalar_model;
 typedef struct nalar_prompt  nalar_prompt;
+typedef struct nalar_params  nalar_params;
 
 typedef struct {
     const char *model_path;
@@ -154,6 +155,12 @@ typedef struct {
     int            grammar;      /* nalar_grammar_kind */
     const char    *json_schema;  /* JSON Schema text, NUL-terminated,
                                     copied; with NALAR_GRAMMAR_JSON_SCHEMA */
+    /* or (when not NULL) the large parameters above as a shared copy
+     * (nalar_params_create): stop, stop_ids, prediction, prediction_text,
+     * shared_prefix and json_schema, and their counts, are then taken
+     * from it, not from these fields; the request holds a reference
+     * instead of copying them */
+    nalar_params  *params_shared;
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
@@ -285,6 +292,20 @@ double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 nalar_prompt *nalar_prompt_create(const nalar_tok_text *pieces, int32_t n,
                                   nalar_err *err);
 void nalar_prompt_unref(nalar_prompt *pr);
+
+/*
+ * A request's large parameters (stop strings and ids, the prediction, the
+ * shared prefix's ids, the JSON Schema text: the fields that params_shared
+ * stands for), copied once for the requests that share them (the n
+ * choices of one API request).  Immutable; each request made with it as
+ * params_shared holds a reference until it is freed, and the creator lets
+ * go of its own with nalar_params_unref: the last one frees it.  A request
+ * made without params_shared makes its own.  NULL with err when out of
+ * memory.
+ */
+nalar_params *nalar_params_create(const nalar_request_params *p,
+                                  nalar_err *err);
+void nalar_params_unref(nalar_params *pc);
 
 nalar_request *nalar_request_create(const nalar_request_params *p,
                                     nalar_notify_fn notify, void *notify_ctx,

@@ -16,7 +16,9 @@
 #include "prefix_cache.h"
 
 
-/* Digest of block i of r's tokens, computing the chain up to it. */
+/* Digest of block i of r's tokens, computing the chain up to it; NULL
+ * when out of memory (the digest context), and nothing is ever looked up
+ * or published under a digest that was not computed. */
 static const uint8_t *
 block_digest(nalar_engine *e, nalar_request *r, int32_t i)
 {
@@ -27,20 +29,31 @@ block_digest(nalar_engine *e, nalar_request *r, int32_t i)
                                   <= r->p.n_shared_prefix;
         uint8_t        prev[NALAR_DIGEST], root[NALAR_DIGEST];
 
+        if (test_fault(e, NALAR_FAULT_DIGEST)) {
+            return NULL;
+        }
         if (k == 0) {
             /* blocks inside the operator's shared prefix live in the
              * global scope; everything else in the request's scope */
-            nalar_prefix_root(e->cache, shared_k ? "" : r->scope, prev);
+            if (nalar_prefix_root(e->cache, shared_k ? "" : r->scope, prev)
+                != 0)
+            {
+                return NULL;
+            }
         } else {
             int shared_prev = k * NALAR_KV_BLOCK <= r->p.n_shared_prefix;
 
             memcpy(prev, r->digests[k - 1], NALAR_DIGEST);
-            if (shared_prev && !shared_k && r->scope[0] != '\0') {
-                nalar_prefix_root(e->cache, r->scope, root);
-                nalar_prefix_rescope(prev, root, prev);
+            if (shared_prev && !shared_k && r->scope[0] != '\0'
+                && (nalar_prefix_root(e->cache, r->scope, root) != 0
+                    || nalar_prefix_rescope(prev, root, prev) != 0))
+            {
+                return NULL;
             }
         }
-        nalar_prefix_chain(prev, toks, r->digests[k]);
+        if (nalar_prefix_chain(prev, toks, r->digests[k]) != 0) {
+            return NULL;
+        }
         r->n_digests++;
     }
     return r->digests[i];
@@ -48,20 +61,23 @@ block_digest(nalar_engine *e, nalar_request *r, int32_t i)
 
 
 /* At admission: share the longest published chain of the prompt's full
- * blocks, leaving at least one token to compute (its logits are needed). */
-void
+ * blocks, leaving at least one token to compute (its logits are needed).
+ * -1 when out of memory: r then holds no shared block it did not hold. */
+int
 cache_match(nalar_engine *e, nalar_request *r)
 {
     int32_t max_blocks, matched;
 
     if (e->cache == NULL || r->p.no_cache || r->kv.n_blocks != 0) {
-        return;
+        return 0;
     }
     max_blocks = (r->n_tokens - 1) / NALAR_KV_BLOCK;
     if (max_blocks <= 0) {
-        return;
+        return 0;
     }
-    block_digest(e, r, max_blocks - 1);
+    if (block_digest(e, r, max_blocks - 1) == NULL) {
+        return -1;
+    }
     matched = nalar_prefix_match(e->cache, &r->kv,
                                  (const uint8_t (*)[NALAR_DIGEST]) r->digests,
                                  r->tokens, max_blocks);
@@ -75,25 +91,32 @@ cache_match(nalar_engine *e, nalar_request *r)
     if (r->n_published < matched) {
         r->n_published = matched;
     }
+    return 0;
 }
 
 
 /* Publish r's full blocks whose positions are all confirmed and computed
- * (n_confirmed: positions [0, n_confirmed) hold confirmed tokens' KV). */
-void
+ * (n_confirmed: positions [0, n_confirmed) hold confirmed tokens' KV).
+ * -1 when out of memory (a digest): the blocks before stay published. */
+int
 cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed)
 {
     if (e->cache == NULL || r->p.no_cache) {
-        return;
+        return 0;
     }
     while ((r->n_published + 1) * NALAR_KV_BLOCK <= n_confirmed) {
-        int32_t i = r->n_published;
+        int32_t        i = r->n_published;
+        const uint8_t *d = block_digest(e, r, i);
 
-        nalar_prefix_publish(e->cache, block_digest(e, r, i),
+        if (d == NULL) {
+            return -1;
+        }
+        nalar_prefix_publish(e->cache, d,
                              r->tokens + (int64_t) i * NALAR_KV_BLOCK,
                              r->kv.blocks[i]);
         r->n_published++;
     }
+    return 0;
 }
 
 

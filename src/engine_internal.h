@@ -52,6 +52,25 @@ typedef enum {
 } req_state;
 
 
+/* engine.h's nalar_params: immutable once created, any thread reads it */
+struct nalar_params {
+    int              refs;            /* atomic */
+    const char     **stops;           /* (n_stop) into stop_text */
+    char            *stop_text;
+    int32_t          n_stop;
+    int32_t         *stop_ids;        /* (n_stop_ids) or NULL */
+    int32_t          n_stop_ids;
+    nalar_tok_text  *pred_pieces;     /* (n_pred_pieces) into pred_text, */
+    int32_t          n_pred_pieces;   /* or NULL */
+    char            *pred_text;
+    int32_t         *pred;            /* (n_pred) prediction ids or NULL */
+    int32_t          n_pred;
+    int32_t         *shared_ids;      /* (n_shared_ids) or NULL */
+    int32_t          n_shared_ids;
+    char            *schema;          /* JSON Schema text or NULL */
+};
+
+
 struct nalar_request {
     int              refs;            /* atomic */
     int              cancelled;       /* atomic */
@@ -65,8 +84,11 @@ struct nalar_request {
     int              overtaken;       /* times intake took a later request
                                          first (under e->mu) */
 
-    /* parameters (owned copies) */
+    /* parameters: the small ones copied into p; the large ones borrowed
+     * from `params`, shared with the request's other choices (p's
+     * pointers to them point there) */
     nalar_request_params p;
+    nalar_params    *params;          /* a reference */
     int32_t         *prompt;          /* (n_prompt); NULL until intake
                                          tokenizes `pieces` */
     /* text for intake to tokenize, NULL once tokenized or when ids came */
@@ -75,15 +97,15 @@ struct nalar_request {
     char            *text;
     nalar_prompt    *shared_text;     /* holds `pieces` and `text` when the
                                          prompt came as a shared copy */
-    nalar_tok_text  *pred_pieces;     /* (n_pred_pieces) into pred_text */
+    const nalar_tok_text *pred_pieces; /* params' prediction text until
+                                          intake tokenized it, then NULL */
     int32_t          n_pred_pieces;
-    char            *pred_text;
-    int32_t         *shared;          /* (p.n_shared_ids) or NULL */
+    const int32_t   *shared;          /* (p.n_shared_ids) or NULL: params' */
     char             param[16];       /* the field prompt errors name */
-    char           **stops;           /* (n_stop) */
+    const char     **stops;           /* (p.n_stop): params' */
     char            *scope;           /* cache scope ("" = global) */
-    int32_t         *stop_ids;        /* (n_stop_ids) */
-    char            *schema;          /* p.json_schema's copy */
+    const int32_t   *stop_ids;        /* (p.n_stop_ids): params' */
+    const char      *schema;          /* params' schema text or NULL */
     nalar_gmatcher  *gm;              /* structured output, from intake */
     int32_t          n_forced;        /* of this step's proposals, the
                                          ones the grammar forced */
@@ -123,7 +145,10 @@ struct nalar_request {
     int32_t          d_computed;      /* draft positions with KV */
     nalar_accept_stats acc;           /* of prop */
     nalar_accept_stats acc_ngram;     /* of the n-gram fallback */
-    int32_t         *pred;            /* (n_pred) predicted output */
+    const int32_t   *pred;            /* (n_pred) predicted output: params'
+                                         ids, or pred_ids */
+    int32_t         *pred_ids;        /* owned: the prediction's text
+                                         tokenized at intake */
     int32_t          n_pred;
     int32_t          pred_off;        /* prediction index - output index */
     uint32_t         since_spec;      /* steps without speculation */
@@ -313,6 +338,11 @@ acc_now(nalar_request *r)
 
 
 /* engine_request.c */
+nalar_tok_text *nalar_pieces_copy(const nalar_tok_text *src, int32_t n,
+                                  char **text);
+
+/* engine_params.c */
+void nalar_params_ref(nalar_params *pc);
 int  push_output(nalar_request *r, const char *text, size_t len, int32_t id,
                  const nalar_logprob *lp);
 void request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
@@ -328,8 +358,8 @@ void preempt_last(nalar_engine *e);
 void fail_all_waiting(nalar_engine *e, nalar_finish why, const char *msg);
 
 /* engine_cache.c (engine thread) */
-void    cache_match(nalar_engine *e, nalar_request *r);
-void    cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed);
+int     cache_match(nalar_engine *e, nalar_request *r);
+int     cache_publish(nalar_engine *e, nalar_request *r, int32_t n_confirmed);
 int32_t kv_available(nalar_engine *e);
 int     kv_reserve(nalar_engine *e, nalar_request *r, int32_t n_pos);
 void    kv_slide(nalar_engine *e, nalar_request *r);

@@ -179,9 +179,14 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
     }
     if (r->pred_pieces != NULL) {
         /* the prediction continues the answer: no BOS, and a leading
-         * space is the dummy-prefix space SentencePiece puts there */
+         * space is the dummy-prefix space SentencePiece puts there.  The
+         * pieces are the shared copy's (r->params): read, never changed;
+         * the one piece that loses its space is a local copy. */
+        const nalar_tok_text *pcs = r->pred_pieces;
+        nalar_tok_text       *own = NULL;
+
         for (i = 0; i < r->n_pred_pieces; i++) {
-            nalar_tok_text *pc = &r->pred_pieces[i];
+            const nalar_tok_text *pc = &pcs[i];
 
             if (pc->len == 0) {
                 continue;
@@ -189,16 +194,25 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
             if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
                 && nalar_tok_add_space_prefix(tok))
             {
-                pc->text++;
-                pc->len--;
+                own = malloc((size_t) r->n_pred_pieces * sizeof(*own));
+                if (own == NULL) {
+                    no->status = 0;
+                    no->param = "";
+                    snprintf(no->msg, sizeof(no->msg), "out of memory");
+                    return -1;
+                }
+                memcpy(own, pcs, (size_t) r->n_pred_pieces * sizeof(*own));
+                own[i].text++;
+                own[i].len--;
+                pcs = own;
             }
             break;
         }
         /* predictions longer than the context are cut: only so much of
          * one can ever be verified */
-        n = nalar_tokenize_bounded(tok, r->pred_pieces,
-                                   (size_t) r->n_pred_pieces, 0, c->n_ctx,
-                                   &ids, &more);
+        n = nalar_tokenize_bounded(tok, pcs, (size_t) r->n_pred_pieces, 0,
+                                   c->n_ctx, &ids, &more);
+        free(own);
         if (n < 0) {
             no->param = "prediction";
             snprintf(no->msg, sizeof(no->msg),
@@ -206,10 +220,8 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
             return -1;
         }
         *work += n;
-        free(r->pred_pieces);
-        free(r->pred_text);
         r->pred_pieces = NULL;
-        r->pred_text = NULL;
+        r->pred_ids = ids;
         r->pred = ids;
         r->n_pred = n;
         r->p.prediction = ids;
@@ -377,6 +389,9 @@ request_start(nalar_engine *e, nalar_request *r)
 {
     const nalar_config *c = &e->model->cfg;
 
+    if (test_fault(e, NALAR_FAULT_START)) {
+        return -1;
+    }
     r->cap_tokens = c->n_ctx;
     r->tokens = malloc((size_t) r->cap_tokens * sizeof(int32_t));
     if (r->tokens == NULL
@@ -456,7 +471,12 @@ step_admit(nalar_engine *e)
             finish_unref(e, r, NALAR_FINISH_ERROR, "out of memory");
             continue;
         }
-        cache_match(e, r);
+        if (cache_match(e, r) != 0) {
+            /* finishing gives back what the match took */
+            finish_unref(e, r, NALAR_FINISH_ERROR,
+                         "out of memory for the prefix cache");
+            continue;
+        }
         r->admitted_once = 1;
         r->state = REQ_RUNNING;
         e->running[e->n_running++] = r;

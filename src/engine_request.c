@@ -21,8 +21,8 @@
 
 
 /* An owned copy of text pieces, their texts back to back in *text. */
-static nalar_tok_text *
-pieces_copy(const nalar_tok_text *src, int32_t n, char **text)
+nalar_tok_text *
+nalar_pieces_copy(const nalar_tok_text *src, int32_t n, char **text)
 {
     nalar_tok_text *dst;
     size_t          total = 0, off = 0;
@@ -79,7 +79,7 @@ nalar_prompt_create(const nalar_tok_text *pieces, int32_t n, nalar_err *err)
     }
     pr->refs = 1;
     pr->n = n > 0 ? n : 0;
-    pr->pieces = pieces_copy(pieces, pr->n, &pr->text);
+    pr->pieces = nalar_pieces_copy(pieces, pr->n, &pr->text);
     if (pr->pieces == NULL) {
         free(pr);
         nalar_fail(err, "out of memory");
@@ -170,7 +170,7 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     } else if (p->prompt_text != NULL) {
         r->p.n_prompt = 0;
         r->n_pieces = p->n_prompt_text > 0 ? p->n_prompt_text : 0;
-        r->pieces = pieces_copy(p->prompt_text, r->n_pieces, &r->text);
+        r->pieces = nalar_pieces_copy(p->prompt_text, r->n_pieces, &r->text);
         if (r->pieces == NULL) {
             goto oom;
         }
@@ -182,57 +182,33 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
         }
         memcpy(r->prompt, p->prompt, (size_t) p->n_prompt * sizeof(int32_t));
     }
-    r->stops = calloc((size_t) p->n_stop + 1, sizeof(char *));
-    r->stop_ids = malloc(((size_t) p->n_stop_ids + 1) * sizeof(int32_t));
-    if (r->stops == NULL || r->stop_ids == NULL) {
-        goto oom;
-    }
-    for (int i = 0; i < p->n_stop; i++) {
-        r->stops[i] = strdup(p->stop[i]);
-        if (r->stops[i] == NULL) {
-            goto oom;
-        }
-    }
-    if (p->n_stop_ids > 0) {
-        memcpy(r->stop_ids, p->stop_ids,
-               (size_t) p->n_stop_ids * sizeof(int32_t));
-    }
-    if (p->prediction_text != NULL) {
-        r->p.n_prediction = 0;
-        r->n_pred_pieces = p->n_prediction_text > 0 ? p->n_prediction_text
-                                                    : 0;
-        r->pred_pieces = pieces_copy(p->prediction_text, r->n_pred_pieces,
-                                     &r->pred_text);
-        if (r->pred_pieces == NULL) {
-            goto oom;
-        }
-    } else if (p->n_prediction > 0) {
-        r->pred = malloc((size_t) p->n_prediction * sizeof(int32_t));
-        if (r->pred == NULL) {
-            goto oom;
-        }
-        memcpy(r->pred, p->prediction,
-               (size_t) p->n_prediction * sizeof(int32_t));
-        r->n_pred = p->n_prediction;
-    }
-    r->p.prediction = r->pred;
-    if (p->shared_prefix != NULL && p->n_shared_ids > 0) {
-        r->shared = malloc((size_t) p->n_shared_ids * sizeof(int32_t));
-        if (r->shared == NULL) {
-            goto oom;
-        }
-        memcpy(r->shared, p->shared_prefix,
-               (size_t) p->n_shared_ids * sizeof(int32_t));
+    /* the large parameters: borrowed from the shared copy, or from a
+     * copy of this request's own */
+    if (p->params_shared != NULL) {
+        nalar_params_ref(p->params_shared);
+        r->params = p->params_shared;
     } else {
-        r->p.n_shared_ids = 0;
-    }
-    if (p->grammar == NALAR_GRAMMAR_JSON_SCHEMA) {
-        r->schema = strdup(p->json_schema != NULL ? p->json_schema : "{}");
-        if (r->schema == NULL) {
-            goto oom;
+        r->params = nalar_params_create(p, err);
+        if (r->params == NULL) {
+            nalar_request_unref(r);
+            return NULL;
         }
-        r->p.json_schema = r->schema;
     }
+    r->p.params_shared = NULL;
+    r->stops = r->params->stops;
+    r->p.n_stop = r->params->n_stop;
+    r->stop_ids = r->params->stop_ids;
+    r->p.n_stop_ids = r->params->n_stop_ids;
+    r->pred_pieces = r->params->pred_pieces;
+    r->n_pred_pieces = r->params->n_pred_pieces;
+    r->pred = r->params->pred;
+    r->n_pred = r->params->n_pred;
+    r->p.prediction = r->pred;
+    r->p.n_prediction = r->n_pred;
+    r->shared = r->params->shared_ids;
+    r->p.n_shared_ids = r->params->n_shared_ids;
+    r->schema = r->params->schema;
+    r->p.json_schema = r->schema;
     nalar_seq_kv_init(&r->dkv);
     r->scope = strdup(p->cache_scope != NULL ? p->cache_scope : "");
     if (r->scope == NULL) {
@@ -240,7 +216,7 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     }
     r->p.cache_scope = r->scope;
     r->p.prompt = r->prompt;
-    r->p.stop = (const char **) r->stops;
+    r->p.stop = r->stops;
     r->p.stop_ids = r->stop_ids;
     if (r->p.sampling.n_logprobs < 0) {
         r->p.sampling.n_logprobs = 0;
@@ -248,7 +224,8 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     if (r->p.sampling.n_logprobs > 20) {
         r->p.sampling.n_logprobs = 20;
     }
-    r->stop = nalar_stop_create((const char **) r->stops, p->n_stop);
+    /* the matcher borrows the strings, which outlive it (r->params) */
+    r->stop = nalar_stop_create(r->stops, r->p.n_stop);
     if (r->stop == NULL) {
         goto oom;
     }
@@ -278,11 +255,6 @@ nalar_request_unref(nalar_request *r)
         return;
     }
     /* the KV was released by the engine when the request finished */
-    if (r->stops != NULL) {
-        for (int i = 0; i < r->p.n_stop; i++) {
-            free(r->stops[i]);
-        }
-    }
     if (r->stop != NULL) {
         nalar_stop_destroy(r->stop);
     }
@@ -291,17 +263,12 @@ nalar_request_unref(nalar_request *r)
     }
     free(r->kv.blocks);
     free(r->dkv.blocks);
-    free(r->pred);
+    free(r->pred_ids);
     free(r->digests);
     free(r->scope);
-    free(r->schema);
-    free(r->stops);
-    free(r->stop_ids);
+    nalar_params_unref(r->params);
     free(r->prompt);
     request_text_free(r);
-    free(r->pred_pieces);
-    free(r->pred_text);
-    free(r->shared);
     free(r->tokens);
     free(r->out_text);
     free(r->out_ids);
@@ -326,6 +293,11 @@ nalar_request_cancel(nalar_request *r)
 }
 
 
+/* A take without text hands this out when even "" cannot be allocated:
+ * nalar_output_free knows it. */
+static char  take_empty[1];
+
+
 int
 nalar_request_take(nalar_request *r, nalar_output *out)
 {
@@ -334,6 +306,9 @@ nalar_request_take(nalar_request *r, nalar_output *out)
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&r->mu);
     out->text = r->out_text != NULL ? r->out_text : strdup("");
+    if (out->text == NULL) {
+        out->text = take_empty;
+    }
     out->text_len = r->out_len;
     out->ids = r->out_ids;
     out->n_ids = r->out_n;
@@ -377,20 +352,27 @@ nalar_request_take(nalar_request *r, nalar_output *out)
 void
 nalar_output_free(nalar_output *out)
 {
-    free(out->text);
+    if (out->text != take_empty) {
+        free(out->text);
+    }
     free(out->ids);
     free(out->logprobs);
     memset(out, 0, sizeof(*out));
 }
 
 
-/* Append output under r->mu; called on the engine thread. */
+/* Append output under r->mu; called on the engine thread.  -1 when out of
+ * memory, r's output then as it was or with the text but not the id: the
+ * caller finishes r with the error (never drops output silently). */
 int
 push_output(nalar_request *r, const char *text, size_t len, int32_t id,
             const nalar_logprob *lp)
 {
     int nlp = r->p.logprobs ? 1 + r->p.sampling.n_logprobs : 0;
 
+    if (r->engine != NULL && test_fault(r->engine, NALAR_FAULT_OUTPUT)) {
+        return -1;
+    }
     pthread_mutex_lock(&r->mu);
     if (r->out_len + len + 1 > r->out_cap) {
         size_t cap = r->out_cap ? r->out_cap : 64;
@@ -469,10 +451,12 @@ request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
     if (why != NALAR_FINISH_CANCELLED && why != NALAR_FINISH_ERROR
         && r->stop != NULL)
     {
-        /* text held back as a possible stop-string prefix is final now */
+        /* text held back as a possible stop-string prefix is final now;
+         * when it cannot be kept the request ends with the error */
         n = nalar_stop_flush(r->stop, &tail);
-        if (n > 0) {
-            push_output(r, tail, n, -1, NULL);
+        if (n > 0 && push_output(r, tail, n, -1, NULL) != 0) {
+            why = NALAR_FINISH_ERROR;
+            error = "out of memory for the output";
         }
     }
     r->state = REQ_FINISHED;

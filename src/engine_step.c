@@ -93,7 +93,7 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
               const nalar_logprob *lp, double t)
 {
     char        piece[256];
-    const char *safe;
+    const char *safe = "";
     int         n, stopped = 0, is_stop = 0;
     size_t      ns;
 
@@ -134,7 +134,9 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
     }
     if (is_stop) {
         /* the stop token itself is confirmed but not shown as text */
-        push_output(r, "", 0, id, lp);
+        if (push_output(r, "", 0, id, lp) != 0) {
+            goto oom;
+        }
         request_finish(e, r, NALAR_FINISH_STOP, NULL);
         return 1;
     }
@@ -142,8 +144,21 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
     if (n < 0) {
         n = 0;
     }
-    ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe, &stopped);
-    push_output(r, safe, ns, id, lp);
+    if (test_fault(e, NALAR_FAULT_STOP)) {
+        ns = 0;
+        stopped = -1;
+    } else {
+        ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe, &stopped);
+    }
+    if (stopped < 0) {
+        /* the matcher could not take the text: what it held back goes
+         * out with the token, then the error */
+        push_output(r, safe, ns, id, lp);
+        goto oom;
+    }
+    if (push_output(r, safe, ns, id, lp) != 0) {
+        goto oom;
+    }
     if (stopped) {
         request_finish(e, r, NALAR_FINISH_STOP, NULL);
         return 1;
@@ -155,7 +170,9 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
         if (n > 0) {
             ns = nalar_stop_feed(r->stop, piece, (size_t) n, &safe,
                                  &stopped);
-            push_output(r, safe, ns, -1, NULL);
+            if (stopped < 0 || push_output(r, safe, ns, -1, NULL) != 0) {
+                goto oom;
+            }
         }
         request_finish(e, r, stopped || (r->gm != NULL
                                          && nalar_gmatcher_done(r->gm))
@@ -164,6 +181,12 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
         return 1;
     }
     return 0;
+
+oom:
+    /* the token's output could not be kept: the request ends with the
+     * error rather than lose text silently (its KV goes back with it) */
+    request_finish(e, r, NALAR_FINISH_ERROR, "out of memory for the output");
+    return 1;
 }
 
 
@@ -569,7 +592,12 @@ step_advance(nalar_engine *e, step_plan *sp)
             r->n_computed = b->pos[k] + 1;
             r->kv.n_pos = r->n_computed;
             /* every computed position holds a confirmed token */
-            cache_publish(e, r, r->n_computed);
+            if (cache_publish(e, r, r->n_computed) != 0) {
+                request_finish(e, r, NALAR_FINISH_ERROR,
+                               "out of memory for the prefix cache");
+                li++;
+                continue;
+            }
             kv_slide(e, r);
             emit_token(e, r, use_ids ? NULL : e->logits + (size_t) li * V,
                        use_ids ? e->ids + li : NULL, t);
@@ -631,7 +659,11 @@ step_advance(nalar_engine *e, step_plan *sp)
         r->n_computed = p0 + 1 + accepted;
         nalar_seq_kv_truncate(&e->kv, &r->kv, r->n_computed);
         r->kv.n_pos = r->n_computed;
-        cache_publish(e, r, r->n_computed);
+        if (cache_publish(e, r, r->n_computed) != 0) {
+            request_finish(e, r, NALAR_FINISH_ERROR,
+                           "out of memory for the prefix cache");
+            continue;
+        }
         kv_slide(e, r);
         if (r->prop_now == NALAR_PROP_DRAFT) {
             /* the draft computed the last token and proposals

@@ -20,6 +20,14 @@ typedef enum {
     NALAR_FAULT_BATCH = 0,   /* growing the step's batch (every step) */
     NALAR_FAULT_LOGITS,      /* allocating room for more logit rows */
     NALAR_FAULT_FORWARD,     /* the backend's forward pass */
+    NALAR_FAULT_OUTPUT,      /* growing a request's output buffer
+                                (push_output), once per confirmed token */
+    NALAR_FAULT_DIGEST,      /* the digest context of a prefix-cache block
+                                digest (one per block and scope switch) */
+    NALAR_FAULT_STOP,        /* growing the stop-string matcher's buffer,
+                                once per confirmed token's text */
+    NALAR_FAULT_START,       /* a request's token and digest arrays, the
+                                first time it is scheduled */
     NALAR_FAULT_COUNT
 } nalar_fault_site;
 
@@ -38,6 +46,22 @@ void nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg),
  * nalar_prompt_create and each request given prompt_text (not
  * prompt_shared) makes one copy. */
 uint64_t nalar_test_prompt_copies(void);
+
+/* Large-parameter copies (nalar_params_create) made so far, process-
+ * wide: each nalar_params_create, and each request created without
+ * params_shared, makes one. */
+uint64_t nalar_test_params_copies(void);
+
+/* Where r keeps its large parameters (the shared copy's bytes): the
+ * first stop string, the schema text, the prediction's text; NULL for
+ * what r does not have.  For tests that two requests share them. */
+typedef struct {
+    const char *stop0;
+    const char *schema;
+    const char *prediction;
+} nalar_test_params_ptrs;
+
+void nalar_test_request_params(nalar_request *r, nalar_test_params_ptrs *out);
 
 /* keep != 0: a model whose every layer slides keeps the KV blocks before
  * its window (as engines without the release did), for comparing ids.

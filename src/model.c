@@ -530,8 +530,13 @@ model_open(const char *path, int full, nalar_err *err)
         return NULL;
     }
     m->path = strdup(path);
+    if (m->path == NULL) {
+        free(m);
+        nalar_fail(err, "%s: out of memory", path);
+        return NULL;
+    }
     m->gguf = gguf_open(path, err);
-    if (m->path == NULL || m->gguf == NULL) {
+    if (m->gguf == NULL) {
         nalar_model_destroy(m);
         return NULL;
     }
@@ -567,6 +572,11 @@ model_open(const char *path, int full, nalar_err *err)
     } else {
         base = strrchr(path, '/');
         m->name = strdup(base != NULL ? base + 1 : path);
+        if (m->name == NULL) {
+            nalar_model_destroy(m);
+            nalar_fail(err, "%s: out of memory", path);
+            return NULL;
+        }
     }
     if (full) {
         compute_identity(m);

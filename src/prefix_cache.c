@@ -36,20 +36,31 @@ struct nalar_prefix_cache {
 };
 
 
-static void
+/* H(a, b) into out; -1 (out untouched) when the digest context cannot be
+ * had (out of memory) or the digest fails: the caller must not use out. */
+static int
 sha256(const void *a, size_t na, const void *b, size_t nb,
        uint8_t out[NALAR_DIGEST])
 {
     EVP_MD_CTX  *ctx = EVP_MD_CTX_new();
     unsigned int len = NALAR_DIGEST;
+    uint8_t      d[EVP_MAX_MD_SIZE];
+    int          ok;
 
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    EVP_DigestUpdate(ctx, a, na);
-    if (nb > 0) {
-        EVP_DigestUpdate(ctx, b, nb);
+    if (ctx == NULL) {
+        return -1;
     }
-    EVP_DigestFinal_ex(ctx, out, &len);
+    ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1
+         && EVP_DigestUpdate(ctx, a, na) == 1
+         && (nb == 0 || EVP_DigestUpdate(ctx, b, nb) == 1)
+         && EVP_DigestFinal_ex(ctx, d, &len) == 1
+         && len == NALAR_DIGEST;
     EVP_MD_CTX_free(ctx);
+    if (!ok) {
+        return -1;
+    }
+    memcpy(out, d, NALAR_DIGEST);
+    return 0;
 }
 
 
@@ -110,54 +121,68 @@ nalar_prefix_cache_destroy(nalar_prefix_cache *c)
 }
 
 
-void
+int
 nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
                   uint8_t out[NALAR_DIGEST])
 {
-    char   desc[256];
-    size_t n;
+    char     desc[256 + sizeof(uint64_t)];
+    size_t   n;
+    uint64_t slen = scope != NULL ? strlen(scope) : 0;
 
     /* everything but the scope that shapes stored K/V: model identity
      * (weights, shapes, tokenizer), adapter slot, RoPE/dtype as the
-     * backend implements them, attention kernel version, block size */
-    n = (size_t) snprintf(desc, sizeof(desc),
+     * backend implements them, attention kernel version, block size;
+     * then the scope's length, the scope and the model identity */
+    n = (size_t) snprintf(desc, 256,
                           "nalar-prefix-v1|adapter=none|kv=%s|"
                           "backend=%s|attn=paged-v1|block=%d|scope=",
                           c->pool->elem_bytes == 2 ? "bf16" : "f32",
                           c->backend, NALAR_KV_BLOCK);
+    if (n >= 256) {
+        return -1;
+    }
+    memcpy(desc + n, &slen, sizeof(slen));
+    n += sizeof(slen);
     {
         EVP_MD_CTX  *ctx = EVP_MD_CTX_new();
         unsigned int len = NALAR_DIGEST;
-        uint64_t     slen = scope != NULL ? strlen(scope) : 0;
+        uint8_t      d[EVP_MAX_MD_SIZE];
+        int          ok;
 
-        EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-        EVP_DigestUpdate(ctx, desc, n);
-        EVP_DigestUpdate(ctx, &slen, sizeof(slen));
-        if (slen > 0) {
-            EVP_DigestUpdate(ctx, scope, slen);
+        if (ctx == NULL) {
+            return -1;
         }
-        EVP_DigestUpdate(ctx, c->identity, NALAR_DIGEST);
-        EVP_DigestFinal_ex(ctx, out, &len);
+        ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1
+             && EVP_DigestUpdate(ctx, desc, n) == 1
+             && (slen == 0 || EVP_DigestUpdate(ctx, scope, slen) == 1)
+             && EVP_DigestUpdate(ctx, c->identity, NALAR_DIGEST) == 1
+             && EVP_DigestFinal_ex(ctx, d, &len) == 1
+             && len == NALAR_DIGEST;
         EVP_MD_CTX_free(ctx);
+        if (!ok) {
+            return -1;
+        }
+        memcpy(out, d, NALAR_DIGEST);
     }
+    return 0;
 }
 
 
-void
+int
 nalar_prefix_chain(const uint8_t prev[NALAR_DIGEST], const int32_t *tokens,
                    uint8_t out[NALAR_DIGEST])
 {
-    sha256(prev, NALAR_DIGEST, tokens, NALAR_KV_BLOCK * sizeof(int32_t),
-           out);
+    return sha256(prev, NALAR_DIGEST, tokens,
+                  NALAR_KV_BLOCK * sizeof(int32_t), out);
 }
 
 
-void
+int
 nalar_prefix_rescope(const uint8_t prev[NALAR_DIGEST],
                      const uint8_t root[NALAR_DIGEST],
                      uint8_t out[NALAR_DIGEST])
 {
-    sha256(prev, NALAR_DIGEST, root, NALAR_DIGEST, out);
+    return sha256(prev, NALAR_DIGEST, root, NALAR_DIGEST, out);
 }
 
 

@@ -51,17 +51,23 @@ nalar_prefix_cache *nalar_prefix_cache_create(nalar_kv_pool *pool,
                                               nalar_err *err);
 void nalar_prefix_cache_destroy(nalar_prefix_cache *c);
 
+/*
+ * The digests.  Each returns 0, or -1 when out of memory (OpenSSL's digest
+ * context) with out untouched: a digest that was not computed must never
+ * be looked up or published, or one tenant's blocks could answer for
+ * another's (the digests keep the scopes apart).
+ */
 /* Root digest of a scope ("" = the single-tenant / global scope). */
-void nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
-                       uint8_t out[NALAR_DIGEST]);
+int nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
+                      uint8_t out[NALAR_DIGEST]);
 /* h = H(prev, tokens of one block) */
-void nalar_prefix_chain(const uint8_t prev[NALAR_DIGEST],
-                        const int32_t *tokens, uint8_t out[NALAR_DIGEST]);
+int nalar_prefix_chain(const uint8_t prev[NALAR_DIGEST],
+                       const int32_t *tokens, uint8_t out[NALAR_DIGEST]);
 /* h = H(prev, root) -- switches a chain from a shared (global) prefix
- * into a tenant's scope */
-void nalar_prefix_rescope(const uint8_t prev[NALAR_DIGEST],
-                          const uint8_t root[NALAR_DIGEST],
-                          uint8_t out[NALAR_DIGEST]);
+ * into a tenant's scope; out may be prev */
+int nalar_prefix_rescope(const uint8_t prev[NALAR_DIGEST],
+                         const uint8_t root[NALAR_DIGEST],
+                         uint8_t out[NALAR_DIGEST]);
 
 /*
  * Match the longest chain of published blocks for `tokens` (at most

@@ -20,7 +20,7 @@
 
 
 struct nalar_stop {
-    char  **stop;      /* (n) NUL-terminated copies, none empty */
+    const char **stop; /* (n) the caller's strings, borrowed, none empty */
     size_t *len;       /* (n) strlen of each */
     int     n;
     size_t  max_len;   /* longest stop string; held tail is < this */
@@ -28,12 +28,13 @@ struct nalar_stop {
     size_t  cap;
     size_t  emitted;
     size_t  end;
-    int     stopped;   /* a stop string completed: emit nothing more */
+    int     stopped;   /* 1: a stop string completed, -1: out of memory;
+                          either way emit nothing more */
 };
 
 
 nalar_stop *
-nalar_stop_create(const char **stops, int n)
+nalar_stop_create(const char *const *stops, int n)
 {
     nalar_stop *s = calloc(1, sizeof(*s));
 
@@ -54,12 +55,7 @@ nalar_stop_create(const char **stops, int n)
                 continue;
             }
             l = strlen(stops[i]);
-            s->stop[s->n] = malloc(l + 1);
-            if (s->stop[s->n] == NULL) {
-                nalar_stop_destroy(s);
-                return NULL;
-            }
-            memcpy(s->stop[s->n], stops[i], l + 1);
+            s->stop[s->n] = stops[i];
             s->len[s->n] = l;
             s->n++;
             if (l > s->max_len) {
@@ -85,11 +81,6 @@ nalar_stop_destroy(nalar_stop *s)
     if (s == NULL) {
         return;
     }
-    if (s->stop != NULL) {
-        for (int i = 0; i < s->n; i++) {
-            free(s->stop[i]);
-        }
-    }
     free(s->stop);
     free(s->len);
     free(s->buf);
@@ -112,7 +103,7 @@ nalar_stop_feed(nalar_stop *s, const char *text, size_t len,
 
     *stopped = s->stopped;
     *emit = s->buf;
-    if (s->stopped) {
+    if (s->stopped != 0) {
         return 0;
     }
 
@@ -135,10 +126,11 @@ nalar_stop_feed(nalar_stop *s, const char *text, size_t len,
             nb = realloc(s->buf, cap);
         }
         if (nb == NULL) {
-            /* cannot take the text: end the stream cleanly */
+            /* cannot take the text: the stream ends, and the caller
+             * learns why (*stopped < 0) */
             s->emitted = s->end;
-            s->stopped = 1;
-            *stopped = 1;
+            s->stopped = -1;
+            *stopped = -1;
             return held;
         }
         s->buf = nb;
@@ -212,7 +204,7 @@ nalar_stop_flush(nalar_stop *s, const char **emit)
     size_t n = s->end - s->emitted;
 
     *emit = s->buf + s->emitted;
-    if (s->stopped) {
+    if (s->stopped != 0) {
         return 0;
     }
     s->emitted = s->end;

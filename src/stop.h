@@ -13,9 +13,11 @@
 
 typedef struct nalar_stop nalar_stop;
 
-/* Copies the strings; NULL and empty strings are ignored (none left: every
- * byte passes straight through).  NULL when out of memory. */
-nalar_stop *nalar_stop_create(const char **stops, int n);
+/* Borrows the strings (not copied: they must outlive the matcher, so the
+ * choices of one request share one copy); NULL and empty strings are
+ * ignored (none left: every byte passes straight through).  NULL when out
+ * of memory. */
+nalar_stop *nalar_stop_create(const char *const *stops, int n);
 void        nalar_stop_destroy(nalar_stop *s);
 
 /*
@@ -26,8 +28,9 @@ void        nalar_stop_destroy(nalar_stop *s);
  * of several ending on the same byte, the one starting first), sets
  * *stopped = 1: the text before the stop string is emitted
  * and the stop string and everything after it dropped; later feeds emit
- * nothing and keep *stopped = 1.  Out of memory also ends the stream as
- * stopped, after emitting what was held back.
+ * nothing and keep *stopped = 1.  Out of memory (the text could not be
+ * taken) ends the stream with *stopped = -1, after emitting what was held
+ * back: the caller reports the failure, it is no stop.
  */
 size_t nalar_stop_feed(nalar_stop *s, const char *text, size_t len,
                        const char **emit, int *stopped);
