@@ -10,8 +10,14 @@
  *
  * ngx_http_nalar_notify runs on engine threads: it touches only the slot,
  * the done queue and the eventfd, never a request, connection or pool.
- * Everything else here runs on the event loop and never takes an engine
- * lock (only the done queue's mutex, held for a queue operation).
+ * Everything else here runs on the event loop.  It takes the done queue's
+ * mutex for a queue operation, and one engine lock through the engine's
+ * calls: nalar_engine_submit and nalar_request_cancel take the engine's
+ * queue mutex (e->mu) to link a request into the intake queue or to wake
+ * the engine thread.  That wait is short: the engine thread holds e->mu
+ * only to move requests between its queues (a walk of the intake queue at
+ * most, max_queue long) and to update counters, never while it tokenizes,
+ * compiles a grammar or runs a forward pass (src/engine_internal.h).
  */
 
 #include "ngx_nalar_module.h"
@@ -26,7 +32,9 @@ static void ngx_http_nalar_notify(nalar_request *req, void *data);
 
 /*
  * One engine request per choice, the choices sharing one copy of a text
- * prompt (the engine frees it when the last of them lets go).
+ * prompt and one copy of the large parameters (stop strings, prediction,
+ * schema: nalar_params); the engine frees each when the last choice lets
+ * go.  Out of memory is a 500 in OpenAI's shape.
  */
 
 ngx_int_t
@@ -35,28 +43,48 @@ ngx_http_nalar_submit(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 {
     ngx_int_t              rc;
     nalar_err              err;
+    nalar_params          *params;
     nalar_prompt          *prompt;
     const nalar_tok_text  *text;
 
-    if (p->prompt_text == NULL) {
-        return ngx_http_nalar_submit_choices(r, ctx, p);
+    prompt = NULL;
+
+    if (p->prompt_text != NULL) {
+        prompt = nalar_prompt_create(p->prompt_text, p->n_prompt_text, &err);
+        if (prompt == NULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "nalar: %s", err.msg);
+            return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        "server_error", NULL,
+                                        "out_of_memory",
+                                        "The server is out of memory");
+        }
     }
 
-    prompt = nalar_prompt_create(p->prompt_text, p->n_prompt_text, &err);
-    if (prompt == NULL) {
+    params = nalar_params_create(p, &err);
+    if (params == NULL) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "nalar: %s", err.msg);
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        nalar_prompt_unref(prompt);
+        return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                    "server_error", NULL, "out_of_memory",
+                                    "The server is out of memory");
     }
 
     text = p->prompt_text;
-    p->prompt_shared = prompt;
-    p->prompt_text = NULL;
+    p->params_shared = params;
+
+    if (prompt != NULL) {
+        p->prompt_shared = prompt;
+        p->prompt_text = NULL;
+    }
 
     rc = ngx_http_nalar_submit_choices(r, ctx, p);
 
+    p->params_shared = NULL;
     p->prompt_shared = NULL;
     p->prompt_text = text;
+    nalar_params_unref(params);
     nalar_prompt_unref(prompt);
 
     return rc;
@@ -126,7 +154,14 @@ ngx_http_nalar_submit_choices(ngx_http_request_t *r,
         if (req == NULL) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "nalar: %s", err.msg);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+            /* the cleanup cancels the choices already submitted */
+
+            return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        "server_error", NULL,
+                                        "out_of_memory",
+                                        "The server could not start the "
+                                        "request: %s", err.msg);
         }
 
         pthread_mutex_lock(&ngx_http_nalar_mutex);

@@ -7,7 +7,9 @@
  * While a request waits for its parse or the engine, a client that leaves
  * is noticed.
  *
- * Event loop only; never an engine lock.
+ * Event loop only.  It takes no lock itself; the submit it hands to
+ * (ngx_nalar_done.c) takes the engine's queue mutex briefly, as said
+ * there.
  */
 
 #include "ngx_nalar_module.h"

@@ -342,7 +342,7 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
     p->sampling.n_logprobs = req->logprobs > 0 ? (int32_t) req->logprobs : 0;
     p->logprobs = (req->logprobs >= 0);
 
-    /* stop: a string or up to 4 strings */
+    /* stop: a string or up to 4 strings of up to 256 bytes each */
 
     v = json_object_get(root, "stop");
 
@@ -373,6 +373,12 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
             if (len == 0 || strlen(json_string_value(e)) != len) {
                 return api_bad(req, "stop", "stop strings must be non-empty "
                                "and contain no NUL");
+            }
+
+            if (len > NALAR_API_MAX_STOP_LEN) {
+                return api_bad(req, "stop", "each stop string may be at "
+                               "most %d bytes long (UTF-8); one has %zu",
+                               NALAR_API_MAX_STOP_LEN, len);
             }
 
             req->stops[p->n_stop++] = json_string_value(e);

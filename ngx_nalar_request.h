@@ -25,6 +25,8 @@
 
 #define NALAR_API_MAX_N         16      /* choices per request */
 #define NALAR_API_MAX_STOP      4       /* user stop strings, as OpenAI */
+#define NALAR_API_MAX_STOP_LEN  256     /* bytes of each (the matcher's
+                                           work per token grows with it) */
 #define NALAR_API_MAX_LOGPROBS  20
 
 /* what a parse knows of a configured model */

@@ -6,7 +6,12 @@
  * other files send their bodies with (ngx_http_nalar_send_json).
  *
  * Event loop only.  Reads engine output through each choice's refcounted
- * nalar_request (nalar_request_take); never holds an engine lock itself.
+ * nalar_request: nalar_request_take takes that request's output mutex to
+ * move its buffers out (the engine thread holds it only to append a
+ * token's text or set the finish), and cancelling a choice
+ * (nalar_request_cancel) takes the engine's queue mutex to wake the engine
+ * thread; both are short for the reason ngx_nalar_done.c gives.  No lock
+ * is held across a call out of this file.
  */
 
 #include "ngx_nalar_module.h"

@@ -4,8 +4,11 @@
  * metrics of nalar_metrics.
  *
  * Event loop only.  Reads the worker's models and the engines' counters
- * through the engine's calls (nalar_engine_state, nalar_engine_metrics);
- * never holds an engine lock itself and never waits on an engine thread.
+ * through the engine's calls: nalar_engine_state is an atomic load;
+ * nalar_engine_metrics copies the counters under the engine's queue mutex,
+ * which the engine thread holds only for queue moves and counter updates
+ * (never across tokenizing or a forward pass), so it never waits on an
+ * engine thread's work.
  */
 
 #include "ngx_nalar_module.h"

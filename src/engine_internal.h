@@ -22,7 +22,19 @@
  * state.  Other threads touch only: the queues and metrics (under e->mu), a
  * request's output buffer (under r->mu), the cancel flag and counters
  * (atomics).  Lock order: e->mu and r->mu are never held together, and
- * neither is held across a forward pass.
+ * neither is held across a forward pass.  The engine thread holds e->mu
+ * only to move requests between queues (intake_next walks the intake
+ * queue, max_queue at most) and to update counters and gauges, never
+ * while it tokenizes, compiles a grammar or runs a pass; it holds r->mu
+ * only to append one token's output or set a request's finish.  So the
+ * event loop, which takes e->mu in nalar_engine_submit, _cancel and
+ * _metrics and r->mu in nalar_request_take, waits on neither for long.
+ *
+ * Allocation failures: one that a request meets (its output, its prefix
+ * digests, its stop matcher, its start) finishes that request with
+ * NALAR_FINISH_ERROR and gives its KV back; one that a step meets (the
+ * batch, the logit rows, the backend) finishes every running request so
+ * (engine_step); none is dropped silently.
  *
  * The functions declared here are the engine's own, not the library's API:
  * they are hidden from the shared objects the library is linked into.

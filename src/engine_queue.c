@@ -22,11 +22,22 @@
 #include "tokenizer.h"
 
 
+/* Takes e->mu for a few checks and the link into the intake queue: what
+ * grows with the request (its text's size) is counted before. */
 int
 nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
 {
+    size_t bytes = 0;
+
     if (nalar_engine_state(e, NULL) != 1) {
         return nalar_fail(err, "the model is still loading");
+    }
+    for (int32_t i = 0; r->pieces != NULL && i < r->n_pieces; i++) {
+        bytes += r->pieces[i].len;
+    }
+    for (int32_t i = 0; r->pred_pieces != NULL && i < r->n_pred_pieces; i++)
+    {
+        bytes += r->pred_pieces[i].len;
     }
 
     pthread_mutex_lock(&e->mu);
@@ -39,14 +50,7 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
         pthread_mutex_unlock(&e->mu);
         return nalar_fail(err, "request submitted twice");
     }
-    r->intake_bytes = 0;
-    for (int32_t i = 0; r->pieces != NULL && i < r->n_pieces; i++) {
-        r->intake_bytes += r->pieces[i].len;
-    }
-    for (int32_t i = 0; r->pred_pieces != NULL && i < r->n_pred_pieces; i++)
-    {
-        r->intake_bytes += r->pred_pieces[i].len;
-    }
+    r->intake_bytes = bytes;
     r->overtaken = 0;
     nalar_request_ref(r);
     __atomic_store_n(&r->engine, e, __ATOMIC_RELEASE);

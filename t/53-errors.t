@@ -29,7 +29,8 @@ CONF
 my $long = join ' ', ('In the beginning God created the heaven and the earth.')
                      x 60;
 
-# [ name, method, path, body (ref: JSON, string: raw), status, param, code ]
+# [ name, method, path, body (ref: JSON, string: raw), status, param, code,
+#   message (a pattern) ]
 my @table = (
     [ 'bad JSON', 'POST', '/v1/completions', '{"prompt": "x",', 400, undef,
       'invalid_json' ],
@@ -75,6 +76,21 @@ my @table = (
       { prompt => 'x', stop => [qw(a b c d e)] }, 400, 'stop' ],
     [ 'empty stop string', 'POST', '/v1/completions',
       { prompt => 'x', stop => [''] }, 400, 'stop' ],
+    [ 'chat: five stop strings', 'POST', '/v1/chat/completions',
+      { messages => [ { role => 'user', content => 'x' } ],
+        stop => [qw(a b c d e)] }, 400, 'stop', 'invalid_value',
+      qr/at most 4 strings/ ],
+    [ 'a stop string of 257 bytes', 'POST', '/v1/completions',
+      { prompt => 'x', stop => 'a' x 257 }, 400, 'stop', 'invalid_value',
+      qr/at most 256 bytes/ ],
+    [ 'chat: a stop string of 257 bytes among short ones', 'POST',
+      '/v1/chat/completions',
+      { messages => [ { role => 'user', content => 'x' } ],
+        stop => [ 'a', 'b' x 257, 'c' ] }, 400, 'stop', 'invalid_value',
+      qr/at most 256 bytes/ ],
+    [ 'a stop string of 129 two-byte characters (258 bytes)', 'POST',
+      '/v1/completions', { prompt => 'x', stop => "\x{e9}" x 129 }, 400,
+      'stop', 'invalid_value', qr/at most 256 bytes/ ],
     [ 'stream not a boolean', 'POST', '/v1/completions',
       { prompt => 'x', stream => 'yes' }, 400, 'stream' ],
     [ 'logprobs 6', 'POST', '/v1/completions', { prompt => 'x', logprobs => 6 },
@@ -126,7 +142,7 @@ my @table = (
 );
 
 for my $row (@table) {
-    my ($name, $method, $path, $body, $status, $param, $code) = @$row;
+    my ($name, $method, $path, $body, $status, $param, $code, $msg) = @$row;
     my %o;
     if (ref $body) {
         $o{json} = $body;
@@ -150,6 +166,7 @@ for my $row (@table) {
                                       : 'invalid_request_error', 'type');
         is($e->{param}, $param, 'param') if defined $param;
         is($e->{code}, $code, "code $code") if defined $code;
+        like($e->{message} // '', $msg, 'message') if defined $msg;
         like($r->{headers}{allow} // '', qr/OPTIONS/, 'Allow header')
             if $status == 405;
     };
@@ -162,6 +179,17 @@ for my $f ([ best_of => 1 ], [ suffix => '' ]) {
                                                max_tokens => 2, @$f });
     is($r->{status}, 200, "$f->[0] " . NalarTest::json()->encode($f->[1])
                           . ' changes nothing: 200');
+}
+
+# the most stop strings, each as long as allowed (256 bytes, here 128
+# two-byte characters): accepted
+
+{
+    my $r = $t->post_json('/v1/completions',
+                          { prompt => 'A wise man', max_tokens => 2,
+                            stop => [ ('a' x 256), ('b' x 256),
+                                      ("\x{e9}" x 128), ('d' x 256) ] });
+    is($r->{status}, 200, '4 stop strings of 256 bytes: 200');
 }
 
 # logit_bias: +100 on one token makes greedy and sampled decoding choose it,
