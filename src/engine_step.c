@@ -152,8 +152,9 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
     }
     if (stopped < 0) {
         /* the matcher could not take the text: what it held back goes
-         * out with the token, then the error */
-        push_output(r, safe, ns, id, lp);
+         * out with the token (if that fails too, the error says enough),
+         * then the error */
+        (void) push_output(r, safe, ns, id, lp);
         goto oom;
     }
     if (push_output(r, safe, ns, id, lp) != 0) {
