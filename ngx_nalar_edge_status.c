@@ -461,10 +461,8 @@ ngx_http_nalar_edge_metrics_handler(ngx_http_request_t *r)
 {
     u_char                       *p, *end;
     size_t                        size;
-    ngx_int_t                     rc;
     ngx_buf_t                    *b;
     ngx_uint_t                    i, k, n;
-    ngx_chain_t                   out;
     ngx_http_nalar_edge_node_t   *node;
     ngx_http_nalar_edge_stats_t  *st;
     ngx_http_nalar_loc_conf_t    *nlcf;
@@ -571,25 +569,8 @@ ngx_http_nalar_edge_metrics_handler(ngx_http_request_t *r)
     }
 
     b->last = p;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
 
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
-    r->headers_out.content_type_len = sizeof("text/plain") - 1;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_nalar_send_metrics(r, b);
 }
 
 

@@ -403,6 +403,7 @@ ngx_int_t ngx_http_nalar_tokenize_shared(
 ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
 ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_send_metrics(ngx_http_request_t *r, ngx_buf_t *b);
 
 /* ngx_nalar_tenancy.c */
 ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);

@@ -183,10 +183,8 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     double                       sum;
     size_t                       size;
     uint64_t                     v, count, *buckets;
-    ngx_int_t                    rc;
     ngx_buf_t                   *b;
     ngx_uint_t                   i, k, h;
-    ngx_chain_t                  out;
     nalar_metrics               *m;
     ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
@@ -474,6 +472,21 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     }
 
     b->last = p;
+
+    return ngx_http_nalar_send_metrics(r, b);
+}
+
+
+/*
+ * Sends the buffer [b->pos, b->last) as a 200 of Prometheus text (the
+ * exposition format 0.0.4): the node's metrics and the edge's.
+ */
+ngx_int_t
+ngx_http_nalar_send_metrics(ngx_http_request_t *r, ngx_buf_t *b)
+{
+    ngx_int_t    rc;
+    ngx_chain_t  out;
+
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
 
