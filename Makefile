@@ -36,7 +36,7 @@ ASAN_OBJ   = $(patsubst %.c,build/asan/obj/%.o,$(ENGINE_SRC))
 TEST_SRC   = $(wildcard t/c/*.c)
 TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
 HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
-             $(wildcard kernels/cuda/*.h) $(wildcard t/c/*.h)
+             $(wildcard kernels/cuda/*.h) $(wildcard api/*.h) $(wildcard t/c/*.h)
 
 .PHONY: all serve test run run-cluster deps clean module fuzz bench FORCE
 
@@ -87,22 +87,22 @@ build/t/test_kq_decode_host: t/gpu/kq_decode_host.cc kernels/cuda/kq_decode.cuh 
 CLI_SRC = $(wildcard cli/*.c)
 CLI_HDRS = $(wildcard cli/*.h)
 
-build/nalar: $(CLI_SRC) $(CLI_HDRS) build/libnalar.a $(HDRS)
-	$(CC) $(CFLAGS) -Icli $(CLI_SRC) build/libnalar.a -o $@ $(LDLIBS)
+# the CLI: the engine and the protocol layer (nalar render); its engine
+# benchmarks share the C tests' collect() (t/c/collect.h)
+build/nalar: $(CLI_SRC) $(CLI_HDRS) build/libnalar_api.a build/libnalar.a $(HDRS)
+	$(CC) $(CFLAGS) -Icli -Iapi -It/c $(CLI_SRC) build/libnalar_api.a \
+	    build/libnalar.a -o $@ $(LDLIBS)
 
-build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar.a $(HDRS)
-	$(CC) $(ASAN_CFLAGS) -Icli $(CLI_SRC) build/asan/libnalar.a -o $@ $(LDLIBS)
+build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar_api.a \
+                  build/asan/libnalar.a $(HDRS)
+	$(CC) $(ASAN_CFLAGS) -Icli -Iapi -It/c $(CLI_SRC) build/asan/libnalar_api.a \
+	    build/asan/libnalar.a -o $@ $(LDLIBS)
 
-build/t/%: t/c/%.c build/asan/libnalar.a
+# the unit tests of the engine and of the protocol layer
+build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a
 	@mkdir -p build/t
-	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c $< build/asan/libnalar.a \
-	    -o $@ $(LDLIBS)
-
-# the chat templates live beside the module but need no nginx: their test
-# compiles them in
-build/t/test_chat: ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h
-build/t/test_tools: ngx_nalar_tools.c ngx_nalar_tools.h ngx_nalar_chat.c \
-                    ngx_nalar_chat_style.c ngx_nalar_chat.h
+	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
+	    build/asan/libnalar_api.a build/asan/libnalar.a -o $@ $(LDLIBS)
 
 # libFuzzer targets (clang only): fuzz/fuzz_NAME.c becomes build/fuzz_NAME,
 # with its seed corpus in fuzz/corpus/NAME; each target lists the sources
@@ -110,19 +110,16 @@ build/t/test_tools: ngx_nalar_tools.c ngx_nalar_tools.h ngx_nalar_chat.c \
 # then runs each (or those named in FUZZ_ONLY) for that long, keeping what
 # it finds in build/fuzz-corpus/NAME and any crash in build/fuzz-crash/.
 FUZZ_BIN   = $(patsubst fuzz/%.c,build/%,$(wildcard fuzz/fuzz_*.c))
-FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -I. \
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -Iapi -I. \
              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 build/fuzz_gguf: src/gguf.c src/nalar_err.c
-build/fuzz_jwt: src/jwt.c src/nalar_err.c
-build/fuzz_chat: ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h \
-                 src/nalar_err.c
+build/fuzz_jwt: api/jwt.c src/nalar_err.c
+build/fuzz_chat: api/chat.c api/chat_style.c api/chat.h src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
-build/fuzz_request: ngx_nalar_request.c ngx_nalar_request_scan.c \
-                    ngx_nalar_request_tools.c ngx_nalar_request_internal.h \
-                    ngx_nalar_request.h ngx_nalar_chat.c \
-                    ngx_nalar_chat_style.c ngx_nalar_chat.h src/sampler.c src/grammar.c src/grammar_regex.c \
-                    src/nalar_err.c src/tokenizer.c src/gguf.c
-build/fuzz_route: ngx_nalar_route_text.c ngx_nalar_route_text.h
+build/fuzz_request: api/request.c api/request_scan.c api/request_tools.c \
+                    api/chat.c api/chat_style.c src/sampler.c src/grammar.c \
+                    src/grammar_regex.c src/nalar_err.c src/tokenizer.c src/gguf.c
+build/fuzz_route: api/route_text.c
 build/fuzz_grammar: src/grammar.c src/grammar_regex.c src/tokenizer.c src/gguf.c \
                     src/nalar_err.c
 
@@ -181,14 +178,15 @@ run-cluster: deps
 clean:
 	rm -rf build
 
-# The protocol layer (api/: chat templates and, later, the OpenAI shapes;
-# no nginx) as build/libnalar_api.a, its ASan/UBSan flavour for the unit
-# tests, and linked into the nalar tool (nalar render).
+# The protocol layer (api/: the OpenAI request and response shapes, chat
+# rendering and templates, tools, JWT, the route key's scan; no nginx; it
+# calls the engine, never the glue) as build/libnalar_api.a, linked into
+# the module and the CLI, and its ASan/UBSan flavour for the unit tests and
+# the test module.
 API_SRC      = $(wildcard api/*.c)
 API_HDRS     = $(wildcard api/*.h)
 API_OBJ      = $(patsubst %.c,build/obj/%.o,$(API_SRC))
 API_ASAN_OBJ = $(patsubst %.c,build/asan/obj/%.o,$(API_SRC))
-$(API_OBJ) $(API_ASAN_OBJ): $(API_HDRS)
 build/libnalar_api.a: $(API_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -196,16 +194,4 @@ build/asan/libnalar_api.a: $(API_ASAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 all: build/libnalar_api.a build/asan/libnalar_api.a
-build/nalar: build/libnalar_api.a $(API_HDRS)
-build/nalar: private CFLAGS += -Iapi
-build/nalar: private LDLIBS := build/libnalar_api.a $(LDLIBS)
-build/asan/nalar: build/asan/libnalar_api.a $(API_HDRS)
-build/asan/nalar: private ASAN_CFLAGS += -Iapi
-build/asan/nalar: private LDLIBS := build/asan/libnalar_api.a $(LDLIBS)
-build/t/test_jinja: build/asan/libnalar_api.a $(API_HDRS)
-build/t/test_jinja: private ASAN_CFLAGS += -Iapi
-build/t/test_jinja: private LDLIBS := build/asan/libnalar_api.a $(LDLIBS)
-build/fuzz_jinja: $(API_SRC) $(API_HDRS)
-build/t/jinja_batch: build/asan/libnalar_api.a $(API_HDRS)
-build/t/jinja_batch: private ASAN_CFLAGS += -Iapi
-build/t/jinja_batch: private LDLIBS := build/asan/libnalar_api.a $(LDLIBS)
+build/fuzz_jinja: $(filter api/jinja%,$(API_SRC))

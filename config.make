@@ -1,8 +1,9 @@
 # Rules that nginx's configure appends to objs/Makefile (auto/make reads
 # each addon's config.make): the module's objects depend on the engine
-# library and, with CUDA, the CUDA library (see ngx_module_deps in
-# `config`); these rules build them with this directory's Makefile, which
-# knows their sources, so that `make modules` in any nginx tree works.
+# library, the protocol layer's library and, with CUDA, the CUDA library
+# (see ngx_module_deps in `config`); these rules build them with this
+# directory's Makefile, which knows their sources, so that `make modules`
+# in any nginx tree works.
 # The Makefile is run every time (it is quick when nothing changed); the
 # module is relinked only when a library actually changed.
 
@@ -14,6 +15,15 @@ if [ "$NALAR_LIB" = "$NALAR_LIB_OWN" ]; then
 
 $NALAR_LIB: nalar_engine_always
 	\$(MAKE) -C $ngx_addon_dir build/libnalar.a NALAR_CUDA=$NALAR_CUDA_FLAG
+
+END
+fi
+
+if [ "$NALAR_API_LIB" = "$NALAR_API_LIB_OWN" ]; then
+    cat << END                                            >> $NGX_MAKEFILE
+
+$NALAR_API_LIB: nalar_engine_always
+	\$(MAKE) -C $ngx_addon_dir build/libnalar_api.a
 
 END
 fi

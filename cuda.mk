@@ -73,7 +73,7 @@ $(NGX_MODULE) $(NGX_MODULE_ASAN): build/libnalar_cuda.a
 
 build/nalar-cuda-check: t/gpu/cuda_check.c build/libnalar_cuda.a \
                         build/libnalar.a
-	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -I$(CUDA_HOME)/include \
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -I$(CUDA_HOME)/include \
 	    t/gpu/cuda_check.c \
 	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) $(CUDA_LIBS)
 else

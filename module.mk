@@ -7,20 +7,8 @@
 NGX_SRC     ?= /usr/share/nginx/src
 NGX_BUILD   = build/nginx
 NGX_MODULE  = build/module/ngx_nalar_module.so
-MODULE_SRC  = ngx_nalar_module.c ngx_nalar_module.h ngx_nalar_status.c \
-             ngx_nalar_tenancy.c ngx_nalar_edge.c ngx_nalar_edge_status.c \
-             ngx_nalar_response.c \
-             ngx_nalar_response_tools.c ngx_nalar_done.c \
-             ngx_nalar_parse.c ngx_nalar_handler.c ngx_nalar_error.c \
-             ngx_nalar_chat.c ngx_nalar_chat_style.c ngx_nalar_chat.h \
-             ngx_nalar_request.c \
-             ngx_nalar_request_scan.c \
-             ngx_nalar_request_tools.c \
-             ngx_nalar_request.h ngx_nalar_request_internal.h \
-             ngx_nalar_route.c ngx_nalar_route_text.c \
-             ngx_nalar_route_text.h ngx_nalar_tools.c ngx_nalar_tools.h \
-             ngx_nalar_shared.c ngx_nalar_engine_conf.c \
-             config config.make
+MODULE_SRC  = ngx_nalar_module.c $(wildcard nginx/*.c nginx/*.h) \
+              config config.make
 
 .PHONY: module module-configure
 
@@ -47,7 +35,8 @@ $(NGX_BUILD)/objs/Makefile: config config.make $(wildcard build/libnalar_cuda.a)
 
 # With CUDA (cuda.mk, read after this file: hence the recipe-time test),
 # the CUDA archive is built first and `config` links it.
-$(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar.a $(HDRS)
+$(NGX_MODULE): $(NGX_BUILD)/objs/Makefile $(MODULE_SRC) build/libnalar_api.a \
+               build/libnalar.a $(HDRS)
 	$(if $(filter-out 0,$(NALAR_CUDA)),$(MAKE) build/libnalar_cuda.a)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
 	@mkdir -p build/module
@@ -73,13 +62,16 @@ module-asan:
 	@echo "module-asan: $(NGX_SRC) not found; install nginx-dev (make deps)"
 endif
 
-# `config` checks that NALAR_LIB exists: the library comes first (order
-# only: a rebuilt library relinks the module, it does not reconfigure)
-$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk | build/asan/libnalar.a
+# `config` checks that NALAR_LIB and NALAR_API_LIB exist: the libraries
+# come first (order only: a rebuilt library relinks the module, it does not
+# reconfigure)
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk \
+                                 | build/asan/libnalar.a build/asan/libnalar_api.a
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD_ASAN)
 	cd $(NGX_BUILD_ASAN) && NALAR_LIB=$(CURDIR)/build/asan/libnalar.a \
+	    NALAR_API_LIB=$(CURDIR)/build/asan/libnalar_api.a \
 	    bash -c '. ./conf_flags && \
 	    ./configure "$${NGX_CONF_FLAGS[@]}" \
 	        --with-cc-opt="$(ASAN_NGX_CC_OPT)" \
@@ -88,7 +80,8 @@ $(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk | build/asan/libna
 	    || { tail -n 20 ../nginx-asan-configure.log; \
 	         rm -f objs/Makefile; exit 1; }
 
-$(NGX_MODULE_ASAN): build/asan/libnalar.a $(NGX_BUILD_ASAN)/objs/Makefile \
+$(NGX_MODULE_ASAN): build/asan/libnalar_api.a build/asan/libnalar.a \
+                    $(NGX_BUILD_ASAN)/objs/Makefile \
                     $(MODULE_SRC) $(HDRS)
 	$(MAKE) -C $(NGX_BUILD_ASAN) -f objs/Makefile modules
 	@mkdir -p build/asan/module

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the chat templates (ngx_nalar_chat.c).  Byte 0:
+ * libFuzzer target for the chat templates (api/chat.c).  Byte 0:
  *   0xff: the rest is a Jinja template: nalar_chat_style_detect must name a
  *         style, ChatML whenever "<|im_start|>" is in it; and the rest as a
  *         style name must parse back to itself or be refused;
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_chat.h"
+#include "chat.h"
 
 #define MAX_MSGS 64
 

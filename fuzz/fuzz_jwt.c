@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the JWT verifier (src/jwt.c).  The first byte picks
+ * libFuzzer target for the JWT verifier (api/jwt.c).  The first byte picks
  * what the rest of the input is:
  *   0: a compact token, verified against each fixed key set (an HS256
  *      secret file, an ES256 PEM public key, a JWKS of two HMAC keys with

@@ -1,6 +1,6 @@
 /*
  * libFuzzer target for the request body -> engine parameters path
- * (ngx_nalar_request.c).  Byte 0 sets what the parse knows: bit 0 chat
+ * (api/request.c).  Byte 0 sets what the parse knows: bit 0 chat
  * (else completions); bits 1-2 the default model's state (0, 1 ready, 2
  * loading, 3 failed); bit 3 `nalar_speculative off`; bits 4-6 the
  * location's chat style (% 5, 0 auto).  Byte 1 the model's context
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_request.h"
+#include "request.h"
 
 
 static void

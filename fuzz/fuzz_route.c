@@ -1,10 +1,10 @@
 /*
  * libFuzzer target for the edge's leading-text scan
- * (ngx_nalar_route_text.c), which reads request bodies on the event loop.
+ * (api/route_text.c), which reads request bodies on the event loop.
  * Byte 0: bit 0 chat (else completions), bits 1-3 the text's cap (1, 2, 3,
  * 7, 16, 64, 2048 or 65536 bytes); the rest is the body.
  *
- * Besides ASan/UBSan, it checks what ngx_nalar_route_text.h promises: the
+ * Besides ASan/UBSan, it checks what api/route_text.h promises: the
  * text and the model fit their caps, the same bytes give the same text,
  * and a text's first bytes do not depend on the cap (a smaller cap gives
  * the beginning of the larger one's text... except where a chat message
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_route_text.h"
+#include "route_text.h"
 
 #define MODEL_CAP 256
 

@@ -1,5 +1,5 @@
 /*
- * Chat rendering by pieces (ngx_nalar_chat.c, compiled in here: it has no
+ * Chat rendering by pieces (api/chat.c, compiled in here: it has no
  * nginx dependency) and their tokenization: template markup may produce
  * control tokens, message content never does, and ordinary text keeps the
  * ids it had when the whole rendered prompt was tokenized at once.
@@ -13,8 +13,8 @@
 #include "mkmodel.h"
 #include "tokenizer.h"
 
-#include "../../ngx_nalar_chat.c"
-#include "../../ngx_nalar_chat_style.c"
+#include "../../api/chat.c"
+#include "../../api/chat_style.c"
 
 #define KJV "models/nalar-kjv-target-f32.gguf"
 

@@ -1,5 +1,5 @@
 /*
- * The tool call parser (ngx_nalar_tools.c): answers in each style's call
+ * The tool call parser (api/tools.c): answers in each style's call
  * format, fed whole and a byte at a time, become the same calls (name,
  * arguments text) and content; an answer that does not open with a call,
  * or whose call has no name, is content, all of it.
@@ -13,9 +13,9 @@
 #include "mkmodel.h"
 #include "tokenizer.h"
 
-#include "../../ngx_nalar_chat.c"
-#include "../../ngx_nalar_chat_style.c"
-#include "../../ngx_nalar_tools.c"
+#include "../../api/chat.c"
+#include "../../api/chat_style.c"
+#include "../../api/tools.c"
 
 
 typedef struct {

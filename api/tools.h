@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ngx_nalar_chat.h"
+#include "chat.h"
 #include "tokenizer.h"
 
 #define NALAR_TOOL_NAME_MAX  256

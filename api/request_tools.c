@@ -1,5 +1,5 @@
 /*
- * Tools on chat (see ngx_nalar_request.h): `tools`, `tool_choice` and
+ * Tools on chat (see api/request.h): `tools`, `tool_choice` and
  * `parallel_tool_calls` checked and turned into the schema the grammar
  * holds a call to, and the tool calls and tool answers of earlier turns.
  * No nginx dependency, no shared state: safe on any thread.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_request_internal.h"
+#include "request_internal.h"
 #include "grammar.h"
 
 

@@ -1,6 +1,6 @@
 /*
  * The scan of a large completions body for a prompt of token ids (see
- * nalar_api_count_ids in ngx_nalar_request.h): the ids are counted from
+ * nalar_api_count_ids in api/request.h): the ids are counted from
  * the bytes, so a prompt too long for the context is refused without a
  * jansson tree of millions of numbers.  No nginx dependency, no shared
  * state: safe on any thread (it runs on the parse threads).
@@ -9,11 +9,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ngx_nalar_request.h"
+#include "request.h"
 
 
 /*
- * The body scan (see nalar_api_count_ids in ngx_nalar_request.h): one
+ * The body scan (see nalar_api_count_ids in api/request.h): one
  * pass over the bytes, a lexer of JSON's grammar that keeps the nesting
  * as a bit per level.  It does not decode strings or check their UTF-8,
  * nor compare keys beyond "prompt": the parse of the rest of the body

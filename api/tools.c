@@ -1,5 +1,5 @@
 /*
- * Tool calls in a chat answer (see ngx_nalar_tools.h).  The work per take
+ * Tool calls in a chat answer (see api/tools.h).  The work per take
  * is linear in the take's text: the JSON of the calls is scanned once, a
  * byte at a time, keeping the depth, whether it is in a string, and the
  * key of the call object it is in.
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_tools.h"
+#include "tools.h"
 
 /* where in a call object (depth 1) the scanner is */
 enum {

@@ -1,7 +1,7 @@
 
 /*
  * The request body on its way to engine parameters: the body read into
- * one piece, and the parse threads that run ngx_nalar_request.c's parse
+ * one piece, and the parse threads that run api/request.c's parse
  * for bodies too large to parse on the event loop.  Jobs are queued
  * smallest first; a parsed job goes on the results queue, the parse
  * thread writes the eventfd, and the done handler (ngx_nalar_done.c)

@@ -343,7 +343,7 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
 
 
 /*
- * The request body becomes engine parameters (ngx_nalar_request.c): a
+ * The request body becomes engine parameters (api/request.c): a
  * small body on the event loop, a larger one on the worker's parse thread,
  * whose result comes back through the done queue's eventfd.  Then one
  * engine request per choice is submitted (the engine tokenizes and checks

@@ -21,7 +21,7 @@
 #include <jansson.h>
 
 #include "engine.h"
-#include "ngx_nalar_chat.h"
+#include "chat.h"
 
 #define NALAR_API_MAX_N         16      /* choices per request */
 #define NALAR_API_MAX_STOP      4       /* user stop strings, as OpenAI */

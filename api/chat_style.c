@@ -1,5 +1,5 @@
 /*
- * The chat template styles (see ngx_nalar_chat.h): their names in the
+ * The chat template styles (see api/chat.h): their names in the
  * nalar_chat_template directive, the style a model's Jinja template is
  * detected as, and each style's stop string.
  *
@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "ngx_nalar_chat.h"
+#include "chat.h"
 
 
 int

@@ -1,5 +1,5 @@
 /*
- * The request body -> engine parameters (see ngx_nalar_request.h): the
+ * The request body -> engine parameters (see api/request.h): the
  * fields of OpenAI's completions and chat completions, their types and
  * ranges, and the prompt (text pieces, a chat rendering, or token ids).
  * No nginx dependency, no shared state: safe on any thread.
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_request_internal.h"
+#include "request_internal.h"
 #include "grammar.h"
 
 int

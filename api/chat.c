@@ -1,5 +1,5 @@
 /*
- * Chat templates (see ngx_nalar_chat.h).  The layouts follow the reference
+ * Chat templates (see api/chat.h).  The layouts follow the reference
  * templates shipped with the model families (one turn each, then the
  * generation prompt):
  *   ChatML:  <|im_start|>{role}\n{content}<|im_end|>\n
@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_nalar_chat.h"
+#include "chat.h"
 
 /* The pieces rendered so far: markup or message content.  Text written
  * here (JSON) is kept in `own`; its pieces record their offset there

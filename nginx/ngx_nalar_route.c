@@ -19,7 +19,7 @@
  * whatever follows: the node that cached the system prompt and the
  * earlier turns gets the next turn too.
  *
- * The text is found by ngx_nalar_route_text.c.  The body is the one
+ * The text is found by api/route_text.c.  The body is the one
  * proxy_pass reads (without blocking) before it picks a peer, which is
  * when the upstream evaluates the key; it is left as it is.  Only its
  * first bytes are looked at (NGX_HTTP_NALAR_ROUTE_SCAN plus
@@ -38,7 +38,7 @@
  */
 
 #include "ngx_nalar_module.h"
-#include "ngx_nalar_route_text.h"
+#include "route_text.h"
 
 
 #define NGX_HTTP_NALAR_ROUTE_SCAN   (64 * 1024)

@@ -1,6 +1,6 @@
 /*
  * Tool calls in a chat answer, as the response writes them: each choice's
- * tool parser fed with the engine's output (ngx_nalar_tools.c), the
+ * tool parser fed with the engine's output (api/tools.c), the
  * calls streamed as OpenAI's tool_calls deltas, or whole in
  * message.tool_calls, and their ids.
  *

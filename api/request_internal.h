@@ -1,12 +1,12 @@
 /*
- * Shared by the files of the request parser (ngx_nalar_request.c,
- * ngx_nalar_request_tools.c): the error helpers and the tools entry points.
- * Not for other callers: they use ngx_nalar_request.h.
+ * Shared by the files of the request parser (api/request.c,
+ * api/request_tools.c): the error helpers and the tools entry points.
+ * Not for other callers: they use api/request.h.
  */
 #ifndef NGX_NALAR_REQUEST_INTERNAL_H
 #define NGX_NALAR_REQUEST_INTERNAL_H
 
-#include "ngx_nalar_request.h"
+#include "request.h"
 
 #define NALAR_API_MAX_TOOLS  128
 

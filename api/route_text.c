@@ -1,14 +1,14 @@
 /*
  * The leading prompt text of a completions or chat body, for the edge's
  * route key (ngx_nalar_route.c; what the text is, see
- * ngx_nalar_route_text.h): a scan of the body's bytes as they come, not a
+ * api/route_text.h): a scan of the body's bytes as they come, not a
  * parse, that stops once the text is complete.  No nginx dependency, no
  * shared state.
  */
 #include <stdint.h>
 #include <string.h>
 
-#include "ngx_nalar_route_text.h"
+#include "route_text.h"
 
 
 #define ROUTE_SCAN_OK      0

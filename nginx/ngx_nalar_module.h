@@ -28,9 +28,9 @@
 #include "jwt.h"
 #include "model.h"
 #include "tokenizer.h"
-#include "ngx_nalar_chat.h"
-#include "ngx_nalar_request.h"
-#include "ngx_nalar_tools.h"
+#include "chat.h"
+#include "request.h"
+#include "tools.h"
 
 
 #define NGX_HTTP_NALAR_API          1
