@@ -133,6 +133,10 @@ typedef struct {
                                        whole blocks the prompt begins with */
     int32_t        n_shared_ids;
     int            no_cache;     /* 1: neither look up nor publish */
+    int            tokenize_only; /* 1: intake makes and checks the
+                                     prompt's ids, hands them over as the
+                                     output's ids and finishes the request
+                                     (STOP): nothing is computed */
     /* speculative decoding */
     int            spec_mode;    /* nalar_spec_mode; DEFAULT: engine's */
     int            spec_max_k;   /* <=0: engine's */
@@ -292,6 +296,35 @@ double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 nalar_prompt *nalar_prompt_create(const nalar_tok_text *pieces, int32_t n,
                                   nalar_err *err);
 void nalar_prompt_unref(nalar_prompt *pr);
+
+/*
+ * A prompt made on the engine thread, at intake: a chat template's render,
+ * which a higher layer hands the engine as a callback (the engine knows
+ * nothing of templates).  The first of the prompt's requests that intake
+ * takes calls render(ctx, ...) once, on the engine thread; it fills
+ * *pieces ((*n) of them, pointing into *text; both malloc'd, then owned by
+ * the prompt) and *add_bos (1: the model's BOS goes first, as for any
+ * text; 0: the render wrote what the model needs) and returns 0, or an
+ * HTTP status with a message in msg: 400 refuses the request as the
+ * client's mistake (its param is the request's prompt_param), anything
+ * else is the server's.  The other requests sharing the prompt take the
+ * same pieces, or the same refusal.  release(ctx) runs once, on whatever
+ * thread frees the prompt (the last reference).  bytes: about what the
+ * render reads (intake takes short prompts first).
+ */
+typedef struct {
+    int          (*render)(void *ctx, nalar_tok_text **pieces, int32_t *n,
+                           char **text, int *add_bos, char *msg,
+                           size_t cap);
+    void         (*release)(void *ctx);
+    void          *ctx;
+    size_t         bytes;
+} nalar_prompt_source;
+
+/* A prompt whose pieces src renders at intake; the creator holds one
+ * reference.  NULL with err (out of memory): src->release is not called. */
+nalar_prompt *nalar_prompt_deferred(const nalar_prompt_source *src,
+                                    nalar_err *err);
 
 /*
  * A request's large parameters (stop strings and ids, the prediction, the

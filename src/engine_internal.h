@@ -362,6 +362,11 @@ void request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
 void finish_unref(nalar_engine *e, nalar_request *r, nalar_finish why,
                   const char *error);
 void request_text_free(nalar_request *r);
+/* a deferred prompt's bytes (any thread); its pieces for intake (engine
+ * thread): engine_request.c */
+size_t prompt_pending_bytes(const nalar_prompt *pr);
+int  request_prompt_pieces(nalar_request *r, int *add_bos, int *status,
+                           char *msg, size_t cap);
 
 /* engine_queue.c (engine thread) */
 void step_intake(nalar_engine *e);

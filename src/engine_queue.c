@@ -39,6 +39,7 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     {
         bytes += r->pred_pieces[i].len;
     }
+    bytes += prompt_pending_bytes(r->shared_text);
 
     pthread_mutex_lock(&e->mu);
     if (e->n_waiting >= e->opts.max_queue) {
@@ -123,15 +124,23 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
     const nalar_config    *c = &e->model->cfg;
     const nalar_tokenizer *tok = e->model->tok;
     int32_t               *ids, i;
-    int                    n, more = 0;
+    int                    n, more = 0, add_bos;
 
     no->status = 400;
     no->code = NULL;
     no->param = r->param;
+    /* a deferred prompt is rendered here, by its first request */
+    if (request_prompt_pieces(r, &add_bos, &no->status, no->msg,
+                              sizeof(no->msg))
+        != 0)
+    {
+        no->param = no->status != 0 ? r->param : "";
+        return -1;
+    }
     if (r->pieces != NULL) {
         n = nalar_tokenize_bounded(tok, r->pieces, (size_t) r->n_pieces,
-                                   nalar_tok_add_bos(tok), c->n_ctx, &ids,
-                                   &more);
+                                   add_bos && nalar_tok_add_bos(tok),
+                                   c->n_ctx, &ids, &more);
         if (n < 0) {
             snprintf(no->msg, sizeof(no->msg), "%s could not be tokenized",
                      r->param);
@@ -321,6 +330,30 @@ intake_next(nalar_engine *e)
 }
 
 
+/* A tokenize-only request after intake: its prompt's ids are its output,
+ * and it is done. */
+static void
+intake_tokens(nalar_engine *e, nalar_request *r)
+{
+    const char *error = NULL;
+
+    pthread_mutex_lock(&e->mu);
+    e->n_waiting--;
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&r->mu);
+    r->accepted = 1;
+    pthread_mutex_unlock(&r->mu);
+    for (int32_t i = 0; i < r->p.n_prompt; i++) {
+        if (push_output(r, NULL, 0, r->prompt[i], NULL) != 0) {
+            error = "out of memory for the output";
+            break;
+        }
+    }
+    finish_unref(e, r, error != NULL ? NALAR_FINISH_ERROR : NALAR_FINISH_STOP,
+                 error);
+}
+
+
 /*
  * Intake (see engine.h): each submitted request, in the order intake_next
  * gives, is checked and queued for admission, or refused.  While requests
@@ -364,6 +397,11 @@ step_intake(nalar_engine *e)
             snprintf(r->err_param, sizeof(r->err_param), "%s", no.param);
             pthread_mutex_unlock(&r->mu);
             finish_unref(e, r, NALAR_FINISH_ERROR, no.msg);
+            continue;
+        }
+
+        if (r->p.tokenize_only) {
+            intake_tokens(e, r);
             continue;
         }
 

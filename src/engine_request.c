@@ -52,12 +52,23 @@ nalar_pieces_copy(const nalar_tok_text *src, int32_t n, char **text)
 
 
 /* A prompt's text, copied once, immutable, shared by the requests made
- * with it (nalar_request_params.prompt_shared). */
+ * with it (nalar_request_params.prompt_shared).  A deferred one
+ * (nalar_prompt_deferred) has no pieces until intake renders them: `state`
+ * goes once from PROMPT_PENDING to PROMPT_READY or PROMPT_REFUSED, on the
+ * engine thread; pieces, text, add_bos, status and msg are written then
+ * and never after (intake of the prompt's requests is on that thread). */
+enum { PROMPT_READY = 0, PROMPT_PENDING, PROMPT_REFUSED };
+
 struct nalar_prompt {
-    int              refs;            /* atomic */
-    nalar_tok_text  *pieces;          /* (n) into text */
-    int32_t          n;
-    char            *text;
+    int                  refs;        /* atomic */
+    nalar_tok_text      *pieces;      /* (n) into text */
+    int32_t              n;
+    char                *text;
+    int                  state;       /* PROMPT_* */
+    int                  add_bos;     /* 1 the model's BOS first */
+    int                  status;      /* PROMPT_REFUSED: the HTTP status */
+    char                 msg[256];    /* ... and why */
+    nalar_prompt_source  src;         /* deferred: released at the end */
 };
 
 #ifdef NALAR_TEST_HOOKS
@@ -78,6 +89,7 @@ nalar_prompt_create(const nalar_tok_text *pieces, int32_t n, nalar_err *err)
         return NULL;
     }
     pr->refs = 1;
+    pr->add_bos = 1;
     pr->n = n > 0 ? n : 0;
     pr->pieces = nalar_pieces_copy(pieces, pr->n, &pr->text);
     if (pr->pieces == NULL) {
@@ -90,12 +102,87 @@ nalar_prompt_create(const nalar_tok_text *pieces, int32_t n, nalar_err *err)
 }
 
 
+nalar_prompt *
+nalar_prompt_deferred(const nalar_prompt_source *src, nalar_err *err)
+{
+    nalar_prompt *pr = calloc(1, sizeof(*pr));
+
+    if (pr == NULL) {
+        nalar_fail(err, "out of memory");
+        return NULL;
+    }
+    pr->refs = 1;
+    pr->state = PROMPT_PENDING;
+    pr->src = *src;
+    return pr;
+}
+
+
+/* The bytes intake will read for a deferred prompt (0 for a copy: its
+ * pieces are counted).  Any thread: src is never written after create. */
+size_t
+prompt_pending_bytes(const nalar_prompt *pr)
+{
+    return pr != NULL && pr->src.render != NULL ? pr->src.bytes : 0;
+}
+
+
+/*
+ * Intake's view of r's prompt text (engine thread): a deferred prompt is
+ * rendered by the first request that asks, and every request sharing it
+ * gets the pieces (r->pieces, r->n_pieces, *add_bos) or the same refusal
+ * (-1 with the status, 0 for the server's own failure, and msg).
+ */
+int
+request_prompt_pieces(nalar_request *r, int *add_bos, int *status, char *msg,
+                      size_t cap)
+{
+    nalar_prompt *pr = r->shared_text;
+    int           rc;
+
+    *add_bos = 1;
+    if (pr == NULL) {
+        return 0;
+    }
+    if (pr->state == PROMPT_PENDING) {
+        pr->msg[0] = '\0';
+        rc = pr->src.render(pr->src.ctx, &pr->pieces, &pr->n, &pr->text,
+                            &pr->add_bos, pr->msg, sizeof(pr->msg));
+        if (rc != 0) {
+            free(pr->pieces);
+            free(pr->text);
+            pr->pieces = NULL;
+            pr->text = NULL;
+            pr->n = 0;
+            pr->status = rc;
+            pr->state = PROMPT_REFUSED;
+        } else {
+            pr->state = PROMPT_READY;
+        }
+    }
+    if (pr->state == PROMPT_REFUSED) {
+        *status = pr->status == 400 ? 400 : 0;
+        snprintf(msg, cap, "%s", pr->msg[0] ? pr->msg
+                                            : "the prompt could not be made");
+        return -1;
+    }
+    *add_bos = pr->add_bos;
+    r->pieces = pr->pieces;
+    r->n_pieces = pr->n;
+    r->text = pr->text;
+    return 0;
+}
+
+
 void
 nalar_prompt_unref(nalar_prompt *pr)
 {
     if (pr == NULL || __atomic_sub_fetch(&pr->refs, 1, __ATOMIC_ACQ_REL) != 0)
     {
         return;
+    }
+    if (pr->src.release != NULL) {
+        pr->src.release(pr->src.ctx);
     }
     free(pr->pieces);
     free(pr->text);
@@ -161,12 +248,16 @@ nalar_request_create(const nalar_request_params *p, nalar_notify_fn notify,
     r->p.prediction_text = NULL;
     r->p.shared_prefix = NULL;
     if (p->prompt_shared != NULL) {
+        /* a deferred prompt's pieces come at intake
+         * (request_prompt_pieces) */
         r->p.n_prompt = 0;
         __atomic_add_fetch(&p->prompt_shared->refs, 1, __ATOMIC_RELAXED);
         r->shared_text = p->prompt_shared;
-        r->n_pieces = p->prompt_shared->n;
-        r->pieces = p->prompt_shared->pieces;
-        r->text = p->prompt_shared->text;
+        if (p->prompt_shared->src.render == NULL) {
+            r->n_pieces = p->prompt_shared->n;
+            r->pieces = p->prompt_shared->pieces;
+            r->text = p->prompt_shared->text;
+        }
     } else if (p->prompt_text != NULL) {
         r->p.n_prompt = 0;
         r->n_pieces = p->n_prompt_text > 0 ? p->n_prompt_text : 0;

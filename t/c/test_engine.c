@@ -1293,6 +1293,151 @@ test_shared_prompt(nalar_engine *e)
 
 
 /*
+ * A deferred prompt (nalar_prompt_deferred): the engine renders it once,
+ * on its thread, for all the requests that share it, and each answers as
+ * the same text given directly; add_bos 0 leaves BOS out; a render that
+ * refuses (400) refuses every request with its message and param; the
+ * source is released once, when the last reference goes.
+ */
+typedef struct {
+    const char *text;
+    int         status;       /* what render returns */
+    int         add_bos;
+    int         renders;
+    int         releases;
+} deferred_src;
+
+
+static int
+deferred_render(void *ctx, nalar_tok_text **pieces, int32_t *n, char **text,
+                int *add_bos, char *msg, size_t cap)
+{
+    deferred_src *d = ctx;
+
+    d->renders++;
+    if (d->status != 0) {
+        snprintf(msg, cap, "the template says no");
+        return d->status;
+    }
+    *text = strdup(d->text);
+    *pieces = malloc(2 * sizeof(nalar_tok_text));
+    if (*text == NULL || *pieces == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return 500;
+    }
+    /* two pieces: the text cut in the middle of a word */
+    (*pieces)[0].text = *text;
+    (*pieces)[0].len = 7;
+    (*pieces)[0].special = 1;
+    (*pieces)[1].text = *text + 7;
+    (*pieces)[1].len = strlen(*text) - 7;
+    (*pieces)[1].special = 0;
+    *n = 2;
+    *add_bos = d->add_bos;
+    return 0;
+}
+
+
+static void
+deferred_release(void *ctx)
+{
+    ((deferred_src *) ctx)->releases++;
+}
+
+
+static void
+test_deferred_prompt(nalar_engine *e)
+{
+    enum { NCH = 3 };
+    static const char    text[] = "In the beginning God created the heaven";
+    nalar_tok_text       piece = { text, sizeof(text) - 1, 0 };
+    nalar_prompt_source  src;
+    nalar_prompt        *pr;
+    nalar_request       *rs[NCH + 1];
+    nalar_request_params p;
+    nalar_err            err;
+    collected            c[NCH + 1];
+    deferred_src         d;
+    int                  good, bos;
+
+    for (bos = 1; bos >= 0; bos--) {
+        memset(c, 0, sizeof(c));
+        memset(&d, 0, sizeof(d));
+        d.text = text;
+        d.add_bos = bos;
+        memset(&p, 0, sizeof(p));
+        nalar_sampling_default(&p.sampling);
+        p.sampling.temperature = 0;
+        p.max_tokens = 6;
+        p.ignore_eos = 1;
+        p.prompt_text = &piece;
+        p.n_prompt_text = 1;
+        rs[NCH] = nalar_request_create(&p, collect, &c[NCH], &err);
+
+        src.render = deferred_render;
+        src.release = deferred_release;
+        src.ctx = &d;
+        src.bytes = sizeof(text);
+        pr = nalar_prompt_deferred(&src, &err);
+        p.prompt_text = NULL;
+        p.prompt_shared = pr;
+        good = pr != NULL;
+        for (int i = 0; i < NCH; i++) {
+            rs[i] = nalar_request_create(&p, collect, &c[i], &err);
+            good &= rs[i] != NULL;
+        }
+        nalar_prompt_unref(pr);
+        ok(good && d.renders == 0, "deferred prompt: nothing rendered at "
+           "create");
+        nalar_engine_run_sync(e, rs, NCH + 1, &err);
+        is_int(d.renders, 1, "deferred prompt: rendered once for %d "
+               "requests", NCH);
+        for (int i = 0; i < NCH; i++) {
+            good &= c[i].n == 6
+                    && c[i].last.n_prompt == c[NCH].last.n_prompt - !bos;
+            good &= !bos || same(c[i].ids, c[NCH].ids, 6);
+        }
+        ok(good, "deferred prompt (add_bos %d): %d answers, prompts of %d "
+           "tokens", bos, NCH, c[0].last.n_prompt);
+        for (int i = 0; i <= NCH; i++) {
+            nalar_request_unref(rs[i]);
+        }
+        is_int(d.releases, 1, "deferred prompt: released once");
+    }
+
+    /* a render that refuses */
+    memset(c, 0, sizeof(c));
+    memset(&d, 0, sizeof(d));
+    d.status = 400;
+    src.ctx = &d;
+    pr = nalar_prompt_deferred(&src, &err);
+    memset(&p, 0, sizeof(p));
+    nalar_sampling_default(&p.sampling);
+    p.max_tokens = 4;
+    p.prompt_shared = pr;
+    p.prompt_param = "messages";
+    for (int i = 0; i < NCH; i++) {
+        rs[i] = nalar_request_create(&p, collect, &c[i], &err);
+    }
+    nalar_prompt_unref(pr);
+    nalar_engine_run_sync(e, rs, NCH, &err);
+    good = d.renders == 1;
+    for (int i = 0; i < NCH; i++) {
+        good &= c[i].finish == NALAR_FINISH_ERROR
+                && c[i].last.err_status == 400
+                && strcmp(c[i].last.err_param, "messages") == 0
+                && strstr(c[i].last.error, "the template says no") != NULL
+                && c[i].n == 0;
+        nalar_request_unref(rs[i]);
+    }
+    ok(good, "a refusing render: rendered once, each request a 400 on "
+       "messages with its message");
+    is_int(d.releases, 1, "refused: released once");
+    ok(kv_all_free(e), "deferred prompts: every KV block free");
+}
+
+
+/*
  * A model whose every layer slides (phi3, window 32) gives the KV blocks
  * before the window back to the pool: a 200-token generation holds at
  * most ceil(32 / 16) + 1 blocks (those the window reaches, the first of
@@ -1651,6 +1796,7 @@ main(void)
         test_text_prompts(e);
         test_intake_order(e);
         test_shared_prompt(e);
+        test_deferred_prompt(e);
     }
     nalar_engine_destroy(e);
 
