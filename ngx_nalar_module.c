@@ -37,8 +37,6 @@ static char *ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
 static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
 static void ngx_http_nalar_load_watch(ngx_event_t *ev);
 static void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
@@ -578,6 +576,7 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
      */
 
     nlcf->chat_style = NGX_CONF_UNSET_UINT;
+    nlcf->chat_tmpl = NGX_CONF_UNSET_PTR;
     nlcf->keepalive = NGX_CONF_UNSET_MSEC;
     nlcf->tenant = NGX_CONF_UNSET_PTR;
     nlcf->jwt = NGX_CONF_UNSET_PTR;
@@ -603,6 +602,8 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_nalar_loc_conf_t *prev = parent;
     ngx_http_nalar_loc_conf_t *conf = child;
 
+    /* the directive sets both: they come from the same level */
+    ngx_conf_merge_ptr_value(conf->chat_tmpl, prev->chat_tmpl, NULL);
     ngx_conf_merge_uint_value(conf->chat_style, prev->chat_style,
                               NALAR_CHAT_AUTO);
     ngx_conf_merge_msec_value(conf->keepalive, prev->keepalive, 15000);
@@ -722,6 +723,10 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (ngx_http_nalar_model_template(cf, model) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     if (model->draft.len) {
         if (nalar_model_check_kv((char *) model->draft.data,
                                  &model->draft_kv_block, &err)
@@ -755,37 +760,6 @@ ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_nalar_content_handler;
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
-ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_nalar_loc_conf_t *nlcf = conf;
-
-    int         style;
-    ngx_str_t  *value;
-
-    if (nlcf->chat_style != NGX_CONF_UNSET_UINT) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    style = nalar_chat_style_parse((char *) value[1].data, value[1].len);
-    if (style < 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid chat template \"%V\": \"auto\", "
-                           "\"chatml\", \"llama2\", \"llama3\", \"zephyr\", "
-                           "\"mistral\", \"mistral-v7\", \"mistral-v1\", "
-                           "\"mistral-v3\", \"mistral-v7-spm\", \"gemma\" "
-                           "or \"phi3\" expected", &value[1]);
-        return NGX_CONF_ERROR;
-    }
-
-    nlcf->chat_style = (ngx_uint_t) style;
 
     return NGX_CONF_OK;
 }

@@ -569,37 +569,11 @@ api_not_id(nalar_api_request *req, const nalar_api_model *m, size_t i)
 }
 
 
-/*
- * The prompt: `prompt` (a string, a one-element array of a string, or an
- * array of ids) or `messages` rendered with the chat template.  Text goes
- * to the engine as pieces, which it tokenizes on its thread, bounded by
- * the context; an id array is counted against the context before it is
- * copied.
- *
- * counted: NULL, or a completions prompt of ids that the body scan
- * counted (the tree holds a placeholder for them): then the answer is the
- * refusal of a prompt that long, or of arrays for ids (-1), or 1 when the
- * ids fit and the full parse must decide.
- */
+/* The model must be ready for its tokenizer: 0, or -1 with a 503. */
 
 static int
-api_prompt(nalar_api_request *req, const nalar_api_in *in,
-    const nalar_api_ids *counted)
+api_ready(nalar_api_request *req, const nalar_api_model *m)
 {
-    int                     k, style;
-    json_t                 *v, *e, *t, *tools;
-    size_t                  i, n, n_pieces;
-    nalar_err               err;
-    nalar_tok_text         *rendered;
-    nalar_chat_tools        tool_info;
-    nalar_request_params   *p;
-    const nalar_api_model  *m;
-
-    p = &req->params;
-    m = &in->models[req->model];
-
-    /* the model must be ready for its tokenizer */
-
     if (m->state == 0) {
         return api_fail(req, 503, "server_error", NULL, "model_loading",
                         "The model `%.*s` is loading", (int) m->name_len,
@@ -618,85 +592,115 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in,
                         (int) m->name_len, m->name);
     }
 
-    /* OpenAI's predicted output: verified as speculative proposals */
+    return 0;
+}
 
-    if (api_prediction(req, in) != 0) {
-        return -1;
-    }
 
-    if (!in->chat) {
-        if (counted) {
-            if (api_ids_fit(req, m, counted->count) != 0) {
-                return -1;
-            }
+/*
+ * A completions prompt: a string, a one-element array of a string, or an
+ * array of ids.  Text goes to the engine, which tokenizes it on its thread,
+ * bounded by the context; an id array is counted against the context
+ * before it is copied.
+ *
+ * counted: NULL, or a prompt of ids that the body scan counted (the tree
+ * holds a placeholder for them): then the answer is the refusal of a
+ * prompt that long, or of arrays for ids (-1), or 1 when the ids fit and
+ * the full parse must decide.
+ */
 
-            return counted->arrays ? api_not_id(req, m, 0) : 1;
-        }
+static int
+api_completion(nalar_api_request *req, const nalar_api_model *m,
+    const nalar_api_ids *counted)
+{
+    json_t                 *v, *e;
+    size_t                  i, n;
+    nalar_request_params   *p;
 
-        v = json_object_get(req->root, "prompt");
+    p = &req->params;
 
-        if (json_is_array(v) && json_array_size(v) == 1
-            && (json_is_string(json_array_get(v, 0))
-                || json_is_array(json_array_get(v, 0))))
-        {
-            v = json_array_get(v, 0);
-        }
-
-        if (json_is_string(v)) {
-            /* completions take the text literally: "<s>" is not BOS */
-
-            req->prompt_text = malloc(sizeof(nalar_tok_text));
-            if (req->prompt_text == NULL) {
-                return api_oom(req);
-            }
-
-            req->prompt_text->text = json_string_value(v);
-            req->prompt_text->len = json_string_length(v);
-            req->prompt_text->special = 0;
-
-            p->prompt_text = req->prompt_text;
-            p->n_prompt_text = 1;
-
-            return 0;
-        }
-
-        if (!json_is_array(v) || json_array_size(v) == 0) {
-            return api_bad(req, "prompt", "prompt must be a string or a "
-                           "non-empty array of token ids");
-        }
-
-        /* counted before anything is copied */
-
-        n = json_array_size(v);
-
-        if (api_ids_fit(req, m, n) != 0) {
+    if (counted) {
+        if (api_ids_fit(req, m, counted->count) != 0) {
             return -1;
         }
 
-        req->ids = malloc(n * sizeof(int32_t));
-        if (req->ids == NULL) {
+        return counted->arrays ? api_not_id(req, m, 0) : 1;
+    }
+
+    v = json_object_get(req->root, "prompt");
+
+    if (json_is_array(v) && json_array_size(v) == 1
+        && (json_is_string(json_array_get(v, 0))
+            || json_is_array(json_array_get(v, 0))))
+    {
+        v = json_array_get(v, 0);
+    }
+
+    if (json_is_string(v)) {
+        /* completions take the text literally: "<s>" is not BOS */
+
+        req->prompt_text = malloc(sizeof(nalar_tok_text));
+        if (req->prompt_text == NULL) {
             return api_oom(req);
         }
 
-        for (i = 0; i < n; i++) {
-            e = json_array_get(v, i);
+        req->prompt_text->text = json_string_value(v);
+        req->prompt_text->len = json_string_length(v);
+        req->prompt_text->special = 0;
 
-            if (!json_is_integer(e) || json_integer_value(e) < 0
-                || json_integer_value(e) >= m->n_vocab)
-            {
-                return api_not_id(req, m, i);
-            }
-
-            req->ids[i] = (int32_t) json_integer_value(e);
-        }
-
-        p->prompt = req->ids;
-        p->n_prompt = (int32_t) n;
+        p->prompt_text = req->prompt_text;
+        p->n_prompt_text = 1;
 
         return 0;
     }
 
-    /* chat */
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return api_bad(req, "prompt", "prompt must be a string or a "
+                       "non-empty array of token ids");
+    }
+
+    /* counted before anything is copied */
+
+    n = json_array_size(v);
+
+    if (api_ids_fit(req, m, n) != 0) {
+        return -1;
+    }
+
+    req->ids = malloc(n * sizeof(int32_t));
+    if (req->ids == NULL) {
+        return api_oom(req);
+    }
+
+    for (i = 0; i < n; i++) {
+        e = json_array_get(v, i);
+
+        if (!json_is_integer(e) || json_integer_value(e) < 0
+            || json_integer_value(e) >= m->n_vocab)
+        {
+            return api_not_id(req, m, i);
+        }
+
+        req->ids[i] = (int32_t) json_integer_value(e);
+    }
+
+    p->prompt = req->ids;
+    p->n_prompt = (int32_t) n;
+
+    return 0;
+}
+
+
+/* `messages`, checked: roles, contents of text parts, tool calls and
+ * their ids, into req->msgs and req->tool_msgs. */
+
+static int
+api_messages(nalar_api_request *req)
+{
+    int              k;
+    json_t          *v, *e, *t;
+    size_t           i, n;
+    nalar_err        err;
+    nalar_tok_text  *parts;
 
     v = json_object_get(req->root, "messages");
 
@@ -726,17 +730,16 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in,
 
         t = json_object_get(e, "content");
 
-        rendered = malloc((nalar_chat_n_parts(t) + 1)
-                          * sizeof(nalar_tok_text));
-        if (rendered == NULL) {
+        parts = malloc((nalar_chat_n_parts(t) + 1) * sizeof(nalar_tok_text));
+        if (parts == NULL) {
             return api_oom(req);
         }
 
         /* owned by the message from here on */
-        req->msgs[i].parts = rendered;
+        req->msgs[i].parts = parts;
         req->msgs[i].n_parts = 0;
 
-        k = nalar_chat_content(t, rendered, &err);
+        k = nalar_chat_content(t, parts, &err);
         if (k < 0) {
             return api_bad(req, "messages", "messages[%zu].%s", i, err.msg);
         }
@@ -748,22 +751,99 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in,
         }
     }
 
-    /* the template: the location's override, else the model's own */
+    return 0;
+}
 
-    style = in->chat_style != NALAR_CHAT_AUTO ? in->chat_style
-                                              : m->chat_style;
-    req->chat_style = style;
 
-    if (nalar_api_tools(req, style, &tools) != 0) {
-        return -1;
+/*
+ * vLLM's fields for the template: add_generation_prompt (default true)
+ * into *gen, chat_template_kwargs (an object whose members become the
+ * template's variables; not the names the request itself gives).  A
+ * style has no template to take them: refused there.
+ */
+
+static const char  *api_reserved[] = {
+    "messages", "tools", "documents", "add_generation_prompt", NULL
+};
+
+static int
+api_template_fields(nalar_api_request *req, int jinja, int *gen)
+{
+    size_t       i;
+    json_t      *v, *e;
+    const char  *key;
+
+    *gen = 1;
+
+    v = json_object_get(req->root, "add_generation_prompt");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            return api_bad(req, "add_generation_prompt",
+                           "add_generation_prompt must be a boolean");
+        }
+
+        *gen = json_is_true(v);
+
+        if (!*gen && !jinja) {
+            return api_bad(req, "add_generation_prompt", "add_generation_"
+                           "prompt: false needs a Jinja chat template (the "
+                           "model's own, or nalar_chat_template file=PATH)");
+        }
     }
+
+    v = json_object_get(req->root, "chat_template_kwargs");
+    if (v == NULL || json_is_null(v)) {
+        return 0;
+    }
+
+    if (!json_is_object(v)) {
+        return api_bad(req, "chat_template_kwargs",
+                       "chat_template_kwargs must be an object");
+    }
+
+    if (!jinja && json_object_size(v) > 0) {
+        return api_bad(req, "chat_template_kwargs", "chat_template_kwargs "
+                       "needs a Jinja chat template (the model's own, or "
+                       "nalar_chat_template file=PATH); this one is the %s "
+                       "style", nalar_chat_style_name(req->chat_style));
+    }
+
+    json_object_foreach(v, key, e) {
+        for (i = 0; api_reserved[i]; i++) {
+            if (strcmp(key, api_reserved[i]) == 0) {
+                return api_bad(req, "chat_template_kwargs",
+                               "chat_template_kwargs may not set `%s`: it "
+                               "is the request's own", key);
+            }
+        }
+    }
+
+    return 0;
+}
+
+
+/* The style's rendering, here (it is linear in the messages). */
+
+static int
+api_style_prompt(nalar_api_request *req, json_t *tools)
+{
+    size_t                  n_pieces;
+    nalar_err               err;
+    nalar_tok_text         *rendered;
+    nalar_chat_tools        tool_info;
+    nalar_request_params   *p;
+
+    p = &req->params;
 
     tool_info.tools = tools;
     tool_info.msgs = req->tool_msgs;
     tool_info.open_call = (req->tool_mode == NALAR_API_TOOLS_CALL);
 
-    rendered = nalar_chat_render_tools((nalar_chat_style) style, req->msgs,
-                                       n, &tool_info, &n_pieces, &err);
+    rendered = nalar_chat_render_tools((nalar_chat_style) req->chat_style,
+                                       req->msgs,
+                                       json_array_size(json_object_get(
+                                           req->root, "messages")),
+                                       &tool_info, &n_pieces, &err);
     if (rendered == NULL) {
         return api_bad(req, "messages", "%s", err.msg);
     }
@@ -772,14 +852,116 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in,
 
     p->prompt_text = rendered;
     p->n_prompt_text = (int32_t) n_pieces;
-    p->prompt_param = "messages";
+
+    return 0;
+}
+
+
+/* A Jinja template's render, handed to the engine for intake. */
+
+static int
+api_jinja_prompt(nalar_api_request *req, const nalar_chat_template *tmpl,
+    const nalar_api_model *m, json_t *tools, int gen)
+{
+    nalar_err                      err;
+    nalar_chat_job                 job;
+    const nalar_chat_call_format  *fmt;
+
+    fmt = nalar_chat_call_format_of((nalar_chat_style) req->chat_style);
+
+    job.tmpl = tmpl;
+    job.root = req->root;
+    job.tools = tools;
+    job.add_generation_prompt = gen;
+    job.bos = m->bos;
+    job.eos = m->eos;
+    job.open = (req->tool_mode == NALAR_API_TOOLS_CALL && fmt != NULL)
+               ? fmt->prompt_open : NULL;
+
+    req->prompt = nalar_chat_template_prompt(&job, &err);
+    if (req->prompt == NULL) {
+        return api_oom(req);
+    }
+
+    req->params.prompt_shared = req->prompt;
+
+    return 0;
+}
+
+
+/*
+ * A chat prompt: the messages, checked here, rendered with the location's
+ * template (file=), else its style, else the model's own template, else
+ * the style found in it.  A style renders here; a template on the
+ * engine's thread at intake.
+ */
+
+static int
+api_chat(nalar_api_request *req, const nalar_api_in *in,
+    const nalar_api_model *m)
+{
+    int                         gen;
+    json_t                     *tools;
+    const nalar_chat_template  *tmpl;
+
+    if (api_messages(req) != 0) {
+        return -1;
+    }
+
+    tmpl = in->tmpl;
+
+    if (tmpl == NULL && in->chat_style == NALAR_CHAT_AUTO) {
+        tmpl = m->tmpl;
+    }
+
+    req->chat_style = tmpl ? tmpl->style
+                           : in->chat_style != NALAR_CHAT_AUTO
+                             ? in->chat_style : m->chat_style;
+
+    if (api_template_fields(req, tmpl != NULL, &gen) != 0
+        || nalar_api_tools(req, req->chat_style, &tools) != 0)
+    {
+        return -1;
+    }
+
+    if ((tmpl ? api_jinja_prompt(req, tmpl, m, tools, gen)
+              : api_style_prompt(req, tools))
+        != 0)
+    {
+        return -1;
+    }
+
+    req->params.prompt_param = "messages";
 
     /* the end-of-turn marker stops generation even where the vocabulary
      * has no single token for it */
 
-    req->stops[p->n_stop++] = nalar_chat_stop((nalar_chat_style) style);
+    req->stops[req->params.n_stop++] =
+        nalar_chat_stop((nalar_chat_style) req->chat_style);
 
     return 0;
+}
+
+
+/*
+ * The prompt: a completions `prompt`, or chat `messages`, once the model is
+ * ready (counted: see api_completion), and OpenAI's predicted output,
+ * verified as speculative proposals.
+ */
+
+static int
+api_prompt(nalar_api_request *req, const nalar_api_in *in,
+    const nalar_api_ids *counted)
+{
+    const nalar_api_model  *m;
+
+    m = &in->models[req->model];
+
+    if (api_ready(req, m) != 0 || api_prediction(req, in) != 0) {
+        return -1;
+    }
+
+    return in->chat ? api_chat(req, in, m) : api_completion(req, m, counted);
 }
 
 
@@ -880,6 +1062,44 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
 }
 
 
+/*
+ * vLLM's /tokenize: {"model", "messages" | "prompt",
+ * "add_generation_prompt", "chat_template_kwargs"}.  The prompt is made as
+ * for a completion of it (the same template, the same checks), then only
+ * tokenized: one choice, no sampling, no stream, nothing generated.
+ */
+
+static int
+api_tokenize(nalar_api_request *req, const nalar_api_in *in)
+{
+    nalar_api_in           tin;
+    nalar_request_params  *p;
+
+    tin = *in;
+    tin.chat = (json_object_get(req->root, "messages") != NULL);
+
+    if (api_fields(req, &tin) != 0 || api_prompt(req, &tin, NULL) != 0) {
+        return -1;
+    }
+
+    p = &req->params;
+
+    req->n = 1;
+    req->stream = 0;
+    req->logprobs = -1;
+    req->tool_mode = NALAR_API_TOOLS_NONE;
+    p->logprobs = 0;
+    p->max_tokens = 0;
+    p->max_tokens_fit = 0;
+    p->grammar = NALAR_GRAMMAR_NONE;
+    p->prediction_text = NULL;
+    p->n_prediction_text = 0;
+    p->tokenize_only = 1;
+
+    return 0;
+}
+
+
 static void
 api_init(nalar_api_request *req)
 {
@@ -921,6 +1141,10 @@ nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,
                         jerr.line, jerr.column);
     }
 
+    if (in->tokenize) {
+        return api_tokenize(req, in);
+    }
+
     if (api_fields(req, in) != 0 || api_response_format(req) != 0) {
         return -1;
     }
@@ -946,6 +1170,7 @@ nalar_api_request_free(nalar_api_request *req)
 
     free(req->tool_msgs);
     free(req->tool_schema);
+    nalar_prompt_unref(req->prompt);
     free(req->prompt_text);
     free(req->prediction_text);
     free(req->schema_text);

@@ -22,6 +22,7 @@
 
 #include "engine.h"
 #include "chat.h"
+#include "chat_template.h"
 
 #define NALAR_API_MAX_N         16      /* choices per request */
 #define NALAR_API_MAX_STOP      4       /* user stop strings, as OpenAI */
@@ -39,6 +40,12 @@ typedef struct {
     int32_t      n_vocab;       /* once ready */
     int32_t      n_ctx;
     int          chat_style;    /* its template's style, once ready */
+    const nalar_chat_template *tmpl;    /* its own chat template compiled
+                                           (tokenizer.chat_template), or
+                                           NULL: chat_style renders */
+    const char  *bos;           /* its BOS and EOS tokens' text, once
+                                   ready ("" or NULL: none) */
+    const char  *eos;
 } nalar_api_model;
 
 typedef struct {
@@ -47,8 +54,14 @@ typedef struct {
     size_t                 n_models;
     int                    chat_style;  /* the location's; NALAR_CHAT_AUTO:
                                            the model's */
+    const nalar_chat_template *tmpl;    /* the location's template (file=),
+                                           or NULL: as chat_style says */
     int                    spec_off;    /* a prediction is checked, then
                                            dropped */
+    int                    tokenize;    /* /tokenize: the prompt only (chat
+                                           when the body has messages, else
+                                           completions), its ids the answer
+                                           (params.tokenize_only) */
     uint64_t               seed;        /* when the body names none */
 } nalar_api_in;
 
@@ -90,6 +103,8 @@ typedef struct {
     /* owned */
     json_t               *root;
     nalar_tok_text       *prompt_text;
+    nalar_prompt         *prompt;       /* a chat template's render, for
+                                           intake (params.prompt_shared) */
     nalar_tok_text       *prediction_text;
     nalar_chat_msg       *msgs;
     int32_t              *ids;

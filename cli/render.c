@@ -1,7 +1,8 @@
 /*
  * nalar render [-m MODEL] [--template FILE] --messages FILE.json
  *              [--tools FILE.json] [--kwargs JSON] [--bos TEXT] [--eos TEXT]
- *              [--now SECONDS] [--no-generation-prompt] [--spans]
+ *              [--now SECONDS] [--no-generation-prompt] [--openai]
+ *              [--spans | --ids]
  *
  * The template is FILE, else the model's tokenizer.chat_template; bos_token
  * and eos_token are --bos/--eos, else the model's BOS and EOS tokens' text
@@ -10,7 +11,14 @@
  * Renders a Jinja chat template as Hugging Face's apply_chat_template does
  * (api/jinja.h) and prints the prompt exactly, or with --spans one JSON
  * object {"text": ..., "user_spans": [[offset, length], ...]} giving the
- * byte spans that came from the request (messages, tools, kwargs).  As
+ * byte spans that came from the request (messages, tools, kwargs), or with
+ * --ids (which needs -m) the prompt's token ids as the module tokenizes it:
+ * the whole text as one, no BOS added (the template writes its own, as
+ * Hugging Face and vLLM tokenize a chat), control tokens recognised only
+ * outside the user spans; one JSON object {"ids": [...], "count": N}.
+ * --openai makes the variables as the module does of a chat request: a
+ * content array's text parts joined with "\n", a tool call's arguments
+ * string parsed into an object (vLLM's way).  As
  * transformers does, `tools` and `documents` are None when not given.  The
  * template's raise_exception, an undefined value used, or a bound passed
  * exits 1 with the message; a usage error exits 2.
@@ -22,8 +30,10 @@
 
 #include <jansson.h>
 
+#include "chat_template.h"
 #include "gguf.h"
 #include "jinja.h"
+#include "tokenizer.h"
 #include "opts.h"
 #include "render.h"
 
@@ -131,9 +141,51 @@ load_json(const char *what, const char *path)
 }
 
 
+/* --ids: the pieces (markup, user text) tokenized as the module does */
+static int
+print_ids(const char *model, const nalar_jinja_out *out)
+{
+    int32_t          n, *ids = NULL;
+    int              k, more = 0;
+    nalar_err        err;
+    gguf_file       *f;
+    nalar_tok_text  *pc;
+    nalar_tokenizer *tok;
+
+    f = gguf_open(model, &err);
+    if (f == NULL) {
+        fprintf(stderr, "nalar render: %s\n", err.msg);
+        return 1;
+    }
+    tok = nalar_tokenizer_create(f, &err);
+    gguf_close(f);
+    if (tok == NULL) {
+        fprintf(stderr, "nalar render: %s\n", err.msg);
+        return 1;
+    }
+    pc = nalar_chat_template_pieces(out, NULL, &n);
+    k = pc != NULL ? nalar_tokenize_bounded(tok, pc, (size_t) n, 0,
+                                            INT32_MAX - 1, &ids, &more)
+                   : -1;
+    if (k >= 0) {
+        printf("{\"ids\": [");
+        for (int i = 0; i < k; i++) {
+            printf("%s%d", i ? ", " : "", ids[i]);
+        }
+        printf("], \"count\": %d}\n", k);
+    } else {
+        fprintf(stderr, "nalar render: out of memory\n");
+    }
+    free(ids);
+    free(pc);
+    nalar_tokenizer_destroy(tok);
+    return k >= 0 ? 0 : 1;
+}
+
+
 static int
 render(nalar_jinja_tmpl *t, json_t *user, json_t *trusted, int64_t now,
-       int show_spans)
+       int show_spans, const char *ids_model)
 {
     nalar_jinja_limits  lim;
     nalar_jinja_out     out;
@@ -148,7 +200,9 @@ render(nalar_jinja_tmpl *t, json_t *user, json_t *trusted, int64_t now,
                 rc == NALAR_JINJA_RAISED ? "the template raised: " : "", err);
         return 1;
     }
-    if (!show_spans) {
+    if (ids_model != NULL) {
+        rc = print_ids(ids_model, &out);
+    } else if (!show_spans) {
         fwrite(out.text, 1, out.len, stdout);
     } else {
         json_t *o = json_object(), *sp = json_array();
@@ -167,6 +221,44 @@ render(nalar_jinja_tmpl *t, json_t *user, json_t *trusted, int64_t now,
         json_decref(o);
     }
     nalar_jinja_out_free(&out);
+    return rc;
+}
+
+
+/* --openai: the variables as the module makes them of a chat request
+ * (api/chat_template.h): the messages normalised as vLLM does, the kwargs
+ * beside them */
+static int
+openai_vars(json_t **user, json_t **trusted, int gen, const char *bos,
+            const char *eos)
+{
+    json_t  *root, *kw, *u, *t;
+    int      rc;
+
+    root = json_pack("{sO}", "messages", json_object_get(*user, "messages"));
+    kw = json_deep_copy(*user);
+    if (root == NULL || kw == NULL) {
+        json_decref(root);
+        json_decref(kw);
+        return -1;
+    }
+    json_object_del(kw, "messages");
+    json_object_del(kw, "tools");
+    json_object_del(kw, "documents");
+    json_object_set_new(root, "chat_template_kwargs", kw);
+    rc = nalar_chat_template_vars(root, json_is_null(json_object_get(*user,
+                                  "tools")) ? NULL
+                                  : json_object_get(*user, "tools"),
+                                  gen, bos, eos, &u, &t);
+    json_decref(root);
+    if (rc != 0) {
+        fprintf(stderr, "nalar render: out of memory\n");
+        return -1;
+    }
+    json_decref(*user);
+    json_decref(*trusted);
+    *user = u;
+    *trusted = t;
     return 0;
 }
 
@@ -179,7 +271,8 @@ nalar_cmd_render(int argc, char **argv)
     const char        *model = NULL;
     char              *mbos = NULL, *meos = NULL;
     uint64_t           now = UINT64_MAX;
-    int                no_gen = 0, show_spans = 0, rc = 1;
+    int                no_gen = 0, show_spans = 0, show_ids = 0, rc = 1;
+    int                openai = 0;
     char              *src = NULL;
     size_t             len = 0;
     char               err[512];
@@ -196,6 +289,8 @@ nalar_cmd_render(int argc, char **argv)
         { "--now", NULL, NALAR_OPT_U64, &now, NULL, 0 },
         { "--no-generation-prompt", NULL, NALAR_OPT_FLAG, &no_gen, NULL, 0 },
         { "--spans", NULL, NALAR_OPT_FLAG, &show_spans, NULL, 0 },
+        { "--ids", NULL, NALAR_OPT_FLAG, &show_ids, NULL, 0 },
+        { "--openai", NULL, NALAR_OPT_FLAG, &openai, NULL, 0 },
     };
 
     if (NALAR_OPTS_PARSE("render", argc, argv, opts) != 0) {
@@ -204,6 +299,11 @@ nalar_cmd_render(int argc, char **argv)
     if ((tpath == NULL && model == NULL) || mpath == NULL) {
         fprintf(stderr, "nalar render: --template FILE (or -m MODEL) and "
                 "--messages FILE.json are required\n");
+        return 2;
+    }
+    if (show_ids && (model == NULL || show_spans)) {
+        fprintf(stderr, "nalar render: --ids needs -m MODEL (its tokenizer)"
+                " and excludes --spans\n");
         return 2;
     }
     if (tpath != NULL) {
@@ -258,8 +358,11 @@ nalar_cmd_render(int argc, char **argv)
         json_object_update(user, j);
         json_decref(j);
     }
+    if (openai && openai_vars(&user, &trusted, !no_gen, bos, eos) != 0) {
+        goto done;
+    }
     rc = render(t, user, trusted, now == UINT64_MAX ? -1 : (int64_t) now,
-                show_spans);
+                show_spans, show_ids ? model : NULL);
 done:
     json_decref(user);
     json_decref(trusted);

@@ -34,6 +34,24 @@
 #include "request.h"
 
 
+/* The engine's deferred prompt, which a parse makes for a Jinja template
+ * (api/chat_template.c): no model here has one, so none is ever made. */
+nalar_prompt *
+nalar_prompt_deferred(const nalar_prompt_source *src, nalar_err *err)
+{
+    abort();
+}
+
+
+void
+nalar_prompt_unref(nalar_prompt *pr)
+{
+    if (pr != NULL) {
+        abort();
+    }
+}
+
+
 static void
 die(const char *what)
 {

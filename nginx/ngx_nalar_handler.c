@@ -193,6 +193,7 @@ ngx_http_nalar_endpoint(ngx_str_t *uri)
         { ngx_string("/chat/completions"), NGX_HTTP_NALAR_EP_CHAT },
         { ngx_string("/completions"), NGX_HTTP_NALAR_EP_COMPLETIONS },
         { ngx_string("/models"), NGX_HTTP_NALAR_EP_MODELS },
+        { ngx_string("/tokenize"), NGX_HTTP_NALAR_EP_TOKENIZE },
         { ngx_string("/health"), NGX_HTTP_NALAR_EP_HEALTH }
     };
 
@@ -402,8 +403,10 @@ ngx_http_nalar_start(ngx_http_request_t *r)
 
     ngx_memzero(&in, sizeof(nalar_api_in));
     in.chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
+    in.tokenize = (ctx->endpoint == NGX_HTTP_NALAR_EP_TOKENIZE);
     in.n_models = ngx_http_nalar_rt->n_models;
     in.chat_style = (int) nlcf->chat_style;
+    in.tmpl = nlcf->chat_tmpl;
     in.spec_off = (nlcf->spec_mode == NALAR_SPEC_OFF);
     in.seed = ((uint64_t) ngx_random() << 32) ^ ngx_random()
               ^ (uint64_t) ngx_current_msec;

@@ -42,6 +42,7 @@
 #define NGX_HTTP_NALAR_EP_MODELS       3
 #define NGX_HTTP_NALAR_EP_HEALTH       4
 #define NGX_HTTP_NALAR_EP_MODEL        5      /* /models/{id} */
+#define NGX_HTTP_NALAR_EP_TOKENIZE     6      /* vLLM's /tokenize */
 
 /*
  * Bodies up to this size are parsed on the event loop, a bounded cost of
@@ -86,6 +87,8 @@
 
 #define NGX_HTTP_NALAR_MAX_TENANT     256   /* bytes of a tenant claim */
 #define NGX_HTTP_NALAR_MAX_SHARED     (64 * 1024)  /* nalar_shared_prefix */
+#define NGX_HTTP_NALAR_MAX_TEMPLATE   (1024 * 1024) /* nalar_chat_template
+                                                       file= */
 
 
 typedef struct {
@@ -94,6 +97,9 @@ typedef struct {
     ngx_str_t                  draft;       /* NUL-terminated, or empty */
     int64_t                    kv_block;    /* bytes of one KV block */
     int64_t                    draft_kv_block;
+    nalar_chat_template       *tmpl;        /* its tokenizer.chat_template,
+                                               compiled; NULL: none, or it
+                                               did not compile */
 } ngx_http_nalar_model_t;
 
 
@@ -156,6 +162,9 @@ typedef struct {
     ngx_str_t                  name;        /* the configuration's */
     nalar_engine              *engine;      /* NULL: did not start */
     nalar_chat_style           style;       /* from the GGUF, once ready */
+    const char                *bos;         /* its BOS and EOS tokens' text,
+                                               once ready (for templates) */
+    const char                *eos;
     ngx_http_nalar_prefix_ids_t  *prefix;   /* (shared prefixes, 2), once
                                                the model is ready */
     unsigned                   style_known:1;
@@ -185,6 +194,8 @@ typedef struct {
 typedef struct {
     ngx_uint_t                 handler;     /* NGX_HTTP_NALAR_API, ... */
     ngx_uint_t                 chat_style;  /* nalar_chat_style */
+    nalar_chat_template       *chat_tmpl;   /* file=PATH, compiled; NULL:
+                                               as chat_style says */
     ngx_msec_t                 keepalive;   /* SSE comment interval */
 
     /* tenant and prefix cache scope */
@@ -398,6 +409,12 @@ char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_nalar_tokenize_shared(
     ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
+
+/* ngx_nalar_template.c */
+char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_nalar_model_template(ngx_conf_t *cf,
+    ngx_http_nalar_model_t *model);
 
 /* ngx_nalar_status.c */
 ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);

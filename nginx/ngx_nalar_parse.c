@@ -25,7 +25,10 @@ ngx_http_nalar_snapshot(nalar_api_model *models)
     ngx_uint_t                  i;
     nalar_err                   err;
     nalar_model                *m;
+    ngx_http_nalar_model_t     *conf;
     ngx_http_nalar_model_rt_t  *model;
+
+    conf = ngx_http_nalar_rt->conf->models.elts;
 
     for (i = 0; i < ngx_http_nalar_rt->n_models; i++) {
         model = &ngx_http_nalar_rt->models[i];
@@ -57,6 +60,8 @@ ngx_http_nalar_snapshot(nalar_api_model *models)
         if (!model->style_known) {
             text = gguf_get_str(m->gguf, "tokenizer.chat_template");
             model->style = nalar_chat_style_detect(text);
+            model->bos = nalar_tok_piece(m->tok, nalar_tok_bos(m->tok));
+            model->eos = nalar_tok_piece(m->tok, nalar_tok_eos(m->tok));
             model->style_known = 1;
             free(text);
         }
@@ -64,6 +69,9 @@ ngx_http_nalar_snapshot(nalar_api_model *models)
         models[i].n_vocab = nalar_tok_n_vocab(m->tok);
         models[i].n_ctx = m->cfg.n_ctx;
         models[i].chat_style = (int) model->style;
+        models[i].tmpl = conf[i].tmpl;
+        models[i].bos = model->bos;
+        models[i].eos = model->eos;
     }
 }
 

@@ -23,6 +23,9 @@ static ngx_int_t ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx,
     nalar_output *o);
 static ngx_int_t ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx,
     ngx_uint_t i, nalar_output *out, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_absorb_ids(ngx_http_nalar_choice_t *ch,
+    nalar_output *o);
+static ngx_int_t ngx_http_nalar_tokenize_response(ngx_http_nalar_ctx_t *ctx);
 static ngx_int_t ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx);
 static json_t *ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     ngx_http_nalar_choice_t *ch, nalar_output *out);
@@ -378,6 +381,12 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     ch->grammar_forced = o->grammar_forced;
     ch->finish = o->finish;
 
+    /* /tokenize: the prompt's ids are the output */
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_TOKENIZE) {
+        return ngx_http_nalar_absorb_ids(ch, o);
+    }
+
     /* the text: the engine's, or with tools the content part of it */
 
     text = o->text;
@@ -580,6 +589,76 @@ ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
 
 /* The non-streaming response, once every choice has finished. */
 
+/* /tokenize: the ids, as decimal text with a comma after each */
+
+static ngx_int_t
+ngx_http_nalar_absorb_ids(ngx_http_nalar_choice_t *ch, nalar_output *o)
+{
+    u_char      *p, *q;
+    int32_t      i;
+    ngx_uint_t   at;
+
+    at = ch->text->nelts;
+
+    p = ngx_array_push_n(ch->text, (ngx_uint_t) o->n_ids * NGX_INT32_LEN + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    q = p;
+
+    for (i = 0; i < o->n_ids; i++) {
+        q = ngx_sprintf(q, "%D,", o->ids[i]);
+    }
+
+    ch->text->nelts = at + (q - p);
+
+    return NGX_OK;
+}
+
+
+/* vLLM's answer: {"count", "max_model_len", "tokens"} */
+
+static ngx_int_t
+ngx_http_nalar_tokenize_response(ngx_http_nalar_ctx_t *ctx)
+{
+    u_char              *p, *ids;
+    size_t               len, n;
+    ngx_buf_t           *b;
+    nalar_model         *m;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    m = nalar_engine_model(ctx->model->engine);
+
+    ids = ctx->choices[0].text->elts;
+    n = ctx->choices[0].text->nelts;
+
+    /* the ids' text without its last comma */
+    if (n > 0) {
+        n--;
+    }
+
+    len = sizeof("{\"tokens\": [], \"count\": , \"max_model_len\": }\n")
+          - 1 + n + 2 * NGX_INT32_LEN;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_sprintf(b->last, "{\"tokens\": [%*s], \"count\": %D, "
+                    "\"max_model_len\": %D}", n, ids, ctx->prompt_tokens,
+                    m->cfg.n_ctx);
+    *p++ = '\n';
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    return ngx_http_nalar_send_buf(r, NGX_HTTP_OK, b);
+}
+
+
 static ngx_int_t
 ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
 {
@@ -591,6 +670,10 @@ ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
     ngx_http_nalar_choice_t  *ch;
 
     r = ctx->request;
+
+    if (ctx->endpoint == NGX_HTTP_NALAR_EP_TOKENIZE) {
+        return ngx_http_nalar_tokenize_response(ctx);
+    }
 
     choices = json_array();
     if (choices == NULL) {

@@ -2,12 +2,13 @@
 # The chat template comes from the model: `nalar mkmodel --chat-template`
 # writes Llama-3, Zephyr, Llama-2 and an unrecognised (Alpaca-like) Jinja
 # template into four models of the same weights and vocabulary; each is
-# served under its own name with no nalar_chat_template, and its chat
-# answer, usage.prompt_tokens and $nalar_prompt_tokens must equal those of
-# the explicit nalar_chat_template override of the detected style on the
-# same model (and the prompt must be the one `nalar tokenize` counts for
-# that style's rendering), while the ChatML rendering differs.  The
-# unrecognised template falls back to ChatML.
+# served under its own name with no nalar_chat_template, which runs its
+# own template: usage.prompt_tokens and $nalar_prompt_tokens are the count
+# `nalar render --openai --ids` predicts, and the answer is the completion
+# of those ids.  The explicit nalar_chat_template of the style recognised
+# in each template renders that style (the prompt `nalar tokenize` counts
+# for that style's rendering), and the ChatML rendering differs.  The
+# unrecognised template runs as itself.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -139,36 +140,55 @@ sub chat {
 
 my @log;   # expected access-log lines, in order
 
+# what `nalar render` predicts of the model's own template: its ids
+sub predict {
+    my ($model) = @_;
+    my $f = $t->write_file('messages.json', NalarTest::json()->encode(
+                           \@messages));
+    my $got = `$root/build/nalar render -m $dir/$model.gguf --messages $f --openai --ids`;
+    return NalarTest::json()->decode($got)->{ids};
+}
+
 for my $model (qw(l3 zephyr l2 other)) {
     my $s = $style{$model};
     my $auto = chat('', $model);
     my $over = chat("/$s", $model);
     my $cml = chat('/chatml', $model);
+    my $ids = predict($model);
     push @log, "$model $auto->{prompt} /v1/chat/completions",
                "$model $over->{prompt} /$s/v1/chat/completions",
                "$model $cml->{prompt} /chatml/v1/chat/completions";
 
+    # auto runs the model's own template
+    my $c = $t->post_json('/v1/completions',
+                          { model => $model, prompt => $ids, max_tokens => $N,
+                            temperature => 0,
+                            ignore_eos => JSON::PP::true });
     is($auto->{status}, 200, "$model: 200");
-    is($auto->{prompt}, $n_prompt{$s},
-       "$model: prompt_tokens of the $s rendering ($n_prompt{$s})");
-    is($auto->{content}, $over->{content},
-       "$model: the answer equals nalar_chat_template $s");
-    is($auto->{prompt}, $over->{prompt},
-       "$model: prompt_tokens equal nalar_chat_template $s");
+    is($auto->{prompt}, scalar @$ids,
+       "$model: prompt_tokens of its own template, as nalar render "
+       . "predicts (" . scalar(@$ids) . ")");
+    is($auto->{content}, $c->{json}{choices}[0]{text},
+       "$model: the answer is the completion of those ids");
     ok(length($auto->{content} // '') > 0, "$model: a non-empty answer");
+
+    # the style its template is recognised as, named
+    is($over->{prompt}, $n_prompt{$s},
+       "$model: nalar_chat_template $s renders that style "
+       . "($n_prompt{$s})");
     next if $s eq 'chatml';
 
-    isnt($cml->{prompt}, $auto->{prompt},
+    isnt($cml->{prompt}, $over->{prompt},
          "$model: the ChatML rendering has another length ($cml->{prompt})");
-    isnt($cml->{content}, $auto->{content},
+    isnt($cml->{content}, $over->{content},
          "$model: and another answer");
 }
 
-# the unrecognised template renders as ChatML does: the same as the
-# explicit chatml override, already checked; and as a model without one
-is(chat('', 'other')->{prompt}, $n_prompt{chatml},
-   'other: an unrecognised template falls back to ChatML');
-push @log, "other $n_prompt{chatml} /v1/chat/completions";
+# the unrecognised template runs as itself, not as ChatML
+isnt(chat('', 'other')->{prompt}, $n_prompt{chatml},
+     'other: an unrecognised template is run, not replaced by ChatML');
+push @log, "other " . scalar(@{ predict('other') })
+           . " /v1/chat/completions";
 
 # $nalar_prompt_tokens in the access log agrees with usage
 

@@ -3,8 +3,9 @@
 # style's markers as control tokens and whose tokenizer.chat_template is in
 # that style (`nalar mkmodel --control-tokens --chat-template`; the BPE ones
 # with the pre-tokenizer of the family: llama-bpe, qwen2, tekken; the
-# Mistral templates are the ones Hugging Face ships, and auto detection
-# must tell them apart):
+# Mistral templates are the ones Hugging Face ships), each model served
+# through a location that names its style (`nalar_chat_template auto` runs the Jinja template itself:
+# t/83-chat-template.t):
 #  - the chat prompt is the style's rendering: its ids, computed here with
 #    `nalar tokenize` (markup with control tokens parsed, the user's text
 #    literally), give /v1/completions the same greedy answer and count as
@@ -240,7 +241,7 @@ for my $s (sort keys %style) {
     is($?, 0, "mkmodel: a $s model") or diag($out);
 }
 
-$t->write_conf(<<'CONF')->run;
+$t->write_conf(<<"CONF")->run;
 http {
     %%NALAR_HTTP%%
     nalar_model llama3 %%PREFIX%%/llama3.gguf;
@@ -257,6 +258,8 @@ http {
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { nalar_api; }
+@{[ map { "        location /$_/v1/ { nalar_chat_template $_; nalar_api; }\n" }
+        sort keys %style ]}
     }
 }
 CONF
@@ -284,7 +287,7 @@ for my $s (sort keys %style) {
     ok(@$lit > 1, "$s: $mark as text is " . scalar(@$lit) . " tokens");
     ok(!grep({ $_ == $eot->[0] } @$lit), "$s: none of them $mark");
 
-    my $chat = $t->post_json('/v1/chat/completions',
+    my $chat = $t->post_json("/$s/v1/chat/completions",
                              { model => $s, messages => \@msgs,
                                max_tokens => $N, temperature => 0,
                                ignore_eos => JSON::PP::true });
@@ -303,7 +306,7 @@ for my $s (sort keys %style) {
     is($chat->{json}{usage}{completion_tokens}, $N, "$s: $N tokens");
 
     # the end-of-turn token stops and is not shown
-    my $stop = $t->post_json('/v1/chat/completions',
+    my $stop = $t->post_json("/$s/v1/chat/completions",
                              { model => $s, messages => \@msgs,
                                max_tokens => $N, temperature => 0,
                                logit_bias => { $eot->[0] => 100 } });
