@@ -35,3 +35,11 @@ build/bench/quant_kernels: bench/quant_kernels.c build/libnalar.a \
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -O3 -march=native bench/quant_kernels.c \
 	    build/libnalar.a -o $@ $(LDLIBS)
+
+# A Jinja chat template's render and tokenizing against the prefill
+# (bench/template.sh)
+build/bench/template: bench/template.c build/libnalar_api.a build/libnalar.a \
+                      $(wildcard src/*.h) $(wildcard api/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -Iapi -It/c bench/template.c build/libnalar_api.a \
+	    build/libnalar.a -o $@ $(LDLIBS)
