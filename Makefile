@@ -141,13 +141,15 @@ deps:
 
 # Module tests run again with the ASan/UBSan module (make module-asan):
 # the request parsing, body reading, error, disconnect and auth paths
-# the edge's stream filter and the hostile schemas' grammars,
+# the edge's stream filter, the hostile schemas' grammars and the chat
+# templates rendered on the engine thread (hostile ones included),
 # about 3 minutes (its engine is about 10x slower).
 # (t/53-parse-offloop.t and t/53-error-paths.t use test hooks, so they
 # always run with it.)
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
              t/53-big-ids.t t/54-disconnect.t \
-             t/67-jwt-auth.t t/73-edge-cut.t t/78-schema-hostile.t
+             t/67-jwt-auth.t t/73-edge-cut.t t/78-schema-hostile.t \
+             t/83-chat-template.t
 
 # Tests that compare one timing with another (a worker's measured pass
 # time sets the stall it is given) run alone, after the parallel ones:
