@@ -16,6 +16,9 @@
 #    huge output are each a 400 that names the bound, the server keeps
 #    serving, and no KV block is left taken; one that does not compile
 #    fails `nginx -t` naming the file and the line;
+#  - a model's own template (auto): one that raises is a 400 with its
+#    message; one that does not compile is a warning at `nginx -t` naming
+#    the line, and the model keeps its style;
 #  - no [alert], no sanitizer report.
 use strict;
 use warnings;
@@ -79,12 +82,39 @@ CONF
 isnt($rc, 0, 'nginx -t refuses a template file that is not there');
 like($out, qr{missing\.jinja}, 'and names it');
 
+# --- a GGUF's own template (auto) --------------------------------------------
+
+# two small models of the demo vocabulary: one whose template does not
+# compile, one whose template always raises
+$t->write_file('raise.jinja',
+    "{{ raise_exception('this model takes no chat') }}\n");
+for my $m (['badgguf', 'bad.jinja'], ['raiser', 'raise.jinja']) {
+    my $out = `$cli mkmodel --vocab-from $model --dim 32 --layers 1 \\
+        --heads 2 --kv-heads 1 --ffn 64 --seed 3 \\
+        --chat-template @{[ $t->dir ]}/$m->[1] -o @{[ $t->dir ]}/$m->[0].gguf 2>&1`;
+    is($?, 0, "mkmodel: $m->[0]") or diag($out);
+}
+
+$t->write_conf(<<'CONF');
+http {
+    %%NALAR_HTTP%%
+    nalar_model badgguf %%PREFIX%%/badgguf.gguf;
+    server { listen 127.0.0.1:%%PORT%%; location /v1/ { nalar_api; } }
+}
+CONF
+($rc, $out) = $t->test_conf;
+is($rc, 0, 'nginx -t accepts a model whose template does not compile');
+like($out, qr{\[warn\].*nalar_model "badgguf": its tokenizer\.chat_template does not compile \(line \d},
+     'with a warning naming the line') or diag($out);
+
 # --- the server -------------------------------------------------------------
 
 $t->write_conf(<<"CONF")->run;
 http {
     %%NALAR_HTTP%%
     nalar_model kjv %%MODEL%%;
+    nalar_model badgguf %%PREFIX%%/badgguf.gguf;
+    nalar_model raiser %%PREFIX%%/raiser.gguf;
     nalar_threads 2;
     server {
         listen 127.0.0.1:%%PORT%%;
@@ -277,6 +307,17 @@ is($r->{status}, 400, 'the same streaming: 400');
 
 $r = chat('gemma', { messages => [ $turn1[1] ] });
 is($r->{status}, 200, 'Gemma 2 without the system message: 200');
+
+# a model's own template: run by auto; one that did not compile leaves
+# the model its style
+$r = $t->post_json('/v1/chat/completions', { model => 'raiser',
+                   messages => \@msgs, max_tokens => 2 });
+is($r->{status}, 400, "a model's own template that raises: 400");
+is($r->{json}{error}{message}, 'this model takes no chat',
+   '... with its message');
+$r = $t->post_json('/v1/chat/completions', { model => 'badgguf',
+                   messages => \@msgs, max_tokens => 2 });
+is($r->{status}, 200, 'a model whose template did not compile: its style');
 
 # --- hostile operator templates --------------------------------------------
 
