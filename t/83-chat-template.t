@@ -7,6 +7,11 @@
 #    /v1/completions' answer to those very ids, n = 2 choices share it,
 #    and the second turn of the conversation gets the prefix cache's hits
 #    on the whole blocks it shares with the first turn's prompt;
+#  - tools: the template renders them (the count `nalar render --tools`
+#    predicts), tool_choice "required" adds the call opener of the family
+#    found in the template's source, and the answer is parsed into a
+#    tool call;
+#  - POST /tokenize gives the predicted ids, or the template's refusal;
 #  - chat_template_kwargs reach the template (Qwen3's enable_thinking
 #    changes the prompt, as the CLI predicts); names the request itself
 #    sets are refused, and so are kwargs where a style renders;
@@ -222,6 +227,46 @@ is($r->{json}{usage}{prompt_tokens}, scalar @$ids2,
    'second turn: prompt_tokens as predicted');
 is($r->{json}{usage}{prompt_tokens_details}{cached_tokens}, $blocks,
    'second turn: the shared whole blocks come from the prefix cache');
+
+# --- tools through the template: rendered by it, the answer parsed in the
+# family found in its source (Qwen2.5: <tool_call> JSON </tool_call>) ----
+
+my $tools = [ { type => 'function', function => {
+    name => 'find_verse', description => 'Find a verse by its reference',
+    parameters => { type => 'object',
+                    properties => { reference => { type => 'string' } },
+                    required => ['reference'] } } } ];
+my @ask = ({ role => 'user', content => 'Find John 3:16' });
+my $tf = $t->write_file('tools.json', $json->encode($tools));
+my $mf = $t->write_file('ask.json', $json->encode(\@ask));
+my $with_tools = $json->decode(`$cli render -m $model --template $qwen --messages $mf --tools $tf --openai --ids`)->{ids};
+ok(@$with_tools > @{ predict($qwen, \@ask) } + 20,
+   'the template renders the tools into the prompt');
+
+$r = chat('qwen', { messages => \@ask, tools => $tools });
+is($r->{status}, 200, 'tools, tool_choice auto: 200') or diag($r->{body});
+is($r->{json}{usage}{prompt_tokens}, scalar @$with_tools,
+   'tools: prompt_tokens as nalar render --tools predicts');
+
+$r = chat('qwen', { messages => \@ask, tools => $tools, max_tokens => 60,
+                    tool_choice => 'required' });
+is($r->{status}, 200, 'tool_choice required: 200') or diag($r->{body});
+# the rendered text with the opener, tokenized as one (the demo vocabulary
+# has no control token in it)
+my $text = `$cli render -m $model --template $qwen --messages $mf --tools $tf --openai`;
+open my $fh, '-|', $cli, 'tokenize', '-m', $model, '--no-bos',
+    "$text<tool_call>\n" or die "nalar tokenize: $!";
+my @opened = split ' ', do { local $/; <$fh> };
+close $fh;
+is($r->{json}{usage}{prompt_tokens}, scalar @opened,
+   "required: the family's call opener (<tool_call>) after the generation "
+   . 'prompt, as one text with it');
+my $call = $r->{json}{choices}[0]{message}{tool_calls}[0];
+is($r->{json}{choices}[0]{finish_reason}, 'tool_calls',
+   'required: finish_reason tool_calls') or diag($r->{body});
+is($call->{function}{name}, 'find_verse', 'required: the call is parsed');
+ok(eval { exists $json->decode($call->{function}{arguments})->{reference} },
+   'required: its arguments are the JSON the schema asks for');
 
 # --- /tokenize (vLLM's shape), on the engine thread too ----------------------
 
