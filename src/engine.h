@@ -310,7 +310,9 @@ void nalar_prompt_unref(nalar_prompt *pr);
  * else is the server's.  The other requests sharing the prompt take the
  * same pieces, or the same refusal.  release(ctx) runs once, on whatever
  * thread frees the prompt (the last reference).  bytes: about what the
- * render reads (intake takes short prompts first).
+ * render reads (intake takes short prompts first).  The requests that
+ * share a deferred prompt are submitted to one engine: its thread alone
+ * renders and reads the pieces, so no lock guards them.
  */
 typedef struct {
     int          (*render)(void *ctx, nalar_tok_text **pieces, int32_t *n,
