@@ -759,7 +759,8 @@ api_messages(nalar_api_request *req)
  * vLLM's fields for the template: add_generation_prompt (default true)
  * into *gen, chat_template_kwargs (an object whose members become the
  * template's variables; not the names the request itself gives).  A
- * style has no template to take them: refused there.
+ * style has no template to take them: refused there.  vLLM's per-request
+ * chat_template is refused.
  */
 
 static const char  *api_reserved[] = {
@@ -774,6 +775,15 @@ api_template_fields(nalar_api_request *req, int jinja, int *gen)
     const char  *key;
 
     *gen = 1;
+
+    /* a template is the operator's code, never a client's */
+
+    v = json_object_get(req->root, "chat_template");
+    if (v && !json_is_null(v)) {
+        return api_bad(req, "chat_template", "chat_template in a request is "
+                       "not supported: the server runs the model's template "
+                       "or its operator's (nalar_chat_template)");
+    }
 
     v = json_object_get(req->root, "add_generation_prompt");
     if (v && !json_is_null(v)) {

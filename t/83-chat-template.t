@@ -319,6 +319,10 @@ is($r->{json}{error}{param}, 'chat_template_kwargs', '... on the field');
 $r = chat('qwen3', { messages => \@msgs, chat_template_kwargs => 'x' });
 is($r->{status}, 400, 'kwargs that are not an object: 400');
 
+$r = chat('qwen3', { messages => \@msgs, chat_template => '{{ 1 }}' });
+is($r->{status}, 400, "a request's own chat_template: 400");
+is($r->{json}{error}{param}, 'chat_template', '... on the field');
+
 $r = $t->post_json('/v1/chat/completions',
                    { messages => \@msgs, max_tokens => 4,
                      chat_template_kwargs => { enable_thinking => \0 } });
