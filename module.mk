@@ -19,9 +19,18 @@ module:
 	@echo "module: $(NGX_SRC) not found; install nginx-dev (make deps) to build the nginx module"
 endif
 
+# `config` lists the glue's files when nginx is configured: a file added to
+# or removed from nginx/ configures again (build/module-srcs is written
+# only when the list changes, as the flags files are).
+build/module-srcs: FORCE
+	@mkdir -p $(@D)
+	@echo '$(sort $(wildcard nginx/*.c))' | cmp -s - $@ \
+	    || echo '$(sort $(wildcard nginx/*.c))' > $@
+
 # Configure once per change of `config`; Debian's conf_flags is a bash array
 # of the flags /usr/sbin/nginx was configured with.
-$(NGX_BUILD)/objs/Makefile: config config.make $(wildcard build/libnalar_cuda.a)
+$(NGX_BUILD)/objs/Makefile: config config.make build/module-srcs \
+                            $(wildcard build/libnalar_cuda.a)
 	rm -rf $(NGX_BUILD)
 	mkdir -p build
 	cp -r $(NGX_SRC) $(NGX_BUILD)
@@ -65,7 +74,7 @@ endif
 # `config` checks that NALAR_LIB and NALAR_API_LIB exist: the libraries
 # come first (order only: a rebuilt library relinks the module, it does not
 # reconfigure)
-$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk \
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk build/module-srcs \
                                  | build/asan/libnalar.a build/asan/libnalar_api.a
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build

@@ -244,19 +244,19 @@ ngx_http_nalar_edge_cleanup(void *data)
 
 /*
  * $nalar_edge_identity: the request's identity as this location
- * establishes it (nalar_tenant, nalar_jwt_key, a client CA), signed.  Not
- * found, so that proxy_set_header sends no header and the node refuses
- * the request, where there is no key or no valid token.
+ * established it in ctx (nalar_tenant, nalar_jwt_key, a client CA; the
+ * caller establishes it where there is a key), signed.  Not found, so that
+ * proxy_set_header sends no header and the node refuses the request, where
+ * there is no key or no valid token.
  */
 
 ngx_int_t
-ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+ngx_http_nalar_edge_sign(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_http_variable_value_t *v)
 {
     u_char                     *p, *raw, *out;
     size_t                      len;
     ngx_str_t                   src, dst;
-    ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
     u_char                      mac[NGX_HTTP_NALAR_EDGE_MAC];
 
@@ -267,19 +267,9 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
                       "nalar: $nalar_edge_identity without nalar_edge_key; "
                       "no identity is sent");
 
-        ctx = ngx_http_nalar_get_ctx(r);
-        if (ctx == NULL) {
-            return NGX_ERROR;
-        }
-
         ctx->edge_sign = NGX_HTTP_NALAR_SIGN_NO_KEY;
         v->not_found = 1;
         return NGX_OK;
-    }
-
-    ctx = ngx_http_nalar_tenant(r);
-    if (ctx == NULL) {
-        return NGX_ERROR;
     }
 
     /* what nalar_edge_zone counts; an error return below leaves ERROR */

@@ -158,8 +158,11 @@ ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
     ngx_http_nalar_shared_t     **sp;
     ngx_http_nalar_runtime_t     *rt;
     ngx_http_nalar_prefix_ids_t  *prefix;
+    ngx_http_nalar_worker_t      *w;
 
-    rt = ngx_http_nalar_rt;
+    w = ngx_http_nalar_worker();
+
+    rt = w->rt;
     sp = rt->conf->shared.elts;
 
     prefix = ngx_pcalloc(rt->pool, (2 * rt->conf->shared.nelts + 1)

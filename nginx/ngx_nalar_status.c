@@ -101,6 +101,9 @@ ngx_http_nalar_health(ngx_http_request_t *r)
     const char                  *s;
     ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_worker_t     *w;
+
+    w = ngx_http_nalar_worker();
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
 
@@ -111,7 +114,7 @@ ngx_http_nalar_health(ngx_http_request_t *r)
 
     status = NGX_HTTP_OK;
     loading = 0;
-    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
+    model = w->rt ? w->rt->models : NULL;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
         err.msg[0] = '\0';
@@ -188,6 +191,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     nalar_metrics               *m;
     ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_worker_t     *w;
 
     static struct {
         char  *name;
@@ -285,8 +289,9 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    w = ngx_http_nalar_worker();
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
+    model = w->rt ? w->rt->models : NULL;
 
     m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
     if (m == NULL) {
