@@ -64,7 +64,7 @@ api_logit_bias(nalar_api_request *req, const nalar_api_model *m)
 
         if (*key < '0' || *key > '9' || *end != '\0' || errno != 0
             || id > INT32_MAX
-            || (m->state == 1 && id >= m->n_vocab))
+            || (m->state == 1 && id >= m->limits.n_vocab))
         {
             return api_bad(req, "logit_bias", "logit_bias: \"%s\" is not a "
                            "token id of the model", key);
@@ -538,23 +538,29 @@ api_prediction(nalar_api_request *req, const nalar_api_in *in)
 }
 
 
-/* An id prompt of n tokens against the model's context: -1 refused. */
+/*
+ * An id prompt of n tokens against the model's context: -1 refused, in
+ * the engine's words (nalar_limits_check on the snapshot's limits, with
+ * max_tokens, which api_fields read first), so that the error is built
+ * once, here.
+ */
 
 static int
 api_ids_fit(nalar_api_request *req, const nalar_api_model *m, size_t n)
 {
     int32_t  count;
+    char     msg[256];
 
     count = n > INT32_MAX ? INT32_MAX : (int32_t) n;
 
-    if (count >= m->n_ctx) {
+    if (count >= m->limits.n_ctx) {
         req->prompt_tokens = count;
 
+        (void) nalar_limits_check(&m->limits, count, 0,
+                                  req->params.max_tokens, msg, sizeof(msg));
+
         return api_fail(req, 400, "invalid_request_error", "prompt",
-                        "context_length_exceeded",
-                        "This model's maximum context length is %d "
-                        "tokens. However, your prompt has %d tokens.",
-                        m->n_ctx, count);
+                        "context_length_exceeded", "%s", msg);
     }
 
     return 0;
@@ -565,7 +571,7 @@ static int
 api_not_id(nalar_api_request *req, const nalar_api_model *m, size_t i)
 {
     return api_bad(req, "prompt", "prompt[%zu] is not a token id of this "
-                   "model (0..%d)", i, m->n_vocab - 1);
+                   "model (0..%d)", i, m->limits.n_vocab - 1);
 }
 
 
@@ -682,7 +688,7 @@ api_prompt(nalar_api_request *req, const nalar_api_in *in,
             e = json_array_get(v, i);
 
             if (!json_is_integer(e) || json_integer_value(e) < 0
-                || json_integer_value(e) >= m->n_vocab)
+                || json_integer_value(e) >= m->limits.n_vocab)
             {
                 return api_not_id(req, m, i);
             }
@@ -841,7 +847,7 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
 
     for (i = 0; i < in->n_models && !ids.arrays; i++) {
         if (in->models[i].state != 1
-            || ids.count >= (size_t) in->models[i].n_ctx)
+            || ids.count >= (size_t) in->models[i].limits.n_ctx)
         {
             break;
         }

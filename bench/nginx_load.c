@@ -1243,7 +1243,7 @@ engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
                 on_tokens(st, &s[i].q, s[i].role, out.n_ids, t);
                 if (out.finish != NALAR_FINISH_NONE) {
                     fin = 1;
-                    s[i].q.usage_tokens = out.n_completion;
+                    s[i].q.usage_tokens = out.usage.n_completion;
                     st->errors += out.finish != NALAR_FINISH_LENGTH;
                 }
                 nalar_output_free(&out);

@@ -469,10 +469,10 @@ ttft_take(nalar_request *r, void *ctx)
     nalar_output o;
 
     nalar_request_take(r, &o);
-    if (o.ttft_ms >= 0) {
-        f->ttft_ms = o.ttft_ms;
+    if (o.usage.ttft_ms >= 0) {
+        f->ttft_ms = o.usage.ttft_ms;
     }
-    f->cached = o.n_cached;
+    f->cached = o.usage.n_cached;
     nalar_output_free(&o);
 }
 

@@ -136,7 +136,7 @@ ngx_http_nalar_submit_choices(ngx_http_request_t *r,
 
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
-        ch->grammar_compile_ms = -1;
+        ch->usage.grammar_compile_ms = -1;
 
         if (!ctx->stream) {
             ch->text = ngx_array_create(r->pool, 256, 1);

@@ -319,7 +319,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ctx->endpoint = ngx_http_nalar_endpoint(&r->uri);
     ctx->logprobs = -1;
     ctx->created = ngx_time();
-    ctx->ttft_ms = -1;
+    ctx->usage.ttft_ms = -1;
 
     if (w->rt == NULL) {
         return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
@@ -409,7 +409,6 @@ static ngx_int_t
 ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_api_request *req)
 {
-    char                        msg[256];
     ngx_int_t                   rc;
     nalar_request_params        params;
     ngx_http_nalar_model_rt_t  *model;
@@ -439,21 +438,7 @@ ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     if (req->err.status) {
         if (req->prompt_tokens) {
-            ctx->prompt_tokens = req->prompt_tokens;
-        }
-
-        /* the engine's own words for a prompt of ids over the context */
-
-        if (req->prompt_tokens && model && model->engine
-            && ngx_strcmp(req->err.code, "context_length_exceeded") == 0
-            && nalar_engine_check_prompt(model->engine, req->prompt_tokens,
-                                         0, req->params.max_tokens, msg,
-                                         sizeof(msg))
-               != 0)
-        {
-            return ngx_http_nalar_error(r, req->err.status, req->err.type,
-                                        req->err.param, req->err.code,
-                                        "%s", msg);
+            ctx->usage.n_prompt = req->prompt_tokens;
         }
 
         if (req->err.code && ngx_strcmp(req->err.code, "model_loading") == 0

@@ -277,14 +277,9 @@ typedef struct {
     ngx_array_t               *text;        /* u_char; non-streaming */
     json_t                    *logprobs;    /* accumulated; non-streaming */
     size_t                     text_offset; /* for completions logprobs */
-    int32_t                    n_completion;
-    int32_t                    spec_proposed;   /* speculative proposals */
-    int32_t                    spec_accepted;
-    int32_t                    pred_accepted;   /* of the prediction */
-    int32_t                    pred_rejected;
-    double                     grammar_compile_ms;  /* <0: no grammar */
-    double                     grammar_mask_ms;
-    int32_t                    grammar_forced;      /* forced proposed */
+    nalar_usage                usage;       /* the engine's, as taken;
+                                               grammar_compile_ms < 0: no
+                                               grammar */
     nalar_tool_parser         *tools;       /* the answer's tool calls */
     unsigned                   submitted:1;
     unsigned                   role_sent:1;
@@ -318,11 +313,10 @@ struct ngx_http_nalar_ctx_s {
                                                came out */
     ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
 
-    /* usage */
-    int32_t                    prompt_tokens;
-    int32_t                    cached_tokens;
-    double                     ttft_ms;
-    double                     queue_ms;
+    /* the prompt's usage: the first choice's as taken (n_prompt, also
+     * where the prompt was refused; n_cached, queue_ms, ttft_ms); each
+     * choice keeps its own completion's */
+    nalar_usage                usage;
 
     ngx_buf_t                 *error_body;  /* nginx's error page, as
                                                JSON */

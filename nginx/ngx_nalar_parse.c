@@ -58,14 +58,13 @@ ngx_http_nalar_snapshot(nalar_api_model *models)
         m = nalar_engine_model(model->engine);
 
         if (!model->style_known) {
-            text = gguf_get_str(m->gguf, "tokenizer.chat_template");
+            text = nalar_model_chat_template(m);
             model->style = nalar_chat_style_detect(text);
             model->style_known = 1;
             free(text);
         }
 
-        models[i].n_vocab = nalar_tok_n_vocab(m->tok);
-        models[i].n_ctx = m->cfg.n_ctx;
+        nalar_engine_limits(model->engine, &models[i].limits);
         models[i].chat_style = (int) model->style;
     }
 }

@@ -184,7 +184,7 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
              * not streamed: an error response; the cleanup cancels the
              * other choices.  An accepted stream starts (below) and its
              * failure is an error event. */
-            ctx->prompt_tokens = o.n_prompt;
+            ctx->usage.n_prompt = o.usage.n_prompt;
             rc = ngx_http_nalar_refused(ctx, &o);
             nalar_output_free(&o);
             ctx->done = 1;
@@ -360,20 +360,10 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     ch = &ctx->choices[i];
 
     if (i == 0) {
-        ctx->prompt_tokens = o->n_prompt;
-        ctx->cached_tokens = o->n_cached;
-        ctx->queue_ms = o->queue_ms;
-        ctx->ttft_ms = o->ttft_ms;
+        ctx->usage = o->usage;
     }
 
-    ch->n_completion = o->n_completion;
-    ch->spec_proposed = o->spec_proposed;
-    ch->spec_accepted = o->spec_accepted;
-    ch->pred_accepted = o->pred_accepted;
-    ch->pred_rejected = o->pred_rejected;
-    ch->grammar_compile_ms = o->grammar_compile_ms;
-    ch->grammar_mask_ms = o->grammar_mask_ms;
-    ch->grammar_forced = o->grammar_forced;
+    ch->usage = o->usage;
     ch->finish = o->finish;
 
     /* the text: the engine's, or with tools the content part of it */
@@ -638,7 +628,7 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     nalar_logprob          *row;
     const nalar_tokenizer  *tok;
 
-    tok = nalar_engine_model(ctx->model->engine)->tok;
+    tok = nalar_model_tokenizer(nalar_engine_model(ctx->model->engine));
     n_top = ctx->logprobs > 0 ? (int32_t) ctx->logprobs : 0;
 
     if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
@@ -779,20 +769,20 @@ ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx)
     rejected = 0;
 
     for (i = 0; i < ctx->n; i++) {
-        completion += ctx->choices[i].n_completion;
-        accepted += ctx->choices[i].pred_accepted;
-        rejected += ctx->choices[i].pred_rejected;
+        completion += ctx->choices[i].usage.n_completion;
+        accepted += ctx->choices[i].usage.pred_accepted;
+        rejected += ctx->choices[i].usage.pred_rejected;
     }
 
     /* as OpenAI: the prediction's details are there, zero, without one */
 
     return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I,s:I}}",
-                     "prompt_tokens", (json_int_t) ctx->prompt_tokens,
+                     "prompt_tokens", (json_int_t) ctx->usage.n_prompt,
                      "completion_tokens", completion,
-                     "total_tokens", (json_int_t) ctx->prompt_tokens
+                     "total_tokens", (json_int_t) ctx->usage.n_prompt
                                      + completion,
                      "prompt_tokens_details",
-                     "cached_tokens", (json_int_t) ctx->cached_tokens,
+                     "cached_tokens", (json_int_t) ctx->usage.n_cached,
                      "completion_tokens_details",
                      "accepted_prediction_tokens", accepted,
                      "rejected_prediction_tokens", rejected);

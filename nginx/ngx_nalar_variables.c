@@ -166,8 +166,8 @@ ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     case NGX_HTTP_NALAR_VAR_TTFT_MS:
     case NGX_HTTP_NALAR_VAR_QUEUE_MS:
-        ms = (data == NGX_HTTP_NALAR_VAR_TTFT_MS) ? ctx->ttft_ms
-                                                  : ctx->queue_ms;
+        ms = (data == NGX_HTTP_NALAR_VAR_TTFT_MS) ? ctx->usage.ttft_ms
+                                                  : ctx->usage.queue_ms;
         if (ms < 0) {
             v->not_found = 1;
             return NGX_OK;
@@ -185,15 +185,15 @@ ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
         ms = 0;
         n = 0;
         for (i = 0; i < ctx->n && ctx->choices; i++) {
-            if (ctx->choices[i].grammar_compile_ms < 0) {
+            if (ctx->choices[i].usage.grammar_compile_ms < 0) {
                 continue;
             }
             n++;
             ms += data == NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS
-                  ? ctx->choices[i].grammar_compile_ms
+                  ? ctx->choices[i].usage.grammar_compile_ms
                   : data == NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS
-                  ? ctx->choices[i].grammar_mask_ms
-                  : ctx->choices[i].grammar_forced;
+                  ? ctx->choices[i].usage.grammar_mask_ms
+                  : ctx->choices[i].usage.grammar_forced;
         }
 
         if (n == 0) {
@@ -212,19 +212,19 @@ ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     default:
         if (data == NGX_HTTP_NALAR_VAR_PROMPT_TOKENS) {
-            n = ctx->prompt_tokens;
+            n = ctx->usage.n_prompt;
 
         } else if (data == NGX_HTTP_NALAR_VAR_CACHED_TOKENS) {
-            n = ctx->cached_tokens;
+            n = ctx->usage.n_cached;
 
         } else {
             n = 0;
             for (i = 0; i < ctx->n && ctx->choices; i++) {
                 n += data == NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED
-                     ? ctx->choices[i].spec_accepted
+                     ? ctx->choices[i].usage.spec_accepted
                      : data == NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
-                     ? ctx->choices[i].spec_proposed
-                     : ctx->choices[i].n_completion;
+                     ? ctx->choices[i].usage.spec_proposed
+                     : ctx->choices[i].usage.n_completion;
             }
         }
 

@@ -9,9 +9,11 @@
 # Calls and includes go one way, down that list.  A file of a lower layer
 # that includes a header of a higher one (src/ including api/ or ngx_*
 # headers, api/ including ngx_* headers) or names a function defined in a
-# higher one is a violation.  Inside the glue, the files' call graph (file
-# A names a function that file B defines) must have no cycle: a lower file
-# reaches a higher one only through a pointer the higher one hands it.
+# higher one is a violation; so is the glue reading the model's fields
+# (->gguf, ->cfg, ->tok) where src/model.h has functions for them.
+# Inside the glue, the files' call graph (file A names a function that
+# file B defines) must have no cycle: a lower file reaches a higher one
+# only through a pointer the higher one hands it.
 #
 #   perl scripts/layers.pl [-v] [ROOT]
 #
@@ -112,6 +114,13 @@ for my $f (@files) {
         }
     }
     close $fh;
+
+    # the model's fields, read through src/model.h's functions instead
+    if ($lf eq 'glue') {
+        while ($text =~ /->(gguf|cfg|tok)\b/g) {
+            push @violations, "$f ($lf) reads the model's field $1";
+        }
+    }
 
     # names of functions defined elsewhere
     my %seen;

@@ -165,6 +165,32 @@ typedef struct {
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
 
+/*
+ * A request's usage so far, one struct from the engine to the response:
+ * nalar_request_take() hands it over in nalar_output, and the server
+ * keeps it per choice as it is.
+ */
+typedef struct {
+    /* n_prompt also when refused: the tokens counted (the context + 1
+     * where counting stopped) */
+    int32_t        n_prompt;
+    int32_t        n_cached;
+    int32_t        n_completion;
+    double         queue_ms;    /* submit -> first scheduled */
+    double         ttft_ms;     /* submit -> first token; <0 if none yet */
+    /* speculative decoding */
+    int32_t        spec_proposed;   /* proposals verified */
+    int32_t        spec_accepted;   /* proposals confirmed */
+    int32_t        pred_accepted;   /* of them, from the prediction */
+    int32_t        pred_rejected;
+    /* structured output; grammar_compile_ms < 0 without a grammar, 0 on
+     * a grammar cache hit */
+    double         grammar_compile_ms;
+    double         grammar_mask_ms;         /* masking logits rows */
+    int32_t        grammar_forced;          /* forced tokens proposed */
+    int32_t        grammar_forced_accepted; /* of them, confirmed */
+} nalar_usage;
+
 /* What nalar_request_take() hands over: everything since the last take. */
 typedef struct {
     char          *text;        /* complete UTF-8, NUL-terminated; malloc'd */
@@ -181,26 +207,9 @@ typedef struct {
     char           err_code[32];
     char           err_param[16];
     int            accepted;    /* the prompt passed intake (set from the
-                                   take after that on); n_prompt is its
-                                   length */
-    /* usage so far; n_prompt also when refused: the tokens counted (the
-     * context + 1 where counting stopped) */
-    int32_t        n_prompt;
-    int32_t        n_cached;
-    int32_t        n_completion;
-    double         queue_ms;    /* submit -> first scheduled */
-    double         ttft_ms;     /* submit -> first token; <0 if none yet */
-    /* speculative decoding, so far */
-    int32_t        spec_proposed;   /* proposals verified */
-    int32_t        spec_accepted;   /* proposals confirmed */
-    int32_t        pred_accepted;   /* of them, from the prediction */
-    int32_t        pred_rejected;
-    /* structured output, so far; grammar_compile_ms < 0 without a
-     * grammar, 0 on a grammar cache hit */
-    double         grammar_compile_ms;
-    double         grammar_mask_ms;         /* masking logits rows */
-    int32_t        grammar_forced;          /* forced tokens proposed */
-    int32_t        grammar_forced_accepted; /* of them, confirmed */
+                                   take after that on); usage.n_prompt is
+                                   its length */
+    nalar_usage    usage;       /* so far */
 } nalar_output;
 
 typedef struct {
@@ -316,13 +325,27 @@ void nalar_request_unref(nalar_request *r);
  * prompt is checked at intake (see the top of this file). */
 int  nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err);
 /*
- * The context check of intake, for callers that can refuse before
- * submitting (a token-id array too long to copy): 0 when a prompt of
- * n_prompt tokens leaves room in the context for max_tokens (<= 0: one)
- * and fits the KV pool, else -1 with OpenAI's context_length_exceeded
- * message in msg.  more: n_prompt is where counting stopped, the prompt
- * has more.  Valid once the engine is ready.
+ * What bounds a request on an engine, as one struct (src/limits.c):
+ * nalar_engine_limits() fills it once the engine is ready, and
+ * nalar_limits_check() is intake's context check on it, for callers that
+ * refuse before submitting (the protocol layer, from a snapshot of the
+ * limits, where a token-id array is too long to copy): 0 when a prompt
+ * of n_prompt tokens leaves room in the context for max_tokens (<= 0:
+ * one) and fits the KV pool, else -1 with OpenAI's
+ * context_length_exceeded message in msg.  more: n_prompt is where
+ * counting stopped, the prompt has more.  nalar_engine_check_prompt() is
+ * the same on the engine's own limits.
  */
+typedef struct {
+    int32_t  n_ctx;         /* tokens of context */
+    int32_t  n_vocab;       /* token ids are 0 .. n_vocab - 1 */
+    int32_t  kv_blocks;     /* of NALAR_KV_BLOCK tokens, in the whole KV
+                               pool; 0: not known yet */
+} nalar_limits;
+
+void nalar_engine_limits(nalar_engine *e, nalar_limits *lim);
+int  nalar_limits_check(const nalar_limits *lim, int32_t n_prompt, int more,
+                        int32_t max_tokens, char *msg, size_t cap);
 int  nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
                                int32_t max_tokens, char *msg, size_t cap);
 /* Asynchronous: the engine drops the sequence (and its KV) at the next

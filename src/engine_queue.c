@@ -5,7 +5,7 @@
  * set, preemption back to the waiting queue's head, and failing what
  * waits.
  *
- * Threads: nalar_engine_submit and nalar_engine_check_prompt run on any
+ * Threads: nalar_engine_submit runs on any
  * thread (the queues under e->mu); the rest on the engine thread, which
  * takes e->mu only to move a request between queues, never while it
  * tokenizes.
@@ -66,37 +66,6 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     e->n_waiting++;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    return 0;
-}
-
-
-int
-nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
-                          int32_t max_tokens, char *msg, size_t cap)
-{
-    int32_t     n_ctx = e->model->cfg.n_ctx;
-    int32_t     n_gen = max_tokens > 0 ? max_tokens : 1;
-    const char *al = more ? "at least " : "";
-
-    if (more || n_prompt >= n_ctx
-        || (max_tokens > 0 && (int64_t) n_prompt + max_tokens > n_ctx))
-    {
-        snprintf(msg, cap, "This model's maximum context length is %d "
-                 "tokens. However, you requested %s%lld tokens (%s%d in the "
-                 "prompt, %d in the completion). Please reduce the prompt "
-                 "or the completion length.", n_ctx, al,
-                 (long long) n_prompt + n_gen, al, n_prompt, n_gen);
-        return -1;
-    }
-    /* a prompt the whole KV pool cannot hold is the client's mistake, not
-     * a busy server */
-    if (e->kv_ready
-        && (n_prompt + NALAR_KV_BLOCK) / NALAR_KV_BLOCK > e->kv.n_blocks)
-    {
-        snprintf(msg, cap, "The prompt has %d tokens but the KV cache holds "
-                 "only %d", n_prompt, e->kv.n_blocks * NALAR_KV_BLOCK);
-        return -1;
-    }
     return 0;
 }
 

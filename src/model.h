@@ -121,6 +121,16 @@ void nalar_model_destroy(nalar_model *m);
 char *nalar_model_describe(const nalar_model *m);
 
 /*
+ * What a loaded model says about itself to the layers above the engine
+ * (src/model_info.c), so that they do not reach into nalar_model: its
+ * tokenizer, its context length (tokens), and the GGUF's
+ * tokenizer.chat_template, malloc'd (free() it), or NULL where it has none.
+ */
+const nalar_tokenizer *nalar_model_tokenizer(const nalar_model *m);
+int32_t nalar_model_n_ctx(const nalar_model *m);
+char *nalar_model_chat_template(const nalar_model *m);
+
+/*
  * A batch for one forward pass: tokens from many sequences at arbitrary
  * positions.  Before the pass, each token's sequence must have KV reserved
  * for pos + 1 positions; the pass writes K/V at (seq, pos) for every token

@@ -73,6 +73,15 @@ is($rc, 0, 'a name in a comment is not a call') or diag($out);
 is($rc, 1, 'api/ including an ngx_* header fails');
 like($out, qr/api\/b\.c \(api\) includes ngx_core\.h \(glue\)/, '... and says so');
 
+# the glue reads a field of the model
+($rc, $out) = check(tree(
+    'nginx/ngx_nalar_a.c' => "int\nngx_a(nalar_model *m)\n{\n"
+                             . "    return m->cfg.n_ctx;\n}\n",
+));
+is($rc, 1, 'the glue reading the model\'s fields fails');
+like($out, qr/ngx_nalar_a\.c \(glue\) reads the model's field cfg/,
+     '... and says so');
+
 # a cycle in the glue: a -> b -> c -> a
 ($rc, $out) = check(tree(
     'nginx/ngx_nalar_a.c' => "int\nngx_a(void)\n{\n    return ngx_b();\n}\n",

@@ -430,7 +430,7 @@ test_text_prompts(nalar_engine *e)
     nalar_engine_run_sync(e, &r, 1, &err);
     ok(c.n == N_REF && same(c.ids, refs[0].target, N_REF),
        "text prompt in pieces: the reference generation");
-    is_int(c.last.n_prompt, refs[0].n_prompt, "its prompt length");
+    is_int(c.last.usage.n_prompt, refs[0].n_prompt, "its prompt length");
     ok(c.last.accepted, "accepted");
     nalar_request_unref(r);
 
@@ -460,7 +460,7 @@ test_text_prompts(nalar_engine *e)
        && strcmp(c.last.err_code, "context_length_exceeded") == 0
        && strstr(c.last.error, "at least 513 in the prompt") != NULL,
        "4 MB prompt refused: %s", c.last.error);
-    is_int(c.last.n_prompt, 513, "counted up to the context + 1");
+    is_int(c.last.usage.n_prompt, 513, "counted up to the context + 1");
     ok(kv_all_free(e), "no KV block held");
     nalar_request_unref(r);
     free(big);
@@ -1277,11 +1277,11 @@ test_shared_prompt(nalar_engine *e)
     memset(text, 'x', piece.len);   /* the requests hold their own */
 
     nalar_engine_run_sync(e, rs, NCH + 1, &err);
-    ok(c[NCH].n == 8 && c[NCH].last.n_prompt > 300,
-       "the reference: a %d-token prompt, 8 tokens", c[NCH].last.n_prompt);
+    ok(c[NCH].n == 8 && c[NCH].last.usage.n_prompt > 300,
+       "the reference: a %d-token prompt, 8 tokens", c[NCH].last.usage.n_prompt);
     for (int i = 0; i < NCH; i++) {
         good &= c[i].n == 8 && same(c[i].ids, c[NCH].ids, 8)
-                && c[i].last.n_prompt == c[NCH].last.n_prompt;
+                && c[i].last.usage.n_prompt == c[NCH].last.usage.n_prompt;
     }
     ok(good, "each of the %d answers as the request with its own copy", NCH);
     for (int i = 0; i <= NCH; i++) {
@@ -1642,7 +1642,7 @@ main(void)
                && strstr(c.last.error, "maximum context length is 512")
                   != NULL,
                "over-long prompt refused: %s", c.last.error);
-            is_int(c.last.n_prompt, 600, "with its length");
+            is_int(c.last.usage.n_prompt, 600, "with its length");
             ok(!c.last.accepted, "never accepted");
             ok(kv_all_free(e), "no KV block held");
             nalar_request_unref(r);

@@ -344,12 +344,12 @@ test_shared_params(const char *path)
                 && c[i].n == c[N_CHOICES].n
                 && memcmp(c[i].ids, c[N_CHOICES].ids,
                           (size_t) c[i].n * sizeof(int32_t)) == 0
-                && c[i].last.spec_accepted
-                   == c[N_CHOICES].last.spec_accepted;
+                && c[i].last.usage.spec_accepted
+                   == c[N_CHOICES].last.usage.spec_accepted;
     }
     ok(good, "each of the %d choices answers as the request with its own "
        "copy (%d tokens, %d accepted from the prediction)", N_CHOICES,
-       c[N_CHOICES].n, c[N_CHOICES].last.spec_accepted);
+       c[N_CHOICES].n, c[N_CHOICES].last.usage.spec_accepted);
     for (int i = 0; i <= N_CHOICES; i++) {
         nalar_request_unref(rs[i]);
     }

@@ -770,13 +770,13 @@ main(void)
         ok(all_equal(ref, got, "prediction"),
            "exact prediction: output equals plain decoding");
         for (int k = 0; k < 8; k++) {
-            good_acc &= got[k].last.pred_accepted >= 30
-                        && got[k].last.pred_accepted
-                           > 4 * got[k].last.pred_rejected;
+            good_acc &= got[k].last.usage.pred_accepted >= 30
+                        && got[k].last.usage.pred_accepted
+                           > 4 * got[k].last.usage.pred_rejected;
         }
         ok(good_acc, "exact prediction: most tokens accepted (%d accepted, "
-           "%d rejected of 48)", got[0].last.pred_accepted,
-           got[0].last.pred_rejected);
+           "%d rejected of 48)", got[0].last.usage.pred_accepted,
+           got[0].last.usage.pred_rejected);
         for (int k = 0; k < 8; k++) {
             for (int i = 0; i < 48; i += 7) {
                 /* every 7th token wrong (not every 5th: with k = 4 that
@@ -787,8 +787,8 @@ main(void)
         run_all(e, got, 48, pred, 48, 0);
         ok(all_equal(ref, got, "bad prediction"),
            "corrupted prediction: output equals plain decoding");
-        ok(got[0].last.pred_rejected > 0, "corrupted prediction: "
-           "rejections counted (%d)", got[0].last.pred_rejected);
+        ok(got[0].last.usage.pred_rejected > 0, "corrupted prediction: "
+           "rejections counted (%d)", got[0].last.usage.pred_rejected);
         ok(kv_clean(e), "prediction: KV clean");
         nalar_engine_destroy(e);
     }
@@ -826,8 +826,8 @@ main(void)
             run_all(e, got, 48, pred, c == 1 ? 51 : c == 2 ? 45 : 48, 0);
             ok_all = all_equal(ref, got, edit[c]);
             for (int k = 0; k < 8; k++) {
-                if (got[k].last.pred_accepted < min_acc) {
-                    min_acc = got[k].last.pred_accepted;
+                if (got[k].last.usage.pred_accepted < min_acc) {
+                    min_acc = got[k].last.usage.pred_accepted;
                 }
             }
             ok(ok_all, "prediction with %s: output equals plain decoding",
@@ -868,7 +868,7 @@ main(void)
         run_all_pred(e, long_got, 160, pred, 1024, 160, 0);
         ok_all = all_equal(long_ref, long_got, "phrases");
         for (int k = 0; k < 8; k++) {
-            accepted += long_got[k].last.pred_accepted;
+            accepted += long_got[k].last.usage.pred_accepted;
         }
         ok(ok_all, "prediction with rewritten phrases: output equals plain "
            "decoding");
@@ -910,7 +910,7 @@ main(void)
            && strcmp(a.text, b.text) == 0 && a.n == b.n,
            "stop string: same text and tokens ('%s' / '%s', %d / %d)",
            a.text, b.text, a.n, b.n);
-        ok(b.last.spec_accepted > 0, "the stop fell inside speculated runs");
+        ok(b.last.usage.spec_accepted > 0, "the stop fell inside speculated runs");
         ok(kv_clean(e), "stop: KV clean");
         nalar_engine_destroy(e);
     }
