@@ -14,32 +14,30 @@
 #include "ngx_nalar_module.h"
 
 
+static ngx_http_nalar_runtime_t *ngx_http_nalar_runtime_create(
+    ngx_cycle_t *cycle, ngx_http_nalar_main_conf_t *nmcf);
+static ngx_int_t ngx_http_nalar_eventfd_open(ngx_cycle_t *cycle);
+static void ngx_http_nalar_engine_start(ngx_cycle_t *cycle,
+    ngx_http_nalar_main_conf_t *nmcf, ngx_uint_t i, sigset_t *set);
+static void ngx_http_nalar_parsers_start(ngx_cycle_t *cycle, sigset_t *set);
 static void ngx_http_nalar_load_watch(ngx_event_t *ev);
 
 
 /*
  * Engines start here, in each worker (never in the master).  Their threads
  * inherit a mask with every signal blocked, as nginx's own thread pools do,
- * so that signals reach the event loop only.
+ * so that signals reach the event loop only.  The steps: the runtime (the
+ * worker's models), the eventfd, each model's engine, the parse threads,
+ * and the timer that watches the models load.
  */
 
 ngx_int_t
 ngx_http_nalar_init_process(ngx_cycle_t *cycle)
 {
-    int                          err_no, rc;
-    sigset_t                     set, old;
+    sigset_t                     set;
     ngx_uint_t                   i;
-    nalar_err                    err;
-    ngx_pool_t                  *pool;
-    ngx_event_t                 *rev;
-    nalar_engine_opts            opts;
-    ngx_connection_t            *c;
-    ngx_http_nalar_model_t      *model;
     ngx_http_nalar_runtime_t    *rt;
     ngx_http_nalar_main_conf_t  *nmcf;
-    ngx_http_nalar_worker_t     *w;
-
-    w = ngx_http_nalar_worker();
 
     if (ngx_process != NGX_PROCESS_WORKER
         && ngx_process != NGX_PROCESS_SINGLE)
@@ -53,15 +51,61 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
+    rt = ngx_http_nalar_runtime_create(cycle, nmcf);
+    if (rt == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_nalar_eventfd_open(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    sigfillset(&set);
+    sigdelset(&set, SIGILL);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGBUS);
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        ngx_http_nalar_engine_start(cycle, nmcf, i, &set);
+    }
+
+    ngx_http_nalar_parsers_start(cycle, &set);
+
+    /* event logging reads ((ngx_connection_t *) data)->fd */
+    rt->load_conn.fd = (ngx_socket_t) -1;
+    rt->load_ev.data = &rt->load_conn;
+    rt->load_ev.handler = ngx_http_nalar_load_watch;
+    rt->load_ev.log = cycle->log;
+    rt->load_ev.cancelable = 1;
+    ngx_add_timer(&rt->load_ev, 10);
+
+    return NGX_OK;
+}
+
+
+/* The worker's runtime (its models) and the state's queues; NULL: no
+ * memory. */
+
+static ngx_http_nalar_runtime_t *
+ngx_http_nalar_runtime_create(ngx_cycle_t *cycle,
+    ngx_http_nalar_main_conf_t *nmcf)
+{
+    ngx_pool_t                *pool;
+    ngx_http_nalar_worker_t   *w;
+    ngx_http_nalar_runtime_t  *rt;
+
+    w = ngx_http_nalar_worker();
+
     pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, cycle->log);
     if (pool == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     rt = ngx_pcalloc(pool, sizeof(ngx_http_nalar_runtime_t));
     if (rt == NULL) {
         ngx_destroy_pool(pool);
-        return NGX_ERROR;
+        return NULL;
     }
 
     rt->pool = pool;
@@ -72,7 +116,7 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
                                    * sizeof(ngx_http_nalar_model_rt_t));
     if (rt->models == NULL) {
         ngx_destroy_pool(pool);
-        return NGX_ERROR;
+        return NULL;
     }
 
     w->rt = rt;
@@ -83,16 +127,34 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     ngx_queue_init(&w->results);
 
 #ifdef NALAR_TEST_HOOKS
-    w->hold_path = nmcf->test_hold.len
-                               ? (char *) nmcf->test_hold.data : NULL;
+    w->hold_path = nmcf->test_hold.len ? (char *) nmcf->test_hold.data
+                                       : NULL;
 #endif
 
     if (ngx_array_init(&w->all_slots, cycle->pool, 64,
                        sizeof(ngx_http_nalar_slot_t *))
         != NGX_OK)
     {
-        return NGX_ERROR;
+        return NULL;
     }
+
+    return rt;
+}
+
+
+/*
+ * The eventfd the engines' notify callbacks and the parse threads write,
+ * read on the loop by the done handler.
+ */
+
+static ngx_int_t
+ngx_http_nalar_eventfd_open(ngx_cycle_t *cycle)
+{
+    ngx_event_t              *rev;
+    ngx_connection_t         *c;
+    ngx_http_nalar_worker_t  *w;
+
+    w = ngx_http_nalar_worker();
 
     w->efd = eventfd(0, EFD_NONBLOCK|EFD_CLOEXEC);
 
@@ -125,80 +187,106 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    model = nmcf->models.elts;
+    return NGX_OK;
+}
 
-    sigfillset(&set);
-    sigdelset(&set, SIGILL);
-    sigdelset(&set, SIGFPE);
-    sigdelset(&set, SIGSEGV);
-    sigdelset(&set, SIGBUS);
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        rt->models[i].name = model[i].name;
+/*
+ * Model i's engine, created and started with `set` blocked; one that does
+ * not start is logged and left NULL (its requests get an error, the
+ * worker serves the others).
+ */
 
-        ngx_memzero(&opts, sizeof(nalar_engine_opts));
+static void
+ngx_http_nalar_engine_start(ngx_cycle_t *cycle,
+    ngx_http_nalar_main_conf_t *nmcf, ngx_uint_t i, sigset_t *set)
+{
+    int                         err_no;
+    sigset_t                    old;
+    nalar_err                   err;
+    nalar_engine_opts           opts;
+    ngx_http_nalar_model_t     *model;
+    ngx_http_nalar_model_rt_t  *mrt;
 
-        opts.model_path = (char *) model[i].path.data;
-        opts.model_name = (char *) model[i].name.data;
-        opts.backend = (char *) nmcf->backend.data;
-        opts.device = nmcf->device != NGX_CONF_UNSET ? (int) nmcf->device : -1;
-        opts.worker = (int) ngx_worker;
-        opts.gpu_memory = nmcf->gpu_memory;
-        opts.n_threads = (int) nmcf->threads;
-        opts.kv_bytes = (int64_t) nmcf->kv_cache;
-        opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
-        opts.act_i16 = (int) nmcf->cpu_act_i16;
-        opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
-        opts.max_queue = (int32_t) nmcf->max_queue;
-        opts.max_running = (int32_t) nmcf->max_running;
-        opts.prefix_cache = (int) nmcf->prefix_cache;
-        opts.load_async = 1;
+    model = &((ngx_http_nalar_model_t *) nmcf->models.elts)[i];
+    mrt = &ngx_http_nalar_worker()->rt->models[i];
 
-        /* auto: the draft when the model has one, else n-gram lookup;
-         * requests carry their location's choice, this is the default */
-        opts.spec_mode = (int) nmcf->spec_mode;
-        opts.spec_max_k = (int) nmcf->spec_max_k;
+    mrt->name = model->name;
 
-        if (model[i].draft.len) {
-            opts.draft_path = (char *) model[i].draft.data;
-        }
+    ngx_memzero(&opts, sizeof(nalar_engine_opts));
 
-        rt->models[i].engine = nalar_engine_create(&opts, &err);
+    opts.model_path = (char *) model->path.data;
+    opts.model_name = (char *) model->name.data;
+    opts.backend = (char *) nmcf->backend.data;
+    opts.device = nmcf->device != NGX_CONF_UNSET ? (int) nmcf->device : -1;
+    opts.worker = (int) ngx_worker;
+    opts.gpu_memory = nmcf->gpu_memory;
+    opts.n_threads = (int) nmcf->threads;
+    opts.kv_bytes = (int64_t) nmcf->kv_cache;
+    opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
+    opts.act_i16 = (int) nmcf->cpu_act_i16;
+    opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
+    opts.max_queue = (int32_t) nmcf->max_queue;
+    opts.max_running = (int32_t) nmcf->max_running;
+    opts.prefix_cache = (int) nmcf->prefix_cache;
+    opts.load_async = 1;
 
-        if (rt->models[i].engine == NULL) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                          "nalar_model \"%V\": %s", &model[i].name, err.msg);
-            continue;
-        }
+    /* auto: the draft when the model has one, else n-gram lookup;
+     * requests carry their location's choice, this is the default */
+    opts.spec_mode = (int) nmcf->spec_mode;
+    opts.spec_max_k = (int) nmcf->spec_max_k;
 
-#ifdef NALAR_TEST_HOOKS
-        if (nmcf->test_fault > 0) {
-            nalar_engine_test_fault(rt->models[i].engine, NALAR_FAULT_FORWARD,
-                                    (int) nmcf->test_fault);
-        }
-#endif
-
-        err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
-        if (err_no) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
-                          "nalar: pthread_sigmask() failed");
-        }
-
-        if (nalar_engine_start(rt->models[i].engine, &err) != 0) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                          "nalar_model \"%V\": %s", &model[i].name, err.msg);
-            nalar_engine_destroy(rt->models[i].engine);
-            rt->models[i].engine = NULL;
-        }
-
-        if (err_no == 0) {
-            (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-        }
+    if (model->draft.len) {
+        opts.draft_path = (char *) model->draft.data;
     }
 
-    /* the parse thread, for large bodies */
+    mrt->engine = nalar_engine_create(&opts, &err);
 
-    err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
+    if (mrt->engine == NULL) {
+        ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                      "nalar_model \"%V\": %s", &model->name, err.msg);
+        return;
+    }
+
+#ifdef NALAR_TEST_HOOKS
+    if (nmcf->test_fault > 0) {
+        nalar_engine_test_fault(mrt->engine, NALAR_FAULT_FORWARD,
+                                (int) nmcf->test_fault);
+    }
+#endif
+
+    err_no = pthread_sigmask(SIG_BLOCK, set, &old);
+    if (err_no) {
+        ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
+                      "nalar: pthread_sigmask() failed");
+    }
+
+    if (nalar_engine_start(mrt->engine, &err) != 0) {
+        ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                      "nalar_model \"%V\": %s", &model->name, err.msg);
+        nalar_engine_destroy(mrt->engine);
+        mrt->engine = NULL;
+    }
+
+    if (err_no == 0) {
+        (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+}
+
+
+/* The parse threads, for large bodies, started with `set` blocked. */
+
+static void
+ngx_http_nalar_parsers_start(ngx_cycle_t *cycle, sigset_t *set)
+{
+    int                       err_no, rc;
+    sigset_t                  old;
+    ngx_uint_t                i;
+    ngx_http_nalar_worker_t  *w;
+
+    w = ngx_http_nalar_worker();
+
+    err_no = pthread_sigmask(SIG_BLOCK, set, &old);
     if (err_no) {
         ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
                       "nalar: pthread_sigmask() failed");
@@ -224,16 +312,6 @@ ngx_http_nalar_init_process(ngx_cycle_t *cycle)
     if (err_no == 0) {
         (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
-
-    /* event logging reads ((ngx_connection_t *) data)->fd */
-    rt->load_conn.fd = (ngx_socket_t) -1;
-    rt->load_ev.data = &rt->load_conn;
-    rt->load_ev.handler = ngx_http_nalar_load_watch;
-    rt->load_ev.log = cycle->log;
-    rt->load_ev.cancelable = 1;
-    ngx_add_timer(&rt->load_ev, 10);
-
-    return NGX_OK;
 }
 
 

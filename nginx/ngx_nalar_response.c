@@ -19,10 +19,22 @@
 
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
+static ngx_int_t ngx_http_nalar_take(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, ngx_chain_t ***ll);
+static void ngx_http_nalar_cancel_rest(ngx_http_nalar_ctx_t *ctx);
+static void ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
+    ngx_chain_t **ll);
 static ngx_int_t ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx,
     nalar_output *o);
 static ngx_int_t ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx,
     ngx_uint_t i, nalar_output *out, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_keep(ngx_http_nalar_choice_t *ch,
+    const char *text, size_t text_len, json_t *lp);
+static ngx_int_t ngx_http_nalar_stream_chunks(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, const char *text, size_t text_len, json_t *lp,
+    ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_stream_finish(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, nalar_output *o, ngx_chain_t ***ll);
 static ngx_int_t ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx);
 static json_t *ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     ngx_http_nalar_choice_t *ch, nalar_output *out);
@@ -151,71 +163,22 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
 void
 ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 {
-    ngx_int_t                  rc;
-    ngx_uint_t                 i;
-    ngx_chain_t               *out, **ll, *cl;
-    nalar_output               o;
-    ngx_http_request_t        *r;
-    ngx_http_nalar_choice_t   *ch;
-
-    r = ctx->request;
+    ngx_int_t     rc;
+    ngx_uint_t    i;
+    ngx_chain_t  *out, **ll, *cl;
 
     out = NULL;
     ll = &out;
 
     for (i = 0; i < ctx->n; i++) {
-        ch = &ctx->choices[i];
+        rc = ngx_http_nalar_take(ctx, i, &ll);
 
-        if (ch->slot == NULL) {
-            continue;
-        }
-
-        ngx_memzero(&o, sizeof(nalar_output));
-
-        if (!nalar_request_take(ch->slot->req, &o)) {
-            nalar_output_free(&o);
-            continue;
-        }
-
-        if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent
-            && !(ctx->stream && o.accepted))
-        {
-            /* refused, or failed before any part of a response that is
-             * not streamed: an error response; the cleanup cancels the
-             * other choices.  An accepted stream starts (below) and its
-             * failure is an error event. */
-            ctx->usage.n_prompt = o.usage.n_prompt;
-            rc = ngx_http_nalar_refused(ctx, &o);
-            nalar_output_free(&o);
-            ctx->done = 1;
-            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        if (rc == NGX_DONE) {
             return;
         }
 
-        if (ctx->stream && !ctx->header_sent && o.accepted) {
-            rc = ngx_http_nalar_send_stream_header(r, ctx);
-            if (rc == NGX_ERROR || rc > NGX_OK) {
-                nalar_output_free(&o);
-                ctx->done = 1;
-                ngx_http_finalize_request(r, rc);
-                return;
-            }
-        }
-
-        rc = ngx_http_nalar_absorb(ctx, i, &o, &ll);
-
-        nalar_output_free(&o);
-
-        if (rc != NGX_OK) {
-            ctx->done = 1;
-            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
-            return;
-        }
-
-        if (ch->finish != NALAR_FINISH_NONE) {
-            ngx_http_nalar_slot_release(ch->slot);
-            ch->slot = NULL;
-            ctx->n_done++;
+        if (rc == NGX_DECLINED) {
+            continue;
         }
 
         if (ctx->failed) {
@@ -226,7 +189,111 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
     /* a choice that failed mid-stream ends the stream: the others are
      * cancelled, and [DONE] follows its error event */
 
-    for (i = 0; ctx->failed && i < ctx->n; i++) {
+    if (ctx->failed) {
+        ngx_http_nalar_cancel_rest(ctx);
+    }
+
+    if (ctx->n_done == ctx->n) {
+        ngx_http_nalar_end(ctx, out, ll);
+        return;
+    }
+
+    if (out == NULL) {
+        return;
+    }
+
+    for (cl = out; cl->next; cl = cl->next) { /* void */ }
+    cl->buf->flush = 1;
+
+    ctx->last_send = ngx_current_msec;
+
+    (void) ngx_http_nalar_send(ctx, out);
+}
+
+
+/*
+ * What the engine has for choice i, taken: appended to the stream (or the
+ * text) at *ll.  NGX_DECLINED: nothing new; NGX_DONE: the request was
+ * finalized (an error, or the stream's header could not go).
+ */
+
+static ngx_int_t
+ngx_http_nalar_take(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    ngx_chain_t ***ll)
+{
+    ngx_int_t                 rc;
+    nalar_output              o;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_choice_t  *ch;
+
+    r = ctx->request;
+    ch = &ctx->choices[i];
+
+    if (ch->slot == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(&o, sizeof(nalar_output));
+
+    if (!nalar_request_take(ch->slot->req, &o)) {
+        nalar_output_free(&o);
+        return NGX_DECLINED;
+    }
+
+    if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent
+        && !(ctx->stream && o.accepted))
+    {
+        /* refused, or failed before any part of a response that is
+         * not streamed: an error response; the cleanup cancels the
+         * other choices.  An accepted stream starts (below) and its
+         * failure is an error event. */
+        ctx->usage.n_prompt = o.usage.n_prompt;
+        rc = ngx_http_nalar_refused(ctx, &o);
+        nalar_output_free(&o);
+        ctx->done = 1;
+        ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        return NGX_DONE;
+    }
+
+    if (ctx->stream && !ctx->header_sent && o.accepted) {
+        rc = ngx_http_nalar_send_stream_header(r, ctx);
+        if (rc == NGX_ERROR || rc > NGX_OK) {
+            nalar_output_free(&o);
+            ctx->done = 1;
+            ngx_http_finalize_request(r, rc);
+            return NGX_DONE;
+        }
+    }
+
+    rc = ngx_http_nalar_absorb(ctx, i, &o, ll);
+
+    nalar_output_free(&o);
+
+    if (rc != NGX_OK) {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        return NGX_DONE;
+    }
+
+    if (ch->finish != NALAR_FINISH_NONE) {
+        ngx_http_nalar_slot_release(ch->slot);
+        ch->slot = NULL;
+        ctx->n_done++;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The choices still running after one failed mid-stream: cancelled. */
+
+static void
+ngx_http_nalar_cancel_rest(ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_uint_t                i;
+    ngx_http_nalar_choice_t  *ch;
+
+    for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
 
         if (ch->slot == NULL) {
@@ -241,69 +308,70 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
         ch->slot = NULL;
         ctx->n_done++;
     }
+}
 
-    if (ctx->n_done == ctx->n) {
-        ctx->done = 1;
 
-        if (ctx->timer.timer_set) {
-            ngx_del_timer(&ctx->timer);
-        }
+/*
+ * Every choice has finished: the response, or the stream's end (its usage
+ * chunk where asked for, and [DONE]) after what `out` holds; the request
+ * is finalized.
+ */
 
-        if (!ctx->stream) {
-            ngx_http_finalize_request(r, ngx_http_nalar_finish_response(ctx));
-            return;
-        }
+static void
+ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
+    ngx_chain_t **ll)
+{
+    json_t              *u;
+    ngx_chain_t         *cl;
+    ngx_http_request_t  *r;
 
-        if (ctx->include_usage && !ctx->failed) {
-            json_t  *u;
+    r = ctx->request;
+    ctx->done = 1;
 
-            u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
-                          "id", ctx->id,
-                          "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
-                                    ? "chat.completion.chunk"
-                                    : "text_completion",
-                          "created", (json_int_t) ctx->created,
-                          "model", ctx->model->name.data,
-                          "choices",
-                          "usage", ngx_http_nalar_usage_json(ctx));
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
 
-            if (ngx_http_nalar_append_event(ctx, &ll, u) != NGX_OK) {
-                json_decref(u);
-                ngx_http_finalize_request(r, NGX_ERROR);
-                return;
-            }
+    if (!ctx->stream) {
+        ngx_http_finalize_request(r, ngx_http_nalar_finish_response(ctx));
+        return;
+    }
 
+    if (ctx->include_usage && !ctx->failed) {
+        u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
+                      "id", ctx->id,
+                      "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                ? "chat.completion.chunk"
+                                : "text_completion",
+                      "created", (json_int_t) ctx->created,
+                      "model", ctx->model->name.data,
+                      "choices",
+                      "usage", ngx_http_nalar_usage_json(ctx));
+
+        if (ngx_http_nalar_append_event(ctx, &ll, u) != NGX_OK) {
             json_decref(u);
-        }
-
-        if (ngx_http_nalar_append_raw(r, &ll, (u_char *) "data: [DONE]\n\n",
-                                      sizeof("data: [DONE]\n\n") - 1)
-            != NGX_OK)
-        {
             ngx_http_finalize_request(r, NGX_ERROR);
             return;
         }
 
-        for (cl = out; cl->next; cl = cl->next) { /* void */ }
-
-        cl->buf->last_buf = (r == r->main) ? 1 : 0;
-        cl->buf->last_in_chain = 1;
-        cl->buf->flush = 1;
-
-        ngx_http_finalize_request(r, ngx_http_output_filter(r, out));
-        return;
+        json_decref(u);
     }
 
-    if (out == NULL) {
+    if (ngx_http_nalar_append_raw(r, &ll, (u_char *) "data: [DONE]\n\n",
+                                  sizeof("data: [DONE]\n\n") - 1)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_ERROR);
         return;
     }
 
     for (cl = out; cl->next; cl = cl->next) { /* void */ }
+
+    cl->buf->last_buf = (r == r->main) ? 1 : 0;
+    cl->buf->last_in_chain = 1;
     cl->buf->flush = 1;
 
-    ctx->last_send = ngx_current_msec;
-
-    (void) ngx_http_nalar_send(ctx, out);
+    ngx_http_finalize_request(r, ngx_http_output_filter(r, out));
 }
 
 
@@ -349,14 +417,11 @@ static ngx_int_t
 ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     nalar_output *o, ngx_chain_t ***ll)
 {
-    u_char                   *p;
-    json_t                   *chunk, *choice, *lp, *val;
+    json_t                   *lp;
     size_t                    text_len;
-    const char               *key, *text;
-    ngx_http_request_t       *r;
+    const char               *text;
     ngx_http_nalar_choice_t  *ch;
 
-    r = ctx->request;
     ch = &ctx->choices[i];
 
     if (i == 0) {
@@ -388,40 +453,78 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     }
 
     if (!ctx->stream) {
-        if (text_len) {
-            p = ngx_array_push_n(ch->text, text_len);
-            if (p == NULL) {
-                json_decref(lp);
-                return NGX_ERROR;
-            }
+        return ngx_http_nalar_keep(ch, text, text_len, lp);
+    }
 
-            ngx_memcpy(p, text, text_len);
+    if (ngx_http_nalar_stream_chunks(ctx, i, text, text_len, lp, ll)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_nalar_stream_finish(ctx, i, o, ll);
+}
+
+
+/* Not streamed: the take's text and logprobs (whose reference it takes)
+ * kept for the response. */
+
+static ngx_int_t
+ngx_http_nalar_keep(ngx_http_nalar_choice_t *ch, const char *text,
+    size_t text_len, json_t *lp)
+{
+    u_char      *p;
+    json_t      *val;
+    const char  *key;
+
+    if (text_len) {
+        p = ngx_array_push_n(ch->text, text_len);
+        if (p == NULL) {
+            json_decref(lp);
+            return NGX_ERROR;
         }
 
-        if (lp) {
-            if (ch->logprobs == NULL) {
-                ch->logprobs = lp;
+        ngx_memcpy(p, text, text_len);
+    }
 
-            } else {
-                /* append each list of this take to the accumulated one */
-                json_object_foreach(lp, key, val) {
-                    json_array_extend(json_object_get(ch->logprobs, key),
-                                      val);
-                }
-
-                json_decref(lp);
-            }
-        }
-
+    if (lp == NULL) {
         return NGX_OK;
     }
 
-    /*
-     * streaming, in OpenAI's order: for chat a first chunk with the role,
-     * then a chunk per take with text, then one with the finish_reason
-     * (empty text or delta).  A take with neither text nor finish (a
-     * character still incomplete, a control token) says nothing.
-     */
+    if (ch->logprobs == NULL) {
+        ch->logprobs = lp;
+        return NGX_OK;
+    }
+
+    /* append each list of this take to the accumulated one */
+
+    json_object_foreach(lp, key, val) {
+        json_array_extend(json_object_get(ch->logprobs, key), val);
+    }
+
+    json_decref(lp);
+
+    return NGX_OK;
+}
+
+
+/*
+ * Streaming, in OpenAI's order: for chat a first chunk with the role,
+ * then a chunk per take with text (and its logprobs, whose reference this
+ * takes), the tool calls' chunks, then (ngx_http_nalar_stream_finish) one
+ * with the finish_reason (empty text or delta).  A take with neither text
+ * nor finish (a character still incomplete, a control token) says
+ * nothing.
+ */
+
+static ngx_int_t
+ngx_http_nalar_stream_chunks(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    const char *text, size_t text_len, json_t *lp, ngx_chain_t ***ll)
+{
+    json_t                   *choice;
+    ngx_http_nalar_choice_t  *ch;
+
+    ch = &ctx->choices[i];
 
     if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT && !ch->role_sent) {
         ch->role_sent = 1;
@@ -484,8 +587,23 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
 
     json_decref(lp);
 
+    return NGX_OK;
+}
+
+
+/* A streamed choice's end: its finish_reason, or an error event. */
+
+static ngx_int_t
+ngx_http_nalar_stream_finish(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    nalar_output *o, ngx_chain_t ***ll)
+{
+    json_t                   *chunk, *choice;
+    ngx_http_nalar_choice_t  *ch;
+
+    ch = &ctx->choices[i];
+
     if (o->finish == NALAR_FINISH_ERROR) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
                       "nalar: model \"%V\": %s", &ctx->model->name,
                       o->error);
 

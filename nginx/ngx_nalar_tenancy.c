@@ -16,6 +16,12 @@
 #include "ngx_nalar_module.h"
 
 
+static ngx_int_t ngx_http_nalar_tenant_token(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_http_nalar_loc_conf_t *nlcf, char *claim,
+    size_t size, int *is_string);
+static ngx_int_t ngx_http_nalar_tenant_scope(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_http_nalar_loc_conf_t *nlcf,
+    int is_string);
 static ngx_int_t ngx_http_nalar_client_ca(ngx_http_request_t *r,
     u_char *hex);
 static void ngx_http_nalar_jwt_cleanup(void *data);
@@ -83,15 +89,11 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 {
     int                         is_string;
     u_char                     *p, *last;
-    size_t                      len;
-    nalar_err                   err;
+    ngx_int_t                   rc;
     ngx_str_t                   value;
-    nalar_jwt_policy            policy;
-    ngx_table_elt_t            *h;
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
     char                        claim[NGX_HTTP_NALAR_MAX_TENANT];
-    u_char                      ca[2 * EVP_MAX_MD_SIZE + 1];
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
@@ -144,49 +146,10 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
         last = p + value.len;
 
     } else {
-        h = r->headers_in.authorization;
-
-        if (h == NULL
-            || h->value.len < sizeof("Bearer ") - 1
-            || ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
-                               sizeof("Bearer ") - 1)
-               != 0)
-        {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "nalar: no bearer token");
-            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_MISSING;
-            return ctx;
-        }
-
-        p = h->value.data + sizeof("Bearer ") - 1;
-        last = h->value.data + h->value.len;
-
-        while (p < last && *p == ' ') {
-            p++;
-        }
-
-        while (last > p && last[-1] == ' ') {
-            last--;
-        }
-
-        ngx_memzero(&policy, sizeof(nalar_jwt_policy));
-        policy.claim = (const char *) nlcf->jwt_claim.data;
-        policy.issuer = nlcf->jwt_issuer.len
-                        ? (const char *) nlcf->jwt_issuer.data : NULL;
-        policy.audience = nlcf->jwt_audience.len
-                          ? (const char *) nlcf->jwt_audience.data : NULL;
-        policy.leeway = nlcf->jwt_leeway;
-        policy.now = ngx_time();
-
-        if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
-                                   &policy, claim, sizeof(claim), &is_string,
-                                   &err)
-            != 0)
-        {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "nalar: bearer token refused: %s", err.msg);
-            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_INVALID;
-            return ctx;
+        rc = ngx_http_nalar_tenant_token(r, ctx, nlcf, claim, sizeof(claim),
+                                         &is_string);
+        if (rc != NGX_OK) {
+            return rc == NGX_DECLINED ? ctx : NULL;
         }
 
         /* a non-empty string without control characters (jwt.h) */
@@ -203,14 +166,92 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     *ngx_cpymem(ctx->tenant.data, p, ctx->tenant.len) = '\0';
 
-    /*
-     * The prefix cache scope names where the identity came from, so that
-     * the same name from two sources never meets: the key (its file's
-     * SHA-256), issuer and claim that vouched for it, and the claim's JSON
-     * type ("777" is not 777); or the nalar_tenant expression and the CA
-     * of a verified client certificate.  Every part but the last has its
-     * length or a fixed size.
-     */
+    return ngx_http_nalar_tenant_scope(r, ctx, nlcf, is_string) == NGX_OK
+           ? ctx : NULL;
+}
+
+
+/*
+ * The bearer JWT of the Authorization header, verified: its claim in
+ * `claim` (NGX_OK), or NGX_DECLINED with ctx->tenant_state saying why not
+ * (the reason in the log).
+ */
+
+static ngx_int_t
+ngx_http_nalar_tenant_token(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_loc_conf_t *nlcf, char *claim, size_t size,
+    int *is_string)
+{
+    u_char            *p, *last;
+    nalar_err          err;
+    nalar_jwt_policy   policy;
+    ngx_table_elt_t   *h;
+
+    h = r->headers_in.authorization;
+
+    if (h == NULL
+        || h->value.len < sizeof("Bearer ") - 1
+        || ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
+                           sizeof("Bearer ") - 1)
+           != 0)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "nalar: no bearer token");
+        ctx->tenant_state = NGX_HTTP_NALAR_TENANT_MISSING;
+        return NGX_DECLINED;
+    }
+
+    p = h->value.data + sizeof("Bearer ") - 1;
+    last = h->value.data + h->value.len;
+
+    while (p < last && *p == ' ') {
+        p++;
+    }
+
+    while (last > p && last[-1] == ' ') {
+        last--;
+    }
+
+    ngx_memzero(&policy, sizeof(nalar_jwt_policy));
+    policy.claim = (const char *) nlcf->jwt_claim.data;
+    policy.issuer = nlcf->jwt_issuer.len
+                    ? (const char *) nlcf->jwt_issuer.data : NULL;
+    policy.audience = nlcf->jwt_audience.len
+                      ? (const char *) nlcf->jwt_audience.data : NULL;
+    policy.leeway = nlcf->jwt_leeway;
+    policy.now = ngx_time();
+
+    if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
+                               &policy, claim, size, is_string, &err)
+        != 0)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "nalar: bearer token refused: %s", err.msg);
+        ctx->tenant_state = NGX_HTTP_NALAR_TENANT_INVALID;
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The prefix cache scope names where the identity came from, so that the
+ * same name from two sources never meets: the key (its file's SHA-256),
+ * issuer and claim that vouched for it, and the claim's JSON type ("777"
+ * is not 777); or the nalar_tenant expression and the CA of a verified
+ * client certificate.  Every part but the last has its length or a fixed
+ * size.  A CA that cannot be named leaves the request anonymous.
+ * NGX_ERROR: no memory.
+ */
+
+static ngx_int_t
+ngx_http_nalar_tenant_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_loc_conf_t *nlcf, int is_string)
+{
+    u_char  *p;
+    size_t   len;
+    u_char   ca[2 * EVP_MAX_MD_SIZE + 1];
 
     if (nlcf->jwt) {
         len = sizeof("jwt:::::s:") - 1 + nlcf->jwt_id.len
@@ -226,7 +267,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
                            "nalar tenant: client CA not found, "
                            "prefix cache off");
             ctx->tenant_state = NGX_HTTP_NALAR_TENANT_ANON;
-            return ctx;
+            return NGX_OK;
         }
 
         len = sizeof("var:::ca=:") - 1 + NGX_SIZE_T_LEN
@@ -235,7 +276,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     ctx->scope.data = ngx_pnalloc(r->pool, len + 1);
     if (ctx->scope.data == NULL) {
-        return NULL;
+        return NGX_ERROR;
     }
 
     if (nlcf->jwt) {
@@ -258,7 +299,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
                    "nalar tenant: \"%V\", scope \"%V\"", &ctx->tenant,
                    &ctx->scope);
 
-    return ctx;
+    return NGX_OK;
 }
 
 
