@@ -188,6 +188,7 @@ ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     return NGX_CONF_OK;
 }
 
+
 /*
  * The key file's first NGX_HTTP_NALAR_EDGE_MAX_KEY + 1 bytes into buf:
  * a plain file that other users cannot read.  NGX_ERROR: said why.
@@ -258,7 +259,6 @@ ngx_http_nalar_edge_key_read(ngx_conf_t *cf, ngx_str_t *file, u_char *buf,
 
     return NGX_OK;
 }
-
 
 
 static void

@@ -88,6 +88,16 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* An error the protocol layer made (api/request.h), recorded whole. */
+
+ngx_int_t
+ngx_http_nalar_api_error(ngx_http_request_t *r, const nalar_api_error *e)
+{
+    return ngx_http_nalar_error(r, e->status, e->type, e->param, e->code,
+                                "%s", e->message);
+}
+
+
 /*
  * The one place a recorded error is sent: `rc` is what a step returned,
  * and the result is what to finalize the request with.
