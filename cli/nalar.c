@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "clock.h"
 #ifdef NALAR_CUDA
 #include "cuda_backend.h"

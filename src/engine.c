@@ -232,17 +232,15 @@ draft_open(nalar_engine *e, nalar_err *err)
 static int32_t
 kv_pool_blocks(nalar_engine *e, nalar_err *err)
 {
-    int64_t block_bytes = nalar_kv_block_bytes(e->model), kv_bytes;
+    int64_t block_bytes = nalar_kv_block_bytes(e->model, e->be->kv_type);
+    int64_t kv_bytes;
 
     if (e->be->free_memory != NULL) {
         int64_t free_bytes = e->be->free_memory(e->be);
         double  g = e->opts.gpu_memory > 0 ? e->opts.gpu_memory : 0.9;
 
         if (e->draft != NULL) {
-            block_bytes += nalar_kv_block_bytes(e->draft);
-        }
-        if (e->be->kv_type == GGML_BF16) {
-            block_bytes /= 2;               /* 16-bit K/V elements */
+            block_bytes += nalar_kv_block_bytes(e->draft, e->be->kv_type);
         }
         if (g > 1) {
             kv_bytes = (int64_t) g;
