@@ -26,7 +26,7 @@ nalar_backend *nalar_cpu_backend_create_sharing(nalar_model *m,
 void nalar_cpu_backend_act_i16(nalar_backend *b, int mode);
 
 /* For tests: the passes a CPU backend has run on the calling thread alone
- * (choose_way in cpu_way.c), and a stall of `us` microseconds for its
+ * (choose_way in cpu_backend.c), and a stall of `us` microseconds for its
  * workers before each pooled pass (nalar_pool_test_stall). */
 uint64_t nalar_cpu_backend_test_solo_passes(nalar_backend *b);
 void nalar_cpu_backend_test_stall(nalar_backend *b, int us);
