@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "act.cuh"
+#include "argmax.cuh"
 #include "attention.cuh"
 #include "common.cuh"
 #include "embed.cuh"
@@ -30,7 +31,6 @@
 #include "matmul.cuh"
 #include "norm.cuh"
 #include "rope.cuh"
-#include "sample.cuh"
 
 extern "C" {
 #include "cuda_backend.h"
