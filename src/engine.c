@@ -407,17 +407,6 @@ nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
 }
 
 
-double
-nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
-{
-    if (draft && e->draft == NULL) {
-        return -1;
-    }
-    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
-                               n_tokens);
-}
-
-
 static void *
 engine_main(void *arg)
 {
@@ -586,8 +575,23 @@ nalar_engine_destroy(nalar_engine *e)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
+/* test hooks (engine_test.h): what tests read of a loaded engine */
+
 nalar_kv_pool *
 nalar_engine_kv(nalar_engine *e)
 {
     return e->kv_ready ? &e->kv : NULL;
 }
+
+
+double
+nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
+{
+    if (draft && e->draft == NULL) {
+        return -1;
+    }
+    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
+                               n_tokens);
+}
+#endif

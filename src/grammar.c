@@ -487,15 +487,10 @@ cur(const nalar_gmatcher *m)
 
 
 const uint32_t *
-nalar_gmatcher_mask(nalar_gmatcher *m, double *mask_s)
+nalar_gmatcher_mask(nalar_gmatcher *m)
 {
-    int32_t         s = cur(m);
-    double          t0;
-    const uint32_t *r;
+    int32_t s = cur(m);
 
-    if (mask_s) {
-        *mask_s = 0;
-    }
     if (s == GR_ENDED) {
         return m->g->zero;
     }
@@ -503,12 +498,7 @@ nalar_gmatcher_mask(nalar_gmatcher *m, double *mask_s)
     if (m->g->st[s].mask != NULL) {
         return m->g->st[s].mask;
     }
-    t0 = nalar_now_s();
-    r = state_mask(m->g, s);
-    if (mask_s) {
-        *mask_s = nalar_now_s() - t0;
-    }
-    return r;
+    return state_mask(m->g, s);
 }
 
 
