@@ -11,7 +11,7 @@
  *                        byte transitions, budgets
  *   grammar.c            the vocabulary trie, token masks, the grammar
  *                        cache and the matcher
- * *
+ *
  * Compile: the schema (parsed with jansson) becomes a context-free grammar.
  * A rule is a list of alternatives; an alternative is a run of symbols in
  * one array (g->sym), ended by SYM_END; a symbol is a byte class (a 256-bit
