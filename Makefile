@@ -118,10 +118,10 @@ build/fuzz_chat: api/chat.c api/chat_style.c api/chat.h src/nalar_err.c
 build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
 build/fuzz_request: api/request.c api/request_scan.c api/request_tools.c \
                     api/chat.c api/chat_style.c src/limits.c src/sampler.c \
-                    src/grammar.c src/grammar_regex.c src/nalar_err.c \
-                    src/tokenizer.c src/gguf.c
+                    $(wildcard src/grammar*.c) src/nalar_err.c src/tokenizer.c \
+                    src/gguf.c
 build/fuzz_route: api/route_text.c
-build/fuzz_grammar: src/grammar.c src/grammar_regex.c src/tokenizer.c src/gguf.c \
+build/fuzz_grammar: $(wildcard src/grammar*.c) src/tokenizer.c src/gguf.c \
                     src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)

@@ -232,17 +232,15 @@ draft_open(nalar_engine *e, nalar_err *err)
 static int32_t
 kv_pool_blocks(nalar_engine *e, nalar_err *err)
 {
-    int64_t block_bytes = nalar_kv_block_bytes(e->model), kv_bytes;
+    int64_t block_bytes = nalar_kv_block_bytes(e->model, e->be->kv_type);
+    int64_t kv_bytes;
 
     if (e->be->free_memory != NULL) {
         int64_t free_bytes = e->be->free_memory(e->be);
         double  g = e->opts.gpu_memory > 0 ? e->opts.gpu_memory : 0.9;
 
         if (e->draft != NULL) {
-            block_bytes += nalar_kv_block_bytes(e->draft);
-        }
-        if (e->be->kv_type == GGML_BF16) {
-            block_bytes /= 2;               /* 16-bit K/V elements */
+            block_bytes += nalar_kv_block_bytes(e->draft, e->be->kv_type);
         }
         if (g > 1) {
             kv_bytes = (int64_t) g;
@@ -406,17 +404,6 @@ nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
                             + e->kv_evictable;
     }
     pthread_mutex_unlock(&e->mu);
-}
-
-
-double
-nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
-{
-    if (draft && e->draft == NULL) {
-        return -1;
-    }
-    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
-                               n_tokens);
 }
 
 
@@ -588,8 +575,23 @@ nalar_engine_destroy(nalar_engine *e)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
+/* test hooks (engine_test.h): what tests read of a loaded engine */
+
 nalar_kv_pool *
 nalar_engine_kv(nalar_engine *e)
 {
     return e->kv_ready ? &e->kv : NULL;
 }
+
+
+double
+nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
+{
+    if (draft && e->draft == NULL) {
+        return -1;
+    }
+    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
+                               n_tokens);
+}
+#endif

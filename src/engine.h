@@ -253,7 +253,6 @@ typedef struct {
     double   grammar_compile_seconds_total;
     uint64_t grammar_masks_total;        /* rows masked */
     double   grammar_mask_seconds_total; /* masking them, mask builds in */
-    double   grammar_mask_build_seconds_total; /* building uncached masks */
     uint64_t grammar_forced_tokens_total;    /* forced tokens proposed */
     uint64_t grammar_forced_accepted_total;  /* of them, confirmed */
 } nalar_metrics;
@@ -283,13 +282,6 @@ int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 /* valid once ready */
 nalar_model *nalar_engine_model(nalar_engine *e);
 void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
-/* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
- * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes
- * of one sequence of 1 .. NALAR_SPEC_MAX_K + 1 tokens are measured at load.
- * The engine thread updates the estimates: read them only while no step
- * runs (before nalar_engine_start, or between nalar_engine_run_sync calls:
- * tests and the CLI). */
-double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 
 /*
  * A prompt's text, copied once for the requests that share it (the n
@@ -355,9 +347,6 @@ void nalar_request_cancel(nalar_request *r);
  * Returns 1 if anything (text, ids or finish) was handed over. */
 int  nalar_request_take(nalar_request *r, nalar_output *out);
 void nalar_output_free(nalar_output *out);
-
-/* The engine's KV pool once loaded (tests check its invariants). */
-struct nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
 
 /*
  * Synchronous helper for the CLI and tests: run the given requests to

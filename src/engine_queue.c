@@ -80,6 +80,68 @@ typedef struct {
 
 
 /*
+ * Intake of a request's prediction: its pieces tokenized, cut to the
+ * context (only so much of one can ever be verified).  Adds the tokens it
+ * made to *work.  0, or -1 with why the request is refused.
+ */
+static int
+intake_prediction(nalar_engine *e, nalar_request *r, int32_t *work,
+                  intake_refusal *no)
+{
+    /* the prediction continues the answer: no BOS, and a leading
+     * space is the dummy-prefix space SentencePiece puts there.  The
+     * pieces are the shared copy's (r->params): read, never changed;
+     * the one piece that loses its space is a local copy. */
+    const nalar_tok_text  *pcs = r->pred_pieces;
+    nalar_tok_text        *own = NULL;
+    const nalar_tokenizer *tok = e->model->tok;
+    int32_t               *ids, i;
+    int                    n, more = 0;
+
+    for (i = 0; i < r->n_pred_pieces; i++) {
+        const nalar_tok_text *pc = &pcs[i];
+
+        if (pc->len == 0) {
+            continue;
+        }
+        if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
+            && nalar_tok_add_space_prefix(tok))
+        {
+            own = malloc((size_t) r->n_pred_pieces * sizeof(*own));
+            if (own == NULL) {
+                no->status = 0;
+                no->param = "";
+                snprintf(no->msg, sizeof(no->msg), "out of memory");
+                return -1;
+            }
+            memcpy(own, pcs, (size_t) r->n_pred_pieces * sizeof(*own));
+            own[i].text++;
+            own[i].len--;
+            pcs = own;
+        }
+        break;
+    }
+    n = nalar_tokenize_bounded(tok, pcs, (size_t) r->n_pred_pieces, 0,
+                               e->model->cfg.n_ctx, &ids, &more);
+    free(own);
+    if (n < 0) {
+        no->param = "prediction";
+        snprintf(no->msg, sizeof(no->msg),
+                 "prediction could not be tokenized");
+        return -1;
+    }
+    *work += n;
+    r->pred_pieces = NULL;
+    r->pred_ids = ids;
+    r->pred = ids;
+    r->n_pred = n;
+    r->p.prediction = ids;
+    r->p.n_prediction = n;
+    return 0;
+}
+
+
+/*
  * Intake of one request (engine thread, no lock held): the prompt's ids,
  * tokenized from text at most up to the context, and checked; the
  * prediction's ids; the shared prefix.  Adds the tokens it made to *work.
@@ -150,55 +212,8 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
             return -1;
         }
     }
-    if (r->pred_pieces != NULL) {
-        /* the prediction continues the answer: no BOS, and a leading
-         * space is the dummy-prefix space SentencePiece puts there.  The
-         * pieces are the shared copy's (r->params): read, never changed;
-         * the one piece that loses its space is a local copy. */
-        const nalar_tok_text *pcs = r->pred_pieces;
-        nalar_tok_text       *own = NULL;
-
-        for (i = 0; i < r->n_pred_pieces; i++) {
-            const nalar_tok_text *pc = &pcs[i];
-
-            if (pc->len == 0) {
-                continue;
-            }
-            if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
-                && nalar_tok_add_space_prefix(tok))
-            {
-                own = malloc((size_t) r->n_pred_pieces * sizeof(*own));
-                if (own == NULL) {
-                    no->status = 0;
-                    no->param = "";
-                    snprintf(no->msg, sizeof(no->msg), "out of memory");
-                    return -1;
-                }
-                memcpy(own, pcs, (size_t) r->n_pred_pieces * sizeof(*own));
-                own[i].text++;
-                own[i].len--;
-                pcs = own;
-            }
-            break;
-        }
-        /* predictions longer than the context are cut: only so much of
-         * one can ever be verified */
-        n = nalar_tokenize_bounded(tok, pcs, (size_t) r->n_pred_pieces, 0,
-                                   c->n_ctx, &ids, &more);
-        free(own);
-        if (n < 0) {
-            no->param = "prediction";
-            snprintf(no->msg, sizeof(no->msg),
-                     "prediction could not be tokenized");
-            return -1;
-        }
-        *work += n;
-        r->pred_pieces = NULL;
-        r->pred_ids = ids;
-        r->pred = ids;
-        r->n_pred = n;
-        r->p.prediction = ids;
-        r->p.n_prediction = n;
+    if (r->pred_pieces != NULL && intake_prediction(e, r, work, no) != 0) {
+        return -1;
     }
     if (r->p.grammar != NALAR_GRAMMAR_NONE && r->gm == NULL) {
         /* structured output: the compiled grammar from the cache */

@@ -223,10 +223,10 @@ static int
 grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
 {
     const uint32_t *mask;
-    double          t0 = nalar_now_s(), ms, dt;
+    double          t0 = nalar_now_s(), dt;
     int32_t         V = e->model->cfg.n_vocab, any = 0;
 
-    mask = nalar_gmatcher_mask(r->gm, &ms);
+    mask = nalar_gmatcher_mask(r->gm);
     if (mask != NULL) {
         for (int32_t w = 0; w * 32 < V; w++) {
             uint32_t m = mask[w];
@@ -247,7 +247,6 @@ grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
     pthread_mutex_lock(&e->mu);
     e->m.grammar_mask_seconds_total += dt;
     e->m.grammar_masks_total++;
-    e->m.grammar_mask_build_seconds_total += ms;
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&r->mu);
     r->g_mask_ms += dt * 1e3;

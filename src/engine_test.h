@@ -3,7 +3,8 @@
  * the module's through its nalar_test_fault_forward directive.  The CLI
  * never calls these.  They make failures that real
  * traffic produces rarely (an allocation failing mid-step, a request
- * arriving just as the engine goes idle) happen on demand.
+ * arriving just as the engine goes idle) happen on demand, and read what
+ * the tests check (the KV pool, the cost model's estimates).
  *
  * They exist only in the test builds, compiled with -DNALAR_TEST_HOOKS
  * (the ASan flavour: build/asan/, the unit tests and `make module-asan`);
@@ -72,6 +73,18 @@ void nalar_engine_test_keep_kv(nalar_engine *e, int keep);
  * out); -1 when the engine has no prefix cache (or has not loaded). */
 int nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
                                   uint8_t *out);
+
+/* The engine's KV pool once loaded, NULL before (tests check its
+ * invariants with nalar_kv_check). */
+struct nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
+
+/* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
+ * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes
+ * of one sequence of 1 .. NALAR_SPEC_MAX_K + 1 tokens are measured at load.
+ * The engine thread updates the estimates: read them only while no step
+ * runs (before nalar_engine_start, or between nalar_engine_run_sync
+ * calls). */
+double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 
 #endif /* NALAR_TEST_HOOKS */
 

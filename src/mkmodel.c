@@ -876,6 +876,105 @@ file_type(ggml_type t, int kmix)
 }
 
 
+/* The architecture's hyperparameters (keys "ARCH.*"). */
+static void
+add_hparams(gguf_writer *w, const nalar_mkmodel_opts *o, const char *a,
+            int n_vocab)
+{
+    int  hd = o->dim / o->n_heads;
+    int  qwen3 = strcmp(a, "qwen3") == 0, gemma2 = strcmp(a, "gemma2") == 0;
+    int  phi3 = strcmp(a, "phi3") == 0;
+    char key[128];
+
+#define KEY(k) (snprintf(key, sizeof(key), "%s." k, a), key)
+    gguf_w_u32(w, KEY("vocab_size"), (uint32_t) n_vocab);
+    gguf_w_u32(w, KEY("context_length"), (uint32_t) o->n_ctx);
+    gguf_w_u32(w, KEY("embedding_length"), (uint32_t) o->dim);
+    gguf_w_u32(w, KEY("block_count"), (uint32_t) o->n_layers);
+    gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t) o->ffn_dim);
+    gguf_w_u32(w, KEY("attention.head_count"), (uint32_t) o->n_heads);
+    gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t) o->n_kv_heads);
+    gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t) hd);
+    gguf_w_f32(w, KEY("rope.freq_base"), o->rope_base);
+    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    if (qwen3 || gemma2) {
+        gguf_w_u32(w, KEY("attention.key_length"), (uint32_t) hd);
+        gguf_w_u32(w, KEY("attention.value_length"), (uint32_t) hd);
+    }
+    if (gemma2) {
+        gguf_w_f32(w, KEY("attn_logit_softcapping"), 50.0f);
+        gguf_w_f32(w, KEY("final_logit_softcapping"), 30.0f);
+    }
+    if (gemma2 || (phi3 && o->window > 0)) {
+        gguf_w_u32(w, KEY("attention.sliding_window"),
+                   (uint32_t) (o->window > 0 ? o->window : 4096));
+    }
+#undef KEY
+}
+
+
+/* Layer l's tensors, drawn from rng in a fixed order (same seed, same
+ * floats, whatever the type); tmp and conv hold the largest matrix. */
+static void
+add_layer(gguf_writer *w, const nalar_mkmodel_opts *o, const char *a, int l,
+          uint64_t *rng, float *tmp, void *conv)
+{
+    int       hd = o->dim / o->n_heads, kv_dim = o->n_kv_heads * hd;
+    int       qwen2 = strcmp(a, "qwen2") == 0, qwen3 = strcmp(a, "qwen3") == 0;
+    int       gemma2 = strcmp(a, "gemma2") == 0, phi3 = strcmp(a, "phi3") == 0;
+    char      name[96];
+    /* llama.cpp's use_more_bits(l, n_layers), for a K-quant mix */
+    int       more = l < o->n_layers / 8 || l >= 7 * o->n_layers / 8
+                     || (l - o->n_layers / 8) % 3 == 2;
+    ggml_type tv = o->kmix && more ? GGML_Q6_K : o->type;
+
+#define BLK(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix, l), name)
+    add_norm(w, BLK("attn_norm.weight"), o->dim, tmp);
+    if (phi3) {
+        /* [q; k; v] and [gate; up] as llama.cpp's phi3 reads them */
+        add_matrix(w, BLK("attn_qkv.weight"), o->dim + 2 * kv_dim,
+                   o->dim, o->type, rng, tmp, conv);
+        add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
+                   rng, tmp, conv);
+        add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
+        add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim,
+                   tv, rng, tmp, conv);
+        add_matrix(w, BLK("ffn_up.weight"), 2 * o->ffn_dim, o->dim,
+                   o->type, rng, tmp, conv);
+        return;
+    }
+    add_matrix(w, BLK("attn_q.weight"), o->dim, o->dim, o->type, rng,
+               tmp, conv);
+    add_matrix(w, BLK("attn_k.weight"), kv_dim, o->dim, o->type, rng,
+               tmp, conv);
+    add_matrix(w, BLK("attn_v.weight"), kv_dim, o->dim, tv, rng, tmp,
+               conv);
+    add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
+               rng, tmp, conv);
+    add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
+    add_matrix(w, BLK("ffn_gate.weight"), o->ffn_dim, o->dim, o->type,
+               rng, tmp, conv);
+    add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim, tv, rng,
+               tmp, conv);
+    add_matrix(w, BLK("ffn_up.weight"), o->ffn_dim, o->dim, o->type,
+               rng, tmp, conv);
+    if (qwen2) {
+        add_bias(w, BLK("attn_q.bias"), o->dim, rng, tmp);
+        add_bias(w, BLK("attn_k.bias"), kv_dim, rng, tmp);
+        add_bias(w, BLK("attn_v.bias"), kv_dim, rng, tmp);
+    }
+    if (qwen3) {
+        add_norm(w, BLK("attn_q_norm.weight"), hd, tmp);
+        add_norm(w, BLK("attn_k_norm.weight"), hd, tmp);
+    }
+    if (gemma2) {
+        add_norm(w, BLK("post_attention_norm.weight"), o->dim, tmp);
+        add_norm(w, BLK("post_ffw_norm.weight"), o->dim, tmp);
+    }
+#undef BLK
+}
+
+
 int
 nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
 {
@@ -885,10 +984,11 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     float       *tmp = NULL;
     void        *conv = NULL;
     uint64_t     rng = o->seed;
-    char         name[96], key[128];
+    char         name[96];
     const char  *a = o->arch != NULL ? o->arch : "llama";
-    int          qwen2 = strcmp(a, "qwen2") == 0, qwen3 = strcmp(a, "qwen3") == 0;
-    int          gemma2 = strcmp(a, "gemma2") == 0, phi3 = strcmp(a, "phi3") == 0;
+    int          qwen2 = strcmp(a, "qwen2") == 0;
+    int          qwen3 = strcmp(a, "qwen3") == 0;
+    int          gemma2 = strcmp(a, "gemma2") == 0;
 
     if (check_opts(o, path, err) != 0) {
         return -1;
@@ -923,30 +1023,7 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
         gguf_w_str(w, "tokenizer.chat_template", o->chat_template);
     }
 
-#define KEY(k) (snprintf(key, sizeof(key), "%s." k, a), key)
-    gguf_w_u32(w, KEY("vocab_size"), (uint32_t) n_vocab);
-    gguf_w_u32(w, KEY("context_length"), (uint32_t) o->n_ctx);
-    gguf_w_u32(w, KEY("embedding_length"), (uint32_t) o->dim);
-    gguf_w_u32(w, KEY("block_count"), (uint32_t) o->n_layers);
-    gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t) o->ffn_dim);
-    gguf_w_u32(w, KEY("attention.head_count"), (uint32_t) o->n_heads);
-    gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t) o->n_kv_heads);
-    gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t) hd);
-    gguf_w_f32(w, KEY("rope.freq_base"), o->rope_base);
-    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-    if (qwen3 || gemma2) {
-        gguf_w_u32(w, KEY("attention.key_length"), (uint32_t) hd);
-        gguf_w_u32(w, KEY("attention.value_length"), (uint32_t) hd);
-    }
-    if (gemma2) {
-        gguf_w_f32(w, KEY("attn_logit_softcapping"), 50.0f);
-        gguf_w_f32(w, KEY("final_logit_softcapping"), 30.0f);
-    }
-    if (gemma2 || (phi3 && o->window > 0)) {
-        gguf_w_u32(w, KEY("attention.sliding_window"),
-                   (uint32_t) (o->window > 0 ? o->window : 4096));
-    }
-#undef KEY
+    add_hparams(w, o, a, n_vocab);
 
     /* one scratch pair big enough for the largest matrix */
     biggest = (size_t) n_vocab * (size_t) o->dim;
@@ -971,55 +1048,7 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                o->kmix && (qwen2 || qwen3 || gemma2) ? GGML_Q6_K : o->type,
                &rng, tmp, conv);
     for (int l = 0; l < o->n_layers; l++) {
-        /* llama.cpp's use_more_bits(l, n_layers), for a K-quant mix */
-        int       more = l < o->n_layers / 8 || l >= 7 * o->n_layers / 8
-                         || (l - o->n_layers / 8) % 3 == 2;
-        ggml_type tv = o->kmix && more ? GGML_Q6_K : o->type;
-
-#define BLK(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix, l), name)
-        add_norm(w, BLK("attn_norm.weight"), o->dim, tmp);
-        if (phi3) {
-            /* [q; k; v] and [gate; up] as llama.cpp's phi3 reads them */
-            add_matrix(w, BLK("attn_qkv.weight"), o->dim + 2 * kv_dim,
-                       o->dim, o->type, &rng, tmp, conv);
-            add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
-                       &rng, tmp, conv);
-            add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
-            add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim,
-                       tv, &rng, tmp, conv);
-            add_matrix(w, BLK("ffn_up.weight"), 2 * o->ffn_dim, o->dim,
-                       o->type, &rng, tmp, conv);
-            continue;
-        }
-        add_matrix(w, BLK("attn_q.weight"), o->dim, o->dim, o->type, &rng,
-                   tmp, conv);
-        add_matrix(w, BLK("attn_k.weight"), kv_dim, o->dim, o->type, &rng,
-                   tmp, conv);
-        add_matrix(w, BLK("attn_v.weight"), kv_dim, o->dim, tv, &rng, tmp,
-                   conv);
-        add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
-                   &rng, tmp, conv);
-        add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
-        add_matrix(w, BLK("ffn_gate.weight"), o->ffn_dim, o->dim, o->type,
-                   &rng, tmp, conv);
-        add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim, tv, &rng,
-                   tmp, conv);
-        add_matrix(w, BLK("ffn_up.weight"), o->ffn_dim, o->dim, o->type,
-                   &rng, tmp, conv);
-        if (qwen2) {
-            add_bias(w, BLK("attn_q.bias"), o->dim, &rng, tmp);
-            add_bias(w, BLK("attn_k.bias"), kv_dim, &rng, tmp);
-            add_bias(w, BLK("attn_v.bias"), kv_dim, &rng, tmp);
-        }
-        if (qwen3) {
-            add_norm(w, BLK("attn_q_norm.weight"), hd, tmp);
-            add_norm(w, BLK("attn_k_norm.weight"), hd, tmp);
-        }
-        if (gemma2) {
-            add_norm(w, BLK("post_attention_norm.weight"), o->dim, tmp);
-            add_norm(w, BLK("post_ffw_norm.weight"), o->dim, tmp);
-        }
-#undef BLK
+        add_layer(w, o, a, l, &rng, tmp, conv);
     }
     add_norm(w, "output_norm.weight", o->dim, tmp);
     if (!qwen2 && !qwen3 && !gemma2) {

@@ -39,6 +39,7 @@
 #include <jansson.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "engine.h"
 #include "gguf.h"
 #include "kv.h"

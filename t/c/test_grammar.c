@@ -154,7 +154,7 @@ walk(nalar_grammar *g, nalar_rng *rng, char *out, size_t cap, int *mask_bad,
 
     n_words = (n_vocab + 31) / 32;
     while (n < MAX_WALK) {
-        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        const uint32_t *mask = nalar_gmatcher_mask(m);
         int32_t         na = 0, ns = 0, pick;
         int             eog_ok = 0;
 
@@ -215,7 +215,7 @@ walk(nalar_grammar *g, nalar_rng *rng, char *out, size_t cap, int *mask_bad,
         const uint32_t *mask;
 
         nalar_gmatcher_rollback(m, back);
-        mask = nalar_gmatcher_mask(m, NULL);
+        mask = nalar_gmatcher_mask(m);
         if (nalar_gmatcher_n_accepted(m) != n - back
             || mask_hash(mask, n_words) != hashes[n - back])
         {
@@ -765,7 +765,7 @@ produce(nalar_grammar *g, const char *text)
 
     produce_why = NULL;
     while (pos < len) {
-        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        const uint32_t *mask = nalar_gmatcher_mask(m);
         int32_t         best = -1;
         int             best_len = 0;
 
@@ -817,7 +817,7 @@ quick_walk(nalar_grammar *g, nalar_rng *rng, int max_steps, char *out,
 
     *why = NULL;
     for (int step = 0; step < max_steps && !done; step++) {
-        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        const uint32_t *mask = nalar_gmatcher_mask(m);
         int32_t         na = 0, pick;
         char            b[64];
         int             k;
@@ -1321,7 +1321,7 @@ test_chi2(void)
     for (int k = 0; k < nf; k++) {
         nalar_gmatcher_accept(m, f[k]);
     }
-    mask = nalar_gmatcher_mask(m, NULL);
+    mask = nalar_gmatcher_mask(m);
     mcopy = malloc(((V + 31) / 32) * sizeof(uint32_t));
     memcpy(mcopy, mask, ((V + 31) / 32) * sizeof(uint32_t));
     /* logits of a model that prefers prose: normal(0, 2) */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "collect.h"
 #include "tap.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "model.h"
 #include "prefix_cache.h"
