@@ -162,7 +162,7 @@ gen_notify(nalar_request *r, void *ctx)
     }
     fflush(stdout);
     if (out.finish == NALAR_FINISH_ERROR) {
-        fprintf(stderr, "nalar: %s\n", out.error);
+        fprintf(stderr, "nalar: %s\n", out.error.message);
         g->failed = 1;
     }
     nalar_output_free(&out);

@@ -383,28 +383,28 @@ ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
 static ngx_int_t
 ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx, nalar_output *o)
 {
-    const char          *param;
     ngx_http_request_t  *r;
+    nalar_failure       *e;
 
     r = ctx->request;
+    e = &o->error;
 
-    if (o->err_status == 0) {
+    if (e->status == 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "nalar: model \"%V\": %s", &ctx->model->name,
-                      o->error);
+                      e->message);
 
         return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     "server_error", NULL, NULL,
-                                    "The engine failed: %s", o->error);
+                                    "The engine failed: %s", e->message);
     }
 
-    param = o->err_param[0] ? o->err_param : NULL;
-
-    return ngx_http_nalar_error(r, o->err_status,
-                                o->err_status >= NGX_HTTP_INTERNAL_SERVER_ERROR
+    return ngx_http_nalar_error(r, e->status,
+                                e->status >= NGX_HTTP_INTERNAL_SERVER_ERROR
                                 ? "server_error" : "invalid_request_error",
-                                param, o->err_code[0] ? o->err_code : NULL,
-                                "%s", o->error);
+                                e->param[0] ? e->param : NULL,
+                                e->code[0] ? e->code : NULL,
+                                "%s", e->message);
 }
 
 
@@ -605,14 +605,14 @@ ngx_http_nalar_stream_finish(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     if (o->finish == NALAR_FINISH_ERROR) {
         ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
                       "nalar: model \"%V\": %s", &ctx->model->name,
-                      o->error);
+                      o->error.message);
 
         /* mid-stream, after the text confirmed before the failure: an
          * error event, then the stream ends as usual (a response that is
          * not streamed fails in ngx_http_nalar_pump()) */
 
         chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
-                          "message", o->error, "type", "server_error",
+                          "message", o->error.message, "type", "server_error",
                           "param", "code");
         if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
             json_decref(chunk);

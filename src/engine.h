@@ -25,7 +25,7 @@
  * long ones submitted earlier (a long one waits for 16 at most).  A prompt that does not fit the
  * context with its max_tokens, or the KV pool, finishes the request with
  * NALAR_FINISH_ERROR and an HTTP status and OpenAI error code in the
- * output (err_status 400, err_code "context_length_exceeded"); a prompt
+ * output (error.status 400, error.code "context_length_exceeded"); a prompt
  * that passes is `accepted` (one notify says so) and queued.
  */
 #ifndef NALAR_ENGINE_H
@@ -191,6 +191,19 @@ typedef struct {
     int32_t        grammar_forced_accepted; /* of them, confirmed */
 } nalar_usage;
 
+/*
+ * Why a request finished with NALAR_FINISH_ERROR, one struct from the
+ * engine to the server: the message, and where the request itself was
+ * refused (its prompt) the HTTP status (400), OpenAI's error code and the
+ * request field; 0 and "" for a failure of the engine.
+ */
+typedef struct {
+    char           message[256];
+    int            status;
+    char           code[32];
+    char           param[16];
+} nalar_failure;
+
 /* What nalar_request_take() hands over: everything since the last take. */
 typedef struct {
     char          *text;        /* complete UTF-8, NUL-terminated; malloc'd */
@@ -199,13 +212,7 @@ typedef struct {
     int32_t        n_ids;
     nalar_logprob *logprobs;    /* (n_ids, 1 + n_logprobs) or NULL */
     nalar_finish   finish;      /* set once, with the last output */
-    char           error[256];  /* when finish == NALAR_FINISH_ERROR */
-    /* when the request itself was refused (its prompt): the HTTP status
-     * (400), OpenAI's error code and the request field; 0 and "" for a
-     * failure of the engine */
-    int            err_status;
-    char           err_code[32];
-    char           err_param[16];
+    nalar_failure  error;       /* when finish == NALAR_FINISH_ERROR */
     int            accepted;    /* the prompt passed intake (set from the
                                    take after that on); usage.n_prompt is
                                    its length */

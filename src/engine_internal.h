@@ -180,10 +180,7 @@ struct nalar_request {
     nalar_logprob   *out_lp;          /* (out_idcap, 1 + n_logprobs) */
     nalar_finish     finish;
     int              finish_taken;
-    char             error[256];
-    int              err_status;      /* a refusal: HTTP status, code */
-    char             err_code[32];
-    char             err_param[16];
+    nalar_failure    error;           /* a refusal: HTTP status, code */
     int              accepted;        /* passed intake */
     int              accept_taken;
     int32_t          n_cached;

@@ -342,10 +342,11 @@ step_intake(nalar_engine *e)
             e->n_waiting--;
             pthread_mutex_unlock(&e->mu);
             pthread_mutex_lock(&r->mu);
-            r->err_status = no.status;
-            snprintf(r->err_code, sizeof(r->err_code), "%s",
+            r->error.status = no.status;
+            snprintf(r->error.code, sizeof(r->error.code), "%s",
                      no.code != NULL ? no.code : "");
-            snprintf(r->err_param, sizeof(r->err_param), "%s", no.param);
+            snprintf(r->error.param, sizeof(r->error.param), "%s",
+                     no.param);
             pthread_mutex_unlock(&r->mu);
             finish_unref(e, r, NALAR_FINISH_ERROR, no.msg);
             continue;

@@ -321,10 +321,7 @@ nalar_request_take(nalar_request *r, nalar_output *out)
     if (r->finish != NALAR_FINISH_NONE && !r->finish_taken) {
         out->finish = r->finish;
         r->finish_taken = 1;
-        memcpy(out->error, r->error, sizeof(out->error));
-        out->err_status = r->err_status;
-        memcpy(out->err_code, r->err_code, sizeof(out->err_code));
-        memcpy(out->err_param, r->err_param, sizeof(out->err_param));
+        out->error = r->error;
     }
     out->accepted = r->accepted;
     any = r->accepted && !r->accept_taken;
@@ -465,9 +462,10 @@ request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
     if (error != NULL) {
         size_t n = strlen(error);
 
-        n = n < sizeof(r->error) - 1 ? n : sizeof(r->error) - 1;
-        memcpy(r->error, error, n);
-        r->error[n] = '\0';
+        n = n < sizeof(r->error.message) - 1
+            ? n : sizeof(r->error.message) - 1;
+        memcpy(r->error.message, error, n);
+        r->error.message[n] = '\0';
     }
     pthread_mutex_unlock(&r->mu);
     if (r->notify != NULL) {

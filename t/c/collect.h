@@ -46,10 +46,7 @@ collect(nalar_request *r, void *ctx)
     c->last.usage = o.usage;
     c->last.accepted = o.accepted;
     if (o.finish != NALAR_FINISH_NONE) {
-        c->last.err_status = o.err_status;
-        memcpy(c->last.err_code, o.err_code, sizeof(o.err_code));
-        memcpy(c->last.err_param, o.err_param, sizeof(o.err_param));
-        memcpy(c->last.error, o.error, sizeof(o.error));
+        c->last.error = o.error;
     }
     nalar_output_free(&o);
 }

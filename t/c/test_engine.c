@@ -208,12 +208,12 @@ check_kv_admission(nalar_engine *e, int cap)
              "tokens were requested (100 in the prompt, %d in the "
              "completion)", cap, cap + 1, cap - 100 + 1);
     ok(rc == 0 && c[0].finish == NALAR_FINISH_ERROR
-       && c[0].last.err_status == 400
-       && strcmp(c[0].last.err_code, "context_length_exceeded") == 0
-       && strcmp(c[0].last.err_param, "max_tokens") == 0
-       && strcmp(c[0].last.error, want) == 0,
+       && c[0].last.error.status == 400
+       && strcmp(c[0].last.error.code, "context_length_exceeded") == 0
+       && strcmp(c[0].last.error.param, "max_tokens") == 0
+       && strcmp(c[0].last.error.message, want) == 0,
        "prompt + max_tokens one beyond the KV cache refused at intake: %s",
-       c[0].last.error);
+       c[0].last.error.message);
     ok(!c[0].last.accepted, "never accepted");
     nalar_request_unref(r[0]);
     ok(kv_all_free(e), "the refused request took no KV block");
@@ -439,10 +439,10 @@ test_text_prompts(nalar_engine *e)
     r = text_req(pc, 3, 600, 1, &c);
     nalar_engine_run_sync(e, &r, 1, &err);
     ok(c.finish == NALAR_FINISH_ERROR
-       && strcmp(c.last.err_code, "context_length_exceeded") == 0
-       && strcmp(c.last.err_param, "messages") == 0
-       && strstr(c.last.error, "600 in the completion") != NULL,
-       "prompt + max_tokens over the context: %s", c.last.error);
+       && strcmp(c.last.error.code, "context_length_exceeded") == 0
+       && strcmp(c.last.error.param, "messages") == 0
+       && strstr(c.last.error.message, "600 in the completion") != NULL,
+       "prompt + max_tokens over the context: %s", c.last.error.message);
     nalar_request_unref(r);
 
     /* 4 MB of text: counting stops past the context */
@@ -456,10 +456,10 @@ test_text_prompts(nalar_engine *e)
     pc[0] = (nalar_tok_text) { big, n_big, 0 };
     r = text_req(pc, 1, 4, 1, &c);
     nalar_engine_run_sync(e, &r, 1, &err);
-    ok(c.finish == NALAR_FINISH_ERROR && c.last.err_status == 400
-       && strcmp(c.last.err_code, "context_length_exceeded") == 0
-       && strstr(c.last.error, "at least 513 in the prompt") != NULL,
-       "4 MB prompt refused: %s", c.last.error);
+    ok(c.finish == NALAR_FINISH_ERROR && c.last.error.status == 400
+       && strcmp(c.last.error.code, "context_length_exceeded") == 0
+       && strstr(c.last.error.message, "at least 513 in the prompt") != NULL,
+       "4 MB prompt refused: %s", c.last.error.message);
     is_int(c.last.usage.n_prompt, 513, "counted up to the context + 1");
     ok(kv_all_free(e), "no KV block held");
     nalar_request_unref(r);
@@ -539,7 +539,7 @@ test_intake_order(nalar_engine *e)
        && same(o[3].c.ids, refs[0].target, 2), "the short one generates");
     for (int i = 0; i < 3; i++) {
         good &= o[i].c.finish == NALAR_FINISH_ERROR
-                && o[i].c.last.err_status == 400;
+                && o[i].c.last.error.status == 400;
     }
     ok(good, "the long ones are refused as longer than the context");
     for (int i = 0; i < 4; i++) {
@@ -606,11 +606,11 @@ watch(nalar_request *r, void *ctx)
     if (o.finish != NALAR_FINISH_NONE) {
         pthread_mutex_lock(&w->b->mu);
         w->finish = o.finish;
-        memcpy(w->error, o.error, sizeof(w->error));
+        memcpy(w->error, o.error.message, sizeof(w->error));
         w->b->done++;
         if (o.finish == NALAR_FINISH_ERROR) {
             w->b->errors++;
-            memcpy(w->b->error, o.error, sizeof(w->b->error));
+            memcpy(w->b->error, o.error.message, sizeof(w->b->error));
         }
         pthread_cond_broadcast(&w->b->cv);
         pthread_mutex_unlock(&w->b->mu);
@@ -1278,7 +1278,8 @@ test_shared_prompt(nalar_engine *e)
 
     nalar_engine_run_sync(e, rs, NCH + 1, &err);
     ok(c[NCH].n == 8 && c[NCH].last.usage.n_prompt > 300,
-       "the reference: a %d-token prompt, 8 tokens", c[NCH].last.usage.n_prompt);
+       "the reference: a %d-token prompt, 8 tokens",
+       c[NCH].last.usage.n_prompt);
     for (int i = 0; i < NCH; i++) {
         good &= c[i].n == 8 && same(c[i].ids, c[NCH].ids, 8)
                 && c[i].last.usage.n_prompt == c[NCH].last.usage.n_prompt;
@@ -1636,12 +1637,12 @@ main(void)
             r = greedy_req(big, 600, 4, &c);
             ok(nalar_engine_submit(e, r, &err) == 0, "submit takes it");
             nalar_engine_run_sync(e, NULL, 0, &err);
-            ok(c.finish == NALAR_FINISH_ERROR && c.last.err_status == 400
-               && strcmp(c.last.err_code, "context_length_exceeded") == 0
-               && strcmp(c.last.err_param, "prompt") == 0
-               && strstr(c.last.error, "maximum context length is 512")
+            ok(c.finish == NALAR_FINISH_ERROR && c.last.error.status == 400
+               && strcmp(c.last.error.code, "context_length_exceeded") == 0
+               && strcmp(c.last.error.param, "prompt") == 0
+               && strstr(c.last.error.message, "maximum context length is 512")
                   != NULL,
-               "over-long prompt refused: %s", c.last.error);
+               "over-long prompt refused: %s", c.last.error.message);
             is_int(c.last.usage.n_prompt, 600, "with its length");
             ok(!c.last.accepted, "never accepted");
             ok(kv_all_free(e), "no KV block held");

@@ -148,10 +148,10 @@ check_site(nalar_engine *e, nalar_fault_site site, int at, const char *what,
                 && strcmp(c[i].text, ref[i].text) == 0;
     }
     ok(errors == 1
-       && strstr(c[failed].last.error, "out of memory") != NULL,
+       && strstr(c[failed].last.error.message, "out of memory") != NULL,
        "%s: the request that met it ends with the error (%d errors%s%s)",
        what, errors, errors == 1 ? ": " : "",
-       errors == 1 ? c[failed].last.error : "");
+       errors == 1 ? c[failed].last.error.message : "");
     ok(errors == 1 && c[failed].n < MAX_TOK
        && memcmp(c[failed].ids, ref[failed].ids,
                  (size_t) c[failed].n * sizeof(int32_t)) == 0,

@@ -111,7 +111,7 @@ main(void)
                 if (c[i].finish != NALAR_FINISH_STOP) {
                     errors += c[i].finish == NALAR_FINISH_ERROR;
                     diag("%s: finish %d %s: %s", name[s], c[i].finish,
-                         c[i].last.error, c[i].text);
+                         c[i].last.error.message, c[i].text);
                     continue;
                 }
                 stop[s]++;
