@@ -98,7 +98,22 @@ build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar_api.a \
 	$(CC) $(ASAN_CFLAGS) -Icli -Iapi -It/c $(CLI_SRC) build/asan/libnalar_api.a \
 	    build/asan/libnalar.a -o $@ $(LDLIBS)
 
-# the unit tests of the engine and of the protocol layer
+# the unit tests of the engine and of the protocol layer: those that
+# check memory safety (parsers of untrusted input, the engine's lifecycle,
+# the KV pool and prefix cache, threads) link the ASan/UBSan flavour; the
+# numeric ones (NUM_TESTS: a kernel's or a forward pass's values against a
+# reference, a sampling distribution) link the optimized one, where they
+# run about ten times faster.  The engine and the kernels they run stay
+# under ASan through the engine's own tests (test_engine, test_spec,
+# test_prefix run every weight type and architecture).
+NUM_TESTS = test_conformance test_quant test_quant_q8 test_cpu_backend \
+            test_spec_dist
+NUM_BIN   = $(patsubst %,build/t/%,$(NUM_TESTS))
+$(NUM_BIN): build/t/%: t/c/%.c build/libnalar_api.a build/libnalar.a
+	@mkdir -p build/t
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
+	    build/libnalar_api.a build/libnalar.a -o $@ $(LDLIBS)
+
 build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
