@@ -855,75 +855,79 @@ test_stop(void)
         ok(len == 2 + 2999 && at == 3 && memcmp(out + 2002, "ENxx", 4) == 0,
            "large feed grows the buffer (%d bytes)", len);
     }
+}
 
-    /* random streams against a whole-text search */
-    {
-        nalar_rng r;
-        int       good = 1;
 
-        nalar_rng_seed(&r, 77);
-        for (int iter = 0; iter < 3000 && good; iter++) {
-            char        text[64], stopbuf[3][6], want[64], got[256];
-            const char *stops[3];
-            int         tl = 1 + (int) (nalar_rng_next(&r) % 40);
-            int         ns = 1 + (int) (nalar_rng_next(&r) % 3);
-            int         first = tl, first_end = tl + 1, wl, np = 0;
-            int         stopped_any = 0;
-            const char *pieces[64];
-            char        piecebuf[64][64];
-            size_t      got_len = 0;
+/* random streams of 'a' and 'b' cut into random pieces, with random stops,
+ * against a whole-text search */
+static void
+test_stop_random(void)
+{
+    nalar_rng r;
+    int       good = 1;
 
-            for (int i = 0; i < tl; i++) {
-                text[i] = "ab"[nalar_rng_next(&r) % 2];
+    nalar_rng_seed(&r, 77);
+    for (int iter = 0; iter < 3000 && good; iter++) {
+        char        text[64], stopbuf[3][6], want[64], got[256];
+        const char *stops[3];
+        int         tl = 1 + (int) (nalar_rng_next(&r) % 40);
+        int         ns = 1 + (int) (nalar_rng_next(&r) % 3);
+        int         first = tl, first_end = tl + 1, wl, np = 0;
+        int         stopped_any = 0;
+        const char *pieces[64];
+        char        piecebuf[64][64];
+        size_t      got_len = 0;
+
+        for (int i = 0; i < tl; i++) {
+            text[i] = "ab"[nalar_rng_next(&r) % 2];
+        }
+        text[tl] = '\0';
+        for (int k = 0; k < ns; k++) {
+            int sl = 1 + (int) (nalar_rng_next(&r) % 5);
+            for (int i = 0; i < sl; i++) {
+                stopbuf[k][i] = "ab"[nalar_rng_next(&r) % 2];
             }
-            text[tl] = '\0';
-            for (int k = 0; k < ns; k++) {
-                int sl = 1 + (int) (nalar_rng_next(&r) % 5);
-                for (int i = 0; i < sl; i++) {
-                    stopbuf[k][i] = "ab"[nalar_rng_next(&r) % 2];
+            stopbuf[k][sl] = '\0';
+            stops[k] = stopbuf[k];
+            /* byte-by-byte semantics: the earliest-ending occurrence
+             * wins, ties to the earliest start */
+            char *hit = strstr(text, stopbuf[k]);
+            if (hit != NULL) {
+                int st = (int) (hit - text), en = st + sl;
+                if (en < first_end || (en == first_end && st < first)) {
+                    first_end = en;
+                    first = st;
                 }
-                stopbuf[k][sl] = '\0';
-                stops[k] = stopbuf[k];
-                /* byte-by-byte semantics: the earliest-ending occurrence
-                 * wins, ties to the earliest start */
-                char *hit = strstr(text, stopbuf[k]);
-                if (hit != NULL) {
-                    int st = (int) (hit - text), en = st + sl;
-                    if (en < first_end || (en == first_end && st < first)) {
-                        first_end = en;
-                        first = st;
-                    }
-                }
-            }
-            wl = first;
-            memcpy(want, text, (size_t) wl);
-            want[wl] = '\0';
-
-            for (int pos = 0; pos < tl; np++) {
-                int pl = 1 + (int) (nalar_rng_next(&r) % 4);
-                if (pl > tl - pos) {
-                    pl = tl - pos;
-                }
-                memcpy(piecebuf[np], text + pos, (size_t) pl);
-                piecebuf[np][pl] = '\0';
-                pieces[np] = piecebuf[np];
-                pos += pl;
-            }
-
-            int at2;
-            got_len = (size_t) run_stop(stops, ns, pieces, np, got, &at2);
-            stopped_any = at2 >= 0;
-            if (got_len != (size_t) wl || memcmp(got, want, (size_t) wl) != 0
-                || stopped_any != (first < tl))
-            {
-                good = 0;
-                diag("text '%s' stops '%s' '%s' '%s': got '%s' want '%s'",
-                     text, stops[0], ns > 1 ? stops[1] : "",
-                     ns > 2 ? stops[2] : "", got, want);
             }
         }
-        ok(good, "3000 random streams match a whole-text search");
+        wl = first;
+        memcpy(want, text, (size_t) wl);
+        want[wl] = '\0';
+
+        for (int pos = 0; pos < tl; np++) {
+            int pl = 1 + (int) (nalar_rng_next(&r) % 4);
+            if (pl > tl - pos) {
+                pl = tl - pos;
+            }
+            memcpy(piecebuf[np], text + pos, (size_t) pl);
+            piecebuf[np][pl] = '\0';
+            pieces[np] = piecebuf[np];
+            pos += pl;
+        }
+
+        int at2;
+        got_len = (size_t) run_stop(stops, ns, pieces, np, got, &at2);
+        stopped_any = at2 >= 0;
+        if (got_len != (size_t) wl || memcmp(got, want, (size_t) wl) != 0
+            || stopped_any != (first < tl))
+        {
+            good = 0;
+            diag("text '%s' stops '%s' '%s' '%s': got '%s' want '%s'",
+                 text, stops[0], ns > 1 ? stops[1] : "",
+                 ns > 2 ? stops[2] : "", got, want);
+        }
     }
+    ok(good, "3000 random streams match a whole-text search");
 }
 
 
@@ -1017,6 +1021,7 @@ main(void)
     test_hostile();
     test_big_vocab();
     test_stop();
+    test_stop_random();
     test_logit_bias();
     return done_testing();
 }
