@@ -33,10 +33,11 @@
  *     d = 150: critical 247.2, lambda 165.3, N = 3673
  *     d = 190: critical 297.4, lambda 180.8, N = 4017
  * The 3rd token spreads wide at temperature 0.9: 4000 draws a side fill
- * about 130 to 170 categories of 10 or more, so N = 4000 has power 0.99
+ * about 110 to 130 categories of 10 or more, so N = 4000 has power 0.99
  * up to d = 190 (DOF_MAX, asserted: a demo model that spread wider would
- * need more draws).  Before: 3,000 draws a side at a false-alarm rate of
- * 1e-3 (power 0.99 only for delta >= 0.19 at d = 130), under ASan.
+ * need more draws); at d = 130 it reaches delta = 0.14.  Before: 3,000
+ * draws a side at a false-alarm rate of 1e-3, the same delta = 0.14 at
+ * d = 130 but a false alarm in one run of 500 (two checks), under ASan.
  * The n-gram proposer proposes at a part of the draws only (its key must
  * recur; the prompt below repeats itself to make it often), so there the
  * test sees a deviation diluted by that part.
