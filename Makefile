@@ -98,8 +98,34 @@ build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar_api.a \
 	$(CC) $(ASAN_CFLAGS) -Icli -Iapi -It/c $(CLI_SRC) build/asan/libnalar_api.a \
 	    build/asan/libnalar.a -o $@ $(LDLIBS)
 
-# the unit tests of the engine and of the protocol layer
-build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a
+# the unit tests of the engine and of the protocol layer: those that
+# check memory safety (parsers of untrusted input, the engine's lifecycle,
+# the KV pool and prefix cache, threads) link the ASan/UBSan flavour; the
+# numeric and statistical ones (NUM_TESTS: a kernel's or a forward pass's
+# values against a reference, a sampling distribution, the validity of
+# many sampled values) link the optimized one, where they run about ten
+# times faster.  What they run stays under ASan through other tests: every
+# weight type and architecture through test_engine, test_engine_arch and
+# test_spec; sampled speculation through test_spec; sampled structured
+# output through test_grammar_engine, and each keyword's grammar walked
+# byte by byte through test_grammar.  test_cpu_matmul stays under ASan: its
+# awkward shapes are where a kernel would read past a row.
+NUM_TESTS = test_conformance test_quant test_quant_q8 test_cpu_backend \
+            test_spec_dist test_grammar_keywords
+NUM_BIN   = $(patsubst %,build/t/%,$(NUM_TESTS))
+# the list is kept in a file, as the flags are: a test that changes
+# flavour is linked again
+build/t/num-tests: FORCE
+	@mkdir -p $(@D)
+	@echo '$(NUM_TESTS)' | cmp -s - $@ || echo '$(NUM_TESTS)' > $@
+$(NUM_BIN): build/t/%: t/c/%.c build/libnalar_api.a build/libnalar.a \
+                       build/t/num-tests
+	@mkdir -p build/t
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
+	    build/libnalar_api.a build/libnalar.a -o $@ $(LDLIBS)
+
+build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a \
+           build/t/num-tests
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
 	    build/asan/libnalar_api.a build/asan/libnalar.a -o $@ $(LDLIBS)
