@@ -36,7 +36,7 @@ static const struct {
     { "smollm", PRE_STARCODER }, { "starcoder", PRE_STARCODER },
     { "deepseek-llm", PRE_DEEPSEEK_LLM },
     { "deepseek-coder", PRE_DEEPSEEK_CODER },
-    { "falcon", PRE_FALCON },
+    { "falcon", PRE_FALCON }, { "deepseek-v3", PRE_DEEPSEEK_V3 },
 };
 
 /* ---------------------------------------------------------------------- */
@@ -232,12 +232,18 @@ cmp_special(const void *a, const void *b, void *ctx)
     return x < y ? -1 : x > y;
 }
 
+/* The ends of turn llama.cpp's llama-vocab.cpp names (its EOG list and its
+ * EOT detection): a control token with one of these texts ends
+ * generation.  "</s>" is not among them: it is EOS in SentencePiece vocabs
+ * by their metadata, and an ordinary HTML tag in Gemma 3's. */
 static int
 is_eog_name(const char *s, uint32_t n)
 {
     static const char *names[] = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "</s>",
-        "<|eom_id|>", "<end_of_turn>", "<EOT>"
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+        "<|end_of_text|>",
+        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) return 1;
@@ -257,52 +263,39 @@ is_chat_marker(const char *s, uint32_t n)
     return 0;
 }
 
-nalar_tokenizer *
-nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
+/* tokenizer.ggml.model: "llama" (SPM) or "gpt2" (byte-level BPE) */
+static int
+load_kind(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
 {
-    nalar_tokenizer *t;
-    const gguf_kv *toks, *scores, *types;
-    char *model = NULL, *pre = NULL;
-    uint64_t total = 0;
+    char *model = gguf_get_str(f, "tokenizer.ggml.model");
+    int rc = 0;
 
-    t = calloc(1, sizeof(*t));
-    if (t == NULL) {
-        nalar_fail(err, "%s: out of memory for tokenizer", f->path);
-        return NULL;
-    }
-
-    model = gguf_get_str(f, "tokenizer.ggml.model");
-    if (model == NULL) {
-        nalar_fail(err, "%s: no tokenizer.ggml.model", f->path);
-        goto fail;
-    }
+    if (model == NULL)
+        return nalar_fail(err, "%s: no tokenizer.ggml.model", f->path);
     if (strcmp(model, "llama") == 0) t->kind = TOK_SPM;
     else if (strcmp(model, "gpt2") == 0) t->kind = TOK_BPE;
-    else {
-        nalar_fail(err, "%s: tokenizer.ggml.model '%s' is not supported "
-                   "(only 'llama' and 'gpt2')", f->path, model);
-        goto fail;
-    }
+    else
+        rc = nalar_fail(err, "%s: tokenizer.ggml.model '%s' is not supported "
+                        "(only 'llama' and 'gpt2')", f->path, model);
+    free(model);
+    return rc;
+}
 
-    /* the vocabulary */
-    toks = gguf_find(f, "tokenizer.ggml.tokens");
-    if (toks == NULL || toks->type != GGUF_T_ARRAY ||
-        toks->arr_type != GGUF_T_STRING || toks->arr_len == 0) {
-        nalar_fail(err, "%s: tokenizer.ggml.tokens missing or not a string "
-                   "array", f->path);
-        goto fail;
-    }
-    if (toks->arr_len > INT32_MAX / 4) {
-        nalar_fail(err, "%s: %llu tokens is too many", f->path,
-                   (unsigned long long) toks->arr_len);
-        goto fail;
-    }
+/* The pieces, back to back in t->text, and the hash from piece to id. */
+static int
+load_pieces(nalar_tokenizer *t, const gguf_file *f, const gguf_kv *toks,
+            nalar_err *err)
+{
+    uint64_t total = 0;
+    uint32_t off = 0;
+
+    if (toks->arr_len > INT32_MAX / 4)
+        return nalar_fail(err, "%s: %llu tokens is too many", f->path,
+                          (unsigned long long) toks->arr_len);
     t->n_vocab = (int32_t) toks->arr_len;
     for (int32_t i = 0; i < t->n_vocab; i++) total += toks->arr_strs[i].len + 1;
-    if (total > UINT32_MAX) {
-        nalar_fail(err, "%s: vocabulary text too large", f->path);
-        goto fail;
-    }
+    if (total > UINT32_MAX)
+        return nalar_fail(err, "%s: vocabulary text too large", f->path);
     t->text = malloc(total);
     t->text_off = malloc(((size_t) t->n_vocab + 1) * sizeof(uint32_t));
     t->score = calloc(t->n_vocab, sizeof(float));
@@ -312,123 +305,131 @@ nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
     t->vhash = malloc(((size_t) t->vhash_mask + 1) * sizeof(int32_t));
     t->special = malloc((size_t) t->n_vocab * sizeof(int32_t));
     if (!t->text || !t->text_off || !t->score || !t->type || !t->eog ||
-        !t->vhash || !t->special) {
-        nalar_fail(err, "%s: out of memory for the vocabulary", f->path);
-        goto fail;
-    }
+        !t->vhash || !t->special)
+        return nalar_fail(err, "%s: out of memory for the vocabulary", f->path);
     memset(t->vhash, 0xFF, ((size_t) t->vhash_mask + 1) * sizeof(int32_t));
 
-    {
-        uint32_t off = 0;
-        for (int32_t i = 0; i < t->n_vocab; i++) {
-            const gguf_str *s = &toks->arr_strs[i];
-            t->text_off[i] = off;
-            memcpy(t->text + off, s->ptr, s->len);
-            t->text[off + s->len] = '\0';
-            off += (uint32_t) s->len + 1;
-            if (s->len > t->max_piece) t->max_piece = (uint32_t) s->len;
-        }
-        t->text_off[t->n_vocab] = off;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const gguf_str *s = &toks->arr_strs[i];
+        t->text_off[i] = off;
+        memcpy(t->text + off, s->ptr, s->len);
+        t->text[off + s->len] = '\0';
+        off += (uint32_t) s->len + 1;
+        if (s->len > t->max_piece) t->max_piece = (uint32_t) s->len;
     }
+    t->text_off[t->n_vocab] = off;
     /* string -> id; a repeated string maps to its last id (llama.cpp) */
     for (int32_t i = 0; i < t->n_vocab; i++) {
         uint32_t n, h;
         const char *p = piece_of(t, i, &n);
         int32_t old = ntok_lookup(t, p, n);
+        h = (uint32_t) hash_bytes(HASH_INIT, p, n) & t->vhash_mask;
         if (old >= 0) {
-            h = (uint32_t) hash_bytes(HASH_INIT, p, n) & t->vhash_mask;
             while (t->vhash[h] != old) h = (h + 1) & t->vhash_mask;
         } else {
-            h = (uint32_t) hash_bytes(HASH_INIT, p, n) & t->vhash_mask;
             while (t->vhash[h] >= 0) h = (h + 1) & t->vhash_mask;
         }
         t->vhash[h] = i;
     }
+    return 0;
+}
 
-    scores = gguf_find(f, "tokenizer.ggml.scores");
+/* tokenizer.ggml.scores and tokenizer.ggml.token_type, when present */
+static int
+load_scores_types(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
+{
+    const gguf_kv *scores = gguf_find(f, "tokenizer.ggml.scores");
+    const gguf_kv *types = gguf_find(f, "tokenizer.ggml.token_type");
+
     if (scores != NULL) {
         if (scores->type != GGUF_T_ARRAY || scores->arr_type != GGUF_T_FLOAT32 ||
-            scores->arr_len != toks->arr_len) {
-            nalar_fail(err, "%s: tokenizer.ggml.scores must be %d float32s",
-                       f->path, t->n_vocab);
-            goto fail;
-        }
+            scores->arr_len != (uint64_t) t->n_vocab)
+            return nalar_fail(err, "%s: tokenizer.ggml.scores must be %d "
+                              "float32s", f->path, t->n_vocab);
         memcpy(t->score, scores->arr_data, (size_t) t->n_vocab * sizeof(float));
     }
-
-    types = gguf_find(f, "tokenizer.ggml.token_type");
-    if (types != NULL) {
-        if (types->type != GGUF_T_ARRAY ||
-            (types->arr_type != GGUF_T_INT32 && types->arr_type != GGUF_T_UINT32) ||
-            types->arr_len != toks->arr_len) {
-            nalar_fail(err, "%s: tokenizer.ggml.token_type must be %d int32s",
-                       f->path, t->n_vocab);
-            goto fail;
-        }
-        for (int32_t i = 0; i < t->n_vocab; i++) {
-            int32_t v;
-            memcpy(&v, (const char *) types->arr_data + 4 * (size_t) i, 4);
-            t->type[i] = (v >= TOKT_NORMAL && v <= TOKT_BYTE) ? (uint8_t) v : 0;
-        }
-    } else {
+    if (types == NULL) {
         memset(t->type, TOKT_NORMAL, t->n_vocab);
+        return 0;
     }
-
-    /* special ids; SPM files without the keys use llama.cpp's defaults */
-    if (t->kind == TOK_SPM) {
-        t->bos = kv_id(t, f, "tokenizer.ggml.bos_token_id", 1);
-        t->eos = kv_id(t, f, "tokenizer.ggml.eos_token_id", 2);
-        t->unk = kv_id(t, f, "tokenizer.ggml.unknown_token_id", 0);
-    } else {
-        t->bos = kv_id(t, f, "tokenizer.ggml.bos_token_id", -1);
-        t->eos = kv_id(t, f, "tokenizer.ggml.eos_token_id", -1);
-        t->unk = kv_id(t, f, "tokenizer.ggml.unknown_token_id", -1);
+    if (types->type != GGUF_T_ARRAY ||
+        (types->arr_type != GGUF_T_INT32 && types->arr_type != GGUF_T_UINT32) ||
+        types->arr_len != (uint64_t) t->n_vocab)
+        return nalar_fail(err, "%s: tokenizer.ggml.token_type must be %d "
+                          "int32s", f->path, t->n_vocab);
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        int32_t v;
+        memcpy(&v, (const char *) types->arr_data + 4 * (size_t) i, 4);
+        t->type[i] = (v >= TOKT_NORMAL && v <= TOKT_BYTE) ? (uint8_t) v : 0;
     }
-    t->eot = kv_id(t, f, "tokenizer.ggml.eot_token_id", -1);
-    t->eom = kv_id(t, f, "tokenizer.ggml.eom_token_id", -1);
+    return 0;
+}
 
-    if (t->kind == TOK_SPM) {
-        t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 1);
-        t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token", 1);
-        for (int b = 0; b < 256; b++) {
-            char buf[8];
-            static const char hex[] = "0123456789ABCDEF";
-            buf[0] = '<'; buf[1] = '0'; buf[2] = 'x';
-            buf[3] = hex[b >> 4]; buf[4] = hex[b & 15]; buf[5] = '>';
-            t->byte_tok[b] = ntok_lookup(t, buf, 6);
-            if (t->byte_tok[b] < 0) {
-                /* as llama.cpp: fall back to the byte as a piece */
-                buf[0] = (char) b;
-                t->byte_tok[b] = ntok_lookup(t, buf, 1);
-            }
+/* SPM: the dummy prefix and the byte tokens */
+static void
+setup_spm(nalar_tokenizer *t, const gguf_file *f)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 1);
+    t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token", 1);
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        buf[0] = '<'; buf[1] = '0'; buf[2] = 'x';
+        buf[3] = hex[b >> 4]; buf[4] = hex[b & 15]; buf[5] = '>';
+        t->byte_tok[b] = ntok_lookup(t, buf, 6);
+        if (t->byte_tok[b] < 0) {
+            /* as llama.cpp: fall back to the byte as a piece */
+            buf[0] = (char) b;
+            t->byte_tok[b] = ntok_lookup(t, buf, 1);
         }
-    } else {
-        pre = gguf_get_str(f, "tokenizer.ggml.pre");
-        t->pre = pre == NULL ? PRE_GPT2 : -1;
-        for (size_t i = 0; pre != NULL && t->pre < 0
-                           && i < sizeof(pre_names) / sizeof(pre_names[0]); i++)
-            if (strcmp(pre, pre_names[i].name) == 0) t->pre = pre_names[i].pre;
-        if (t->pre < 0) {
-            char list[512];
-            size_t k = 0;
-            for (size_t i = 0; i < sizeof(pre_names) / sizeof(pre_names[0]);
-                 i++)
-                k += (size_t) snprintf(list + k, sizeof(list) - k, "%s%s",
-                                       i ? ", " : "", pre_names[i].name);
-            nalar_fail(err, "%s: tokenizer.ggml.pre '%s' is not supported "
-                       "(supported: %s)", f->path, pre, list);
-            goto fail;
-        }
-        t->ignore_merges = t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN;
-        t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 0);
-        t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token",
-                             t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN);
-        init_byte_map(t);
-        for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
-        if (load_merges(t, f, err) < 0) goto fail;
     }
+}
 
-    /* specials, end-of-generation */
+/* BPE: the pre-tokenizer, the byte map and the merges */
+static int
+setup_bpe(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
+{
+    char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
+    size_t n_names = sizeof(pre_names) / sizeof(pre_names[0]);
+
+    t->pre = pre == NULL ? PRE_GPT2 : -1;
+    for (size_t i = 0; pre != NULL && t->pre < 0 && i < n_names; i++)
+        if (strcmp(pre, pre_names[i].name) == 0) t->pre = pre_names[i].pre;
+    if (t->pre < 0) {
+        char list[512];
+        size_t k = 0;
+        for (size_t i = 0; i < n_names && k < sizeof(list); i++)
+            k += (size_t) snprintf(list + k, sizeof(list) - k, "%s%s",
+                                   i ? ", " : "", pre_names[i].name);
+        nalar_fail(err, "%s: tokenizer.ggml.pre '%s' is not supported "
+                   "(supported: %s)", f->path, pre, list);
+        free(pre);
+        return -1;
+    }
+    free(pre);
+    t->ignore_merges = t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN;
+    /* Qwen2's tokenizer.json normalizes to NFC (so do the DeepSeek R1
+       distills of Qwen, which share it) */
+    t->nfc = t->pre == PRE_QWEN2;
+    t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 0);
+    t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token",
+                         t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN);
+    init_byte_map(t);
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+    return load_merges(t, f, err);
+}
+
+/*
+ * The tokens split out of text before the tokenizer proper, and the ones
+ * that end generation: the eos, eot and eom ids of the metadata, and the
+ * control tokens llama.cpp names as ends of turn (is_eog_name).  A normal
+ * or user-defined token never ends generation, whatever its text: a
+ * generated Gemma 3 "</s>" is an HTML tag.
+ */
+static void
+mark_specials(nalar_tokenizer *t)
+{
     for (int32_t i = 0; i < t->n_vocab; i++) {
         uint8_t ty = t->type[i];
         uint32_t n;
@@ -442,21 +443,53 @@ nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
         if ((ty == TOKT_CONTROL || ty == TOKT_USER_DEFINED ||
              ty == TOKT_UNKNOWN) && n > 0)
             t->special[t->n_special++] = i;
-        if ((ty == TOKT_CONTROL || ty == TOKT_USER_DEFINED) && is_eog_name(p, n))
+        if (ty == TOKT_CONTROL && is_eog_name(p, n))
             t->eog[i] = 1;
     }
     qsort_r(t->special, t->n_special, sizeof(int32_t), cmp_special, t);
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (t->eom >= 0) t->eog[t->eom] = 1;
+}
 
-    free(model);
-    free(pre);
+nalar_tokenizer *
+nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
+{
+    nalar_tokenizer *t;
+    const gguf_kv *toks;
+    int spm;
+
+    t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        nalar_fail(err, "%s: out of memory for tokenizer", f->path);
+        return NULL;
+    }
+    if (load_kind(t, f, err) < 0) goto fail;
+    spm = t->kind == TOK_SPM;
+
+    toks = gguf_find(f, "tokenizer.ggml.tokens");
+    if (toks == NULL || toks->type != GGUF_T_ARRAY ||
+        toks->arr_type != GGUF_T_STRING || toks->arr_len == 0) {
+        nalar_fail(err, "%s: tokenizer.ggml.tokens missing or not a string "
+                   "array", f->path);
+        goto fail;
+    }
+    if (load_pieces(t, f, toks, err) < 0 || load_scores_types(t, f, err) < 0)
+        goto fail;
+
+    /* special ids; SPM files without the keys use llama.cpp's defaults */
+    t->bos = kv_id(t, f, "tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+    t->eos = kv_id(t, f, "tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+    t->unk = kv_id(t, f, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+    t->eot = kv_id(t, f, "tokenizer.ggml.eot_token_id", -1);
+    t->eom = kv_id(t, f, "tokenizer.ggml.eom_token_id", -1);
+
+    if (spm) setup_spm(t, f);
+    else if (setup_bpe(t, f, err) < 0) goto fail;
+    mark_specials(t);
     return t;
 
 fail:
-    free(model);
-    free(pre);
     nalar_tokenizer_destroy(t);
     return NULL;
 }
@@ -545,10 +578,47 @@ push_frag(fragvec *fv, size_t off, size_t len, int32_t id)
     return 0;
 }
 
-/* Splits the raw fragments at every occurrence of each special token,
- * longest tokens first (llama.cpp's tokenizer_st_partition). */
+/*
+ * Where control tokens may be recognised: everywhere (all = 1), nowhere
+ * (all = 0, n = 0), or inside the pieces marked special: piece k covers
+ * text[off[k], off[k + 1]).
+ */
+typedef struct {
+    int                   all;
+    const nalar_tok_text *pc;
+    const size_t         *off;   /* (n + 1) */
+    size_t                n;
+} special_zone;
+
+/* May special token `id` stand at text[at, at + len)?  User-defined tokens
+ * may stand anywhere (as Hugging Face splits every added token out of any
+ * text); control and unknown tokens only where all of it lies in special
+ * pieces, so that no user text is part of one. */
 static int
-partition(const nalar_tokenizer *t, const char *text, int parse_special,
+allowed(const nalar_tokenizer *t, const special_zone *z, int32_t id,
+        size_t at, size_t len)
+{
+    size_t lo = 0, hi;
+
+    if (t->type[id] == TOKT_USER_DEFINED || z->all) return 1;
+    if (z->n == 0) return 0;
+    /* the piece holding `at`: the last k with off[k] <= at */
+    hi = z->n;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (z->off[mid] <= at) lo = mid;
+        else hi = mid;
+    }
+    for (size_t k = lo; k < z->n && z->off[k] < at + len; k++)
+        if (!z->pc[k].special && z->off[k + 1] > z->off[k]) return 0;
+    return 1;
+}
+
+/* Splits the raw fragments at every occurrence of each special token that
+ * may stand there, longest tokens first (llama.cpp's
+ * tokenizer_st_partition). */
+static int
+partition(const nalar_tokenizer *t, const char *text, const special_zone *z,
           fragvec *cur)
 {
     fragvec nxt = { 0 };
@@ -560,9 +630,8 @@ partition(const nalar_tokenizer *t, const char *text, int parse_special,
         const char *sp = piece_of(t, id, &sl);
         int found = 0;
 
-        /* user-defined tokens always split; control and unknown only
-           when asked to */
-        if (!parse_special && t->type[id] != TOKT_USER_DEFINED) continue;
+        if (t->type[id] != TOKT_USER_DEFINED && !z->all && z->n == 0)
+            continue;
         for (size_t i = 0; i < cur->n && !found; i++)
             found = cur->v[i].id < 0 &&
                     memmem(text + cur->v[i].off, cur->v[i].len, sp, sl) != NULL;
@@ -571,18 +640,23 @@ partition(const nalar_tokenizer *t, const char *text, int parse_special,
         nxt.n = 0;
         for (size_t i = 0; i < cur->n && rc == 0; i++) {
             fragment fr = cur->v[i];
-            size_t pos = fr.off, end = fr.off + fr.len;
+            size_t pos = fr.off, from = fr.off, end = fr.off + fr.len;
             const char *p;
 
             if (fr.id >= 0) {
                 rc = push_frag(&nxt, fr.off, fr.len, fr.id);
                 continue;
             }
-            while (rc == 0 && (p = memmem(text + pos, end - pos, sp, sl)) != NULL) {
+            while (rc == 0
+                   && (p = memmem(text + from, end - from, sp, sl)) != NULL) {
                 size_t at = (size_t) (p - text);
+                if (!allowed(t, z, id, at, sl)) {
+                    from = at + 1;
+                    continue;
+                }
                 if (at > pos) rc = push_frag(&nxt, pos, at - pos, -1);
                 if (rc == 0) rc = push_frag(&nxt, at, sl, id);
-                pos = at + sl;
+                pos = from = at + sl;
             }
             if (rc == 0 && pos < end) rc = push_frag(&nxt, pos, end - pos, -1);
         }
@@ -610,7 +684,8 @@ encode(const nalar_tokenizer *t, const char *text, size_t len,
     /* symbols: SPM one per character (+1 for the prefix); BPE one per
        byte of a word, where an invalid byte became 3 bytes of U+FFFD */
     m.t = t;
-    m.sym = malloc(((t->kind == TOK_SPM ? len : 3 * len) + 2) * sizeof(symbol));
+    m.cap = (t->kind == TOK_SPM ? len : 3 * len) + 2;
+    m.sym = malloc(m.cap * sizeof(symbol));
     if (m.sym == NULL) goto done;
 
     for (size_t i = 0; i < fv->n && !full(ids); i++) {
@@ -643,13 +718,15 @@ nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
 {
     fragvec fv = { 0 };
     idvec ids = { 0 };
+    special_zone zone = { 0 };
     int rc = -1;
 
     if (t == NULL || (text == NULL && len > 0) || len > INT_MAX / 8) return -1;
 
     ids.lim = (size_t) INT_MAX + 1;
     if (len > 0 && push_frag(&fv, 0, len, -1) < 0) goto done;
-    if (len > 0 && partition(t, text, parse_special, &fv) < 0) goto done;
+    zone.all = parse_special;
+    if (len > 0 && partition(t, text, &zone, &fv) < 0) goto done;
     if (encode(t, text, len, &fv, add_bos, &ids) < 0 || ids.n > INT_MAX)
         goto done;
 
@@ -668,9 +745,10 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
                        size_t n, int add_bos, int max_ids, int32_t **out,
                        int *more)
 {
-    fragvec fv = { 0 }, one = { 0 };
+    fragvec fv = { 0 };
     idvec ids = { 0 };
-    size_t total = 0, limit, used, off;
+    special_zone zone = { 0 };
+    size_t total = 0, limit, used, off, *offs = NULL;
     char *buf = NULL;
     const char *text;
     int over = 0, rc = -1;
@@ -690,6 +768,11 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
        is one byte of text and three of "\xE2\x96\x81"; byte tokens stand
        for one), so text longer than this has more than max_ids tokens */
     limit = ((size_t) max_ids + 1) * (t->max_piece > 0 ? t->max_piece : 1);
+    if (t->nfc) {
+        /* NFC composes at most three characters' bytes into one's
+           (Hangul L V T, 9 bytes to 3) */
+        limit *= 3;
+    }
     used = total;
     if (total > limit) {
         used = limit;
@@ -716,30 +799,24 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
     }
     while (over && used > 0 && ((uint8_t) text[used] & 0xC0) == 0x80) used--;
 
-    /* each piece is split at the special tokens it may hold; literal text
-       that continues across pieces is one fragment, encoded as a whole */
+    /* the whole text is split at the special tokens that may stand where
+       they are (control tokens only inside special pieces); the literal
+       text between them is encoded as a whole, however it was cut into
+       pieces */
+    offs = malloc((n + 1) * sizeof(size_t));
+    if (offs == NULL) goto done;
     off = 0;
-    for (size_t i = 0; i < n && off < used; i++) {
-        size_t len = pc[i].len < used - off ? pc[i].len : used - off;
-
-        if (len == 0) continue;
-        one.n = 0;
-        if (push_frag(&one, off, len, -1) < 0
-            || partition(t, text, pc[i].special, &one) < 0)
-            goto done;
-        for (size_t k = 0; k < one.n; k++) {
-            fragment *last = fv.n > 0 ? &fv.v[fv.n - 1] : NULL;
-
-            if (one.v[k].id < 0 && last != NULL && last->id < 0
-                && last->off + last->len == one.v[k].off) {
-                last->len += one.v[k].len;
-            } else if (push_frag(&fv, one.v[k].off, one.v[k].len,
-                                 one.v[k].id) < 0) {
-                goto done;
-            }
-        }
-        off += len;
+    for (size_t i = 0; i < n; i++) {
+        offs[i] = off < used ? off : used;
+        off += pc[i].len;
     }
+    offs[n] = used;
+    zone.pc = pc;
+    zone.off = offs;
+    zone.n = n;
+    if (used > 0 && (push_frag(&fv, 0, used, -1) < 0
+                     || partition(t, text, &zone, &fv) < 0))
+        goto done;
 
     ids.lim = (size_t) max_ids + 1;
     if (encode(t, text, used, &fv, add_bos, &ids) < 0) goto done;
@@ -754,7 +831,7 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
 done:
     free(ids.v);
     free(fv.v);
-    free(one.v);
+    free(offs);
     free(buf);
     return rc;
 }

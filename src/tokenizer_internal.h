@@ -18,7 +18,7 @@
  * tokenizer.json, which llama.cpp approximates) */
 enum {
     PRE_GPT2 = 0, PRE_LLAMA3, PRE_QWEN2, PRE_TEKKEN, PRE_STARCODER,
-    PRE_DEEPSEEK_LLM, PRE_DEEPSEEK_CODER, PRE_FALCON
+    PRE_DEEPSEEK_LLM, PRE_DEEPSEEK_CODER, PRE_FALCON, PRE_DEEPSEEK_V3
 };
 
 typedef struct {
@@ -62,6 +62,7 @@ struct nalar_tokenizer {
     int       add_space_prefix;
     int       pre;           /* PRE_*: BPE pre-tokenizer */
     int       ignore_merges; /* BPE: a word that is a token is not merged */
+    int       nfc;           /* BPE: text is normalized to NFC first */
 };
 
 static inline const char *
@@ -229,7 +230,8 @@ typedef struct {
 typedef struct {
     const nalar_tokenizer *t;
     const char *w;        /* the word being merged */
-    symbol     *sym;
+    symbol     *sym;      /* (cap) */
+    size_t      cap;
     heap        q;
     int         oom;
 } merger;
@@ -240,6 +242,7 @@ int32_t ntok_merge_rank(const nalar_tokenizer *t, const char *l, size_t nl,
                         const char *r, size_t nr);
 
 /* tokenizer_pretok.c */
+char *ntok_nfc(const char *s, size_t n, size_t *out_n);
 int  ntok_pretokenize(const nalar_tokenizer *t, const char *s, size_t n,
                       pretok *p);
 void ntok_pretok_free(pretok *p);

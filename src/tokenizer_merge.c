@@ -180,17 +180,33 @@ ntok_spm_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
 }
 
 int
-ntok_bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
-             idvec *out)
+ntok_bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s,
+                  size_t n, idvec *out)
 {
     pretok p;
-    char *w = malloc(8 * n + 1);   /* each byte -> U+FFFD -> 2 bytes each */
+    char *w, *norm = NULL;
     size_t start = 0;
     int rc = -1;
 
-    if (w == NULL) return -1;
-    if (ntok_pretokenize(t, s, n, &p) < 0) {
+    if (t->nfc) {
+        norm = ntok_nfc(s, n, &n);
+        if (norm == NULL) return -1;
+        s = norm;
+        /* one symbol per byte of a word, an invalid byte 3 of U+FFFD */
+        if (3 * n + 2 > m->cap) {
+            symbol *y = realloc(m->sym, (3 * n + 2) * sizeof(symbol));
+            if (y == NULL) {
+                free(norm);
+                return -1;
+            }
+            m->sym = y;
+            m->cap = 3 * n + 2;
+        }
+    }
+    w = malloc(8 * n + 1);   /* each byte -> U+FFFD -> 2 bytes each */
+    if (w == NULL || ntok_pretokenize(t, s, n, &p) < 0) {
         free(w);
+        free(norm);
         return -1;
     }
     for (size_t k = 0; k < p.nw; k++) {
@@ -231,5 +247,6 @@ ntok_bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
 done:
     ntok_pretok_free(&p);
     free(w);
+    free(norm);
     return rc;
 }

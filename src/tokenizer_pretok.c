@@ -287,6 +287,9 @@ enum {
     RX_CJK,         /* [一-龥ࠀ-一가-퟿]+ */
     RX_LETTERS,     /* \s?\p{L}+ */
     RX_PUNCT,       /* \s?\p{P}+ */
+    RX_DIGITS13,    /* \p{N}{1,3} */
+    RX_CJK_KANA,    /* [一-龥぀-ゟ゠-ヿ]+ */
+    RX_DSV3,        /* deepseek-v3's third regex: see dsv3_match() */
     RX_END = -1
 };
 
@@ -297,6 +300,7 @@ static const signed char pre_regexes[][7] = {
     [PRE_DEEPSEEK_CODER] = { RX_NEWLINE, RX_LETTERS, RX_PUNCT, RX_CJK,
                              RX_DIGIT, RX_END },
     [PRE_FALCON] = { RX_FALCON_PUNCT, RX_GPT2, RX_DIGITS3, RX_END },
+    [PRE_DEEPSEEK_V3] = { RX_DIGITS13, RX_CJK_KANA, RX_DSV3, RX_END },
 };
 
 /* deepseek-llm's letter class, as code point ranges */
@@ -346,8 +350,10 @@ rx_class(int rx, const uint32_t *cp, const uint8_t *cls, size_t i)
     uint32_t c = cp[i];
 
     switch (rx) {
-    case RX_DIGIT: case RX_DIGITS:
+    case RX_DIGIT: case RX_DIGITS: case RX_DIGITS13:
         return (cls[i] & C_NUMBER) != 0;
+    case RX_CJK_KANA:
+        return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF);
     case RX_FALCON_PUNCT:
         return (cls[i] & C_PUNCT) || (c < 128 && c != 0
                                       && strchr("$+<=>^~|`", (int) c));
@@ -370,6 +376,58 @@ rx_class(int rx, const uint32_t *cp, const uint8_t *cls, size_t i)
     }
 }
 
+static int
+ascii_alpha(uint32_t c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* \p{L} or \p{M} (a mark is C_UP | C_LO without C_LETTER) */
+static int
+letter_or_mark(int f)
+{
+    return (f & (C_LETTER | C_UP | C_LO)) != 0;
+}
+
+/*
+ * deepseek-v3's third regex (its tokenizer.json and llama.cpp agree):
+ *   [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
+ *   |[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+ *   | ?[\p{P}\p{S}]+[\r\n]*
+ *   |\s*[\r\n]+|\s+(?!\S)|\s+
+ * the length of its match at i (within [i, n)), 0 when none.
+ */
+static size_t
+dsv3_match(const uint32_t *cp, const uint8_t *cls, size_t i, size_t n)
+{
+    uint32_t c = cp[i];
+    int      f = cls[i];
+    size_t   e;
+
+    if (c > ' ' && c < 127 && !ascii_alpha(c) && !(c >= '0' && c <= '9')
+        && i + 1 < n && ascii_alpha(cp[i + 1])) {
+        for (e = i + 1; e < n && ascii_alpha(cp[e]); e++) {}
+        return e - i;
+    }
+    if (c != '\r' && c != '\n' && !(f & (C_LETTER | C_PUNCT | C_SYMBOL))
+        && letter_or_mark(cls_at(cls, n, i + 1))) {
+        for (e = i + 1; letter_or_mark(cls_at(cls, n, e)); e++) {}
+        return e - i;
+    }
+    if (letter_or_mark(f)) {
+        for (e = i; letter_or_mark(cls_at(cls, n, e)); e++) {}
+        return e - i;
+    }
+    e = i + (c == ' ');
+    if (cls_at(cls, n, e) & (C_PUNCT | C_SYMBOL)) {
+        while (cls_at(cls, n, e) & (C_PUNCT | C_SYMBOL)) e++;
+        while (e < n && (cp[e] == '\r' || cp[e] == '\n')) e++;
+        return e - i;
+    }
+    if (f & C_SPACE) return space_end(cp, cls, n, i) - i;
+    return 0;
+}
+
 /* The length of regex rx's match at i (within [i, n)), 0 when none. */
 static size_t
 rx_match(int rx, const uint32_t *cp, const uint8_t *cls, size_t i, size_t n)
@@ -385,6 +443,11 @@ rx_match(int rx, const uint32_t *cp, const uint8_t *cls, size_t i, size_t n)
         return i + 3 <= n && cp[i] >= '0' && cp[i] <= '9'
                && cp[i + 1] >= '0' && cp[i + 1] <= '9'
                && cp[i + 2] >= '0' && cp[i + 2] <= '9' ? 3 : 0;
+    case RX_DIGITS13:
+        while (e < n && e - i < 3 && rx_class(rx, cp, cls, e)) e++;
+        return e - i;
+    case RX_DSV3:
+        return dsv3_match(cp, cls, i, n);
     case RX_DS_LETTERS: case RX_DS_PUNCT: case RX_LETTERS: case RX_PUNCT:
         /* \s? then the class, greedy: the space only when a class
            character follows it */
@@ -528,4 +591,82 @@ nalar_tok_pretokenize(const nalar_tokenizer *t, const char *text, size_t len,
     nw = (int) p.nw;
     ntok_pretok_free(&p);
     return nw;
+}
+
+
+/* Appends the NFC form of the valid UTF-8 s[0..n) to out at *k. */
+static int
+nfc_run(const char *s, size_t n, char **out, size_t *k, size_t *cap)
+{
+    utf8proc_uint8_t *d = NULL;
+    utf8proc_ssize_t  dn;
+
+    if (n == 0) return 0;
+    dn = utf8proc_map((const utf8proc_uint8_t *) s, (utf8proc_ssize_t) n, &d,
+                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (dn < 0) return -1;
+    if (*k + (size_t) dn > *cap) {
+        size_t c = 2 * (*k + (size_t) dn);
+        char  *o = realloc(*out, c);
+        if (o == NULL) {
+            free(d);
+            return -1;
+        }
+        *out = o;
+        *cap = c;
+    }
+    memcpy(*out + *k, d, (size_t) dn);
+    *k += (size_t) dn;
+    free(d);
+    return 0;
+}
+
+/*
+ * NFC of s[0..n) (malloc'd; its length in *out_n), as the normalizer of a
+ * tokenizer.json that declares it: runs of valid UTF-8 are normalized, a
+ * byte that is not UTF-8 stays as it is (the pre-tokenizer reads it as
+ * U+FFFD).  ASCII is its own NFC.  NULL when out of memory.
+ */
+char *
+ntok_nfc(const char *s, size_t n, size_t *out_n)
+{
+    size_t cap = n + 16, k = 0, a = 0, i = 0;
+    char  *out = malloc(cap);
+    int    ascii = 1;
+
+    if (out == NULL) return NULL;
+    for (size_t j = 0; j < n && ascii; j++) ascii = (uint8_t) s[j] < 0x80;
+    if (ascii) {
+        memcpy(out, s, n);
+        *out_n = n;
+        return out;
+    }
+    while (i < n) {
+        size_t i0 = i;
+        uint32_t c = utf8_decode((const uint8_t *) s, n, &i);
+
+        if (c != 0xFFFD || i - i0 == 3) continue;   /* valid: keep going */
+        /* s[i0] is not UTF-8: normalize the run before it, copy it */
+        if (nfc_run(s + a, i0 - a, &out, &k, &cap) < 0) {
+            free(out);
+            return NULL;
+        }
+        if (k + 1 > cap) {
+            char *o = realloc(out, 2 * cap);
+            if (o == NULL) {
+                free(out);
+                return NULL;
+            }
+            out = o;
+            cap *= 2;
+        }
+        out[k++] = s[i0];
+        a = i;
+    }
+    if (nfc_run(s + a, n - a, &out, &k, &cap) < 0) {
+        free(out);
+        return NULL;
+    }
+    *out_n = k;
+    return out;
 }
