@@ -703,6 +703,13 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
                        (const char **) v.merges.s, (size_t) v.merges.n);
         gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t) n_base - 1);
         gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t) n_base - 1);
+        for (int i = n_base; i < v.tok.n; i++) {
+            /* a control </s> ends turns, as Mistral's files say with their
+               eos id: here the end-of-turn id (EOS stays <|endoftext|>) */
+            if (strcmp(v.tok.s[i], "</s>") == 0) {
+                gguf_w_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t) i);
+            }
+        }
         gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
         gguf_w_bool(w, "tokenizer.ggml.add_eos_token", 0);
     } else {
