@@ -15,6 +15,7 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use File::Path qw(make_path);
+use JSON::PP;
 use NalarTest;
 
 my $root = NalarTest::root();
@@ -43,9 +44,16 @@ for my $bin ('build/nalar', 'build/t/tok_ids') {
 my $dir = "$root/build/t/npm-vocab";
 make_path($dir);
 my $json = NalarTest::json();
+my $show = JSON::PP->new->ascii->allow_nonref;   # texts in test output
 
-# differences we could explain, by tokenizer and text (none known)
-my %explained = ();
+# differences we could explain, by tokenizer and text: U+0085 (NEL) is
+# Unicode White_Space, so \s to llama.cpp and to the Oniguruma regexes of
+# Hugging Face's tokenizers, and to us; JavaScript's \s leaves it out, so
+# the npm tokenizer cuts "  \x{85}\n" elsewhere (Gemma 3 has no regex)
+my $nel = 'U+0085 is \s to Hugging Face (Oniguruma) and llama.cpp, not to '
+          . 'JavaScript';
+my %explained = map { $_ => { "  \x{85}\n" => $nel } }
+                qw(qwen3 llama3_1 deepseek_v3);
 
 sub lines_of {
     my ($cmd) = @_;
@@ -89,11 +97,15 @@ for my $name (sort keys %tok) {
             }
             push @bad, $i;
         }
-        is($same, scalar @ref, "$name" . ($mode ? ' (cut into 3 pieces)' : '')
-           . ": $same of " . scalar(@ref) . ' strings get the real ids');
+        my @unexplained = grep { !$explained{$name}{ $ref[$_]{text} } }
+                          @bad;
+        is(scalar @unexplained, 0, "$name"
+           . ($mode ? ' (cut into 3 pieces)' : '') . ": $same of "
+           . scalar(@ref) . ' strings get the real ids, '
+           . (@bad - @unexplained) . ' explained differences');
         for my $i (@bad) {
             my $why = $explained{$name}{ $ref[$i]{text} } // 'UNEXPLAINED';
-            diag("$name $mode: " . $json->encode($ref[$i]{text})
+            diag("$name $mode: " . $show->encode($ref[$i]{text})
                  . "\n  npm:  @{ $ref[$i]{ids} }\n  ours: "
                  . ($ours[$i] // '(none)') . "\n  why: $why");
         }
@@ -103,7 +115,8 @@ for my $name (sort keys %tok) {
     my ($rc, @o) = lines_of("$root/build/t/tok_ids $gguf $ref");
     my @ours = split ' ', $o[-1] // '';
     ok((grep { $_ == $ctl_id } @{ $x->{ids} }),
-       "$name: the npm tokenizer turns \"$ctl\" in text into $ctl_id");
+       "$name: the npm tokenizer turns " . $show->encode($ctl)
+       . " in text into $ctl_id");
     ok(@ours > 0 && !(grep { $_ == $ctl_id } @ours),
        "$name: ours keeps it as text (user text never becomes a control "
        . 'token)');

@@ -109,7 +109,7 @@ main(int argc, char **argv)
     }
     while (rc == 0 && getline(&line, &cap, in) > 0) {
         json_error_t je;
-        json_t      *j = json_loads(line, 0, &je);
+        json_t      *j = json_loads(line, JSON_ALLOW_NUL, &je);
         json_t      *t = json_object_get(j, "text");
 
         if (!json_is_string(t)

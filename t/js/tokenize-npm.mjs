@@ -58,11 +58,20 @@ const pools = {
     'https://en.wikipedia.org/wiki/Byte_pair_encoding'],
 };
 const kinds = Object.keys(pools);
+// edge cases, on their own only: unusual whitespace and format characters,
+// NUL, ligatures, math letters, long runs
+const edge = ['a\u0085b', '  \u0085\n', 'a\ufeffb', 'a \ufeff b', '\u200b',
+  'a\u00adb', 'x\u0000y', 'a\u2028b', 'tab\t\tend \t', '\r\n\r\n',
+  'a\r\rb', '  \n  \n', '\ufb01 ligature', '\u{1F600}\u200d',
+  '\u0130stanbul', '\u01c5', '\u{1D518}\u{1D52B}\u{1D526}',
+  'a'.repeat(300), ' '.repeat(70) + 'x', '\u0661\u0662\u0663\u0664',
+  '\u00df'.repeat(5)];
 const seps = ['', ' ', ' ', '  ', '\n', ', ', '\t', '. ', ''];
 
 const texts = [];
 // each kind on its own first, then mixtures
 for (const k of kinds) for (const s of pools[k]) texts.push(s);
+texts.push(...edge);
 while (texts.length < count) {
   const n = 1 + Math.floor(rand() * 7);
   let s = rand() < 0.15 ? pick(pools.space) : '';
