@@ -14,8 +14,8 @@
  *     pieces, comes back as a space;
  *   - byte-level BPE: the text itself (its NFC with the qwen2
  *     pre-tokenizer, which normalizes).
- * And the text cut in two pieces of user text (nalar_tokenize_bounded)
- * gives the ids of the whole.
+ * And the text cut in two pieces (nalar_tokenize_bounded), both user text
+ * or both markup, gives the ids of the whole.
  * Invalid UTF-8 only has to decode to valid UTF-8 (the server takes text
  * from JSON strings, which are valid).
  *
@@ -214,11 +214,11 @@ decode(const nalar_tokenizer *t, const int32_t *ids, int n, size_t *len)
 }
 
 
-/* the text as two pieces of user text, cut at a character in the middle,
- * gives the ids of the whole */
+/* the text as two pieces of user text (or of template markup, with
+ * special), cut at a character in the middle, gives the ids of the whole */
 static void
 check_pieces(const nalar_tokenizer *t, const char *text, size_t n,
-             const int32_t *ids, int cnt)
+             int special, const int32_t *ids, int cnt)
 {
     size_t         cut = n / 2;
     nalar_tok_text pc[2];
@@ -228,13 +228,13 @@ check_pieces(const nalar_tokenizer *t, const char *text, size_t n,
     while (cut > 0 && cut < n && ((uint8_t) text[cut] & 0xC0) == 0x80) {
         cut--;
     }
-    pc[0] = (nalar_tok_text) { text, cut, 0 };
-    pc[1] = (nalar_tok_text) { text + cut, n - cut, 0 };
+    pc[0] = (nalar_tok_text) { text, cut, special };
+    pc[1] = (nalar_tok_text) { text + cut, n - cut, special };
     k = nalar_tokenize_bounded(t, pc, 2, 0, (int) (3 * n + 2), &got, &more);
     if (k != cnt || more
         || (k > 0 && memcmp(got, ids, (size_t) k * sizeof(int32_t)) != 0))
     {
-        die("two pieces of user text did not give the ids of the whole");
+        die("two pieces did not give the ids of the whole");
     }
     free(got);
 }
@@ -295,9 +295,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         free(whole);
     }
-    if (!special) {
-        check_pieces(t, text, n, ids, cnt);
-    }
+    check_pieces(t, text, n, special, ids, cnt);
     if (!special && t == bpe[QWEN2] && utf8_valid(data + 1, n)) {
         /* the round trip gives the text's NFC */
         utf8proc_uint8_t *nfc = NULL;

@@ -590,28 +590,51 @@ typedef struct {
     size_t                n;
 } special_zone;
 
-/* May special token `id` stand at text[at, at + len)?  User-defined tokens
- * may stand anywhere (as Hugging Face splits every added token out of any
- * text); control and unknown tokens only where all of it lies in special
- * pieces, so that no user text is part of one. */
-static int
-allowed(const nalar_tokenizer *t, const special_zone *z, int32_t id,
-        size_t at, size_t len)
+/*
+ * The first place in text[from, end) where special token `id` (its text
+ * sp[0..sl)) may stand, or NULL.  User-defined tokens may stand anywhere
+ * (as Hugging Face splits every added token out of any text); control and
+ * unknown tokens only where all of their text lies in special pieces, so
+ * that no user text is part of one: they are searched for in the runs of
+ * consecutive special pieces only, which keeps a long user message from
+ * being scanned once per control token.
+ */
+static const char *
+find_allowed(const nalar_tokenizer *t, const special_zone *z, int32_t id,
+             const char *text, const char *sp, size_t sl, size_t from,
+             size_t end)
 {
-    size_t lo = 0, hi;
+    size_t lo = 0, hi = z->n, k;
 
-    if (t->type[id] == TOKT_USER_DEFINED || z->all) return 1;
-    if (z->n == 0) return 0;
-    /* the piece holding `at`: the last k with off[k] <= at */
-    hi = z->n;
+    if (t->type[id] == TOKT_USER_DEFINED || z->all)
+        return memmem(text + from, end - from, sp, sl);
+    if (z->n == 0) return NULL;
+    /* the piece holding `from`: the last k with off[k] <= from */
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (z->off[mid] <= at) lo = mid;
+        if (z->off[mid] <= from) lo = mid;
         else hi = mid;
     }
-    for (size_t k = lo; k < z->n && z->off[k] < at + len; k++)
-        if (!z->pc[k].special && z->off[k + 1] > z->off[k]) return 0;
-    return 1;
+    for (k = lo; k < z->n && z->off[k] < end; ) {
+        size_t ra, rb;
+        const char *p;
+
+        if (!z->pc[k].special) {
+            k++;
+            continue;
+        }
+        /* a run of special pieces [k, j) */
+        ra = z->off[k];
+        while (k < z->n && (z->pc[k].special || z->off[k + 1] == z->off[k]))
+            k++;
+        rb = z->off[k];
+        ra = ra > from ? ra : from;
+        rb = rb < end ? rb : end;
+        if (rb > ra && rb - ra >= sl
+            && (p = memmem(text + ra, rb - ra, sp, sl)) != NULL)
+            return p;
+    }
+    return NULL;
 }
 
 /* Splits the raw fragments at every occurrence of each special token that
@@ -633,14 +656,15 @@ partition(const nalar_tokenizer *t, const char *text, const special_zone *z,
         if (t->type[id] != TOKT_USER_DEFINED && !z->all && z->n == 0)
             continue;
         for (size_t i = 0; i < cur->n && !found; i++)
-            found = cur->v[i].id < 0 &&
-                    memmem(text + cur->v[i].off, cur->v[i].len, sp, sl) != NULL;
+            found = cur->v[i].id < 0
+                    && find_allowed(t, z, id, text, sp, sl, cur->v[i].off,
+                                    cur->v[i].off + cur->v[i].len) != NULL;
         if (!found) continue;
 
         nxt.n = 0;
         for (size_t i = 0; i < cur->n && rc == 0; i++) {
             fragment fr = cur->v[i];
-            size_t pos = fr.off, from = fr.off, end = fr.off + fr.len;
+            size_t pos = fr.off, end = fr.off + fr.len;
             const char *p;
 
             if (fr.id >= 0) {
@@ -648,15 +672,12 @@ partition(const nalar_tokenizer *t, const char *text, const special_zone *z,
                 continue;
             }
             while (rc == 0
-                   && (p = memmem(text + from, end - from, sp, sl)) != NULL) {
+                   && (p = find_allowed(t, z, id, text, sp, sl, pos, end))
+                      != NULL) {
                 size_t at = (size_t) (p - text);
-                if (!allowed(t, z, id, at, sl)) {
-                    from = at + 1;
-                    continue;
-                }
                 if (at > pos) rc = push_frag(&nxt, pos, at - pos, -1);
                 if (rc == 0) rc = push_frag(&nxt, at, sl, id);
-                pos = from = at + sl;
+                pos = at + sl;
             }
             if (rc == 0 && pos < end) rc = push_frag(&nxt, pos, end - pos, -1);
         }
