@@ -2,7 +2,8 @@
  * Tokenizing a rendered prompt given as pieces (template markup special,
  * user text not): the ids are those of the whole text, except that a
  * control token is recognised only inside special pieces; which tokens end
- * generation; NFC for qwen2 vocabularies; the deepseek-v3 pre-tokenizer.
+ * generation; NFC for qwen2 vocabularies; the deepseek-v3 pre-tokenizer;
+ * a vocabulary converted from a small tokenizer.json.
  * A byte-level BPE vocabulary is written here: the 256 byte characters,
  * a few merges and the special tokens below.
  */
@@ -11,9 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "tap.h"
 #include "gguf.h"
 #include "tokenizer.h"
+#include "vocab_hf.h"
 
 enum {
     NL2 = 256, NL3, HE, HEL, HELL, HELLO,      /* merged tokens */
@@ -304,6 +308,113 @@ test_deepseek_v3(void)
     nalar_tokenizer_destroy(t);
 }
 
+/* tokenizer.json and tokenizer_config.json in dir; 0 or -1 */
+static int
+write_hf(const char *dir, const char *model_type)
+{
+    char    path[256];
+    json_t *tj, *cfg;
+    int     rc;
+
+    tj = json_pack("{s:{s:s,s:{si,si,si,si,si,si},s:[s]},s:[{si,ss,sb},{si,ss,sb},"
+                   "{si,ss,sb}],s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s},"
+                   "{s:s,s:b}]}}",
+        "model", "type", model_type, "vocab", "a", 0, "b", 1, "ab", 2,
+        "\xc4\xa0", 3, "\xc3\x83", 8, "\xc2\xa1", 9, "merges", "a b",
+        "added_tokens", "id", 4, "content", "<|im_end|>", "special", 1,
+        "id", 5, "content", "<think>", "special", 0,
+        "id", 7, "content", "</s>", "special", 0,
+        "normalizer", "type", "NFC",
+        "pre_tokenizer", "type", "Sequence", "pretokenizers",
+        "type", "Split", "pattern", "Regex",
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+        "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+        "\\s+(?!\\S)|\\s+", "behavior", "Isolated",
+        "type", "ByteLevel", "use_regex", 0);
+    cfg = json_pack("{s:s,s:b,s:s}", "eos_token", "<|im_end|>",
+                    "add_bos_token", 0, "chat_template", "{{ messages }}");
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    rc = tj && cfg ? json_dump_file(tj, path, 0) : -1;
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    if (rc == 0) rc = json_dump_file(cfg, path, 0);
+    json_decref(tj);
+    json_decref(cfg);
+    return rc;
+}
+
+/* nalar_vocab_hf_write on it, read back as a tokenizer */
+static nalar_tokenizer *
+convert(const char *dir, int *has_template, nalar_err *err)
+{
+    char         in[256], out[256];
+    gguf_writer *w = gguf_writer_create();
+    gguf_file   *f;
+    nalar_tokenizer *t = NULL;
+    int          n = 0;
+
+    snprintf(in, sizeof(in), "%s/tokenizer.json", dir);
+    snprintf(out, sizeof(out), "%s/vocab.gguf", dir);
+    gguf_w_str(w, "general.architecture", "test");
+    if (nalar_vocab_hf_write(w, in, 0, &n, err) == 0
+        && gguf_writer_save(w, out, err) == 0
+        && (f = gguf_open(out, err)) != NULL) {
+        *has_template = gguf_find(f, "tokenizer.chat_template") != NULL;
+        t = nalar_tokenizer_create(f, err);
+        gguf_close(f);
+    }
+    gguf_writer_destroy(w);
+    unlink(out);
+    return t;
+}
+
+static void
+test_convert(void)
+{
+    char dir[] = "/tmp/nalar_hf_XXXXXX";
+    nalar_err err = { { 0 } };
+    nalar_tokenizer *t;
+    int32_t a[8], b[8];
+    int tmpl = 0, na, nb;
+    char path[256];
+
+    if (mkdtemp(dir) == NULL || write_hf(dir, "BPE") != 0) {
+        ok(0, "a tokenizer.json written");
+        return;
+    }
+    t = convert(dir, &tmpl, &err);
+    ok(t != NULL, "tokenizer.json converted (%s)", t ? "ok" : err.msg);
+    if (t != NULL) {
+        ok(nalar_tok_n_vocab(t) == 10
+           && strcmp(nalar_tok_piece(t, 6), "[PAD6]") == 0,
+           "10 tokens, the missing id 6 an unused [PAD6]");
+        ok(nalar_tok_is_control(t, 4) && nalar_tok_is_eog(t, 4)
+           && nalar_tok_eos(t) == 4, "special <|im_end|>: control, EOS");
+        ok(!nalar_tok_is_control(t, 5) && !nalar_tok_is_control(t, 7)
+           && !nalar_tok_is_eog(t, 7), "<think> and </s>: user-defined");
+        ok(!nalar_tok_add_bos(t) && tmpl, "add_bos_token false; the chat "
+           "template copied");
+        na = whole(t, "ab</s>", 0, a, 8);
+        ok(na == 2 && a[0] == 2 && a[1] == 7, "\"ab</s>\": ab, </s>");
+        /* U+00E1 is bytes C3 A1, the byte-level tokens 8 and 9 */
+        na = whole(t, "a\xcc\x81", 0, a, 8);
+        nb = whole(t, "\xc3\xa1", 0, b, 8);
+        ok(na == 2 && a[0] == 8 && a[1] == 9 && same(a, na, b, nb),
+           "NFC normalizer: the qwen2 pre-tokenizer (a + U+0301 is U+00E1)");
+        nalar_tokenizer_destroy(t);
+    }
+    if (write_hf(dir, "WordPiece") == 0) {
+        t = convert(dir, &tmpl, &err);
+        ok(t == NULL && strstr(err.msg, "only BPE"), "a WordPiece model is "
+           "refused (%s)", err.msg);
+        nalar_tokenizer_destroy(t);
+    }
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int
 main(void)
 {
@@ -318,5 +429,6 @@ main(void)
     nalar_tokenizer_destroy(t);
     test_nfc();
     test_deepseek_v3();
+    test_convert();
     return done_testing();
 }
