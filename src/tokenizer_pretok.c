@@ -594,78 +594,94 @@ nalar_tok_pretokenize(const nalar_tokenizer *t, const char *text, size_t len,
 }
 
 
+/* Appends s[0..n) to out at *k, growing it. */
+static int
+append(const char *s, size_t n, char **out, size_t *k, size_t *cap)
+{
+    if (*k + n > *cap) {
+        size_t c = 2 * (*k + n);
+        char  *o = realloc(*out, c);
+        if (o == NULL) return -1;
+        *out = o;
+        *cap = c;
+    }
+    memcpy(*out + *k, s, n);
+    *k += n;
+    return 0;
+}
+
 /* Appends the NFC form of the valid UTF-8 s[0..n) to out at *k. */
 static int
 nfc_run(const char *s, size_t n, char **out, size_t *k, size_t *cap)
 {
     utf8proc_uint8_t *d = NULL;
     utf8proc_ssize_t  dn;
+    int               rc;
 
     if (n == 0) return 0;
     dn = utf8proc_map((const utf8proc_uint8_t *) s, (utf8proc_ssize_t) n, &d,
                       UTF8PROC_STABLE | UTF8PROC_COMPOSE);
     if (dn < 0) return -1;
-    if (*k + (size_t) dn > *cap) {
-        size_t c = 2 * (*k + (size_t) dn);
-        char  *o = realloc(*out, c);
-        if (o == NULL) {
-            free(d);
-            return -1;
-        }
-        *out = o;
-        *cap = c;
-    }
-    memcpy(*out + *k, d, (size_t) dn);
-    *k += (size_t) dn;
+    rc = append((const char *) d, (size_t) dn, out, k, cap);
     free(d);
-    return 0;
+    return rc;
 }
 
-/*
- * NFC of s[0..n) (malloc'd; its length in *out_n), as the normalizer of a
- * tokenizer.json that declares it: runs of valid UTF-8 are normalized, a
- * byte that is not UTF-8 stays as it is (the pre-tokenizer reads it as
- * U+FFFD).  ASCII is its own NFC.  NULL when out of memory.
- */
-char *
-ntok_nfc(const char *s, size_t n, size_t *out_n)
+/* Appends the NFC of s[0..n), where a byte that is not UTF-8 stays as it
+ * is and the valid runs between such bytes are normalized. */
+static int
+nfc_segment(const char *s, size_t n, char **out, size_t *k, size_t *cap)
 {
-    size_t cap = n + 16, k = 0, a = 0, i = 0;
-    char  *out = malloc(cap);
-    int    ascii = 1;
+    size_t a = 0, i = 0;
 
-    if (out == NULL) return NULL;
-    for (size_t j = 0; j < n && ascii; j++) ascii = (uint8_t) s[j] < 0x80;
-    if (ascii) {
-        memcpy(out, s, n);
-        *out_n = n;
-        return out;
-    }
     while (i < n) {
         size_t i0 = i;
         uint32_t c = utf8_decode((const uint8_t *) s, n, &i);
 
         if (c != 0xFFFD || i - i0 == 3) continue;   /* valid: keep going */
         /* s[i0] is not UTF-8: normalize the run before it, copy it */
-        if (nfc_run(s + a, i0 - a, &out, &k, &cap) < 0) {
+        if (nfc_run(s + a, i0 - a, out, k, cap) < 0
+            || append(s + i0, 1, out, k, cap) < 0)
+            return -1;
+        a = i;
+    }
+    return nfc_run(s + a, n - a, out, k, cap);
+}
+
+/*
+ * NFC of s[0..n) (malloc'd; its length in *out_n), as the normalizer of a
+ * tokenizer.json that declares it; a byte that is not UTF-8 stays as it is
+ * (the pre-tokenizer reads it as U+FFFD).  NULL when out of memory.
+ *
+ * The text is normalized in segments, each an ASCII character and the
+ * non-ASCII bytes after it: an ASCII character never composes with what
+ * comes before it and ends any run of combining marks, so the NFC of the
+ * whole is the NFC of its segments, put together.  A segment below U+0300
+ * (the first combining mark; every character that composes with one
+ * before it, Hangul jamo included, lies above), that is with all its bytes
+ * below 0xCC, is its own NFC and is copied.
+ */
+char *
+ntok_nfc(const char *s, size_t n, size_t *out_n)
+{
+    size_t cap = n + 16, k = 0, i = 0;
+    char  *out = malloc(cap);
+
+    if (out == NULL) return NULL;
+    while (i < n) {
+        size_t a = i, b = i + ((uint8_t) s[i] < 0x80);
+        int    stable = 1;
+
+        while (b < n && (uint8_t) s[b] >= 0x80) {
+            stable &= (uint8_t) s[b] < 0xCC;
+            b++;
+        }
+        if ((stable ? append(s + a, b - a, &out, &k, &cap)
+                    : nfc_segment(s + a, b - a, &out, &k, &cap)) < 0) {
             free(out);
             return NULL;
         }
-        if (k + 1 > cap) {
-            char *o = realloc(out, 2 * cap);
-            if (o == NULL) {
-                free(out);
-                return NULL;
-            }
-            out = o;
-            cap *= 2;
-        }
-        out[k++] = s[i0];
-        a = i;
-    }
-    if (nfc_run(s + a, n - a, &out, &k, &cap) < 0) {
-        free(out);
-        return NULL;
+        i = b;
     }
     *out_n = k;
     return out;
