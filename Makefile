@@ -23,7 +23,7 @@ SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 # the production library, CLI and module never have.
 TEST_HOOKS = -DNALAR_TEST_HOOKS
 ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN) $(TEST_HOOKS) -fPIC
-LDLIBS   = -lcrypto -ljansson -lm -pthread
+LDLIBS   = -lcrypto -ljansson -lutf8proc -lm -pthread
 DEPFLAGS = -MMD -MP
 # make and prove run this many jobs in `make test` and `make run`
 NPROC   := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
@@ -141,13 +141,15 @@ FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -Iapi -I. \
 build/fuzz_gguf: src/gguf.c src/nalar_err.c
 build/fuzz_jwt: api/jwt.c src/nalar_err.c
 build/fuzz_chat: api/chat.c api/chat_style.c api/chat.h src/nalar_err.c
-build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
+TOKENIZER_SRC = src/tokenizer.c src/tokenizer_pretok.c src/tokenizer_merge.c \
+                src/tokenizer_decode.c
+build/fuzz_tokenizer: $(TOKENIZER_SRC) src/gguf.c src/nalar_err.c
 build/fuzz_request: api/request.c api/request_scan.c api/request_tools.c \
                     api/chat.c api/chat_style.c src/limits.c src/sampler.c \
-                    $(wildcard src/grammar*.c) src/nalar_err.c src/tokenizer.c \
+                    $(wildcard src/grammar*.c) src/nalar_err.c $(TOKENIZER_SRC) \
                     src/gguf.c
 build/fuzz_route: api/route_text.c
-build/fuzz_grammar: $(wildcard src/grammar*.c) src/tokenizer.c src/gguf.c \
+build/fuzz_grammar: $(wildcard src/grammar*.c) $(TOKENIZER_SRC) src/gguf.c \
                     src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
@@ -156,7 +158,7 @@ ifneq ($(FUZZ_SECONDS),)
 endif
 build/fuzz_%: fuzz/fuzz_%.c $(HDRS)
 	@mkdir -p build
-	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -lcrypto -ljansson -lm
+	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -lcrypto -ljansson -lutf8proc -lm
 
 include module.mk
 -include cuda.mk

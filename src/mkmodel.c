@@ -21,6 +21,7 @@
 #include "fp16.h"
 #include "cpu_quant.h"
 #include "mkmodel.h"
+#include "vocab_hf.h"
 
 #define MAX_VOCAB 1000000
 
@@ -702,6 +703,13 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
                        (const char **) v.merges.s, (size_t) v.merges.n);
         gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t) n_base - 1);
         gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t) n_base - 1);
+        for (int i = n_base; i < v.tok.n; i++) {
+            /* a control </s> ends turns, as Mistral's files say with their
+               eos id: here the end-of-turn id (EOS stays <|endoftext|>) */
+            if (strcmp(v.tok.s[i], "</s>") == 0) {
+                gguf_w_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t) i);
+            }
+        }
         gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
         gguf_w_bool(w, "tokenizer.ggml.add_eos_token", 0);
     } else {
@@ -772,6 +780,15 @@ copy_vocab(gguf_writer *w, const char *from, const char *path, int *n_vocab,
     }
     gguf_close(src);
     return 0;
+}
+
+
+static int
+is_json(const char *path)
+{
+    size_t n = strlen(path);
+
+    return n >= 5 && strcmp(path + n - 5, ".json") == 0;
 }
 
 
@@ -1009,7 +1026,14 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
     gguf_w_u32(w, "general.file_type", file_type(o->type, o->kmix));
 
     /* the vocabulary first: vocab_from decides n_vocab */
-    if (o->vocab_from != NULL) {
+    if (o->vocab_from != NULL && is_json(o->vocab_from)) {
+        /* Hugging Face's tokenizer.json (+ tokenizer_config.json) */
+        if (nalar_vocab_hf_write(w, o->vocab_from, o->chat_template != NULL,
+                                 &n_vocab, err) != 0)
+        {
+            goto done;
+        }
+    } else if (o->vocab_from != NULL) {
         if (copy_vocab(w, o->vocab_from, path, &n_vocab,
                        o->chat_template != NULL, err) != 0)
         {
