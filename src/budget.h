@@ -1,0 +1,62 @@
+/*
+ * The step budget sized to an inter-token latency target: what one engine
+ * step costs as a function of its batch's tokens, learned from the steps
+ * themselves, and how many prompt tokens a step may add to its decodes so
+ * that it still fits the target (stall-free batching, as Sarathi-Serve).
+ *
+ * Model: a step of n batch tokens costs
+ *
+ *     t(n) = a + b n          a: seconds per step, b: seconds per token
+ *
+ * fitted by least squares over the recent steps, each step's weight
+ * decaying by NALAR_BUDGET_DECAY per step (about the last 10 steps count).
+ * A run of steps whose sizes barely differ (steady decoding) says nothing of
+ * b: the fit then keeps the shape (a : b) of the last window whose sizes did
+ * spread, and scales it to the recent steps' mean time.  Contention slows
+ * every part of a pass alike, so a machine that slows while only decodes
+ * run is noticed before the next prompt arrives; a batch that changes (more
+ * decodes, longer prompts) moves the mean and, once the sizes spread, the
+ * slope.  One step slower than 4x the model's estimate counts as 4x (a page
+ * fault or a descheduled thread must not shrink chunks for ten steps); a
+ * machine that stays slower gets there within a few steps all the same.
+ *
+ * The engine keeps one model per engine, so each backend (CPU, GPU) has its
+ * own measured costs.  Pure arithmetic: no clock, no threads.
+ */
+#ifndef NALAR_BUDGET_H
+#define NALAR_BUDGET_H
+
+#include <stdint.h>
+
+#define NALAR_BUDGET_DECAY     0.9
+/* the smallest prefill a step gives a waiting prompt, whatever the target:
+ * two KV blocks, so a prompt of P tokens waits at most ceil(P / 32) steps
+ * for its first token, and the chunk is large enough that a step's fixed
+ * cost is not paid for a handful of tokens */
+#define NALAR_BUDGET_MIN_CHUNK 32
+
+typedef struct {
+    /* decayed sums over the steps recorded: weight, size, size squared,
+     * seconds, size x seconds */
+    double  w, sn, snn, st, snt;
+    double  a, b;           /* the fit; both >= 0 once n_obs > 0 */
+    double  shape_a, shape_b; /* the last fit whose sizes spread */
+    int     shaped;         /* shape_a, shape_b hold a fit */
+    int64_t n_obs;          /* steps recorded */
+} nalar_budget;
+
+void   nalar_budget_init(nalar_budget *m);
+/* A step of n_tokens batch tokens took `seconds`. */
+void   nalar_budget_record(nalar_budget *m, int32_t n_tokens, double seconds);
+/* Estimated seconds of a step of n_tokens; < 0 before any step. */
+double nalar_budget_estimate(const nalar_budget *m, int32_t n_tokens);
+/*
+ * Prompt tokens a step that already carries n_fixed tokens (decodes and
+ * their proposals) may add so that its estimate stays within `target`
+ * seconds: at least NALAR_BUDGET_MIN_CHUNK, at most `most`.  Before any
+ * step is recorded: `most`.
+ */
+int32_t nalar_budget_prefill(const nalar_budget *m, double target,
+                             int32_t n_fixed, int32_t most);
+
+#endif
