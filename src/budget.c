@@ -1,15 +1,19 @@
 /*
- * The step budget's cost model (budget.h): a decayed least-squares line
- * through the recent steps' (tokens, seconds).
+ * The step budget's cost model (budget.h): a weighted least-squares line
+ * through the last steps' (tokens, seconds).
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "budget.h"
 
-/* sizes spread enough to say what a token costs: a standard deviation of at
- * least this many tokens, and of this share of the mean size */
-#define SPREAD_TOKENS 4.0
-#define SPREAD_SHARE  0.05
+/* the recent steps spread enough in size to say what a token costs: this
+ * many tokens, and this share of their mean, between smallest and largest */
+#define SPREAD_TOKENS 8
+#define SPREAD_SHARE  0.10
+/* a line is trusted when each recent step lies this close to it */
+#define FIT_SHARE     0.25
 /* one step counts as at most this many times the estimate */
 #define CLIP          4.0
 
@@ -17,25 +21,59 @@
 void
 nalar_budget_init(nalar_budget *m)
 {
-    m->w = m->sn = m->snn = m->st = m->snt = 0;
-    m->a = m->b = 0;
-    m->shape_a = m->shape_b = 0;
-    m->shaped = 0;
-    m->n_obs = 0;
+    memset(m, 0, sizeof(*m));
 }
 
 
-/* Refit a and b from the sums (w > 0). */
+/* Every one of the recent steps lies within FIT_SHARE of a + b n. */
+static int
+fits_recent(const nalar_budget *m, double a, double b)
+{
+    for (int k = 0; k < m->count && k < NALAR_BUDGET_RECENT; k++) {
+        int i = (m->head - 1 - k + NALAR_BUDGET_STEPS) % NALAR_BUDGET_STEPS;
+
+        if (fabs(a + b * m->n[i] - m->t[i]) > FIT_SHARE * m->t[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+
+/* Refit a and b from the steps kept (count > 0). */
 static void
 refit(nalar_budget *m)
 {
-    double mn = m->sn / m->w, mt = m->st / m->w;
-    double var = m->snn / m->w - mn * mn;
-    double cov = m->snt / m->w - mn * mt;
-    double s, b, a;
+    double w = 0, sn = 0, snn = 0, st = 0, snt = 0, wi = 1;
+    double rn = 0, rt = 0, mn, mt, var, cov, s, a, b;
+    int    lo = INT32_MAX, hi = 0, nr = 0;
 
-    if (var >= SPREAD_TOKENS * SPREAD_TOKENS
-        && var >= SPREAD_SHARE * SPREAD_SHARE * mn * mn && cov > 0)
+    for (int k = 0; k < m->count; k++, wi *= NALAR_BUDGET_DECAY) {
+        int    i = (m->head - 1 - k + NALAR_BUDGET_STEPS) % NALAR_BUDGET_STEPS;
+        double n = m->n[i], t = m->t[i];
+
+        w += wi;
+        sn += wi * n;
+        snn += wi * n * n;
+        st += wi * t;
+        snt += wi * n * t;
+        if (k < NALAR_BUDGET_RECENT) {
+            rn += n;
+            rt += t;
+            nr++;
+            lo = m->n[i] < lo ? m->n[i] : lo;
+            hi = m->n[i] > hi ? m->n[i] : hi;
+        }
+    }
+    mn = sn / w;
+    mt = st / w;
+    rn /= nr;
+    rt /= nr;
+    var = snn / w - mn * mn;
+    cov = snt / w - mn * mt;
+
+    if (hi - lo >= SPREAD_TOKENS && hi - lo >= SPREAD_SHARE * rn
+        && var > 0 && cov > 0)
     {
         b = cov / var;
         a = mt - b * mn;
@@ -45,23 +83,25 @@ refit(nalar_budget *m)
             a = 0;
             b = mt / mn;
         }
-        m->a = a;
-        m->b = b;
-        m->shape_a = a;
-        m->shape_b = b;
-        m->shaped = 1;
-        return;
+        if (fits_recent(m, a, b)) {
+            m->a = a;
+            m->b = b;
+            m->shape_a = a;
+            m->shape_b = b;
+            m->shaped = 1;
+            return;
+        }
     }
     if (!m->shaped) {
         /* nothing says how cost splits: all of it per token, which errs
          * toward smaller chunks for steps larger than those seen */
         m->a = 0;
-        m->b = mn > 0 ? mt / mn : 0;
+        m->b = mt / mn;
         return;
     }
-    /* the sizes did not spread: the last shape, scaled to the mean */
-    s = m->shape_a + m->shape_b * mn;
-    s = s > 0 ? mt / s : 1;
+    /* the last trusted shape, scaled to the recent steps */
+    s = m->shape_a + m->shape_b * rn;
+    s = s > 0 ? rt / s : 1;
     m->a = s * m->shape_a;
     m->b = s * m->shape_b;
 }
@@ -70,22 +110,21 @@ refit(nalar_budget *m)
 void
 nalar_budget_record(nalar_budget *m, int32_t n_tokens, double seconds)
 {
-    double n = n_tokens, est;
+    double est;
 
     if (n_tokens <= 0 || !(seconds > 0) || !isfinite(seconds)) {
         return;
     }
     if (m->n_obs > 0) {
-        est = m->a + m->b * n;
+        est = m->a + m->b * n_tokens;
         if (est > 0 && seconds > CLIP * est) {
             seconds = CLIP * est;
         }
     }
-    m->w = NALAR_BUDGET_DECAY * m->w + 1;
-    m->sn = NALAR_BUDGET_DECAY * m->sn + n;
-    m->snn = NALAR_BUDGET_DECAY * m->snn + n * n;
-    m->st = NALAR_BUDGET_DECAY * m->st + seconds;
-    m->snt = NALAR_BUDGET_DECAY * m->snt + n * seconds;
+    m->n[m->head] = n_tokens;
+    m->t[m->head] = seconds;
+    m->head = (m->head + 1) % NALAR_BUDGET_STEPS;
+    m->count += m->count < NALAR_BUDGET_STEPS;
     m->n_obs++;
     refit(m);
 }

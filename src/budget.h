@@ -8,17 +8,21 @@
  *
  *     t(n) = a + b n          a: seconds per step, b: seconds per token
  *
- * fitted by least squares over the recent steps, each step's weight
- * decaying by NALAR_BUDGET_DECAY per step (about the last 10 steps count).
- * A run of steps whose sizes barely differ (steady decoding) says nothing of
- * b: the fit then keeps the shape (a : b) of the last window whose sizes did
- * spread, and scales it to the recent steps' mean time.  Contention slows
- * every part of a pass alike, so a machine that slows while only decodes
- * run is noticed before the next prompt arrives; a batch that changes (more
- * decodes, longer prompts) moves the mean and, once the sizes spread, the
- * slope.  One step slower than 4x the model's estimate counts as 4x (a page
- * fault or a descheduled thread must not shrink chunks for ten steps); a
- * machine that stays slower gets there within a few steps all the same.
+ * fitted by least squares over the last NALAR_BUDGET_STEPS steps, each
+ * weighted NALAR_BUDGET_DECAY^age.  The line is trusted when the last
+ * NALAR_BUDGET_RECENT steps spread in size (8 tokens, and 10% of their
+ * mean, between the smallest and the largest) and each of them lies near
+ * it (within 25%).  Otherwise -- steady decoding, whose sizes barely differ,
+ * says nothing of b; and a line through steps from before and after the
+ * machine slowed fits neither -- the fit keeps the shape (a : b) of the
+ * last trusted line and scales it to the last few steps' mean time:
+ * contention slows every part of a pass alike, so a machine that slows
+ * while only decodes run is noticed before the next prompt arrives.  A
+ * batch that changes (more decodes, longer prompts) moves the mean and,
+ * once the sizes spread, the slope.  One step slower than 4x the model's
+ * estimate counts as 4x (a page fault or a descheduled thread must not
+ * shrink chunks for many steps); a machine that stays slower gets there
+ * within a few steps all the same.
  *
  * The engine keeps one model per engine, so each backend (CPU, GPU) has its
  * own measured costs.  Pure arithmetic: no clock, no threads.
@@ -28,7 +32,9 @@
 
 #include <stdint.h>
 
-#define NALAR_BUDGET_DECAY     0.9
+#define NALAR_BUDGET_STEPS  16
+#define NALAR_BUDGET_RECENT 4
+#define NALAR_BUDGET_DECAY  0.9
 /* the smallest prefill a step gives a waiting prompt, whatever the target:
  * two KV blocks, so a prompt of P tokens waits at most ceil(P / 32) steps
  * for its first token, and the chunk is large enough that a step's fixed
@@ -36,13 +42,13 @@
 #define NALAR_BUDGET_MIN_CHUNK 32
 
 typedef struct {
-    /* decayed sums over the steps recorded: weight, size, size squared,
-     * seconds, size x seconds */
-    double  w, sn, snn, st, snt;
-    double  a, b;           /* the fit; both >= 0 once n_obs > 0 */
-    double  shape_a, shape_b; /* the last fit whose sizes spread */
-    int     shaped;         /* shape_a, shape_b hold a fit */
-    int64_t n_obs;          /* steps recorded */
+    int32_t n[NALAR_BUDGET_STEPS];  /* the last steps' batch tokens */
+    double  t[NALAR_BUDGET_STEPS];  /* and seconds; [head - 1] newest */
+    int     head, count;
+    double  a, b;                   /* the fit; both >= 0 once n_obs > 0 */
+    double  shape_a, shape_b;       /* the last trusted line */
+    int     shaped;                 /* shape_a, shape_b hold one */
+    int64_t n_obs;                  /* steps recorded */
 } nalar_budget;
 
 void   nalar_budget_init(nalar_budget *m);
