@@ -239,7 +239,10 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         { "nalar_inter_token_latency_seconds",
           "Time between consecutive tokens of a sequence." },
         { "nalar_queue_time_seconds",
-          "Time from submission to the first scheduling." }
+          "Time from submission to the first scheduling." },
+        { "nalar_step_duration_seconds",
+          "Duration of engine steps (one batch: decodes and prefill "
+          "chunks)." }
     };
 
     static struct {
@@ -301,7 +304,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         }
 
         size += (sizeof(scalars) / sizeof(scalars[0])
-                 + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2)
+                 + 4 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 4)
                 * (128 + model[i].name.len);
     }
 
@@ -439,10 +442,15 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                 sum = m[i].itl_sum;
                 count = m[i].itl_count;
                 break;
-            default:
+            case 2:
                 buckets = m[i].queue_buckets;
                 sum = m[i].queue_sum;
                 count = m[i].queue_count;
+                break;
+            default:
+                buckets = m[i].step_buckets;
+                sum = m[i].step_sum;
+                count = m[i].step_count;
                 break;
             }
 
@@ -469,6 +477,30 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                              hists[k].name, &model[i].name, sum,
                              hists[k].name, &model[i].name, count);
         }
+    }
+
+    /* the step budget (nalar_itl_target): over-target steps' share is
+     * this over nalar_step_duration_seconds_count */
+
+    p = ngx_slprintf(p, end, "# HELP nalar_steps_over_target_total Engine "
+                     "steps that took longer than nalar_itl_target.\n"
+                     "# TYPE nalar_steps_over_target_total counter\n");
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        p = ngx_slprintf(p, end,
+                         "nalar_steps_over_target_total{model=\"%V\"} %uL\n",
+                         &model[i].name, m[i].steps_over_target_total);
+    }
+
+    p = ngx_slprintf(p, end, "# HELP nalar_step_prefill_budget_tokens "
+                     "Prompt tokens the last step could carry beside its "
+                     "decodes.\n"
+                     "# TYPE nalar_step_prefill_budget_tokens gauge\n");
+
+    for (i = 0; i < nmcf->models.nelts; i++) {
+        p = ngx_slprintf(p, end,
+                         "nalar_step_prefill_budget_tokens{model=\"%V\"} "
+                         "%D\n", &model[i].name, m[i].step_prefill_budget);
     }
 
     b->last = p;
