@@ -14,6 +14,10 @@
 #include "ngx_nalar_module.h"
 
 
+static u_char *ngx_http_nalar_metrics_steps(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+
+
 /* /models: the list; /models/{id}: one model object, or 404 */
 
 ngx_int_t
@@ -479,14 +483,31 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         }
     }
 
-    /* the step budget (nalar_itl_target): over-target steps' share is
-     * this over nalar_step_duration_seconds_count */
+    p = ngx_http_nalar_metrics_steps(p, end, m, model, nmcf->models.nelts);
+
+    b->last = p;
+
+    return ngx_http_nalar_send_metrics(r, b);
+}
+
+
+/*
+ * The step budget's series (nalar_itl_target): steps over the target (their
+ * share is this over nalar_step_duration_seconds_count) and the prompt
+ * tokens the last step could carry.
+ */
+
+static u_char *
+ngx_http_nalar_metrics_steps(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    ngx_uint_t  i;
 
     p = ngx_slprintf(p, end, "# HELP nalar_steps_over_target_total Engine "
                      "steps that took longer than nalar_itl_target.\n"
                      "# TYPE nalar_steps_over_target_total counter\n");
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < n; i++) {
         p = ngx_slprintf(p, end,
                          "nalar_steps_over_target_total{model=\"%V\"} %uL\n",
                          &model[i].name, m[i].steps_over_target_total);
@@ -497,15 +518,13 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                      "decodes.\n"
                      "# TYPE nalar_step_prefill_budget_tokens gauge\n");
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < n; i++) {
         p = ngx_slprintf(p, end,
                          "nalar_step_prefill_budget_tokens{model=\"%V\"} "
                          "%D\n", &model[i].name, m[i].step_prefill_budget);
     }
 
-    b->last = p;
-
-    return ngx_http_nalar_send_metrics(r, b);
+    return p;
 }
 
 
