@@ -88,7 +88,7 @@ events { worker_connections 1024; }
 http {
     nalar_model             m $MODEL;
     nalar_threads           $THREADS;
-    nalar_kv_cache          256m;
+    nalar_kv_cache          768m;
     $(budget $c)
     access_log              off;
     client_body_temp_path   $d/client_body_temp;

@@ -102,16 +102,21 @@ done:
  * their proposals) already batched.  Fixed budget: what max_batch_tokens
  * leaves (<= 0: none, exactly as it always was).  With a target: what the
  * cost model says fits it, at least NALAR_BUDGET_MIN_CHUNK (prefill never
- * starves), and within max_batch_tokens.
+ * starves), and within max_batch_tokens (the minimum chunk included).
  */
 int32_t
 step_prefill_allowance(nalar_engine *e, int32_t n_fixed)
 {
+    int32_t n;
+
     if (!(e->opts.itl_target > 0)) {
         return e->opts.max_batch_tokens - n_fixed;
     }
-    return nalar_budget_prefill(&e->budget, e->opts.itl_target, n_fixed,
-                                e->opts.max_batch_tokens - n_fixed);
+    n = nalar_budget_prefill(&e->budget, e->opts.itl_target, n_fixed,
+                             e->opts.max_batch_tokens - n_fixed);
+    /* the minimum chunk too stays within max_batch_tokens: the batch has
+     * room for that many beside the decodes (engine_step) */
+    return n < e->opts.max_batch_tokens ? n : e->opts.max_batch_tokens;
 }
 
 
