@@ -22,6 +22,9 @@
 # distribution, plain workload, every round).
 #
 #   sh bench/itl.sh                  # ROUNDS=3 PORT=18490
+#   CONFS="fixed512 auto1000" WORKLOADS=plain OUT=bench/results/itl-1s.jsonl \
+#       PNG=bench/itl-1s.png sh bench/itl.sh   # other budgets (auto1000: 1 s)
+#   PLOT_ONLY=1 sh bench/itl.sh      # the plot again from the last run
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,10 +35,47 @@ NGINX=${NALAR_NGINX:-/usr/sbin/nginx}
 MODEL=$ROOT/build/bench/itl-108m-f16.gguf
 LOAD=$ROOT/build/bench/nginx_load
 P=$ROOT/build/bench-itl
-OUT=bench/results/itl.jsonl
-CONFS="fixed512 fixed128 auto100"
+OUT=${OUT:-bench/results/itl.jsonl}
+CONFS=${CONFS:-fixed512 fixed128 auto100}
+WORKLOADS=${WORKLOADS:-plain shared}
 
 log() { echo "itl.sh: $*" >&2; }
+
+# the ITL distribution (plain workload, every round) of each budget
+plot() {
+    command -v gnuplot >/dev/null || { log "gnuplot missing: no plot"; return 0; }
+    curves=
+    for c in $CONFS; do
+        cat "$P"/itl-plain-$c-*.txt | sort -n \
+            | awk '{ v[NR] = $1 } END { for (i = 1; i <= NR; i++) print v[i], i / NR }' \
+            > "$P/cdf-$c.dat"
+        curves="$curves${curves:+, }\"$P/cdf-$c.dat\" using 1:2 with lines lw 2 title \"$(name_of $c)\""
+    done
+    gnuplot <<EOF
+set terminal pngcairo size 900,560 font ",11"
+set output "${PNG:-bench/itl.png}"
+set title "Inter-token latency, 16 streams, 48 x 64 tokens, 128-token prompts\n(CPU, 2 threads, machine shared with other work)"
+set xlabel "inter-token gap (ms, log scale)"
+set ylabel "share of gaps <= x"
+set logscale x
+set key bottom right
+set grid
+set yrange [0:1.0]
+plot $curves
+EOF
+    log "wrote ${PNG:-bench/itl.png}"
+}
+
+name_of() {
+    case $1 in fixed512) echo "fixed 512" ;; fixed128) echo "fixed 128" ;;
+    auto100) echo "auto, target 100 ms" ;; auto1000) echo "auto, target 1 s" ;;
+    esac
+}
+
+if [ "${PLOT_ONLY:-}" = 1 ]; then
+    plot
+    exit 0
+fi
 
 make -s build/nalar module >/dev/null
 make -s -f bench/bench.mk build/bench/nginx_load >/dev/null
@@ -52,12 +92,13 @@ budget() {
     fixed512) echo "nalar_max_batch_tokens 512;" ;;
     fixed128) echo "nalar_max_batch_tokens 128;" ;;
     auto100)  echo "nalar_max_batch_tokens auto; nalar_itl_target 100ms;" ;;
+    auto1000) echo "nalar_max_batch_tokens auto; nalar_itl_target 1s;" ;;
     esac
 }
 
 port_of() {
     case $1 in fixed512) echo "$PORT" ;; fixed128) echo $((PORT + 1)) ;;
-    auto100) echo $((PORT + 2)) ;; esac
+    auto100) echo $((PORT + 2)) ;; auto1000) echo $((PORT + 3)) ;; esac
 }
 
 MASTERS=
@@ -113,7 +154,7 @@ for c in $CONFS; do
         sleep 0.2
     done
 done
-log "three servers ready: $CONFS"
+log "servers ready: $CONFS"
 
 : > "$OUT"
 echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"threads\": $THREADS, \"date\": \"$(date -u +%FT%TZ)\"}" >> "$OUT"
@@ -128,9 +169,9 @@ seed=0
 for round in $(seq 1 "$ROUNDS"); do
     # rotate the order: round 1 512,128,auto; round 2 128,auto,512; ...
     set -- $CONFS
-    k=$(( (round - 1) % 3 ))
+    k=$(( (round - 1) % $# ))
     while [ $k -gt 0 ]; do x=$1; shift; set -- "$@" "$x"; k=$((k - 1)); done
-    for w in plain shared; do
+    for w in $WORKLOADS; do
         for c in "$@"; do
             seed=$((seed + 1))
             case $w in
@@ -159,30 +200,8 @@ for c in $CONFS; do
 done
 stop_all
 
-python3 bench/itl_summary.py "$OUT" "$P" > bench/results/itl.md
-cat "$P/metrics.txt" >> bench/results/itl.md
-cat bench/results/itl.md
-if command -v gnuplot >/dev/null; then
-    for c in $CONFS; do
-        cat "$P"/itl-plain-$c-*.txt | sort -n | awk -v c=$c '
-            { v[NR] = $1 } END { for (i = 1; i <= NR; i++) print v[i], i / NR }' \
-            > "$P/cdf-$c.dat"
-    done
-    gnuplot <<EOF
-set terminal pngcairo size 900,560 font ",11"
-set output "bench/itl.png"
-set title "Inter-token latency, 16 streams, 48 x 64 tokens, 128-token prompts (CPU, 2 threads, busy machine)"
-set xlabel "inter-token gap (ms, log scale)"
-set ylabel "share of gaps <= x"
-set logscale x
-set key bottom right
-set grid
-set yrange [0:1.0]
-plot "$P/cdf-fixed512.dat" using 1:2 with lines lw 2 title "fixed 512", \
-     "$P/cdf-fixed128.dat" using 1:2 with lines lw 2 title "fixed 128", \
-     "$P/cdf-auto100.dat" using 1:2 with lines lw 2 title "auto, target 100 ms"
-EOF
-    log "wrote bench/itl.png"
-else
-    log "gnuplot missing: no plot"
-fi
+MD=${OUT%.jsonl}.md
+python3 bench/itl_summary.py "$OUT" "$P" > "$MD"
+cat "$P/metrics.txt" >> "$MD"
+cat "$MD"
+plot

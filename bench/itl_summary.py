@@ -9,7 +9,7 @@ import statistics
 import sys
 
 NAMES = {"fixed512": "fixed 512", "fixed128": "fixed 128",
-         "auto100": "auto, target 100 ms"}
+         "auto100": "auto, target 100 ms", "auto1000": "auto, target 1 s"}
 
 
 def pct(v, q):
@@ -29,7 +29,7 @@ def main():
             runs.append(j)
     rounds = sorted({r["round"] for r in runs})
     loads = [r["load1"] for r in runs]
-    print("Step budget through nginx: %d rounds, the three budgets in "
+    print("Step budget through nginx: %d rounds, the budgets in "
           "rotating order within each; %s cores, nalar_threads %s; 1-minute "
           "load average %.1f-%.1f during the runs (the machine is shared "
           "with other work)." % (len(rounds), machine.get("cores"),
@@ -44,7 +44,7 @@ def main():
     for w in ("plain", "shared"):
         base = {r["round"]: r["run"] for r in runs
                 if r["workload"] == w and r["conf"] == "fixed512"}
-        for c in ("fixed512", "fixed128", "auto100"):
+        for c in NAMES:
             rs = [r for r in runs if r["workload"] == w and r["conf"] == c]
             if not rs:
                 continue
