@@ -59,8 +59,9 @@ double nalar_budget_estimate(const nalar_budget *m, int32_t n_tokens);
 /*
  * Prompt tokens a step that already carries n_fixed tokens (decodes and
  * their proposals) may add so that its estimate stays within `target`
- * seconds: at least NALAR_BUDGET_MIN_CHUNK, at most `most`.  Before any
- * step is recorded: `most`.
+ * seconds, at most `most`; but never fewer than NALAR_BUDGET_MIN_CHUNK,
+ * even where `most` is less (the caller bounds it by its batch's room).
+ * Before any step is recorded: `most` (or the minimum chunk).
  */
 int32_t nalar_budget_prefill(const nalar_budget *m, double target,
                              int32_t n_fixed, int32_t most);
