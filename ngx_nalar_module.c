@@ -125,10 +125,17 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
 
     { ngx_string("nalar_max_batch_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_num_slot,
+      ngx_http_nalar_max_batch_tokens,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_nalar_main_conf_t, max_batch_tokens),
-      &ngx_http_nalar_positive_bounds },
+      0,
+      NULL },
+
+    { ngx_string("nalar_itl_target"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_itl_target,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("nalar_max_queue"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -408,6 +415,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     nmcf->kv_cache = NGX_CONF_UNSET;
     nmcf->cpu_act_i16 = NGX_CONF_UNSET_UINT;
     nmcf->max_batch_tokens = NGX_CONF_UNSET;
+    nmcf->itl_target = NGX_CONF_UNSET_MSEC;
     nmcf->max_queue = NGX_CONF_UNSET;
     nmcf->max_running = NGX_CONF_UNSET;
     nmcf->prefix_cache = NGX_CONF_UNSET;
@@ -436,6 +444,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
 #endif
     ngx_conf_init_value(nmcf->kv_cache, 0);
     ngx_conf_init_uint_value(nmcf->cpu_act_i16, 0);
+    /* 0: auto, each step sized to nalar_itl_target (100ms unless set) */
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
     ngx_conf_init_value(nmcf->max_queue, 0);
     ngx_conf_init_value(nmcf->max_running, 0);
@@ -481,6 +490,18 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
                            nmcf->cpu_act_i16 == 2 ? "q8" : "i16");
         return NGX_CONF_ERROR;
     }
+
+    if (nmcf->max_batch_tokens > 0 && nmcf->itl_target != NGX_CONF_UNSET_MSEC
+        && nmcf->itl_target > 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_itl_target\" needs "
+                           "\"nalar_max_batch_tokens auto\": a fixed "
+                           "number of tokens is the step budget");
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_init_msec_value(nmcf->itl_target, 100);
 
     if (ngx_strcmp(nmcf->backend.data, "cpu") == 0
         && (nmcf->device != NGX_CONF_UNSET || nmcf->gpu_memory > 0))

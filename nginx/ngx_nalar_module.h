@@ -106,7 +106,8 @@ typedef struct {
     ngx_uint_t                 kv_bf16;     /* nalar_kv_cache dtype=bf16 */
     ngx_uint_t                 cpu_act_i16; /* nalar_cpu_activations: 0 f32,
                                                1 i16, 2 q8 */
-    ngx_int_t                  max_batch_tokens;
+    ngx_int_t                  max_batch_tokens;  /* 0: auto */
+    ngx_msec_t                 itl_target;  /* nalar_itl_target; 0: off */
     ngx_int_t                  max_queue;
     ngx_int_t                  max_running;
     ngx_flag_t                 prefix_cache;
@@ -519,6 +520,10 @@ char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
 char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_max_batch_tokens(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_itl_target(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 /* ngx_nalar_process.c: a worker's life */

@@ -226,6 +226,13 @@ ngx_http_nalar_engine_start(ngx_cycle_t *cycle,
     opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
     opts.act_i16 = (int) nmcf->cpu_act_i16;
     opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
+
+    if (nmcf->max_batch_tokens == 0) {
+        /* auto: at most the default 512 tokens, sized to the target
+         * (off: those 512, fixed) */
+        opts.itl_target = (double) nmcf->itl_target / 1000;
+    }
+
     opts.max_queue = (int32_t) nmcf->max_queue;
     opts.max_running = (int32_t) nmcf->max_running;
     opts.prefix_cache = (int) nmcf->prefix_cache;

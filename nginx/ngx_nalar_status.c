@@ -24,6 +24,8 @@ static u_char *ngx_http_nalar_metrics_grammar(u_char *p, u_char *end,
     nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
 static u_char *ngx_http_nalar_metrics_hists(u_char *p, u_char *end,
     nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+static u_char *ngx_http_nalar_metrics_steps(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
 
 /* /models: the list; /models/{id}: one model object, or 404 */
 
@@ -242,7 +244,10 @@ static ngx_http_nalar_series_t  ngx_http_nalar_hists[] = {
     { "nalar_inter_token_latency_seconds", "histogram",
       "Time between consecutive tokens of a sequence." },
     { "nalar_queue_time_seconds", "histogram",
-      "Time from submission to the first scheduling." }
+      "Time from submission to the first scheduling." },
+    { "nalar_step_duration_seconds", "histogram",
+      "Duration of engine steps (one batch: decodes and prefill "
+      "chunks)." }
 };
 
 
@@ -312,7 +317,8 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     /* the buffer: each series line at most 128 bytes and the name */
 
     per = ngx_http_nalar_n(ngx_http_nalar_scalars)
-          + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2
+          + ngx_http_nalar_n(ngx_http_nalar_hists) * (NALAR_HIST_BUCKETS + 2)
+          + NALAR_SPEC_MAX_K + 4
           + ngx_http_nalar_n(ngx_http_nalar_prefix)
           + ngx_http_nalar_n(ngx_http_nalar_grammar);
 
@@ -339,6 +345,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     p = ngx_http_nalar_metrics_prefix(p, end, m, model, n);
     p = ngx_http_nalar_metrics_grammar(p, end, m, model, n);
     p = ngx_http_nalar_metrics_hists(p, end, m, model, n);
+    p = ngx_http_nalar_metrics_steps(p, end, m, model, n);
 
     b->last = p;
 
@@ -537,10 +544,15 @@ ngx_http_nalar_metrics_hists(u_char *p, u_char *end, nalar_metrics *m,
                 sum = m[i].itl_sum;
                 count = m[i].itl_count;
                 break;
-            default:
+            case 2:
                 buckets = m[i].queue_buckets;
                 sum = m[i].queue_sum;
                 count = m[i].queue_count;
+                break;
+            default:
+                buckets = m[i].step_buckets;
+                sum = m[i].step_sum;
+                count = m[i].step_count;
                 break;
             }
 
@@ -567,6 +579,43 @@ ngx_http_nalar_metrics_hists(u_char *p, u_char *end, nalar_metrics *m,
                              s->name, &model[i].name, sum,
                              s->name, &model[i].name, count);
         }
+    }
+
+    return p;
+}
+
+
+/*
+ * The step budget's series (nalar_itl_target): steps over the target (their
+ * share is this over nalar_step_duration_seconds_count) and the prompt
+ * tokens the last step could carry.
+ */
+
+static u_char *
+ngx_http_nalar_metrics_steps(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    p = ngx_slprintf(p, end, "# HELP nalar_steps_over_target_total Engine "
+                     "steps that took longer than nalar_itl_target.\n"
+                     "# TYPE nalar_steps_over_target_total counter\n");
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, end,
+                         "nalar_steps_over_target_total{model=\"%V\"} %uL\n",
+                         &model[i].name, m[i].steps_over_target_total);
+    }
+
+    p = ngx_slprintf(p, end, "# HELP nalar_step_prefill_budget_tokens "
+                     "Prompt tokens the last step could carry beside its "
+                     "decodes.\n"
+                     "# TYPE nalar_step_prefill_budget_tokens gauge\n");
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, end,
+                         "nalar_step_prefill_budget_tokens{model=\"%V\"} "
+                         "%D\n", &model[i].name, m[i].step_prefill_budget);
     }
 
     return p;

@@ -62,6 +62,36 @@ nalar_engine_test_keep_kv(nalar_engine *e, int keep)
 }
 
 
+void
+nalar_engine_test_step_cost(nalar_engine *e, double per_step,
+                            double per_token, int reseed)
+{
+    static const int32_t sizes[] = { 1, 16, 64 };
+
+    e->test_cost_set = 1;
+    e->test_cost_a = per_step;
+    e->test_cost_b = per_token;
+    if (reseed) {
+        /* as budget_seed would have measured them */
+        nalar_budget_init(&e->budget);
+        for (int k = 0; k < 3; k++) {
+            nalar_budget_record(&e->budget, sizes[k],
+                                per_step + per_token * sizes[k]);
+        }
+    }
+}
+
+
+void
+nalar_engine_test_step_fn(nalar_engine *e,
+                          void (*fn)(void *arg, const nalar_test_step *st),
+                          void *arg)
+{
+    e->step_fn = fn;
+    e->step_arg = arg;
+}
+
+
 int
 nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
                               uint8_t *out)
@@ -364,6 +394,11 @@ engine_load(nalar_engine *e, nalar_err *err)
     if (e->draft != NULL) {
         cost_seed(e->draft_be, &e->dkv, e->draft->cfg.n_vocab,
                   &e->draft_cost);
+    }
+    /* what steps cost by their size, before the first prompt is chunked
+     * to the ITL target */
+    if (e->opts.itl_target > 0) {
+        budget_seed(e);
     }
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;

@@ -74,7 +74,13 @@ typedef struct {
                                     size; larger ones cuBLAS, which rounds
                                     activations to the weights' type;
                                     <= 0: 8 */
-    int32_t     max_batch_tokens;/* per-step token budget; <=0: 512 */
+    int32_t     max_batch_tokens;/* per-step token budget; <=0: 512.  With
+                                    itl_target, the most a step carries */
+    double      itl_target;      /* seconds; > 0: each step carries only
+                                    the prompt tokens that the measured
+                                    cost of steps says fit this beside its
+                                    decodes (at least 32 while a prompt
+                                    waits); <= 0: the budget is fixed */
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */
     int         load_async;      /* 1: load on the engine thread */
@@ -246,6 +252,14 @@ typedef struct {
     uint64_t queue_buckets[NALAR_HIST_BUCKETS];
     double   queue_sum;
     uint64_t queue_count;
+    /* engine steps (those that ran a pass): their duration, how many took
+     * longer than itl_target, and the prompt tokens the last one could
+     * carry beside its decodes (gauge) */
+    uint64_t step_buckets[NALAR_HIST_BUCKETS];
+    double   step_sum;
+    uint64_t step_count;
+    uint64_t steps_over_target_total;
+    int32_t  step_prefill_budget;
     /* speculative decoding */
     uint64_t spec_drafts_total;          /* verification steps */
     uint64_t spec_draft_tokens_total;    /* proposals verified */

@@ -43,6 +43,32 @@ void nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n);
 void nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg),
                             void *arg);
 
+/*
+ * A fake clock for the step budget: from now on every step "costs"
+ * per_step + per_token x (its batch tokens) seconds -- what the cost model
+ * learns, the step histogram and the over-target count see -- whatever it
+ * really took.  reseed != 0: the model first forgets what it learned and is
+ * seeded as at load, with those costs.  Call it on the thread that runs
+ * the steps (run_sync's caller, or from a step callback).
+ */
+void nalar_engine_test_step_cost(nalar_engine *e, double per_step,
+                                 double per_token, int reseed);
+
+/* What one step decided, for the step callback. */
+typedef struct {
+    int32_t n_fixed;      /* decode and proposal tokens batched */
+    int32_t n_prefill;    /* prompt tokens batched */
+    int32_t allowance;    /* prompt tokens it could have carried */
+    int32_t pending;      /* prompt tokens running requests still wanted */
+    double  seconds;      /* its duration (the fake clock's, when set) */
+} nalar_test_step;
+
+/* fn(arg, st) runs on the engine thread after every step that ran a pass.
+ * Set it while no step runs. */
+void nalar_engine_test_step_fn(nalar_engine *e,
+                               void (*fn)(void *arg, const nalar_test_step *st),
+                               void *arg);
+
 /* Prompt texts the engine has copied so far, process-wide: each
  * nalar_prompt_create and each request given prompt_text (not
  * prompt_shared) makes one copy. */
