@@ -1,6 +1,8 @@
 /*
  * Structured output (see grammar.h): the insides its files share.
  *
+ *   grammar_rules.c      the grammar under construction: rules, byte
+ *                        classes, alternatives, literals, failure
  *   grammar_build.c      JSON Schema to rules: strings, objects, arrays,
  *                        $ref, anyOf, enum, const, the types
  *   grammar_bounds.c     bounded integers and numbers, string patterns
@@ -176,7 +178,8 @@ struct nalar_gmatcher {
 #define GR_ENDED (-3)
 
 
-/* ---- building the grammar (grammar_build.c, grammar_bounds.c) ---- */
+/* ---- building the grammar (grammar_rules.c; the schema's rules in
+ * grammar_build.c, grammar_bounds.c) ---- */
 
 typedef struct {
     int32_t  n_alt;
