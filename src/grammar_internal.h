@@ -294,15 +294,8 @@ void gr_grammar_free(nalar_grammar *g);
 /* Counts n bytes against the automaton's budget: 0, or -1 past it. */
 int gr_charge(nalar_grammar *g, size_t n);
 
-/* Counts n stack words against the call's budget: 0, or -1 (g->why). */
-int gr_call_work(nalar_grammar *g, int64_t n);
-
 /* The state after byte c from state s: id, -1 refused, -2 out of memory
  * or past a budget (g->why). */
 int32_t gr_step_byte(nalar_grammar *g, int32_t s, int c);
-
-/* The one token a forced state allows, or -1 where s is not forced
- * (grammar.c). */
-int32_t gr_forced_tok(nalar_grammar *g, int32_t s);
 
 #endif
