@@ -745,8 +745,10 @@ nalar_cmd_prefix_bench(int argc, char **argv)
                 "context of %d\n", len, nalar_engine_model(on)->cfg.n_ctx);
         return 2;
     }
-    prompt = malloc((size_t) len * sizeof(int32_t));
-    warm = malloc((size_t) len * sizeof(int32_t));
+    /* room for len tokens, and for the tenants' prompts (a system prompt
+     * of at most len / 2, then up to 256 tokens of history) */
+    prompt = calloc((size_t) len + 256, sizeof(int32_t));
+    warm = calloc((size_t) len + 256, sizeof(int32_t));
     if (prompt == NULL || warm == NULL) {
         fprintf(stderr, "nalar: out of memory\n");
         return 1;

@@ -13,6 +13,9 @@
 #include "grammar_internal.h"
 
 
+static int32_t forced_tok(nalar_grammar *g, int32_t s);
+
+
 /* ---- the vocabulary trie ---- */
 
 static int
@@ -231,9 +234,9 @@ state_mask(nalar_grammar *g, int32_t s)
         g->bytes -= g->voc->n_words * sizeof(uint32_t);
         return NULL;
     }
-    if (gr_forced_tok(g, s) >= 0) {
+    if (forced_tok(g, s) >= 0) {
         /* where the bytes are forced, so is their tokenization */
-        int32_t id = gr_forced_tok(g, s);
+        int32_t id = forced_tok(g, s);
 
         m[id >> 5] |= 1u << (id & 31);
         g->st[s].mask = m;
@@ -511,7 +514,7 @@ step_token(nalar_grammar *g, int32_t s, int32_t id)
     if (id < 0 || id >= v->n_vocab || v->tok_len[id] == 0) {
         return -1;
     }
-    if (g->st[s].forced >= 0 && gr_forced_tok(g, s) != id) {
+    if (g->st[s].forced >= 0 && forced_tok(g, s) != id) {
         return -1;
     }
     for (int j = 0; j < v->tok_len[id] && s >= 0; j++) {
@@ -672,8 +675,8 @@ forced_tokens(nalar_grammar *g, int32_t s, int32_t *out, int cap)
 
 
 /* The one token a forced state allows, or -1 where s is not forced. */
-int32_t
-gr_forced_tok(nalar_grammar *g, int32_t s)
+static int32_t
+forced_tok(nalar_grammar *g, int32_t s)
 {
     if (g->st[s].forced_tok == -2) {
         int32_t t;

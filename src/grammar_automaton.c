@@ -145,8 +145,8 @@ scr_push(nalar_grammar *g, int32_t v)
  * past GR_MAX_CALL_WORK, so that no schema makes one mask or token cost
  * more than a bounded time.
  */
-int
-gr_call_work(nalar_grammar *g, int64_t n)
+static int
+call_work(nalar_grammar *g, int64_t n)
 {
     g->call_work += n;
     if (g->call_work > GR_MAX_CALL_WORK) {
@@ -288,7 +288,7 @@ xp_run(nalar_grammar *g)
     for (int64_t off = 0; off < g->n_wk; off += g->wk[off] + 1) {
         int32_t n = g->wk[off], p;
 
-        if (gr_call_work(g, n + 1) < 0) {
+        if (call_work(g, n + 1) < 0) {
             return -3;
         }
         /* the list may move as it grows: work on a copy */
@@ -611,7 +611,7 @@ gr_step_byte(nalar_grammar *g, int32_t s, int c)
     }
     off = st->off;
     len = st->len;
-    if (gr_call_work(g, len) < 0) {
+    if (call_work(g, len) < 0) {
         return -2;
     }
     g->n_scr = 0;

@@ -1,6 +1,8 @@
 /*
  * Structured output (see grammar.h): the insides its files share.
  *
+ *   grammar_rules.c      the grammar under construction: rules, byte
+ *                        classes, alternatives, literals, failure
  *   grammar_build.c      JSON Schema to rules: strings, objects, arrays,
  *                        $ref, anyOf, enum, const, the types
  *   grammar_bounds.c     bounded integers and numbers, string patterns
@@ -176,7 +178,8 @@ struct nalar_gmatcher {
 #define GR_ENDED (-3)
 
 
-/* ---- building the grammar (grammar_build.c, grammar_bounds.c) ---- */
+/* ---- building the grammar (grammar_rules.c; the schema's rules in
+ * grammar_build.c, grammar_bounds.c) ---- */
 
 typedef struct {
     int32_t  n_alt;
@@ -291,15 +294,8 @@ void gr_grammar_free(nalar_grammar *g);
 /* Counts n bytes against the automaton's budget: 0, or -1 past it. */
 int gr_charge(nalar_grammar *g, size_t n);
 
-/* Counts n stack words against the call's budget: 0, or -1 (g->why). */
-int gr_call_work(nalar_grammar *g, int64_t n);
-
 /* The state after byte c from state s: id, -1 refused, -2 out of memory
  * or past a budget (g->why). */
 int32_t gr_step_byte(nalar_grammar *g, int32_t s, int c);
-
-/* The one token a forced state allows, or -1 where s is not forced
- * (grammar.c). */
-int32_t gr_forced_tok(nalar_grammar *g, int32_t s);
 
 #endif
