@@ -23,7 +23,7 @@ SAN      = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 # the production library, CLI and module never have.
 TEST_HOOKS = -DNALAR_TEST_HOOKS
 ASAN_CFLAGS = $(CFLAGS_COMMON) -O1 -march=native $(SAN) $(TEST_HOOKS) -fPIC
-LDLIBS   = -lcrypto -ljansson -lm -pthread
+LDLIBS   = -lcrypto -ljansson -lutf8proc -lm -pthread
 DEPFLAGS = -MMD -MP
 # make and prove run this many jobs in `make test` and `make run`
 NPROC   := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
@@ -98,8 +98,34 @@ build/asan/nalar: $(CLI_SRC) $(CLI_HDRS) build/asan/libnalar_api.a \
 	$(CC) $(ASAN_CFLAGS) -Icli -Iapi -It/c $(CLI_SRC) build/asan/libnalar_api.a \
 	    build/asan/libnalar.a -o $@ $(LDLIBS)
 
-# the unit tests of the engine and of the protocol layer
-build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a
+# the unit tests of the engine and of the protocol layer: those that
+# check memory safety (parsers of untrusted input, the engine's lifecycle,
+# the KV pool and prefix cache, threads) link the ASan/UBSan flavour; the
+# numeric and statistical ones (NUM_TESTS: a kernel's or a forward pass's
+# values against a reference, a sampling distribution, the validity of
+# many sampled values) link the optimized one, where they run about ten
+# times faster.  What they run stays under ASan through other tests: every
+# weight type and architecture through test_engine, test_engine_arch and
+# test_spec; sampled speculation through test_spec; sampled structured
+# output through test_grammar_engine, and each keyword's grammar walked
+# byte by byte through test_grammar.  test_cpu_matmul stays under ASan: its
+# awkward shapes are where a kernel would read past a row.
+NUM_TESTS = test_conformance test_quant test_quant_q8 test_cpu_backend \
+            test_spec_dist test_grammar_keywords
+NUM_BIN   = $(patsubst %,build/t/%,$(NUM_TESTS))
+# the list is kept in a file, as the flags are: a test that changes
+# flavour is linked again
+build/t/num-tests: FORCE
+	@mkdir -p $(@D)
+	@echo '$(NUM_TESTS)' | cmp -s - $@ || echo '$(NUM_TESTS)' > $@
+$(NUM_BIN): build/t/%: t/c/%.c build/libnalar_api.a build/libnalar.a \
+                       build/t/num-tests
+	@mkdir -p build/t
+	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
+	    build/libnalar_api.a build/libnalar.a -o $@ $(LDLIBS)
+
+build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a \
+           build/t/num-tests
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
 	    build/asan/libnalar_api.a build/asan/libnalar.a -o $@ $(LDLIBS)
@@ -115,14 +141,17 @@ FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -Iapi -I. \
 build/fuzz_gguf: src/gguf.c src/nalar_err.c
 build/fuzz_jwt: api/jwt.c src/nalar_err.c
 build/fuzz_chat: api/chat.c api/chat_style.c api/chat.h src/nalar_err.c
-build/fuzz_tokenizer: src/tokenizer.c src/gguf.c src/nalar_err.c
+TOKENIZER_SRC = src/tokenizer.c src/tokenizer_pretok.c src/tokenizer_merge.c \
+                src/tokenizer_decode.c
+build/fuzz_tokenizer: $(TOKENIZER_SRC) src/gguf.c src/nalar_err.c
 build/fuzz_request: api/request.c api/request_scan.c api/request_tools.c \
                     api/chat.c api/chat_style.c api/chat_template.c \
                     $(filter api/jinja%,$(wildcard api/*.c)) \
-                    src/sampler.c src/grammar.c \
-                    src/grammar_regex.c src/nalar_err.c src/tokenizer.c src/gguf.c
+                    src/limits.c src/sampler.c \
+                    $(wildcard src/grammar*.c) src/nalar_err.c $(TOKENIZER_SRC) \
+                    src/gguf.c
 build/fuzz_route: api/route_text.c
-build/fuzz_grammar: src/grammar.c src/grammar_regex.c src/tokenizer.c src/gguf.c \
+build/fuzz_grammar: $(wildcard src/grammar*.c) $(TOKENIZER_SRC) src/gguf.c \
                     src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
@@ -131,7 +160,7 @@ ifneq ($(FUZZ_SECONDS),)
 endif
 build/fuzz_%: fuzz/fuzz_%.c $(HDRS)
 	@mkdir -p build
-	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -lcrypto -ljansson -lm
+	clang $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -lcrypto -ljansson -lutf8proc -lm
 
 include module.mk
 -include cuda.mk

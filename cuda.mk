@@ -1,7 +1,7 @@
 # CUDA backend: build/libnalar_cuda.a from kernels/cuda/*.cu (and the
 # synthetic benchmark bench/cuda_bench.cu behind `nalar bench --synthetic`),
 # linked into build/nalar (and build/asan/nalar), plus the op-by-op check
-# program build/nalar-cuda-check (t/gpu/cuda_check.c).  Included by the
+# program build/nalar-cuda-check (t/gpu/cuda_check*.c).  Included by the
 # Makefile (`-include cuda.mk`).
 #
 # Found automatically: nvcc on PATH or /usr/local/cuda/bin/nvcc.  NALAR_CUDA=0
@@ -54,7 +54,7 @@ build/cuda/%.o: %.cu build/cuda/flags
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
--include $(CUDA_OBJ:.o=.d) build/nalar-cuda-check.d
+-include $(CUDA_OBJ:.o=.d)
 
 build/libnalar_cuda.a: $(CUDA_OBJ)
 	@rm -f $@
@@ -71,10 +71,13 @@ build/asan/nalar: LDLIBS += -Wl,-u,nalar_cuda_backend_create \
 # nginx's Makefile runs for it (config.make) finds it done
 $(NGX_MODULE) $(NGX_MODULE_ASAN): build/libnalar_cuda.a
 
-build/nalar-cuda-check: t/gpu/cuda_check.c build/libnalar_cuda.a \
-                        build/libnalar.a
-	$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -I$(CUDA_HOME)/include \
-	    t/gpu/cuda_check.c \
+# (its parts, t/gpu/cuda_check*.c, compile in one command: every header
+# they may read is a dependency)
+CUDA_CHECK_SRC = $(wildcard t/gpu/cuda_check*.c)
+build/nalar-cuda-check: $(CUDA_CHECK_SRC) t/gpu/cuda_check.h $(HDRS) \
+                        $(wildcard kernels/cuda/*.cuh) \
+                        build/libnalar_cuda.a build/libnalar.a
+	$(CC) $(CFLAGS) -It/c -I$(CUDA_HOME)/include $(CUDA_CHECK_SRC) \
 	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) $(CUDA_LIBS)
 else
 cuda:

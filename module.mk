@@ -19,18 +19,17 @@ module:
 	@echo "module: $(NGX_SRC) not found; install nginx-dev (make deps) to build the nginx module"
 endif
 
-# nginx's objs/Makefile lists the glue's files: one added or removed means
-# configure again.  build/module-srcs holds the list it was made with and
-# changes only with the list.
-NGX_SRCS_LIST = build/module-srcs
-NGX_SRCS_NOW := $(sort $(wildcard nginx/*.c))
-ifneq ($(NGX_SRCS_NOW),$(strip $(file < $(NGX_SRCS_LIST))))
-$(shell mkdir -p build && echo '$(NGX_SRCS_NOW)' > $(NGX_SRCS_LIST))
-endif
+# `config` lists the glue's files when nginx is configured: a file added to
+# or removed from nginx/ configures again (build/module-srcs is written
+# only when the list changes, as the flags files are).
+build/module-srcs: FORCE
+	@mkdir -p $(@D)
+	@echo '$(sort $(wildcard nginx/*.c))' | cmp -s - $@ \
+	    || echo '$(sort $(wildcard nginx/*.c))' > $@
 
 # Configure once per change of `config`; Debian's conf_flags is a bash array
 # of the flags /usr/sbin/nginx was configured with.
-$(NGX_BUILD)/objs/Makefile: config config.make $(NGX_SRCS_LIST) \
+$(NGX_BUILD)/objs/Makefile: config config.make build/module-srcs \
                             $(wildcard build/libnalar_cuda.a)
 	rm -rf $(NGX_BUILD)
 	mkdir -p build
@@ -75,7 +74,7 @@ endif
 # `config` checks that NALAR_LIB and NALAR_API_LIB exist: the libraries
 # come first (order only: a rebuilt library relinks the module, it does not
 # reconfigure)
-$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk $(NGX_SRCS_LIST) \
+$(NGX_BUILD_ASAN)/objs/Makefile: config config.make module.mk build/module-srcs \
                                  | build/asan/libnalar.a build/asan/libnalar_api.a
 	rm -rf $(NGX_BUILD_ASAN)
 	mkdir -p build

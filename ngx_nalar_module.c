@@ -15,13 +15,14 @@
  *
  * This file is the module itself: its directives and their configuration
  * (create, merge, the directive handlers but those of
- * ngx_nalar_engine_conf.c, ngx_nalar_shared.c and ngx_nalar_tenancy.c),
- * the handler and filter registration, the worker's shared state, and
- * process init and exit (engines, the eventfd, the parse threads).  What
- * a request goes through lives in the other ngx_nalar_*.c files, each
- * named for its concern; ngx_nalar_module.h holds what they share.  Event
- * loop (and configuration) only: the engines are started, watched and
- * joined here, never locked.
+ * ngx_nalar_engine_conf.c, ngx_nalar_shared.c, ngx_nalar_tenancy.c and
+ * the edge's files) and the handler and filter registration.  The rest of
+ * the glue lives in nginx/, one file per concern: a worker's life
+ * (ngx_nalar_process.c: engines, the eventfd, the parse threads) and its
+ * state (ngx_nalar_worker.c), and what a request goes through.
+ * nginx/ngx_nalar_module.h holds what they share and lists them from the
+ * bottom up: calls go from this file down, never back.  Configuration
+ * only.
  */
 
 #include "ngx_nalar_module.h"
@@ -37,9 +38,6 @@ static char *ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
-static void ngx_http_nalar_load_watch(ngx_event_t *ev);
-static void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
 
 
 static ngx_conf_num_bounds_t  ngx_http_nalar_threads_bounds = {
@@ -125,10 +123,17 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
 
     { ngx_string("nalar_max_batch_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_num_slot,
+      ngx_http_nalar_max_batch_tokens,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_nalar_main_conf_t, max_batch_tokens),
-      &ngx_http_nalar_positive_bounds },
+      0,
+      NULL },
+
+    { ngx_string("nalar_itl_target"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_nalar_itl_target,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("nalar_max_queue"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -340,28 +345,6 @@ ngx_module_t  ngx_nalar_module = {
 };
 
 
-pthread_mutex_t    ngx_http_nalar_mutex = PTHREAD_MUTEX_INITIALIZER;
-ngx_queue_t        ngx_http_nalar_done;       /* under the mutex */
-ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
-ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
-int                ngx_http_nalar_efd = -1;
-static ngx_connection_t  *ngx_http_nalar_conn;
-ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
-pthread_cond_t     ngx_http_nalar_jobs_cond = PTHREAD_COND_INITIALIZER;
-ngx_queue_t        ngx_http_nalar_jobs;
-ngx_queue_t        ngx_http_nalar_results;
-ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
-int                ngx_http_nalar_parser_stop;
-#ifdef NALAR_TEST_HOOKS
-char              *ngx_http_nalar_hold_path;  /* test only */
-#endif
-ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
-ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
-ngx_str_t  ngx_http_nalar_json_type = ngx_string("application/json");
-static pthread_t
-    ngx_http_nalar_parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
-
-
 static ngx_int_t
 ngx_http_nalar_init(ngx_conf_t *cf)
 {
@@ -379,11 +362,9 @@ ngx_http_nalar_init(ngx_conf_t *cf)
 
     *h = ngx_http_nalar_access_handler;
 
-    ngx_http_nalar_next_header_filter = ngx_http_top_header_filter;
-    ngx_http_top_header_filter = ngx_http_nalar_header_filter;
-
-    ngx_http_nalar_next_body_filter = ngx_http_top_body_filter;
-    ngx_http_top_body_filter = ngx_http_nalar_body_filter;
+    if (ngx_http_nalar_filter_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (ngx_http_nalar_edge_status_init(cf) != NGX_OK) {
         return NGX_ERROR;
@@ -432,6 +413,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     nmcf->kv_cache = NGX_CONF_UNSET;
     nmcf->cpu_act_i16 = NGX_CONF_UNSET_UINT;
     nmcf->max_batch_tokens = NGX_CONF_UNSET;
+    nmcf->itl_target = NGX_CONF_UNSET_MSEC;
     nmcf->max_queue = NGX_CONF_UNSET;
     nmcf->max_running = NGX_CONF_UNSET;
     nmcf->prefix_cache = NGX_CONF_UNSET;
@@ -460,6 +442,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
 #endif
     ngx_conf_init_value(nmcf->kv_cache, 0);
     ngx_conf_init_uint_value(nmcf->cpu_act_i16, 0);
+    /* 0: auto, each step sized to nalar_itl_target (100ms unless set) */
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
     ngx_conf_init_value(nmcf->max_queue, 0);
     ngx_conf_init_value(nmcf->max_running, 0);
@@ -505,6 +488,18 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
                            nmcf->cpu_act_i16 == 2 ? "q8" : "i16");
         return NGX_CONF_ERROR;
     }
+
+    if (nmcf->max_batch_tokens > 0 && nmcf->itl_target != NGX_CONF_UNSET_MSEC
+        && nmcf->itl_target > 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_itl_target\" needs "
+                           "\"nalar_max_batch_tokens auto\": a fixed "
+                           "number of tokens is the step budget");
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_init_msec_value(nmcf->itl_target, 100);
 
     if (ngx_strcmp(nmcf->backend.data, "cpu") == 0
         && (nmcf->device != NGX_CONF_UNSET || nmcf->gpu_memory > 0))
@@ -762,366 +757,4 @@ ngx_http_nalar_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_nalar_content_handler;
 
     return NGX_CONF_OK;
-}
-
-
-/* process lifecycle */
-
-
-/*
- * Engines start here, in each worker (never in the master).  Their threads
- * inherit a mask with every signal blocked, as nginx's own thread pools do,
- * so that signals reach the event loop only.
- */
-
-static ngx_int_t
-ngx_http_nalar_init_process(ngx_cycle_t *cycle)
-{
-    int                          err_no, rc;
-    sigset_t                     set, old;
-    ngx_uint_t                   i;
-    nalar_err                    err;
-    ngx_pool_t                  *pool;
-    ngx_event_t                 *rev;
-    nalar_engine_opts            opts;
-    ngx_connection_t            *c;
-    ngx_http_nalar_model_t      *model;
-    ngx_http_nalar_runtime_t    *rt;
-    ngx_http_nalar_main_conf_t  *nmcf;
-
-    if (ngx_process != NGX_PROCESS_WORKER
-        && ngx_process != NGX_PROCESS_SINGLE)
-    {
-        return NGX_OK;
-    }
-
-    nmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_nalar_module);
-
-    if (nmcf == NULL || nmcf->models.nelts == 0) {
-        return NGX_OK;
-    }
-
-    pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, cycle->log);
-    if (pool == NULL) {
-        return NGX_ERROR;
-    }
-
-    rt = ngx_pcalloc(pool, sizeof(ngx_http_nalar_runtime_t));
-    if (rt == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_ERROR;
-    }
-
-    rt->pool = pool;
-    rt->conf = nmcf;
-    rt->n_models = nmcf->models.nelts;
-
-    rt->models = ngx_pcalloc(pool, rt->n_models
-                                   * sizeof(ngx_http_nalar_model_rt_t));
-    if (rt->models == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_ERROR;
-    }
-
-    ngx_http_nalar_rt = rt;
-
-    ngx_queue_init(&ngx_http_nalar_done);
-    ngx_queue_init(&ngx_http_nalar_free_slots);
-    ngx_queue_init(&ngx_http_nalar_jobs);
-    ngx_queue_init(&ngx_http_nalar_results);
-
-#ifdef NALAR_TEST_HOOKS
-    ngx_http_nalar_hold_path = nmcf->test_hold.len
-                               ? (char *) nmcf->test_hold.data : NULL;
-#endif
-
-    if (ngx_array_init(&ngx_http_nalar_all_slots, cycle->pool, 64,
-                       sizeof(ngx_http_nalar_slot_t *))
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    ngx_http_nalar_efd = eventfd(0, EFD_NONBLOCK|EFD_CLOEXEC);
-
-    if (ngx_http_nalar_efd == -1) {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
-                      "nalar: eventfd() failed");
-        return NGX_ERROR;
-    }
-
-    c = ngx_get_connection(ngx_http_nalar_efd, cycle->log);
-    if (c == NULL) {
-        (void) close(ngx_http_nalar_efd);
-        ngx_http_nalar_efd = -1;
-        return NGX_ERROR;
-    }
-
-    ngx_http_nalar_conn = c;
-
-    c->pool = cycle->pool;
-    rev = c->read;
-    rev->log = cycle->log;
-    c->write->log = cycle->log;
-
-    /* like nginx's channel: not a client, never reported as left open */
-    rev->channel = 1;
-    c->write->channel = 1;
-    rev->handler = ngx_http_nalar_done_handler;
-
-    if (ngx_add_event(rev, NGX_READ_EVENT, 0) == NGX_ERROR) {
-        return NGX_ERROR;
-    }
-
-    model = nmcf->models.elts;
-
-    sigfillset(&set);
-    sigdelset(&set, SIGILL);
-    sigdelset(&set, SIGFPE);
-    sigdelset(&set, SIGSEGV);
-    sigdelset(&set, SIGBUS);
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        rt->models[i].name = model[i].name;
-
-        ngx_memzero(&opts, sizeof(nalar_engine_opts));
-
-        opts.model_path = (char *) model[i].path.data;
-        opts.model_name = (char *) model[i].name.data;
-        opts.backend = (char *) nmcf->backend.data;
-        opts.device = nmcf->device != NGX_CONF_UNSET ? (int) nmcf->device : -1;
-        opts.worker = (int) ngx_worker;
-        opts.gpu_memory = nmcf->gpu_memory;
-        opts.n_threads = (int) nmcf->threads;
-        opts.kv_bytes = (int64_t) nmcf->kv_cache;
-        opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
-        opts.act_i16 = (int) nmcf->cpu_act_i16;
-        opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
-        opts.max_queue = (int32_t) nmcf->max_queue;
-        opts.max_running = (int32_t) nmcf->max_running;
-        opts.prefix_cache = (int) nmcf->prefix_cache;
-        opts.load_async = 1;
-
-        /* auto: the draft when the model has one, else n-gram lookup;
-         * requests carry their location's choice, this is the default */
-        opts.spec_mode = (int) nmcf->spec_mode;
-        opts.spec_max_k = (int) nmcf->spec_max_k;
-
-        if (model[i].draft.len) {
-            opts.draft_path = (char *) model[i].draft.data;
-        }
-
-        rt->models[i].engine = nalar_engine_create(&opts, &err);
-
-        if (rt->models[i].engine == NULL) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                          "nalar_model \"%V\": %s", &model[i].name, err.msg);
-            continue;
-        }
-
-#ifdef NALAR_TEST_HOOKS
-        if (nmcf->test_fault > 0) {
-            nalar_engine_test_fault(rt->models[i].engine, NALAR_FAULT_FORWARD,
-                                    (int) nmcf->test_fault);
-        }
-#endif
-
-        err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
-        if (err_no) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
-                          "nalar: pthread_sigmask() failed");
-        }
-
-        if (nalar_engine_start(rt->models[i].engine, &err) != 0) {
-            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
-                          "nalar_model \"%V\": %s", &model[i].name, err.msg);
-            nalar_engine_destroy(rt->models[i].engine);
-            rt->models[i].engine = NULL;
-        }
-
-        if (err_no == 0) {
-            (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-        }
-    }
-
-    /* the parse thread, for large bodies */
-
-    err_no = pthread_sigmask(SIG_BLOCK, &set, &old);
-    if (err_no) {
-        ngx_log_error(NGX_LOG_ERR, cycle->log, err_no,
-                      "nalar: pthread_sigmask() failed");
-    }
-
-    ngx_http_nalar_parser_stop = 0;
-
-    for (i = 0; i < NGX_HTTP_NALAR_PARSE_LANES; i++) {
-        rc = pthread_create(&ngx_http_nalar_parser_tid[i], NULL,
-                            ngx_http_nalar_parse_thread,
-                            (void *) (uintptr_t)
-                                (i ? NGX_HTTP_NALAR_PARSE_SMALL : 0));
-        if (rc != 0) {
-            /* without the first, bodies are parsed on the event loop */
-            ngx_log_error(NGX_LOG_ALERT, cycle->log, rc,
-                          "nalar: pthread_create() failed");
-            break;
-        }
-
-        ngx_http_nalar_parser++;
-    }
-
-    if (err_no == 0) {
-        (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
-
-    /* event logging reads ((ngx_connection_t *) data)->fd */
-    rt->load_conn.fd = (ngx_socket_t) -1;
-    rt->load_ev.data = &rt->load_conn;
-    rt->load_ev.handler = ngx_http_nalar_load_watch;
-    rt->load_ev.log = cycle->log;
-    rt->load_ev.cancelable = 1;
-    ngx_add_timer(&rt->load_ev, 10);
-
-    return NGX_OK;
-}
-
-
-/*
- * Models load on engine threads; this timer, on the event loop, polls
- * their state until each is ready or failed and says which in error_log
- * (a failure names its reason: no GPU, not enough memory, ...).  A ready
- * model's shared prefixes are tokenized here, once in the worker.
- */
-
-
-static void
-ngx_http_nalar_load_watch(ngx_event_t *ev)
-{
-    int                          state;
-    ngx_uint_t                   i, pending;
-    nalar_err                    err;
-    ngx_http_nalar_runtime_t    *rt;
-    ngx_http_nalar_model_rt_t   *model;
-
-    rt = ngx_http_nalar_rt;
-
-    if (rt == NULL) {
-        return;
-    }
-
-    model = rt->models;
-    pending = 0;
-
-    for (i = 0; i < rt->n_models; i++) {
-        if (model[i].engine == NULL || model[i].load_logged) {
-            continue;
-        }
-
-        err.msg[0] = '\0';
-        state = nalar_engine_state(model[i].engine, &err);
-
-        if (state == 0) {
-            pending = 1;
-            continue;
-        }
-
-        model[i].load_logged = 1;
-
-        if (state == 1) {
-            ngx_log_error(NGX_LOG_NOTICE, ev->log, 0,
-                          "nalar_model \"%V\": ready", &model[i].name);
-
-            if (model[i].prefix == NULL) {
-                (void) ngx_http_nalar_tokenize_shared(&model[i], ev->log);
-            }
-
-        } else {
-            ngx_log_error(NGX_LOG_ERR, ev->log, 0,
-                          "nalar_model \"%V\" failed to load: %s",
-                          &model[i].name, err.msg);
-        }
-    }
-
-    if (pending && !ngx_exiting && !ngx_quit && !ngx_terminate) {
-        ngx_add_timer(ev, 50);
-    }
-}
-
-
-/* Engines are joined before the slots they may notify are freed. */
-
-static void
-ngx_http_nalar_exit_process(ngx_cycle_t *cycle)
-{
-    ngx_uint_t                   i;
-    ngx_queue_t                 *q;
-    ngx_http_nalar_slot_t      **slots;
-    ngx_http_nalar_runtime_t    *rt;
-
-    rt = ngx_http_nalar_rt;
-
-    if (rt == NULL) {
-        return;
-    }
-
-    if (rt->load_ev.timer_set) {
-        ngx_del_timer(&rt->load_ev);
-    }
-
-    /* the parse thread finishes what it parses; what it did not free is
-     * freed here (the requests are gone with the process) */
-
-    if (ngx_http_nalar_parser) {
-        pthread_mutex_lock(&ngx_http_nalar_mutex);
-        __atomic_store_n(&ngx_http_nalar_parser_stop, 1, __ATOMIC_RELAXED);
-        pthread_cond_broadcast(&ngx_http_nalar_jobs_cond);
-        pthread_mutex_unlock(&ngx_http_nalar_mutex);
-
-        for (i = 0; i < ngx_http_nalar_parser; i++) {
-            (void) pthread_join(ngx_http_nalar_parser_tid[i], NULL);
-        }
-
-        ngx_http_nalar_parser = 0;
-    }
-
-    while (!ngx_queue_empty(&ngx_http_nalar_jobs)) {
-        q = ngx_queue_head(&ngx_http_nalar_jobs);
-        ngx_queue_remove(q);
-        ngx_http_nalar_parse_free(ngx_queue_data(q, ngx_http_nalar_parse_t,
-                                                 queue));
-    }
-
-    while (!ngx_queue_empty(&ngx_http_nalar_results)) {
-        q = ngx_queue_head(&ngx_http_nalar_results);
-        ngx_queue_remove(q);
-        ngx_http_nalar_parse_free(ngx_queue_data(q, ngx_http_nalar_parse_t,
-                                                 queue));
-    }
-
-    for (i = 0; i < rt->n_models; i++) {
-        if (rt->models[i].engine) {
-            nalar_engine_destroy(rt->models[i].engine);
-            rt->models[i].engine = NULL;
-        }
-    }
-
-    if (ngx_http_nalar_conn) {
-        ngx_close_connection(ngx_http_nalar_conn);
-        ngx_http_nalar_conn = NULL;
-        ngx_http_nalar_efd = -1;
-    }
-
-    slots = ngx_http_nalar_all_slots.elts;
-
-    for (i = 0; i < ngx_http_nalar_all_slots.nelts; i++) {
-        if (slots[i]->req) {
-            nalar_request_unref(slots[i]->req);
-        }
-
-        ngx_free(slots[i]);
-    }
-
-    ngx_http_nalar_all_slots.nelts = 0;
-    ngx_http_nalar_rt = NULL;
-
-    ngx_destroy_pool(rt->pool);
 }

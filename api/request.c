@@ -13,6 +13,15 @@
 #include "request_internal.h"
 #include "grammar.h"
 
+
+static int api_model(nalar_api_request *req, const nalar_api_in *in);
+static int api_stream(nalar_api_request *req);
+static int api_options(nalar_api_request *req, const nalar_api_in *in);
+static int api_sampling(nalar_api_request *req, const nalar_api_in *in);
+static int api_logprobs(nalar_api_request *req, const nalar_api_in *in);
+static int api_stop(nalar_api_request *req);
+
+
 int
 nalar_api_fail(nalar_api_request *req, int status, const char *type,
                const char *param, const char *code, const char *fmt, ...)
@@ -64,7 +73,7 @@ api_logit_bias(nalar_api_request *req, const nalar_api_model *m)
 
         if (*key < '0' || *key > '9' || *end != '\0' || errno != 0
             || id > INT32_MAX
-            || (m->state == 1 && id >= m->n_vocab))
+            || (m->state == 1 && id >= m->limits.n_vocab))
         {
             return api_bad(req, "logit_bias", "logit_bias: \"%s\" is not a "
                            "token id of the model", key);
@@ -86,25 +95,40 @@ api_logit_bias(nalar_api_request *req, const nalar_api_model *m)
 }
 
 
-/* The model, the sampling and the output fields. */
+/*
+ * The body's fields but the prompt, each step in the order a client sees
+ * its errors: the model, how the answer is sent, logit_bias, the options,
+ * sampling, logprobs, stop.  0, or -1 with req->err.
+ */
 
 static int
 api_fields(nalar_api_request *req, const nalar_api_in *in)
 {
-    int                     have_seed;
-    json_t                 *root, *v, *e;
-    size_t                  i, n, len;
-    double                  d;
-    const char             *name;
-    nalar_request_params   *p;
-    const nalar_api_model  *m;
+    if (api_model(req, in) != 0
+        || api_stream(req) != 0
+        || api_logit_bias(req, &in->models[req->model]) != 0
+        || api_options(req, in) != 0
+        || api_sampling(req, in) != 0
+        || api_logprobs(req, in) != 0
+        || api_stop(req) != 0)
+    {
+        return -1;
+    }
 
-    root = req->root;
-    p = &req->params;
+    return 0;
+}
 
-    /* model: the first configured one when absent */
 
-    v = json_object_get(root, "model");
+/* model: the first configured one when absent */
+
+static int
+api_model(nalar_api_request *req, const nalar_api_in *in)
+{
+    json_t      *v;
+    size_t       i, len;
+    const char  *name;
+
+    v = json_object_get(req->root, "model");
 
     if (v != NULL && !json_is_null(v) && !json_is_string(v)) {
         return api_bad(req, "model", "model must be a string");
@@ -131,9 +155,18 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
                         name ? name : "");
     }
 
-    m = &in->models[req->model];
+    return 0;
+}
 
-    /* booleans */
+
+/* stream, stream_options, and what cannot be honoured */
+
+static int
+api_stream(nalar_api_request *req)
+{
+    json_t  *root, *v, *e;
+
+    root = req->root;
 
     v = json_object_get(root, "stream");
     if (v && !json_is_null(v)) {
@@ -180,9 +213,18 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
         return api_bad(req, "suffix", "suffix is not supported");
     }
 
-    if (api_logit_bias(req, m) != 0) {
-        return -1;
-    }
+    return 0;
+}
+
+
+static int
+api_options(nalar_api_request *req, const nalar_api_in *in)
+{
+    json_t                *root, *v;
+    nalar_request_params  *p;
+
+    root = req->root;
+    p = &req->params;
 
     /* vLLM's extensions: logprobs tokens as "token_id:N", and generating
      * max_tokens whatever the model says */
@@ -229,6 +271,21 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
 
         p->max_tokens = (int32_t) json_integer_value(v);
     }
+
+    return 0;
+}
+
+
+static int
+api_sampling(nalar_api_request *req, const nalar_api_in *in)
+{
+    int                    have_seed;
+    json_t                *root, *v;
+    double                 d;
+    nalar_request_params  *p;
+
+    root = req->root;
+    p = &req->params;
 
     /* numbers with their OpenAI ranges */
 
@@ -296,6 +353,19 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
         req->n = (int) json_integer_value(v);
     }
 
+    return 0;
+}
+
+
+static int
+api_logprobs(nalar_api_request *req, const nalar_api_in *in)
+{
+    json_t                *root, *v, *e;
+    nalar_request_params  *p;
+
+    root = req->root;
+    p = &req->params;
+
     /* logprobs: an integer for completions, a boolean plus top_logprobs
      * for chat */
 
@@ -342,9 +412,22 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
     p->sampling.n_logprobs = req->logprobs > 0 ? (int32_t) req->logprobs : 0;
     p->logprobs = (req->logprobs >= 0);
 
+    return 0;
+}
+
+
+static int
+api_stop(nalar_api_request *req)
+{
+    json_t                *v, *e;
+    size_t                 i, n, len;
+    nalar_request_params  *p;
+
+    p = &req->params;
+
     /* stop: a string or up to 4 strings of up to 256 bytes each */
 
-    v = json_object_get(root, "stop");
+    v = json_object_get(req->root, "stop");
 
     if (v && !json_is_null(v)) {
         if (json_is_string(v)) {
@@ -538,23 +621,29 @@ api_prediction(nalar_api_request *req, const nalar_api_in *in)
 }
 
 
-/* An id prompt of n tokens against the model's context: -1 refused. */
+/*
+ * An id prompt of n tokens against the model's context: -1 refused, in
+ * the engine's words (nalar_limits_check on the snapshot's limits, with
+ * max_tokens, which api_fields read first), so that the error is built
+ * once, here.
+ */
 
 static int
 api_ids_fit(nalar_api_request *req, const nalar_api_model *m, size_t n)
 {
     int32_t  count;
+    char     msg[256];
 
     count = n > INT32_MAX ? INT32_MAX : (int32_t) n;
 
-    if (count >= m->n_ctx) {
+    if (count >= m->limits.n_ctx) {
         req->prompt_tokens = count;
 
+        (void) nalar_limits_check(&m->limits, count, 0,
+                                  req->params.max_tokens, msg, sizeof(msg));
+
         return api_fail(req, 400, "invalid_request_error", "prompt",
-                        "context_length_exceeded",
-                        "This model's maximum context length is %d "
-                        "tokens. However, your prompt has %d tokens.",
-                        m->n_ctx, count);
+                        "context_length_exceeded", "%s", msg);
     }
 
     return 0;
@@ -565,7 +654,7 @@ static int
 api_not_id(nalar_api_request *req, const nalar_api_model *m, size_t i)
 {
     return api_bad(req, "prompt", "prompt[%zu] is not a token id of this "
-                   "model (0..%d)", i, m->n_vocab - 1);
+                   "model (0..%d)", i, m->limits.n_vocab - 1);
 }
 
 
@@ -675,7 +764,7 @@ api_completion(nalar_api_request *req, const nalar_api_model *m,
         e = json_array_get(v, i);
 
         if (!json_is_integer(e) || json_integer_value(e) < 0
-            || json_integer_value(e) >= m->n_vocab)
+            || json_integer_value(e) >= m->limits.n_vocab)
         {
             return api_not_id(req, m, i);
         }
@@ -1033,7 +1122,7 @@ api_parse_counted(const char *body, size_t len, const nalar_api_in *in,
 
     for (i = 0; i < in->n_models && !ids.arrays; i++) {
         if (in->models[i].state != 1
-            || ids.count >= (size_t) in->models[i].n_ctx)
+            || ids.count >= (size_t) in->models[i].limits.n_ctx)
         {
             break;
         }

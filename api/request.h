@@ -37,8 +37,7 @@ typedef struct {
     int          state;         /* 1 ready, 0 loading, -1 failed to load,
                                    -2 not started in this worker */
     char         error[256];    /* why it failed (state -1) */
-    int32_t      n_vocab;       /* once ready */
-    int32_t      n_ctx;
+    nalar_limits limits;        /* once ready */
     int          chat_style;    /* its template's style, once ready */
     const nalar_chat_template *tmpl;    /* its own chat template compiled
                                            (tokenizer.chat_template), or
@@ -118,8 +117,8 @@ typedef struct {
  * Parses `body` (len bytes) into *req (which it initialises).  0, or -1
  * with req->err: a status of 503 (code model_loading or model_failed)
  * says the model was not ready in the snapshot; a 400 with code
- * context_length_exceeded for an id array counted req->prompt_tokens ids,
- * which the caller may check against the engine for its own message.
+ * context_length_exceeded for an id array counted req->prompt_tokens ids
+ * (its message the engine's, from the snapshot's limits).
  * Either way the request is freed with nalar_api_request_free.
  */
 int nalar_api_parse(const char *body, size_t len, const nalar_api_in *in,

@@ -29,6 +29,7 @@ typedef struct {
 
 static int route_scan_string(nalar_route_scan *s, unsigned char *dst,
     size_t *dst_len, size_t dst_cap, size_t *total);
+static int route_scan_u(nalar_route_scan *s, unsigned char *utf, size_t *n);
 static void route_scan_space(nalar_route_scan *s, unsigned char sep);
 static int route_scan_skip(nalar_route_scan *s);
 static int route_scan_prompt(nalar_route_scan *s);
@@ -150,6 +151,107 @@ nalar_route_text(const unsigned char *body, size_t len, int chat,
 
 
 /*
+ * The \uXXXX escape after its "\u" (a surrogate pair taken whole), as
+ * UTF-8 in utf (*n bytes); what is not a code point reads as U+FFFD.
+ * ROUTE_SCAN_END: the text ends first.
+ */
+
+static int
+route_scan_u(nalar_route_scan *s, unsigned char *utf, size_t *n)
+{
+    uint32_t       cp, lo;
+    unsigned       k;
+    unsigned char  c;
+
+    cp = 0;
+
+    for (k = 0; k < 4; k++) {
+        if (s->p == s->end) {
+            return ROUTE_SCAN_END;
+        }
+
+        c = *s->p++;
+        cp <<= 4;
+
+        if (c >= '0' && c <= '9') {
+            cp |= c - '0';
+
+        } else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') {
+            cp |= (c | 0x20) - 'a' + 10;
+
+        } else {
+            cp = 0xfffd;
+            break;
+        }
+    }
+
+    if (cp >= 0xd800 && cp < 0xdc00) {
+        /* a high surrogate: its low half follows */
+
+        if (s->end - s->p < 6) {
+            return ROUTE_SCAN_END;
+        }
+
+        lo = 0;
+
+        if (s->p[0] == '\\' && s->p[1] == 'u') {
+            for (k = 2; k < 6; k++) {
+                c = s->p[k];
+                lo <<= 4;
+
+                if (c >= '0' && c <= '9') {
+                    lo |= c - '0';
+
+                } else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') {
+                    lo |= (c | 0x20) - 'a' + 10;
+
+                } else {
+                    lo = 0;
+                    break;
+                }
+            }
+        }
+
+        if (lo >= 0xdc00 && lo < 0xe000) {
+            s->p += 6;
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+
+        } else {
+            cp = 0xfffd;
+        }
+
+    } else if (cp >= 0xdc00 && cp < 0xe000) {
+        cp = 0xfffd;
+    }
+
+    if (cp < 0x80) {
+        utf[0] = (unsigned char) cp;
+        *n = 1;
+
+    } else if (cp < 0x800) {
+        utf[0] = (unsigned char) (0xc0 | (cp >> 6));
+        utf[1] = (unsigned char) (0x80 | (cp & 0x3f));
+        *n = 2;
+
+    } else if (cp < 0x10000) {
+        utf[0] = (unsigned char) (0xe0 | (cp >> 12));
+        utf[1] = (unsigned char) (0x80 | ((cp >> 6) & 0x3f));
+        utf[2] = (unsigned char) (0x80 | (cp & 0x3f));
+        *n = 3;
+
+    } else {
+        utf[0] = (unsigned char) (0xf0 | (cp >> 18));
+        utf[1] = (unsigned char) (0x80 | ((cp >> 12) & 0x3f));
+        utf[2] = (unsigned char) (0x80 | ((cp >> 6) & 0x3f));
+        utf[3] = (unsigned char) (0x80 | (cp & 0x3f));
+        *n = 4;
+    }
+
+    return ROUTE_SCAN_OK;
+}
+
+
+/*
  * A JSON string at s->p, decoded into dst (at most dst_cap bytes; dst may
  * be NULL); *total: its whole decoded length.  Invalid escapes and lone
  * surrogates decode as U+FFFD: the text only needs to be the same for the
@@ -161,8 +263,6 @@ route_scan_string(nalar_route_scan *s, unsigned char *dst,
     size_t *dst_len, size_t dst_cap, size_t *total)
 {
     size_t          n, i;
-    uint32_t        cp, lo;
-    unsigned        k;
     unsigned char   c, utf[4];
 
     *total = 0;
@@ -202,89 +302,8 @@ route_scan_string(nalar_route_scan *s, unsigned char *dst,
             case 't': utf[0] = '\t'; break;
 
             case 'u':
-                cp = 0;
-
-                for (k = 0; k < 4; k++) {
-                    if (s->p == s->end) {
-                        return ROUTE_SCAN_END;
-                    }
-
-                    c = *s->p++;
-                    cp <<= 4;
-
-                    if (c >= '0' && c <= '9') {
-                        cp |= c - '0';
-
-                    } else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') {
-                        cp |= (c | 0x20) - 'a' + 10;
-
-                    } else {
-                        cp = 0xfffd;
-                        break;
-                    }
-                }
-
-                if (cp >= 0xd800 && cp < 0xdc00) {
-                    /* a high surrogate: its low half follows */
-
-                    if (s->end - s->p < 6) {
-                        return ROUTE_SCAN_END;
-                    }
-
-                    lo = 0;
-
-                    if (s->p[0] == '\\' && s->p[1] == 'u') {
-                        for (k = 2; k < 6; k++) {
-                            c = s->p[k];
-                            lo <<= 4;
-
-                            if (c >= '0' && c <= '9') {
-                                lo |= c - '0';
-
-                            } else if ((c | 0x20) >= 'a'
-                                       && (c | 0x20) <= 'f')
-                            {
-                                lo |= (c | 0x20) - 'a' + 10;
-
-                            } else {
-                                lo = 0;
-                                break;
-                            }
-                        }
-                    }
-
-                    if (lo >= 0xdc00 && lo < 0xe000) {
-                        s->p += 6;
-                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-
-                    } else {
-                        cp = 0xfffd;
-                    }
-
-                } else if (cp >= 0xdc00 && cp < 0xe000) {
-                    cp = 0xfffd;
-                }
-
-                if (cp < 0x80) {
-                    utf[0] = (unsigned char) cp;
-
-                } else if (cp < 0x800) {
-                    utf[0] = (unsigned char) (0xc0 | (cp >> 6));
-                    utf[1] = (unsigned char) (0x80 | (cp & 0x3f));
-                    n = 2;
-
-                } else if (cp < 0x10000) {
-                    utf[0] = (unsigned char) (0xe0 | (cp >> 12));
-                    utf[1] = (unsigned char) (0x80 | ((cp >> 6) & 0x3f));
-                    utf[2] = (unsigned char) (0x80 | (cp & 0x3f));
-                    n = 3;
-
-                } else {
-                    utf[0] = (unsigned char) (0xf0 | (cp >> 18));
-                    utf[1] = (unsigned char) (0x80 | ((cp >> 12) & 0x3f));
-                    utf[2] = (unsigned char) (0x80 | ((cp >> 6) & 0x3f));
-                    utf[3] = (unsigned char) (0x80 | (cp & 0x3f));
-                    n = 4;
+                if (route_scan_u(s, utf, &n) != ROUTE_SCAN_OK) {
+                    return ROUTE_SCAN_END;
                 }
 
                 break;

@@ -21,6 +21,9 @@ enum {
 
 enum { KEY_OTHER = 0, KEY_NAME, KEY_ARGS };
 
+static void scan_string(nalar_tool_parser *p, nalar_tool_call *c, char ch);
+static void scan_punct(nalar_tool_parser *p, nalar_tool_call *c, char ch);
+
 
 static int
 buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
@@ -171,6 +174,13 @@ key_done(nalar_tool_parser *p)
 }
 
 
+/*
+ * The model's text, a byte at a time, through the calls' JSON: a call
+ * opens at '{' between calls; inside one, strings (scan_string) and
+ * structure (scan_punct) move the object's state, and the arguments'
+ * bytes are copied as they pass.  0, or -1 out of memory.
+ */
+
 static int
 scan(nalar_tool_parser *p, const char *s, size_t len)
 {
@@ -209,45 +219,7 @@ scan(nalar_tool_parser *p, const char *s, size_t len)
         }
 
         if (p->in_str) {
-            if (p->esc) {
-                p->esc = 0;
-
-            } else if (ch == '\\') {
-                p->esc = 1;
-
-            } else if (ch == '"') {
-                p->in_str = 0;
-
-                if (p->depth == 1) {
-                    if (p->obj == OBJ_IN_KEY) {
-                        key_done(p);
-                        p->obj = OBJ_COLON;
-
-                    } else if (p->obj == OBJ_IN_VALUE) {
-                        if (p->key_kind == KEY_NAME) {
-                            c->named = 1;
-                        }
-                        if (p->in_args) {
-                            args_end(p, c);
-                        }
-                        p->obj = OBJ_AFTER;
-                    }
-                }
-                continue;
-            }
-
-            if (p->depth == 1 && p->obj == OBJ_IN_KEY
-                && p->key_len < sizeof(p->key))
-            {
-                p->key[p->key_len++] = ch;
-
-            } else if (p->depth == 1 && p->obj == OBJ_IN_VALUE
-                       && p->key_kind == KEY_NAME
-                       && c->name_len < NALAR_TOOL_NAME_MAX - 1)
-            {
-                c->name[c->name_len++] = ch;
-            }
-
+            scan_string(p, c, ch);
             continue;
         }
 
@@ -263,65 +235,120 @@ scan(nalar_tool_parser *p, const char *s, size_t len)
             }
         }
 
-        switch (ch) {
-
-        case '"':
-            p->in_str = 1;
-            if (p->depth == 1 && p->obj == OBJ_KEY) {
-                p->obj = OBJ_IN_KEY;
-                p->key_len = 0;
-            } else if (p->depth == 1 && p->obj == OBJ_IN_VALUE
-                       && p->key_kind == KEY_NAME)
-            {
-                c->name_len = 0;
-            }
-            break;
-
-        case '{':
-        case '[':
-            p->depth++;
-            break;
-
-        case '}':
-        case ']':
-            p->depth--;
-
-            if (p->depth == 1 && p->in_args && !p->args_prim) {
-                args_end(p, c);
-                p->obj = OBJ_AFTER;
-
-            } else if (p->depth == 0) {
-                if (p->in_args) {
-                    /* the '}' that closed a primitive value's object */
-                    c->args_len--;
-                    args_end(p, c);
-                }
-                c->complete = 1;
-            }
-            break;
-
-        case ',':
-            if (p->depth == 1) {
-                if (p->in_args) {
-                    c->args_len--;
-                    args_end(p, c);
-                }
-                p->obj = OBJ_KEY;
-            }
-            break;
-
-        case ':':
-            if (p->depth == 1 && p->obj == OBJ_COLON) {
-                p->obj = OBJ_VALUE;
-            }
-            break;
-
-        default:
-            break;
-        }
+        scan_punct(p, c, ch);
     }
 
     return 0;
+}
+
+
+/* A byte inside a string: its end, or a key's or a name's byte. */
+
+static void
+scan_string(nalar_tool_parser *p, nalar_tool_call *c, char ch)
+{
+    if (p->esc) {
+        p->esc = 0;
+
+    } else if (ch == '\\') {
+        p->esc = 1;
+
+    } else if (ch == '"') {
+        p->in_str = 0;
+
+        if (p->depth == 1) {
+            if (p->obj == OBJ_IN_KEY) {
+                key_done(p);
+                p->obj = OBJ_COLON;
+
+            } else if (p->obj == OBJ_IN_VALUE) {
+                if (p->key_kind == KEY_NAME) {
+                    c->named = 1;
+                }
+                if (p->in_args) {
+                    args_end(p, c);
+                }
+                p->obj = OBJ_AFTER;
+            }
+        }
+        return;
+    }
+
+    if (p->depth == 1 && p->obj == OBJ_IN_KEY
+        && p->key_len < sizeof(p->key))
+    {
+        p->key[p->key_len++] = ch;
+
+    } else if (p->depth == 1 && p->obj == OBJ_IN_VALUE
+               && p->key_kind == KEY_NAME
+               && c->name_len < NALAR_TOOL_NAME_MAX - 1)
+    {
+        c->name[c->name_len++] = ch;
+    }
+}
+
+
+/* A byte outside strings: a string's start, nesting, ',' and ':'. */
+
+static void
+scan_punct(nalar_tool_parser *p, nalar_tool_call *c, char ch)
+{
+    switch (ch) {
+
+    case '"':
+        p->in_str = 1;
+        if (p->depth == 1 && p->obj == OBJ_KEY) {
+            p->obj = OBJ_IN_KEY;
+            p->key_len = 0;
+        } else if (p->depth == 1 && p->obj == OBJ_IN_VALUE
+                   && p->key_kind == KEY_NAME)
+        {
+            c->name_len = 0;
+        }
+        break;
+
+    case '{':
+    case '[':
+        p->depth++;
+        break;
+
+    case '}':
+    case ']':
+        p->depth--;
+
+        if (p->depth == 1 && p->in_args && !p->args_prim) {
+            args_end(p, c);
+            p->obj = OBJ_AFTER;
+
+        } else if (p->depth == 0) {
+            if (p->in_args) {
+                /* the '}' that closed a primitive value's object */
+                c->args_len--;
+                args_end(p, c);
+            }
+            c->complete = 1;
+        }
+        break;
+
+    case ',':
+        if (p->depth == 1) {
+            if (p->in_args) {
+                c->args_len--;
+                args_end(p, c);
+            }
+            p->obj = OBJ_KEY;
+        }
+        break;
+
+    case ':':
+        if (p->depth == 1 && p->obj == OBJ_COLON) {
+            p->obj = OBJ_VALUE;
+        }
+        break;
+
+    default:
+        break;
+    }
 }
 
 

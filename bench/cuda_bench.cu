@@ -492,261 +492,278 @@ timed_decode(bench_run *r, nalar_seq_kv *seqs, int32_t B,
 }
 
 
-int
-nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
-{
-    static const int32_t dflt_batches[4] = { 8, 16, 32, 128 };
-    const int32_t *batches = o->n_batches > 0 ? o->batches : dflt_batches;
-    int32_t        n_batches = o->n_batches > 0 ? o->n_batches : 4;
-    int32_t        P = o->prefill > 0 ? o->prefill : 2048;
-    int32_t        N = o->n_decode > 0 ? o->n_decode : 64;
-    int32_t        actx = o->attn_ctx > 0 ? o->attn_ctx : 8192;
-    int32_t        ctx_b = 128, max_b = 1, cap_tok, n_blocks;
-    nalar_model   *m = NULL;
+/* what nalar_cuda_bench measures, and the shapes it measures at */
+typedef struct {
+    const char    *name;          /* the model's path or the shape's name */
     nalar_config   cfg;
-    bench_run      r;
-    nalar_seq_kv  *seqs = NULL;
-    int32_t       *first = NULL;     /* (max_b) the first step's tokens */
-    double         bw = 0, prefill_tps = 0, dec_tps = 0, att_gbs = 0;
-    double         att_us = 0, t0, kv_tok, dec_gbs;
-    double         att16_gbs = 0, att16_us = 0;
-    int32_t        att_splits = 0, att16_splits = 0;
-    double         bat_tps[16], bat_logits_tps[16] = { 0 };
-    double         dec_logits_tps = 0;
-    double         ver[NALAR_BENCH_VERIFY + 1] = { 0 };
-    double         ver_mma[NALAR_BENCH_VERIFY + 1] = { 0 };
-    double         dec_mma_tps = 0, bat_mma_tps[16] = { 0 };
-    int32_t        dec_launch = -1, bat_launch[16];
-    int32_t        rows;
-    int64_t        wbytes;
-    int            rc = -1;
-    const char    *name;
+    const int32_t *batches;
+    int32_t        n_batches;     /* <= 16 */
+    int32_t        P, N;          /* prompt tokens, decode steps */
+    int32_t        actx;          /* the attention measure's context */
+    int32_t        ctx_b;         /* each batched stream's context */
+    int32_t        max_b;         /* the widest batch */
+    int64_t        wbytes;        /* weight bytes read per token */
+    double         bw, prefill_tps;
+    double         dec_tps, dec_logits_tps, dec_gbs, dec_mma_tps;
+    int32_t        dec_launch;
+    double         ver[NALAR_BENCH_VERIFY + 1];
+    double         ver_mma[NALAR_BENCH_VERIFY + 1];
+    double         bat_tps[16], bat_logits_tps[16], bat_mma_tps[16];
+    int32_t        bat_launch[16];
+    double         att_gbs, att_us, att16_gbs, att16_us;
+    int32_t        att_splits, att16_splits;
+} bench_res;
 
-    memset(&r, 0, sizeof(r));
-    if (nalar_cuda_device_count() <= o->device || o->device < 0) {
-        return nalar_fail(err, "bench: no CUDA device %d", o->device);
-    }
-    for (int i = 0; i < n_batches && i < 16; i++) {
-        max_b = batches[i] > max_b ? batches[i] : max_b;
-    }
-    n_batches = n_batches < 16 ? n_batches : 16;
-    if (copy_bandwidth(o->device, &bw, err) != 0) {
-        return -1;
-    }
-    progress("HBM copy bandwidth %.1f GB/s", bw);
+
+/* The backend (a model's or a synthetic shape's) on o->device; *m the
+ * model it loaded, if any.  0, or -1 with err. */
+static int
+bench_backend(const nalar_cuda_bench_opts *o, bench_run *r, bench_res *R,
+              nalar_model **m, nalar_err *err)
+{
     if (o->synthetic != NULL) {
-        if (nalar_cuda_synthetic_config(o->synthetic, &cfg, err) != 0) {
+        if (nalar_cuda_synthetic_config(o->synthetic, &R->cfg, err) != 0) {
             return -1;
         }
-        r.be = nalar_cuda_backend_create_synthetic(&cfg,
-                   o->type != 0 ? o->type : GGML_BF16, 42, o->device,
-                   o->gemv_max, err);
-        name = o->synthetic;
+        r->be = nalar_cuda_backend_create_synthetic(&R->cfg,
+                    o->type != 0 ? o->type : GGML_BF16, 42, o->device,
+                    o->gemv_max, err);
+        R->name = o->synthetic;
     } else {
         if (o->model_path == NULL) {
             return nalar_fail(err, "bench: a model (-m) or --synthetic SHAPE");
         }
-        m = nalar_model_load(o->model_path, err);
-        if (m == NULL) {
+        *m = nalar_model_load(o->model_path, err);
+        if (*m == NULL) {
             return -1;
         }
-        cfg = m->cfg;
-        r.be = nalar_cuda_backend_create(m, o->device, o->gemv_max, err);
-        name = o->model_path;
+        R->cfg = (*m)->cfg;
+        r->be = nalar_cuda_backend_create(*m, o->device, o->gemv_max, err);
+        R->name = o->model_path;
     }
-    if (r.be == NULL) {
-        goto out;
-    }
-    progress("%s: weights on the device", name);
-    if (P + N + 16 > cfg.n_ctx && o->synthetic == NULL) {
-        P = cfg.n_ctx - N - 16 > 16 ? cfg.n_ctx - N - 16 : 16;
-    }
-    r.vocab = cfg.n_vocab;
-    wbytes = nalar_cuda_weight_bytes(r.be);
+    return r->be != NULL ? 0 : -1;
+}
+
+
+/* The KV pool and the host buffers of every measure: seqs and first
+ * (max_b each).  0, or -1 with err. */
+static int
+bench_buffers(bench_run *r, const bench_res *R, nalar_seq_kv **seqs,
+              int32_t **first, nalar_err *err)
+{
+    const nalar_config *cfg = &R->cfg;
+    int32_t             n_blocks, cap_tok, rows;
+    int32_t             P = R->P, N = R->N, ctx_b = R->ctx_b;
+    int32_t             max_b = R->max_b;
+
     /* blocks for the longest of: the prompt and its decode, or every
      * batched stream with its context and decode */
     n_blocks = (P + N + 32) / NALAR_KV_BLOCK + 2;
     if (max_b * ((ctx_b + N + 32) / NALAR_KV_BLOCK + 2) > n_blocks) {
         n_blocks = max_b * ((ctx_b + N + 32) / NALAR_KV_BLOCK + 2);
     }
-    if (nalar_kv_pool_init(&r.kv, n_blocks, cfg.n_layers,
-                           cfg.n_kv_heads * cfg.head_dim, err) != 0)
+    if (nalar_kv_pool_init(&r->kv, n_blocks, cfg->n_layers,
+                           cfg->n_kv_heads * cfg->head_dim, err) != 0)
     {
-        goto out;
+        return -1;
     }
-    if (r.be->kv_alloc(r.be, &r.kv, err) != 0) {
-        nalar_kv_pool_free(&r.kv);
-        r.kv.n_blocks = 0;
-        goto out;
+    if (r->be->kv_alloc(r->be, &r->kv, err) != 0) {
+        nalar_kv_pool_free(&r->kv);
+        r->kv.n_blocks = 0;
+        return -1;
     }
     cap_tok = P > max_b * ctx_b ? P : max_b * ctx_b;
     cap_tok = cap_tok > 4096 ? cap_tok : 4096;
-    r.b.tokens = (int32_t *) calloc((size_t) cap_tok, sizeof(int32_t));
-    r.b.pos = (int32_t *) calloc((size_t) cap_tok, sizeof(int32_t));
-    r.b.seq = (nalar_seq_kv **) calloc((size_t) cap_tok,
-                                       sizeof(nalar_seq_kv *));
-    r.b.want_logits = (int8_t *) calloc((size_t) cap_tok, 1);
+    r->b.tokens = (int32_t *) calloc((size_t) cap_tok, sizeof(int32_t));
+    r->b.pos = (int32_t *) calloc((size_t) cap_tok, sizeof(int32_t));
+    r->b.seq = (nalar_seq_kv **) calloc((size_t) cap_tok,
+                                        sizeof(nalar_seq_kv *));
+    r->b.want_logits = (int8_t *) calloc((size_t) cap_tok, 1);
     /* logit rows: the widest batch, or a verification pass */
     rows = max_b > NALAR_BENCH_VERIFY ? max_b : NALAR_BENCH_VERIFY;
-    r.logits = (float *) malloc((size_t) rows * cfg.n_vocab
-                                * sizeof(float));
-    r.ids = (int32_t *) malloc((size_t) rows * sizeof(int32_t));
-    seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
-    first = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
-    if (r.b.tokens == NULL || r.b.pos == NULL || r.b.seq == NULL
-        || r.b.want_logits == NULL || r.logits == NULL || r.ids == NULL
-        || seqs == NULL || first == NULL)
+    r->logits = (float *) malloc((size_t) rows * cfg->n_vocab
+                                 * sizeof(float));
+    r->ids = (int32_t *) malloc((size_t) rows * sizeof(int32_t));
+    *seqs = (nalar_seq_kv *) calloc((size_t) max_b, sizeof(nalar_seq_kv));
+    *first = (int32_t *) malloc((size_t) max_b * sizeof(int32_t));
+    if (r->b.tokens == NULL || r->b.pos == NULL || r->b.seq == NULL
+        || r->b.want_logits == NULL || r->logits == NULL || r->ids == NULL
+        || *seqs == NULL || *first == NULL)
     {
-        nalar_fail(err, "bench: out of host memory");
-        goto out;
+        return nalar_fail(err, "bench: out of host memory");
     }
     for (int i = 0; i < max_b; i++) {
-        nalar_seq_kv_init(&seqs[i]);
+        nalar_seq_kv_init(&(*seqs)[i]);
     }
+    return 0;
+}
 
-    /* prefill: the whole prompt in one pass, after a warm-up pass */
-    if (nalar_seq_kv_reserve(&r.kv, &seqs[0], P + N + 16) != 0) {
-        nalar_fail(err, "bench: KV pool too small");
-        goto out;
+
+/* prefill: the whole prompt in one pass, after a warm-up pass; leaves
+ * seqs[0] holding it and its last logits.  0, or -1 with err. */
+static int
+bench_prefill(bench_run *r, bench_res *R, nalar_seq_kv *seqs, nalar_err *err)
+{
+    int32_t P = R->P;
+    double  t0;
+
+    if (nalar_seq_kv_reserve(&r->kv, &seqs[0], P + R->N + 16) != 0) {
+        return nalar_fail(err, "bench: KV pool too small");
     }
     for (int rep = 0; rep < 2; rep++) {
         for (int32_t i = 0; i < P; i++) {
-            r.b.tokens[i] = (int32_t) ((i * 7919 + 13) % cfg.n_vocab);
-            r.b.pos[i] = i;
-            r.b.seq[i] = &seqs[0];
-            r.b.want_logits[i] = i == P - 1;
+            r->b.tokens[i] = (int32_t) ((i * 7919 + 13) % R->cfg.n_vocab);
+            r->b.pos[i] = i;
+            r->b.seq[i] = &seqs[0];
+            r->b.want_logits[i] = i == P - 1;
         }
         t0 = nalar_now_s();
-        if (step(&r, P, err) != 0) {
-            goto out;
+        if (step(r, P, err) != 0) {
+            return -1;
         }
-        prefill_tps = P / (nalar_now_s() - t0);
+        R->prefill_tps = P / (nalar_now_s() - t0);
         progress("prefill of %d tokens, pass %d: %.1f tok/s", P, rep + 1,
-                 prefill_tps);
+                 R->prefill_tps);
     }
+    return 0;
+}
 
-    /* decode at batch 1: 8 warm-up steps (graph capture), then N timed,
-     * from the prompt's greedy token */
-    {
-        double tps[2] = { 0, 0 };
 
-        first[0] = nalar_argmax(r.logits, cfg.n_vocab);
-        if (timed_decode(&r, seqs, 1, first, P, 8, N, tps, err) != 0) {
-            goto out;
-        }
-        dec_tps = tps[0];
-        dec_logits_tps = tps[1];
-        dec_launch = nalar_cuda_graph_kernels(r.be, 1);
-        progress("decode batch 1: %d kernel launches a step", dec_launch);
+/* decode at batch 1: 8 warm-up steps (graph capture), then N timed, from
+ * the prompt's greedy token; the verify curve over the positions they
+ * wrote; the same with BF16 projections on tensor cores (type BF16).
+ * 0, or -1 with err. */
+static int
+bench_decode1(const nalar_cuda_bench_opts *o, bench_run *r, bench_res *R,
+              nalar_seq_kv *seqs, int32_t *first, nalar_err *err)
+{
+    const nalar_config *cfg = &R->cfg;
+    double              tps[2] = { 0, 0 }, kv_tok;
+    int32_t             P = R->P, N = R->N;
+
+    first[0] = nalar_argmax(r->logits, cfg->n_vocab);
+    if (timed_decode(r, seqs, 1, first, P, 8, N, tps, err) != 0) {
+        return -1;
     }
-    /* the verify curve, over the positions the decode steps just wrote */
-    if (verify_curve(&r, &seqs[0], P, ver, err) != 0) {
-        goto out;
+    R->dec_tps = tps[0];
+    R->dec_logits_tps = tps[1];
+    R->dec_launch = nalar_cuda_graph_kernels(r->be, 1);
+    progress("decode batch 1: %d kernel launches a step", R->dec_launch);
+    if (verify_curve(r, &seqs[0], P, R->ver, err) != 0) {
+        return -1;
     }
-    /* the same with BF16 projections of 1..16 tokens on tensor cores */
     if (o->type == 0 || o->type == GGML_BF16) {
-        double tps[2] = { 0, 0 };
-
-        nalar_cuda_backend_gemv_mma(r.be, 1);
-        if (timed_decode(&r, seqs, 1, first, P, 8, N, tps, err) != 0
-            || verify_curve(&r, &seqs[0], P, ver_mma, err) != 0)
+        tps[0] = tps[1] = 0;
+        nalar_cuda_backend_gemv_mma(r->be, 1);
+        if (timed_decode(r, seqs, 1, first, P, 8, N, tps, err) != 0
+            || verify_curve(r, &seqs[0], P, R->ver_mma, err) != 0)
         {
-            goto out;
+            return -1;
         }
-        dec_mma_tps = tps[0];
-        nalar_cuda_backend_gemv_mma(r.be, 0);
+        R->dec_mma_tps = tps[0];
+        nalar_cuda_backend_gemv_mma(r->be, 0);
     }
-    nalar_seq_kv_release(&r.kv, &seqs[0]);
+    nalar_seq_kv_release(&r->kv, &seqs[0]);
     /* KV read per token at the mean context of the timed steps */
-    kv_tok = 2.0 * (P + 8 + N / 2) * cfg.n_kv_heads * cfg.head_dim
-             * (double) sizeof(float) * cfg.n_layers;
-    dec_gbs = ((double) wbytes + kv_tok) * dec_tps / 1e9;
+    kv_tok = 2.0 * (P + 8 + N / 2) * cfg->n_kv_heads * cfg->head_dim
+             * (double) sizeof(float) * cfg->n_layers;
+    R->dec_gbs = ((double) R->wbytes + kv_tok) * R->dec_tps / 1e9;
+    return 0;
+}
 
-    /* batched decode: B streams with ctx_b-token contexts */
-    for (int k = 0; k < n_batches; k++) {
-        int32_t B = batches[k], steps = N / 2 > 8 ? N / 2 : 8;
 
-        for (int32_t s = 0; s < B; s++) {
-            if (nalar_seq_kv_reserve(&r.kv, &seqs[s], ctx_b + steps + 8)
-                != 0)
-            {
-                nalar_fail(err, "bench: KV pool too small for %d streams", B);
-                goto out;
-            }
-        }
-        /* contexts, up to 4096 tokens a pass */
-        for (int32_t done = 0; done < B * ctx_b;) {
-            int32_t n = B * ctx_b - done < 4096 ? B * ctx_b - done : 4096;
+/* batched decode: batches[k] streams with ctx_b-token contexts (written
+ * up to 4096 tokens a pass), 4 warm-up steps, then timed ones, as at
+ * batch 1 (and on tensor cores where batch 1 was).  0, or -1 with err. */
+static int
+bench_batched(bench_run *r, bench_res *R, int k, nalar_seq_kv *seqs,
+              int32_t *first, nalar_err *err)
+{
+    int32_t B = R->batches[k], ctx_b = R->ctx_b;
+    int32_t steps = R->N / 2 > 8 ? R->N / 2 : 8, V = R->cfg.n_vocab;
+    double  tps[2] = { 0, 0 };
 
-            for (int32_t i = 0; i < n; i++) {
-                int32_t g = done + i;
-
-                r.b.tokens[i] = (int32_t) ((g * 31 + 7) % cfg.n_vocab);
-                r.b.pos[i] = g % ctx_b;
-                r.b.seq[i] = &seqs[g / ctx_b];
-                r.b.want_logits[i] = 0;
-            }
-            if (step(&r, n, err) != 0) {
-                goto out;
-            }
-            done += n;
-        }
-        /* as at batch 1, 4 warm-up steps */
-        {
-            double tps[2] = { 0, 0 };
-
-            for (int32_t s = 0; s < B; s++) {
-                first[s] = (int32_t) ((s * 17 + 5) % cfg.n_vocab);
-            }
-            if (timed_decode(&r, seqs, B, first, ctx_b, 4, steps, tps, err)
-                != 0)
-            {
-                goto out;
-            }
-            bat_tps[k] = tps[0];
-            bat_logits_tps[k] = tps[1];
-            bat_launch[k] = nalar_cuda_graph_kernels(r.be, B);
-            progress("decode batch %d: %d kernel launches a step", B,
-                     bat_launch[k]);
-            if (dec_mma_tps > 0 && B <= NALAR_CUDA_MMA_MAX) {
-                nalar_cuda_backend_gemv_mma(r.be, 1);
-                if (timed_decode(&r, seqs, B, first, ctx_b, 4, steps, tps,
-                                 err) != 0)
-                {
-                    goto out;
-                }
-                bat_mma_tps[k] = tps[0];
-                nalar_cuda_backend_gemv_mma(r.be, 0);
-            }
-        }
-        for (int32_t s = 0; s < B; s++) {
-            nalar_seq_kv_release(&r.kv, &seqs[s]);
+    for (int32_t s = 0; s < B; s++) {
+        if (nalar_seq_kv_reserve(&r->kv, &seqs[s], ctx_b + steps + 8) != 0) {
+            return nalar_fail(err, "bench: KV pool too small for %d streams",
+                              B);
         }
     }
+    for (int32_t done = 0; done < B * ctx_b;) {
+        int32_t n = B * ctx_b - done < 4096 ? B * ctx_b - done : 4096;
 
-    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, 0, &att_gbs,
-                            &att_us, &att_splits, err) != 0)
+        for (int32_t i = 0; i < n; i++) {
+            int32_t g = done + i;
+
+            r->b.tokens[i] = (int32_t) ((g * 31 + 7) % V);
+            r->b.pos[i] = g % ctx_b;
+            r->b.seq[i] = &seqs[g / ctx_b];
+            r->b.want_logits[i] = 0;
+        }
+        if (step(r, n, err) != 0) {
+            return -1;
+        }
+        done += n;
+    }
+    for (int32_t s = 0; s < B; s++) {
+        first[s] = (int32_t) ((s * 17 + 5) % V);
+    }
+    if (timed_decode(r, seqs, B, first, ctx_b, 4, steps, tps, err) != 0) {
+        return -1;
+    }
+    R->bat_tps[k] = tps[0];
+    R->bat_logits_tps[k] = tps[1];
+    R->bat_launch[k] = nalar_cuda_graph_kernels(r->be, B);
+    progress("decode batch %d: %d kernel launches a step", B,
+             R->bat_launch[k]);
+    if (R->dec_mma_tps > 0 && B <= NALAR_CUDA_MMA_MAX) {
+        nalar_cuda_backend_gemv_mma(r->be, 1);
+        if (timed_decode(r, seqs, B, first, ctx_b, 4, steps, tps, err) != 0)
+        {
+            return -1;
+        }
+        R->bat_mma_tps[k] = tps[0];
+        nalar_cuda_backend_gemv_mma(r->be, 0);
+    }
+    for (int32_t s = 0; s < B; s++) {
+        nalar_seq_kv_release(&r->kv, &seqs[s]);
+    }
+    return 0;
+}
+
+
+/* the paged attention kernel alone (F32 and BF16 KV), the GEMV sweeps of
+ * a synthetic shape's projections, and the split count against context.
+ * 0, or -1 with err. */
+static int
+bench_kernels(const nalar_cuda_bench_opts *o, bench_res *R, nalar_err *err)
+{
+    const nalar_config *cfg = &R->cfg;
+    int32_t             actx = R->actx;
+
+    if (attention_bandwidth(o->device, cfg, actx, 0, -1, 0, &R->att_gbs,
+                            &R->att_us, &R->att_splits, err) != 0)
     {
-        goto out;
+        return -1;
     }
     progress("paged attention, ctx %d, %d splits: %.1f us, %.1f GB/s", actx,
-             att_splits, att_us, att_gbs);
-    if (attention_bandwidth(o->device, &cfg, actx, 0, -1, 1, &att16_gbs,
-                            &att16_us, &att16_splits, err) != 0)
+             R->att_splits, R->att_us, R->att_gbs);
+    if (attention_bandwidth(o->device, cfg, actx, 0, -1, 1, &R->att16_gbs,
+                            &R->att16_us, &R->att16_splits, err) != 0)
     {
-        goto out;
+        return -1;
     }
     progress("paged attention, ctx %d, BF16 KV, %d splits: %.1f us, %.1f "
-             "GB/s", actx, att16_splits, att16_us, att16_gbs);
+             "GB/s", actx, R->att16_splits, R->att16_us, R->att16_gbs);
     if (o->synthetic != NULL
-        && (gemv_sweep(o->device, 2 * (int64_t) cfg.ffn_dim, cfg.dim, err)
+        && (gemv_sweep(o->device, 2 * (int64_t) cfg->ffn_dim, cfg->dim, err)
             != 0
-            || gemv_sweep(o->device, cfg.dim, cfg.ffn_dim, err) != 0
-            || gemv_sweep(o->device, (int64_t) cfg.dim
-                          + 2 * (int64_t) cfg.n_kv_heads * cfg.head_dim,
-                          cfg.dim, err) != 0))
+            || gemv_sweep(o->device, cfg->dim, cfg->ffn_dim, err) != 0
+            || gemv_sweep(o->device, (int64_t) cfg->dim
+                          + 2 * (int64_t) cfg->n_kv_heads * cfg->head_dim,
+                          cfg->dim, err) != 0))
     {
-        goto out;
+        return -1;
     }
     /* the split count against context, for choosing the engine's */
     for (int ci = 0; ci < 4; ci++) {
@@ -756,137 +773,225 @@ nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
         double  g, u;
 
         for (size_t k = 0; k < sizeof(sweep) / sizeof(sweep[0]); k++) {
-            if (attention_bandwidth(o->device, &cfg, ctx, sweep[k], pf, 0,
+            if (attention_bandwidth(o->device, cfg, ctx, sweep[k], pf, 0,
                                     &g, &u, &used, err) != 0)
             {
-                goto out;
+                return -1;
             }
             progress("  sweep: ctx %d, %d splits, %s: %.1f us, %.1f GB/s",
                      ctx, used, pf ? "prefetch" : "no prefetch", u, g);
         }
     }
+    return 0;
+}
 
-    if (o->json) {
-        printf("{\"model\": \"%s\", \"copy_gbs\": %.1f, "
-               "\"prefill_tokens\": %d, \"prefill_tps\": %.1f, "
-               "\"decode_tps\": %.2f, \"decode_gbs\": %.1f, "
-               "\"decode_bw_fraction\": %.3f, \"batched_tps\": {",
-               name, bw, P, prefill_tps, dec_tps, dec_gbs, dec_gbs / bw);
-        for (int k = 0; k < n_batches; k++) {
-            printf("%s\"%d\": %.1f", k ? ", " : "", batches[k], bat_tps[k]);
-        }
-        printf("}, \"decode_logits_tps\": %.2f, \"batched_logits_tps\": {",
-               dec_logits_tps);
-        for (int k = 0; k < n_batches; k++) {
-            printf("%s\"%d\": %.1f", k ? ", " : "", batches[k],
-                   bat_logits_tps[k]);
-        }
-        printf("}, \"launches_per_step\": {\"1\": %d", dec_launch);
-        for (int k = 0; k < n_batches; k++) {
-            printf(", \"%d\": %d", batches[k], bat_launch[k]);
-        }
-        printf("}, \"verify_ratio\": {");
-        for (int n = 2; n <= NALAR_BENCH_VERIFY; n++) {
-            printf("%s\"%d\": %.3f", n > 2 ? ", " : "", n, ver[n] / ver[1]);
-        }
-        printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
-               "\"attn_bw_fraction\": %.3f, \"attn_bf16_us\": %.1f, "
-               "\"attn_bf16_gbs\": %.1f, \"attn_bf16_bw_fraction\": %.3f, "
-               "\"weight_bytes\": %lld}\n",
-               actx, att_us, att_gbs, att_gbs / bw, att16_us, att16_gbs,
-               att16_gbs / bw, (long long) wbytes);
-    } else {
-        printf("model %s: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
-               "%.2f GB of weights read per token\n", name, cfg.dim,
-               cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim,
-               cfg.n_vocab, wbytes / 1e9);
-        printf("%-34s %14s  %s\n", "measure", "value", "note");
-        printf("%-34s %10.1f GB/s  %s\n", "HBM copy bandwidth (D2D)", bw,
-               "read + write");
-        printf("%-34s %10.1f tok/s\n", "prefill (one prompt)", prefill_tps);
-        printf("%-34s %10.2f tok/s  %.1f GB/s = %.1f%% of copy bandwidth\n",
-               "decode batch 1", dec_tps, dec_gbs, 100.0 * dec_gbs / bw);
-        for (int k = 0; k < n_batches; k++) {
-            char what[64];
 
-            snprintf(what, sizeof(what), "decode batch %d", batches[k]);
-            printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what, bat_tps[k],
-                   bat_tps[k] / dec_tps);
-        }
-        /* the same steps bringing every row's logits to the host (what a
-         * step costs when any of its requests samples on the CPU) */
-        if (dec_logits_tps > 0) {
-            printf("%-34s %10.2f tok/s\n", "decode batch 1, logits to host",
-                   dec_logits_tps);
-            for (int k = 0; k < n_batches; k++) {
-                char what[64];
+static void
+bench_print_json(const bench_res *R)
+{
+    printf("{\"model\": \"%s\", \"copy_gbs\": %.1f, "
+           "\"prefill_tokens\": %d, \"prefill_tps\": %.1f, "
+           "\"decode_tps\": %.2f, \"decode_gbs\": %.1f, "
+           "\"decode_bw_fraction\": %.3f, \"batched_tps\": {",
+           R->name, R->bw, R->P, R->prefill_tps, R->dec_tps, R->dec_gbs,
+           R->dec_gbs / R->bw);
+    for (int k = 0; k < R->n_batches; k++) {
+        printf("%s\"%d\": %.1f", k ? ", " : "", R->batches[k],
+               R->bat_tps[k]);
+    }
+    printf("}, \"decode_logits_tps\": %.2f, \"batched_logits_tps\": {",
+           R->dec_logits_tps);
+    for (int k = 0; k < R->n_batches; k++) {
+        printf("%s\"%d\": %.1f", k ? ", " : "", R->batches[k],
+               R->bat_logits_tps[k]);
+    }
+    printf("}, \"launches_per_step\": {\"1\": %d", R->dec_launch);
+    for (int k = 0; k < R->n_batches; k++) {
+        printf(", \"%d\": %d", R->batches[k], R->bat_launch[k]);
+    }
+    printf("}, \"verify_ratio\": {");
+    for (int n = 2; n <= NALAR_BENCH_VERIFY; n++) {
+        printf("%s\"%d\": %.3f", n > 2 ? ", " : "", n,
+               R->ver[n] / R->ver[1]);
+    }
+    printf("}, \"attn_ctx\": %d, \"attn_us\": %.1f, \"attn_gbs\": %.1f, "
+           "\"attn_bw_fraction\": %.3f, \"attn_bf16_us\": %.1f, "
+           "\"attn_bf16_gbs\": %.1f, \"attn_bf16_bw_fraction\": %.3f, "
+           "\"weight_bytes\": %lld}\n",
+           R->actx, R->att_us, R->att_gbs, R->att_gbs / R->bw, R->att16_us,
+           R->att16_gbs, R->att16_gbs / R->bw, (long long) R->wbytes);
+}
 
-                snprintf(what, sizeof(what), "decode batch %d, logits to host",
-                         batches[k]);
-                printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what,
-                       bat_logits_tps[k], bat_logits_tps[k] / dec_logits_tps);
-            }
-        }
-        printf("%-34s %10d       %.1f per token\n",
-               "launches per step, batch 1", dec_launch, (double) dec_launch);
-        for (int k = 0; k < n_batches; k++) {
-            char what[64];
 
-            snprintf(what, sizeof(what), "launches per step, batch %d",
-                     batches[k]);
-            printf("%-34s %10d       %.2f per token\n", what, bat_launch[k],
-                   (double) bat_launch[k] / batches[k]);
-        }
-        for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
-            char what[64];
+/* the decode rows of the table: batched, logits to the host (what a step
+ * costs when any of its requests samples on the CPU), launches */
+static void
+bench_print_decode(const bench_res *R)
+{
+    char what[64];
 
-            snprintf(what, sizeof(what), "verify pass, k+1 = %d", n);
-            printf("%-34s %10.3f ms     %.3fx one token\n", what,
-                   ver[n] * 1e3, ver[n] / ver[1]);
-        }
-        /* BF16 projections on tensor cores (gemv_mma.cu) */
-        if (dec_mma_tps > 0) {
-            printf("%-34s %10.2f tok/s  %.2fx the GEMV's\n",
-                   "decode batch 1, mma", dec_mma_tps,
-                   dec_mma_tps / dec_tps);
-            for (int k = 0; k < n_batches; k++) {
-                char what[64];
-
-                if (bat_mma_tps[k] <= 0) {
-                    continue;
-                }
-                snprintf(what, sizeof(what), "decode batch %d, mma",
-                         batches[k]);
-                printf("%-34s %10.1f tok/s  %.1fx batch 1 (mma)\n", what,
-                       bat_mma_tps[k], bat_mma_tps[k] / dec_mma_tps);
-            }
-            for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
-                char what[64];
-
-                snprintf(what, sizeof(what), "verify pass, k+1 = %d, mma",
-                         n);
-                printf("%-34s %10.3f ms     %.3fx one token\n", what,
-                       ver_mma[n] * 1e3, ver_mma[n] / ver_mma[1]);
-            }
-        }
-        {
-            char what[64];
-
-            snprintf(what, sizeof(what), "paged attention, ctx %d", actx);
-            printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
-                   "copy bandwidth\n", what, att_gbs, att_us, att_splits,
-                   100.0 * att_gbs / bw);
-            snprintf(what, sizeof(what), "paged attention, ctx %d, BF16 KV",
-                     actx);
-            printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
-                   "copy bandwidth\n", what, att16_gbs, att16_us,
-                   att16_splits, 100.0 * att16_gbs / bw);
+    printf("%-34s %10.2f tok/s  %.1f GB/s = %.1f%% of copy bandwidth\n",
+           "decode batch 1", R->dec_tps, R->dec_gbs,
+           100.0 * R->dec_gbs / R->bw);
+    for (int k = 0; k < R->n_batches; k++) {
+        snprintf(what, sizeof(what), "decode batch %d", R->batches[k]);
+        printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what, R->bat_tps[k],
+               R->bat_tps[k] / R->dec_tps);
+    }
+    if (R->dec_logits_tps > 0) {
+        printf("%-34s %10.2f tok/s\n", "decode batch 1, logits to host",
+               R->dec_logits_tps);
+        for (int k = 0; k < R->n_batches; k++) {
+            snprintf(what, sizeof(what), "decode batch %d, logits to host",
+                     R->batches[k]);
+            printf("%-34s %10.1f tok/s  %.1fx batch 1\n", what,
+                   R->bat_logits_tps[k],
+                   R->bat_logits_tps[k] / R->dec_logits_tps);
         }
     }
-    rc = 0;
-out:
+    printf("%-34s %10d       %.1f per token\n",
+           "launches per step, batch 1", R->dec_launch,
+           (double) R->dec_launch);
+    for (int k = 0; k < R->n_batches; k++) {
+        snprintf(what, sizeof(what), "launches per step, batch %d",
+                 R->batches[k]);
+        printf("%-34s %10d       %.2f per token\n", what, R->bat_launch[k],
+               (double) R->bat_launch[k] / R->batches[k]);
+    }
+}
+
+
+/* the verify curve, the tensor-core rows (gemv_mma.cu), attention */
+static void
+bench_print_rest(const bench_res *R)
+{
+    char what[64];
+
+    for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+        snprintf(what, sizeof(what), "verify pass, k+1 = %d", n);
+        printf("%-34s %10.3f ms     %.3fx one token\n", what,
+               R->ver[n] * 1e3, R->ver[n] / R->ver[1]);
+    }
+    if (R->dec_mma_tps > 0) {
+        printf("%-34s %10.2f tok/s  %.2fx the GEMV's\n",
+               "decode batch 1, mma", R->dec_mma_tps,
+               R->dec_mma_tps / R->dec_tps);
+        for (int k = 0; k < R->n_batches; k++) {
+            if (R->bat_mma_tps[k] <= 0) {
+                continue;
+            }
+            snprintf(what, sizeof(what), "decode batch %d, mma",
+                     R->batches[k]);
+            printf("%-34s %10.1f tok/s  %.1fx batch 1 (mma)\n", what,
+                   R->bat_mma_tps[k], R->bat_mma_tps[k] / R->dec_mma_tps);
+        }
+        for (int n = 1; n <= NALAR_BENCH_VERIFY; n++) {
+            snprintf(what, sizeof(what), "verify pass, k+1 = %d, mma", n);
+            printf("%-34s %10.3f ms     %.3fx one token\n", what,
+                   R->ver_mma[n] * 1e3, R->ver_mma[n] / R->ver_mma[1]);
+        }
+    }
+    snprintf(what, sizeof(what), "paged attention, ctx %d", R->actx);
+    printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
+           "copy bandwidth\n", what, R->att_gbs, R->att_us, R->att_splits,
+           100.0 * R->att_gbs / R->bw);
+    snprintf(what, sizeof(what), "paged attention, ctx %d, BF16 KV",
+             R->actx);
+    printf("%-34s %10.1f GB/s  %.1f us in %d splits, %.1f%% of "
+           "copy bandwidth\n", what, R->att16_gbs, R->att16_us,
+           R->att16_splits, 100.0 * R->att16_gbs / R->bw);
+}
+
+
+static void
+bench_print_text(const bench_res *R)
+{
+    const nalar_config *cfg = &R->cfg;
+
+    printf("model %s: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, "
+           "%.2f GB of weights read per token\n", R->name, cfg->dim,
+           cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->ffn_dim,
+           cfg->n_vocab, R->wbytes / 1e9);
+    printf("%-34s %14s  %s\n", "measure", "value", "note");
+    printf("%-34s %10.1f GB/s  %s\n", "HBM copy bandwidth (D2D)", R->bw,
+           "read + write");
+    printf("%-34s %10.1f tok/s\n", "prefill (one prompt)", R->prefill_tps);
+    bench_print_decode(R);
+    bench_print_rest(R);
+}
+
+
+/* Every measure in turn, once the backend is up. */
+static int
+bench_all(const nalar_cuda_bench_opts *o, bench_run *r, bench_res *R,
+          nalar_seq_kv **seqs, int32_t **first, nalar_err *err)
+{
+    progress("%s: weights on the device", R->name);
+    if (R->P + R->N + 16 > R->cfg.n_ctx && o->synthetic == NULL) {
+        R->P = R->cfg.n_ctx - R->N - 16 > 16 ? R->cfg.n_ctx - R->N - 16
+                                             : 16;
+    }
+    r->vocab = R->cfg.n_vocab;
+    R->wbytes = nalar_cuda_weight_bytes(r->be);
+    if (bench_buffers(r, R, seqs, first, err) != 0
+        || bench_prefill(r, R, *seqs, err) != 0
+        || bench_decode1(o, r, R, *seqs, *first, err) != 0)
+    {
+        return -1;
+    }
+    for (int k = 0; k < R->n_batches; k++) {
+        if (bench_batched(r, R, k, *seqs, *first, err) != 0) {
+            return -1;
+        }
+    }
+    return bench_kernels(o, R, err);
+}
+
+
+int
+nalar_cuda_bench(const nalar_cuda_bench_opts *o, nalar_err *err)
+{
+    static const int32_t dflt_batches[4] = { 8, 16, 32, 128 };
+    bench_res            R;
+    nalar_model         *m = NULL;
+    bench_run            r;
+    nalar_seq_kv        *seqs = NULL;
+    int32_t             *first = NULL;   /* (max_b) the first step's tokens */
+    int                  rc = -1;
+
+    memset(&r, 0, sizeof(r));
+    memset(&R, 0, sizeof(R));
+    R.batches = o->n_batches > 0 ? o->batches : dflt_batches;
+    R.n_batches = o->n_batches > 0 ? o->n_batches : 4;
+    R.P = o->prefill > 0 ? o->prefill : 2048;
+    R.N = o->n_decode > 0 ? o->n_decode : 64;
+    R.actx = o->attn_ctx > 0 ? o->attn_ctx : 8192;
+    R.ctx_b = 128;
+    R.max_b = 1;
+    R.dec_launch = -1;
+    if (nalar_cuda_device_count() <= o->device || o->device < 0) {
+        return nalar_fail(err, "bench: no CUDA device %d", o->device);
+    }
+    for (int i = 0; i < R.n_batches && i < 16; i++) {
+        R.max_b = R.batches[i] > R.max_b ? R.batches[i] : R.max_b;
+    }
+    R.n_batches = R.n_batches < 16 ? R.n_batches : 16;
+    if (copy_bandwidth(o->device, &R.bw, err) != 0) {
+        return -1;
+    }
+    progress("HBM copy bandwidth %.1f GB/s", R.bw);
+    if (bench_backend(o, &r, &R, &m, err) == 0
+        && bench_all(o, &r, &R, &seqs, &first, err) == 0)
+    {
+        if (o->json) {
+            bench_print_json(&R);
+        } else {
+            bench_print_text(&R);
+        }
+        rc = 0;
+    }
     if (seqs != NULL) {
-        for (int i = 0; i < max_b; i++) {
+        for (int i = 0; i < R.max_b; i++) {
             nalar_seq_kv_release(&r.kv, &seqs[i]);
         }
     }

@@ -3,7 +3,8 @@
  *
  *   nginx_load http    --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
  *                      [-p PROMPT_TOKENS] [--logprobs] [--interfere LEN]
- *                      [--shared N] [--path /v1]
+ *                      [--shared N] [--path /v1] [-r REQUESTS]
+ *                      [--itl-out FILE]
  *   nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]
  *                      [--backend cpu|cuda] [--kv BYTES]
  *                      [--kv-dtype f32|bf16] (same load)
@@ -28,7 +29,12 @@
  * consumer thread), so that the difference to `http` is nginx's part.
  *
  * --shared N: the first N prompt tokens are the same in every request (a
- * shared system prompt), the rest distinct.  --path: the URI prefix of
+ * shared system prompt), the rest distinct.  -r REQUESTS: the streams send
+ * that many requests in all (then the run ends when they are answered,
+ * SECONDS or not).  --itl-out FILE: every inter-token gap (ms, with
+ * --logprobs), one per line, for plotting the distribution.  --seed S:
+ * other distinct prompt tokens (the shared ones stay), so that a run does
+ * not find the last run's prompts in the prefix cache.  --path: the URI prefix of
  * /completions.
  *
  * predict: each stream has one fixed prompt.  Its greedy answer is fetched
@@ -142,6 +148,9 @@ typedef struct {
     int    shared;          /* leading prompt tokens common to all */
     int    fixed;           /* 1: one prompt per stream, not per request */
     const char *path;       /* URI prefix of /completions */
+    int    total;           /* requests in all (0: until SECONDS) */
+    const char *itl_out;    /* file for every inter-token gap, or NULL */
+    int    seed;            /* varies the distinct prompt tokens by run */
 } load_opts;
 
 typedef struct {
@@ -185,7 +194,8 @@ make_prompt(int32_t *ids, int n, uint64_t seed, int vocab, int shared)
 static uint64_t
 prompt_seed(const load_opts *o, int id, int nreq)
 {
-    return (uint64_t) id * 1000003u + (o->fixed ? 0 : (uint64_t) nreq);
+    return (uint64_t) id * 1000003u + (o->fixed ? 0 : (uint64_t) nreq)
+           + (uint64_t) o->seed * 0x100000001ull;
 }
 
 
@@ -262,6 +272,17 @@ print_stats(const char *mode, const load_opts *o, load_stats *st)
         print_ms("itl_ms", &st->itl);
     }
     print_ms("ms_per_token", &st->per_token);
+    if (o->itl_out != NULL) {
+        FILE *f = fopen(o->itl_out, "w");
+
+        if (f == NULL) {
+            die("cannot write --itl-out");
+        }
+        for (size_t i = 0; i < st->itl.n; i++) {
+            fprintf(f, "%.3f\n", st->itl.v[i]);
+        }
+        fclose(f);
+    }
     if (o->interfere) {
         print_ms("interfere_ttft_ms", &st->ittft);
         printf(", \"interfere_requests\": %ld", st->irequests);
@@ -298,6 +319,7 @@ typedef struct {
     conn      *c;                       /* (n_conn) */
     int        n_conn, open, heads;
     long       restarts;
+    long       started;                 /* stream requests sent */
 } client;
 
 
@@ -311,6 +333,7 @@ conn_request(client *cl, conn *c)
     size_t  cap = 512 + 12 * (size_t) len, n;
     char   *body;
 
+    cl->started += c->role == ROLE_STREAM;
     np = make_prompt(ids, len, prompt_seed(&cl->o, c->id, c->nreq++),
                      cl->o.vocab, c->role == ROLE_INTERFERE ? 0
                                                             : cl->o.shared);
@@ -512,8 +535,11 @@ conn_done(client *cl, conn *c)
         cl->heads--;
         c->got_head = 0;
     }
-    if (cl->stopping || (c->role == ROLE_STREAM && nalar_now_s() >= cl->st.t0
-                                                              + cl->o.seconds))
+    if (cl->stopping
+        || (c->role == ROLE_STREAM && cl->o.total > 0
+            && cl->started >= cl->o.total)
+        || (c->role == ROLE_STREAM && nalar_now_s() >= cl->st.t0
+                                                    + cl->o.seconds))
     {
         conn_close(cl, c);
         return;
@@ -1243,7 +1269,7 @@ engine_drive(nalar_engine *e, slot *s, int n, const load_opts *o,
                 on_tokens(st, &s[i].q, s[i].role, out.n_ids, t);
                 if (out.finish != NALAR_FINISH_NONE) {
                     fin = 1;
-                    s[i].q.usage_tokens = out.n_completion;
+                    s[i].q.usage_tokens = out.usage.n_completion;
                     st->errors += out.finish != NALAR_FINISH_LENGTH;
                 }
                 nalar_output_free(&out);
@@ -1352,7 +1378,8 @@ usage(void)
         " [-p PROMPT]\n"
         "                     [--logprobs] [--interfere LEN] [--vocab V]"
         " [--shared N]\n"
-        "                     [--path /v1]\n"
+        "                     [--path /v1] [-r REQUESTS] [--itl-out FILE]"
+        " [--seed S]\n"
         "  nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]"
         " [--backend cpu|cuda]\n"
         "                     [--kv BYTES] [--kv-dtype f32|bf16]"
@@ -1369,7 +1396,7 @@ usage(void)
 int
 main(int argc, char **argv)
 {
-    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0, 0, 0, "/v1" };
+    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0, 0, 0, "/v1", 0, NULL, 0 };
     const char *mode, *model = NULL, *backend = NULL, *pred_path = "/auto/v1";
     int         port = 0, pid = 0, step = 250, threads = 2, batch = 512,
                 alter = 10, reps = 3;
@@ -1410,6 +1437,9 @@ main(int argc, char **argv)
         else if (strcmp(a, "--pred-path") == 0) pred_path = v;
         else if (strcmp(a, "--alter") == 0) alter = atoi(v);
         else if (strcmp(a, "--reps") == 0) reps = atoi(v);
+        else if (strcmp(a, "-r") == 0) o.total = atoi(v);
+        else if (strcmp(a, "--seed") == 0) o.seed = atoi(v);
+        else if (strcmp(a, "--itl-out") == 0) o.itl_out = v;
         else if (strcmp(a, "--backend") == 0) backend = v;
         else if (strcmp(a, "--kv") == 0) kv = atoll(v);
         else if (strcmp(a, "--kv-dtype") == 0) kv_bf16 = strcmp(v, "bf16") == 0;

@@ -177,40 +177,257 @@ spec_run(nalar_engine *e, int32_t (*prompts)[64], const int *n_prompts,
 }
 
 
+/* what every row of a spec-bench runs on */
+typedef struct {
+    spec_env    env;
+    int32_t     prompts[N_BENCH_PROMPTS][64];
+    int         n_prompts[N_BENCH_PROMPTS];
+    int32_t   (*preds)[1024];    /* an editing task's predictions, or NULL */
+    collected  *out;             /* (MAX_REQ) */
+    int         reps, json;
+} spec_set;
+
+
+/* edit-rename: the output's recurring tokens (3 or more occurrences), in
+ * order of first appearance, each renamed at every occurrence, as long as
+ * at most a tenth of the output differs.  Tokens changed, all prompts. */
+static int
+predict_rename(spec_set *S)
+{
+    int n_gen = S->env.n_gen, total_changed = 0;
+
+    for (int k = 0; k < N_BENCH_PROMPTS; k++) {
+        int32_t *ids = S->out[k].ids;
+        int      changed = 0;
+
+        for (int i = 0; i < n_gen; i++) {
+            S->preds[k][i] = ids[i];
+        }
+        for (int i = 0; i < n_gen; i++) {
+            int seen = 0, count = 0;
+
+            for (int j = 0; j < i; j++) {
+                seen |= ids[j] == ids[i];
+            }
+            for (int j = i; j < n_gen; j++) {
+                count += ids[j] == ids[i];
+            }
+            if (seen || count < 3 || (changed + count) * 10 > n_gen) {
+                continue;
+            }
+            for (int j = i; j < n_gen; j++) {
+                if (ids[j] == ids[i]) {
+                    S->preds[k][j] = (ids[i] + 7) % 2000 + 3;
+                }
+            }
+            changed += count;
+        }
+        total_changed += changed;
+    }
+    return total_changed;
+}
+
+
+/* edit: one token in 10 differs, at positions drawn at random (a fixed
+ * period would line up with k + 1).  edit-spans (spans): spans of 3 to 9
+ * tokens, each after 9 times its length unchanged. */
+static void
+predict_edits(spec_set *S, int spans)
+{
+    for (int k = 0; k < N_BENCH_PROMPTS; k++) {
+        int keep = 0, change = 0;
+
+        for (int i = 0; i < S->env.n_gen; i++) {
+            uint64_t h = ((uint64_t) k * 1000003u + (uint64_t) i)
+                         * 0x9E3779B97F4A7C15ull;
+            int      wrong;
+
+            if (spans) {
+                if (keep == 0 && change == 0) {
+                    change = 3 + (int) ((h >> 40) % 7);
+                    keep = 9 * change;
+                }
+                wrong = keep == 0;
+                if (keep > 0) keep--; else change--;
+            } else {
+                wrong = (h >> 32) % 10 == 0;
+            }
+            S->preds[k][i] = wrong ? (S->out[k].ids[i] + 7) % 2000 + 3
+                                   : S->out[k].ids[i];
+        }
+    }
+}
+
+
+/*
+ * An editing task: the client predicts the text it expects back, and 90%
+ * of it is right (edit: scattered tokens, the hardest case for
+ * speculation; edit-spans: the changes come as phrases, as a real edit's
+ * do; edit-rename: an identifier renamed throughout, as in code -- the
+ * same substitution again and again, not at random places).  The
+ * predictions are the plain output of `base`, changed.  The proposer's
+ * name; NULL out of memory.
+ */
+static const char *
+spec_predictions(spec_set *S, nalar_engine *base, const char *task)
+{
+    int spans = strcmp(task, "edit-spans") == 0;
+    int rename = strcmp(task, "edit-rename") == 0;
+
+    S->preds = calloc(N_BENCH_PROMPTS, sizeof(*S->preds));
+    if (S->preds == NULL) {
+        return NULL;
+    }
+    spec_run(base, S->prompts, S->n_prompts, N_BENCH_PROMPTS, S->env.n_gen,
+             0, NULL, 0, 1, S->out);
+    if (rename) {
+        int total_changed = predict_rename(S);
+
+        fprintf(stderr, "edit-rename: %.1f%% of the output predicted\n",
+                100.0 - 100.0 * total_changed
+                        / (N_BENCH_PROMPTS * S->env.n_gen));
+        return "prediction-rename";
+    }
+    predict_edits(S, spans);
+    return spans ? "prediction-spans" : "prediction";
+}
+
+
+/* One row of the table: proposer, streams b, k, medians of the runs,
+ * the paired speedup, and the engine's speculation counters. */
+static void
+spec_print(const spec_set *S, const char *proposer, int b, int k,
+           double *tp, double *ts, const nalar_metrics *mt,
+           double confirmed)
+{
+    int    reps = S->reps;
+    double ratio[MAX_REPS], pair[MAX_REPS], mp, ms, sp;
+    char   kname[16];
+
+    /* the speedup: median of the paired ratios (each speculative run
+     * against the plain run just before it), steadier than a ratio of
+     * medians on a machine whose speed drifts.  median() sorts its array
+     * in place, so the ratios are kept, in run order, apart (ts and tp
+     * are sorted below: their quotients after that pair no runs) */
+    for (int r = 0; r < reps; r++) {
+        ratio[r] = pair[r] = ts[r] / tp[r];
+    }
+    sp = median(ratio, reps);
+    mp = median(tp, reps);
+    ms = median(ts, reps);
+    if (S->json) {
+        snprintf(kname, sizeof(kname), k < 0 ? "auto"
+                 : k == 0 ? "off (control)" : "%d", k);
+        printf("{\"proposer\": \"%s\", \"streams\": %d, "
+               "\"k\": \"%s\", \"tokens_per_s\": %.1f, "
+               "\"plain_tokens_per_s\": %.1f, \"speedup\": "
+               "%.3f, \"accepted\": %llu, \"proposed\": "
+               "%llu, \"acceptance\": %.3f, "
+               "\"accepted_per_step\": %.2f, "
+               "\"draft_ms_per_token\": %.4f, "
+               "\"verify_ms_per_token\": %.4f, "
+               "\"speedups\": [",
+               proposer, b, kname, ms, mp, sp,
+               (unsigned long long) mt->spec_accepted_tokens_total,
+               (unsigned long long) mt->spec_draft_tokens_total,
+               mt->spec_draft_tokens_total
+               ? (double) mt->spec_accepted_tokens_total
+                 / mt->spec_draft_tokens_total : 0,
+               mt->spec_drafts_total
+               ? (double) mt->spec_accepted_tokens_total
+                 / mt->spec_drafts_total : 0,
+               1e3 * mt->spec_draft_seconds_total / confirmed,
+               1e3 * mt->spec_verify_seconds_total / confirmed);
+        /* every pair's ratio, in the order run */
+        for (int r = 0; r < reps; r++) {
+            printf("%s%.3f", r ? ", " : "", pair[r]);
+        }
+        printf("]}\n");
+    } else {
+        snprintf(kname, sizeof(kname), k < 0 ? "auto" : "%d", k);
+        printf("| %s | %d | %s | %.0f | %.0f | %.2fx | "
+               "%llu/%llu | %.2f | %.4f | %.4f |\n",
+               proposer, b, kname, ms, mp, sp,
+               (unsigned long long) mt->spec_accepted_tokens_total,
+               (unsigned long long) mt->spec_draft_tokens_total,
+               mt->spec_drafts_total
+               ? (double) mt->spec_accepted_tokens_total
+                 / mt->spec_drafts_total : 0,
+               1e3 * mt->spec_draft_seconds_total / confirmed,
+               1e3 * mt->spec_verify_seconds_total / confirmed);
+    }
+    fflush(stdout);
+}
+
+
+/* One row: an engine of `mode` with k fixed (k = 0: a second plain engine
+ * against the first, the noise floor of the comparison, an A/A control)
+ * running b streams; 0, or -1 when the engine cannot start. */
+static int
+spec_row(spec_set *S, int mode, const char *proposer, int b, int k)
+{
+    int           n_req = b * SPEC_WAVES;
+    double        tp[MAX_REPS], ts[MAX_REPS], confirmed = 0;
+    nalar_engine *e;
+    nalar_metrics mt;
+    nalar_err     err;
+
+    e = spec_engine(&S->env, mode, k, b, &err);
+    if (e == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return -1;
+    }
+    /* alternate on the same engine (same threads, memory and KV pool: no
+     * instance-to-instance difference): plain, speculative, plain, ...;
+     * k = 0 runs plain twice */
+    for (int r = 0; r < S->reps; r++) {
+        tp[r] = spec_run(e, S->prompts, S->n_prompts, n_req, S->env.n_gen,
+                         1, NULL, 0, 1, S->out);
+        ts[r] = spec_run(e, S->prompts, S->n_prompts, n_req, S->env.n_gen,
+                         1, S->preds, S->env.n_gen, k == 0, S->out);
+    }
+    nalar_engine_metrics(e, &mt);
+    for (int i = 0; i < n_req; i++) {
+        confirmed += (double) S->reps * bench_len(i, S->env.n_gen);
+    }
+    spec_print(S, proposer, b, k, tp, ts, &mt, confirmed);
+    nalar_engine_destroy(e);
+    return 0;
+}
+
+
 int
 nalar_cmd_spec_bench(int argc, char **argv)
 {
-    spec_env      env = { NULL, NULL, 0, 96 };
-    const char   *task = "prompts", *blist = "1,4,16", *klist = "0,1,2,4,8";
-    const char   *only = NULL;
-    int           bs[8], ks[8], n_b, n_k, json = 0, reps = 5;
-    int32_t       prompts[N_BENCH_PROMPTS][64];
-    int           n_prompts[N_BENCH_PROMPTS];
-    int32_t     (*preds)[1024] = NULL;
-    collected    *out;
-    nalar_err     err;
-    nalar_engine *base;
-    nalar_model  *m;
-    const char   *proposers[4];
-    int           modes[4], n_modes = 0;
-
+    spec_set        S;
+    const char     *task = "prompts", *blist = "1,4,16";
+    const char     *klist = "0,1,2,4,8", *only = NULL;
+    int             bs[8], ks[8], n_b, n_k;
+    nalar_err       err;
+    nalar_engine   *base;
+    nalar_model    *m;
+    const char     *proposers[4];
+    int             modes[4], n_modes = 0;
     const nalar_opt opts[] = {
-        { "-m", NULL, NALAR_OPT_STR, &env.model, NULL, 0 },
-        { "--draft", NULL, NALAR_OPT_STR, &env.draft, NULL, 0 },
+        { "-m", NULL, NALAR_OPT_STR, &S.env.model, NULL, 0 },
+        { "--draft", NULL, NALAR_OPT_STR, &S.env.draft, NULL, 0 },
         { "--task", NULL, NALAR_OPT_STR, &task, NULL, 0 },
         { "-b", NULL, NALAR_OPT_STR, &blist, NULL, 0 },
         { "-k", NULL, NALAR_OPT_STR, &klist, NULL, 0 },
-        { "-n", NULL, NALAR_OPT_INT, &env.n_gen, NULL, 0 },
-        { "-t", NULL, NALAR_OPT_INT, &env.threads, NULL, 0 },
-        { "--reps", NULL, NALAR_OPT_INT, &reps, NULL, 0 },
+        { "-n", NULL, NALAR_OPT_INT, &S.env.n_gen, NULL, 0 },
+        { "-t", NULL, NALAR_OPT_INT, &S.env.threads, NULL, 0 },
+        { "--reps", NULL, NALAR_OPT_INT, &S.reps, NULL, 0 },
         { "--only", NULL, NALAR_OPT_STR, &only, NULL, 0 },
-        { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
+        { "--json", NULL, NALAR_OPT_FLAG, &S.json, NULL, 0 },
     };
 
+    memset(&S, 0, sizeof(S));
+    S.env.n_gen = 96;
+    S.reps = 5;
     if (NALAR_OPTS_PARSE("spec-bench", argc, argv, opts) != 0) {
         return 2;
     }
-    if (env.model == NULL || env.n_gen < 1 || env.n_gen > 400) {
+    if (S.env.model == NULL || S.env.n_gen < 1 || S.env.n_gen > 400) {
         fprintf(stderr, "nalar spec-bench: -m MODEL required, -n 1..400\n");
         return 2;
     }
@@ -221,100 +438,30 @@ nalar_cmd_spec_bench(int argc, char **argv)
                 "edit-spans or edit-rename, not '%s'\n", task);
         return 2;
     }
-    reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
+    S.reps = S.reps < 1 ? 1 : S.reps > MAX_REPS ? MAX_REPS : S.reps;
     n_b = parse_list(blist, bs, 8);
     n_k = parse_list(klist, ks, 8);
-    out = calloc(MAX_REQ, sizeof(collected));
-    base = spec_engine(&env, NALAR_SPEC_OFF, 0, MAX_REQ, &err);
-    if (base == NULL || out == NULL) {
+    S.out = calloc(MAX_REQ, sizeof(collected));
+    base = spec_engine(&S.env, NALAR_SPEC_OFF, 0, MAX_REQ, &err);
+    if (base == NULL || S.out == NULL) {
         fprintf(stderr, "nalar: %s\n", err.msg);
         return 1;
     }
     m = nalar_engine_model(base);
     for (int k = 0; k < N_BENCH_PROMPTS; k++) {
-        n_prompts[k] = nalar_tokenize(m->tok, bench_prompts[k],
-                                      strlen(bench_prompts[k]), 1, 0,
-                                      prompts[k], 64);
+        S.n_prompts[k] = nalar_tokenize(m->tok, bench_prompts[k],
+                                        strlen(bench_prompts[k]), 1, 0,
+                                        S.prompts[k], 64);
     }
     if (strcmp(task, "prompts") != 0) {
-        /* an editing task: the client predicts the text it expects back,
-         * and 90% of it is right.  edit: one token in 10 differs, at
-         * positions drawn at random (a fixed period would line up with
-         * k + 1); the hardest case for speculation.  edit-spans: the
-         * changes come as phrases, as a real edit's do: spans of 3 to 9
-         * tokens, each after 9 times its length unchanged.  edit-rename:
-         * an identifier renamed throughout, as in code: the output's
-         * recurring tokens (3 or more occurrences), in order of first
-         * appearance, each renamed at every occurrence, as long as at
-         * most a tenth of the output differs -- the same substitution
-         * again and again, not at random places. */
-        int spans = strcmp(task, "edit-spans") == 0;
-        int rename = strcmp(task, "edit-rename") == 0;
-        int total_changed = 0;
-
-        preds = calloc(N_BENCH_PROMPTS, sizeof(*preds));
-        spec_run(base, prompts, n_prompts, N_BENCH_PROMPTS, env.n_gen, 0,
-                 NULL, 0, 1, out);
-        for (int k = 0; k < N_BENCH_PROMPTS && rename; k++) {
-            int32_t *ids = out[k].ids;
-            int      changed = 0;
-
-            for (int i = 0; i < env.n_gen; i++) {
-                preds[k][i] = ids[i];
-            }
-            for (int i = 0; i < env.n_gen; i++) {
-                int seen = 0, count = 0;
-
-                for (int j = 0; j < i; j++) {
-                    seen |= ids[j] == ids[i];
-                }
-                for (int j = i; j < env.n_gen; j++) {
-                    count += ids[j] == ids[i];
-                }
-                if (seen || count < 3 || (changed + count) * 10 > env.n_gen) {
-                    continue;
-                }
-                for (int j = i; j < env.n_gen; j++) {
-                    if (ids[j] == ids[i]) {
-                        preds[k][j] = (ids[i] + 7) % 2000 + 3;
-                    }
-                }
-                changed += count;
-            }
-            total_changed += changed;
+        proposers[n_modes] = spec_predictions(&S, base, task);
+        if (proposers[n_modes] == NULL) {
+            fprintf(stderr, "nalar: out of memory\n");
+            return 1;
         }
-        if (rename) {
-            fprintf(stderr, "edit-rename: %.1f%% of the output predicted\n",
-                    100.0 - 100.0 * total_changed
-                            / (N_BENCH_PROMPTS * env.n_gen));
-        }
-        for (int k = 0; k < N_BENCH_PROMPTS && !rename; k++) {
-            int keep = 0, change = 0;
-
-            for (int i = 0; i < env.n_gen; i++) {
-                uint64_t h = ((uint64_t) k * 1000003u + (uint64_t) i)
-                             * 0x9E3779B97F4A7C15ull;
-                int      wrong;
-
-                if (spans) {
-                    if (keep == 0 && change == 0) {
-                        change = 3 + (int) ((h >> 40) % 7);
-                        keep = 9 * change;
-                    }
-                    wrong = keep == 0;
-                    if (keep > 0) keep--; else change--;
-                } else {
-                    wrong = (h >> 32) % 10 == 0;
-                }
-                preds[k][i] = wrong ? (out[k].ids[i] + 7) % 2000 + 3
-                                    : out[k].ids[i];
-            }
-        }
-        proposers[n_modes] = spans ? "prediction-spans"
-                             : rename ? "prediction-rename" : "prediction";
         modes[n_modes++] = NALAR_SPEC_OFF;
     } else {
-        if (env.draft != NULL) {
+        if (S.env.draft != NULL) {
             proposers[n_modes] = "draft";
             modes[n_modes++] = NALAR_SPEC_DRAFT;
             /* the server's default with a draft: the draft, and n-gram
@@ -327,129 +474,34 @@ nalar_cmd_spec_bench(int argc, char **argv)
         modes[n_modes++] = NALAR_SPEC_NGRAM;
     }
 
-    if (!json) {
+    if (!S.json) {
         printf("| proposer | streams | k | tokens/s (median of %d) | "
                "plain tokens/s | speedup | accepted/proposed | "
                "mean accepted per step | draft ms/token | verify ms/token |"
                "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-               reps);
+               S.reps);
     }
     for (int pi = 0; pi < n_modes; pi++) {
         if (only != NULL && strcmp(only, proposers[pi]) != 0) {
             continue;
         }
         for (int bi = 0; bi < n_b; bi++) {
-            int           b = bs[bi] > MAX_REQ / SPEC_WAVES
-                                  ? MAX_REQ / SPEC_WAVES : bs[bi];
-            int           n_req = b * SPEC_WAVES;
+            int b = bs[bi] > MAX_REQ / SPEC_WAVES ? MAX_REQ / SPEC_WAVES
+                                                  : bs[bi];
 
             for (int ki = 0; ki < n_k; ki++) {
-                int           k = ks[ki];
-                double        tp[MAX_REPS], ts[MAX_REPS], sp;
-                nalar_engine *e;
-                nalar_metrics mt;
-                double        confirmed;
-
-                if (modes[pi] == NALAR_SPEC_AUTO && k > 0) {
+                if (modes[pi] == NALAR_SPEC_AUTO && ks[ki] > 0) {
                     continue;   /* a fixed k is the draft's row */
                 }
-
-                /* k = 0: a second plain engine against the first, the
-                 * noise floor of the comparison (an A/A control) */
-                e = spec_engine(&env, modes[pi], k, b, &err);
-                if (e == NULL) {
-                    fprintf(stderr, "nalar: %s\n", err.msg);
+                if (spec_row(&S, modes[pi], proposers[pi], b, ks[ki]) != 0) {
                     return 1;
                 }
-                /* alternate on the same engine (same threads, memory and
-                 * KV pool: no instance-to-instance difference): plain,
-                 * speculative, plain, ...; k = 0 runs plain twice */
-                for (int r = 0; r < reps; r++) {
-                    tp[r] = spec_run(e, prompts, n_prompts, n_req,
-                                     env.n_gen, 1, NULL, 0, 1, out);
-                    ts[r] = spec_run(e, prompts, n_prompts, n_req, env.n_gen,
-                                     1, preds, env.n_gen, k == 0, out);
-                }
-                nalar_engine_metrics(e, &mt);
-                confirmed = 0;
-                for (int i = 0; i < n_req; i++) {
-                    confirmed += (double) reps * bench_len(i, env.n_gen);
-                }
-                {
-                    double ratio[MAX_REPS], pair[MAX_REPS], mp, ms;
-
-                    /* the speedup: median of the paired ratios (each
-                     * speculative run against the plain run just before
-                     * it), steadier than a ratio of medians on a machine
-                     * whose speed drifts.  median() sorts its array in
-                     * place, so the ratios are kept, in run order, apart
-                     * (ts and tp are sorted below: their quotients after
-                     * that pair no runs) */
-                    for (int r = 0; r < reps; r++) {
-                        ratio[r] = pair[r] = ts[r] / tp[r];
-                    }
-                    sp = median(ratio, reps);
-                    mp = median(tp, reps);
-                    ms = median(ts, reps);
-                    char kname[16];
-
-                    snprintf(kname, sizeof(kname), k < 0 ? "auto"
-                             : k == 0 ? "off (control)" : "%d", k);
-                    if (json) {
-                        printf("{\"proposer\": \"%s\", \"streams\": %d, "
-                               "\"k\": \"%s\", \"tokens_per_s\": %.1f, "
-                               "\"plain_tokens_per_s\": %.1f, \"speedup\": "
-                               "%.3f, \"accepted\": %llu, \"proposed\": "
-                               "%llu, \"acceptance\": %.3f, "
-                               "\"accepted_per_step\": %.2f, "
-                               "\"draft_ms_per_token\": %.4f, "
-                               "\"verify_ms_per_token\": %.4f, "
-                               "\"speedups\": [",
-                               proposers[pi], b, kname, ms, mp, sp,
-                               (unsigned long long)
-                               mt.spec_accepted_tokens_total,
-                               (unsigned long long) mt.spec_draft_tokens_total,
-                               mt.spec_draft_tokens_total
-                               ? (double) mt.spec_accepted_tokens_total
-                                 / mt.spec_draft_tokens_total : 0,
-                               mt.spec_drafts_total
-                               ? (double) mt.spec_accepted_tokens_total
-                                 / mt.spec_drafts_total : 0,
-                               1e3 * mt.spec_draft_seconds_total / confirmed,
-                               1e3 * mt.spec_verify_seconds_total
-                               / confirmed);
-                        /* every pair's ratio, in the order run */
-                        for (int r = 0; r < reps; r++) {
-                            printf("%s%.3f", r ? ", " : "", pair[r]);
-                        }
-                        printf("]}\n");
-                    } else {
-                        char kbuf[16];
-
-                        snprintf(kbuf, sizeof(kbuf), k < 0 ? "auto" : "%d",
-                                 k);
-                        printf("| %s | %d | %s | %.0f | %.0f | %.2fx | "
-                               "%llu/%llu | %.2f | %.4f | %.4f |\n",
-                               proposers[pi], b, kbuf, ms, mp, sp,
-                               (unsigned long long)
-                               mt.spec_accepted_tokens_total,
-                               (unsigned long long) mt.spec_draft_tokens_total,
-                               mt.spec_drafts_total
-                               ? (double) mt.spec_accepted_tokens_total
-                                 / mt.spec_drafts_total : 0,
-                               1e3 * mt.spec_draft_seconds_total / confirmed,
-                               1e3 * mt.spec_verify_seconds_total
-                               / confirmed);
-                    }
-                    fflush(stdout);
-                }
-                nalar_engine_destroy(e);
             }
         }
     }
     nalar_engine_destroy(base);
-    free(out);
-    free(preds);
+    free(S.out);
+    free(S.preds);
     return 0;
 }
 
@@ -469,10 +521,10 @@ ttft_take(nalar_request *r, void *ctx)
     nalar_output o;
 
     nalar_request_take(r, &o);
-    if (o.ttft_ms >= 0) {
-        f->ttft_ms = o.ttft_ms;
+    if (o.usage.ttft_ms >= 0) {
+        f->ttft_ms = o.usage.ttft_ms;
     }
-    f->cached = o.n_cached;
+    f->cached = o.usage.n_cached;
     nalar_output_free(&o);
 }
 
@@ -514,19 +566,149 @@ rand_token(int32_t n_vocab)
 }
 
 
+/* the cost of identity: hashing a whole prompt's blocks */
+static void
+prefix_hash_cost(const int32_t *prompt, int len, int json)
+{
+    uint8_t d[NALAR_DIGEST] = { 0 };
+    double  t0 = nalar_now_s();
+    int     nb = len / NALAR_KV_BLOCK;
+
+    for (int r = 0; r < 100; r++) {
+        for (int b = 0; b < nb; b++) {
+            nalar_prefix_chain(d, prompt, d);
+        }
+    }
+    if (!json) {
+        printf("hashing %d blocks (%d tokens): %.1f us\n\n", nb, len,
+               (nalar_now_s() - t0) / 100 * 1e6);
+    } else {
+        printf("{\"hash_us\": %.1f}\n", (nalar_now_s() - t0) / 100 * 1e6);
+    }
+}
+
+
+/* TTFT with the cache on and off, for prompts whose first `rate` percent
+ * a warm-up request shared; prompt and warm hold len tokens each. */
+static void
+prefix_reuse(nalar_engine *on, nalar_engine *off, int32_t *prompt,
+             int32_t *warm, int len, int reps, int json)
+{
+    static const int rates[] = { 0, 25, 50, 75, 95 };
+    int32_t          V = nalar_engine_model(on)->cfg.n_vocab;
+
+    if (!json) {
+        printf("| reuse L_hit/L_in | cached tokens | TTFT cache on (ms) | "
+               "TTFT cache off (ms) | ratio | ideal ratio |\n"
+               "|---:|---:|---:|---:|---:|---:|\n");
+    }
+    for (size_t ri = 0; ri < sizeof(rates) / sizeof(rates[0]); ri++) {
+        double ton[MAX_REPS], toff[MAX_REPS], a, b;
+        int    cached = 0;
+
+        for (int r = 0; r < reps; r++) {
+            int         keep = len * rates[ri] / 100;
+            first_token f;
+
+            /* a fresh prompt; the warm-up shares its first `keep` tokens */
+            prompt[0] = 1;
+            for (int i = 1; i < len; i++) {
+                prompt[i] = rand_token(V);
+            }
+            memcpy(warm, prompt, (size_t) len * sizeof(int32_t));
+            for (int i = keep > 1 ? keep : 1; i < len; i++) {
+                warm[i] = rand_token(V);
+            }
+            one_request(on, warm, len, "bench", 0, 1);
+            f = one_request(on, prompt, len, "bench", 0, 1);
+            ton[r] = f.ttft_ms;
+            cached = f.cached;
+            f = one_request(off, prompt, len, "bench", 0, 1);
+            toff[r] = f.ttft_ms;
+        }
+        a = median(ton, reps);
+        b = median(toff, reps);
+        if (json) {
+            printf("{\"reuse\": %d, \"cached\": %d, \"ttft_on_ms\": %.2f, "
+                   "\"ttft_off_ms\": %.2f, \"ratio\": %.3f, \"ideal\": "
+                   "%.3f}\n", rates[ri], cached, a, b, a / b,
+                   1.0 - (double) cached / len);
+        } else {
+            printf("| %d%% | %d | %.1f | %.1f | %.3f | %.3f |\n",
+                   rates[ri], cached, a, b, a / b,
+                   1.0 - (double) cached / len);
+        }
+        fflush(stdout);
+    }
+}
+
+
+/* multi-tenant: 8 tenants, a shared 512-token system prompt, each
+ * tenant's own growing history; shared prefixes on (shared) or off */
+static void
+prefix_tenants(nalar_engine *on, int32_t *prompt, int32_t *warm, int len,
+               int shared, int json)
+{
+    int32_t       V = nalar_engine_model(on)->cfg.n_vocab;
+    nalar_metrics mt0, mt1;
+    double        tt[64], t0, q, h, el, p50, p99;
+    int           n = 0, sys = 512 < len / 2 ? 512 : len / 2;
+    long          toks = 0;
+    char          scope[48];
+
+    nalar_engine_metrics(on, &mt0);
+    for (int i = 0; i < sys; i++) {
+        warm[i] = i == 0 ? 1 : 3 + (i * 37) % (V - 3);
+    }
+    t0 = nalar_now_s();
+    for (int turn = 0; turn < 4; turn++) {
+        for (int ten = 0; ten < 8 && n < 64; ten++) {
+            int         plen = sys + 64 * (turn + 1);
+            first_token f;
+
+            memcpy(prompt, warm, (size_t) sys * sizeof(int32_t));
+            for (int i = sys; i < plen; i++) {
+                prompt[i] = 3 + ((i * 131 + ten * 7919 + shared * 17)
+                                 % (V - 3));
+            }
+            snprintf(scope, sizeof(scope), "tenant%d-%d", ten, shared);
+            f = one_request(on, prompt, plen, scope, shared ? sys : 0, 8);
+            tt[n++] = f.ttft_ms;
+            toks += plen + 8;
+        }
+    }
+    nalar_engine_metrics(on, &mt1);
+    q = (double) (mt1.prefix_queries_total - mt0.prefix_queries_total);
+    h = (double) (mt1.prefix_hits_total - mt0.prefix_hits_total);
+    el = nalar_now_s() - t0;
+    p50 = percentile(tt, n, 0.5);
+    p99 = percentile(tt, n, 0.99);
+    if (json) {
+        printf("{\"multi_tenant\": true, \"shared_prefix\": %s, "
+               "\"hit_rate\": %.3f, \"ttft_p50_ms\": %.2f, "
+               "\"ttft_p99_ms\": %.2f, \"tokens_per_s\": %.1f}\n",
+               shared ? "true" : "false", q > 0 ? h / q : 0, p50, p99,
+               toks / el);
+    } else {
+        printf("%s8 tenants, shared %d-token system prompt %s: hit "
+               "rate %.1f%%, TTFT p50 %.1f ms, p99 %.1f ms, %.0f "
+               "prompt+output tokens/s\n", shared ? "\n" : "", sys,
+               shared ? "declared shared" : "not shared",
+               q > 0 ? 100 * h / q : 0, p50, p99, toks / el);
+    }
+}
+
+
 int
 nalar_cmd_prefix_bench(int argc, char **argv)
 {
-    const char   *model = NULL;
-    int           len = 1500, threads = 0, reps = 5, json = 0;
-    int           rates[] = { 0, 25, 50, 75, 95 };
+    const char       *model = NULL;
+    int               len = 1500, threads = 0, reps = 5, json = 0;
     nalar_engine_opts o;
-    nalar_engine *on, *off;
-    nalar_err     err;
-    int32_t      *prompt, *warm;
-    int32_t       V;
-
-    const nalar_opt opts[] = {
+    nalar_engine     *on, *off;
+    nalar_err         err;
+    int32_t          *prompt, *warm;
+    const nalar_opt   opts[] = {
         { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
         { "-p", NULL, NALAR_OPT_INT, &len, NULL, 0 },
         { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
@@ -563,128 +745,18 @@ nalar_cmd_prefix_bench(int argc, char **argv)
                 "context of %d\n", len, nalar_engine_model(on)->cfg.n_ctx);
         return 2;
     }
-    V = nalar_engine_model(on)->cfg.n_vocab;
-    prompt = malloc((size_t) len * sizeof(int32_t));
-    warm = malloc((size_t) len * sizeof(int32_t));
-
-    /* the cost of identity: hashing a whole prompt's blocks */
-    {
-        uint8_t d[NALAR_DIGEST] = { 0 };
-        double  t0 = nalar_now_s();
-        int     nb = len / NALAR_KV_BLOCK;
-
-        for (int r = 0; r < 100; r++) {
-            for (int b = 0; b < nb; b++) {
-                nalar_prefix_chain(d, prompt, d);
-            }
-        }
-        if (!json) {
-            printf("hashing %d blocks (%d tokens): %.1f us\n\n", nb, len,
-                   (nalar_now_s() - t0) / 100 * 1e6);
-        } else {
-            printf("{\"hash_us\": %.1f}\n", (nalar_now_s() - t0) / 100 * 1e6);
-        }
+    /* room for len tokens, and for the tenants' prompts (a system prompt
+     * of at most len / 2, then up to 256 tokens of history) */
+    prompt = calloc((size_t) len + 256, sizeof(int32_t));
+    warm = calloc((size_t) len + 256, sizeof(int32_t));
+    if (prompt == NULL || warm == NULL) {
+        fprintf(stderr, "nalar: out of memory\n");
+        return 1;
     }
-    if (!json) {
-        printf("| reuse L_hit/L_in | cached tokens | TTFT cache on (ms) | "
-               "TTFT cache off (ms) | ratio | ideal ratio |\n"
-               "|---:|---:|---:|---:|---:|---:|\n");
-    }
-    for (size_t ri = 0; ri < sizeof(rates) / sizeof(rates[0]); ri++) {
-        double ton[MAX_REPS], toff[MAX_REPS];
-        int    cached = 0;
-
-        for (int r = 0; r < reps; r++) {
-            int         keep = len * rates[ri] / 100;
-            first_token f;
-
-            /* a fresh prompt; the warm-up shares its first `keep` tokens */
-            prompt[0] = 1;
-            for (int i = 1; i < len; i++) {
-                prompt[i] = rand_token(V);
-            }
-            memcpy(warm, prompt, (size_t) len * sizeof(int32_t));
-            for (int i = keep > 1 ? keep : 1; i < len; i++) {
-                warm[i] = rand_token(V);
-            }
-            one_request(on, warm, len, "bench", 0, 1);
-            f = one_request(on, prompt, len, "bench", 0, 1);
-            ton[r] = f.ttft_ms;
-            cached = f.cached;
-            f = one_request(off, prompt, len, "bench", 0, 1);
-            toff[r] = f.ttft_ms;
-        }
-        {
-            double a = median(ton, reps), b = median(toff, reps);
-
-            if (json) {
-                printf("{\"reuse\": %d, \"cached\": %d, \"ttft_on_ms\": %.2f, "
-                       "\"ttft_off_ms\": %.2f, \"ratio\": %.3f, \"ideal\": "
-                       "%.3f}\n", rates[ri], cached, a, b, a / b,
-                       1.0 - (double) cached / len);
-            } else {
-                printf("| %d%% | %d | %.1f | %.1f | %.3f | %.3f |\n",
-                       rates[ri], cached, a, b, a / b,
-                       1.0 - (double) cached / len);
-            }
-            fflush(stdout);
-        }
-    }
-
-    /* multi-tenant: 8 tenants, a shared 512-token system prompt, each
-     * tenant's own growing history; shared prefixes on vs off */
+    prefix_hash_cost(prompt, len, json);
+    prefix_reuse(on, off, prompt, warm, len, reps, json);
     for (int shared = 1; shared >= 0; shared--) {
-        nalar_metrics mt0, mt1;
-        double        tt[64];
-        int           n = 0, sys = 512 < len / 2 ? 512 : len / 2;
-        double        t0;
-        long          toks = 0;
-        char          scope[48];
-
-        nalar_engine_metrics(on, &mt0);
-        for (int i = 0; i < sys; i++) {
-            warm[i] = i == 0 ? 1 : 3 + (i * 37) % (V - 3);
-        }
-        t0 = nalar_now_s();
-        for (int turn = 0; turn < 4; turn++) {
-            for (int ten = 0; ten < 8 && n < 64; ten++) {
-                int         plen = sys + 64 * (turn + 1);
-                first_token f;
-
-                memcpy(prompt, warm, (size_t) sys * sizeof(int32_t));
-                for (int i = sys; i < plen; i++) {
-                    prompt[i] = 3 + ((i * 131 + ten * 7919 + shared * 17)
-                                     % (V - 3));
-                }
-                snprintf(scope, sizeof(scope), "tenant%d-%d", ten, shared);
-                f = one_request(on, prompt, plen, scope, shared ? sys : 0, 8);
-                tt[n++] = f.ttft_ms;
-                toks += plen + 8;
-            }
-        }
-        nalar_engine_metrics(on, &mt1);
-        {
-            double q = (double) (mt1.prefix_queries_total
-                                 - mt0.prefix_queries_total);
-            double h = (double) (mt1.prefix_hits_total
-                                 - mt0.prefix_hits_total);
-            double el = nalar_now_s() - t0;
-            double p50 = percentile(tt, n, 0.5), p99 = percentile(tt, n, 0.99);
-
-            if (json) {
-                printf("{\"multi_tenant\": true, \"shared_prefix\": %s, "
-                       "\"hit_rate\": %.3f, \"ttft_p50_ms\": %.2f, "
-                       "\"ttft_p99_ms\": %.2f, \"tokens_per_s\": %.1f}\n",
-                       shared ? "true" : "false", q > 0 ? h / q : 0, p50, p99,
-                       toks / el);
-            } else {
-                printf("%s8 tenants, shared %d-token system prompt %s: hit "
-                       "rate %.1f%%, TTFT p50 %.1f ms, p99 %.1f ms, %.0f "
-                       "prompt+output tokens/s\n", shared ? "\n" : "", sys,
-                       shared ? "declared shared" : "not shared",
-                       q > 0 ? 100 * h / q : 0, p50, p99, toks / el);
-            }
-        }
+        prefix_tenants(on, prompt, warm, len, shared, json);
     }
     free(prompt);
     free(warm);

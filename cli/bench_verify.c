@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "bench.h"
 #include "opts.h"
 #include "clock.h"

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "clock.h"
 #ifdef NALAR_CUDA
 #include "cuda_backend.h"
@@ -162,7 +163,7 @@ gen_notify(nalar_request *r, void *ctx)
     }
     fflush(stdout);
     if (out.finish == NALAR_FINISH_ERROR) {
-        fprintf(stderr, "nalar: %s\n", out.error);
+        fprintf(stderr, "nalar: %s\n", out.error.message);
         g->failed = 1;
     }
     nalar_output_free(&out);
@@ -854,8 +855,19 @@ typedef struct {
     nalar_backend *be;
     nalar_kv_pool  kv;
     nalar_batch    b;
-    float         *logits;
+    float         *logits;       /* (max_b, n_vocab) */
+    nalar_seq_kv  *seqs;         /* (max_b) */
+    int            p, n;         /* prompt and decode tokens */
+    int            vocab;
 } bench_ctx;
+
+/* what `nalar bench` measured */
+typedef struct {
+    int     bs[16], n_bs;        /* batch sizes of the batched decode */
+    double  prefill_tps, decode_tps, batched[16];
+    double  read_bw;             /* bytes/s, the better of two */
+    int64_t wbytes, rss, file_bytes, kv_bytes;
+} bench_result;
 
 
 static int
@@ -866,81 +878,385 @@ bench_batch(bench_ctx *c, int32_t n, nalar_err *err)
 }
 
 
+#ifdef NALAR_CUDA
+/* --backend cuda [-m MODEL] or --synthetic SHAPE (random BF16 weights
+ * made in device memory); see bench/cuda_bench.cu */
+static int
+bench_cuda(const char *model, const char *synthetic, int p, int n,
+           const char *blist, int json, int gemv_max)
+{
+    nalar_cuda_bench_opts bo;
+    int32_t               bb[16];
+    nalar_err             err;
+    char                 *dup, *tokp;
+
+    memset(&bo, 0, sizeof(bo));
+    bo.model_path = model;
+    bo.synthetic = synthetic;
+    bo.type = GGML_BF16;
+    bo.prefill = p > 128 ? p : 0;           /* default 2048 */
+    bo.n_decode = n > 128 ? n : 0;          /* default 64 */
+    bo.json = json;
+    bo.gemv_max = gemv_max;
+    if (strcmp(blist, "1,4,16") != 0) {     /* -b given */
+        dup = strdup(blist);
+        for (tokp = strtok(dup, ","); tokp != NULL && bo.n_batches < 16;
+             tokp = strtok(NULL, ","))
+        {
+            bb[bo.n_batches++] = atoi(tokp);
+        }
+        free(dup);
+        bo.batches = bb;
+    }
+    if (nalar_cuda_bench(&bo, &err) != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+#endif
+
+
+/* -b's list into r->bs; the largest in *max_b; -1 on a bad size */
+static int
+bench_batches(const char *blist, bench_result *r, int *max_b)
+{
+    char *dup = strdup(blist), *tokp;
+
+    *max_b = 1;
+    r->n_bs = 0;
+    for (tokp = strtok(dup, ","); tokp != NULL && r->n_bs < 16;
+         tokp = strtok(NULL, ","))
+    {
+        r->bs[r->n_bs] = atoi(tokp);
+        if (r->bs[r->n_bs] < 1) {
+            fprintf(stderr, "nalar bench: bad batch size '%s'\n", tokp);
+            free(dup);
+            return -1;
+        }
+        *max_b = r->bs[r->n_bs] > *max_b ? r->bs[r->n_bs] : *max_b;
+        r->n_bs++;
+    }
+    free(dup);
+    return 0;
+}
+
+
+/* The model on the CPU backend, a KV pool for max_b sequences of p + n
+ * tokens, and the batch's buffers: the exit status to return, 0 when
+ * ready. */
+static int
+bench_open(bench_ctx *c, const char *model, int max_b, int threads,
+           int act_i16)
+{
+    nalar_err err;
+    int       rows = c->p > max_b ? c->p : max_b;
+
+    c->m = nalar_model_load(model, &err);
+    if (c->m == NULL) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    if (c->p + c->n > c->m->cfg.n_ctx) {
+        fprintf(stderr, "nalar bench: -p + -n = %d exceeds the context of "
+                "%d\n", c->p + c->n, c->m->cfg.n_ctx);
+        nalar_model_destroy(c->m);
+        return 2;
+    }
+    c->vocab = c->m->cfg.n_vocab;
+    c->be = nalar_cpu_backend_create(c->m, threads, &err);
+    if (c->be != NULL && act_i16) {
+        nalar_cpu_backend_act_i16(c->be, act_i16);
+    }
+    if (c->be == NULL
+        || nalar_kv_pool_init(&c->kv,
+                              max_b * ((c->p + c->n) / NALAR_KV_BLOCK + 2),
+                              c->m->cfg.n_layers,
+                              c->m->cfg.n_kv_heads * c->m->cfg.head_dim,
+                              &err) != 0
+        || c->be->kv_alloc(c->be, &c->kv, &err) != 0)
+    {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    c->b.tokens = calloc((size_t) rows, sizeof(int32_t));
+    c->b.pos = calloc((size_t) rows, sizeof(int32_t));
+    c->b.seq = calloc((size_t) rows, sizeof(*c->b.seq));
+    c->b.want_logits = calloc((size_t) rows, 1);
+    c->logits = nalar_alloc_lines((size_t) max_b * c->vocab * sizeof(float));
+    c->seqs = calloc((size_t) max_b, sizeof(*c->seqs));
+    if (c->b.tokens == NULL || c->b.pos == NULL || c->b.seq == NULL
+        || c->b.want_logits == NULL || c->logits == NULL || c->seqs == NULL)
+    {
+        fprintf(stderr, "nalar: out of memory\n");
+        return 1;
+    }
+    return 0;
+}
+
+
+static void
+bench_close(bench_ctx *c)
+{
+    free(c->seqs);
+    free(c->b.tokens);
+    free(c->b.pos);
+    free(c->b.seq);
+    free(c->b.want_logits);
+    free(c->logits);
+    c->be->kv_free(c->be, &c->kv);
+    nalar_kv_pool_free(&c->kv);
+    c->be->destroy(c->be);
+    nalar_model_destroy(c->m);
+}
+
+
+/*
+ * prefill: one p-token prompt in one pass, the best of 5 after a
+ * warm-up pass (the backend tries its ways of running a pass in
+ * turn, and keeps the faster; on a shared host one pass alone varied
+ * 2.7x between identical runs).  Tokens per second, or -1.  Leaves
+ * sequence 0 holding the prompt and its last logits.
+ */
+static double
+bench_prefill(bench_ctx *c)
+{
+    double    best = 0;
+    int       p = c->p;
+    nalar_err err;
+
+    for (int rep = 0; rep < 6; rep++) {
+        double t0, tps;
+
+        nalar_seq_kv_release(&c->kv, &c->seqs[0]);
+        nalar_seq_kv_reserve(&c->kv, &c->seqs[0], p + c->n);
+        for (int i = 0; i < p; i++) {
+            c->b.tokens[i] = (int32_t) ((i * 7919 + 13) % c->vocab);
+            c->b.pos[i] = i;
+            c->b.seq[i] = &c->seqs[0];
+            c->b.want_logits[i] = i == p - 1;
+        }
+        c->b.n_logits = 1;
+        t0 = nalar_now_s();
+        if (bench_batch(c, p, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return -1;
+        }
+        tps = p / (nalar_now_s() - t0);
+        if (rep > 0 && tps > best) {
+            best = tps;
+        }
+    }
+    return best;
+}
+
+
+/* decode at batch 1, greedy, continuing the prefill's prompt: tokens per
+ * second, or -1 */
+static double
+bench_decode(bench_ctx *c)
+{
+    double    t0 = nalar_now_s();
+    int32_t   tok = nalar_argmax(c->logits, c->vocab);
+    nalar_err err;
+
+    c->b.n_logits = 1;
+    for (int i = 0; i < c->n; i++) {
+        c->b.tokens[0] = tok;
+        c->b.pos[0] = c->p + i;
+        c->b.seq[0] = &c->seqs[0];
+        c->b.want_logits[0] = 1;
+        if (bench_batch(c, 1, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return -1;
+        }
+        tok = nalar_argmax(c->logits, c->vocab);
+    }
+    return c->n / (nalar_now_s() - t0);
+}
+
+
+/* batched decode: b sequences, each with a 16-token context, step
+ * together for n tokens; aggregate tokens per second, or -1 */
+static double
+bench_batched(bench_ctx *c, int b)
+{
+    int       ctx0 = 16, n = c->n, vocab = c->vocab;
+    double    t0, tps;
+    nalar_err err;
+
+    for (int s = 0; s < b; s++) {
+        nalar_seq_kv_reserve(&c->kv, &c->seqs[s], ctx0 + n);
+        for (int i = 0; i < ctx0; i++) {
+            c->b.tokens[0] = (int32_t) ((s * 31 + i * 7) % vocab);
+            c->b.pos[0] = i;
+            c->b.seq[0] = &c->seqs[s];
+            c->b.want_logits[0] = i == ctx0 - 1;
+            c->b.n_logits = i == ctx0 - 1;
+            bench_batch(c, 1, &err);
+        }
+    }
+    t0 = nalar_now_s();
+    for (int i = 0; i < n; i++) {
+        for (int s = 0; s < b; s++) {
+            c->b.tokens[s] = nalar_argmax(c->logits + (size_t) s * vocab,
+                                          vocab);
+            if (i == 0) {
+                c->b.tokens[s] = (int32_t) ((s * 17 + 5) % vocab);
+            }
+            c->b.pos[s] = ctx0 + i;
+            c->b.seq[s] = &c->seqs[s];
+            c->b.want_logits[s] = 1;
+        }
+        c->b.n_logits = b;
+        if (bench_batch(c, b, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return -1;
+        }
+    }
+    tps = (double) b * n / (nalar_now_s() - t0);
+    for (int s = 0; s < b; s++) {
+        nalar_seq_kv_release(&c->kv, &c->seqs[s]);
+    }
+    return tps;
+}
+
+
+/* Weight bytes one decode step reads (the embedding is gathered, not
+ * read, unless it is also the output head). */
+static int64_t
+bench_weight_bytes(const nalar_model *m)
+{
+    int64_t wbytes = 0;
+
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+
+        if (t->name.len != 17
+            || memcmp(t->name.ptr, "token_embd.weight", 17) != 0
+            || m->output.data == m->tok_embd.data)
+        {
+            wbytes += (int64_t) t->nbytes;
+        }
+    }
+    return wbytes;
+}
+
+
+static void
+bench_report(const bench_result *r, const char *model, int threads, int p,
+             int n, int json)
+{
+    if (json) {
+        printf("{\"resident_bytes\": %lld, \"file_bytes\": %lld, "
+               "\"kv_pool_bytes\": %lld, \"read_bytes_per_s\": %.0f, ",
+               (long long) r->rss, (long long) r->file_bytes,
+               (long long) r->kv_bytes, r->read_bw);
+        printf("\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
+               "%.1f, \"batched\": {", r->prefill_tps, r->decode_tps);
+        for (int k = 0; k < r->n_bs; k++) {
+            printf("%s\"%d\": %.1f", k ? ", " : "", r->bs[k], r->batched[k]);
+        }
+        printf("}, \"weight_bytes_per_s\": %.0f}\n",
+               (double) r->wbytes * r->decode_tps);
+        return;
+    }
+    printf("model %s: %d threads\n", model, threads);
+    printf("prefill %d tokens: %.1f tokens/s\n", p, r->prefill_tps);
+    printf("decode %d tokens, batch 1: %.1f tokens/s (%.2f GB/s of "
+           "weights)\n", n, r->decode_tps, r->wbytes * r->decode_tps / 1e9);
+    printf("memory read: %.2f GB/s; memory-read limit %.1f tokens/s "
+           "(%lld weight bytes per token); decode at %.0f%% of it\n",
+           r->read_bw / 1e9, r->read_bw / (double) r->wbytes,
+           (long long) r->wbytes,
+           100.0 * r->decode_tps * (double) r->wbytes / r->read_bw);
+    printf("resident after load: %lld bytes (file %lld, KV pool "
+           "%lld)\n", (long long) r->rss, (long long) r->file_bytes,
+           (long long) r->kv_bytes);
+    for (int k = 0; k < r->n_bs; k++) {
+        printf("decode batch %d: %.1f tokens/s aggregate\n", r->bs[k],
+               r->batched[k]);
+    }
+}
+
+
+/* The CPU measures of `nalar bench`: prefill, decode at batch 1 between
+ * two measures of the read bandwidth, batched decode. */
+static int
+bench_cpu(bench_ctx *c, bench_result *r, int threads)
+{
+    int    bw_threads;
+    double bw;
+
+    r->rss = resident_bytes();
+    r->prefill_tps = bench_prefill(c);
+    if (r->prefill_tps < 0) {
+        return 1;
+    }
+    bw_threads = threads > 0 ? threads
+                 : (int) sysconf(_SC_NPROCESSORS_ONLN);
+    r->read_bw = measure_read_bw(bw_threads);
+    r->decode_tps = bench_decode(c);
+    if (r->decode_tps < 0) {
+        return 1;
+    }
+    bw = measure_read_bw(bw_threads);
+    r->read_bw = bw > r->read_bw ? bw : r->read_bw;
+    nalar_seq_kv_release(&c->kv, &c->seqs[0]);
+    for (int k = 0; k < r->n_bs; k++) {
+        r->batched[k] = bench_batched(c, r->bs[k]);
+        if (r->batched[k] < 0) {
+            return 1;
+        }
+    }
+    r->wbytes = bench_weight_bytes(c->m);
+    r->file_bytes = (int64_t) c->m->gguf->map_size;
+    r->kv_bytes = 2 * (int64_t) c->kv.n_blocks * c->kv.n_layers
+                  * NALAR_KV_BLOCK * c->kv.kv_dim * (int64_t) sizeof(float);
+    return 0;
+}
+
+
 static int
 cmd_bench(int argc, char **argv)
 {
     const char   *model = NULL, *blist = "1,4,16", *act = NULL;
     int           p = 128, n = 128, threads = 0, json = 0, act_i16;
-    int           bs[16], n_bs = 0, max_b = 1, vocab;
-    double        prefill_tps, decode_tps, batched[16];
+    int           max_b, rc;
     bench_ctx     c;
-    nalar_err     err;
-    nalar_seq_kv *seqs;
-    int64_t       wbytes = 0, rss, file_bytes, kv_bytes;
-    double        read_bw, bw;
-    int           bw_threads;
-    char         *dup, *tokp;
+    bench_result  r;
 #ifdef NALAR_CUDA
     const char   *cu_backend = NULL, *cu_synthetic = NULL;  /* CUDA bench */
     int           cu_gemv_max = 0;
 #endif
-
-    {
-        const nalar_opt opts[] = {
-            { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
-            { "-p", NULL, NALAR_OPT_INT, &p, NULL, 0 },
-            { "-n", NULL, NALAR_OPT_INT, &n, NULL, 0 },
-            { "-b", NULL, NALAR_OPT_STR, &blist, NULL, 0 },
-            { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
-            { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
-            { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
+    const nalar_opt opts[] = {
+        { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
+        { "-p", NULL, NALAR_OPT_INT, &p, NULL, 0 },
+        { "-n", NULL, NALAR_OPT_INT, &n, NULL, 0 },
+        { "-b", NULL, NALAR_OPT_STR, &blist, NULL, 0 },
+        { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
+        { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
+        { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
 #ifdef NALAR_CUDA
-            { "--backend", NULL, NALAR_OPT_STR, &cu_backend, NULL, 0 },
-            { "--synthetic", NULL, NALAR_OPT_STR, &cu_synthetic, NULL, 0 },
-            { "--gpu-gemv-max", NULL, NALAR_OPT_INT, &cu_gemv_max, NULL, 0 },
+        { "--backend", NULL, NALAR_OPT_STR, &cu_backend, NULL, 0 },
+        { "--synthetic", NULL, NALAR_OPT_STR, &cu_synthetic, NULL, 0 },
+        { "--gpu-gemv-max", NULL, NALAR_OPT_INT, &cu_gemv_max, NULL, 0 },
 #endif
-        };
+    };
 
-        if (NALAR_OPTS_PARSE("bench", argc, argv, opts) != 0) {
-            return 2;
-        }
-        act_i16 = cpu_activations("bench", act);
-        if (act_i16 < 0) {
-            return 2;
-        }
+    if (NALAR_OPTS_PARSE("bench", argc, argv, opts) != 0) {
+        return 2;
+    }
+    act_i16 = cpu_activations("bench", act);
+    if (act_i16 < 0) {
+        return 2;
     }
 #ifdef NALAR_CUDA
-    /* --- CUDA: --backend cuda [-m MODEL] or --synthetic SHAPE (random
-     * BF16 weights made in device memory); see bench/cuda_bench.cu --- */
     if (cu_synthetic != NULL
         || (cu_backend != NULL && strcmp(cu_backend, "cuda") == 0))
     {
-        nalar_cuda_bench_opts bo;
-        int32_t               bb[16];
-
-        memset(&bo, 0, sizeof(bo));
-        bo.model_path = model;
-        bo.synthetic = cu_synthetic;
-        bo.type = GGML_BF16;
-        bo.prefill = p > 128 ? p : 0;           /* default 2048 */
-        bo.n_decode = n > 128 ? n : 0;          /* default 64 */
-        bo.json = json;
-        bo.gemv_max = cu_gemv_max;
-        if (strcmp(blist, "1,4,16") != 0) {     /* -b given */
-            dup = strdup(blist);
-            for (tokp = strtok(dup, ","); tokp != NULL && bo.n_batches < 16;
-                 tokp = strtok(NULL, ","))
-            {
-                bb[bo.n_batches++] = atoi(tokp);
-            }
-            free(dup);
-            bo.batches = bb;
-        }
-        if (nalar_cuda_bench(&bo, &err) != 0) {
-            fprintf(stderr, "nalar: %s\n", err.msg);
-            return 1;
-        }
-        return 0;
+        return bench_cuda(model, cu_synthetic, p, n, blist, json,
+                          cu_gemv_max);
     }
     if (cu_backend != NULL && strcmp(cu_backend, "cpu") != 0) {
         fprintf(stderr, "nalar bench: unknown backend '%s'\n", cu_backend);
@@ -951,214 +1267,22 @@ cmd_bench(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    dup = strdup(blist);
-    for (tokp = strtok(dup, ","); tokp != NULL && n_bs < 16;
-         tokp = strtok(NULL, ","))
-    {
-        bs[n_bs] = atoi(tokp);
-        if (bs[n_bs] < 1) {
-            fprintf(stderr, "nalar bench: bad batch size '%s'\n", tokp);
-            free(dup);
-            return 2;
-        }
-        max_b = bs[n_bs] > max_b ? bs[n_bs] : max_b;
-        n_bs++;
-    }
-    free(dup);
-
-    memset(&c, 0, sizeof(c));
-    c.m = nalar_model_load(model, &err);
-    if (c.m == NULL) {
-        fprintf(stderr, "nalar: %s\n", err.msg);
-        return 1;
-    }
-    if (p + n > c.m->cfg.n_ctx) {
-        fprintf(stderr, "nalar bench: -p + -n = %d exceeds the context of "
-                "%d\n", p + n, c.m->cfg.n_ctx);
-        nalar_model_destroy(c.m);
+    memset(&r, 0, sizeof(r));
+    if (bench_batches(blist, &r, &max_b) != 0) {
         return 2;
     }
-    vocab = c.m->cfg.n_vocab;
-    c.be = nalar_cpu_backend_create(c.m, threads, &err);
-    if (c.be != NULL && act_i16) {
-        nalar_cpu_backend_act_i16(c.be, act_i16);
+    memset(&c, 0, sizeof(c));
+    c.p = p;
+    c.n = n;
+    rc = bench_open(&c, model, max_b, threads, act_i16);
+    if (rc != 0) {
+        return rc;
     }
-    if (c.be == NULL
-        || nalar_kv_pool_init(&c.kv, max_b * ((p + n) / NALAR_KV_BLOCK + 2),
-                              c.m->cfg.n_layers,
-                              c.m->cfg.n_kv_heads * c.m->cfg.head_dim,
-                              &err) != 0
-        || c.be->kv_alloc(c.be, &c.kv, &err) != 0)
-    {
-        fprintf(stderr, "nalar: %s\n", err.msg);
+    if (bench_cpu(&c, &r, threads) != 0) {
         return 1;
     }
-    rss = resident_bytes();
-    c.b.tokens = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
-    c.b.pos = calloc((size_t) (p > max_b ? p : max_b), sizeof(int32_t));
-    c.b.seq = calloc((size_t) (p > max_b ? p : max_b), sizeof(*c.b.seq));
-    c.b.want_logits = calloc((size_t) (p > max_b ? p : max_b), 1);
-    c.logits = nalar_alloc_lines((size_t) max_b * vocab * sizeof(float));
-    seqs = calloc((size_t) max_b, sizeof(*seqs));
-    if (c.b.tokens == NULL || c.b.pos == NULL || c.b.seq == NULL
-        || c.b.want_logits == NULL || c.logits == NULL || seqs == NULL)
-    {
-        fprintf(stderr, "nalar: out of memory\n");
-        return 1;
-    }
-
-    /*
-     * prefill: one p-token prompt in one pass, the best of 5 after a
-     * warm-up pass (the backend tries its ways of running a pass in
-     * turn, and keeps the faster; on a shared host one pass alone varied
-     * 2.7x between identical runs)
-     */
-    prefill_tps = 0;
-    for (int rep = 0; rep < 6; rep++) {
-        double t0, tps;
-
-        nalar_seq_kv_release(&c.kv, &seqs[0]);
-        nalar_seq_kv_reserve(&c.kv, &seqs[0], p + n);
-        for (int i = 0; i < p; i++) {
-            c.b.tokens[i] = (int32_t) ((i * 7919 + 13) % vocab);
-            c.b.pos[i] = i;
-            c.b.seq[i] = &seqs[0];
-            c.b.want_logits[i] = i == p - 1;
-        }
-        c.b.n_logits = 1;
-        t0 = nalar_now_s();
-        if (bench_batch(&c, p, &err) != 0) {
-            fprintf(stderr, "nalar: %s\n", err.msg);
-            return 1;
-        }
-        tps = p / (nalar_now_s() - t0);
-        if (rep > 0 && tps > prefill_tps) {
-            prefill_tps = tps;
-        }
-    }
-
-    /* decode at batch 1, greedy, continuing that prompt, between two
-     * measures of the read bandwidth */
-    bw_threads = threads > 0 ? threads
-                 : (int) sysconf(_SC_NPROCESSORS_ONLN);
-    read_bw = measure_read_bw(bw_threads);
-    {
-        double  t0 = nalar_now_s();
-        int32_t tok = nalar_argmax(c.logits, vocab);
-
-        c.b.n_logits = 1;
-        for (int i = 0; i < n; i++) {
-            c.b.tokens[0] = tok;
-            c.b.pos[0] = p + i;
-            c.b.seq[0] = &seqs[0];
-            c.b.want_logits[0] = 1;
-            if (bench_batch(&c, 1, &err) != 0) {
-                fprintf(stderr, "nalar: %s\n", err.msg);
-                return 1;
-            }
-            tok = nalar_argmax(c.logits, vocab);
-        }
-        decode_tps = n / (nalar_now_s() - t0);
-    }
-    bw = measure_read_bw(bw_threads);
-    read_bw = bw > read_bw ? bw : read_bw;
-    nalar_seq_kv_release(&c.kv, &seqs[0]);
-
-    /* batched decode: b sequences, each with a 16-token context, step
-     * together for n tokens */
-    for (int k = 0; k < n_bs; k++) {
-        int    b = bs[k], ctx0 = 16;
-        double t0;
-
-        for (int s = 0; s < b; s++) {
-            nalar_seq_kv_reserve(&c.kv, &seqs[s], ctx0 + n);
-            for (int i = 0; i < ctx0; i++) {
-                c.b.tokens[0] = (int32_t) ((s * 31 + i * 7) % vocab);
-                c.b.pos[0] = i;
-                c.b.seq[0] = &seqs[s];
-                c.b.want_logits[0] = i == ctx0 - 1;
-                c.b.n_logits = i == ctx0 - 1;
-                bench_batch(&c, 1, &err);
-            }
-        }
-        t0 = nalar_now_s();
-        for (int i = 0; i < n; i++) {
-            for (int s = 0; s < b; s++) {
-                c.b.tokens[s] = nalar_argmax(c.logits + (size_t) s * vocab,
-                                             vocab);
-                if (i == 0) {
-                    c.b.tokens[s] = (int32_t) ((s * 17 + 5) % vocab);
-                }
-                c.b.pos[s] = ctx0 + i;
-                c.b.seq[s] = &seqs[s];
-                c.b.want_logits[s] = 1;
-            }
-            c.b.n_logits = b;
-            if (bench_batch(&c, b, &err) != 0) {
-                fprintf(stderr, "nalar: %s\n", err.msg);
-                return 1;
-            }
-        }
-        batched[k] = (double) b * n / (nalar_now_s() - t0);
-        for (int s = 0; s < b; s++) {
-            nalar_seq_kv_release(&c.kv, &seqs[s]);
-        }
-    }
-
-    for (uint64_t i = 0; i < c.m->gguf->n_tensors; i++) {
-        const gguf_tensor *t = &c.m->gguf->tensors[i];
-
-        if (t->name.len != 17
-            || memcmp(t->name.ptr, "token_embd.weight", 17) != 0
-            || c.m->output.data == c.m->tok_embd.data)
-        {
-            wbytes += (int64_t) t->nbytes;   /* the embedding is gathered */
-        }
-    }
-
-    file_bytes = (int64_t) c.m->gguf->map_size;
-    kv_bytes = 2 * (int64_t) c.kv.n_blocks * c.kv.n_layers * NALAR_KV_BLOCK
-               * c.kv.kv_dim * (int64_t) sizeof(float);
-    if (json) {
-        printf("{\"resident_bytes\": %lld, \"file_bytes\": %lld, "
-               "\"kv_pool_bytes\": %lld, \"read_bytes_per_s\": %.0f, ",
-               (long long) rss, (long long) file_bytes,
-               (long long) kv_bytes, read_bw);
-        printf("\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": "
-               "%.1f, \"batched\": {", prefill_tps, decode_tps);
-        for (int k = 0; k < n_bs; k++) {
-            printf("%s\"%d\": %.1f", k ? ", " : "", bs[k], batched[k]);
-        }
-        printf("}, \"weight_bytes_per_s\": %.0f}\n",
-               (double) wbytes * decode_tps);
-    } else {
-        printf("model %s: %d threads\n", model, threads);
-        printf("prefill %d tokens: %.1f tokens/s\n", p, prefill_tps);
-        printf("decode %d tokens, batch 1: %.1f tokens/s (%.2f GB/s of "
-               "weights)\n", n, decode_tps, wbytes * decode_tps / 1e9);
-        printf("memory read: %.2f GB/s; memory-read limit %.1f tokens/s "
-               "(%lld weight bytes per token); decode at %.0f%% of it\n",
-               read_bw / 1e9, read_bw / (double) wbytes,
-               (long long) wbytes,
-               100.0 * decode_tps * (double) wbytes / read_bw);
-        printf("resident after load: %lld bytes (file %lld, KV pool "
-               "%lld)\n", (long long) rss, (long long) file_bytes,
-               (long long) kv_bytes);
-        for (int k = 0; k < n_bs; k++) {
-            printf("decode batch %d: %.1f tokens/s aggregate\n", bs[k],
-                   batched[k]);
-        }
-    }
-    free(seqs);
-    free(c.b.tokens);
-    free(c.b.pos);
-    free(c.b.seq);
-    free(c.b.want_logits);
-    free(c.logits);
-    c.be->kv_free(c.be, &c.kv);
-    nalar_kv_pool_free(&c.kv);
-    c.be->destroy(c.be);
-    nalar_model_destroy(c.m);
+    bench_report(&r, model, threads, p, n, json);
+    bench_close(&c);
     return 0;
 }
 

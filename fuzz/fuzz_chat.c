@@ -99,28 +99,19 @@ gen_prompt(nalar_chat_style s)
 }
 
 
-int
-LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/*
+ * The input as messages: each a role byte (0-4 a known role, else a role
+ * of up to 11 bytes of the text), a length byte and the text.  Sets
+ * *unknown where a role is not one of the five, *tool where one is tool.
+ */
+static size_t
+decode_msgs(const uint8_t *data, size_t size, nalar_chat_msg *msgs,
+            nalar_tok_text *parts, int *unknown, int *tool)
 {
     static const char *roles[] = { "system", "developer", "user",
                                    "assistant", "tool" };
-    nalar_chat_msg    msgs[MAX_MSGS];
-    nalar_tok_text    parts[MAX_MSGS], *pieces;
-    nalar_chat_style  style;
-    nalar_err         err;
-    size_t            n = 0, i = 1, len = 0, at = 0, n_pieces = 0;
-    int               unknown = 0, tool = 0, orphan = 0;
-    const char       *gp;
-    char             *text, *p;
+    size_t n = 0, i = 1;
 
-    if (size == 0) {
-        return 0;
-    }
-    if (data[0] == 0xff) {
-        template(data + 1, size - 1);
-        return 0;
-    }
-    style = (nalar_chat_style) (data[0] % 12);
     while (i + 2 <= size && n < MAX_MSGS) {
         uint8_t r = data[i], l = data[i + 1];
         size_t  avail = size - i - 2, cl = l < avail ? l : avail;
@@ -143,15 +134,24 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
               || is_role(&msgs[n], "user") || is_role(&msgs[n], "assistant")
               || is_role(&msgs[n], "tool")))
         {
-            unknown = 1;
+            *unknown = 1;
         }
-        tool |= is_role(&msgs[n], "tool");
+        *tool |= is_role(&msgs[n], "tool");
         n++;
         i += 2 + cl;
     }
+    return n;
+}
 
-    err.msg[0] = '\0';
-    pieces = nalar_chat_render(style, msgs, n, &n_pieces, &err);
+
+/* 1 where the style must refuse these messages (a system message it has
+ * no place for, a tool turn it cannot show, an unknown role). */
+static int
+must_refuse(nalar_chat_style style, const nalar_chat_msg *msgs, size_t n,
+            int unknown, int tool)
+{
+    int orphan = 0;
+
     if (style == NALAR_CHAT_LLAMA2 && !unknown && !tool) {
         /* llama2 puts system messages into the next user turn: one that
          * no user turn follows (before an assistant turn or the end) is
@@ -204,26 +204,30 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       || is_role(&msgs[k], "developer");
         }
     }
-    if (unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))
-        || ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_GEMMA
-             || style == NALAR_CHAT_MISTRAL_V1
-             || style == NALAR_CHAT_MISTRAL_V3)
-            && orphan)
-        || ((style == NALAR_CHAT_MISTRAL_V7
-             || style == NALAR_CHAT_MISTRAL_V7_SPM) && tool))
-    {
-        if (pieces != NULL || err.msg[0] == '\0') {
-            die("a message of an unknown role was rendered");
-        }
-        if (unknown && strstr(err.msg, "unknown role") == NULL) {
-            die("the refusal does not say the role is unknown");
-        }
-        return 0;
-    }
-    if (pieces == NULL) {
-        fprintf(stderr, "fuzz_chat: %s\n", err.msg);
-        die("render failed on known roles");
-    }
+    return unknown || (style == NALAR_CHAT_LLAMA2 && (tool || orphan))
+           || ((style == NALAR_CHAT_MISTRAL || style == NALAR_CHAT_GEMMA
+                || style == NALAR_CHAT_MISTRAL_V1
+                || style == NALAR_CHAT_MISTRAL_V3)
+               && orphan)
+           || ((style == NALAR_CHAT_MISTRAL_V7
+                || style == NALAR_CHAT_MISTRAL_V7_SPM) && tool);
+}
+
+
+/*
+ * A rendering of known roles: no message's content in a special piece,
+ * the generation prompt at the end, and each message's content (trimmed
+ * where the style trims it) in order.  Frees pieces.
+ */
+static void
+check_rendered(nalar_chat_style style, const nalar_chat_msg *msgs,
+               const nalar_tok_text *parts, size_t n, nalar_tok_text *pieces,
+               size_t n_pieces)
+{
+    size_t      len = 0, at = 0;
+    const char *gp;
+    char       *text, *p;
+
     /* what the client wrote is literal: a piece that points into a
      * message's content is never one whose control tokens are parsed (the
      * role, checked against the known roles above, may be markup) */
@@ -291,5 +295,44 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     free(text);
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    nalar_chat_msg    msgs[MAX_MSGS];
+    nalar_tok_text    parts[MAX_MSGS], *pieces;
+    nalar_chat_style  style;
+    nalar_err         err;
+    size_t            n, n_pieces = 0;
+    int               unknown = 0, tool = 0;
+
+    if (size == 0) {
+        return 0;
+    }
+    if (data[0] == 0xff) {
+        template(data + 1, size - 1);
+        return 0;
+    }
+    style = (nalar_chat_style) (data[0] % 12);
+    n = decode_msgs(data, size, msgs, parts, &unknown, &tool);
+
+    err.msg[0] = '\0';
+    pieces = nalar_chat_render(style, msgs, n, &n_pieces, &err);
+    if (must_refuse(style, msgs, n, unknown, tool)) {
+        if (pieces != NULL || err.msg[0] == '\0') {
+            die("a message of an unknown role was rendered");
+        }
+        if (unknown && strstr(err.msg, "unknown role") == NULL) {
+            die("the refusal does not say the role is unknown");
+        }
+        return 0;
+    }
+    if (pieces == NULL) {
+        fprintf(stderr, "fuzz_chat: %s\n", err.msg);
+        die("render failed on known roles");
+    }
+    check_rendered(style, msgs, parts, n, pieces, n_pieces);
     return 0;
 }

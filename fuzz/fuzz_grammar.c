@@ -270,7 +270,7 @@ walk(nalar_grammar *g, uint64_t seed)
         die("matcher", "out of memory");
     }
     while (n < MAX_STEPS) {
-        const uint32_t *mask = nalar_gmatcher_mask(m, NULL);
+        const uint32_t *mask = nalar_gmatcher_mask(m);
         int32_t         na = 0, pick;
         char            b[64];
         int             k, eog = 0;
@@ -342,7 +342,7 @@ walk(nalar_grammar *g, uint64_t seed)
             const uint32_t *mk;
 
             nalar_gmatcher_rollback(m, back);
-            mk = nalar_gmatcher_mask(m, NULL);
+            mk = nalar_gmatcher_mask(m);
             if (mk != NULL && mask_hash(mk) != hist[n - back]) {
                 die("rollback did not restore the mask", NULL);
             }

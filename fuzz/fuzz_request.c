@@ -111,7 +111,7 @@ check_ok(const nalar_api_request *r, const nalar_api_in *in)
         die("logit_bias count");
     }
     for (int i = 0; i < p->sampling.n_bias; i++) {
-        if (p->sampling.bias_id[i] < 0 || p->sampling.bias_id[i] >= m->n_vocab
+        if (p->sampling.bias_id[i] < 0 || p->sampling.bias_id[i] >= m->limits.n_vocab
             || !(p->sampling.bias[i] >= -100 && p->sampling.bias[i] <= 100))
         {
             die("logit_bias entry out of range");
@@ -137,11 +137,11 @@ check_ok(const nalar_api_request *r, const nalar_api_in *in)
         if (in->chat) {
             die("a chat prompt of ids");
         }
-        if (p->n_prompt < 1 || p->n_prompt >= m->n_ctx) {
+        if (p->n_prompt < 1 || p->n_prompt >= m->limits.n_ctx) {
             die("id prompt length");
         }
         for (int i = 0; i < p->n_prompt; i++) {
-            if (p->prompt[i] < 0 || p->prompt[i] >= m->n_vocab) {
+            if (p->prompt[i] < 0 || p->prompt[i] >= m->limits.n_vocab) {
                 die("a prompt id out of the vocabulary");
             }
         }
@@ -353,8 +353,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     models[0].name_len = 3;
     models[0].state = ready[(data[0] >> 1) & 3];
     snprintf(models[0].error, sizeof(models[0].error), "no such file");
-    models[0].n_ctx = 16 << (data[1] & 7);
-    models[0].n_vocab = 1000 + 250 * (data[1] >> 3);
+    models[0].limits.n_ctx = 16 << (data[1] & 7);
+    models[0].limits.n_vocab = 1000 + 250 * (data[1] >> 3);
     models[0].chat_style = NALAR_CHAT_CHATML;
     models[1].name = "draft";
     models[1].name_len = 5;

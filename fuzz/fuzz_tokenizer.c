@@ -12,7 +12,10 @@
  *   - SentencePiece (dummy prefix, byte fallback for every byte): the text
  *     itself, except that U+2581 "▁", which stands for a space inside
  *     pieces, comes back as a space;
- *   - byte-level BPE: the text itself.
+ *   - byte-level BPE: the text itself (its NFC with the qwen2
+ *     pre-tokenizer, which normalizes).
+ * And the text cut in two pieces (nalar_tokenize_bounded), both user text
+ * or both markup, gives the ids of the whole.
  * Invalid UTF-8 only has to decode to valid UTF-8 (the server takes text
  * from JSON strings, which are valid).
  *
@@ -24,6 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "gguf.h"
 #include "tokenizer.h"
 
@@ -32,8 +37,9 @@
 
 static const char *pres[] = {
     "gpt-2", "llama-bpe", "qwen2", "tekken", "smollm", "starcoder",
-    "deepseek-llm", "deepseek-coder", "falcon"
+    "deepseek-llm", "deepseek-coder", "falcon", "deepseek-v3"
 };
+#define QWEN2 2     /* pres[QWEN2]: text normalized to NFC */
 #define N_PRE (sizeof(pres) / sizeof(pres[0]))
 
 static nalar_tokenizer *spm, *bpe[N_PRE];
@@ -208,6 +214,32 @@ decode(const nalar_tokenizer *t, const int32_t *ids, int n, size_t *len)
 }
 
 
+/* the text as two pieces of user text (or of template markup, with
+ * special), cut at a character in the middle, gives the ids of the whole */
+static void
+check_pieces(const nalar_tokenizer *t, const char *text, size_t n,
+             int special, const int32_t *ids, int cnt)
+{
+    size_t         cut = n / 2;
+    nalar_tok_text pc[2];
+    int32_t       *got = NULL;
+    int            k, more = 0;
+
+    while (cut > 0 && cut < n && ((uint8_t) text[cut] & 0xC0) == 0x80) {
+        cut--;
+    }
+    pc[0] = (nalar_tok_text) { text, cut, special };
+    pc[1] = (nalar_tok_text) { text + cut, n - cut, special };
+    k = nalar_tokenize_bounded(t, pc, 2, 0, (int) (3 * n + 2), &got, &more);
+    if (k != cnt || more
+        || (k > 0 && memcmp(got, ids, (size_t) k * sizeof(int32_t)) != 0))
+    {
+        die("two pieces did not give the ids of the whole");
+    }
+    free(got);
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -263,7 +295,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         free(whole);
     }
-    if (!special && utf8_valid(data + 1, n)) {
+    check_pieces(t, text, n, special, ids, cnt);
+    if (!special && t == bpe[QWEN2] && utf8_valid(data + 1, n)) {
+        /* the round trip gives the text's NFC */
+        utf8proc_uint8_t *nfc = NULL;
+        utf8proc_ssize_t  k = utf8proc_map(data + 1, (utf8proc_ssize_t) n,
+                                           &nfc, UTF8PROC_STABLE
+                                                 | UTF8PROC_COMPOSE);
+        if (k < 0 || (size_t) k != dlen || memcmp(nfc, dec, dlen) != 0) {
+            die("qwen2 round trip is not the text's NFC");
+        }
+        free(nfc);
+    } else if (!special && utf8_valid(data + 1, n)) {
         /* the promised round trip */
         for (size_t i = 0; i < n; ) {
             size_t k = utf8_at(data + 1 + i, n - i);

@@ -4,9 +4,9 @@
  * engine requests, each linked to a slot; the engine's notify callback
  * (on an engine thread) queues the slot on the done queue under the mutex
  * and writes the eventfd; the eventfd's handler, on the event loop, hands
- * each slot's output to the response and each finished parse to
- * ngx_http_nalar_parsed.  The cleanup cancels what a request
- * that goes away left with the engine.
+ * each slot's output to the response (through the request's write event
+ * handler) and each finished parse to the function its job names.  The
+ * cleanup cancels what a request that goes away left with the engine.
  *
  * ngx_http_nalar_notify runs on engine threads: it touches only the slot,
  * the done queue and the eventfd, never a request, connection or pool.
@@ -107,9 +107,12 @@ ngx_http_nalar_submit_choices(ngx_http_request_t *r,
     nalar_request            *req;
     ngx_http_nalar_slot_t    *slot;
     ngx_http_nalar_choice_t  *ch;
+    ngx_http_nalar_worker_t  *w;
 
     static u_char  alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                              "abcdefghijklmnopqrstuvwxyz0123456789";
+
+    w = ngx_http_nalar_worker();
 
     id = ngx_cpymem(ctx->id, ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
                              ? "chatcmpl-" : "cmpl-",
@@ -133,7 +136,7 @@ ngx_http_nalar_submit_choices(ngx_http_request_t *r,
 
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
-        ch->grammar_compile_ms = -1;
+        ch->usage.grammar_compile_ms = -1;
 
         if (!ctx->stream) {
             ch->text = ngx_array_create(r->pool, 256, 1);
@@ -164,9 +167,9 @@ ngx_http_nalar_submit_choices(ngx_http_request_t *r,
                                         "request: %s", err.msg);
         }
 
-        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        pthread_mutex_lock(&w->mutex);
         slot->req = req;
-        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        pthread_mutex_unlock(&w->mutex);
 
         rc = nalar_engine_submit(ctx->model->engine, req, &err);
 
@@ -270,11 +273,14 @@ ngx_http_nalar_cleanup(void *data)
 static ngx_http_nalar_slot_t *
 ngx_http_nalar_slot_get(void)
 {
-    ngx_queue_t             *q;
-    ngx_http_nalar_slot_t   *slot, **sp;
+    ngx_queue_t              *q;
+    ngx_http_nalar_slot_t    *slot, **sp;
+    ngx_http_nalar_worker_t  *w;
 
-    if (!ngx_queue_empty(&ngx_http_nalar_free_slots)) {
-        q = ngx_queue_head(&ngx_http_nalar_free_slots);
+    w = ngx_http_nalar_worker();
+
+    if (!ngx_queue_empty(&w->free_slots)) {
+        q = ngx_queue_head(&w->free_slots);
         ngx_queue_remove(q);
         return ngx_queue_data(q, ngx_http_nalar_slot_t, queue);
     }
@@ -284,7 +290,7 @@ ngx_http_nalar_slot_get(void)
         return NULL;
     }
 
-    sp = ngx_array_push(&ngx_http_nalar_all_slots);
+    sp = ngx_array_push(&w->all_slots);
     if (sp == NULL) {
         ngx_free(slot);
         return NULL;
@@ -299,9 +305,12 @@ ngx_http_nalar_slot_get(void)
 void
 ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot)
 {
-    nalar_request  *req;
+    nalar_request            *req;
+    ngx_http_nalar_worker_t  *w;
 
-    pthread_mutex_lock(&ngx_http_nalar_mutex);
+    w = ngx_http_nalar_worker();
+
+    pthread_mutex_lock(&w->mutex);
 
     if (slot->posted) {
         ngx_queue_remove(&slot->queue);
@@ -311,14 +320,14 @@ ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot)
     req = slot->req;
     slot->req = NULL;
 
-    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+    pthread_mutex_unlock(&w->mutex);
 
     if (req) {
         nalar_request_unref(req);
     }
 
     slot->ctx = NULL;
-    ngx_queue_insert_tail(&ngx_http_nalar_free_slots, &slot->queue);
+    ngx_queue_insert_tail(&w->free_slots, &slot->queue);
 }
 
 
@@ -332,12 +341,15 @@ ngx_http_nalar_notify(nalar_request *req, void *data)
 {
     ngx_http_nalar_slot_t *slot = data;
 
-    int       wake;
-    uint64_t  one;
+    int                       wake;
+    uint64_t                  one;
+    ngx_http_nalar_worker_t  *w;
+
+    w = ngx_http_nalar_worker();
 
     wake = 0;
 
-    pthread_mutex_lock(&ngx_http_nalar_mutex);
+    pthread_mutex_lock(&w->mutex);
 
     if (slot->req == req && !slot->posted) {
         /*
@@ -346,16 +358,16 @@ ngx_http_nalar_notify(nalar_request *req, void *data)
          * empty queue needs to wake it; an engine step that advances 16
          * streams writes the eventfd once, not 16 times
          */
-        wake = ngx_queue_empty(&ngx_http_nalar_done);
+        wake = ngx_queue_empty(&w->done);
         slot->posted = 1;
-        ngx_queue_insert_tail(&ngx_http_nalar_done, &slot->queue);
+        ngx_queue_insert_tail(&w->done, &slot->queue);
     }
 
-    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+    pthread_mutex_unlock(&w->mutex);
 
     if (wake) {
         one = 1;
-        if (write(ngx_http_nalar_efd, &one, sizeof(uint64_t)) < 0) {
+        if (write(w->efd, &one, sizeof(uint64_t)) < 0) {
             /* EAGAIN: the counter is saturated, the loop is awake anyway */
         }
     }
@@ -367,34 +379,37 @@ ngx_http_nalar_notify(nalar_request *req, void *data)
 void
 ngx_http_nalar_done_handler(ngx_event_t *ev)
 {
-    uint64_t                 n;
-    ngx_int_t                rc;
-    ngx_uint_t               budget;
-    ngx_queue_t             *q;
-    ngx_connection_t        *c;
-    ngx_http_request_t      *r;
-    ngx_http_nalar_ctx_t    *ctx;
-    ngx_http_nalar_slot_t   *slot;
-    ngx_http_nalar_parse_t  *job;
+    uint64_t                  n;
+    ngx_int_t                 rc;
+    ngx_uint_t                budget;
+    ngx_queue_t              *q;
+    ngx_connection_t         *c;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_ctx_t     *ctx;
+    ngx_http_nalar_slot_t    *slot;
+    ngx_http_nalar_parse_t   *job;
+    ngx_http_nalar_worker_t  *w;
 
-    if (read(ngx_http_nalar_efd, &n, sizeof(uint64_t)) < 0) {
+    w = ngx_http_nalar_worker();
+
+    if (read(w->efd, &n, sizeof(uint64_t)) < 0) {
         /* EAGAIN: a spurious wakeup */
     }
 
     /* finished parses: each goes on to its engine, or is answered */
 
     for ( ;; ) {
-        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        pthread_mutex_lock(&w->mutex);
 
-        if (ngx_queue_empty(&ngx_http_nalar_results)) {
-            pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        if (ngx_queue_empty(&w->results)) {
+            pthread_mutex_unlock(&w->mutex);
             break;
         }
 
-        q = ngx_queue_head(&ngx_http_nalar_results);
+        q = ngx_queue_head(&w->results);
         ngx_queue_remove(q);
 
-        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        pthread_mutex_unlock(&w->mutex);
 
         job = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
         ctx = job->ctx;
@@ -411,7 +426,7 @@ ngx_http_nalar_done_handler(ngx_event_t *ev)
         r = ctx->request;
         c = r->connection;
 
-        rc = ngx_http_nalar_parsed(r, ctx, &job->req);
+        rc = job->parsed(r, ctx, &job->req);
 
         ngx_http_nalar_parse_release(job);
 
@@ -427,19 +442,19 @@ ngx_http_nalar_done_handler(ngx_event_t *ev)
 
     for (budget = 4096; budget; budget--) {
 
-        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        pthread_mutex_lock(&w->mutex);
 
-        if (ngx_queue_empty(&ngx_http_nalar_done)) {
-            pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        if (ngx_queue_empty(&w->done)) {
+            pthread_mutex_unlock(&w->mutex);
             return;
         }
 
-        q = ngx_queue_head(&ngx_http_nalar_done);
+        q = ngx_queue_head(&w->done);
         ngx_queue_remove(q);
         slot = ngx_queue_data(q, ngx_http_nalar_slot_t, queue);
         slot->posted = 0;
 
-        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        pthread_mutex_unlock(&w->mutex);
 
         if (slot->ctx == NULL || slot->ctx->done) {
             continue;
@@ -456,7 +471,7 @@ ngx_http_nalar_done_handler(ngx_event_t *ev)
     }
 
     n = 1;
-    if (write(ngx_http_nalar_efd, &n, sizeof(uint64_t)) < 0) {
+    if (write(w->efd, &n, sizeof(uint64_t)) < 0) {
         /* the loop is awake anyway */
     }
 }

@@ -50,7 +50,14 @@
 
 static ngx_int_t ngx_http_nalar_edge_mac(ngx_http_request_t *r,
     ngx_http_nalar_edge_key_t *ek, u_char *data, size_t len, u_char *mac);
+static ngx_int_t ngx_http_nalar_edge_key_read(ngx_conf_t *cf,
+    ngx_str_t *file, u_char *buf, size_t *size);
 static void ngx_http_nalar_edge_cleanup(void *data);
+static ngx_int_t ngx_http_nalar_edge_signed(ngx_http_request_t *r,
+    ngx_http_nalar_edge_key_t *ek, ngx_str_t *value, ngx_str_t *payload,
+    const char **why);
+static ngx_int_t ngx_http_nalar_edge_identity(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_str_t *payload, const char **why);
 
 
 static u_char  ngx_http_nalar_edge_domain[] = "nalar-edge-identity ";
@@ -72,11 +79,8 @@ ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     u_char                     *buf;
     size_t                      len;
     time_t                      skew;
-    ssize_t                     n;
-    ngx_fd_t                    fd;
     ngx_str_t                  *value, file, s;
     ngx_uint_t                  i;
-    ngx_file_info_t             fi;
     ngx_pool_cleanup_t         *cln;
     ngx_http_nalar_edge_key_t  *ek;
 
@@ -123,65 +127,17 @@ ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    fd = ngx_open_file(file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-
-    if (fd == NGX_INVALID_FILE) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                           "nalar_edge_key: cannot open \"%V\"", &file);
-        return NGX_CONF_ERROR;
-    }
-
-    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                           "nalar_edge_key: cannot stat \"%V\"", &file);
-        (void) ngx_close_file(fd);
-        return NGX_CONF_ERROR;
-    }
-
-    if (!ngx_is_file(&fi)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "nalar_edge_key: \"%V\" is not a file", &file);
-        (void) ngx_close_file(fd);
-        return NGX_CONF_ERROR;
-    }
-
-    if (fi.st_mode & S_IROTH) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "nalar_edge_key: \"%V\" can be read by every "
-                           "user; make it readable by nginx's user only "
-                           "(chmod o-r)", &file);
-        (void) ngx_close_file(fd);
-        return NGX_CONF_ERROR;
-    }
-
     /* one byte more than a key may have, to tell a long one */
 
     buf = ngx_pnalloc(cf->pool, NGX_HTTP_NALAR_EDGE_MAX_KEY + 1);
     if (buf == NULL) {
-        (void) ngx_close_file(fd);
         return NGX_CONF_ERROR;
     }
 
-    len = 0;
-
-    while (len < NGX_HTTP_NALAR_EDGE_MAX_KEY + 1) {
-        n = ngx_read_fd(fd, buf + len, NGX_HTTP_NALAR_EDGE_MAX_KEY + 1 - len);
-
-        if (n == -1) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                               "nalar_edge_key: cannot read \"%V\"", &file);
-            (void) ngx_close_file(fd);
-            return NGX_CONF_ERROR;
-        }
-
-        if (n == 0) {
-            break;
-        }
-
-        len += n;
+    if (ngx_http_nalar_edge_key_read(cf, &file, buf, &len) != NGX_OK) {
+        OPENSSL_cleanse(buf, NGX_HTTP_NALAR_EDGE_MAX_KEY + 1);
+        return NGX_CONF_ERROR;
     }
-
-    (void) ngx_close_file(fd);
 
     cln = ngx_pool_cleanup_add(cf->pool, 0);
     if (cln == NULL) {
@@ -233,6 +189,78 @@ ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * The key file's first NGX_HTTP_NALAR_EDGE_MAX_KEY + 1 bytes into buf:
+ * a plain file that other users cannot read.  NGX_ERROR: said why.
+ */
+
+static ngx_int_t
+ngx_http_nalar_edge_key_read(ngx_conf_t *cf, ngx_str_t *file, u_char *buf,
+    size_t *size)
+{
+    size_t           len;
+    ssize_t          n;
+    ngx_fd_t         fd;
+    ngx_file_info_t  fi;
+
+    fd = ngx_open_file(file->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+
+    if (fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_edge_key: cannot open \"%V\"", file);
+        return NGX_ERROR;
+    }
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "nalar_edge_key: cannot stat \"%V\"", file);
+        (void) ngx_close_file(fd);
+        return NGX_ERROR;
+    }
+
+    if (!ngx_is_file(&fi)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_edge_key: \"%V\" is not a file", file);
+        (void) ngx_close_file(fd);
+        return NGX_ERROR;
+    }
+
+    if (fi.st_mode & S_IROTH) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_edge_key: \"%V\" can be read by every "
+                           "user; make it readable by nginx's user only "
+                           "(chmod o-r)", file);
+        (void) ngx_close_file(fd);
+        return NGX_ERROR;
+    }
+
+    len = 0;
+
+    while (len < NGX_HTTP_NALAR_EDGE_MAX_KEY + 1) {
+        n = ngx_read_fd(fd, buf + len, NGX_HTTP_NALAR_EDGE_MAX_KEY + 1 - len);
+
+        if (n == -1) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                               "nalar_edge_key: cannot read \"%V\"", file);
+            (void) ngx_close_file(fd);
+            return NGX_ERROR;
+        }
+
+        if (n == 0) {
+            break;
+        }
+
+        len += n;
+    }
+
+    (void) ngx_close_file(fd);
+
+    *size = len;
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_nalar_edge_cleanup(void *data)
 {
@@ -244,19 +272,19 @@ ngx_http_nalar_edge_cleanup(void *data)
 
 /*
  * $nalar_edge_identity: the request's identity as this location
- * establishes it (nalar_tenant, nalar_jwt_key, a client CA), signed.  Not
- * found, so that proxy_set_header sends no header and the node refuses
- * the request, where there is no key or no valid token.
+ * established it in ctx (nalar_tenant, nalar_jwt_key, a client CA; the
+ * caller establishes it where there is a key), signed.  Not found, so that
+ * proxy_set_header sends no header and the node refuses the request, where
+ * there is no key or no valid token.
  */
 
 ngx_int_t
-ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
+ngx_http_nalar_edge_sign(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_http_variable_value_t *v)
 {
     u_char                     *p, *raw, *out;
     size_t                      len;
     ngx_str_t                   src, dst;
-    ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
     u_char                      mac[NGX_HTTP_NALAR_EDGE_MAC];
 
@@ -267,19 +295,9 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
                       "nalar: $nalar_edge_identity without nalar_edge_key; "
                       "no identity is sent");
 
-        ctx = ngx_http_nalar_get_ctx(r);
-        if (ctx == NULL) {
-            return NGX_ERROR;
-        }
-
         ctx->edge_sign = NGX_HTTP_NALAR_SIGN_NO_KEY;
         v->not_found = 1;
         return NGX_OK;
-    }
-
-    ctx = ngx_http_nalar_tenant(r);
-    if (ctx == NULL) {
-        return NGX_ERROR;
     }
 
     /* what nalar_edge_zone counts; an error return below leaves ERROR */
@@ -374,18 +392,12 @@ ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
 ngx_int_t
 ngx_http_nalar_edge_verify(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
 {
-    u_char                     *p, *last, *dot, *payload, *end;
-    size_t                      tlen;
-    time_t                      t, now;
-    ngx_str_t                   value, src, dst;
+    ngx_int_t                   rc;
+    ngx_str_t                   value, payload;
     const char                 *why;
-    ngx_http_nalar_edge_key_t  *ek;
     ngx_http_nalar_loc_conf_t  *nlcf;
-    u_char                      mac[NGX_HTTP_NALAR_EDGE_MAC];
-    u_char                      got[NGX_HTTP_NALAR_EDGE_MAC + 3];
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
-    ek = nlcf->edge_key;
 
     ctx->tenant_state = NGX_HTTP_NALAR_TENANT_REFUSED;
 
@@ -393,27 +405,61 @@ ngx_http_nalar_edge_verify(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    if (value.len == 0) {
-        why = "no edge identity";
-        goto refused;
+    why = NULL;
+
+    rc = ngx_http_nalar_edge_signed(r, nlcf->edge_key, &value, &payload,
+                                    &why);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_nalar_edge_identity(r, ctx, &payload, &why);
     }
 
-    if (value.len > NGX_HTTP_NALAR_EDGE_MAX
-        || value.len < sizeof("1.0..") - 1 + NGX_HTTP_NALAR_EDGE_MAC64
-        || value.data[0] != '1' || value.data[1] != '.')
+    if (rc == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "nalar: edge identity refused: %s", why);
+        return NGX_OK;
+    }
+
+    return rc;
+}
+
+
+/*
+ * "1.<time>.<payload>.<mac>": the MAC first (nothing unsigned is read),
+ * then the time against the key's skew, then the payload decoded into
+ * *payload (the request's pool).  NGX_DECLINED: *why says why not.
+ */
+
+static ngx_int_t
+ngx_http_nalar_edge_signed(ngx_http_request_t *r,
+    ngx_http_nalar_edge_key_t *ek, ngx_str_t *value, ngx_str_t *payload,
+    const char **why)
+{
+    u_char     *p, *last, *dot, *start;
+    time_t      t, now;
+    ngx_str_t   src, dst;
+    u_char      mac[NGX_HTTP_NALAR_EDGE_MAC];
+    u_char      got[NGX_HTTP_NALAR_EDGE_MAC + 3];
+
+    if (value->len == 0) {
+        *why = "no edge identity";
+        return NGX_DECLINED;
+    }
+
+    *why = "not an edge identity";
+
+    if (value->len > NGX_HTTP_NALAR_EDGE_MAX
+        || value->len < sizeof("1.0..") - 1 + NGX_HTTP_NALAR_EDGE_MAC64
+        || value->data[0] != '1' || value->data[1] != '.')
     {
-        why = "not an edge identity";
-        goto refused;
+        return NGX_DECLINED;
     }
 
-    /* the MAC first: nothing unsigned is read */
-
-    last = value.data + value.len;
+    last = value->data + value->len;
     dot = last - NGX_HTTP_NALAR_EDGE_MAC64 - 1;
 
     if (*dot != '.') {
-        why = "not an edge identity";
-        goto refused;
+        return NGX_DECLINED;
     }
 
     src.data = dot + 1;
@@ -423,61 +469,79 @@ ngx_http_nalar_edge_verify(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
     if (ngx_decode_base64url(&dst, &src) != NGX_OK
         || dst.len != NGX_HTTP_NALAR_EDGE_MAC)
     {
-        why = "not an edge identity";
-        goto refused;
+        return NGX_DECLINED;
     }
 
-    if (ngx_http_nalar_edge_mac(r, ek, value.data, dot - value.data, mac)
+    if (ngx_http_nalar_edge_mac(r, ek, value->data, dot - value->data, mac)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
     if (CRYPTO_memcmp(mac, got, NGX_HTTP_NALAR_EDGE_MAC) != 0) {
-        why = "the signature does not verify";
-        goto refused;
+        *why = "the signature does not verify";
+        return NGX_DECLINED;
     }
 
     /* signed by the edge: "1.<time>.<payload>" */
 
-    p = value.data + 2;
-    payload = ngx_strlchr(p, dot, '.');
+    p = value->data + 2;
+    start = ngx_strlchr(p, dot, '.');
 
-    if (payload == NULL || payload == p) {
-        why = "a signed identity without a time";
-        goto refused;
+    if (start == NULL || start == p) {
+        *why = "a signed identity without a time";
+        return NGX_DECLINED;
     }
 
-    t = ngx_atotm(p, payload - p);
+    t = ngx_atotm(p, start - p);
     now = ngx_time();
 
     if (t == (time_t) NGX_ERROR || t < now - ek->skew || t > now + ek->skew) {
-        why = "the identity's time is outside the key's skew";
-        goto refused;
+        *why = "the identity's time is outside the key's skew";
+        return NGX_DECLINED;
     }
 
-    payload++;
+    start++;
 
-    src.data = payload;
-    src.len = dot - payload;
+    src.data = start;
+    src.len = dot - start;
 
-    dst.data = ngx_pnalloc(r->pool, ngx_base64_decoded_length(src.len) + 1);
-    if (dst.data == NULL) {
+    payload->data = ngx_pnalloc(r->pool,
+                                ngx_base64_decoded_length(src.len) + 1);
+    if (payload->data == NULL) {
         return NGX_ERROR;
     }
 
-    if (src.len == 0 || ngx_decode_base64url(&dst, &src) != NGX_OK) {
-        why = "a signed identity that cannot be read";
-        goto refused;
+    *why = "a signed identity that cannot be read";
+
+    if (src.len == 0 || ngx_decode_base64url(payload, &src) != NGX_OK) {
+        return NGX_DECLINED;
     }
 
-    p = dst.data;
-    end = p + dst.len;
-
-    if (ngx_strlchr(p, end, '\0') != NULL) {
-        why = "a signed identity that cannot be read";
-        goto refused;
+    if (ngx_strlchr(payload->data, payload->data + payload->len, '\0')
+        != NULL)
+    {
+        return NGX_DECLINED;
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The signed payload into ctx: "a" (no identity) or
+ * "o<tenant length>:<tenant><scope>".  NGX_DECLINED: *why says why not.
+ */
+
+static ngx_int_t
+ngx_http_nalar_edge_identity(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_str_t *payload, const char **why)
+{
+    u_char  *p, *last, *end;
+    size_t   tlen;
+
+    p = payload->data;
+    end = p + payload->len;
 
     if (*p == 'a' && end - p == 1) {
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -486,8 +550,6 @@ ngx_http_nalar_edge_verify(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
         return NGX_OK;
     }
 
-    /* "o<tenant length>:<tenant><scope>" */
-
     if (*p != 'o'
         || (last = ngx_strlchr(p + 1, end, ':')) == NULL
         || last == p + 1
@@ -495,8 +557,8 @@ ngx_http_nalar_edge_verify(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
         || tlen > (size_t) (end - last - 1)
         || (tlen == 0) != (end - last - 1 == 0))
     {
-        why = "a signed identity that cannot be read";
-        goto refused;
+        *why = "a signed identity that cannot be read";
+        return NGX_DECLINED;
     }
 
     last++;
@@ -527,13 +589,6 @@ ngx_http_nalar_edge_verify(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "nalar tenant: the edge's \"%V\", scope \"%V\"",
                    &ctx->tenant, &ctx->scope);
-
-    return NGX_OK;
-
-refused:
-
-    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                  "nalar: edge identity refused: %s", why);
 
     return NGX_OK;
 }

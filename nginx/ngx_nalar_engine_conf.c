@@ -1,7 +1,8 @@
 /*
  * The directives that size and shape each engine: nalar_kv_cache (the KV
- * pool's size and the type its K and V are kept in), nalar_gpu_memory and
- * nalar_speculative.  Their handlers check the values and store them in the
+ * pool's size and the type its K and V are kept in), nalar_gpu_memory,
+ * nalar_speculative, and the step budget: nalar_max_batch_tokens and
+ * nalar_itl_target.  Their handlers check the values and store them in the
  * main (or location) configuration; ngx_nalar_module.c keeps the command
  * table, the defaults and the checks across directives.
  *
@@ -219,6 +220,88 @@ ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         nmcf->spec_mode = mode;
         nmcf->spec_max_k = k;
     }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * nalar_max_batch_tokens auto | N;
+ * N: every step carries at most N tokens (decodes first, then prompt
+ * chunks).  auto (the default, stored as 0): prompt chunks sized so that a
+ * step fits nalar_itl_target, at most 512 tokens.
+ */
+
+char *
+ngx_http_nalar_max_batch_tokens(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (nmcf->max_batch_tokens != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 4 && ngx_strncmp(value[1].data, "auto", 4) == 0) {
+        nmcf->max_batch_tokens = 0;
+        return NGX_CONF_OK;
+    }
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || n < 1 || n > 0x7fffffff) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\": \"auto\" or a number "
+                           "of tokens (at least 1) expected", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    nmcf->max_batch_tokens = n;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * nalar_itl_target TIME | off;
+ * The inter-token latency a step should fit (with nalar_max_batch_tokens
+ * auto): "100ms", "1s".  off: a fixed budget of 512 tokens.
+ */
+
+char *
+ngx_http_nalar_itl_target(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_nalar_main_conf_t *nmcf = conf;
+
+    ngx_msec_t  t;
+    ngx_str_t  *value;
+
+    if (nmcf->itl_target != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        nmcf->itl_target = 0;
+        return NGX_CONF_OK;
+    }
+
+    t = ngx_parse_time(&value[1], 0);
+
+    if (t == (ngx_msec_t) NGX_ERROR || t == 0 || t > 3600000) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\": a time from 1ms to 1h "
+                           "(\"100ms\") or \"off\" expected", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    nmcf->itl_target = t;
 
     return NGX_CONF_OK;
 }

@@ -14,6 +14,15 @@
 #include "ngx_nalar_module.h"
 
 
+static ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
+
+
 /*
  * Records {"error":{"message","type","param","code"}} and its status, and
  * returns the status: the step returns it to its caller, and
@@ -79,6 +88,16 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* An error the protocol layer made (api/request.h), recorded whole. */
+
+ngx_int_t
+ngx_http_nalar_api_error(ngx_http_request_t *r, const nalar_api_error *e)
+{
+    return ngx_http_nalar_error(r, e->status, e->type, e->param, e->code,
+                                "%s", e->message);
+}
+
+
 /*
  * The one place a recorded error is sent: `rc` is what a step returned,
  * and the result is what to finalize the request with.
@@ -116,7 +135,7 @@ ngx_http_nalar_send_error(ngx_http_request_t *r, ngx_int_t rc)
  * JSON, which is what API clients parse.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_nalar_header_filter(ngx_http_request_t *r)
 {
     u_char                     *p;
@@ -205,10 +224,7 @@ ngx_http_nalar_header_filter(ngx_http_request_t *r)
 
     ctx->error_body = b;
 
-    r->headers_out.content_type = ngx_http_nalar_json_type;
-    r->headers_out.content_type_len = ngx_http_nalar_json_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_http_nalar_json_headers(r, b);
 
     if (r->headers_out.content_length) {
         r->headers_out.content_length->hash = 0;
@@ -223,7 +239,7 @@ ngx_http_nalar_header_filter(ngx_http_request_t *r)
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_nalar_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_uint_t             last;
@@ -258,4 +274,19 @@ ngx_http_nalar_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ctx->error_body = NULL;
 
     return ngx_http_nalar_next_body_filter(r, &out);
+}
+
+
+/* The filters go in at postconfiguration, in front of those already in. */
+
+ngx_int_t
+ngx_http_nalar_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_nalar_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_nalar_header_filter;
+
+    ngx_http_nalar_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_nalar_body_filter;
+
+    return NGX_OK;
 }

@@ -19,6 +19,8 @@ static ngx_int_t ngx_http_nalar_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_preflight(ngx_http_request_t *r);
 static void ngx_http_nalar_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_nalar_start(ngx_http_request_t *r);
+static ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
 static void ngx_http_nalar_watch(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
 
@@ -177,82 +179,6 @@ ngx_http_nalar_handler(ngx_http_request_t *r)
 }
 
 
-/* The endpoint is chosen by how the URI ends. */
-
-ngx_uint_t
-ngx_http_nalar_endpoint(ngx_str_t *uri)
-{
-    size_t      len;
-    u_char     *p;
-    ngx_uint_t  i;
-
-    static struct {
-        ngx_str_t   suffix;
-        ngx_uint_t  ep;
-    }  suffixes[] = {
-        { ngx_string("/chat/completions"), NGX_HTTP_NALAR_EP_CHAT },
-        { ngx_string("/completions"), NGX_HTTP_NALAR_EP_COMPLETIONS },
-        { ngx_string("/models"), NGX_HTTP_NALAR_EP_MODELS },
-        { ngx_string("/tokenize"), NGX_HTTP_NALAR_EP_TOKENIZE },
-        { ngx_string("/health"), NGX_HTTP_NALAR_EP_HEALTH }
-    };
-
-    len = uri->len;
-
-    /* a trailing slash is forgiven */
-    if (len > 1 && uri->data[len - 1] == '/') {
-        len--;
-    }
-
-    for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
-        if (len < suffixes[i].suffix.len) {
-            continue;
-        }
-
-        p = uri->data + len - suffixes[i].suffix.len;
-
-        if (ngx_strncmp(p, suffixes[i].suffix.data, suffixes[i].suffix.len)
-            == 0)
-        {
-            return suffixes[i].ep;
-        }
-    }
-
-    return ngx_http_nalar_model_id(uri, NULL);
-}
-
-
-/*
- * /models/{id}: the id is everything after the first "/models/" (a model
- * name may hold a slash), a trailing slash forgiven.
- */
-
-ngx_uint_t
-ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id)
-{
-    u_char  *p, *last;
-
-    last = uri->data + uri->len;
-
-    if (last - uri->data > 1 && last[-1] == '/') {
-        last--;
-    }
-
-    p = ngx_strnstr(uri->data, "/models/", last - uri->data);
-
-    if (p == NULL || last - p <= (ssize_t) sizeof("/models/") - 1) {
-        return NGX_HTTP_NALAR_EP_NONE;
-    }
-
-    if (id != NULL) {
-        id->data = p + sizeof("/models/") - 1;
-        id->len = last - id->data;
-    }
-
-    return NGX_HTTP_NALAR_EP_MODEL;
-}
-
-
 /*
  * A CORS preflight: the methods and the headers asked for are allowed; the
  * origin policy (Access-Control-Allow-Origin) is the operator's, set with
@@ -355,15 +281,18 @@ ngx_http_nalar_body_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_nalar_start(ngx_http_request_t *r)
 {
-    size_t                       len;
-    u_char                      *data;
-    ngx_int_t                    rc;
-    nalar_api_in                 in;
-    nalar_api_model             *models;
-    nalar_api_request            req;
-    ngx_http_nalar_ctx_t        *ctx;
-    ngx_http_nalar_parse_t      *job;
-    ngx_http_nalar_loc_conf_t   *nlcf;
+    size_t                      len;
+    u_char                     *data;
+    ngx_int_t                   rc;
+    nalar_api_in                in;
+    nalar_api_model            *models;
+    nalar_api_request           req;
+    ngx_http_nalar_ctx_t       *ctx;
+    ngx_http_nalar_parse_t     *job;
+    ngx_http_nalar_loc_conf_t  *nlcf;
+    ngx_http_nalar_worker_t    *w;
+
+    w = ngx_http_nalar_worker();
 
     if (r->connection->error) {
         return NGX_HTTP_CLIENT_CLOSED_REQUEST;
@@ -390,9 +319,9 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ctx->endpoint = ngx_http_nalar_endpoint(&r->uri);
     ctx->logprobs = -1;
     ctx->created = ngx_time();
-    ctx->ttft_ms = -1;
+    ctx->usage.ttft_ms = -1;
 
-    if (ngx_http_nalar_rt == NULL) {
+    if (w->rt == NULL) {
         return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
                                     "invalid_request_error", "model",
                                     "model_not_found",
@@ -404,7 +333,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     ngx_memzero(&in, sizeof(nalar_api_in));
     in.chat = (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT);
     in.tokenize = (ctx->endpoint == NGX_HTTP_NALAR_EP_TOKENIZE);
-    in.n_models = ngx_http_nalar_rt->n_models;
+    in.n_models = w->rt->n_models;
     in.chat_style = (int) nlcf->chat_style;
     in.tmpl = nlcf->chat_tmpl;
     in.spec_off = (nlcf->spec_mode == NALAR_SPEC_OFF);
@@ -417,7 +346,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
         len = ngx_http_nalar_body_size(r->request_body->bufs);
     }
 
-    if (len <= NGX_HTTP_NALAR_PARSE_INLINE || ngx_http_nalar_parser == 0) {
+    if (len <= NGX_HTTP_NALAR_PARSE_INLINE || w->parsers == 0) {
         models = ngx_palloc(r->pool, in.n_models * sizeof(nalar_api_model));
         if (models == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -446,7 +375,7 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     /* the parse thread's job: the body (what nginx wrote to a file is
      * read there) and what the parse must know of the models */
 
-    job = ngx_http_nalar_parse_job(r, len, &in);
+    job = ngx_http_nalar_parse_job(r, len, &in, ngx_http_nalar_parsed);
     if (job == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -478,24 +407,26 @@ ngx_http_nalar_start(ngx_http_request_t *r)
  * parameters, then the submission.  NGX_DONE: submitted.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     nalar_api_request *req)
 {
-    char                        msg[256];
     ngx_int_t                   rc;
     nalar_request_params        params;
     ngx_http_nalar_model_rt_t  *model;
     ngx_http_nalar_loc_conf_t  *nlcf;
+    ngx_http_nalar_worker_t    *w;
+
+    w = ngx_http_nalar_worker();
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
     model = NULL;
 
     if (req->model >= 0
-        && (ngx_uint_t) req->model < ngx_http_nalar_rt->n_models)
+        && (ngx_uint_t) req->model < w->rt->n_models)
     {
-        model = &ngx_http_nalar_rt->models[req->model];
+        model = &w->rt->models[req->model];
         ctx->model = model;
     }
 
@@ -509,21 +440,7 @@ ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     if (req->err.status) {
         if (req->prompt_tokens) {
-            ctx->prompt_tokens = req->prompt_tokens;
-        }
-
-        /* the engine's own words for a prompt of ids over the context */
-
-        if (req->prompt_tokens && model && model->engine
-            && ngx_strcmp(req->err.code, "context_length_exceeded") == 0
-            && nalar_engine_check_prompt(model->engine, req->prompt_tokens,
-                                         0, req->params.max_tokens, msg,
-                                         sizeof(msg))
-               != 0)
-        {
-            return ngx_http_nalar_error(r, req->err.status, req->err.type,
-                                        req->err.param, req->err.code,
-                                        "%s", msg);
+            ctx->usage.n_prompt = req->prompt_tokens;
         }
 
         if (req->err.code && ngx_strcmp(req->err.code, "model_loading") == 0
@@ -532,9 +449,7 @@ ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return ngx_http_nalar_error(r, req->err.status, req->err.type,
-                                    req->err.param, req->err.code, "%s",
-                                    req->err.message);
+        return ngx_http_nalar_api_error(r, &req->err);
     }
 
     if (model == NULL) {
@@ -609,25 +524,3 @@ ngx_http_nalar_watch(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx)
     ngx_add_timer(&ctx->timer, nlcf->keepalive);
 }
 
-
-/* The request's ctx, made (zeroed) if it has none yet; NULL: no memory. */
-
-ngx_http_nalar_ctx_t *
-ngx_http_nalar_get_ctx(ngx_http_request_t *r)
-{
-    ngx_http_nalar_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
-
-    if (ctx == NULL) {
-        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_nalar_ctx_t));
-        if (ctx == NULL) {
-            return NULL;
-        }
-
-        ctx->request = r;
-        ngx_http_set_ctx(r, ctx, ngx_nalar_module);
-    }
-
-    return ctx;
-}

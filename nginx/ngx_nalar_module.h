@@ -112,7 +112,8 @@ typedef struct {
     ngx_uint_t                 kv_bf16;     /* nalar_kv_cache dtype=bf16 */
     ngx_uint_t                 cpu_act_i16; /* nalar_cpu_activations: 0 f32,
                                                1 i16, 2 q8 */
-    ngx_int_t                  max_batch_tokens;
+    ngx_int_t                  max_batch_tokens;  /* 0: auto */
+    ngx_msec_t                 itl_target;  /* nalar_itl_target; 0: off */
     ngx_int_t                  max_queue;
     ngx_int_t                  max_running;
     ngx_flag_t                 prefix_cache;
@@ -238,14 +239,24 @@ typedef struct {
 
 
 /*
+ * What a finished parse is handed to on the event loop: the content
+ * handler's ngx_http_nalar_parsed, given with the job so that the done
+ * handler, below the content handler, calls it without naming it.
+ */
+typedef ngx_int_t (*ngx_http_nalar_parsed_pt)(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
+
+
+/*
  * A body for the parse thread and, when parsed, its result.  `queue` is
- * on the job queue or the parsed queue, under ngx_http_nalar_mutex; `ctx`
+ * on the job queue or the parsed queue, under the worker's mutex; `ctx`
  * is read and written on the event loop only (the request's cleanup sets
  * it to NULL); the rest belongs to whichever side holds the job.
  */
 typedef struct {
     ngx_queue_t                queue;
     ngx_http_nalar_ctx_t      *ctx;
+    ngx_http_nalar_parsed_pt   parsed;      /* the result goes there */
     char                      *body;        /* (len) */
     size_t                     len;
     nalar_api_model           *models;
@@ -260,7 +271,7 @@ typedef struct {
 
 /*
  * A slot links one engine request to its choice.  `req` and `posted` are
- * read and written under ngx_http_nalar_mutex (the engine thread's notify
+ * read and written under the worker's mutex (the engine thread's notify
  * callback compares `req`), the rest only on the event loop.  Slots are
  * never freed while engines run, so a late notify can always read one.
  */
@@ -278,14 +289,9 @@ typedef struct {
     ngx_array_t               *text;        /* u_char; non-streaming */
     json_t                    *logprobs;    /* accumulated; non-streaming */
     size_t                     text_offset; /* for completions logprobs */
-    int32_t                    n_completion;
-    int32_t                    spec_proposed;   /* speculative proposals */
-    int32_t                    spec_accepted;
-    int32_t                    pred_accepted;   /* of the prediction */
-    int32_t                    pred_rejected;
-    double                     grammar_compile_ms;  /* <0: no grammar */
-    double                     grammar_mask_ms;
-    int32_t                    grammar_forced;      /* forced proposed */
+    nalar_usage                usage;       /* the engine's, as taken;
+                                               grammar_compile_ms < 0: no
+                                               grammar */
     nalar_tool_parser         *tools;       /* the answer's tool calls */
     unsigned                   submitted:1;
     unsigned                   role_sent:1;
@@ -319,11 +325,10 @@ struct ngx_http_nalar_ctx_s {
                                                came out */
     ngx_http_nalar_loc_conf_t *tenant_conf; /* the conf it was made with */
 
-    /* usage */
-    int32_t                    prompt_tokens;
-    int32_t                    cached_tokens;
-    double                     ttft_ms;
-    double                     queue_ms;
+    /* the prompt's usage: the first choice's as taken (n_prompt, also
+     * where the prompt was refused; n_cached, queue_ms, ttft_ms); each
+     * choice keeps its own completion's */
+    nalar_usage                usage;
 
     ngx_buf_t                 *error_body;  /* nginx's error page, as
                                                JSON */
@@ -359,118 +364,85 @@ struct ngx_http_nalar_ctx_s {
 };
 
 
+/*
+ * The worker's state (ngx_nalar_worker.c), made in init_process and torn
+ * down in exit_process (ngx_nalar_process.c).  The mutex guards the done,
+ * job and result queues and parser_stop; the engines' notify callbacks
+ * and the parse threads touch only those and the eventfd; the rest is the
+ * event loop's.
+ */
+typedef struct {
+    ngx_http_nalar_runtime_t  *rt;          /* NULL: no model here */
+    pthread_mutex_t            mutex;
+    ngx_queue_t                done;        /* slots with news; mutex */
+    ngx_queue_t                free_slots;  /* slots to reuse */
+    ngx_array_t                all_slots;   /* every slot, freed at exit
+                                               after the engines are
+                                               joined */
+    int                        efd;         /* the eventfd, or -1 */
+    ngx_connection_t          *efd_conn;    /* its read event */
+    pthread_cond_t             jobs_cond;   /* a job, or parser_stop */
+    ngx_queue_t                jobs;        /* bodies to parse; mutex */
+    ngx_queue_t                results;     /* parsed; mutex */
+    ngx_uint_t                 parsers;     /* parse threads started */
+    int                        parser_stop; /* set under the mutex, read
+                                               atomically */
+    pthread_t                  parser_tid[NGX_HTTP_NALAR_PARSE_LANES];
+#ifdef NALAR_TEST_HOOKS
+    char                      *hold_path;   /* nalar_test_hold_parse */
+#endif
+} ngx_http_nalar_worker_t;
+
+
 extern ngx_module_t  ngx_nalar_module;
 
-extern pthread_mutex_t    ngx_http_nalar_mutex;
-extern ngx_queue_t        ngx_http_nalar_done;       /* under the mutex */
-extern ngx_queue_t        ngx_http_nalar_free_slots; /* event loop only */
-extern ngx_array_t        ngx_http_nalar_all_slots;  /* to free at exit */
-extern int                ngx_http_nalar_efd;
-extern ngx_http_nalar_runtime_t  *ngx_http_nalar_rt;  /* this worker's */
-extern pthread_cond_t     ngx_http_nalar_jobs_cond;
-extern ngx_queue_t        ngx_http_nalar_jobs;
-extern ngx_queue_t        ngx_http_nalar_results;
-extern ngx_uint_t         ngx_http_nalar_parser;     /* threads started */
-extern int                ngx_http_nalar_parser_stop;
-#ifdef NALAR_TEST_HOOKS
-extern char              *ngx_http_nalar_hold_path;  /* test only */
-#endif
-extern ngx_http_output_header_filter_pt  ngx_http_nalar_next_header_filter;
-extern ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
-extern ngx_str_t  ngx_http_nalar_json_type;
+/*
+ * The functions one file calls in another, by file, from the bottom of the
+ * glue up: a file calls only files listed above it (t/07-layers.t checks
+ * that the glue's call graph has no cycle).  Where a lower file must reach
+ * a higher one, the higher one hands it a pointer: the request's write
+ * event handler, a parse job's `parsed`, an event's handler.
+ */
 
-/* ngx_nalar_edge.c */
-char *ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_nalar_edge_identity_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
-ngx_int_t ngx_http_nalar_edge_verify(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx);
+/* ngx_nalar_worker.c: the worker's state */
+ngx_http_nalar_worker_t *ngx_http_nalar_worker(void);
 
-/* ngx_nalar_edge_status.c */
-ngx_int_t ngx_http_nalar_edge_status_init(ngx_conf_t *cf);
-char *ngx_http_nalar_edge_zone(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-char *ngx_http_nalar_edge_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-char *ngx_http_nalar_edge_health(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
+/* ngx_nalar_ctx.c: a request's ctx and endpoint */
+ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
+ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
+ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 
-/* ngx_nalar_engine_conf.c */
-char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-
-/* ngx_nalar_shared.c */
-char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_nalar_tokenize_shared(
-    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
-
-/* ngx_nalar_template.c */
-char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_nalar_model_template(ngx_conf_t *cf,
-    ngx_http_nalar_model_t *model);
-
-/* ngx_nalar_status.c */
-ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_send_metrics(ngx_http_request_t *r, ngx_buf_t *b);
-
-/* ngx_nalar_tenancy.c */
-ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
-ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx);
-ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
-ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
-char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-
-/* ngx_nalar_response.c */
-void ngx_http_nalar_write_handler(ngx_http_request_t *r);
-void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
-void ngx_http_nalar_timer_handler(ngx_event_t *ev);
+/* ngx_nalar_output.c: JSON bodies, headers, server-sent events */
 ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
 ngx_buf_t *ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j);
 ngx_int_t ngx_http_nalar_send_buf(ngx_http_request_t *r,
     ngx_uint_t status, ngx_buf_t *b);
+void ngx_http_nalar_json_headers(ngx_http_request_t *r, ngx_buf_t *b);
 ngx_int_t ngx_http_nalar_add_header(ngx_http_request_t *r,
     char *key, char *value);
+ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
+    ngx_chain_t ***ll, json_t *j);
 ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
     ngx_chain_t ***ll, json_t *choice);
 
-/* ngx_nalar_response_tools.c */
-ngx_int_t ngx_http_nalar_tools_take(ngx_http_nalar_ctx_t *ctx,
-    ngx_http_nalar_choice_t *ch, nalar_output *o, const char **text,
-    size_t *len);
-ngx_int_t ngx_http_nalar_call_chunks(ngx_http_nalar_ctx_t *ctx,
-    ngx_uint_t i, ngx_chain_t ***ll);
-json_t *ngx_http_nalar_tool_calls_json(ngx_http_nalar_ctx_t *ctx,
-    ngx_http_nalar_choice_t *ch);
+/* ngx_nalar_error.c: errors in OpenAI's shape */
+ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
+    ngx_uint_t status, const char *type, const char *param, const char *code,
+    const char *fmt, ...);
+ngx_int_t ngx_http_nalar_api_error(ngx_http_request_t *r,
+    const nalar_api_error *e);
+ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
+    ngx_int_t rc);
+ngx_int_t ngx_http_nalar_filter_init(ngx_conf_t *cf);
 
-/* ngx_nalar_done.c */
-ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
-ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx);
-void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
-void ngx_http_nalar_done_handler(ngx_event_t *ev);
-
-/* ngx_nalar_parse.c */
+/* ngx_nalar_parse.c: the body and the parse threads */
 void ngx_http_nalar_snapshot(nalar_api_model *models);
 size_t ngx_http_nalar_body_size(ngx_chain_t *cl);
 ngx_int_t ngx_http_nalar_read_body(ngx_http_request_t *r,
     u_char **data, size_t *len);
 ngx_http_nalar_parse_t *ngx_http_nalar_parse_job(ngx_http_request_t *r,
-    size_t len, nalar_api_in *in);
+    size_t len, nalar_api_in *in, ngx_http_nalar_parsed_pt parsed);
 void *ngx_http_nalar_parse_thread(void *data);
 void ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job);
@@ -479,30 +451,101 @@ void ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job);
 void ngx_http_nalar_test_hold(size_t len);
 #endif
 
-/* ngx_nalar_route.c */
+/* ngx_nalar_done.c: to the engine and back */
+ngx_int_t ngx_http_nalar_submit(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+ngx_int_t ngx_http_nalar_add_cleanup(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+void ngx_http_nalar_slot_release(ngx_http_nalar_slot_t *slot);
+void ngx_http_nalar_done_handler(ngx_event_t *ev);
+
+/* ngx_nalar_response_tools.c: an answer's tool calls */
+ngx_int_t ngx_http_nalar_tools_take(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch, nalar_output *o, const char **text,
+    size_t *len);
+ngx_int_t ngx_http_nalar_call_chunks(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, ngx_chain_t ***ll);
+json_t *ngx_http_nalar_tool_calls_json(ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_choice_t *ch);
+
+/* ngx_nalar_response.c: the engine's output to the client */
+void ngx_http_nalar_write_handler(ngx_http_request_t *r);
+void ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx);
+void ngx_http_nalar_timer_handler(ngx_event_t *ev);
+
+/* ngx_nalar_shared.c: nalar_shared_prefix */
+char *ngx_http_nalar_shared_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_nalar_tokenize_shared(
+    ngx_http_nalar_model_rt_t *model, ngx_log_t *log);
+
+/* ngx_nalar_edge.c: the edge's signed identity, made and verified */
+char *ngx_http_nalar_edge_key(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_nalar_edge_sign(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_http_variable_value_t *v);
+ngx_int_t ngx_http_nalar_edge_verify(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+
+/* ngx_nalar_tenancy.c: who a request is, and its cache scope */
+ngx_int_t ngx_http_nalar_access_handler(ngx_http_request_t *r);
+ngx_http_nalar_ctx_t *ngx_http_nalar_tenant(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_unauthorized(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx);
+ngx_int_t ngx_http_nalar_scope(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, nalar_request_params *p);
+char *ngx_http_nalar_jwt_key(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_nalar_route.c: an edge's route key and stream */
 ngx_int_t ngx_http_nalar_route_init(ngx_conf_t *cf);
 char *ngx_http_nalar_route_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_nalar_route_key_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
-/* ngx_nalar_handler.c */
-ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
-ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
-ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
-ngx_int_t ngx_http_nalar_parsed(ngx_http_request_t *r,
-    ngx_http_nalar_ctx_t *ctx, nalar_api_request *req);
-ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
+/* ngx_nalar_status.c: /models, /health, /metrics */
+ngx_int_t ngx_http_nalar_models(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_health(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_metrics_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_nalar_send_metrics(ngx_http_request_t *r, ngx_buf_t *b);
 
-/* ngx_nalar_error.c */
-ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
-    ngx_uint_t status, const char *type, const char *param, const char *code,
-    const char *fmt, ...);
-ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
-    ngx_int_t rc);
-ngx_int_t ngx_http_nalar_header_filter(ngx_http_request_t *r);
-ngx_int_t ngx_http_nalar_body_filter(ngx_http_request_t *r,
-    ngx_chain_t *in);
+/* ngx_nalar_edge_status.c: an edge's counters, /metrics and health */
+ngx_int_t ngx_http_nalar_edge_status_init(ngx_conf_t *cf);
+char *ngx_http_nalar_edge_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_edge_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_edge_health(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_nalar_variables.c: the $nalar_* variables */
+ngx_int_t ngx_http_nalar_add_variables(ngx_conf_t *cf);
+
+/* ngx_nalar_handler.c: the content handler */
+ngx_int_t ngx_http_nalar_content_handler(ngx_http_request_t *r);
+
+/* ngx_nalar_engine_conf.c: the engine's directives */
+char *ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_gpu_memory(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_speculative(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_max_batch_tokens(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_itl_target(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_nalar_template.c: nalar_chat_template and a model's own template */
+char *ngx_http_nalar_chat_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_nalar_model_template(ngx_conf_t *cf,
+    ngx_http_nalar_model_t *model);
+
+/* ngx_nalar_process.c: a worker's life */
+ngx_int_t ngx_http_nalar_init_process(ngx_cycle_t *cycle);
+void ngx_http_nalar_exit_process(ngx_cycle_t *cycle);
 
 
 #endif /* NGX_NALAR_MODULE_H */

@@ -5,7 +5,7 @@
  * for bodies too large to parse on the event loop.  Jobs are queued
  * smallest first; a parsed job goes on the results queue, the parse
  * thread writes the eventfd, and the done handler (ngx_nalar_done.c)
- * hands the result to ngx_http_nalar_parsed (ngx_nalar_handler.c).
+ * hands the result to the job's `parsed` (the content handler's).
  *
  * The parse threads touch only their malloc'd job (the body's bytes, a
  * snapshot of the models), the job and result queues under the mutex and
@@ -25,13 +25,16 @@ ngx_http_nalar_snapshot(nalar_api_model *models)
     ngx_uint_t                  i;
     nalar_err                   err;
     nalar_model                *m;
+    const nalar_tokenizer      *tok;
     ngx_http_nalar_model_t     *conf;
     ngx_http_nalar_model_rt_t  *model;
+    ngx_http_nalar_worker_t    *w;
 
-    conf = ngx_http_nalar_rt->conf->models.elts;
+    w = ngx_http_nalar_worker();
+    conf = w->rt->conf->models.elts;
 
-    for (i = 0; i < ngx_http_nalar_rt->n_models; i++) {
-        model = &ngx_http_nalar_rt->models[i];
+    for (i = 0; i < w->rt->n_models; i++) {
+        model = &w->rt->models[i];
 
         ngx_memzero(&models[i], sizeof(nalar_api_model));
         models[i].name = (char *) model->name.data;
@@ -58,16 +61,16 @@ ngx_http_nalar_snapshot(nalar_api_model *models)
         m = nalar_engine_model(model->engine);
 
         if (!model->style_known) {
-            text = gguf_get_str(m->gguf, "tokenizer.chat_template");
+            text = nalar_model_chat_template(m);
             model->style = nalar_chat_style_detect(text);
-            model->bos = nalar_tok_piece(m->tok, nalar_tok_bos(m->tok));
-            model->eos = nalar_tok_piece(m->tok, nalar_tok_eos(m->tok));
+            tok = nalar_model_tokenizer(m);
+            model->bos = nalar_tok_piece(tok, nalar_tok_bos(tok));
+            model->eos = nalar_tok_piece(tok, nalar_tok_eos(tok));
             model->style_known = 1;
             free(text);
         }
 
-        models[i].n_vocab = nalar_tok_n_vocab(m->tok);
-        models[i].n_ctx = m->cfg.n_ctx;
+        nalar_engine_limits(model->engine, &models[i].limits);
         models[i].chat_style = (int) model->style;
         models[i].tmpl = conf[i].tmpl;
         models[i].bos = model->bos;
@@ -158,7 +161,8 @@ ngx_http_nalar_read_body(ngx_http_request_t *r, u_char **data, size_t *len)
  */
 
 ngx_http_nalar_parse_t *
-ngx_http_nalar_parse_job(ngx_http_request_t *r, size_t len, nalar_api_in *in)
+ngx_http_nalar_parse_job(ngx_http_request_t *r, size_t len, nalar_api_in *in,
+    ngx_http_nalar_parsed_pt parsed)
 {
     size_t                   at, size;
     ngx_buf_t               *b;
@@ -181,6 +185,7 @@ ngx_http_nalar_parse_job(ngx_http_request_t *r, size_t len, nalar_api_in *in)
 
     job->segs = (ngx_http_nalar_segment_t *) (job + 1);
     job->in = *in;
+    job->parsed = parsed;
     job->req.model = -1;
 
     job->models = ngx_alloc(in->n_models * sizeof(nalar_api_model),
@@ -246,16 +251,19 @@ ngx_http_nalar_parse_job(ngx_http_request_t *r, size_t len, nalar_api_in *in)
 void *
 ngx_http_nalar_parse_thread(void *data)
 {
-    int                       prio;
-    id_t                      tid;
-    size_t                    max;
-    ssize_t                   n;
-    size_t                    got;
-    uint64_t                  one;
-    ngx_uint_t                i;
-    ngx_queue_t              *q;
-    ngx_http_nalar_parse_t   *job;
-    ngx_http_nalar_segment_t *seg;
+    int                        prio;
+    id_t                       tid;
+    size_t                     max;
+    ssize_t                    n;
+    size_t                     got;
+    uint64_t                   one;
+    ngx_uint_t                 i;
+    ngx_queue_t               *q;
+    ngx_http_nalar_parse_t    *job;
+    ngx_http_nalar_segment_t  *seg;
+    ngx_http_nalar_worker_t   *w;
+
+    w = ngx_http_nalar_worker();
 
     /* where the cores are short, the event loop and the engines come
      * first: a large body waits, the requests beside it do not */
@@ -271,21 +279,21 @@ ngx_http_nalar_parse_thread(void *data)
 
     max = (size_t) (uintptr_t) data;
 
-    pthread_mutex_lock(&ngx_http_nalar_mutex);
+    pthread_mutex_lock(&w->mutex);
 
     for ( ;; ) {
 
         /* the smallest job first; the small lane leaves larger ones */
 
         for ( ;; ) {
-            if (__atomic_load_n(&ngx_http_nalar_parser_stop,
+            if (__atomic_load_n(&w->parser_stop,
                                 __ATOMIC_RELAXED))
             {
                 goto stop;
             }
 
-            if (!ngx_queue_empty(&ngx_http_nalar_jobs)) {
-                q = ngx_queue_head(&ngx_http_nalar_jobs);
+            if (!ngx_queue_empty(&w->jobs)) {
+                q = ngx_queue_head(&w->jobs);
                 job = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
 
                 if (max == 0 || job->release || job->len <= max) {
@@ -293,17 +301,17 @@ ngx_http_nalar_parse_thread(void *data)
                 }
             }
 
-            pthread_cond_wait(&ngx_http_nalar_jobs_cond,
-                              &ngx_http_nalar_mutex);
+            pthread_cond_wait(&w->jobs_cond,
+                              &w->mutex);
         }
 
         ngx_queue_remove(q);
 
-        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        pthread_mutex_unlock(&w->mutex);
 
         if (job->release) {
             ngx_http_nalar_parse_free(job);
-            pthread_mutex_lock(&ngx_http_nalar_mutex);
+            pthread_mutex_lock(&w->mutex);
             continue;
         }
 
@@ -345,21 +353,21 @@ ngx_http_nalar_parse_thread(void *data)
             (void) nalar_api_parse(job->body, job->len, &job->in, &job->req);
         }
 
-        pthread_mutex_lock(&ngx_http_nalar_mutex);
-        ngx_queue_insert_tail(&ngx_http_nalar_results, &job->queue);
-        pthread_mutex_unlock(&ngx_http_nalar_mutex);
+        pthread_mutex_lock(&w->mutex);
+        ngx_queue_insert_tail(&w->results, &job->queue);
+        pthread_mutex_unlock(&w->mutex);
 
         one = 1;
-        if (write(ngx_http_nalar_efd, &one, sizeof(uint64_t)) < 0) {
+        if (write(w->efd, &one, sizeof(uint64_t)) < 0) {
             /* EAGAIN: the counter is saturated, the loop is awake anyway */
         }
 
-        pthread_mutex_lock(&ngx_http_nalar_mutex);
+        pthread_mutex_lock(&w->mutex);
     }
 
 stop:
 
-    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+    pthread_mutex_unlock(&w->mutex);
 
     return NULL;
 }
@@ -386,17 +394,20 @@ ngx_http_nalar_parse_release(ngx_http_nalar_parse_t *job)
 void
 ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job)
 {
-    ngx_queue_t             *q;
-    ngx_http_nalar_parse_t  *prev;
+    ngx_queue_t              *q;
+    ngx_http_nalar_parse_t   *prev;
+    ngx_http_nalar_worker_t  *w;
 
-    pthread_mutex_lock(&ngx_http_nalar_mutex);
+    w = ngx_http_nalar_worker();
+
+    pthread_mutex_lock(&w->mutex);
 
     if (job->release) {
-        ngx_queue_insert_head(&ngx_http_nalar_jobs, &job->queue);
+        ngx_queue_insert_head(&w->jobs, &job->queue);
 
     } else {
-        for (q = ngx_queue_last(&ngx_http_nalar_jobs);
-             q != ngx_queue_sentinel(&ngx_http_nalar_jobs);
+        for (q = ngx_queue_last(&w->jobs);
+             q != ngx_queue_sentinel(&w->jobs);
              q = ngx_queue_prev(q))
         {
             prev = ngx_queue_data(q, ngx_http_nalar_parse_t, queue);
@@ -409,8 +420,8 @@ ngx_http_nalar_parse_post(ngx_http_nalar_parse_t *job)
         ngx_queue_insert_after(q, &job->queue);
     }
 
-    pthread_cond_broadcast(&ngx_http_nalar_jobs_cond);
-    pthread_mutex_unlock(&ngx_http_nalar_mutex);
+    pthread_cond_broadcast(&w->jobs_cond);
+    pthread_mutex_unlock(&w->mutex);
 }
 
 
@@ -442,24 +453,27 @@ ngx_http_nalar_parse_free(ngx_http_nalar_parse_t *job)
 void
 ngx_http_nalar_test_hold(size_t len)
 {
-    int   fd;
-    char  held[NGX_MAX_PATH + 8];
+    int                       fd;
+    char                      held[NGX_MAX_PATH + 8];
+    ngx_http_nalar_worker_t  *w;
 
-    if (ngx_http_nalar_hold_path == NULL || len <= NGX_HTTP_NALAR_PARSE_SMALL)
+    w = ngx_http_nalar_worker();
+
+    if (w->hold_path == NULL || len <= NGX_HTTP_NALAR_PARSE_SMALL)
     {
         return;
     }
 
     (void) ngx_snprintf((u_char *) held, sizeof(held), "%s.held%Z",
-                        ngx_http_nalar_hold_path);
+                        w->hold_path);
 
     fd = open(held, O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0644);
     if (fd != -1) {
         (void) close(fd);
     }
 
-    while (access(ngx_http_nalar_hold_path, F_OK) != 0
-           && !__atomic_load_n(&ngx_http_nalar_parser_stop,
+    while (access(w->hold_path, F_OK) != 0
+           && !__atomic_load_n(&w->parser_stop,
                                __ATOMIC_RELAXED))
     {
         (void) usleep(10000);

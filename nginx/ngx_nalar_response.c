@@ -19,10 +19,22 @@
 
 static ngx_int_t ngx_http_nalar_send_stream_header(ngx_http_request_t *r,
     ngx_http_nalar_ctx_t *ctx);
+static ngx_int_t ngx_http_nalar_take(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, ngx_chain_t ***ll);
+static void ngx_http_nalar_cancel_rest(ngx_http_nalar_ctx_t *ctx);
+static void ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
+    ngx_chain_t **ll);
 static ngx_int_t ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx,
     nalar_output *o);
 static ngx_int_t ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx,
     ngx_uint_t i, nalar_output *out, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_keep(ngx_http_nalar_choice_t *ch,
+    const char *text, size_t text_len, json_t *lp);
+static ngx_int_t ngx_http_nalar_stream_chunks(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, const char *text, size_t text_len, json_t *lp,
+    ngx_chain_t ***ll);
+static ngx_int_t ngx_http_nalar_stream_finish(ngx_http_nalar_ctx_t *ctx,
+    ngx_uint_t i, nalar_output *o, ngx_chain_t ***ll);
 static ngx_int_t ngx_http_nalar_absorb_ids(ngx_http_nalar_choice_t *ch,
     nalar_output *o);
 static ngx_int_t ngx_http_nalar_tokenize_response(ngx_http_nalar_ctx_t *ctx);
@@ -34,8 +46,6 @@ static json_t *ngx_http_nalar_token_json(ngx_http_nalar_ctx_t *ctx,
 static json_t *ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx);
 static const char *ngx_http_nalar_finish_reason(nalar_finish f);
 static const char *ngx_http_nalar_choice_finish(ngx_http_nalar_choice_t *ch);
-static ngx_int_t ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx,
-    ngx_chain_t ***ll, json_t *j);
 static ngx_int_t ngx_http_nalar_send(ngx_http_nalar_ctx_t *ctx,
     ngx_chain_t *out);
 static ngx_int_t ngx_http_nalar_output(ngx_http_nalar_ctx_t *ctx,
@@ -156,71 +166,22 @@ ngx_http_nalar_write_handler(ngx_http_request_t *r)
 void
 ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 {
-    ngx_int_t                  rc;
-    ngx_uint_t                 i;
-    ngx_chain_t               *out, **ll, *cl;
-    nalar_output               o;
-    ngx_http_request_t        *r;
-    ngx_http_nalar_choice_t   *ch;
-
-    r = ctx->request;
+    ngx_int_t     rc;
+    ngx_uint_t    i;
+    ngx_chain_t  *out, **ll, *cl;
 
     out = NULL;
     ll = &out;
 
     for (i = 0; i < ctx->n; i++) {
-        ch = &ctx->choices[i];
+        rc = ngx_http_nalar_take(ctx, i, &ll);
 
-        if (ch->slot == NULL) {
-            continue;
-        }
-
-        ngx_memzero(&o, sizeof(nalar_output));
-
-        if (!nalar_request_take(ch->slot->req, &o)) {
-            nalar_output_free(&o);
-            continue;
-        }
-
-        if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent
-            && !(ctx->stream && o.accepted))
-        {
-            /* refused, or failed before any part of a response that is
-             * not streamed: an error response; the cleanup cancels the
-             * other choices.  An accepted stream starts (below) and its
-             * failure is an error event. */
-            ctx->prompt_tokens = o.n_prompt;
-            rc = ngx_http_nalar_refused(ctx, &o);
-            nalar_output_free(&o);
-            ctx->done = 1;
-            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        if (rc == NGX_DONE) {
             return;
         }
 
-        if (ctx->stream && !ctx->header_sent && o.accepted) {
-            rc = ngx_http_nalar_send_stream_header(r, ctx);
-            if (rc == NGX_ERROR || rc > NGX_OK) {
-                nalar_output_free(&o);
-                ctx->done = 1;
-                ngx_http_finalize_request(r, rc);
-                return;
-            }
-        }
-
-        rc = ngx_http_nalar_absorb(ctx, i, &o, &ll);
-
-        nalar_output_free(&o);
-
-        if (rc != NGX_OK) {
-            ctx->done = 1;
-            ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
-            return;
-        }
-
-        if (ch->finish != NALAR_FINISH_NONE) {
-            ngx_http_nalar_slot_release(ch->slot);
-            ch->slot = NULL;
-            ctx->n_done++;
+        if (rc == NGX_DECLINED) {
+            continue;
         }
 
         if (ctx->failed) {
@@ -231,71 +192,12 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
     /* a choice that failed mid-stream ends the stream: the others are
      * cancelled, and [DONE] follows its error event */
 
-    for (i = 0; ctx->failed && i < ctx->n; i++) {
-        ch = &ctx->choices[i];
-
-        if (ch->slot == NULL) {
-            continue;
-        }
-
-        if (ch->submitted && ch->slot->req) {
-            nalar_request_cancel(ch->slot->req);
-        }
-
-        ngx_http_nalar_slot_release(ch->slot);
-        ch->slot = NULL;
-        ctx->n_done++;
+    if (ctx->failed) {
+        ngx_http_nalar_cancel_rest(ctx);
     }
 
     if (ctx->n_done == ctx->n) {
-        ctx->done = 1;
-
-        if (ctx->timer.timer_set) {
-            ngx_del_timer(&ctx->timer);
-        }
-
-        if (!ctx->stream) {
-            ngx_http_finalize_request(r, ngx_http_nalar_finish_response(ctx));
-            return;
-        }
-
-        if (ctx->include_usage && !ctx->failed) {
-            json_t  *u;
-
-            u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
-                          "id", ctx->id,
-                          "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
-                                    ? "chat.completion.chunk"
-                                    : "text_completion",
-                          "created", (json_int_t) ctx->created,
-                          "model", ctx->model->name.data,
-                          "choices",
-                          "usage", ngx_http_nalar_usage_json(ctx));
-
-            if (ngx_http_nalar_append_event(ctx, &ll, u) != NGX_OK) {
-                json_decref(u);
-                ngx_http_finalize_request(r, NGX_ERROR);
-                return;
-            }
-
-            json_decref(u);
-        }
-
-        if (ngx_http_nalar_append_raw(r, &ll, (u_char *) "data: [DONE]\n\n",
-                                      sizeof("data: [DONE]\n\n") - 1)
-            != NGX_OK)
-        {
-            ngx_http_finalize_request(r, NGX_ERROR);
-            return;
-        }
-
-        for (cl = out; cl->next; cl = cl->next) { /* void */ }
-
-        cl->buf->last_buf = (r == r->main) ? 1 : 0;
-        cl->buf->last_in_chain = 1;
-        cl->buf->flush = 1;
-
-        ngx_http_finalize_request(r, ngx_http_output_filter(r, out));
+        ngx_http_nalar_end(ctx, out, ll);
         return;
     }
 
@@ -313,6 +215,170 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 
 
 /*
+ * What the engine has for choice i, taken: appended to the stream (or the
+ * text) at *ll.  NGX_DECLINED: nothing new; NGX_DONE: the request was
+ * finalized (an error, or the stream's header could not go).
+ */
+
+static ngx_int_t
+ngx_http_nalar_take(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    ngx_chain_t ***ll)
+{
+    ngx_int_t                 rc;
+    nalar_output              o;
+    ngx_http_request_t       *r;
+    ngx_http_nalar_choice_t  *ch;
+
+    r = ctx->request;
+    ch = &ctx->choices[i];
+
+    if (ch->slot == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_memzero(&o, sizeof(nalar_output));
+
+    if (!nalar_request_take(ch->slot->req, &o)) {
+        nalar_output_free(&o);
+        return NGX_DECLINED;
+    }
+
+    if (o.finish == NALAR_FINISH_ERROR && !ctx->header_sent
+        && !(ctx->stream && o.accepted))
+    {
+        /* refused, or failed before any part of a response that is
+         * not streamed: an error response; the cleanup cancels the
+         * other choices.  An accepted stream starts (below) and its
+         * failure is an error event. */
+        ctx->usage.n_prompt = o.usage.n_prompt;
+        rc = ngx_http_nalar_refused(ctx, &o);
+        nalar_output_free(&o);
+        ctx->done = 1;
+        ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        return NGX_DONE;
+    }
+
+    if (ctx->stream && !ctx->header_sent && o.accepted) {
+        rc = ngx_http_nalar_send_stream_header(r, ctx);
+        if (rc == NGX_ERROR || rc > NGX_OK) {
+            nalar_output_free(&o);
+            ctx->done = 1;
+            ngx_http_finalize_request(r, rc);
+            return NGX_DONE;
+        }
+    }
+
+    rc = ngx_http_nalar_absorb(ctx, i, &o, ll);
+
+    nalar_output_free(&o);
+
+    if (rc != NGX_OK) {
+        ctx->done = 1;
+        ngx_http_finalize_request(r, ngx_http_nalar_send_error(r, rc));
+        return NGX_DONE;
+    }
+
+    if (ch->finish != NALAR_FINISH_NONE) {
+        ngx_http_nalar_slot_release(ch->slot);
+        ch->slot = NULL;
+        ctx->n_done++;
+    }
+
+    return NGX_OK;
+}
+
+
+/* The choices still running after one failed mid-stream: cancelled. */
+
+static void
+ngx_http_nalar_cancel_rest(ngx_http_nalar_ctx_t *ctx)
+{
+    ngx_uint_t                i;
+    ngx_http_nalar_choice_t  *ch;
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ch->slot == NULL) {
+            continue;
+        }
+
+        if (ch->submitted && ch->slot->req) {
+            nalar_request_cancel(ch->slot->req);
+        }
+
+        ngx_http_nalar_slot_release(ch->slot);
+        ch->slot = NULL;
+        ctx->n_done++;
+    }
+}
+
+
+/*
+ * Every choice has finished: the response, or the stream's end (its usage
+ * chunk where asked for, and [DONE]) after what `out` holds; the request
+ * is finalized.
+ */
+
+static void
+ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
+    ngx_chain_t **ll)
+{
+    json_t              *u;
+    ngx_chain_t         *cl;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    ctx->done = 1;
+
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+
+    if (!ctx->stream) {
+        ngx_http_finalize_request(r, ngx_http_nalar_finish_response(ctx));
+        return;
+    }
+
+    if (ctx->include_usage && !ctx->failed) {
+        u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}",
+                      "id", ctx->id,
+                      "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
+                                ? "chat.completion.chunk"
+                                : "text_completion",
+                      "created", (json_int_t) ctx->created,
+                      "model", ctx->model->name.data,
+                      "choices",
+                      "usage", ngx_http_nalar_usage_json(ctx));
+
+        if (ngx_http_nalar_append_event(ctx, &ll, u) != NGX_OK) {
+            json_decref(u);
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return;
+        }
+
+        json_decref(u);
+    }
+
+    if (ngx_http_nalar_append_raw(r, &ll, (u_char *) "data: [DONE]\n\n",
+                                  sizeof("data: [DONE]\n\n") - 1)
+        != NGX_OK)
+    {
+        ngx_http_finalize_request(r, NGX_ERROR);
+        return;
+    }
+
+    for (cl = out; cl->next; cl = cl->next) { /* void */ }
+
+    cl->buf->last_buf = (r == r->main) ? 1 : 0;
+    cl->buf->last_in_chain = 1;
+    cl->buf->flush = 1;
+
+    ngx_http_finalize_request(r, ngx_http_output_filter(r, out));
+}
+
+
+/*
  * The response to a request the engine refused (its prompt: 400 with the
  * error code) or failed before anything was sent.
  */
@@ -320,28 +386,28 @@ ngx_http_nalar_pump(ngx_http_nalar_ctx_t *ctx)
 static ngx_int_t
 ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx, nalar_output *o)
 {
-    const char          *param;
     ngx_http_request_t  *r;
+    nalar_failure       *e;
 
     r = ctx->request;
+    e = &o->error;
 
-    if (o->err_status == 0) {
+    if (e->status == 0) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "nalar: model \"%V\": %s", &ctx->model->name,
-                      o->error);
+                      e->message);
 
         return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
                                     "server_error", NULL, NULL,
-                                    "The engine failed: %s", o->error);
+                                    "The engine failed: %s", e->message);
     }
 
-    param = o->err_param[0] ? o->err_param : NULL;
-
-    return ngx_http_nalar_error(r, o->err_status,
-                                o->err_status >= NGX_HTTP_INTERNAL_SERVER_ERROR
+    return ngx_http_nalar_error(r, e->status,
+                                e->status >= NGX_HTTP_INTERNAL_SERVER_ERROR
                                 ? "server_error" : "invalid_request_error",
-                                param, o->err_code[0] ? o->err_code : NULL,
-                                "%s", o->error);
+                                e->param[0] ? e->param : NULL,
+                                e->code[0] ? e->code : NULL,
+                                "%s", e->message);
 }
 
 
@@ -354,31 +420,18 @@ static ngx_int_t
 ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     nalar_output *o, ngx_chain_t ***ll)
 {
-    u_char                   *p;
-    json_t                   *chunk, *choice, *lp, *val;
+    json_t                   *lp;
     size_t                    text_len;
-    const char               *key, *text;
-    ngx_http_request_t       *r;
+    const char               *text;
     ngx_http_nalar_choice_t  *ch;
 
-    r = ctx->request;
     ch = &ctx->choices[i];
 
     if (i == 0) {
-        ctx->prompt_tokens = o->n_prompt;
-        ctx->cached_tokens = o->n_cached;
-        ctx->queue_ms = o->queue_ms;
-        ctx->ttft_ms = o->ttft_ms;
+        ctx->usage = o->usage;
     }
 
-    ch->n_completion = o->n_completion;
-    ch->spec_proposed = o->spec_proposed;
-    ch->spec_accepted = o->spec_accepted;
-    ch->pred_accepted = o->pred_accepted;
-    ch->pred_rejected = o->pred_rejected;
-    ch->grammar_compile_ms = o->grammar_compile_ms;
-    ch->grammar_mask_ms = o->grammar_mask_ms;
-    ch->grammar_forced = o->grammar_forced;
+    ch->usage = o->usage;
     ch->finish = o->finish;
 
     /* /tokenize: the prompt's ids are the output */
@@ -409,40 +462,78 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     }
 
     if (!ctx->stream) {
-        if (text_len) {
-            p = ngx_array_push_n(ch->text, text_len);
-            if (p == NULL) {
-                json_decref(lp);
-                return NGX_ERROR;
-            }
+        return ngx_http_nalar_keep(ch, text, text_len, lp);
+    }
 
-            ngx_memcpy(p, text, text_len);
+    if (ngx_http_nalar_stream_chunks(ctx, i, text, text_len, lp, ll)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_nalar_stream_finish(ctx, i, o, ll);
+}
+
+
+/* Not streamed: the take's text and logprobs (whose reference it takes)
+ * kept for the response. */
+
+static ngx_int_t
+ngx_http_nalar_keep(ngx_http_nalar_choice_t *ch, const char *text,
+    size_t text_len, json_t *lp)
+{
+    u_char      *p;
+    json_t      *val;
+    const char  *key;
+
+    if (text_len) {
+        p = ngx_array_push_n(ch->text, text_len);
+        if (p == NULL) {
+            json_decref(lp);
+            return NGX_ERROR;
         }
 
-        if (lp) {
-            if (ch->logprobs == NULL) {
-                ch->logprobs = lp;
+        ngx_memcpy(p, text, text_len);
+    }
 
-            } else {
-                /* append each list of this take to the accumulated one */
-                json_object_foreach(lp, key, val) {
-                    json_array_extend(json_object_get(ch->logprobs, key),
-                                      val);
-                }
-
-                json_decref(lp);
-            }
-        }
-
+    if (lp == NULL) {
         return NGX_OK;
     }
 
-    /*
-     * streaming, in OpenAI's order: for chat a first chunk with the role,
-     * then a chunk per take with text, then one with the finish_reason
-     * (empty text or delta).  A take with neither text nor finish (a
-     * character still incomplete, a control token) says nothing.
-     */
+    if (ch->logprobs == NULL) {
+        ch->logprobs = lp;
+        return NGX_OK;
+    }
+
+    /* append each list of this take to the accumulated one */
+
+    json_object_foreach(lp, key, val) {
+        json_array_extend(json_object_get(ch->logprobs, key), val);
+    }
+
+    json_decref(lp);
+
+    return NGX_OK;
+}
+
+
+/*
+ * Streaming, in OpenAI's order: for chat a first chunk with the role,
+ * then a chunk per take with text (and its logprobs, whose reference this
+ * takes), the tool calls' chunks, then (ngx_http_nalar_stream_finish) one
+ * with the finish_reason (empty text or delta).  A take with neither text
+ * nor finish (a character still incomplete, a control token) says
+ * nothing.
+ */
+
+static ngx_int_t
+ngx_http_nalar_stream_chunks(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    const char *text, size_t text_len, json_t *lp, ngx_chain_t ***ll)
+{
+    json_t                   *choice;
+    ngx_http_nalar_choice_t  *ch;
+
+    ch = &ctx->choices[i];
 
     if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT && !ch->role_sent) {
         ch->role_sent = 1;
@@ -505,17 +596,32 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
 
     json_decref(lp);
 
+    return NGX_OK;
+}
+
+
+/* A streamed choice's end: its finish_reason, or an error event. */
+
+static ngx_int_t
+ngx_http_nalar_stream_finish(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
+    nalar_output *o, ngx_chain_t ***ll)
+{
+    json_t                   *chunk, *choice;
+    ngx_http_nalar_choice_t  *ch;
+
+    ch = &ctx->choices[i];
+
     if (o->finish == NALAR_FINISH_ERROR) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+        ngx_log_error(NGX_LOG_ERR, ctx->request->connection->log, 0,
                       "nalar: model \"%V\": %s", &ctx->model->name,
-                      o->error);
+                      o->error.message);
 
         /* mid-stream, after the text confirmed before the failure: an
          * error event, then the stream ends as usual (a response that is
          * not streamed fails in ngx_http_nalar_pump()) */
 
         chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
-                          "message", o->error, "type", "server_error",
+                          "message", o->error.message, "type", "server_error",
                           "param", "code");
         if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
             json_decref(chunk);
@@ -550,44 +656,6 @@ ngx_http_nalar_absorb(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
     return ngx_http_nalar_append_chunk(ctx, ll, choice);
 }
 
-
-/* A chunk of the stream around one choice (whose reference it takes). */
-
-ngx_int_t
-ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
-    json_t *choice)
-{
-    json_t     *chunk;
-    ngx_int_t   rc;
-
-    if (choice == NULL) {
-        return NGX_ERROR;
-    }
-
-    chunk = json_pack("{s:s,s:s,s:I,s:s,s:[o]}",
-                      "id", ctx->id,
-                      "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
-                                ? "chat.completion.chunk"
-                                : "text_completion",
-                      "created", (json_int_t) ctx->created,
-                      "model", ctx->model->name.data,
-                      "choices", choice);
-    if (chunk == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (ctx->include_usage) {
-        json_object_set_new(chunk, "usage", json_null());
-    }
-
-    rc = ngx_http_nalar_append_event(ctx, ll, chunk);
-    json_decref(chunk);
-
-    return rc;
-}
-
-
-/* The non-streaming response, once every choice has finished. */
 
 /* /tokenize: the ids, as decimal text with a comma after each */
 
@@ -648,8 +716,8 @@ ngx_http_nalar_tokenize_response(ngx_http_nalar_ctx_t *ctx)
     }
 
     p = ngx_sprintf(b->last, "{\"tokens\": [%*s], \"count\": %D, "
-                    "\"max_model_len\": %D}", n, ids, ctx->prompt_tokens,
-                    m->cfg.n_ctx);
+                    "\"max_model_len\": %D}", n, ids, ctx->usage.n_prompt,
+                    nalar_model_n_ctx(m));
     *p++ = '\n';
     b->last = p;
     b->last_buf = (r == r->main) ? 1 : 0;
@@ -658,6 +726,8 @@ ngx_http_nalar_tokenize_response(ngx_http_nalar_ctx_t *ctx)
     return ngx_http_nalar_send_buf(r, NGX_HTTP_OK, b);
 }
 
+
+/* The non-streaming response, once every choice has finished. */
 
 static ngx_int_t
 ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
@@ -759,7 +829,7 @@ ngx_http_nalar_logprobs_json(ngx_http_nalar_ctx_t *ctx,
     nalar_logprob          *row;
     const nalar_tokenizer  *tok;
 
-    tok = nalar_engine_model(ctx->model->engine)->tok;
+    tok = nalar_model_tokenizer(nalar_engine_model(ctx->model->engine));
     n_top = ctx->logprobs > 0 ? (int32_t) ctx->logprobs : 0;
 
     if (ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT) {
@@ -900,20 +970,20 @@ ngx_http_nalar_usage_json(ngx_http_nalar_ctx_t *ctx)
     rejected = 0;
 
     for (i = 0; i < ctx->n; i++) {
-        completion += ctx->choices[i].n_completion;
-        accepted += ctx->choices[i].pred_accepted;
-        rejected += ctx->choices[i].pred_rejected;
+        completion += ctx->choices[i].usage.n_completion;
+        accepted += ctx->choices[i].usage.pred_accepted;
+        rejected += ctx->choices[i].usage.pred_rejected;
     }
 
     /* as OpenAI: the prediction's details are there, zero, without one */
 
     return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I,s:I}}",
-                     "prompt_tokens", (json_int_t) ctx->prompt_tokens,
+                     "prompt_tokens", (json_int_t) ctx->usage.n_prompt,
                      "completion_tokens", completion,
-                     "total_tokens", (json_int_t) ctx->prompt_tokens
+                     "total_tokens", (json_int_t) ctx->usage.n_prompt
                                      + completion,
                      "prompt_tokens_details",
-                     "cached_tokens", (json_int_t) ctx->cached_tokens,
+                     "cached_tokens", (json_int_t) ctx->usage.n_cached,
                      "completion_tokens_details",
                      "accepted_prediction_tokens", accepted,
                      "rejected_prediction_tokens", rejected);
@@ -939,67 +1009,6 @@ ngx_http_nalar_choice_finish(ngx_http_nalar_choice_t *ch)
     }
 
     return ngx_http_nalar_finish_reason(ch->finish);
-}
-
-
-/* "data: {json}\n\n" appended to the chain being built. */
-
-static ngx_int_t
-ngx_http_nalar_append_event(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
-    json_t *j)
-{
-    size_t        len, size;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    if (j == NULL) {
-        return NGX_ERROR;
-    }
-
-    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
-    if (len == 0) {
-        return NGX_ERROR;
-    }
-
-    size = len + sizeof("data: \n\n") - 1;
-
-    /* buffers the client has taken are reused: a long stream's memory is
-     * what is in flight, not everything it ever sent */
-
-    cl = ngx_chain_get_free_buf(ctx->request->pool, &ctx->free);
-    if (cl == NULL) {
-        return NGX_ERROR;
-    }
-
-    b = cl->buf;
-
-    if (b->start == NULL || (size_t) (b->end - b->start) < size) {
-        size = ngx_max(size, 512);
-
-        b->start = ngx_palloc(ctx->request->pool, size);
-        if (b->start == NULL) {
-            return NGX_ERROR;
-        }
-
-        b->end = b->start + size;
-    }
-
-    b->pos = b->start;
-    b->last = ngx_cpymem(b->start, "data: ", 6);
-    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
-    *b->last++ = '\n';
-    *b->last++ = '\n';
-
-    b->temporary = 1;
-    b->flush = 0;
-    b->last_buf = 0;
-    b->last_in_chain = 0;
-    b->tag = (ngx_buf_tag_t) &ngx_nalar_module;
-
-    **ll = cl;
-    *ll = &cl->next;
-
-    return NGX_OK;
 }
 
 
@@ -1169,95 +1178,4 @@ ngx_http_nalar_timer_handler(ngx_event_t *ev)
     }
 
     ngx_http_run_posted_requests(c);
-}
-
-
-/* responses */
-
-
-ngx_int_t
-ngx_http_nalar_send_json(ngx_http_request_t *r, ngx_uint_t status, json_t *j)
-{
-    ngx_buf_t  *b;
-
-    b = ngx_http_nalar_json_buf(r, j);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_nalar_send_buf(r, status, b);
-}
-
-
-/* The compact JSON and a newline, the response's last buffer. */
-
-ngx_buf_t *
-ngx_http_nalar_json_buf(ngx_http_request_t *r, json_t *j)
-{
-    size_t      len;
-    ngx_buf_t  *b;
-
-    len = json_dumpb(j, NULL, 0, JSON_COMPACT);
-    if (len == 0) {
-        return NULL;
-    }
-
-    b = ngx_create_temp_buf(r->pool, len + 1);
-    if (b == NULL) {
-        return NULL;
-    }
-
-    b->last += json_dumpb(j, (char *) b->last, len, JSON_COMPACT);
-    *b->last++ = '\n';
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    return b;
-}
-
-
-ngx_int_t
-ngx_http_nalar_send_buf(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_buf_t *b)
-{
-    ngx_int_t     rc;
-    ngx_chain_t   out;
-
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = b->last - b->pos;
-    r->headers_out.content_type = ngx_http_nalar_json_type;
-    r->headers_out.content_type_len = ngx_http_nalar_json_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
-}
-
-
-ngx_int_t
-ngx_http_nalar_add_header(ngx_http_request_t *r, char *key, char *value)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) key;
-    h->key.len = ngx_strlen(key);
-    h->value.data = (u_char *) value;
-    h->value.len = ngx_strlen(value);
-    h->lowcase_key = NULL;
-
-    return NGX_OK;
 }

@@ -44,7 +44,8 @@ ngx_http_nalar_tools_take(ngx_http_nalar_ctx_t *ctx,
 
         ch->tools = cln->data;
         nalar_toolp_init(ch->tools, fmt,
-                         nalar_engine_model(ctx->model->engine)->tok,
+                         nalar_model_tokenizer(
+                             nalar_engine_model(ctx->model->engine)),
                          ctx->tool_mode == NALAR_API_TOOLS_CALL);
         cln->handler = ngx_http_nalar_tools_cleanup;
     }

@@ -158,8 +158,11 @@ ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
     ngx_http_nalar_shared_t     **sp;
     ngx_http_nalar_runtime_t     *rt;
     ngx_http_nalar_prefix_ids_t  *prefix;
+    ngx_http_nalar_worker_t      *w;
 
-    rt = ngx_http_nalar_rt;
+    w = ngx_http_nalar_worker();
+
+    rt = w->rt;
     sp = rt->conf->shared.elts;
 
     prefix = ngx_pcalloc(rt->pool, (2 * rt->conf->shared.nelts + 1)
@@ -178,9 +181,9 @@ ngx_http_nalar_tokenize_shared(ngx_http_nalar_model_rt_t *model,
         /* a prefix beyond the context can never be shared */
 
         tok = NULL;
-        n = nalar_tokenize_bounded(m->tok, &piece, 1,
-                                   nalar_tok_add_bos(m->tok), m->cfg.n_ctx,
-                                   &tok, &more);
+        n = nalar_tokenize_bounded(nalar_model_tokenizer(m), &piece, 1,
+                                   nalar_tok_add_bos(nalar_model_tokenizer(m)),
+                                   nalar_model_n_ctx(m), &tok, &more);
         if (n < 0) {
             ngx_log_error(NGX_LOG_ERR, log, 0,
                           "nalar_shared_prefix \"%V\" could not be tokenized "

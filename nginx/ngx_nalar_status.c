@@ -14,6 +14,19 @@
 #include "ngx_nalar_module.h"
 
 
+static u_char *ngx_http_nalar_metrics_scalars(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+static u_char *ngx_http_nalar_metrics_spec(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+static u_char *ngx_http_nalar_metrics_prefix(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+static u_char *ngx_http_nalar_metrics_grammar(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+static u_char *ngx_http_nalar_metrics_hists(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+static u_char *ngx_http_nalar_metrics_steps(u_char *p, u_char *end,
+    nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
+
 /* /models: the list; /models/{id}: one model object, or 404 */
 
 ngx_int_t
@@ -101,6 +114,9 @@ ngx_http_nalar_health(ngx_http_request_t *r)
     const char                  *s;
     ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
+    ngx_http_nalar_worker_t     *w;
+
+    w = ngx_http_nalar_worker();
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
 
@@ -111,7 +127,7 @@ ngx_http_nalar_health(ngx_http_request_t *r)
 
     status = NGX_HTTP_OK;
     loading = 0;
-    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
+    model = w->rt ? w->rt->models : NULL;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
         err.msg[0] = '\0';
@@ -173,109 +189,112 @@ ngx_http_nalar_health(ngx_http_request_t *r)
 }
 
 
-/* Prometheus text exposition, one series per model. */
+/*
+ * Prometheus text exposition, one series per model: the tables name the
+ * series; the handler takes each engine's counters, then each step below
+ * writes its families.
+ */
+
+typedef struct {
+    char  *name;
+    char  *type;
+    char  *help;
+} ngx_http_nalar_series_t;
+
+
+static ngx_http_nalar_series_t  ngx_http_nalar_scalars[] = {
+    { "nalar_requests_running", "gauge",
+      "Requests in prefill or decode." },
+    { "nalar_requests_waiting", "gauge",
+      "Requests waiting to be scheduled." },
+    { "nalar_prompt_tokens_total", "counter",
+      "Prompt tokens processed (prefill)." },
+    { "nalar_generation_tokens_total", "counter",
+      "Tokens generated." },
+    /* the pool's size: a gauge, constant for the engine's life */
+    { "nalar_kv_blocks_capacity", "gauge",
+      "KV cache blocks in the pool (constant while the engine runs)." },
+    { "nalar_kv_blocks_free", "gauge",
+      "KV cache blocks no running sequence holds." },
+    { "nalar_preemptions_total", "counter",
+      "Sequences preempted because the KV cache ran out." },
+    /* speculative decoding (vLLM's names, nalar_ prefixed) */
+    { "nalar_spec_decode_num_drafts_total", "counter",
+      "Speculative verification steps (one per sequence and step)." },
+    { "nalar_spec_decode_num_draft_tokens_total", "counter",
+      "Speculative proposals verified." },
+    { "nalar_spec_decode_num_accepted_tokens_total", "counter",
+      "Speculative proposals accepted." },
+    { "nalar_spec_decode_provisional_kv_blocks", "gauge",
+      "KV blocks holding unverified proposals right now." }
+};
+
+
+static ngx_http_nalar_series_t  ngx_http_nalar_spec_seconds[] = {
+    { "nalar_spec_decode_draft_seconds_total", "counter",
+      "Time the draft model spent proposing." },
+    { "nalar_spec_decode_verify_seconds_total", "counter",
+      "Time of the target passes that verified proposals." }
+};
+
+
+static ngx_http_nalar_series_t  ngx_http_nalar_hists[] = {
+    { "nalar_time_to_first_token_seconds", "histogram",
+      "Time from submission to the first generated token." },
+    { "nalar_inter_token_latency_seconds", "histogram",
+      "Time between consecutive tokens of a sequence." },
+    { "nalar_queue_time_seconds", "histogram",
+      "Time from submission to the first scheduling." },
+    { "nalar_step_duration_seconds", "histogram",
+      "Duration of engine steps (one batch: decodes and prefill "
+      "chunks)." }
+};
+
+
+static ngx_http_nalar_series_t  ngx_http_nalar_prefix[] = {
+    { "nalar_prefix_cache_queries_total", "counter",
+      "Prompt tokens looked up in the prefix cache." },
+    { "nalar_prefix_cache_hits_total", "counter",
+      "Prompt tokens served from the prefix cache." },
+    { "nalar_prefix_cache_evictions_total", "counter",
+      "Prefix cache blocks evicted." },
+    { "nalar_prefix_cache_blocks", "gauge",
+      "KV blocks published in the prefix cache." }
+};
+
+
+static ngx_http_nalar_series_t  ngx_http_nalar_grammar[] = {
+    { "nalar_grammar_requests_total", "counter",
+      "Requests with a response_format grammar." },
+    { "nalar_grammar_compiles_total", "counter",
+      "Grammars compiled (the rest came from the cache)." },
+    { "nalar_grammar_compile_seconds_total", "counter",
+      "Time spent compiling grammars." },
+    { "nalar_grammar_masks_total", "counter",
+      "Logits rows masked by a grammar (one per sampled token)." },
+    { "nalar_grammar_mask_seconds_total", "counter",
+      "Time spent masking rows, building uncached masks included." },
+    { "nalar_grammar_forced_tokens_total", "counter",
+      "Tokens the grammar forced, proposed for verification." },
+    { "nalar_grammar_forced_accepted_tokens_total", "counter",
+      "Forced tokens confirmed." }
+};
+
+
+#define ngx_http_nalar_n(a)  (sizeof(a) / sizeof(a[0]))
+
 
 ngx_int_t
 ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
 {
     u_char                      *p, *end;
-    char                         le[32];
-    double                       sum;
-    size_t                       size;
-    uint64_t                     v, count, *buckets;
+    size_t                       size, per;
     ngx_buf_t                   *b;
-    ngx_uint_t                   i, k, h;
+    ngx_uint_t                   i, n;
     nalar_metrics               *m;
     ngx_http_nalar_model_rt_t   *model;
     ngx_http_nalar_main_conf_t  *nmcf;
-
-    static struct {
-        char  *name;
-        char  *type;
-        char  *help;
-    }  scalars[] = {
-        { "nalar_requests_running", "gauge",
-          "Requests in prefill or decode." },
-        { "nalar_requests_waiting", "gauge",
-          "Requests waiting to be scheduled." },
-        { "nalar_prompt_tokens_total", "counter",
-          "Prompt tokens processed (prefill)." },
-        { "nalar_generation_tokens_total", "counter",
-          "Tokens generated." },
-        /* the pool's size: a gauge, constant for the engine's life */
-        { "nalar_kv_blocks_capacity", "gauge",
-          "KV cache blocks in the pool (constant while the engine runs)." },
-        { "nalar_kv_blocks_free", "gauge",
-          "KV cache blocks no running sequence holds." },
-        { "nalar_preemptions_total", "counter",
-          "Sequences preempted because the KV cache ran out." },
-        /* speculative decoding (vLLM's names, nalar_ prefixed) */
-        { "nalar_spec_decode_num_drafts_total", "counter",
-          "Speculative verification steps (one per sequence and step)." },
-        { "nalar_spec_decode_num_draft_tokens_total", "counter",
-          "Speculative proposals verified." },
-        { "nalar_spec_decode_num_accepted_tokens_total", "counter",
-          "Speculative proposals accepted." },
-        { "nalar_spec_decode_provisional_kv_blocks", "gauge",
-          "KV blocks holding unverified proposals right now." }
-    };
-
-    static struct {
-        char  *name;
-        char  *help;
-    }  spec_seconds[] = {
-        { "nalar_spec_decode_draft_seconds_total",
-          "Time the draft model spent proposing." },
-        { "nalar_spec_decode_verify_seconds_total",
-          "Time of the target passes that verified proposals." }
-    };
-
-    static struct {
-        char  *name;
-        char  *help;
-    }  hists[] = {
-        { "nalar_time_to_first_token_seconds",
-          "Time from submission to the first generated token." },
-        { "nalar_inter_token_latency_seconds",
-          "Time between consecutive tokens of a sequence." },
-        { "nalar_queue_time_seconds",
-          "Time from submission to the first scheduling." }
-    };
-
-    static struct {
-        char  *name;
-        char  *type;
-        char  *help;
-    }  prefix[] = {
-        { "nalar_prefix_cache_queries_total", "counter",
-          "Prompt tokens looked up in the prefix cache." },
-        { "nalar_prefix_cache_hits_total", "counter",
-          "Prompt tokens served from the prefix cache." },
-        { "nalar_prefix_cache_evictions_total", "counter",
-          "Prefix cache blocks evicted." },
-        { "nalar_prefix_cache_blocks", "gauge",
-          "KV blocks published in the prefix cache." }
-    };
-
-    static struct {
-        char  *name;
-        char  *help;
-    }  grammar[] = {
-        { "nalar_grammar_requests_total",
-          "Requests with a response_format grammar." },
-        { "nalar_grammar_compiles_total",
-          "Grammars compiled (the rest came from the cache)." },
-        { "nalar_grammar_compile_seconds_total",
-          "Time spent compiling grammars." },
-        { "nalar_grammar_masks_total",
-          "Logits rows masked by a grammar (one per sampled token)." },
-        { "nalar_grammar_mask_seconds_total",
-          "Time spent masking rows, building uncached masks included." },
-        { "nalar_grammar_forced_tokens_total",
-          "Tokens the grammar forced, proposed for verification." },
-        { "nalar_grammar_forced_accepted_tokens_total",
-          "Forced tokens confirmed." }
-    };
+    ngx_http_nalar_worker_t     *w;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -285,34 +304,33 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    w = ngx_http_nalar_worker();
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
-    model = ngx_http_nalar_rt ? ngx_http_nalar_rt->models : NULL;
+    model = w->rt ? w->rt->models : NULL;
+    n = nmcf->models.nelts;
 
-    m = ngx_pcalloc(r->pool, (nmcf->models.nelts + 1) * sizeof(nalar_metrics));
+    m = ngx_pcalloc(r->pool, (n + 1) * sizeof(nalar_metrics));
     if (m == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    size = 4096;
+    /* the buffer: each series line at most 128 bytes and the name */
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    per = ngx_http_nalar_n(ngx_http_nalar_scalars)
+          + ngx_http_nalar_n(ngx_http_nalar_hists) * (NALAR_HIST_BUCKETS + 2)
+          + NALAR_SPEC_MAX_K + 4
+          + ngx_http_nalar_n(ngx_http_nalar_prefix)
+          + ngx_http_nalar_n(ngx_http_nalar_grammar);
+
+    size = 4096 + ngx_http_nalar_n(ngx_http_nalar_grammar) * 192;
+
+    for (i = 0; i < n; i++) {
         if (model[i].engine) {
             nalar_engine_metrics(model[i].engine, &m[i]);
         }
 
-        size += (sizeof(scalars) / sizeof(scalars[0])
-                 + 3 * (NALAR_HIST_BUCKETS + 2) + NALAR_SPEC_MAX_K + 2)
-                * (128 + model[i].name.len);
+        size += per * (128 + model[i].name.len);
     }
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        size += sizeof(prefix) / sizeof(prefix[0])
-                * (128 + model[i].name.len);
-        size += sizeof(grammar) / sizeof(grammar[0])
-                * (128 + model[i].name.len);
-    }
-
-    size += sizeof(grammar) / sizeof(grammar[0]) * 192;
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -322,12 +340,36 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     p = b->last;
     end = b->end;
 
-    for (k = 0; k < sizeof(scalars) / sizeof(scalars[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
-                         scalars[k].name, scalars[k].help,
-                         scalars[k].name, scalars[k].type);
+    p = ngx_http_nalar_metrics_scalars(p, end, m, model, n);
+    p = ngx_http_nalar_metrics_spec(p, end, m, model, n);
+    p = ngx_http_nalar_metrics_prefix(p, end, m, model, n);
+    p = ngx_http_nalar_metrics_grammar(p, end, m, model, n);
+    p = ngx_http_nalar_metrics_hists(p, end, m, model, n);
+    p = ngx_http_nalar_metrics_steps(p, end, m, model, n);
 
-        for (i = 0; i < nmcf->models.nelts; i++) {
+    b->last = p;
+
+    return ngx_http_nalar_send_metrics(r, b);
+}
+
+
+/* the engines' gauges and counters */
+
+static u_char *
+ngx_http_nalar_metrics_scalars(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    uint64_t                  v;
+    ngx_uint_t                i, k;
+    ngx_http_nalar_series_t  *s;
+
+    for (k = 0; k < ngx_http_nalar_n(ngx_http_nalar_scalars); k++) {
+        s = &ngx_http_nalar_scalars[k];
+
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         s->name, s->help, s->name, s->type);
+
+        for (i = 0; i < n; i++) {
             switch (k) {
             case 0: v = m[i].requests_running; break;
             case 1: v = m[i].requests_waiting; break;
@@ -343,9 +385,22 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
             }
 
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
-                             scalars[k].name, &model[i].name, v);
+                             s->name, &model[i].name, v);
         }
     }
+
+    return p;
+}
+
+
+/* speculative decoding: acceptance by position, and the time it took */
+
+static u_char *
+ngx_http_nalar_metrics_spec(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    ngx_uint_t                i, k, h;
+    ngx_http_nalar_series_t  *s;
 
     /* acceptance by position: position j counts steps whose proposal j
      * (0-based) was accepted, so it never exceeds position j-1 */
@@ -356,7 +411,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                      "proposal.",
                      "nalar_spec_decode_num_accepted_tokens_per_pos_total");
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
+    for (i = 0; i < n; i++) {
         for (h = 0; h < NALAR_SPEC_MAX_K; h++) {
             p = ngx_slprintf(p, end,
                              "nalar_spec_decode_num_accepted_tokens_per_pos"
@@ -367,24 +422,40 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     }
 
     for (k = 0; k < 2; k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
-                         spec_seconds[k].name, spec_seconds[k].help,
-                         spec_seconds[k].name);
+        s = &ngx_http_nalar_spec_seconds[k];
 
-        for (i = 0; i < nmcf->models.nelts; i++) {
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         s->name, s->help, s->name, s->type);
+
+        for (i = 0; i < n; i++) {
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %.6f\n",
-                             spec_seconds[k].name, &model[i].name,
+                             s->name, &model[i].name,
                              k == 0 ? m[i].spec_draft_seconds_total
                                     : m[i].spec_verify_seconds_total);
         }
     }
 
-    for (k = 0; k < sizeof(prefix) / sizeof(prefix[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
-                         prefix[k].name, prefix[k].help,
-                         prefix[k].name, prefix[k].type);
+    return p;
+}
 
-        for (i = 0; i < nmcf->models.nelts; i++) {
+
+/* the prefix cache */
+
+static u_char *
+ngx_http_nalar_metrics_prefix(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    uint64_t                  v;
+    ngx_uint_t                i, k;
+    ngx_http_nalar_series_t  *s;
+
+    for (k = 0; k < ngx_http_nalar_n(ngx_http_nalar_prefix); k++) {
+        s = &ngx_http_nalar_prefix[k];
+
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         s->name, s->help, s->name, s->type);
+
+        for (i = 0; i < n; i++) {
             switch (k) {
             case 0: v = m[i].prefix_queries_total; break;
             case 1: v = m[i].prefix_hits_total; break;
@@ -393,18 +464,34 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
             }
 
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
-                             prefix[k].name, &model[i].name, v);
+                             s->name, &model[i].name, v);
         }
     }
 
-    for (k = 0; k < sizeof(grammar) / sizeof(grammar[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s counter\n",
-                         grammar[k].name, grammar[k].help, grammar[k].name);
+    return p;
+}
 
-        for (i = 0; i < nmcf->models.nelts; i++) {
+
+/* structured output */
+
+static u_char *
+ngx_http_nalar_metrics_grammar(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    uint64_t                  v;
+    ngx_uint_t                i, k;
+    ngx_http_nalar_series_t  *s;
+
+    for (k = 0; k < ngx_http_nalar_n(ngx_http_nalar_grammar); k++) {
+        s = &ngx_http_nalar_grammar[k];
+
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         s->name, s->help, s->name, s->type);
+
+        for (i = 0; i < n; i++) {
             if (k == 2 || k == 4) {
                 p = ngx_slprintf(p, end, "%s{model=\"%V\"} %.6f\n",
-                                 grammar[k].name, &model[i].name,
+                                 s->name, &model[i].name,
                                  k == 2 ? m[i].grammar_compile_seconds_total
                                         : m[i].grammar_mask_seconds_total);
                 continue;
@@ -419,15 +506,33 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
             }
 
             p = ngx_slprintf(p, end, "%s{model=\"%V\"} %uL\n",
-                             grammar[k].name, &model[i].name, v);
+                             s->name, &model[i].name, v);
         }
     }
 
-    for (k = 0; k < sizeof(hists) / sizeof(hists[0]); k++) {
-        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s histogram\n",
-                         hists[k].name, hists[k].help, hists[k].name);
+    return p;
+}
 
-        for (i = 0; i < nmcf->models.nelts; i++) {
+
+/* the latency histograms */
+
+static u_char *
+ngx_http_nalar_metrics_hists(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    char                      le[32];
+    double                    sum;
+    uint64_t                  count, *buckets;
+    ngx_uint_t                i, k, h;
+    ngx_http_nalar_series_t  *s;
+
+    for (k = 0; k < ngx_http_nalar_n(ngx_http_nalar_hists); k++) {
+        s = &ngx_http_nalar_hists[k];
+
+        p = ngx_slprintf(p, end, "# HELP %s %s\n# TYPE %s %s\n",
+                         s->name, s->help, s->name, s->type);
+
+        for (i = 0; i < n; i++) {
             switch (k) {
             case 0:
                 buckets = m[i].ttft_buckets;
@@ -439,10 +544,15 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                 sum = m[i].itl_sum;
                 count = m[i].itl_count;
                 break;
-            default:
+            case 2:
                 buckets = m[i].queue_buckets;
                 sum = m[i].queue_sum;
                 count = m[i].queue_count;
+                break;
+            default:
+                buckets = m[i].step_buckets;
+                sum = m[i].step_sum;
+                count = m[i].step_count;
                 break;
             }
 
@@ -450,7 +560,7 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
                 if (h == NALAR_HIST_BUCKETS - 1) {
                     p = ngx_slprintf(p, end,
                                      "%s_bucket{model=\"%V\",le=\"+Inf\"} "
-                                     "%uL\n", hists[k].name, &model[i].name,
+                                     "%uL\n", s->name, &model[i].name,
                                      count);
                     break;
                 }
@@ -460,20 +570,55 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
 
                 p = ngx_slprintf(p, end,
                                  "%s_bucket{model=\"%V\",le=\"%s\"} %uL\n",
-                                 hists[k].name, &model[i].name, le,
+                                 s->name, &model[i].name, le,
                                  buckets[h]);
             }
 
             p = ngx_slprintf(p, end, "%s_sum{model=\"%V\"} %.6f\n"
                              "%s_count{model=\"%V\"} %uL\n",
-                             hists[k].name, &model[i].name, sum,
-                             hists[k].name, &model[i].name, count);
+                             s->name, &model[i].name, sum,
+                             s->name, &model[i].name, count);
         }
     }
 
-    b->last = p;
+    return p;
+}
 
-    return ngx_http_nalar_send_metrics(r, b);
+
+/*
+ * The step budget's series (nalar_itl_target): steps over the target (their
+ * share is this over nalar_step_duration_seconds_count) and the prompt
+ * tokens the last step could carry.
+ */
+
+static u_char *
+ngx_http_nalar_metrics_steps(u_char *p, u_char *end, nalar_metrics *m,
+    ngx_http_nalar_model_rt_t *model, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    p = ngx_slprintf(p, end, "# HELP nalar_steps_over_target_total Engine "
+                     "steps that took longer than nalar_itl_target.\n"
+                     "# TYPE nalar_steps_over_target_total counter\n");
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, end,
+                         "nalar_steps_over_target_total{model=\"%V\"} %uL\n",
+                         &model[i].name, m[i].steps_over_target_total);
+    }
+
+    p = ngx_slprintf(p, end, "# HELP nalar_step_prefill_budget_tokens "
+                     "Prompt tokens the last step could carry beside its "
+                     "decodes.\n"
+                     "# TYPE nalar_step_prefill_budget_tokens gauge\n");
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, end,
+                         "nalar_step_prefill_budget_tokens{model=\"%V\"} "
+                         "%D\n", &model[i].name, m[i].step_prefill_budget);
+    }
+
+    return p;
 }
 
 

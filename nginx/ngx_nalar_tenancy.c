@@ -5,8 +5,8 @@
  * (nginx -t reports a bad one); the access phase checks the bearer JWT, the
  * tenant comes from the verified claim or from a verified client
  * certificate's CA (mTLS), or behind an edge from the identity the edge
- * signed (ngx_nalar_edge.c), and the $nalar_* variables report a
- * request's tenant, model and usage to the log.
+ * signed (ngx_nalar_edge.c).  $nalar_tenant (ngx_nalar_variables.c)
+ * reports what is established here.
  *
  * The key loader runs while the configuration is read; the rest on the
  * event loop only: it touches the request, its ctx and the configuration,
@@ -16,78 +16,15 @@
 #include "ngx_nalar_module.h"
 
 
+static ngx_int_t ngx_http_nalar_tenant_token(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_http_nalar_loc_conf_t *nlcf, char *claim,
+    size_t size, int *is_string);
+static ngx_int_t ngx_http_nalar_tenant_scope(ngx_http_request_t *r,
+    ngx_http_nalar_ctx_t *ctx, ngx_http_nalar_loc_conf_t *nlcf,
+    int is_string);
 static ngx_int_t ngx_http_nalar_client_ca(ngx_http_request_t *r,
     u_char *hex);
-static ngx_int_t ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
-static ngx_int_t ngx_http_nalar_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
 static void ngx_http_nalar_jwt_cleanup(void *data);
-
-
-enum {
-    NGX_HTTP_NALAR_VAR_MODEL = 0,
-    NGX_HTTP_NALAR_VAR_PROMPT_TOKENS,
-    NGX_HTTP_NALAR_VAR_CACHED_TOKENS,
-    NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS,
-    NGX_HTTP_NALAR_VAR_TTFT_MS,
-    NGX_HTTP_NALAR_VAR_QUEUE_MS,
-    NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED,
-    NGX_HTTP_NALAR_VAR_SPEC_PROPOSED,
-    NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS,
-    NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS,
-    NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED
-};
-
-
-static ngx_http_variable_t  ngx_http_nalar_vars[] = {
-
-    { ngx_string("nalar_model"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_prompt_tokens"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_PROMPT_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_cached_tokens"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_CACHED_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_completion_tokens"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_ttft_ms"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_TTFT_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_queue_ms"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_QUEUE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_tenant"), NULL, ngx_http_nalar_tenant_variable,
-      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_spec_accepted"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_spec_proposed"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_SPEC_PROPOSED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_grammar_compile_ms"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_grammar_mask_ms"), NULL, ngx_http_nalar_variable,
-      NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_grammar_forced_tokens"), NULL,
-      ngx_http_nalar_variable, NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED,
-      NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_route_key"), NULL, ngx_http_nalar_route_key_variable,
-      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("nalar_edge_identity"), NULL,
-      ngx_http_nalar_edge_identity_variable, 0, NGX_HTTP_VAR_NOCACHEABLE,
-      0 },
-
-      ngx_http_null_variable
-};
 
 
 /* tenants */
@@ -152,15 +89,11 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 {
     int                         is_string;
     u_char                     *p, *last;
-    size_t                      len;
-    nalar_err                   err;
+    ngx_int_t                   rc;
     ngx_str_t                   value;
-    nalar_jwt_policy            policy;
-    ngx_table_elt_t            *h;
     ngx_http_nalar_ctx_t       *ctx;
     ngx_http_nalar_loc_conf_t  *nlcf;
     char                        claim[NGX_HTTP_NALAR_MAX_TENANT];
-    u_char                      ca[2 * EVP_MAX_MD_SIZE + 1];
 
     nlcf = ngx_http_get_module_loc_conf(r, ngx_nalar_module);
 
@@ -213,49 +146,10 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
         last = p + value.len;
 
     } else {
-        h = r->headers_in.authorization;
-
-        if (h == NULL
-            || h->value.len < sizeof("Bearer ") - 1
-            || ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
-                               sizeof("Bearer ") - 1)
-               != 0)
-        {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "nalar: no bearer token");
-            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_MISSING;
-            return ctx;
-        }
-
-        p = h->value.data + sizeof("Bearer ") - 1;
-        last = h->value.data + h->value.len;
-
-        while (p < last && *p == ' ') {
-            p++;
-        }
-
-        while (last > p && last[-1] == ' ') {
-            last--;
-        }
-
-        ngx_memzero(&policy, sizeof(nalar_jwt_policy));
-        policy.claim = (const char *) nlcf->jwt_claim.data;
-        policy.issuer = nlcf->jwt_issuer.len
-                        ? (const char *) nlcf->jwt_issuer.data : NULL;
-        policy.audience = nlcf->jwt_audience.len
-                          ? (const char *) nlcf->jwt_audience.data : NULL;
-        policy.leeway = nlcf->jwt_leeway;
-        policy.now = ngx_time();
-
-        if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
-                                   &policy, claim, sizeof(claim), &is_string,
-                                   &err)
-            != 0)
-        {
-            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                          "nalar: bearer token refused: %s", err.msg);
-            ctx->tenant_state = NGX_HTTP_NALAR_TENANT_INVALID;
-            return ctx;
+        rc = ngx_http_nalar_tenant_token(r, ctx, nlcf, claim, sizeof(claim),
+                                         &is_string);
+        if (rc != NGX_OK) {
+            return rc == NGX_DECLINED ? ctx : NULL;
         }
 
         /* a non-empty string without control characters (jwt.h) */
@@ -272,14 +166,92 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     *ngx_cpymem(ctx->tenant.data, p, ctx->tenant.len) = '\0';
 
-    /*
-     * The prefix cache scope names where the identity came from, so that
-     * the same name from two sources never meets: the key (its file's
-     * SHA-256), issuer and claim that vouched for it, and the claim's JSON
-     * type ("777" is not 777); or the nalar_tenant expression and the CA
-     * of a verified client certificate.  Every part but the last has its
-     * length or a fixed size.
-     */
+    return ngx_http_nalar_tenant_scope(r, ctx, nlcf, is_string) == NGX_OK
+           ? ctx : NULL;
+}
+
+
+/*
+ * The bearer JWT of the Authorization header, verified: its claim in
+ * `claim` (NGX_OK), or NGX_DECLINED with ctx->tenant_state saying why not
+ * (the reason in the log).
+ */
+
+static ngx_int_t
+ngx_http_nalar_tenant_token(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_loc_conf_t *nlcf, char *claim, size_t size,
+    int *is_string)
+{
+    u_char            *p, *last;
+    nalar_err          err;
+    nalar_jwt_policy   policy;
+    ngx_table_elt_t   *h;
+
+    h = r->headers_in.authorization;
+
+    if (h == NULL
+        || h->value.len < sizeof("Bearer ") - 1
+        || ngx_strncasecmp(h->value.data, (u_char *) "Bearer ",
+                           sizeof("Bearer ") - 1)
+           != 0)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "nalar: no bearer token");
+        ctx->tenant_state = NGX_HTTP_NALAR_TENANT_MISSING;
+        return NGX_DECLINED;
+    }
+
+    p = h->value.data + sizeof("Bearer ") - 1;
+    last = h->value.data + h->value.len;
+
+    while (p < last && *p == ' ') {
+        p++;
+    }
+
+    while (last > p && last[-1] == ' ') {
+        last--;
+    }
+
+    ngx_memzero(&policy, sizeof(nalar_jwt_policy));
+    policy.claim = (const char *) nlcf->jwt_claim.data;
+    policy.issuer = nlcf->jwt_issuer.len
+                    ? (const char *) nlcf->jwt_issuer.data : NULL;
+    policy.audience = nlcf->jwt_audience.len
+                      ? (const char *) nlcf->jwt_audience.data : NULL;
+    policy.leeway = nlcf->jwt_leeway;
+    policy.now = ngx_time();
+
+    if (nalar_jwt_verify_claim(nlcf->jwt, (const char *) p, last - p,
+                               &policy, claim, size, is_string, &err)
+        != 0)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "nalar: bearer token refused: %s", err.msg);
+        ctx->tenant_state = NGX_HTTP_NALAR_TENANT_INVALID;
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The prefix cache scope names where the identity came from, so that the
+ * same name from two sources never meets: the key (its file's SHA-256),
+ * issuer and claim that vouched for it, and the claim's JSON type ("777"
+ * is not 777); or the nalar_tenant expression and the CA of a verified
+ * client certificate.  Every part but the last has its length or a fixed
+ * size.  A CA that cannot be named leaves the request anonymous.
+ * NGX_ERROR: no memory.
+ */
+
+static ngx_int_t
+ngx_http_nalar_tenant_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
+    ngx_http_nalar_loc_conf_t *nlcf, int is_string)
+{
+    u_char  *p;
+    size_t   len;
+    u_char   ca[2 * EVP_MAX_MD_SIZE + 1];
 
     if (nlcf->jwt) {
         len = sizeof("jwt:::::s:") - 1 + nlcf->jwt_id.len
@@ -295,7 +267,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
                            "nalar tenant: client CA not found, "
                            "prefix cache off");
             ctx->tenant_state = NGX_HTTP_NALAR_TENANT_ANON;
-            return ctx;
+            return NGX_OK;
         }
 
         len = sizeof("var:::ca=:") - 1 + NGX_SIZE_T_LEN
@@ -304,7 +276,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
 
     ctx->scope.data = ngx_pnalloc(r->pool, len + 1);
     if (ctx->scope.data == NULL) {
-        return NULL;
+        return NGX_ERROR;
     }
 
     if (nlcf->jwt) {
@@ -327,7 +299,7 @@ ngx_http_nalar_tenant(ngx_http_request_t *r)
                    "nalar tenant: \"%V\", scope \"%V\"", &ctx->tenant,
                    &ctx->scope);
 
-    return ctx;
+    return NGX_OK;
 }
 
 
@@ -533,164 +505,6 @@ ngx_http_nalar_scope(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
 
     p->shared_prefix = pi->ids;
     p->n_shared_ids = pi->n;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_nalar_tenant_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    ngx_http_nalar_ctx_t  *ctx;
-
-    ctx = ngx_http_nalar_tenant(r);
-    if (ctx == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (ctx->tenant_state != NGX_HTTP_NALAR_TENANT_OK) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    v->len = ctx->tenant.len;
-    v->data = ctx->tenant.len ? ctx->tenant.data : (u_char *) "";
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-
-    return NGX_OK;
-}
-
-
-/* variables */
-
-
-ngx_int_t
-ngx_http_nalar_add_variables(ngx_conf_t *cf)
-{
-    ngx_http_variable_t  *var, *v;
-
-    for (v = ngx_http_nalar_vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL) {
-            return NGX_ERROR;
-        }
-
-        var->get_handler = v->get_handler;
-        var->data = v->data;
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
-    uintptr_t data)
-{
-    u_char                *p;
-    double                 ms;
-    ngx_uint_t             i;
-    ngx_int_t              n;
-    ngx_http_nalar_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_nalar_module);
-
-    if (ctx == NULL || ctx->model == NULL) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    if (data == NGX_HTTP_NALAR_VAR_MODEL) {
-        v->len = ctx->model->name.len;
-        v->data = ctx->model->name.data;
-        v->valid = 1;
-        v->no_cacheable = 1;
-        v->not_found = 0;
-        return NGX_OK;
-    }
-
-    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + 8);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    switch (data) {
-
-    case NGX_HTTP_NALAR_VAR_TTFT_MS:
-    case NGX_HTTP_NALAR_VAR_QUEUE_MS:
-        ms = (data == NGX_HTTP_NALAR_VAR_TTFT_MS) ? ctx->ttft_ms
-                                                  : ctx->queue_ms;
-        if (ms < 0) {
-            v->not_found = 1;
-            return NGX_OK;
-        }
-
-        v->len = ngx_sprintf(p, "%.3f", ms) - p;
-        break;
-
-    case NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS:
-    case NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS:
-    case NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED:
-
-        /* summed over the choices; "-" without a grammar */
-
-        ms = 0;
-        n = 0;
-        for (i = 0; i < ctx->n && ctx->choices; i++) {
-            if (ctx->choices[i].grammar_compile_ms < 0) {
-                continue;
-            }
-            n++;
-            ms += data == NGX_HTTP_NALAR_VAR_GRAMMAR_COMPILE_MS
-                  ? ctx->choices[i].grammar_compile_ms
-                  : data == NGX_HTTP_NALAR_VAR_GRAMMAR_MASK_MS
-                  ? ctx->choices[i].grammar_mask_ms
-                  : ctx->choices[i].grammar_forced;
-        }
-
-        if (n == 0) {
-            v->not_found = 1;
-            return NGX_OK;
-        }
-
-        if (data == NGX_HTTP_NALAR_VAR_GRAMMAR_FORCED) {
-            v->len = ngx_sprintf(p, "%i", (ngx_int_t) ms) - p;
-
-        } else {
-            v->len = ngx_sprintf(p, "%.3f", ms) - p;
-        }
-
-        break;
-
-    default:
-        if (data == NGX_HTTP_NALAR_VAR_PROMPT_TOKENS) {
-            n = ctx->prompt_tokens;
-
-        } else if (data == NGX_HTTP_NALAR_VAR_CACHED_TOKENS) {
-            n = ctx->cached_tokens;
-
-        } else {
-            n = 0;
-            for (i = 0; i < ctx->n && ctx->choices; i++) {
-                n += data == NGX_HTTP_NALAR_VAR_SPEC_ACCEPTED
-                     ? ctx->choices[i].spec_accepted
-                     : data == NGX_HTTP_NALAR_VAR_SPEC_PROPOSED
-                     ? ctx->choices[i].spec_proposed
-                     : ctx->choices[i].n_completion;
-            }
-        }
-
-        v->len = ngx_sprintf(p, "%i", n) - p;
-        break;
-    }
-
-    v->data = p;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
 
     return NGX_OK;
 }

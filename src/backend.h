@@ -94,29 +94,17 @@ struct nalar_backend {
     void *impl;
 };
 
-/* "cpu" or "cuda" (when built with CUDA). */
+/* "cpu" or "cuda" (when built with CUDA): src/backend.c, the one place
+ * that knows which backends exist. */
 nalar_backend *nalar_backend_create(nalar_model *m,
                                     const nalar_backend_opts *o,
                                     nalar_err *err);
 
-nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
-                                        nalar_err *err);
-
-/* the activations' modes of nalar_backend_opts.act_i16 */
+/* the activations' modes of nalar_backend_opts.act_i16 (the CPU
+ * backend's: kernels/cpu/cpu_backend.h) */
 #define NALAR_ACT_F32 0
 #define NALAR_ACT_I16 1
 #define NALAR_ACT_Q8  2
-
-/* A CPU backend's activations for its quantized weights from now on:
- * mode NALAR_ACT_F32, NALAR_ACT_I16 or NALAR_ACT_Q8; set while it runs
- * no pass. */
-void nalar_cpu_backend_act_i16(nalar_backend *b, int mode);
-
-/* For tests: the passes a CPU backend has run on the calling thread alone
- * (choose_way in cpu_backend.c), and a stall of `us` microseconds for its
- * workers before each pooled pass (nalar_pool_test_stall). */
-uint64_t nalar_cpu_backend_test_solo_passes(nalar_backend *b);
-void nalar_cpu_backend_test_stall(nalar_backend *b, int us);
 
 /* A second backend of the same kind (a draft model) that runs on the
  * first one's workers (CPU) or device and stream (CUDA): the two never
@@ -129,8 +117,5 @@ nalar_backend *nalar_backend_create_sharing(nalar_model *m,
  * -1 with err when no device is visible or `device` is not one of them. */
 int nalar_backend_pick_device(int device, int worker, int count,
                               const char *kind, nalar_err *err);
-
-/* Bytes of KV storage one block takes for this model (for sizing pools). */
-int64_t nalar_kv_block_bytes(const nalar_model *m);
 
 #endif

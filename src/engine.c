@@ -62,6 +62,36 @@ nalar_engine_test_keep_kv(nalar_engine *e, int keep)
 }
 
 
+void
+nalar_engine_test_step_cost(nalar_engine *e, double per_step,
+                            double per_token, int reseed)
+{
+    static const int32_t sizes[] = { 1, 16, 64 };
+
+    e->test_cost_set = 1;
+    e->test_cost_a = per_step;
+    e->test_cost_b = per_token;
+    if (reseed) {
+        /* as budget_seed would have measured them */
+        nalar_budget_init(&e->budget);
+        for (int k = 0; k < 3; k++) {
+            nalar_budget_record(&e->budget, sizes[k],
+                                per_step + per_token * sizes[k]);
+        }
+    }
+}
+
+
+void
+nalar_engine_test_step_fn(nalar_engine *e,
+                          void (*fn)(void *arg, const nalar_test_step *st),
+                          void *arg)
+{
+    e->step_fn = fn;
+    e->step_arg = arg;
+}
+
+
 int
 nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
                               uint8_t *out)
@@ -232,17 +262,15 @@ draft_open(nalar_engine *e, nalar_err *err)
 static int32_t
 kv_pool_blocks(nalar_engine *e, nalar_err *err)
 {
-    int64_t block_bytes = nalar_kv_block_bytes(e->model), kv_bytes;
+    int64_t block_bytes = nalar_kv_block_bytes(e->model, e->be->kv_type);
+    int64_t kv_bytes;
 
     if (e->be->free_memory != NULL) {
         int64_t free_bytes = e->be->free_memory(e->be);
         double  g = e->opts.gpu_memory > 0 ? e->opts.gpu_memory : 0.9;
 
         if (e->draft != NULL) {
-            block_bytes += nalar_kv_block_bytes(e->draft);
-        }
-        if (e->be->kv_type == GGML_BF16) {
-            block_bytes /= 2;               /* 16-bit K/V elements */
+            block_bytes += nalar_kv_block_bytes(e->draft, e->be->kv_type);
         }
         if (g > 1) {
             kv_bytes = (int64_t) g;
@@ -367,6 +395,11 @@ engine_load(nalar_engine *e, nalar_err *err)
         cost_seed(e->draft_be, &e->dkv, e->draft->cfg.n_vocab,
                   &e->draft_cost);
     }
+    /* what steps cost by their size, before the first prompt is chunked
+     * to the ITL target */
+    if (e->opts.itl_target > 0) {
+        budget_seed(e);
+    }
     pthread_mutex_lock(&e->mu);
     e->m.kv_blocks_total = n_blocks;
     e->m.kv_blocks_free = n_blocks;
@@ -406,17 +439,6 @@ nalar_engine_metrics(nalar_engine *e, nalar_metrics *m)
                             + e->kv_evictable;
     }
     pthread_mutex_unlock(&e->mu);
-}
-
-
-double
-nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
-{
-    if (draft && e->draft == NULL) {
-        return -1;
-    }
-    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
-                               n_tokens);
 }
 
 
@@ -588,8 +610,23 @@ nalar_engine_destroy(nalar_engine *e)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
+/* test hooks (engine_test.h): what tests read of a loaded engine */
+
 nalar_kv_pool *
 nalar_engine_kv(nalar_engine *e)
 {
     return e->kv_ready ? &e->kv : NULL;
 }
+
+
+double
+nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens)
+{
+    if (draft && e->draft == NULL) {
+        return -1;
+    }
+    return nalar_cost_estimate(draft ? &e->draft_cost : &e->target_cost,
+                               n_tokens);
+}
+#endif

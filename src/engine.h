@@ -25,7 +25,7 @@
  * long ones submitted earlier (a long one waits for 16 at most).  A prompt that does not fit the
  * context with its max_tokens, or the KV pool, finishes the request with
  * NALAR_FINISH_ERROR and an HTTP status and OpenAI error code in the
- * output (err_status 400, err_code "context_length_exceeded"); a prompt
+ * output (error.status 400, error.code "context_length_exceeded"); a prompt
  * that passes is `accepted` (one notify says so) and queued.
  */
 #ifndef NALAR_ENGINE_H
@@ -74,7 +74,13 @@ typedef struct {
                                     size; larger ones cuBLAS, which rounds
                                     activations to the weights' type;
                                     <= 0: 8 */
-    int32_t     max_batch_tokens;/* per-step token budget; <=0: 512 */
+    int32_t     max_batch_tokens;/* per-step token budget; <=0: 512.  With
+                                    itl_target, the most a step carries */
+    double      itl_target;      /* seconds; > 0: each step carries only
+                                    the prompt tokens that the measured
+                                    cost of steps says fit this beside its
+                                    decodes (at least 32 while a prompt
+                                    waits); <= 0: the budget is fixed */
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */
     int         load_async;      /* 1: load on the engine thread */
@@ -169,6 +175,45 @@ typedef struct {
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
 
+/*
+ * A request's usage so far, one struct from the engine to the response:
+ * nalar_request_take() hands it over in nalar_output, and the server
+ * keeps it per choice as it is.
+ */
+typedef struct {
+    /* n_prompt also when refused: the tokens counted (the context + 1
+     * where counting stopped) */
+    int32_t        n_prompt;
+    int32_t        n_cached;
+    int32_t        n_completion;
+    double         queue_ms;    /* submit -> first scheduled */
+    double         ttft_ms;     /* submit -> first token; <0 if none yet */
+    /* speculative decoding */
+    int32_t        spec_proposed;   /* proposals verified */
+    int32_t        spec_accepted;   /* proposals confirmed */
+    int32_t        pred_accepted;   /* of them, from the prediction */
+    int32_t        pred_rejected;
+    /* structured output; grammar_compile_ms < 0 without a grammar, 0 on
+     * a grammar cache hit */
+    double         grammar_compile_ms;
+    double         grammar_mask_ms;         /* masking logits rows */
+    int32_t        grammar_forced;          /* forced tokens proposed */
+    int32_t        grammar_forced_accepted; /* of them, confirmed */
+} nalar_usage;
+
+/*
+ * Why a request finished with NALAR_FINISH_ERROR, one struct from the
+ * engine to the server: the message, and where the request itself was
+ * refused (its prompt) the HTTP status (400), OpenAI's error code and the
+ * request field; 0 and "" for a failure of the engine.
+ */
+typedef struct {
+    char           message[256];
+    int            status;
+    char           code[32];
+    char           param[16];
+} nalar_failure;
+
 /* What nalar_request_take() hands over: everything since the last take. */
 typedef struct {
     char          *text;        /* complete UTF-8, NUL-terminated; malloc'd */
@@ -177,34 +222,11 @@ typedef struct {
     int32_t        n_ids;
     nalar_logprob *logprobs;    /* (n_ids, 1 + n_logprobs) or NULL */
     nalar_finish   finish;      /* set once, with the last output */
-    char           error[256];  /* when finish == NALAR_FINISH_ERROR */
-    /* when the request itself was refused (its prompt): the HTTP status
-     * (400), OpenAI's error code and the request field; 0 and "" for a
-     * failure of the engine */
-    int            err_status;
-    char           err_code[32];
-    char           err_param[16];
+    nalar_failure  error;       /* when finish == NALAR_FINISH_ERROR */
     int            accepted;    /* the prompt passed intake (set from the
-                                   take after that on); n_prompt is its
-                                   length */
-    /* usage so far; n_prompt also when refused: the tokens counted (the
-     * context + 1 where counting stopped) */
-    int32_t        n_prompt;
-    int32_t        n_cached;
-    int32_t        n_completion;
-    double         queue_ms;    /* submit -> first scheduled */
-    double         ttft_ms;     /* submit -> first token; <0 if none yet */
-    /* speculative decoding, so far */
-    int32_t        spec_proposed;   /* proposals verified */
-    int32_t        spec_accepted;   /* proposals confirmed */
-    int32_t        pred_accepted;   /* of them, from the prediction */
-    int32_t        pred_rejected;
-    /* structured output, so far; grammar_compile_ms < 0 without a
-     * grammar, 0 on a grammar cache hit */
-    double         grammar_compile_ms;
-    double         grammar_mask_ms;         /* masking logits rows */
-    int32_t        grammar_forced;          /* forced tokens proposed */
-    int32_t        grammar_forced_accepted; /* of them, confirmed */
+                                   take after that on); usage.n_prompt is
+                                   its length */
+    nalar_usage    usage;       /* so far */
 } nalar_output;
 
 typedef struct {
@@ -234,6 +256,14 @@ typedef struct {
     uint64_t queue_buckets[NALAR_HIST_BUCKETS];
     double   queue_sum;
     uint64_t queue_count;
+    /* engine steps (those that ran a pass): their duration, how many took
+     * longer than itl_target, and the prompt tokens the last one could
+     * carry beside its decodes (gauge) */
+    uint64_t step_buckets[NALAR_HIST_BUCKETS];
+    double   step_sum;
+    uint64_t step_count;
+    uint64_t steps_over_target_total;
+    int32_t  step_prefill_budget;
     /* speculative decoding */
     uint64_t spec_drafts_total;          /* verification steps */
     uint64_t spec_draft_tokens_total;    /* proposals verified */
@@ -248,7 +278,6 @@ typedef struct {
     double   grammar_compile_seconds_total;
     uint64_t grammar_masks_total;        /* rows masked */
     double   grammar_mask_seconds_total; /* masking them, mask builds in */
-    double   grammar_mask_build_seconds_total; /* building uncached masks */
     uint64_t grammar_forced_tokens_total;    /* forced tokens proposed */
     uint64_t grammar_forced_accepted_total;  /* of them, confirmed */
 } nalar_metrics;
@@ -278,13 +307,6 @@ int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 /* valid once ready */
 nalar_model *nalar_engine_model(nalar_engine *e);
 void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
-/* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
- * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes
- * of one sequence of 1 .. NALAR_SPEC_MAX_K + 1 tokens are measured at load.
- * The engine thread updates the estimates: read them only while no step
- * runs (before nalar_engine_start, or between nalar_engine_run_sync calls:
- * tests and the CLI). */
-double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 
 /*
  * A prompt's text, copied once for the requests that share it (the n
@@ -351,13 +373,27 @@ void nalar_request_unref(nalar_request *r);
  * prompt is checked at intake (see the top of this file). */
 int  nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err);
 /*
- * The context check of intake, for callers that can refuse before
- * submitting (a token-id array too long to copy): 0 when a prompt of
- * n_prompt tokens leaves room in the context for max_tokens (<= 0: one)
- * and fits the KV pool, else -1 with OpenAI's context_length_exceeded
- * message in msg.  more: n_prompt is where counting stopped, the prompt
- * has more.  Valid once the engine is ready.
+ * What bounds a request on an engine, as one struct (src/limits.c):
+ * nalar_engine_limits() fills it once the engine is ready, and
+ * nalar_limits_check() is intake's context check on it, for callers that
+ * refuse before submitting (the protocol layer, from a snapshot of the
+ * limits, where a token-id array is too long to copy): 0 when a prompt
+ * of n_prompt tokens leaves room in the context for max_tokens (<= 0:
+ * one) and fits the KV pool, else -1 with OpenAI's
+ * context_length_exceeded message in msg.  more: n_prompt is where
+ * counting stopped, the prompt has more.  nalar_engine_check_prompt() is
+ * the same on the engine's own limits.
  */
+typedef struct {
+    int32_t  n_ctx;         /* tokens of context */
+    int32_t  n_vocab;       /* token ids are 0 .. n_vocab - 1 */
+    int32_t  kv_blocks;     /* of NALAR_KV_BLOCK tokens, in the whole KV
+                               pool; 0: not known yet */
+} nalar_limits;
+
+void nalar_engine_limits(nalar_engine *e, nalar_limits *lim);
+int  nalar_limits_check(const nalar_limits *lim, int32_t n_prompt, int more,
+                        int32_t max_tokens, char *msg, size_t cap);
 int  nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
                                int32_t max_tokens, char *msg, size_t cap);
 /* Asynchronous: the engine drops the sequence (and its KV) at the next
@@ -367,9 +403,6 @@ void nalar_request_cancel(nalar_request *r);
  * Returns 1 if anything (text, ids or finish) was handed over. */
 int  nalar_request_take(nalar_request *r, nalar_output *out);
 void nalar_output_free(nalar_output *out);
-
-/* The engine's KV pool once loaded (tests check its invariants). */
-struct nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
 
 /*
  * Synchronous helper for the CLI and tests: run the given requests to

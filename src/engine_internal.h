@@ -16,6 +16,8 @@
  *                     teaches the step gate
  *   engine_step.c     one scheduling step and its phases: batch, forward
  *                     pass, sample or verify, confirm tokens
+ *   engine_budget.c   the step's prompt-token budget: fixed, or sized to
+ *                     the ITL target by the measured cost of steps
  *
  * Threads: the engine thread (or the caller of nalar_engine_run_sync) owns
  * the model, backend, KV pools, the running set and every request's engine
@@ -46,6 +48,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "budget.h"
 #include "engine.h"
 #include "engine_test.h"
 #include "kv.h"
@@ -180,10 +183,7 @@ struct nalar_request {
     nalar_logprob   *out_lp;          /* (out_idcap, 1 + n_logprobs) */
     nalar_finish     finish;
     int              finish_taken;
-    char             error[256];
-    int              err_status;      /* a refusal: HTTP status, code */
-    char             err_code[32];
-    char             err_param[16];
+    nalar_failure    error;           /* a refusal: HTTP status, code */
     int              accepted;        /* passed intake */
     int              accept_taken;
     int32_t          n_cached;
@@ -227,6 +227,8 @@ struct nalar_engine {
                                        estimates are pulled toward
                                        (choose_k) */
     int32_t           kv_evictable;   /* under mu: cached, unreferenced */
+    nalar_budget      budget;         /* what a step costs by its batch
+                                         tokens, for opts.itl_target */
 
     pthread_t         thread;
     int               started;
@@ -267,6 +269,10 @@ struct nalar_engine {
     int               fault[NALAR_FAULT_COUNT];
     void            (*idle_fn)(void *arg);
     void             *idle_arg;
+    int               test_cost_set;  /* steps cost test_cost_a + _b n */
+    double            test_cost_a, test_cost_b;
+    void            (*step_fn)(void *arg, const nalar_test_step *st);
+    void             *step_arg;
 #endif
 };
 
@@ -286,7 +292,12 @@ typedef struct {
     int32_t  n_unprop;      /* a probe's step: its tokens but proposals */
     int      use_ids;       /* the backend reduced each row to its argmax */
     int32_t  n_confirmed;   /* tokens the step confirmed */
+    int32_t  n_fixed;       /* decode and proposal tokens batched */
+    int32_t  prefill_allow; /* prompt tokens it could carry beside them */
+    int32_t  prefill_pending; /* prompt tokens running requests wanted */
+    int32_t  n_prefill_tok; /* prompt tokens batched */
     double   t_start;       /* when the step began */
+    double   t_plan;        /* when admission was done */
     double   t_pass;        /* when its forward pass ended */
 } step_plan;
 
@@ -387,6 +398,11 @@ void cost_seed(nalar_backend *be, nalar_kv_pool *kv, int32_t n_vocab,
 int  spec_setup(nalar_engine *e, nalar_request *r);
 void step_plan_speculation(nalar_engine *e, step_plan *sp);
 void step_learn(nalar_engine *e, const step_plan *sp);
+
+/* engine_budget.c (engine thread) */
+void    budget_seed(nalar_engine *e);
+int32_t step_prefill_allowance(nalar_engine *e, int32_t n_fixed);
+void    step_budget_learn(nalar_engine *e, const step_plan *sp);
 
 /* engine_step.c (engine thread) */
 int  batch_reserve(nalar_batch *b, nalar_request ***req, int32_t *cap,

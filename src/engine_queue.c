@@ -5,7 +5,7 @@
  * set, preemption back to the waiting queue's head, and failing what
  * waits.
  *
- * Threads: nalar_engine_submit and nalar_engine_check_prompt run on any
+ * Threads: nalar_engine_submit runs on any
  * thread (the queues under e->mu); the rest on the engine thread, which
  * takes e->mu only to move a request between queues, never while it
  * tokenizes.
@@ -71,37 +71,6 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
 }
 
 
-int
-nalar_engine_check_prompt(nalar_engine *e, int32_t n_prompt, int more,
-                          int32_t max_tokens, char *msg, size_t cap)
-{
-    int32_t     n_ctx = e->model->cfg.n_ctx;
-    int32_t     n_gen = max_tokens > 0 ? max_tokens : 1;
-    const char *al = more ? "at least " : "";
-
-    if (more || n_prompt >= n_ctx
-        || (max_tokens > 0 && (int64_t) n_prompt + max_tokens > n_ctx))
-    {
-        snprintf(msg, cap, "This model's maximum context length is %d "
-                 "tokens. However, you requested %s%lld tokens (%s%d in the "
-                 "prompt, %d in the completion). Please reduce the prompt "
-                 "or the completion length.", n_ctx, al,
-                 (long long) n_prompt + n_gen, al, n_prompt, n_gen);
-        return -1;
-    }
-    /* a prompt the whole KV pool cannot hold is the client's mistake, not
-     * a busy server */
-    if (e->kv_ready
-        && (n_prompt + NALAR_KV_BLOCK) / NALAR_KV_BLOCK > e->kv.n_blocks)
-    {
-        snprintf(msg, cap, "The prompt has %d tokens but the KV cache holds "
-                 "only %d", n_prompt, e->kv.n_blocks * NALAR_KV_BLOCK);
-        return -1;
-    }
-    return 0;
-}
-
-
 /* Why intake refused a request. */
 typedef struct {
     int         status;
@@ -109,6 +78,68 @@ typedef struct {
     const char *param;
     char        msg[256];
 } intake_refusal;
+
+
+/*
+ * Intake of a request's prediction: its pieces tokenized, cut to the
+ * context (only so much of one can ever be verified).  Adds the tokens it
+ * made to *work.  0, or -1 with why the request is refused.
+ */
+static int
+intake_prediction(nalar_engine *e, nalar_request *r, int32_t *work,
+                  intake_refusal *no)
+{
+    /* the prediction continues the answer: no BOS, and a leading
+     * space is the dummy-prefix space SentencePiece puts there.  The
+     * pieces are the shared copy's (r->params): read, never changed;
+     * the one piece that loses its space is a local copy. */
+    const nalar_tok_text  *pcs = r->pred_pieces;
+    nalar_tok_text        *own = NULL;
+    const nalar_tokenizer *tok = e->model->tok;
+    int32_t               *ids, i;
+    int                    n, more = 0;
+
+    for (i = 0; i < r->n_pred_pieces; i++) {
+        const nalar_tok_text *pc = &pcs[i];
+
+        if (pc->len == 0) {
+            continue;
+        }
+        if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
+            && nalar_tok_add_space_prefix(tok))
+        {
+            own = malloc((size_t) r->n_pred_pieces * sizeof(*own));
+            if (own == NULL) {
+                no->status = 0;
+                no->param = "";
+                snprintf(no->msg, sizeof(no->msg), "out of memory");
+                return -1;
+            }
+            memcpy(own, pcs, (size_t) r->n_pred_pieces * sizeof(*own));
+            own[i].text++;
+            own[i].len--;
+            pcs = own;
+        }
+        break;
+    }
+    n = nalar_tokenize_bounded(tok, pcs, (size_t) r->n_pred_pieces, 0,
+                               e->model->cfg.n_ctx, &ids, &more);
+    free(own);
+    if (n < 0) {
+        no->param = "prediction";
+        snprintf(no->msg, sizeof(no->msg),
+                 "prediction could not be tokenized");
+        return -1;
+    }
+    *work += n;
+    r->pred_pieces = NULL;
+    r->pred_ids = ids;
+    r->pred = ids;
+    r->n_pred = n;
+    r->p.prediction = ids;
+    r->p.n_prediction = n;
+    return 0;
+}
 
 
 /*
@@ -190,55 +221,8 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
             return -1;
         }
     }
-    if (r->pred_pieces != NULL) {
-        /* the prediction continues the answer: no BOS, and a leading
-         * space is the dummy-prefix space SentencePiece puts there.  The
-         * pieces are the shared copy's (r->params): read, never changed;
-         * the one piece that loses its space is a local copy. */
-        const nalar_tok_text *pcs = r->pred_pieces;
-        nalar_tok_text       *own = NULL;
-
-        for (i = 0; i < r->n_pred_pieces; i++) {
-            const nalar_tok_text *pc = &pcs[i];
-
-            if (pc->len == 0) {
-                continue;
-            }
-            if (pc->text[0] == ' ' && nalar_tok_kind_of(tok) == TOK_SPM
-                && nalar_tok_add_space_prefix(tok))
-            {
-                own = malloc((size_t) r->n_pred_pieces * sizeof(*own));
-                if (own == NULL) {
-                    no->status = 0;
-                    no->param = "";
-                    snprintf(no->msg, sizeof(no->msg), "out of memory");
-                    return -1;
-                }
-                memcpy(own, pcs, (size_t) r->n_pred_pieces * sizeof(*own));
-                own[i].text++;
-                own[i].len--;
-                pcs = own;
-            }
-            break;
-        }
-        /* predictions longer than the context are cut: only so much of
-         * one can ever be verified */
-        n = nalar_tokenize_bounded(tok, pcs, (size_t) r->n_pred_pieces, 0,
-                                   c->n_ctx, &ids, &more);
-        free(own);
-        if (n < 0) {
-            no->param = "prediction";
-            snprintf(no->msg, sizeof(no->msg),
-                     "prediction could not be tokenized");
-            return -1;
-        }
-        *work += n;
-        r->pred_pieces = NULL;
-        r->pred_ids = ids;
-        r->pred = ids;
-        r->n_pred = n;
-        r->p.prediction = ids;
-        r->p.n_prediction = n;
+    if (r->pred_pieces != NULL && intake_prediction(e, r, work, no) != 0) {
+        return -1;
     }
     if (r->p.grammar != NALAR_GRAMMAR_NONE && r->gm == NULL) {
         /* structured output: the compiled grammar from the cache */
@@ -391,10 +375,11 @@ step_intake(nalar_engine *e)
             e->n_waiting--;
             pthread_mutex_unlock(&e->mu);
             pthread_mutex_lock(&r->mu);
-            r->err_status = no.status;
-            snprintf(r->err_code, sizeof(r->err_code), "%s",
+            r->error.status = no.status;
+            snprintf(r->error.code, sizeof(r->error.code), "%s",
                      no.code != NULL ? no.code : "");
-            snprintf(r->err_param, sizeof(r->err_param), "%s", no.param);
+            snprintf(r->error.param, sizeof(r->error.param), "%s",
+                     no.param);
             pthread_mutex_unlock(&r->mu);
             finish_unref(e, r, NALAR_FINISH_ERROR, no.msg);
             continue;

@@ -412,27 +412,24 @@ nalar_request_take(nalar_request *r, nalar_output *out)
     if (r->finish != NALAR_FINISH_NONE && !r->finish_taken) {
         out->finish = r->finish;
         r->finish_taken = 1;
-        memcpy(out->error, r->error, sizeof(out->error));
-        out->err_status = r->err_status;
-        memcpy(out->err_code, r->err_code, sizeof(out->err_code));
-        memcpy(out->err_param, r->err_param, sizeof(out->err_param));
+        out->error = r->error;
     }
     out->accepted = r->accepted;
     any = r->accepted && !r->accept_taken;
     r->accept_taken = r->accepted;
-    out->n_prompt = r->p.n_prompt;
-    out->n_cached = r->n_cached;
-    out->n_completion = r->n_generated;
-    out->queue_ms = r->queue_ms;
-    out->ttft_ms = r->ttft_ms;
-    out->spec_proposed = r->spec_proposed;
-    out->spec_accepted = r->spec_accepted;
-    out->pred_accepted = r->pred_accepted;
-    out->pred_rejected = r->pred_rejected;
-    out->grammar_compile_ms = r->g_compile_ms;
-    out->grammar_mask_ms = r->g_mask_ms;
-    out->grammar_forced = r->g_forced;
-    out->grammar_forced_accepted = r->g_forced_accepted;
+    out->usage.n_prompt = r->p.n_prompt;
+    out->usage.n_cached = r->n_cached;
+    out->usage.n_completion = r->n_generated;
+    out->usage.queue_ms = r->queue_ms;
+    out->usage.ttft_ms = r->ttft_ms;
+    out->usage.spec_proposed = r->spec_proposed;
+    out->usage.spec_accepted = r->spec_accepted;
+    out->usage.pred_accepted = r->pred_accepted;
+    out->usage.pred_rejected = r->pred_rejected;
+    out->usage.grammar_compile_ms = r->g_compile_ms;
+    out->usage.grammar_mask_ms = r->g_mask_ms;
+    out->usage.grammar_forced = r->g_forced;
+    out->usage.grammar_forced_accepted = r->g_forced_accepted;
     any = any || out->text_len > 0 || out->n_ids > 0
           || out->finish != NALAR_FINISH_NONE;
     pthread_mutex_unlock(&r->mu);
@@ -556,9 +553,10 @@ request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
     if (error != NULL) {
         size_t n = strlen(error);
 
-        n = n < sizeof(r->error) - 1 ? n : sizeof(r->error) - 1;
-        memcpy(r->error, error, n);
-        r->error[n] = '\0';
+        n = n < sizeof(r->error.message) - 1
+            ? n : sizeof(r->error.message) - 1;
+        memcpy(r->error.message, error, n);
+        r->error.message[n] = '\0';
     }
     pthread_mutex_unlock(&r->mu);
     if (r->notify != NULL) {

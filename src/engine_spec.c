@@ -654,7 +654,7 @@ grammar_propose(nalar_engine *e, nalar_request *r)
 void
 step_plan_speculation(nalar_engine *e, step_plan *sp)
 {
-    int32_t        budget = e->opts.max_batch_tokens, n_dreq = 0;
+    int32_t        allow, n_dreq = 0;
     int            may_speculate = 1;
     nalar_request *dreqs[256];
 
@@ -669,8 +669,10 @@ step_plan_speculation(nalar_engine *e, step_plan *sp)
             sp->n_prefill += todo;
         }
     }
-    if (sp->n_prefill > budget - sp->n_decode) {
-        sp->n_prefill = budget - sp->n_decode;
+    /* what the batch will carry beside the decodes (before proposals) */
+    allow = step_prefill_allowance(e, sp->n_decode);
+    if (sp->n_prefill > allow) {
+        sp->n_prefill = allow;
     }
     sp->n_prefill = sp->n_prefill > 0 ? sp->n_prefill : 0;
     for (int32_t i = 0; i < e->n_running; i++) {

@@ -223,10 +223,10 @@ static int
 grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
 {
     const uint32_t *mask;
-    double          t0 = nalar_now_s(), ms, dt;
+    double          t0 = nalar_now_s(), dt;
     int32_t         V = e->model->cfg.n_vocab, any = 0;
 
-    mask = nalar_gmatcher_mask(r->gm, &ms);
+    mask = nalar_gmatcher_mask(r->gm);
     if (mask != NULL) {
         for (int32_t w = 0; w * 32 < V; w++) {
             uint32_t m = mask[w];
@@ -247,7 +247,6 @@ grammar_mask_row(nalar_engine *e, nalar_request *r, float *row)
     pthread_mutex_lock(&e->mu);
     e->m.grammar_mask_seconds_total += dt;
     e->m.grammar_masks_total++;
-    e->m.grammar_mask_build_seconds_total += ms;
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&r->mu);
     r->g_mask_ms += dt * 1e3;
@@ -384,17 +383,31 @@ step_drop_cancelled(nalar_engine *e)
 /*
  * Reserve KV for this step's tokens and batch them: decodes (1 token plus
  * proposals, at provisional positions) first, then prefill chunks in
- * admission order while the token budget lasts.  sp->n_tok may come out 0
- * (every request preempted or finished).
+ * admission order while the step's prompt-token allowance lasts (what a
+ * fixed budget leaves, or what fits the ITL target: engine_budget.c).
+ * sp->n_tok may come out 0 (every request preempted or finished).
  */
 static void
 step_build_batch(nalar_engine *e, step_plan *sp)
 {
     nalar_batch *b = &e->batch;
-    int32_t      budget = e->opts.max_batch_tokens;
+    int32_t      budget = 0, used = 0, first_prefill = 0;
 
     sp->n_tok = 0;
     for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            /* the decodes are in: what prompt tokens may join them */
+            budget = step_prefill_allowance(e, used);
+            first_prefill = sp->n_tok;
+            sp->n_fixed = used;
+            sp->prefill_allow = budget > 0 ? budget : 0;
+            for (int32_t i = 0; i < e->n_running; i++) {
+                int32_t todo = e->running[i]->n_tokens
+                               - e->running[i]->n_computed;
+
+                sp->prefill_pending += todo > 1 ? todo : 0;
+            }
+        }
         for (int32_t i = 0; i < e->n_running; i++) {
             nalar_request *r = e->running[i];
             int32_t        todo = r->n_tokens - r->n_computed;
@@ -450,6 +463,7 @@ step_build_batch(nalar_engine *e, step_plan *sp)
                 sp->provisional += provisional_blocks(r);
             }
             budget -= n;
+            used += n;
         }
     }
     /* a preemption may have dropped requests whose tokens are batched */
@@ -468,6 +482,7 @@ step_build_batch(nalar_engine *e, step_plan *sp)
             b->seq[w] = b->seq[k];
             b->want_logits[w] = b->want_logits[k];
             sp->n_logits += b->want_logits[k];
+            sp->n_prefill_tok += k >= first_prefill;
             e->batch_req[w++] = r;
         }
         sp->n_tok = w;
@@ -732,6 +747,7 @@ engine_step(nalar_engine *e, nalar_err *err)
     step_drop_cancelled(e);
     step_intake(e);
     step_admit(e);
+    sp.t_plan = nalar_now_s();
     if (e->n_running == 0) {
         /* cancellations may have just emptied the running set */
         publish_metrics(e);
@@ -759,6 +775,7 @@ engine_step(nalar_engine *e, nalar_err *err)
     }
     step_advance(e, &sp);
     step_learn(e, &sp);
+    step_budget_learn(e, &sp);
     publish_metrics(e);
     return 1;
 }

@@ -3,7 +3,8 @@
  * the module's through its nalar_test_fault_forward directive.  The CLI
  * never calls these.  They make failures that real
  * traffic produces rarely (an allocation failing mid-step, a request
- * arriving just as the engine goes idle) happen on demand.
+ * arriving just as the engine goes idle) happen on demand, and read what
+ * the tests check (the KV pool, the cost model's estimates).
  *
  * They exist only in the test builds, compiled with -DNALAR_TEST_HOOKS
  * (the ASan flavour: build/asan/, the unit tests and `make module-asan`);
@@ -42,6 +43,32 @@ void nalar_engine_test_fault(nalar_engine *e, nalar_fault_site site, int n);
 void nalar_engine_test_idle(nalar_engine *e, void (*fn)(void *arg),
                             void *arg);
 
+/*
+ * A fake clock for the step budget: from now on every step "costs"
+ * per_step + per_token x (its batch tokens) seconds -- what the cost model
+ * learns, the step histogram and the over-target count see -- whatever it
+ * really took.  reseed != 0: the model first forgets what it learned and is
+ * seeded as at load, with those costs.  Call it on the thread that runs
+ * the steps (run_sync's caller, or from a step callback).
+ */
+void nalar_engine_test_step_cost(nalar_engine *e, double per_step,
+                                 double per_token, int reseed);
+
+/* What one step decided, for the step callback. */
+typedef struct {
+    int32_t n_fixed;      /* decode and proposal tokens batched */
+    int32_t n_prefill;    /* prompt tokens batched */
+    int32_t allowance;    /* prompt tokens it could have carried */
+    int32_t pending;      /* prompt tokens running requests still wanted */
+    double  seconds;      /* its duration (the fake clock's, when set) */
+} nalar_test_step;
+
+/* fn(arg, st) runs on the engine thread after every step that ran a pass.
+ * Set it while no step runs. */
+void nalar_engine_test_step_fn(nalar_engine *e,
+                               void (*fn)(void *arg, const nalar_test_step *st),
+                               void *arg);
+
 /* Prompt texts the engine has copied so far, process-wide: each
  * nalar_prompt_create and each request given prompt_text (not
  * prompt_shared) makes one copy. */
@@ -72,6 +99,18 @@ void nalar_engine_test_keep_kv(nalar_engine *e, int keep);
  * out); -1 when the engine has no prefix cache (or has not loaded). */
 int nalar_engine_test_prefix_root(nalar_engine *e, const char *scope,
                                   uint8_t *out);
+
+/* The engine's KV pool once loaded, NULL before (tests check its
+ * invariants with nalar_kv_check). */
+struct nalar_kv_pool *nalar_engine_kv(nalar_engine *e);
+
+/* The cost model's estimate, in seconds, of one pass of n_tokens tokens of
+ * the target (draft != 0: of the draft); < 0 where nothing is known.  Passes
+ * of one sequence of 1 .. NALAR_SPEC_MAX_K + 1 tokens are measured at load.
+ * The engine thread updates the estimates: read them only while no step
+ * runs (before nalar_engine_start, or between nalar_engine_run_sync
+ * calls). */
+double nalar_engine_pass_cost(nalar_engine *e, int draft, int32_t n_tokens);
 
 #endif /* NALAR_TEST_HOOKS */
 

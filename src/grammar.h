@@ -85,10 +85,9 @@ void nalar_gmatcher_destroy(nalar_gmatcher *m);
 /*
  * The allowed tokens in the current state: a bitset of n_vocab bits (bit i
  * of word i / 32), valid until the next call on the matcher or its grammar.
- * NULL when out of memory.  *mask_s (may be NULL) is set to the seconds
- * spent (0 when cached).
+ * NULL when out of memory.
  */
-const uint32_t *nalar_gmatcher_mask(nalar_gmatcher *m, double *mask_s);
+const uint32_t *nalar_gmatcher_mask(nalar_gmatcher *m);
 /*
  * Why the last call on the matcher's grammar failed (a NULL mask, a token
  * refused for a reason other than the grammar): a budget it passed, or

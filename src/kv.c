@@ -216,6 +216,7 @@ nalar_seq_kv_drop_before(nalar_kv_pool *p, nalar_seq_kv *s, int32_t pos)
 }
 
 
+#ifdef NALAR_TEST_HOOKS
 int
 nalar_seq_kv_share(nalar_kv_pool *p, nalar_seq_kv *dst,
                    const nalar_seq_kv *src, int32_t n_pos)
@@ -236,6 +237,7 @@ nalar_seq_kv_share(nalar_kv_pool *p, nalar_seq_kv *dst,
     dst->n_pos = n_pos;
     return 0;
 }
+#endif
 
 
 void

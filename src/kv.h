@@ -86,10 +86,14 @@ int32_t nalar_seq_kv_blocks_needed(const nalar_kv_pool *p,
                                    const nalar_seq_kv *s, int32_t n_pos);
 /* Forget positions >= pos and release blocks no longer needed. */
 void nalar_seq_kv_truncate(nalar_kv_pool *p, nalar_seq_kv *s, int32_t pos);
-/* dst (empty) shares src's first n_pos positions (refcount++ on blocks);
- * -1 when src gave any of their blocks back. */
+#ifdef NALAR_TEST_HOOKS
+/* For tests of the pool's sharing and copy on write (the engine shares
+ * blocks through the prefix cache): dst (empty) shares src's first n_pos
+ * positions (refcount++ on blocks); -1 when src gave any of their blocks
+ * back. */
 int  nalar_seq_kv_share(nalar_kv_pool *p, nalar_seq_kv *dst,
                         const nalar_seq_kv *src, int32_t n_pos);
+#endif
 /* Give back to the pool every whole block whose positions are all
  * before pos (keeping at least the last block): a sliding-window model
  * whose every layer slides never reads them again.  Returns the number

@@ -21,6 +21,7 @@
 #include "fp16.h"
 #include "cpu_quant.h"
 #include "mkmodel.h"
+#include "vocab_hf.h"
 
 #define MAX_VOCAB 1000000
 
@@ -702,6 +703,13 @@ write_vocab(gguf_writer *w, const nalar_mkmodel_opts *o, const char *path,
                        (const char **) v.merges.s, (size_t) v.merges.n);
         gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t) n_base - 1);
         gguf_w_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t) n_base - 1);
+        for (int i = n_base; i < v.tok.n; i++) {
+            /* a control </s> ends turns, as Mistral's files say with their
+               eos id: here the end-of-turn id (EOS stays <|endoftext|>) */
+            if (strcmp(v.tok.s[i], "</s>") == 0) {
+                gguf_w_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t) i);
+            }
+        }
         gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
         gguf_w_bool(w, "tokenizer.ggml.add_eos_token", 0);
     } else {
@@ -772,6 +780,15 @@ copy_vocab(gguf_writer *w, const char *from, const char *path, int *n_vocab,
     }
     gguf_close(src);
     return 0;
+}
+
+
+static int
+is_json(const char *path)
+{
+    size_t n = strlen(path);
+
+    return n >= 5 && strcmp(path + n - 5, ".json") == 0;
 }
 
 
@@ -876,52 +893,15 @@ file_type(ggml_type t, int kmix)
 }
 
 
-int
-nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
+/* The architecture's hyperparameters (keys "ARCH.*"). */
+static void
+add_hparams(gguf_writer *w, const nalar_mkmodel_opts *o, const char *a,
+            int n_vocab)
 {
-    gguf_writer *w;
-    int          n_vocab = o->n_vocab, hd, kv_dim, rc = -1;
-    size_t       biggest;
-    float       *tmp = NULL;
-    void        *conv = NULL;
-    uint64_t     rng = o->seed;
-    char         name[96], key[128];
-    const char  *a = o->arch != NULL ? o->arch : "llama";
-    int          qwen2 = strcmp(a, "qwen2") == 0, qwen3 = strcmp(a, "qwen3") == 0;
-    int          gemma2 = strcmp(a, "gemma2") == 0, phi3 = strcmp(a, "phi3") == 0;
-
-    if (check_opts(o, path, err) != 0) {
-        return -1;
-    }
-    hd = o->dim / o->n_heads;
-    kv_dim = o->n_kv_heads * hd;
-
-    w = gguf_writer_create();
-    if (w == NULL) {
-        return nalar_fail(err, "%s: out of memory", path);
-    }
-    snprintf(name, sizeof(name), "nalar-random-%s%s-d%d-l%d",
-             ggml_type_name(o->type), o->kmix ? "_M" : "", o->dim,
-             o->n_layers);
-    gguf_w_str(w, "general.architecture", a);
-    gguf_w_str(w, "general.name", name);
-    gguf_w_u32(w, "general.alignment", 32);
-    gguf_w_u32(w, "general.file_type", file_type(o->type, o->kmix));
-
-    /* the vocabulary first: vocab_from decides n_vocab */
-    if (o->vocab_from != NULL) {
-        if (copy_vocab(w, o->vocab_from, path, &n_vocab,
-                       o->chat_template != NULL, err) != 0)
-        {
-            goto done;
-        }
-    } else if (write_vocab(w, o, path, err) != 0) {
-        goto done;
-    }
-    if (o->chat_template != NULL) {
-        /* Jinja text, read by servers to pick the prompt layout */
-        gguf_w_str(w, "tokenizer.chat_template", o->chat_template);
-    }
+    int  hd = o->dim / o->n_heads;
+    int  qwen3 = strcmp(a, "qwen3") == 0, gemma2 = strcmp(a, "gemma2") == 0;
+    int  phi3 = strcmp(a, "phi3") == 0;
+    char key[128];
 
 #define KEY(k) (snprintf(key, sizeof(key), "%s." k, a), key)
     gguf_w_u32(w, KEY("vocab_size"), (uint32_t) n_vocab);
@@ -947,6 +927,127 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                    (uint32_t) (o->window > 0 ? o->window : 4096));
     }
 #undef KEY
+}
+
+
+/* Layer l's tensors, drawn from rng in a fixed order (same seed, same
+ * floats, whatever the type); tmp and conv hold the largest matrix. */
+static void
+add_layer(gguf_writer *w, const nalar_mkmodel_opts *o, const char *a, int l,
+          uint64_t *rng, float *tmp, void *conv)
+{
+    int       hd = o->dim / o->n_heads, kv_dim = o->n_kv_heads * hd;
+    int       qwen2 = strcmp(a, "qwen2") == 0, qwen3 = strcmp(a, "qwen3") == 0;
+    int       gemma2 = strcmp(a, "gemma2") == 0, phi3 = strcmp(a, "phi3") == 0;
+    char      name[96];
+    /* llama.cpp's use_more_bits(l, n_layers), for a K-quant mix */
+    int       more = l < o->n_layers / 8 || l >= 7 * o->n_layers / 8
+                     || (l - o->n_layers / 8) % 3 == 2;
+    ggml_type tv = o->kmix && more ? GGML_Q6_K : o->type;
+
+#define BLK(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix, l), name)
+    add_norm(w, BLK("attn_norm.weight"), o->dim, tmp);
+    if (phi3) {
+        /* [q; k; v] and [gate; up] as llama.cpp's phi3 reads them */
+        add_matrix(w, BLK("attn_qkv.weight"), o->dim + 2 * kv_dim,
+                   o->dim, o->type, rng, tmp, conv);
+        add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
+                   rng, tmp, conv);
+        add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
+        add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim,
+                   tv, rng, tmp, conv);
+        add_matrix(w, BLK("ffn_up.weight"), 2 * o->ffn_dim, o->dim,
+                   o->type, rng, tmp, conv);
+        return;
+    }
+    add_matrix(w, BLK("attn_q.weight"), o->dim, o->dim, o->type, rng,
+               tmp, conv);
+    add_matrix(w, BLK("attn_k.weight"), kv_dim, o->dim, o->type, rng,
+               tmp, conv);
+    add_matrix(w, BLK("attn_v.weight"), kv_dim, o->dim, tv, rng, tmp,
+               conv);
+    add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
+               rng, tmp, conv);
+    add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
+    add_matrix(w, BLK("ffn_gate.weight"), o->ffn_dim, o->dim, o->type,
+               rng, tmp, conv);
+    add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim, tv, rng,
+               tmp, conv);
+    add_matrix(w, BLK("ffn_up.weight"), o->ffn_dim, o->dim, o->type,
+               rng, tmp, conv);
+    if (qwen2) {
+        add_bias(w, BLK("attn_q.bias"), o->dim, rng, tmp);
+        add_bias(w, BLK("attn_k.bias"), kv_dim, rng, tmp);
+        add_bias(w, BLK("attn_v.bias"), kv_dim, rng, tmp);
+    }
+    if (qwen3) {
+        add_norm(w, BLK("attn_q_norm.weight"), hd, tmp);
+        add_norm(w, BLK("attn_k_norm.weight"), hd, tmp);
+    }
+    if (gemma2) {
+        add_norm(w, BLK("post_attention_norm.weight"), o->dim, tmp);
+        add_norm(w, BLK("post_ffw_norm.weight"), o->dim, tmp);
+    }
+#undef BLK
+}
+
+
+int
+nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
+{
+    gguf_writer *w;
+    int          n_vocab = o->n_vocab, hd, kv_dim, rc = -1;
+    size_t       biggest;
+    float       *tmp = NULL;
+    void        *conv = NULL;
+    uint64_t     rng = o->seed;
+    char         name[96];
+    const char  *a = o->arch != NULL ? o->arch : "llama";
+    int          qwen2 = strcmp(a, "qwen2") == 0;
+    int          qwen3 = strcmp(a, "qwen3") == 0;
+    int          gemma2 = strcmp(a, "gemma2") == 0;
+
+    if (check_opts(o, path, err) != 0) {
+        return -1;
+    }
+    hd = o->dim / o->n_heads;
+    kv_dim = o->n_kv_heads * hd;
+
+    w = gguf_writer_create();
+    if (w == NULL) {
+        return nalar_fail(err, "%s: out of memory", path);
+    }
+    snprintf(name, sizeof(name), "nalar-random-%s%s-d%d-l%d",
+             ggml_type_name(o->type), o->kmix ? "_M" : "", o->dim,
+             o->n_layers);
+    gguf_w_str(w, "general.architecture", a);
+    gguf_w_str(w, "general.name", name);
+    gguf_w_u32(w, "general.alignment", 32);
+    gguf_w_u32(w, "general.file_type", file_type(o->type, o->kmix));
+
+    /* the vocabulary first: vocab_from decides n_vocab */
+    if (o->vocab_from != NULL && is_json(o->vocab_from)) {
+        /* Hugging Face's tokenizer.json (+ tokenizer_config.json) */
+        if (nalar_vocab_hf_write(w, o->vocab_from, o->chat_template != NULL,
+                                 &n_vocab, err) != 0)
+        {
+            goto done;
+        }
+    } else if (o->vocab_from != NULL) {
+        if (copy_vocab(w, o->vocab_from, path, &n_vocab,
+                       o->chat_template != NULL, err) != 0)
+        {
+            goto done;
+        }
+    } else if (write_vocab(w, o, path, err) != 0) {
+        goto done;
+    }
+    if (o->chat_template != NULL) {
+        /* Jinja text, read by servers to pick the prompt layout */
+        gguf_w_str(w, "tokenizer.chat_template", o->chat_template);
+    }
+
+    add_hparams(w, o, a, n_vocab);
 
     /* one scratch pair big enough for the largest matrix */
     biggest = (size_t) n_vocab * (size_t) o->dim;
@@ -971,55 +1072,7 @@ nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path, nalar_err *err)
                o->kmix && (qwen2 || qwen3 || gemma2) ? GGML_Q6_K : o->type,
                &rng, tmp, conv);
     for (int l = 0; l < o->n_layers; l++) {
-        /* llama.cpp's use_more_bits(l, n_layers), for a K-quant mix */
-        int       more = l < o->n_layers / 8 || l >= 7 * o->n_layers / 8
-                         || (l - o->n_layers / 8) % 3 == 2;
-        ggml_type tv = o->kmix && more ? GGML_Q6_K : o->type;
-
-#define BLK(suffix) (snprintf(name, sizeof(name), "blk.%d." suffix, l), name)
-        add_norm(w, BLK("attn_norm.weight"), o->dim, tmp);
-        if (phi3) {
-            /* [q; k; v] and [gate; up] as llama.cpp's phi3 reads them */
-            add_matrix(w, BLK("attn_qkv.weight"), o->dim + 2 * kv_dim,
-                       o->dim, o->type, &rng, tmp, conv);
-            add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
-                       &rng, tmp, conv);
-            add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
-            add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim,
-                       tv, &rng, tmp, conv);
-            add_matrix(w, BLK("ffn_up.weight"), 2 * o->ffn_dim, o->dim,
-                       o->type, &rng, tmp, conv);
-            continue;
-        }
-        add_matrix(w, BLK("attn_q.weight"), o->dim, o->dim, o->type, &rng,
-                   tmp, conv);
-        add_matrix(w, BLK("attn_k.weight"), kv_dim, o->dim, o->type, &rng,
-                   tmp, conv);
-        add_matrix(w, BLK("attn_v.weight"), kv_dim, o->dim, tv, &rng, tmp,
-                   conv);
-        add_matrix(w, BLK("attn_output.weight"), o->dim, o->dim, o->type,
-                   &rng, tmp, conv);
-        add_norm(w, BLK("ffn_norm.weight"), o->dim, tmp);
-        add_matrix(w, BLK("ffn_gate.weight"), o->ffn_dim, o->dim, o->type,
-                   &rng, tmp, conv);
-        add_matrix(w, BLK("ffn_down.weight"), o->dim, o->ffn_dim, tv, &rng,
-                   tmp, conv);
-        add_matrix(w, BLK("ffn_up.weight"), o->ffn_dim, o->dim, o->type,
-                   &rng, tmp, conv);
-        if (qwen2) {
-            add_bias(w, BLK("attn_q.bias"), o->dim, &rng, tmp);
-            add_bias(w, BLK("attn_k.bias"), kv_dim, &rng, tmp);
-            add_bias(w, BLK("attn_v.bias"), kv_dim, &rng, tmp);
-        }
-        if (qwen3) {
-            add_norm(w, BLK("attn_q_norm.weight"), hd, tmp);
-            add_norm(w, BLK("attn_k_norm.weight"), hd, tmp);
-        }
-        if (gemma2) {
-            add_norm(w, BLK("post_attention_norm.weight"), o->dim, tmp);
-            add_norm(w, BLK("post_ffw_norm.weight"), o->dim, tmp);
-        }
-#undef BLK
+        add_layer(w, o, a, l, &rng, tmp, conv);
     }
     add_norm(w, "output_norm.weight", o->dim, tmp);
     if (!qwen2 && !qwen3 && !gemma2) {

@@ -46,8 +46,10 @@ typedef struct {
                                    tokens that end the vocabulary (after
                                    ChatML's), e.g. a chat style's markers */
     const char *vocab_from;   /* optional path: copy tokenizer.* metadata
-                                 from this GGUF (n_vocab then comes from
-                                 it) */
+                                 from this GGUF, or convert Hugging
+                                 Face's tokenizer.json (a path ending in
+                                 .json; see vocab_hf.h) (n_vocab then
+                                 comes from it) */
     const char *chat_template; /* optional Jinja text, stored as
                                   tokenizer.chat_template (replacing one
                                   copied by vocab_from) */

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "fp16.h"
 #include "model.h"
 
@@ -607,9 +606,29 @@ nalar_model_check_kv(const char *path, int64_t *kv_block_bytes,
     if (m == NULL) {
         return -1;
     }
-    *kv_block_bytes = nalar_kv_block_bytes(m);
+    *kv_block_bytes = nalar_kv_block_bytes(m, GGML_F32);
     nalar_model_destroy(m);
     return 0;
+}
+
+
+int32_t
+nalar_kv_elem_bytes(ggml_type kv_type)
+{
+    switch (kv_type) {
+    case GGML_F32:  return (int32_t) sizeof(float);
+    case GGML_BF16: return 2;
+    default:        return 0;
+    }
+}
+
+
+int64_t
+nalar_kv_block_bytes(const nalar_model *m, ggml_type kv_type)
+{
+    return (int64_t) 2 * m->cfg.n_layers * NALAR_KV_BLOCK
+           * m->cfg.n_kv_heads * m->cfg.head_dim
+           * nalar_kv_elem_bytes(kv_type);
 }
 
 

@@ -110,15 +110,34 @@ typedef struct nalar_model {
 /* Validate header, architecture, tensor table and vocabulary without
  * touching weight bytes (for `nginx -t`). */
 int nalar_model_check(const char *path, nalar_err *err);
-/* The same, and the bytes one KV block of the model takes. */
+/* The same, and the bytes one KV block of the model takes in F32. */
 int nalar_model_check_kv(const char *path, int64_t *kv_block_bytes,
                          nalar_err *err);
+
+/* Bytes of one K or V element in the KV cache: 4 for GGML_F32, 2 for
+ * GGML_BF16, 0 for a type no KV cache holds.  The one rule every pool
+ * size is computed from. */
+int32_t nalar_kv_elem_bytes(ggml_type kv_type);
+
+/* Bytes of KV storage one block takes for this model (K and V of every
+ * layer) in elements of kv_type (for sizing pools). */
+int64_t nalar_kv_block_bytes(const nalar_model *m, ggml_type kv_type);
 
 nalar_model *nalar_model_load(const char *path, nalar_err *err);
 void nalar_model_destroy(nalar_model *m);
 
 /* One human-readable description (for `nalar inspect`); malloc'd. */
 char *nalar_model_describe(const nalar_model *m);
+
+/*
+ * What a loaded model says about itself to the layers above the engine
+ * (src/model_info.c), so that they do not reach into nalar_model: its
+ * tokenizer, its context length (tokens), and the GGUF's
+ * tokenizer.chat_template, malloc'd (free() it), or NULL where it has none.
+ */
+const nalar_tokenizer *nalar_model_tokenizer(const nalar_model *m);
+int32_t nalar_model_n_ctx(const nalar_model *m);
+char *nalar_model_chat_template(const nalar_model *m);
 
 /*
  * A batch for one forward pass: tokens from many sequences at arbitrary

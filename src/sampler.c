@@ -366,6 +366,173 @@ heap_sort(int32_t *h, int32_t n, const float *l)
 /* ---- the candidate set ---- */
 
 /*
+ * Logit bias, then penalties (OpenAI), then clamp so the order is total and
+ * exp() defined: NaN ranks last, +-inf become +-FLT_MAX (a -inf mask still
+ * gets weight exp(-huge) == 0, and all-masked rows degrade to uniform, not
+ * NaN).  In place.
+ */
+static void
+penalise(const nalar_sampler *s, float *l)
+{
+    const nalar_sampling *p = &s->p;
+
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        l[p->bias_id[i]] += p->bias[i];
+    }
+    for (int32_t t = 0; t < s->n_vocab; t++) {
+        int32_t c = s->counts[t];
+        float   x = l[t] - ((float) c * p->frequency_penalty
+                            + (c > 0 ? p->presence_penalty : 0.0f));
+
+        x = x >= -FLT_MAX ? x : -FLT_MAX;     /* NaN fails: ranks last */
+        x = x <= FLT_MAX ? x : FLT_MAX;
+        l[t] = x;
+    }
+}
+
+
+/*
+ * top-k (0 < k < V): the k best in s->idx, best-first, their weights at
+ * temperature T in s->probs (max m first: weight 1), their sum in *Z.
+ */
+static int32_t
+keep_top_k(nalar_sampler *s, const float *l, float m, float T, double *Z)
+{
+    int32_t  V = s->n_vocab, k = s->p.top_k;
+    int32_t *idx = s->idx;
+    float   *e = s->probs;
+    float    worst;
+
+    /* a heap of the k best seen so far, the worst at its root */
+    for (int32_t t = 0; t < k; t++) {
+        idx[t] = t;
+    }
+    heapify(idx, k, l);
+
+    /* a newcomer has a higher id than every kept token, so it gets in
+     * only with a strictly larger logit; blocks whose max is not larger
+     * than the worst kept one are skipped whole */
+    worst = l[idx[0]];
+    for (int32_t b = k; b < V; b += 64) {
+        int32_t end = V - b < 64 ? V : b + 64;
+
+        if (max_of(l + b, end - b) <= worst) {
+            continue;
+        }
+        for (int32_t t = b; t < end; t++) {
+            if (l[t] > worst) {
+                idx[0] = t;
+                sift_down(idx, k, 0, l);
+                worst = l[idx[0]];
+            }
+        }
+    }
+    heap_sort(idx, k, l);
+
+    /* softmax at temperature over the survivors (max first: weight 1) */
+    *Z = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        e[idx[i]] = nalar_exp_neg((l[idx[i]] - m) / T);
+        *Z += e[idx[i]];
+    }
+    return k;
+}
+
+
+/*
+ * top-p or min-p over weights s->probs (sum Z): only the head of the
+ * distribution can survive, so collect the tokens above a weight
+ * threshold, sort just those best-first into s->idx, and lower the
+ * threshold only if their mass falls short of top_p.  With min-p the
+ * threshold is exact: nothing below min_p * max can be kept whatever
+ * top-p says.  The count collected (not yet cut).
+ */
+static int32_t
+keep_head(nalar_sampler *s, const float *l, double Z)
+{
+    const nalar_sampling *p = &s->p;
+    int32_t               V = s->n_vocab, n;
+    int32_t              *idx = s->idx;
+    const float          *e = s->probs;
+    float                 th = p->min_p > 0.0f ? fminf(p->min_p, 1.0f)
+                                               : 1e-3f;
+
+    for (;;) {
+        double kept = 0.0;
+
+        n = 0;
+        for (int32_t b = 0; b < V; b += 64) {
+            int32_t end = V - b < 64 ? V : b + 64;
+
+            if (max_of(e + b, end - b) < th) {
+                continue;
+            }
+            for (int32_t t = b; t < end; t++) {
+                if (e[t] >= th) {
+                    idx[n++] = t;
+                    kept += e[t];
+                }
+            }
+        }
+        if (p->min_p > 0.0f || th == 0.0f
+            || kept >= (double) p->top_p * Z)
+        {
+            double cum = 0.0;
+
+            heapify(idx, n, l);
+            heap_sort(idx, n, l);
+
+            /* the sorted prefix must reach top_p too (rounding differs) */
+            for (int32_t i = 0; i < n; i++) {
+                cum += e[idx[i]];
+            }
+            if (p->min_p > 0.0f || th == 0.0f
+                || cum >= (double) p->top_p * Z)
+            {
+                return n;
+            }
+        }
+        th = th > 1e-12f ? th * 1e-3f : 0.0f;
+    }
+}
+
+
+/*
+ * The n best-first candidates in s->idx cut by top-p (the shortest prefix
+ * whose mass reaches top_p of Z) and min-p (drop e < min_p * max e; max e
+ * is 1, and renormalising can't move this cut, since it scales every
+ * weight alike); at least one is kept.
+ */
+static int32_t
+cut_tail(const nalar_sampler *s, int32_t n, double Z)
+{
+    const nalar_sampling *p = &s->p;
+    const float          *e = s->probs;
+
+    if (p->top_p < 1.0f) {
+        double cum = 0.0, target = (double) p->top_p * Z;
+
+        for (int32_t i = 0; i < n; i++) {
+            cum += e[s->idx[i]];
+            if (cum >= target) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        for (int32_t i = 1; i < n; i++) {
+            if (e[s->idx[i]] < p->min_p) {
+                n = i;
+                break;
+            }
+        }
+    }
+    return n < 1 ? 1 : n;
+}
+
+
+/*
  * Penalise and sanitise logits in place, then build the kept candidates.
  *
  * On return s->idx[0..n) holds the candidates best-first (or, when *all is
@@ -378,167 +545,42 @@ static int32_t
 candidates(nalar_sampler *s, float *l, double *sum, int *all)
 {
     const nalar_sampling *p = &s->p;
-    int32_t  V = s->n_vocab;
-    int32_t *idx = s->idx;
-    float   *e = s->probs;
-    float    T = p->temperature;
-    int32_t  k = p->top_k;
-    int32_t  n;
-    double   Z;
-    float    m;
+    int32_t               V = s->n_vocab;
+    float                 T = p->temperature;
+    int32_t               k = p->top_k;
+    int32_t               n;
+    double                Z;
+    float                 m;
 
     *all = 0;
-
-    for (int32_t i = 0; i < p->n_bias; i++) {
-        l[p->bias_id[i]] += p->bias[i];
-    }
-
-    /*
-     * Penalties (OpenAI), then clamp so the order is total and exp() defined:
-     * NaN ranks last, +-inf become +-FLT_MAX (a -inf mask still gets weight
-     * exp(-huge) == 0, and all-masked rows degrade to uniform, not NaN).
-     */
-    for (int32_t t = 0; t < V; t++) {
-        int32_t c = s->counts[t];
-        float   x = l[t] - ((float) c * p->frequency_penalty
-                            + (c > 0 ? p->presence_penalty : 0.0f));
-
-        x = x >= -FLT_MAX ? x : -FLT_MAX;     /* NaN fails: ranks last */
-        x = x <= FLT_MAX ? x : FLT_MAX;
-        l[t] = x;
-    }
+    penalise(s, l);
     m = max_of(l, V);
 
     /* temperature 0 (or nonsense below it): a point mass on the argmax */
     if (!(T > 0.0f)) {
-        idx[0] = first_eq(l, V, m);
-        e[idx[0]] = 1.0f;
+        s->idx[0] = first_eq(l, V, m);
+        s->probs[s->idx[0]] = 1.0f;
         *sum = 1.0;
         return 1;
     }
 
     if (k > 0 && k < V) {
-        /* top-k: a heap of the k best seen so far, the worst at its root */
-        for (int32_t t = 0; t < k; t++) {
-            idx[t] = t;
-        }
-        heapify(idx, k, l);
-
-        /* a newcomer has a higher id than every kept token, so it gets in
-         * only with a strictly larger logit; blocks whose max is not larger
-         * than the worst kept one are skipped whole */
-        float worst = l[idx[0]];
-        for (int32_t b = k; b < V; b += 64) {
-            int32_t end = V - b < 64 ? V : b + 64;
-
-            if (max_of(l + b, end - b) <= worst) {
-                continue;
-            }
-            for (int32_t t = b; t < end; t++) {
-                if (l[t] > worst) {
-                    idx[0] = t;
-                    sift_down(idx, k, 0, l);
-                    worst = l[idx[0]];
-                }
-            }
-        }
-        heap_sort(idx, k, l);
-
-        /* softmax at temperature over the survivors (max first: weight 1) */
-        Z = 0.0;
-        for (int32_t i = 0; i < k; i++) {
-            e[idx[i]] = nalar_exp_neg((l[idx[i]] - m) / T);
-            Z += e[idx[i]];
-        }
-        n = k;
-
+        n = keep_top_k(s, l, m, T, &Z);
     } else {
-        exp_weights(l, e, V, m, T);
-        Z = block_sum(e, V);
-
+        exp_weights(l, s->probs, V, m, T);
+        Z = block_sum(s->probs, V);
         if (!(p->top_p < 1.0f) && !(p->min_p > 0.0f)) {
             /* no truncation: the whole vocabulary, drawn in id order */
             *all = 1;
             *sum = Z;
             return V;
         }
-
-        /*
-         * Only the head of the distribution can survive top-p/min-p, so
-         * collect the tokens above a weight threshold, sort just those, and
-         * lower the threshold only if their mass falls short of top_p.
-         * With min-p the threshold is exact: nothing below min_p * max can
-         * be kept whatever top-p says.
-         */
-        float th = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 1e-3f;
-        for (;;) {
-            double kept = 0.0;
-
-            n = 0;
-            for (int32_t b = 0; b < V; b += 64) {
-                int32_t end = V - b < 64 ? V : b + 64;
-
-                if (max_of(e + b, end - b) < th) {
-                    continue;
-                }
-                for (int32_t t = b; t < end; t++) {
-                    if (e[t] >= th) {
-                        idx[n++] = t;
-                        kept += e[t];
-                    }
-                }
-            }
-            if (p->min_p > 0.0f || th == 0.0f
-                || kept >= (double) p->top_p * Z)
-            {
-                heapify(idx, n, l);
-                heap_sort(idx, n, l);
-
-                /* the sorted prefix must reach top_p too (rounding differs) */
-                double cum = 0.0;
-                for (int32_t i = 0; i < n; i++) {
-                    cum += e[idx[i]];
-                }
-                if (p->min_p > 0.0f || th == 0.0f
-                    || cum >= (double) p->top_p * Z)
-                {
-                    break;
-                }
-            }
-            th = th > 1e-12f ? th * 1e-3f : 0.0f;
-        }
+        n = keep_head(s, l, Z);
     }
-
-    /* top-p: the shortest best-first prefix whose mass reaches top_p */
-    if (p->top_p < 1.0f) {
-        double cum = 0.0, target = (double) p->top_p * Z;
-
-        for (int32_t i = 0; i < n; i++) {
-            cum += e[idx[i]];
-            if (cum >= target) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-
-    /* min-p: drop e < min_p * max e (max e == 1; renormalising can't move
-     * this cut, since it scales every weight alike) */
-    if (p->min_p > 0.0f) {
-        for (int32_t i = 1; i < n; i++) {
-            if (e[idx[i]] < p->min_p) {
-                n = i;
-                break;
-            }
-        }
-    }
-
-    if (n < 1) {
-        n = 1;
-    }
+    n = cut_tail(s, n, Z);
     *sum = 0.0;
     for (int32_t i = 0; i < n; i++) {
-        *sum += e[idx[i]];
+        *sum += s->probs[s->idx[i]];
     }
     return n;
 }

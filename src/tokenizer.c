@@ -21,16 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
-#include "unicode_tables.h"
-
-/* BPE pre-tokenizers (tokenizer.ggml.pre): the regexes llama.cpp's
- * llama-vocab.cpp lists for each (tekken: the regex of its
- * tokenizer.json, which llama.cpp approximates) */
-enum {
-    PRE_GPT2 = 0, PRE_LLAMA3, PRE_QWEN2, PRE_TEKKEN, PRE_STARCODER,
-    PRE_DEEPSEEK_LLM, PRE_DEEPSEEK_CODER, PRE_FALCON
-};
+#include "tokenizer_internal.h"
 
 static const struct {
     const char *name;
@@ -45,50 +36,7 @@ static const struct {
     { "smollm", PRE_STARCODER }, { "starcoder", PRE_STARCODER },
     { "deepseek-llm", PRE_DEEPSEEK_LLM },
     { "deepseek-coder", PRE_DEEPSEEK_CODER },
-    { "falcon", PRE_FALCON },
-};
-
-typedef struct {
-    uint32_t off;     /* into merge_text: "left right\0" */
-    uint32_t n_left;  /* right starts at off + n_left + 1 */
-    uint32_t n_right;
-} bpe_merge;
-
-struct nalar_tokenizer {
-    nalar_tok_kind kind;
-    int32_t   n_vocab;
-    char     *text;       /* every piece, NUL-terminated, back to back */
-    uint32_t *text_off;   /* (n_vocab + 1) piece i is text[text_off[i] ..
-                             text_off[i+1] - 1), the last byte its NUL */
-    float    *score;      /* (n_vocab) SPM merge priority */
-    uint8_t  *type;       /* (n_vocab) TOKT_*, 0 when undefined */
-    uint8_t  *eog;        /* (n_vocab) 1: ends generation */
-    int32_t  *vhash;      /* (vhash_mask + 1) ids by piece hash, -1 empty */
-    uint32_t  vhash_mask;
-    uint32_t  max_piece;  /* longest piece in bytes */
-
-    /* BPE merges, rank = index */
-    char      *merge_text;
-    bpe_merge *merges;    /* (n_merges) */
-    int32_t    n_merges;
-    int32_t   *mhash;     /* (mhash_mask + 1) merge ranks by pair hash */
-    uint32_t   mhash_mask;
-    uint32_t   max_merge; /* longest left + right in bytes */
-
-    /* tokens split out of the text before the tokenizer proper: CONTROL,
-       USER_DEFINED and UNKNOWN ids, longest text first */
-    int32_t  *special;    /* (n_special) */
-    int32_t   n_special;
-
-    int32_t   byte_tok[256]; /* SPM: id of "<0xXX>", -1 if missing */
-    uint32_t  byte_cp[256];  /* BPE: byte -> printable code point */
-    int16_t   cp_byte[512];  /* BPE: code point -> byte, -1 if none */
-
-    int32_t   bos, eos, unk, eot, eom;
-    int       add_bos;
-    int       add_space_prefix;
-    int       pre;           /* PRE_*: BPE pre-tokenizer */
-    int       ignore_merges; /* BPE: a word that is a token is not merged */
+    { "falcon", PRE_FALCON }, { "deepseek-v3", PRE_DEEPSEEK_V3 },
 };
 
 /* ---------------------------------------------------------------------- */
@@ -125,169 +73,6 @@ table_size(uint64_t n)
     return (uint32_t) cap;
 }
 
-static const char *
-piece_of(const nalar_tokenizer *t, int32_t id, uint32_t *len)
-{
-    *len = t->text_off[id + 1] - t->text_off[id] - 1;
-    return t->text + t->text_off[id];
-}
-
-/* Growable id list for the encoder's output; ids past `lim` are dropped
- * (the encoder stops soon after: see full()). */
-typedef struct {
-    int32_t *v;
-    size_t   n, cap;
-    size_t   lim;
-    int      oom;
-} idvec;
-
-static int
-full(const idvec *o)
-{
-    return o->n >= o->lim;
-}
-
-static void
-push_id(idvec *o, int32_t id)
-{
-    if (full(o)) {
-        return;
-    }
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 64;
-        int32_t *v = realloc(o->v, cap * sizeof(*v));
-        if (v == NULL) {
-            o->oom = 1;
-            return;
-        }
-        o->v = v;
-        o->cap = cap;
-    }
-    o->v[o->n++] = id;
-}
-
-/* ---------------------------------------------------------------------- */
-/* UTF-8 and Unicode classes                                              */
-
-/* Expected length for a valid lead byte, 0 if it cannot start one. */
-static int
-utf8_lead_len(uint8_t c)
-{
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* Is b acceptable as byte number `pos` (1..3) after lead? (RFC 3629:
- * no overlongs, no surrogates, nothing above U+10FFFF) */
-static int
-utf8_cont_ok(uint8_t lead, int pos, uint8_t b)
-{
-    if (pos == 1) {
-        if (lead == 0xE0) return b >= 0xA0 && b <= 0xBF;
-        if (lead == 0xED) return b >= 0x80 && b <= 0x9F;
-        if (lead == 0xF0) return b >= 0x90 && b <= 0xBF;
-        if (lead == 0xF4) return b >= 0x80 && b <= 0x8F;
-    }
-    return b >= 0x80 && b <= 0xBF;
-}
-
-/* Decodes one code point at s[*i]; a byte that does not start a complete
- * valid sequence decodes to U+FFFD and consumes only itself. */
-static uint32_t
-utf8_decode(const uint8_t *s, size_t n, size_t *i)
-{
-    uint8_t c = s[*i];
-    int len = utf8_lead_len(c);
-    uint32_t cp;
-
-    if (len == 1) {
-        (*i)++;
-        return c;
-    }
-    if (len == 0 || *i + (size_t) len > n) goto bad;
-    for (int k = 1; k < len; k++)
-        if (!utf8_cont_ok(c, k, s[*i + k])) goto bad;
-    cp = c & (0x7F >> len);
-    for (int k = 1; k < len; k++) cp = (cp << 6) | (s[*i + k] & 0x3F);
-    *i += len;
-    return cp;
-bad:
-    (*i)++;
-    return 0xFFFD;
-}
-
-static int
-utf8_encode(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char) cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char) (0xC0 | (cp >> 6));
-        out[1] = (char) (0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char) (0xE0 | (cp >> 12));
-        out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char) (0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char) (0xF0 | (cp >> 18));
-    out[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char) (0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Character classes the pre-tokenizer regexes ask about: \p{L}, \p{N},
- * \s, \p{P}, and tekken's two letter sets: C_UP [\p{Lu}\p{Lt}\p{Lm}
- * \p{Lo}\p{M}] and C_LO [\p{Ll}\p{Lm}\p{Lo}\p{M}]. */
-enum {
-    C_LETTER = 1, C_NUMBER = 2, C_SPACE = 4, C_VALID = 8, C_PUNCT = 16,
-    C_UP = 32, C_LO = 64
-};
-
-static int
-is_unicode_space(uint32_t cp)
-{
-    /* Unicode White_Space, which is what \s means in these regexes */
-    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 ||
-           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-           cp == 0x3000;
-}
-
-static int
-unicode_class(uint32_t cp)
-{
-    int lo = 0, hi = (int) (sizeof(unicode_ranges) / sizeof(unicode_ranges[0])) - 1;
-    int f = C_VALID;
-
-    if (is_unicode_space(cp)) f |= C_SPACE;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < unicode_ranges[mid].lo) hi = mid - 1;
-        else if (cp > unicode_ranges[mid].hi) lo = mid + 1;
-        else {
-            switch (unicode_ranges[mid].cls) {
-            case UCLS_LU: case UCLS_LT: f |= C_LETTER | C_UP; break;
-            case UCLS_LL: f |= C_LETTER | C_LO; break;
-            case UCLS_LM: case UCLS_LO: f |= C_LETTER | C_UP | C_LO; break;
-            case UCLS_NUMBER: f |= C_NUMBER; break;
-            case UCLS_MARK: f |= C_UP | C_LO; break;
-            case UCLS_PUNCT: f |= C_PUNCT; break;
-            }
-            break;
-        }
-    }
-    return f;
-}
-
 /* ---------------------------------------------------------------------- */
 /* creation                                                               */
 
@@ -317,8 +102,8 @@ kv_id(const nalar_tokenizer *t, const gguf_file *f, const char *key,
     return (v >= 0 && v < t->n_vocab) ? (int32_t) v : -1;
 }
 
-static int32_t
-lookup(const nalar_tokenizer *t, const char *s, size_t len)
+int32_t
+ntok_lookup(const nalar_tokenizer *t, const char *s, size_t len)
 {
     uint32_t h, n;
 
@@ -334,8 +119,8 @@ lookup(const nalar_tokenizer *t, const char *s, size_t len)
 }
 
 /* Rank of merging (l, r), or -1. */
-static int32_t
-merge_rank(const nalar_tokenizer *t, const char *l, size_t nl,
+int32_t
+ntok_merge_rank(const nalar_tokenizer *t, const char *l, size_t nl,
            const char *r, size_t nr)
 {
     uint32_t h;
@@ -407,7 +192,7 @@ load_merges(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
         t->n_merges++;
 
         /* the first rule for a pair wins */
-        if (merge_rank(t, s->ptr, m->n_left, sp + 1, m->n_right) >= 0)
+        if (ntok_merge_rank(t, s->ptr, m->n_left, sp + 1, m->n_right) >= 0)
             continue;
         if (m->n_left + m->n_right > t->max_merge)
             t->max_merge = m->n_left + m->n_right;
@@ -447,12 +232,18 @@ cmp_special(const void *a, const void *b, void *ctx)
     return x < y ? -1 : x > y;
 }
 
+/* The ends of turn llama.cpp's llama-vocab.cpp names (its EOG list and its
+ * EOT detection): a control token with one of these texts ends
+ * generation.  "</s>" is not among them: it is EOS in SentencePiece vocabs
+ * by their metadata, and an ordinary HTML tag in Gemma 3's. */
 static int
 is_eog_name(const char *s, uint32_t n)
 {
     static const char *names[] = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "</s>",
-        "<|eom_id|>", "<end_of_turn>", "<EOT>"
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+        "<|end_of_text|>",
+        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) return 1;
@@ -472,52 +263,39 @@ is_chat_marker(const char *s, uint32_t n)
     return 0;
 }
 
-nalar_tokenizer *
-nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
+/* tokenizer.ggml.model: "llama" (SPM) or "gpt2" (byte-level BPE) */
+static int
+load_kind(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
 {
-    nalar_tokenizer *t;
-    const gguf_kv *toks, *scores, *types;
-    char *model = NULL, *pre = NULL;
-    uint64_t total = 0;
+    char *model = gguf_get_str(f, "tokenizer.ggml.model");
+    int rc = 0;
 
-    t = calloc(1, sizeof(*t));
-    if (t == NULL) {
-        nalar_fail(err, "%s: out of memory for tokenizer", f->path);
-        return NULL;
-    }
-
-    model = gguf_get_str(f, "tokenizer.ggml.model");
-    if (model == NULL) {
-        nalar_fail(err, "%s: no tokenizer.ggml.model", f->path);
-        goto fail;
-    }
+    if (model == NULL)
+        return nalar_fail(err, "%s: no tokenizer.ggml.model", f->path);
     if (strcmp(model, "llama") == 0) t->kind = TOK_SPM;
     else if (strcmp(model, "gpt2") == 0) t->kind = TOK_BPE;
-    else {
-        nalar_fail(err, "%s: tokenizer.ggml.model '%s' is not supported "
-                   "(only 'llama' and 'gpt2')", f->path, model);
-        goto fail;
-    }
+    else
+        rc = nalar_fail(err, "%s: tokenizer.ggml.model '%s' is not supported "
+                        "(only 'llama' and 'gpt2')", f->path, model);
+    free(model);
+    return rc;
+}
 
-    /* the vocabulary */
-    toks = gguf_find(f, "tokenizer.ggml.tokens");
-    if (toks == NULL || toks->type != GGUF_T_ARRAY ||
-        toks->arr_type != GGUF_T_STRING || toks->arr_len == 0) {
-        nalar_fail(err, "%s: tokenizer.ggml.tokens missing or not a string "
-                   "array", f->path);
-        goto fail;
-    }
-    if (toks->arr_len > INT32_MAX / 4) {
-        nalar_fail(err, "%s: %llu tokens is too many", f->path,
-                   (unsigned long long) toks->arr_len);
-        goto fail;
-    }
+/* The pieces, back to back in t->text, and the hash from piece to id. */
+static int
+load_pieces(nalar_tokenizer *t, const gguf_file *f, const gguf_kv *toks,
+            nalar_err *err)
+{
+    uint64_t total = 0;
+    uint32_t off = 0;
+
+    if (toks->arr_len > INT32_MAX / 4)
+        return nalar_fail(err, "%s: %llu tokens is too many", f->path,
+                          (unsigned long long) toks->arr_len);
     t->n_vocab = (int32_t) toks->arr_len;
     for (int32_t i = 0; i < t->n_vocab; i++) total += toks->arr_strs[i].len + 1;
-    if (total > UINT32_MAX) {
-        nalar_fail(err, "%s: vocabulary text too large", f->path);
-        goto fail;
-    }
+    if (total > UINT32_MAX)
+        return nalar_fail(err, "%s: vocabulary text too large", f->path);
     t->text = malloc(total);
     t->text_off = malloc(((size_t) t->n_vocab + 1) * sizeof(uint32_t));
     t->score = calloc(t->n_vocab, sizeof(float));
@@ -527,123 +305,131 @@ nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
     t->vhash = malloc(((size_t) t->vhash_mask + 1) * sizeof(int32_t));
     t->special = malloc((size_t) t->n_vocab * sizeof(int32_t));
     if (!t->text || !t->text_off || !t->score || !t->type || !t->eog ||
-        !t->vhash || !t->special) {
-        nalar_fail(err, "%s: out of memory for the vocabulary", f->path);
-        goto fail;
-    }
+        !t->vhash || !t->special)
+        return nalar_fail(err, "%s: out of memory for the vocabulary", f->path);
     memset(t->vhash, 0xFF, ((size_t) t->vhash_mask + 1) * sizeof(int32_t));
 
-    {
-        uint32_t off = 0;
-        for (int32_t i = 0; i < t->n_vocab; i++) {
-            const gguf_str *s = &toks->arr_strs[i];
-            t->text_off[i] = off;
-            memcpy(t->text + off, s->ptr, s->len);
-            t->text[off + s->len] = '\0';
-            off += (uint32_t) s->len + 1;
-            if (s->len > t->max_piece) t->max_piece = (uint32_t) s->len;
-        }
-        t->text_off[t->n_vocab] = off;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const gguf_str *s = &toks->arr_strs[i];
+        t->text_off[i] = off;
+        memcpy(t->text + off, s->ptr, s->len);
+        t->text[off + s->len] = '\0';
+        off += (uint32_t) s->len + 1;
+        if (s->len > t->max_piece) t->max_piece = (uint32_t) s->len;
     }
+    t->text_off[t->n_vocab] = off;
     /* string -> id; a repeated string maps to its last id (llama.cpp) */
     for (int32_t i = 0; i < t->n_vocab; i++) {
         uint32_t n, h;
         const char *p = piece_of(t, i, &n);
-        int32_t old = lookup(t, p, n);
+        int32_t old = ntok_lookup(t, p, n);
+        h = (uint32_t) hash_bytes(HASH_INIT, p, n) & t->vhash_mask;
         if (old >= 0) {
-            h = (uint32_t) hash_bytes(HASH_INIT, p, n) & t->vhash_mask;
             while (t->vhash[h] != old) h = (h + 1) & t->vhash_mask;
         } else {
-            h = (uint32_t) hash_bytes(HASH_INIT, p, n) & t->vhash_mask;
             while (t->vhash[h] >= 0) h = (h + 1) & t->vhash_mask;
         }
         t->vhash[h] = i;
     }
+    return 0;
+}
 
-    scores = gguf_find(f, "tokenizer.ggml.scores");
+/* tokenizer.ggml.scores and tokenizer.ggml.token_type, when present */
+static int
+load_scores_types(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
+{
+    const gguf_kv *scores = gguf_find(f, "tokenizer.ggml.scores");
+    const gguf_kv *types = gguf_find(f, "tokenizer.ggml.token_type");
+
     if (scores != NULL) {
         if (scores->type != GGUF_T_ARRAY || scores->arr_type != GGUF_T_FLOAT32 ||
-            scores->arr_len != toks->arr_len) {
-            nalar_fail(err, "%s: tokenizer.ggml.scores must be %d float32s",
-                       f->path, t->n_vocab);
-            goto fail;
-        }
+            scores->arr_len != (uint64_t) t->n_vocab)
+            return nalar_fail(err, "%s: tokenizer.ggml.scores must be %d "
+                              "float32s", f->path, t->n_vocab);
         memcpy(t->score, scores->arr_data, (size_t) t->n_vocab * sizeof(float));
     }
-
-    types = gguf_find(f, "tokenizer.ggml.token_type");
-    if (types != NULL) {
-        if (types->type != GGUF_T_ARRAY ||
-            (types->arr_type != GGUF_T_INT32 && types->arr_type != GGUF_T_UINT32) ||
-            types->arr_len != toks->arr_len) {
-            nalar_fail(err, "%s: tokenizer.ggml.token_type must be %d int32s",
-                       f->path, t->n_vocab);
-            goto fail;
-        }
-        for (int32_t i = 0; i < t->n_vocab; i++) {
-            int32_t v;
-            memcpy(&v, (const char *) types->arr_data + 4 * (size_t) i, 4);
-            t->type[i] = (v >= TOKT_NORMAL && v <= TOKT_BYTE) ? (uint8_t) v : 0;
-        }
-    } else {
+    if (types == NULL) {
         memset(t->type, TOKT_NORMAL, t->n_vocab);
+        return 0;
     }
-
-    /* special ids; SPM files without the keys use llama.cpp's defaults */
-    if (t->kind == TOK_SPM) {
-        t->bos = kv_id(t, f, "tokenizer.ggml.bos_token_id", 1);
-        t->eos = kv_id(t, f, "tokenizer.ggml.eos_token_id", 2);
-        t->unk = kv_id(t, f, "tokenizer.ggml.unknown_token_id", 0);
-    } else {
-        t->bos = kv_id(t, f, "tokenizer.ggml.bos_token_id", -1);
-        t->eos = kv_id(t, f, "tokenizer.ggml.eos_token_id", -1);
-        t->unk = kv_id(t, f, "tokenizer.ggml.unknown_token_id", -1);
+    if (types->type != GGUF_T_ARRAY ||
+        (types->arr_type != GGUF_T_INT32 && types->arr_type != GGUF_T_UINT32) ||
+        types->arr_len != (uint64_t) t->n_vocab)
+        return nalar_fail(err, "%s: tokenizer.ggml.token_type must be %d "
+                          "int32s", f->path, t->n_vocab);
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        int32_t v;
+        memcpy(&v, (const char *) types->arr_data + 4 * (size_t) i, 4);
+        t->type[i] = (v >= TOKT_NORMAL && v <= TOKT_BYTE) ? (uint8_t) v : 0;
     }
-    t->eot = kv_id(t, f, "tokenizer.ggml.eot_token_id", -1);
-    t->eom = kv_id(t, f, "tokenizer.ggml.eom_token_id", -1);
+    return 0;
+}
 
-    if (t->kind == TOK_SPM) {
-        t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 1);
-        t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token", 1);
-        for (int b = 0; b < 256; b++) {
-            char buf[8];
-            static const char hex[] = "0123456789ABCDEF";
-            buf[0] = '<'; buf[1] = '0'; buf[2] = 'x';
-            buf[3] = hex[b >> 4]; buf[4] = hex[b & 15]; buf[5] = '>';
-            t->byte_tok[b] = lookup(t, buf, 6);
-            if (t->byte_tok[b] < 0) {
-                /* as llama.cpp: fall back to the byte as a piece */
-                buf[0] = (char) b;
-                t->byte_tok[b] = lookup(t, buf, 1);
-            }
+/* SPM: the dummy prefix and the byte tokens */
+static void
+setup_spm(nalar_tokenizer *t, const gguf_file *f)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 1);
+    t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token", 1);
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        buf[0] = '<'; buf[1] = '0'; buf[2] = 'x';
+        buf[3] = hex[b >> 4]; buf[4] = hex[b & 15]; buf[5] = '>';
+        t->byte_tok[b] = ntok_lookup(t, buf, 6);
+        if (t->byte_tok[b] < 0) {
+            /* as llama.cpp: fall back to the byte as a piece */
+            buf[0] = (char) b;
+            t->byte_tok[b] = ntok_lookup(t, buf, 1);
         }
-    } else {
-        pre = gguf_get_str(f, "tokenizer.ggml.pre");
-        t->pre = pre == NULL ? PRE_GPT2 : -1;
-        for (size_t i = 0; pre != NULL && t->pre < 0
-                           && i < sizeof(pre_names) / sizeof(pre_names[0]); i++)
-            if (strcmp(pre, pre_names[i].name) == 0) t->pre = pre_names[i].pre;
-        if (t->pre < 0) {
-            char list[512];
-            size_t k = 0;
-            for (size_t i = 0; i < sizeof(pre_names) / sizeof(pre_names[0]);
-                 i++)
-                k += (size_t) snprintf(list + k, sizeof(list) - k, "%s%s",
-                                       i ? ", " : "", pre_names[i].name);
-            nalar_fail(err, "%s: tokenizer.ggml.pre '%s' is not supported "
-                       "(supported: %s)", f->path, pre, list);
-            goto fail;
-        }
-        t->ignore_merges = t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN;
-        t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 0);
-        t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token",
-                             t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN);
-        init_byte_map(t);
-        for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
-        if (load_merges(t, f, err) < 0) goto fail;
     }
+}
 
-    /* specials, end-of-generation */
+/* BPE: the pre-tokenizer, the byte map and the merges */
+static int
+setup_bpe(nalar_tokenizer *t, const gguf_file *f, nalar_err *err)
+{
+    char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
+    size_t n_names = sizeof(pre_names) / sizeof(pre_names[0]);
+
+    t->pre = pre == NULL ? PRE_GPT2 : -1;
+    for (size_t i = 0; pre != NULL && t->pre < 0 && i < n_names; i++)
+        if (strcmp(pre, pre_names[i].name) == 0) t->pre = pre_names[i].pre;
+    if (t->pre < 0) {
+        char list[512];
+        size_t k = 0;
+        for (size_t i = 0; i < n_names && k < sizeof(list); i++)
+            k += (size_t) snprintf(list + k, sizeof(list) - k, "%s%s",
+                                   i ? ", " : "", pre_names[i].name);
+        nalar_fail(err, "%s: tokenizer.ggml.pre '%s' is not supported "
+                   "(supported: %s)", f->path, pre, list);
+        free(pre);
+        return -1;
+    }
+    free(pre);
+    t->ignore_merges = t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN;
+    /* Qwen2's tokenizer.json normalizes to NFC (so do the DeepSeek R1
+       distills of Qwen, which share it) */
+    t->nfc = t->pre == PRE_QWEN2;
+    t->add_space_prefix = kv_bool(f, "tokenizer.ggml.add_space_prefix", 0);
+    t->add_bos = kv_bool(f, "tokenizer.ggml.add_bos_token",
+                         t->pre == PRE_LLAMA3 || t->pre == PRE_TEKKEN);
+    init_byte_map(t);
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+    return load_merges(t, f, err);
+}
+
+/*
+ * The tokens split out of text before the tokenizer proper, and the ones
+ * that end generation: the eos, eot and eom ids of the metadata, and the
+ * control tokens llama.cpp names as ends of turn (is_eog_name).  A normal
+ * or user-defined token never ends generation, whatever its text: a
+ * generated Gemma 3 "</s>" is an HTML tag.
+ */
+static void
+mark_specials(nalar_tokenizer *t)
+{
     for (int32_t i = 0; i < t->n_vocab; i++) {
         uint8_t ty = t->type[i];
         uint32_t n;
@@ -657,21 +443,53 @@ nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
         if ((ty == TOKT_CONTROL || ty == TOKT_USER_DEFINED ||
              ty == TOKT_UNKNOWN) && n > 0)
             t->special[t->n_special++] = i;
-        if ((ty == TOKT_CONTROL || ty == TOKT_USER_DEFINED) && is_eog_name(p, n))
+        if (ty == TOKT_CONTROL && is_eog_name(p, n))
             t->eog[i] = 1;
     }
     qsort_r(t->special, t->n_special, sizeof(int32_t), cmp_special, t);
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (t->eom >= 0) t->eog[t->eom] = 1;
+}
 
-    free(model);
-    free(pre);
+nalar_tokenizer *
+nalar_tokenizer_create(const gguf_file *f, nalar_err *err)
+{
+    nalar_tokenizer *t;
+    const gguf_kv *toks;
+    int spm;
+
+    t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        nalar_fail(err, "%s: out of memory for tokenizer", f->path);
+        return NULL;
+    }
+    if (load_kind(t, f, err) < 0) goto fail;
+    spm = t->kind == TOK_SPM;
+
+    toks = gguf_find(f, "tokenizer.ggml.tokens");
+    if (toks == NULL || toks->type != GGUF_T_ARRAY ||
+        toks->arr_type != GGUF_T_STRING || toks->arr_len == 0) {
+        nalar_fail(err, "%s: tokenizer.ggml.tokens missing or not a string "
+                   "array", f->path);
+        goto fail;
+    }
+    if (load_pieces(t, f, toks, err) < 0 || load_scores_types(t, f, err) < 0)
+        goto fail;
+
+    /* special ids; SPM files without the keys use llama.cpp's defaults */
+    t->bos = kv_id(t, f, "tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+    t->eos = kv_id(t, f, "tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+    t->unk = kv_id(t, f, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+    t->eot = kv_id(t, f, "tokenizer.ggml.eot_token_id", -1);
+    t->eom = kv_id(t, f, "tokenizer.ggml.eom_token_id", -1);
+
+    if (spm) setup_spm(t, f);
+    else if (setup_bpe(t, f, err) < 0) goto fail;
+    mark_specials(t);
     return t;
 
 fail:
-    free(model);
-    free(pre);
     nalar_tokenizer_destroy(t);
     return NULL;
 }
@@ -727,753 +545,7 @@ nalar_tok_piece(const nalar_tokenizer *t, int32_t id)
 int32_t
 nalar_tok_lookup(const nalar_tokenizer *t, const char *s, size_t len)
 {
-    return lookup(t, s, len);
-}
-
-/* ---------------------------------------------------------------------- */
-/* the merge loop shared by SPM and BPE                                   */
-
-typedef struct {
-    int32_t  prev, next;  /* neighbours in the word, -1 at the ends */
-    uint32_t off, n;      /* bytes of the symbol in the word; n = 0: merged
-                             into its left neighbour */
-} symbol;
-
-typedef struct {
-    int32_t  key;         /* higher merges first: SPM score (as ordered
-                             bits), BPE -rank */
-    int32_t  left, right; /* symbol indices */
-    uint32_t size;        /* left.n + right.n when pushed: stale if not */
-} bigram;
-
-typedef struct {
-    bigram *v;
-    size_t  n, cap;
-} heap;
-
-static int
-bigram_before(const bigram *a, const bigram *b)
-{
-    return a->key > b->key || (a->key == b->key && a->left < b->left);
-}
-
-/* A float as an int32 with the same order (scores are finite). */
-static int32_t
-score_key(float f)
-{
-    int32_t i;
-
-    if (f == 0.0f) return 0;  /* -0 == +0 */
-    memcpy(&i, &f, 4);
-    return i < 0 ? i ^ INT32_MAX : i;
-}
-
-/* 4-ary heap: shallower than binary, and a node's children share a cache
- * line, which matters with a million symbols in a word */
-static int
-heap_push(heap *h, bigram g)
-{
-    size_t i;
-
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        bigram *v = realloc(h->v, cap * sizeof(*v));
-        if (v == NULL) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    i = h->n++;
-    while (i > 0 && bigram_before(&g, &h->v[(i - 1) / 4])) {
-        h->v[i] = h->v[(i - 1) / 4];
-        i = (i - 1) / 4;
-    }
-    h->v[i] = g;
-    return 0;
-}
-
-static bigram
-heap_pop(heap *h)
-{
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-
-    for (;;) {
-        size_t c = 4 * i + 1, best = c;
-        if (c >= h->n) break;
-        for (size_t j = c + 1; j < c + 4 && j < h->n; j++)
-            if (bigram_before(&h->v[j], &h->v[best])) best = j;
-        if (!bigram_before(&h->v[best], &last)) break;
-        h->v[i] = h->v[best];
-        i = best;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
-typedef struct {
-    const nalar_tokenizer *t;
-    const char *w;        /* the word being merged */
-    symbol     *sym;
-    heap        q;
-    int         oom;
-} merger;
-
-/* Queues (left, right) if merging them is allowed. */
-static void
-try_pair(merger *m, int32_t left, int32_t right)
-{
-    const symbol *l, *r;
-    bigram g;
-
-    if (left < 0 || right < 0) return;
-    l = &m->sym[left];
-    r = &m->sym[right];
-    if (m->t->kind == TOK_SPM) {
-        /* SPM: the concatenation must be a token; its score decides */
-        int32_t id = lookup(m->t, m->w + l->off, l->n + r->n);
-        if (id < 0) return;
-        g.key = score_key(m->t->score[id]);
-    } else {
-        int32_t rank = merge_rank(m->t, m->w + l->off, l->n, m->w + r->off, r->n);
-        if (rank < 0) return;
-        g.key = -rank;
-    }
-    g.left = left;
-    g.right = right;
-    g.size = l->n + r->n;
-    if (heap_push(&m->q, g) < 0) m->oom = 1;
-}
-
-/* Splits w[0..n) into UTF-8 characters and merges them; returns the index
- * of the first symbol (follow .next), or -1 for an empty word. */
-static int
-merge_word(merger *m, const char *w, size_t n)
-{
-    size_t off = 0;
-    int32_t k = 0;
-
-    m->w = w;
-    m->q.n = 0;
-    while (off < n) {
-        /* a valid character is one symbol; an invalid byte is one on its
-           own (llama.cpp would take the length its lead byte claims, which
-           for valid text is the same) */
-        size_t i = off, len;
-        utf8_decode((const uint8_t *) w, n, &i);
-        len = i - off;
-        m->sym[k].off = (uint32_t) off;
-        m->sym[k].n = (uint32_t) len;
-        m->sym[k].prev = k - 1;
-        off += len;
-        m->sym[k].next = off == n ? -1 : k + 1;
-        k++;
-    }
-    if (k == 0) return -1;
-    for (int32_t i = 1; i < k; i++) try_pair(m, i - 1, i);
-
-    while (m->q.n > 0) {
-        bigram g = heap_pop(&m->q);
-        symbol *l = &m->sym[g.left], *r = &m->sym[g.right];
-
-        /* stale: one side was merged away or grew since g was queued */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != g.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) m->sym[r->next].prev = g.left;
-        try_pair(m, l->prev, g.left);
-        try_pair(m, g.left, l->next);
-    }
-    return 0;
-}
-
-/* ---------------------------------------------------------------------- */
-/* SPM                                                                    */
-
-static int
-spm_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
-             int prefix, idvec *out)
-{
-    /* "▁" for the dummy prefix and every space */
-    size_t spaces = 0, k = 0;
-    char *w;
-
-    for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
-    w = malloc(n + 2 * spaces + 3 * (prefix != 0) + 1);
-    if (w == NULL) return -1;
-    if (prefix) {
-        memcpy(w, "\xE2\x96\x81", 3);
-        k = 3;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == ' ') {
-            memcpy(w + k, "\xE2\x96\x81", 3);
-            k += 3;
-        } else {
-            w[k++] = s[i];
-        }
-    }
-    if (merge_word(m, w, k) == 0) {
-        for (int32_t i = 0; i != -1; i = m->sym[i].next) {
-            const symbol *y = &m->sym[i];
-            int32_t id = lookup(t, w + y->off, y->n);
-            if (id >= 0) {
-                push_id(out, id);
-                continue;
-            }
-            /* never became a token: one byte token per byte */
-            for (uint32_t j = 0; j < y->n; j++) {
-                int32_t b = t->byte_tok[(uint8_t) w[y->off + j]];
-                if (b < 0) b = t->unk;
-                if (b >= 0) push_id(out, b);
-            }
-        }
-    }
-    free(w);
-    return m->oom ? -1 : 0;
-}
-
-/* ---------------------------------------------------------------------- */
-/* BPE pre-tokenizers: cut code points cp[0..n) into words, writing the
- * end index of each word to ends[]; return the number of words.  They
- * follow llama.cpp's hand-written versions of the regexes, including
- * their reading of \s+(?!\S). */
-
-static int
-cls_at(const uint8_t *cls, size_t n, size_t i)
-{
-    return i < n ? cls[i] : 0;
-}
-
-/* 's|'t|'re|'ve|'m|'ll|'d, ASCII case-folded when `fold`; returns the
- * length matched at i (0: none) */
-static size_t
-match_contraction(const uint32_t *cp, size_t n, size_t i, int fold)
-{
-    uint32_t a, b;
-
-    if (cp[i] != '\'' || i + 1 >= n) return 0;
-    a = cp[i + 1];
-    if (fold && a >= 'A' && a <= 'Z') a += 32;
-    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-    if (i + 2 >= n) return 0;
-    b = cp[i + 2];
-    if (fold && b >= 'A' && b <= 'Z') b += 32;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-        return 3;
-    return 0;
-}
-
-/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-static size_t
-pre_gpt2(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends)
-{
-    size_t pos = 0, nw = 0;
-
-    while (pos < n) {
-        size_t c = match_contraction(cp, n, pos, 0), ws;
-        int f2 = cp[pos] == ' ' ? cls_at(cls, n, pos + 1) : cls[pos];
-
-        if (c > 0) {
-            pos += c;
-        } else if (f2 & (C_LETTER | C_NUMBER)) {
-            int want = f2 & C_LETTER ? C_LETTER : C_NUMBER;
-            pos += cp[pos] == ' ';
-            while (cls_at(cls, n, pos) & want) pos++;
-        } else if ((f2 & C_VALID) && !(f2 & (C_SPACE | C_LETTER | C_NUMBER))) {
-            pos += cp[pos] == ' ';
-            for (;;) {
-                int f = cls_at(cls, n, pos);
-                if (!(f & C_VALID) || (f & (C_SPACE | C_LETTER | C_NUMBER))) break;
-                pos++;
-            }
-        } else {
-            for (ws = 0; cls_at(cls, n, pos + ws) & C_SPACE; ws++) {}
-            if (ws > 1 && pos + ws < n) pos += ws - 1; /* leave one for " ?x" */
-            else if (ws > 0) pos += ws;
-            else pos++;
-        }
-        ends[nw++] = pos;
-    }
-    return nw;
-}
-
-/* ` ?[^\s\p{L}\p{N}]+` at pos (the caller has checked that it matches),
- * then [\r\n]* (with `slash`, [\r\n/]*): the end of the match */
-static size_t
-punct_end(const uint32_t *cp, const uint8_t *cls, size_t n, size_t pos,
-          int slash)
-{
-    pos += cp[pos] == ' ';
-    for (;;) {
-        int g = cls_at(cls, n, pos);
-        if (!(g & C_VALID) || (g & (C_SPACE | C_LETTER | C_NUMBER))) break;
-        pos++;
-    }
-    while (pos < n && (cp[pos] == '\r' || cp[pos] == '\n'
-                       || (slash && cp[pos] == '/')))
-        pos++;
-    return pos;
-}
-
-/* \s*[\r\n]+|\s+(?!\S)|\s+ at pos, or the one character there where none
- * matches: the end of the match */
-static size_t
-space_end(const uint32_t *cp, const uint8_t *cls, size_t n, size_t pos)
-{
-    size_t ws = 0, last_nl = 0;
-
-    while (cls_at(cls, n, pos + ws) & C_SPACE) {
-        if (cp[pos + ws] == '\r' || cp[pos + ws] == '\n')
-            last_nl = pos + ws + 1;
-        ws++;
-    }
-    if (last_nl > 0) return last_nl;            /* \s*[\r\n]+ */
-    if (ws > 1 && pos + ws < n) return pos + ws - 1;
-    if (ws > 0) return pos + ws;
-    return pos + 1;
-}
-
-/* llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * qwen2: the same with \p{N} one digit at a time. */
-static size_t
-pre_llama3(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends,
-           size_t max_digits)
-{
-    size_t pos = 0, nw = 0;
-
-    while (pos < n) {
-        size_t c = match_contraction(cp, n, pos, 1);
-        uint32_t ch = cp[pos];
-        int f = cls[pos], f2;
-
-        if (c > 0) {
-            pos += c;
-            ends[nw++] = pos;
-            continue;
-        }
-        if (!(ch == '\r' || ch == '\n' || (f & C_NUMBER)) &&
-            ((f & C_LETTER) || (cls_at(cls, n, pos + 1) & C_LETTER))) {
-            pos++;
-            while (cls_at(cls, n, pos) & C_LETTER) pos++;
-            ends[nw++] = pos;
-            continue;
-        }
-        if (f & C_NUMBER) {
-            size_t start = pos;
-            while ((cls_at(cls, n, pos) & C_NUMBER) && pos - start < max_digits)
-                pos++;
-            ends[nw++] = pos;
-            continue;
-        }
-        f2 = ch == ' ' ? cls_at(cls, n, pos + 1) : f;
-        if ((f2 & C_VALID) && !(f2 & (C_SPACE | C_LETTER | C_NUMBER))) {
-            pos = punct_end(cp, cls, n, pos, 0);
-            ends[nw++] = pos;
-            continue;
-        }
-        pos = space_end(cp, cls, n, pos);
-        ends[nw++] = pos;
-    }
-    return nw;
-}
-
-/* tekken (Mistral Nemo and later), the regex of its tokenizer.json:
- *   [^\r\n\p{L}\p{N}]?[UP]*[LO]+|[^\r\n\p{L}\p{N}]?[UP]+[LO]*|\p{N}|
- *    ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * with UP = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], LO = [\p{Ll}\p{Lm}\p{Lo}\p{M}]
- * (alternatives tried in order, each with the regex's backtracking). */
-
-/* [UP]*[LO]+ at q: the end of the match, or q when none */
-static size_t
-tekken_alt1(const uint8_t *cls, size_t n, size_t q)
-{
-    size_t e = q, k;
-
-    while (cls_at(cls, n, e) & C_UP) e++;
-    if (cls_at(cls, n, e) & C_LO) {
-        while (cls_at(cls, n, e) & C_LO) e++;
-        return e;
-    }
-    /* give back UP characters until one of them can start [LO]+ */
-    for (k = e; k > q; k--)
-        if (cls[k - 1] & C_LO) return k;
-    return q;
-}
-
-/* [UP]+[LO]* at q */
-static size_t
-tekken_alt2(const uint8_t *cls, size_t n, size_t q)
-{
-    size_t e = q;
-
-    while (cls_at(cls, n, e) & C_UP) e++;
-    if (e == q) return q;
-    while (cls_at(cls, n, e) & C_LO) e++;
-    return e;
-}
-
-static size_t
-pre_tekken(const uint32_t *cp, const uint8_t *cls, size_t n, size_t *ends)
-{
-    size_t pos = 0, nw = 0;
-
-    while (pos < n) {
-        uint32_t ch = cp[pos];
-        int f = cls[pos], f2;
-        int pfx = (f & C_VALID) && ch != '\r' && ch != '\n'
-                  && !(f & (C_LETTER | C_NUMBER));
-        size_t e;
-
-        if ((pfx && (e = tekken_alt1(cls, n, pos + 1)) > pos + 1)
-            || (e = tekken_alt1(cls, n, pos)) > pos
-            || (pfx && (e = tekken_alt2(cls, n, pos + 1)) > pos + 1)
-            || (e = tekken_alt2(cls, n, pos)) > pos) {
-            pos = e;
-            ends[nw++] = pos;
-            continue;
-        }
-        if (f & C_NUMBER) {
-            ends[nw++] = ++pos;
-            continue;
-        }
-        f2 = ch == ' ' ? cls_at(cls, n, pos + 1) : f;
-        if ((f2 & C_VALID) && !(f2 & (C_SPACE | C_LETTER | C_NUMBER))) {
-            pos = punct_end(cp, cls, n, pos, 1);
-            ends[nw++] = pos;
-            continue;
-        }
-        pos = space_end(cp, cls, n, pos);
-        ends[nw++] = pos;
-    }
-    return nw;
-}
-
-/* The other pre-tokenizers are sequences of regexes, each splitting every
- * piece the ones before it made into its matches and the text between
- * them (HF tokenizers' Split with "isolated" behaviour; llama.cpp's
- * unicode_regex_split).  A regex is one of these: */
-enum {
-    RX_GPT2,        /* the GPT-2 regex above */
-    RX_NEWLINE,     /* [\r\n] */
-    RX_DIGIT,       /* \p{N} */
-    RX_DIGITS,      /* \p{N}+ */
-    RX_DIGITS3,     /* [0-9][0-9][0-9] */
-    RX_FALCON_PUNCT,/* [\p{P}\$\+<=>\^~\|`]+ */
-    RX_DS_LETTERS,  /* \s?[A-Za-zµÀ-ÖØ-ö...]+ (deepseek-llm's letters) */
-    RX_DS_PUNCT,    /* \s?[!-/:-~！-／：-～‘-‟　-。]+ */
-    RX_TRAIL_SPACE, /* \s+$ */
-    RX_CJK,         /* [一-龥ࠀ-一가-퟿]+ */
-    RX_LETTERS,     /* \s?\p{L}+ */
-    RX_PUNCT,       /* \s?\p{P}+ */
-    RX_END = -1
-};
-
-static const signed char pre_regexes[][7] = {
-    [PRE_STARCODER] = { RX_DIGIT, RX_GPT2, RX_END },
-    [PRE_DEEPSEEK_LLM] = { RX_NEWLINE, RX_DS_LETTERS, RX_DS_PUNCT,
-                           RX_TRAIL_SPACE, RX_CJK, RX_DIGITS, RX_END },
-    [PRE_DEEPSEEK_CODER] = { RX_NEWLINE, RX_LETTERS, RX_PUNCT, RX_CJK,
-                             RX_DIGIT, RX_END },
-    [PRE_FALCON] = { RX_FALCON_PUNCT, RX_GPT2, RX_DIGITS3, RX_END },
-};
-
-/* deepseek-llm's letter class, as code point ranges */
-static const uint32_t ds_letters[][2] = {
-    {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6},
-    {0xF8, 0x1BA}, {0x1BC, 0x1BF}, {0x1C4, 0x293}, {0x295, 0x2AF},
-    {0x370, 0x373}, {0x376, 0x377}, {0x37B, 0x37D}, {0x37F, 0x37F},
-    {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C}, {0x38E, 0x3A1},
-    {0x3A3, 0x3F5}, {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556},
-    {0x10A0, 0x10C5}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD}, {0x1C90, 0x1CBA},
-    {0x1CBD, 0x1CBF}, {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77}, {0x1D79, 0x1D9A},
-    {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D},
-    {0x1F50, 0x1F57}, {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D},
-    {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4}, {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE},
-    {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3}, {0x1FD6, 0x1FDB},
-    {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2102, 0x2102},
-    {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115}, {0x2119, 0x211D},
-    {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128}, {0x212A, 0x212D},
-    {0x212F, 0x2134}, {0x2139, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149},
-    {0x214E, 0x214E}, {0x2183, 0x2184}, {0x2C00, 0x2C7B}, {0x2C7E, 0x2CE4},
-    {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF3}, {0xA640, 0xA66D}, {0xA680, 0xA69B},
-    {0xA722, 0xA76F}, {0xA771, 0xA787}, {0xA78B, 0xA78E}, {0xAB70, 0xABBF},
-    {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A},
-    {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
-    {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF},
-    {0x1E900, 0x1E943}
-};
-
-static int
-in_ranges(uint32_t c, const uint32_t (*r)[2], size_t n)
-{
-    size_t lo = 0, hi = n;
-
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (c < r[mid][0]) hi = mid;
-        else if (c > r[mid][1]) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
-/* Does code point i belong to the class a run of regex rx repeats? */
-static int
-rx_class(int rx, const uint32_t *cp, const uint8_t *cls, size_t i)
-{
-    uint32_t c = cp[i];
-
-    switch (rx) {
-    case RX_DIGIT: case RX_DIGITS:
-        return (cls[i] & C_NUMBER) != 0;
-    case RX_FALCON_PUNCT:
-        return (cls[i] & C_PUNCT) || (c < 128 && c != 0
-                                      && strchr("$+<=>^~|`", (int) c));
-    case RX_DS_LETTERS:
-        return in_ranges(c, ds_letters,
-                         sizeof(ds_letters) / sizeof(ds_letters[0]));
-    case RX_DS_PUNCT:
-        return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E)
-               || (c >= 0xFF01 && c <= 0xFF0F) || (c >= 0xFF1A && c <= 0xFF5E)
-               || (c >= 0x2018 && c <= 0x201F) || (c >= 0x3000 && c <= 0x3002);
-    case RX_CJK:
-        return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x800 && c <= 0x4E00)
-               || (c >= 0xAC00 && c <= 0xD7FF);
-    case RX_LETTERS:
-        return (cls[i] & C_LETTER) != 0;
-    case RX_PUNCT:
-        return (cls[i] & C_PUNCT) != 0;
-    default:
-        return 0;
-    }
-}
-
-/* The length of regex rx's match at i (within [i, n)), 0 when none. */
-static size_t
-rx_match(int rx, const uint32_t *cp, const uint8_t *cls, size_t i, size_t n)
-{
-    size_t e = i;
-
-    switch (rx) {
-    case RX_NEWLINE:
-        return cp[i] == '\r' || cp[i] == '\n';
-    case RX_DIGIT:
-        return rx_class(rx, cp, cls, i);
-    case RX_DIGITS3:
-        return i + 3 <= n && cp[i] >= '0' && cp[i] <= '9'
-               && cp[i + 1] >= '0' && cp[i + 1] <= '9'
-               && cp[i + 2] >= '0' && cp[i + 2] <= '9' ? 3 : 0;
-    case RX_DS_LETTERS: case RX_DS_PUNCT: case RX_LETTERS: case RX_PUNCT:
-        /* \s? then the class, greedy: the space only when a class
-           character follows it */
-        if ((cls[i] & C_SPACE) && i + 1 < n && rx_class(rx, cp, cls, i + 1))
-            e++;
-        /* fall through */
-    default:
-        while (e < n && rx_class(rx, cp, cls, e)) e++;
-        return e - i;
-    }
-}
-
-/* Splits the piece [a, b) by regex rx, appending the ends of its matches
- * and of the text between them to out; returns how many. */
-static size_t
-rx_split(int rx, const uint32_t *cp, const uint8_t *cls, size_t a, size_t b,
-         size_t *out)
-{
-    size_t k = 0, gap = a, i;
-
-    if (rx == RX_GPT2) {
-        k = pre_gpt2(cp + a, cls + a, b - a, out);
-        for (i = 0; i < k; i++) out[i] += a;
-        return k;
-    }
-    if (rx == RX_TRAIL_SPACE) {
-        /* one match at most: the whitespace that ends the piece */
-        for (i = b; i > a && (cls[i - 1] & C_SPACE); i--) {}
-        if (i > a && i < b) out[k++] = i;
-        out[k++] = b;
-        return k;
-    }
-    for (i = a; i < b; ) {
-        size_t m = rx_match(rx, cp, cls, i, b);
-        if (m == 0) {
-            i++;
-            continue;
-        }
-        if (i > gap) out[k++] = i;
-        i += m;
-        out[k++] = gap = i;
-    }
-    if (gap < b) out[k++] = b;
-    return k;
-}
-
-/* Code points of s[0..n) (an invalid byte reads as U+FFFD, as in
- * llama.cpp) and their classes; boff[i] is the byte offset of code point
- * i, boff[ncp] = n.  The pre-tokenizer cuts them into words: returns the
- * word count, ends[] the code point index after each word. */
-typedef struct {
-    uint32_t *cp;    /* (n + 1) */
-    uint8_t  *cls;   /* (n + 1) C_* */
-    size_t   *boff;  /* (n + 1) */
-    size_t   *ends;  /* (n + 1) */
-    size_t   *tmp;   /* (n + 1) the previous regex's pieces */
-    size_t    ncp, nw;
-} pretok;
-
-static void
-pretok_free(pretok *p)
-{
-    free(p->cp);
-    free(p->cls);
-    free(p->boff);
-    free(p->ends);
-    free(p->tmp);
-}
-
-static int
-pretokenize(const nalar_tokenizer *t, const char *s, size_t n, pretok *p)
-{
-    memset(p, 0, sizeof(*p));
-    p->cp = malloc((n + 1) * sizeof(uint32_t));
-    p->cls = malloc(n + 1);
-    p->boff = malloc((n + 1) * sizeof(size_t));
-    p->ends = malloc((n + 1) * sizeof(size_t));
-    p->tmp = malloc((n + 1) * sizeof(size_t));
-    if (!p->cp || !p->cls || !p->boff || !p->ends || !p->tmp) {
-        pretok_free(p);
-        return -1;
-    }
-    for (size_t i = 0; i < n; ) {
-        uint32_t c;
-        int f = C_VALID;
-        p->boff[p->ncp] = i;
-        c = utf8_decode((const uint8_t *) s, n, &i);
-        if (c >= 128) {
-            f = unicode_class(c);
-        } else if (c >= 'a' && c <= 'z') {
-            f |= C_LETTER | C_LO;   /* ASCII fast path */
-        } else if (c >= 'A' && c <= 'Z') {
-            f |= C_LETTER | C_UP;
-        } else if (c >= '0' && c <= '9') {
-            f |= C_NUMBER;
-        } else if ((c >= 9 && c <= 13) || c == ' ') {
-            f |= C_SPACE;
-        } else if (c > ' ' && c < 127 && strchr("$+<=>^`|~", (int) c) == NULL) {
-            f |= C_PUNCT;   /* ASCII punctuation but the symbols (\p{S}) */
-        }
-        p->cp[p->ncp] = c;
-        p->cls[p->ncp] = (uint8_t) f;
-        p->ncp++;
-    }
-    p->boff[p->ncp] = n;
-    switch (t->pre) {
-    case PRE_LLAMA3:
-        p->nw = pre_llama3(p->cp, p->cls, p->ncp, p->ends, 3);
-        break;
-    case PRE_QWEN2:
-        p->nw = pre_llama3(p->cp, p->cls, p->ncp, p->ends, 1);
-        break;
-    case PRE_TEKKEN:
-        p->nw = pre_tekken(p->cp, p->cls, p->ncp, p->ends);
-        break;
-    case PRE_GPT2:
-        p->nw = pre_gpt2(p->cp, p->cls, p->ncp, p->ends);
-        break;
-    default:
-        /* each regex splits every piece made so far */
-        p->nw = 0;
-        if (p->ncp > 0) p->ends[p->nw++] = p->ncp;
-        for (const signed char *rx = pre_regexes[t->pre]; *rx != RX_END;
-             rx++) {
-            size_t *prev = p->ends, np = p->nw, a = 0;
-            p->ends = p->tmp;
-            p->tmp = prev;
-            p->nw = 0;
-            for (size_t k = 0; k < np; k++) {
-                p->nw += rx_split(*rx, p->cp, p->cls, a, prev[k],
-                                  p->ends + p->nw);
-                a = prev[k];
-            }
-        }
-        break;
-    }
-    return 0;
-}
-
-int
-nalar_tok_pretokenize(const nalar_tokenizer *t, const char *text, size_t len,
-                      size_t *ends, int cap)
-{
-    pretok p;
-    int nw;
-
-    if (t == NULL || t->kind != TOK_BPE || (text == NULL && len > 0) ||
-        len > INT_MAX / 8 || pretokenize(t, text, len, &p) < 0)
-        return -1;
-    for (size_t k = 0; k < p.nw && k < (size_t) (cap > 0 ? cap : 0); k++)
-        ends[k] = p.boff[p.ends[k]];
-    nw = (int) p.nw;
-    pretok_free(&p);
-    return nw;
-}
-
-static int
-bpe_fragment(const nalar_tokenizer *t, merger *m, const char *s, size_t n,
-             idvec *out)
-{
-    pretok p;
-    char *w = malloc(8 * n + 1);   /* each byte -> U+FFFD -> 2 bytes each */
-    size_t start = 0;
-    int rc = -1;
-
-    if (w == NULL) return -1;
-    if (pretokenize(t, s, n, &p) < 0) {
-        free(w);
-        return -1;
-    }
-    for (size_t k = 0; k < p.nw; k++) {
-        size_t wn = 0;
-        int32_t id;
-
-        /* the word's bytes, each as its printable code point */
-        for (size_t i = start; i < p.ends[k]; i++) {
-            char u[4];
-            int ul = utf8_encode(p.cp[i], u);
-            for (int j = 0; j < ul; j++)
-                wn += utf8_encode(t->byte_cp[(uint8_t) u[j]], w + wn);
-        }
-        start = p.ends[k];
-
-        if (t->ignore_merges && (id = lookup(t, w, wn)) >= 0) {
-            push_id(out, id);
-            continue;
-        }
-        if (merge_word(m, w, wn) < 0) continue;
-        for (int32_t i = 0; i != -1; i = m->sym[i].next) {
-            const symbol *y = &m->sym[i];
-            id = lookup(t, w + y->off, y->n);
-            if (id >= 0) {
-                push_id(out, id);
-                continue;
-            }
-            /* as llama.cpp: try each byte of the symbol on its own */
-            for (uint32_t j = 0; j < y->n; j++) {
-                id = lookup(t, w + y->off + j, 1);
-                if (id >= 0) push_id(out, id);
-            }
-        }
-        if (m->oom) goto done;
-        if (full(out)) break;
-    }
-    rc = 0;
-done:
-    pretok_free(&p);
-    free(w);
-    return rc;
+    return ntok_lookup(t, s, len);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1506,10 +578,70 @@ push_frag(fragvec *fv, size_t off, size_t len, int32_t id)
     return 0;
 }
 
-/* Splits the raw fragments at every occurrence of each special token,
- * longest tokens first (llama.cpp's tokenizer_st_partition). */
+/*
+ * Where control tokens may be recognised: everywhere (all = 1), nowhere
+ * (all = 0, n = 0), or inside the pieces marked special: piece k covers
+ * text[off[k], off[k + 1]).
+ */
+typedef struct {
+    int                   all;
+    const nalar_tok_text *pc;
+    const size_t         *off;   /* (n + 1) */
+    size_t                n;
+} special_zone;
+
+/*
+ * The first place in text[from, end) where special token `id` (its text
+ * sp[0..sl)) may stand, or NULL.  User-defined tokens may stand anywhere
+ * (as Hugging Face splits every added token out of any text); control and
+ * unknown tokens only where all of their text lies in special pieces, so
+ * that no user text is part of one: they are searched for in the runs of
+ * consecutive special pieces only, which keeps a long user message from
+ * being scanned once per control token.
+ */
+static const char *
+find_allowed(const nalar_tokenizer *t, const special_zone *z, int32_t id,
+             const char *text, const char *sp, size_t sl, size_t from,
+             size_t end)
+{
+    size_t lo = 0, hi = z->n, k;
+
+    if (t->type[id] == TOKT_USER_DEFINED || z->all)
+        return memmem(text + from, end - from, sp, sl);
+    if (z->n == 0) return NULL;
+    /* the piece holding `from`: the last k with off[k] <= from */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (z->off[mid] <= from) lo = mid;
+        else hi = mid;
+    }
+    for (k = lo; k < z->n && z->off[k] < end; ) {
+        size_t ra, rb;
+        const char *p;
+
+        if (!z->pc[k].special) {
+            k++;
+            continue;
+        }
+        /* a run of special pieces [k, j) */
+        ra = z->off[k];
+        while (k < z->n && (z->pc[k].special || z->off[k + 1] == z->off[k]))
+            k++;
+        rb = z->off[k];
+        ra = ra > from ? ra : from;
+        rb = rb < end ? rb : end;
+        if (rb > ra && rb - ra >= sl
+            && (p = memmem(text + ra, rb - ra, sp, sl)) != NULL)
+            return p;
+    }
+    return NULL;
+}
+
+/* Splits the raw fragments at every occurrence of each special token that
+ * may stand there, longest tokens first (llama.cpp's
+ * tokenizer_st_partition). */
 static int
-partition(const nalar_tokenizer *t, const char *text, int parse_special,
+partition(const nalar_tokenizer *t, const char *text, const special_zone *z,
           fragvec *cur)
 {
     fragvec nxt = { 0 };
@@ -1521,12 +653,12 @@ partition(const nalar_tokenizer *t, const char *text, int parse_special,
         const char *sp = piece_of(t, id, &sl);
         int found = 0;
 
-        /* user-defined tokens always split; control and unknown only
-           when asked to */
-        if (!parse_special && t->type[id] != TOKT_USER_DEFINED) continue;
+        if (t->type[id] != TOKT_USER_DEFINED && !z->all && z->n == 0)
+            continue;
         for (size_t i = 0; i < cur->n && !found; i++)
-            found = cur->v[i].id < 0 &&
-                    memmem(text + cur->v[i].off, cur->v[i].len, sp, sl) != NULL;
+            found = cur->v[i].id < 0
+                    && find_allowed(t, z, id, text, sp, sl, cur->v[i].off,
+                                    cur->v[i].off + cur->v[i].len) != NULL;
         if (!found) continue;
 
         nxt.n = 0;
@@ -1539,7 +671,9 @@ partition(const nalar_tokenizer *t, const char *text, int parse_special,
                 rc = push_frag(&nxt, fr.off, fr.len, fr.id);
                 continue;
             }
-            while (rc == 0 && (p = memmem(text + pos, end - pos, sp, sl)) != NULL) {
+            while (rc == 0
+                   && (p = find_allowed(t, z, id, text, sp, sl, pos, end))
+                      != NULL) {
                 size_t at = (size_t) (p - text);
                 if (at > pos) rc = push_frag(&nxt, pos, at - pos, -1);
                 if (rc == 0) rc = push_frag(&nxt, at, sl, id);
@@ -1571,7 +705,8 @@ encode(const nalar_tokenizer *t, const char *text, size_t len,
     /* symbols: SPM one per character (+1 for the prefix); BPE one per
        byte of a word, where an invalid byte became 3 bytes of U+FFFD */
     m.t = t;
-    m.sym = malloc(((t->kind == TOK_SPM ? len : 3 * len) + 2) * sizeof(symbol));
+    m.cap = (t->kind == TOK_SPM ? len : 3 * len) + 2;
+    m.sym = malloc(m.cap * sizeof(symbol));
     if (m.sym == NULL) goto done;
 
     for (size_t i = 0; i < fv->n && !full(ids); i++) {
@@ -1582,11 +717,11 @@ encode(const nalar_tokenizer *t, const char *text, size_t len,
             continue;
         }
         if (t->kind == TOK_SPM) {
-            if (spm_fragment(t, &m, text + fr->off, fr->len,
+            if (ntok_spm_fragment(t, &m, text + fr->off, fr->len,
                              t->add_space_prefix && prev_special, ids) < 0)
                 goto done;
         } else {
-            if (bpe_fragment(t, &m, text + fr->off, fr->len, ids) < 0)
+            if (ntok_bpe_fragment(t, &m, text + fr->off, fr->len, ids) < 0)
                 goto done;
         }
         prev_special = 0;
@@ -1604,13 +739,15 @@ nalar_tokenize(const nalar_tokenizer *t, const char *text, size_t len,
 {
     fragvec fv = { 0 };
     idvec ids = { 0 };
+    special_zone zone = { 0 };
     int rc = -1;
 
     if (t == NULL || (text == NULL && len > 0) || len > INT_MAX / 8) return -1;
 
     ids.lim = (size_t) INT_MAX + 1;
     if (len > 0 && push_frag(&fv, 0, len, -1) < 0) goto done;
-    if (len > 0 && partition(t, text, parse_special, &fv) < 0) goto done;
+    zone.all = parse_special;
+    if (len > 0 && partition(t, text, &zone, &fv) < 0) goto done;
     if (encode(t, text, len, &fv, add_bos, &ids) < 0 || ids.n > INT_MAX)
         goto done;
 
@@ -1629,9 +766,10 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
                        size_t n, int add_bos, int max_ids, int32_t **out,
                        int *more)
 {
-    fragvec fv = { 0 }, one = { 0 };
+    fragvec fv = { 0 };
     idvec ids = { 0 };
-    size_t total = 0, limit, used, off;
+    special_zone zone = { 0 };
+    size_t total = 0, limit, used, off, *offs = NULL;
     char *buf = NULL;
     const char *text;
     int over = 0, rc = -1;
@@ -1651,6 +789,11 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
        is one byte of text and three of "\xE2\x96\x81"; byte tokens stand
        for one), so text longer than this has more than max_ids tokens */
     limit = ((size_t) max_ids + 1) * (t->max_piece > 0 ? t->max_piece : 1);
+    if (t->nfc) {
+        /* NFC composes at most three characters' bytes into one's
+           (Hangul L V T, 9 bytes to 3) */
+        limit *= 3;
+    }
     used = total;
     if (total > limit) {
         used = limit;
@@ -1677,30 +820,24 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
     }
     while (over && used > 0 && ((uint8_t) text[used] & 0xC0) == 0x80) used--;
 
-    /* each piece is split at the special tokens it may hold; literal text
-       that continues across pieces is one fragment, encoded as a whole */
+    /* the whole text is split at the special tokens that may stand where
+       they are (control tokens only inside special pieces); the literal
+       text between them is encoded as a whole, however it was cut into
+       pieces */
+    offs = malloc((n + 1) * sizeof(size_t));
+    if (offs == NULL) goto done;
     off = 0;
-    for (size_t i = 0; i < n && off < used; i++) {
-        size_t len = pc[i].len < used - off ? pc[i].len : used - off;
-
-        if (len == 0) continue;
-        one.n = 0;
-        if (push_frag(&one, off, len, -1) < 0
-            || partition(t, text, pc[i].special, &one) < 0)
-            goto done;
-        for (size_t k = 0; k < one.n; k++) {
-            fragment *last = fv.n > 0 ? &fv.v[fv.n - 1] : NULL;
-
-            if (one.v[k].id < 0 && last != NULL && last->id < 0
-                && last->off + last->len == one.v[k].off) {
-                last->len += one.v[k].len;
-            } else if (push_frag(&fv, one.v[k].off, one.v[k].len,
-                                 one.v[k].id) < 0) {
-                goto done;
-            }
-        }
-        off += len;
+    for (size_t i = 0; i < n; i++) {
+        offs[i] = off < used ? off : used;
+        off += pc[i].len;
     }
+    offs[n] = used;
+    zone.pc = pc;
+    zone.off = offs;
+    zone.n = n;
+    if (used > 0 && (push_frag(&fv, 0, used, -1) < 0
+                     || partition(t, text, &zone, &fv) < 0))
+        goto done;
 
     ids.lim = (size_t) max_ids + 1;
     if (encode(t, text, used, &fv, add_bos, &ids) < 0) goto done;
@@ -1715,225 +852,7 @@ nalar_tokenize_bounded(const nalar_tokenizer *t, const nalar_tok_text *pc,
 done:
     free(ids.v);
     free(fv.v);
-    free(one.v);
+    free(offs);
     free(buf);
     return rc;
-}
-
-/* ---------------------------------------------------------------------- */
-/* decoding                                                               */
-
-/* The bytes of one token into out (up to cap); returns the full length,
- * which may exceed cap. */
-static int
-piece_bytes(const nalar_tokenizer *t, int32_t id, char *out, int cap)
-{
-    uint32_t n;
-    const char *p;
-    int k = 0;
-
-    if (t == NULL || id < 0 || id >= t->n_vocab) return 0;
-    p = piece_of(t, id, &n);
-
-#define EMIT(c) do { if (k < cap) out[k] = (char) (c); k++; } while (0)
-    switch (t->type[id]) {
-    case TOKT_USER_DEFINED:
-        /* verbatim */
-        for (uint32_t i = 0; i < n; i++) EMIT(p[i]);
-        return k;
-    case TOKT_NORMAL:
-        break;
-    case TOKT_BYTE:
-        if (t->kind == TOK_SPM && n == 6 && memcmp(p, "<0x", 3) == 0) {
-            int v = 0;
-            for (int i = 3; i < 5; i++) {
-                char c = p[i];
-                v <<= 4;
-                if (c >= '0' && c <= '9') v |= c - '0';
-                else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-                else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-                else return 0;
-            }
-            EMIT(v);
-            return k;
-        }
-        break;
-    case TOKT_UNKNOWN:
-        if (t->kind == TOK_SPM) {
-            /* llama.cpp shows an unknown piece as U+2585 "▅" */
-            EMIT(0xE2); EMIT(0x96); EMIT(0x85);
-        }
-        return k;
-    default:
-        /* control, unused, undefined: nothing */
-        return 0;
-    }
-
-    if (t->kind == TOK_SPM) {
-        for (uint32_t i = 0; i < n; i++) {
-            if (i + 2 < n && memcmp(p + i, "\xE2\x96\x81", 3) == 0) {
-                EMIT(' ');
-                i += 2;
-            } else {
-                EMIT(p[i]);
-            }
-        }
-    } else {
-        /* byte-level: each code point back to its byte; code points
-           outside the map pass through as their UTF-8 */
-        for (size_t i = 0; i < n; ) {
-            size_t i0 = i;
-            uint32_t c = utf8_decode((const uint8_t *) p, n, &i);
-            if (c < 512 && t->cp_byte[c] >= 0 && !(c == 0xFFFD)) {
-                EMIT(t->cp_byte[c]);
-            } else {
-                for (size_t j = i0; j < i; j++) EMIT(p[j]);
-            }
-        }
-    }
-#undef EMIT
-    return k;
-}
-
-int
-nalar_token_bytes(const nalar_tokenizer *t, int32_t id, char *out, int cap)
-{
-    int n = piece_bytes(t, id, out, cap);
-    return n < cap ? n : cap;
-}
-
-void
-nalar_detok_init(nalar_detok *d, const nalar_tokenizer *t)
-{
-    memset(d, 0, sizeof(*d));
-    d->tok = t;
-}
-
-/* Runs bytes through the UTF-8 assembler in state (pend, *np), writing
- * complete characters to out; an invalid byte or a sequence cut short
- * becomes one U+FFFD per byte.  Returns bytes written, or -1 if more than
- * cap would be needed. */
-static int
-utf8_stream(char *pend, int *np, const uint8_t *in, size_t n, char *out,
-            int cap)
-{
-    int k = 0;
-
-#define PUT(p, len) do {                                   \
-        if (k + (len) > cap) return -1;                    \
-        memcpy(out + k, (p), (len));                       \
-        k += (len);                                        \
-    } while (0)
-
-    for (size_t i = 0; i < n; i++) {
-        uint8_t b = in[i];
-    again:
-        if (*np == 0) {
-            int need = utf8_lead_len(b);
-            if (need == 1) PUT(&b, 1);
-            else if (need == 0) PUT("\xEF\xBF\xBD", 3);
-            else pend[(*np)++] = (char) b;
-            continue;
-        }
-        if (utf8_cont_ok((uint8_t) pend[0], *np, b)) {
-            pend[(*np)++] = (char) b;
-            if (*np == utf8_lead_len((uint8_t) pend[0])) {
-                PUT(pend, *np);
-                *np = 0;
-            }
-            continue;
-        }
-        /* the held bytes cannot complete: each becomes U+FFFD */
-        for (int j = 0; j < *np; j++) PUT("\xEF\xBF\xBD", 3);
-        *np = 0;
-        goto again;
-    }
-#undef PUT
-    return k;
-}
-
-int
-nalar_detok_feed(nalar_detok *d, int32_t id, char *out, int cap)
-{
-    char small[256], *buf = small, pend[8];
-    int n, np = d->n_pending, k;
-    uint8_t *b;
-
-    if (cap < 1) return -1;
-    n = piece_bytes(d->tok, id, NULL, 0);
-    if (n > (int) sizeof(small)) {
-        buf = malloc(n);
-        if (buf == NULL) return -1;
-    }
-    piece_bytes(d->tok, id, buf, n);
-    b = (uint8_t *) buf;
-    if (d->strip_space && n > 0 && b[0] == ' ') {
-        b++;
-        n--;
-    }
-    memcpy(pend, d->pending, sizeof(pend));
-    k = utf8_stream(pend, &np, b, (size_t) n, out, cap - 1);
-    if (buf != small) free(buf);
-    if (k < 0) return -1;           /* state untouched: retry bigger */
-    if (n > 0 || b != (uint8_t *) buf) d->strip_space = 0;
-    memcpy(d->pending, pend, sizeof(pend));
-    d->n_pending = np;
-    out[k] = '\0';
-    return k;
-}
-
-int
-nalar_detok_flush(nalar_detok *d, char *out, int cap)
-{
-    int k = 0;
-
-    if (cap < 1) return -1;
-    if (3 * d->n_pending + 1 > cap) return -1;
-    for (int j = 0; j < d->n_pending; j++) {
-        memcpy(out + k, "\xEF\xBF\xBD", 3);
-        k += 3;
-    }
-    d->n_pending = 0;
-    out[k] = '\0';
-    return k;
-}
-
-char *
-nalar_detokenize(const nalar_tokenizer *t, const int32_t *ids, int n)
-{
-    nalar_detok d;
-    size_t cap = 64, len = 0;
-    char *s = malloc(cap);
-
-    if (s == NULL || t == NULL || (ids == NULL && n > 0)) {
-        free(s);
-        return NULL;
-    }
-    nalar_detok_init(&d, t);
-    d.strip_space = t->kind == TOK_SPM && t->add_space_prefix;
-    for (int i = 0; i <= n; i++) {
-        /* room for the piece, its U+FFFDs and what was held back */
-        size_t need = i < n ? 3 * (size_t) piece_bytes(t, ids[i], NULL, 0) + 32
-                            : 32;
-        int k;
-        if (len + need > cap) {
-            char *r;
-            while (len + need > cap) cap *= 2;
-            r = realloc(s, cap);
-            if (r == NULL) {
-                free(s);
-                return NULL;
-            }
-            s = r;
-        }
-        k = i < n ? nalar_detok_feed(&d, ids[i], s + len, (int) (cap - len))
-                  : nalar_detok_flush(&d, s + len, (int) (cap - len));
-        if (k < 0) {
-            free(s);
-            return NULL;
-        }
-        len += k;
-    }
-    s[len] = '\0';
-    return s;
 }

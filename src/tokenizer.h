@@ -5,8 +5,11 @@
  *   tokenizer.ggml.model = "gpt2": byte-level BPE with merges and the GPT-2
  *     pre-tokenizer (tokenizer.ggml.pre selects other pre-tokenizers where
  *     supported).
- * Special and control tokens written literally in the text (e.g. "<s>") are
- * NOT parsed as special unless the caller asks (parse_special).
+ * Control tokens written literally in the text (e.g. "<|im_end|>") are NOT
+ * parsed as special unless the caller asks (parse_special, or special
+ * pieces below); user-defined tokens (Qwen's "<think>", Gemma's "</s>")
+ * are split out of any text, as Hugging Face splits its added tokens.
+ * The qwen2 pre-tokenizer normalizes text to NFC first.
  */
 #ifndef NALAR_TOKENIZER_H
 #define NALAR_TOKENIZER_H
@@ -36,7 +39,9 @@ nalar_tok_kind nalar_tok_kind_of(const nalar_tokenizer *t);
 int32_t nalar_tok_bos(const nalar_tokenizer *t);   /* -1 if none */
 int32_t nalar_tok_eos(const nalar_tokenizer *t);   /* -1 if none */
 int     nalar_tok_add_bos(const nalar_tokenizer *t);
-/* 1 for tokens that end generation (EOS, EOT, <|im_end|>, <|eot_id|>...) */
+/* 1 for tokens that end generation: the eos, eot and eom ids of the file,
+ * and control tokens llama.cpp names as ends of turn (<|im_end|>,
+ * <|eot_id|>, <end_of_turn>, ...); never a normal or user-defined token */
 int     nalar_tok_is_eog(const nalar_tokenizer *t, int32_t id);
 int     nalar_tok_is_control(const nalar_tokenizer *t, int32_t id);
 /* the piece as stored in the vocabulary (NUL-terminated), or NULL */
@@ -65,14 +70,18 @@ typedef struct {
 
 /*
  * Encodes the pieces as one text, with at most max_ids ids: the entry point
- * for text of any length.  Each piece is split at the special tokens it
- * may hold (control tokens only where `special`; user-defined tokens
- * always); literal text that continues from one piece into the next is
- * encoded as a whole, so ordinary text gets the same ids however it is cut
- * into pieces.  The work is bounded by max_ids, not by the text: text
+ * for text of any length, and for a rendered chat template (its markup
+ * special, the user text in it not).  The ids are those Hugging Face gives
+ * the concatenated text (the pre-tokenizer, NFC and the merges run across
+ * piece boundaries: "\n" + "\n\n" gives the ids of "\n\n\n"), except
+ * that a control or unknown token is recognised only where all of its text
+ * lies in special pieces; user-defined tokens are recognised anywhere,
+ * across pieces too.  The work is bounded by max_ids, not by the text: text
  * longer than (max_ids + 1) times the longest vocabulary piece is not read
  * past that (no token stands for more bytes than its piece has, so it has
- * more than max_ids tokens), and encoding stops once max_ids are there.
+ * more than max_ids tokens; three times that with NFC, which can compose
+ * three characters' bytes into one's), and encoding stops once max_ids are
+ * there.
  * Returns the number of ids in *ids (malloc'd, NULL for none; at most
  * max_ids), -1 on error (out of memory).  *more is set to 1 when the text
  * has more than max_ids tokens: *ids then holds its first ones, of which

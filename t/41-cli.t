@@ -135,18 +135,9 @@ ok(@vb == 7 && !grep({ $_->[1] <= 0 || $_->[2] <= 0 } @vb),
 ok(@vb && $vb[0][3] > 0,
    "verify-bench measures a cache line's round trip between two threads "
    . "($vb[0][3] ns)") if @vb;
-# the round trip's two threads stop cleanly: a peer answering the last
-# trip after the stop signal once overwrote it and spun for good (3 of 12
-# runs hung); 8 more runs.  A hang spins forever, so the limit is only a
-# backstop, far above what a run takes on a loaded host (34 s at load 14
-# on 2 cores, where a 30 s limit called a slow run a hang)
-my $hung = 0;
-for my $i (1 .. 8) {
-    ($rc, $out) = run('timeout', 600, $nalar, 'verify-bench', '-m',
-        'models/nalar-kjv-draft-f32.gguf', '-t', 1, '--reps', 1, '--json');
-    $hung++ if $rc != 0;
-}
-is($hung, 0, 'verify-bench: 8 more runs, none hung in the round trip');
+# that the round trip's two threads always stop (a peer answering the
+# last trip after the stop signal once spun for good) is
+# t/41-round-trip.t's: 16 stops in one process, without a model's passes
 ($rc, $out) = run($nalar, 'verify-bench', '-m',
     'models/nalar-kjv-draft-f32.gguf', '--pos', 600);
 ok($rc == 2 && $out =~ /--pos must leave 33 positions/,

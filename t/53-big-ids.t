@@ -94,14 +94,21 @@ cmp_ok($grew, '<', 3 * length $body,
        "the worker's peak memory grew by less than 3x the body");
 
 # 52 MB of two arrays of ids: refused as prompt[0] is not an id, from the
-# scan too
+# scan too.  With the ASan module (NALAR_ASAN=1) one large body is enough:
+# the body read into one piece and the scan over it are the same code at
+# 2.4 MB (the cases below, all past the scan's 1 MiB, "two nested arrays
+# of ids" among them), and ASan's own reports hold at any size; this 52 MB
+# body's answer and peak are the optimized module's to check.
 
-$body = '{"prompt":[[' . ids($n / 2) . '],[' . ids($n / 2) . ']]}';
-($r, $grew) = post_fresh($body);
-is(answer($r), '400 | invalid_value | prompt | prompt[0] is not a token id '
-   . 'of this model (0..2047)', length($body) . ' bytes of two arrays of ids');
-cmp_ok($grew, '<', 3 * length $body,
-       "the worker's peak memory grew by less than 3x the body");
+if (!$ENV{NALAR_ASAN}) {
+    $body = '{"prompt":[[' . ids($n / 2) . '],[' . ids($n / 2) . ']]}';
+    ($r, $grew) = post_fresh($body);
+    is(answer($r), '400 | invalid_value | prompt | prompt[0] is not a token '
+       . 'id of this model (0..2047)',
+       length($body) . ' bytes of two arrays of ids');
+    cmp_ok($grew, '<', 3 * length $body,
+           "the worker's peak memory grew by less than 3x the body");
+}
 
 # large bodies (over 1 MiB) that the count does not decide, or decides
 # with another field's error: the answers of the full parse
@@ -214,9 +221,10 @@ for my $c (@cases) {
 # the access log counts what was counted
 
 my $log = '';
+my $big = $ENV{NALAR_ASAN} ? 1 : 2;    # the 52 MB bodies posted
 for (1 .. 3000) {    # a deadline of 300 s on a busy machine; ends on state
     $log = $t->read_file('prompt.log');
-    last if (() = $log =~ m{^/v1/completions }mg) >= 2 + @cases;
+    last if (() = $log =~ m{^/v1/completions }mg) >= $big + @cases;
     select(undef, undef, undef, 0.1);
 }
 my @lines = grep { m{^/v1/completions } } split /\n/, $log;

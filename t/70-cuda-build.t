@@ -27,7 +27,7 @@ if ($rc != 0) {
 my @syms = `nm -C build/libnalar_cuda.a 2>/dev/null`;
 my %want = map { $_ => 0 } qw(nalar_cuda_backend_create nalar_cuda_attn_decode
     nalar_cuda_attn_prefill nalar_cuda_matmul nalar_cuda_gemv_q8
-    nalar_cuda_sample nalar_cuda_free_memory nalar_cuda_bench);
+    nalar_cuda_argmax nalar_cuda_free_memory nalar_cuda_bench);
 for (@syms) {
     $want{$1} = 1 if / T (\w+)$/ && exists $want{$1};
 }

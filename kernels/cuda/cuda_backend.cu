@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "act.cuh"
+#include "argmax.cuh"
 #include "attention.cuh"
 #include "common.cuh"
 #include "embed.cuh"
@@ -30,7 +31,6 @@
 #include "matmul.cuh"
 #include "norm.cuh"
 #include "rope.cuh"
-#include "sample.cuh"
 
 extern "C" {
 #include "cuda_backend.h"
@@ -835,14 +835,15 @@ cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 {
     cuda_backend *be = (cuda_backend *) b->impl;
     int           bf16 = b->kv_type == GGML_BF16;
+    int32_t       elem = nalar_kv_elem_bytes(b->kv_type);
     size_t        bytes = (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK
-                          * p->kv_dim * (bf16 ? 2 : sizeof(float));
+                          * p->kv_dim * elem;
     cudaError_t   e;
 
     if (be->pool != NULL) {
         return nalar_fail(err, "cuda backend: already holds a KV pool");
     }
-    if (b->kv_type != GGML_F32 && !bf16) {
+    if (elem == 0) {
         return nalar_fail(err, "cuda backend: KV cache type %d (F32 or "
                           "BF16)", (int) b->kv_type);
     }
@@ -879,7 +880,7 @@ cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
     be->kv.n_layers = p->n_layers;
     be->kv.kv_dim = p->kv_dim;
     be->kv.bf16 = bf16;
-    p->elem_bytes = bf16 ? 2 : (int32_t) sizeof(float);
+    p->elem_bytes = elem;
     p->copy = cuda_kv_copy;
     p->copy_ctx = be;
     drop_graphs(be);

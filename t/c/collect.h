@@ -19,9 +19,8 @@ typedef struct {
     size_t       len;
     nalar_finish finish;        /* NONE until the last take */
     int32_t      cached;        /* prompt tokens served from the cache */
-    nalar_output last;          /* the speculation counters, prompt
-                                   length and refusal of the last take
-                                   (no pointers) */
+    nalar_output last;          /* the usage and refusal of the last
+                                   take (no pointers) */
 } collected;
 
 
@@ -43,19 +42,11 @@ collect(nalar_request *r, void *ctx)
     if (o.finish != NALAR_FINISH_NONE) {
         c->finish = o.finish;
     }
-    c->cached = o.n_cached;
-    c->last.spec_proposed = o.spec_proposed;
-    c->last.spec_accepted = o.spec_accepted;
-    c->last.pred_accepted = o.pred_accepted;
-    c->last.pred_rejected = o.pred_rejected;
-    c->last.n_cached = o.n_cached;
-    c->last.n_prompt = o.n_prompt;
+    c->cached = o.usage.n_cached;
+    c->last.usage = o.usage;
     c->last.accepted = o.accepted;
     if (o.finish != NALAR_FINISH_NONE) {
-        c->last.err_status = o.err_status;
-        memcpy(c->last.err_code, o.err_code, sizeof(o.err_code));
-        memcpy(c->last.err_param, o.err_param, sizeof(o.err_param));
-        memcpy(c->last.error, o.error, sizeof(o.error));
+        c->last.error = o.error;
     }
     nalar_output_free(&o);
 }

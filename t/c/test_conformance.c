@@ -39,6 +39,7 @@
 #include <jansson.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "engine.h"
 #include "gguf.h"
 #include "kv.h"
@@ -335,6 +336,31 @@ check_tokenizer(const nalar_model *m, json_t *seq, const int32_t *want,
 }
 
 
+/* The activations' mode i16 is in effect: the F32 path's logits of the
+ * last sequence are other numbers than the mode's (logits) */
+static void
+check_mode_differs(nalar_backend *be, nalar_kv_pool *kv, json_t *seqs,
+                   const float *logits, int32_t V, int i16, const char *base)
+{
+    float  *f32 = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
+    json_t *seq = json_array_get(seqs, N_SEQ - 1);
+    int32_t ids[N_POS];
+    int     differ = 0;
+
+    nalar_cpu_backend_act_i16(be, 0);
+    if (f32 != NULL
+        && ids_of(json_object_get(seq, "ids"), N_POS, ids, V) == 0
+        && forward_seq(be, kv, ids, f32) == 0)
+    {
+        differ = memcmp(f32, logits, (size_t) N_POS * V
+                                     * sizeof(float)) != 0;
+    }
+    nalar_cpu_backend_act_i16(be, i16);
+    ok(differ, "%s: its logits are not those of F32 activations", base);
+    free(f32);
+}
+
+
 static void
 check_file(const char *base, int i16)
 {
@@ -442,24 +468,7 @@ check_file(const char *base, int i16)
     ok(!malformed, "%s: %d sequences of %d positions run and compared",
        base, N_SEQ, N_POS);
     if (i16) {
-        /* the mode is in effect: the F32 path's logits of the last
-         * sequence are other numbers */
-        float  *f32 = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
-        json_t *seq = json_array_get(seqs, N_SEQ - 1);
-        int32_t ids[N_POS];
-        int     differ = 0;
-
-        nalar_cpu_backend_act_i16(be, 0);
-        if (f32 != NULL
-            && ids_of(json_object_get(seq, "ids"), N_POS, ids, V) == 0
-            && forward_seq(be, &kv, ids, f32) == 0)
-        {
-            differ = memcmp(f32, logits, (size_t) N_POS * V
-                                         * sizeof(float)) != 0;
-        }
-        nalar_cpu_backend_act_i16(be, i16);
-        ok(differ, "%s: its logits are not those of F32 activations", base);
-        free(f32);
+        check_mode_differs(be, &kv, seqs, logits, V, i16, base);
     }
     ok(max_err <= tol, "%s: logits at the top-%d ids of every position "
        "within %.3f (max abs error %.2e)", base, N_TOP, tol, max_err);

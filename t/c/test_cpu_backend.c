@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "clock.h"
 #include "kv.h"
 #include "mkmodel.h"

@@ -148,10 +148,10 @@ check_site(nalar_engine *e, nalar_fault_site site, int at, const char *what,
                 && strcmp(c[i].text, ref[i].text) == 0;
     }
     ok(errors == 1
-       && strstr(c[failed].last.error, "out of memory") != NULL,
+       && strstr(c[failed].last.error.message, "out of memory") != NULL,
        "%s: the request that met it ends with the error (%d errors%s%s)",
        what, errors, errors == 1 ? ": " : "",
-       errors == 1 ? c[failed].last.error : "");
+       errors == 1 ? c[failed].last.error.message : "");
     ok(errors == 1 && c[failed].n < MAX_TOK
        && memcmp(c[failed].ids, ref[failed].ids,
                  (size_t) c[failed].n * sizeof(int32_t)) == 0,
@@ -344,12 +344,12 @@ test_shared_params(const char *path)
                 && c[i].n == c[N_CHOICES].n
                 && memcmp(c[i].ids, c[N_CHOICES].ids,
                           (size_t) c[i].n * sizeof(int32_t)) == 0
-                && c[i].last.spec_accepted
-                   == c[N_CHOICES].last.spec_accepted;
+                && c[i].last.usage.spec_accepted
+                   == c[N_CHOICES].last.usage.spec_accepted;
     }
     ok(good, "each of the %d choices answers as the request with its own "
        "copy (%d tokens, %d accepted from the prediction)", N_CHOICES,
-       c[N_CHOICES].n, c[N_CHOICES].last.spec_accepted);
+       c[N_CHOICES].n, c[N_CHOICES].last.usage.spec_accepted);
     for (int i = 0; i <= N_CHOICES; i++) {
         nalar_request_unref(rs[i]);
     }

@@ -172,13 +172,71 @@ check_vocab(const char *path, const char *model, uint64_t n_tokens,
 /* writer round trip                                                 */
 
 
+/* gguf_w_kv copies every kv of f faithfully */
+static void
+check_kv_copy(const gguf_file *f)
+{
+    char         path2[300];
+    nalar_err    err;
+    gguf_writer *w;
+    gguf_file   *g;
+    int          all_same;
+
+    w = gguf_writer_create();
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        gguf_w_kv(w, &f->kv[i]);
+    }
+    snprintf(path2, sizeof(path2), "%s/rt2.gguf", tmpdir);
+    ok(gguf_writer_save(w, path2, &err) == 0, "copy of every kv saves");
+    gguf_writer_destroy(w);
+    g = gguf_open(path2, &err);
+    ok(g != NULL && g->n_kv == f->n_kv, "copy opens with the same kv count");
+    if (g != NULL) {
+        all_same = 1;
+        for (uint64_t i = 0; i < f->n_kv && i < g->n_kv; i++) {
+            const gguf_kv *a = &f->kv[i], *b = &g->kv[i];
+            if (a->key.len != b->key.len
+                || memcmp(a->key.ptr, b->key.ptr, a->key.len) != 0
+                || a->type != b->type || a->arr_type != b->arr_type
+                || a->arr_len != b->arr_len)
+            {
+                all_same = 0;
+                continue;
+            }
+            if (a->type == GGUF_T_STRING) {
+                all_same &= a->v.s.len == b->v.s.len
+                            && memcmp(a->v.s.ptr, b->v.s.ptr, a->v.s.len) == 0;
+            } else if (a->type == GGUF_T_ARRAY) {
+                for (uint64_t j = 0; j < a->arr_len; j++) {
+                    if (a->arr_type == GGUF_T_STRING) {
+                        all_same &= a->arr_strs[j].len == b->arr_strs[j].len
+                            && memcmp(a->arr_strs[j].ptr, b->arr_strs[j].ptr,
+                                      a->arr_strs[j].len) == 0;
+                    } else {
+                        size_t sz = gguf_type_size(a->arr_type);
+                        all_same &= memcmp((const char *) a->arr_data + j * sz,
+                                           (const char *) b->arr_data + j * sz,
+                                           sz) == 0;
+                    }
+                }
+            } else {
+                all_same &= a->v.u == b->v.u;
+            }
+        }
+        ok(all_same, "copied kvs equal the originals, value for value");
+        gguf_close(g);
+    }
+    unlink(path2);
+}
+
+
 static void
 test_roundtrip(void)
 {
-    char               path[300], path2[300];
+    char               path[300];
     nalar_err          err;
     gguf_writer       *w;
-    gguf_file         *f, *g;
+    gguf_file         *f;
     const gguf_kv     *kv;
     const gguf_tensor *t;
     const char        *strs[] = { "alpha", "", "\xe2\x96\x81gamma" };
@@ -312,54 +370,24 @@ test_roundtrip(void)
     ok(all_same && f->data_offset % 32 == 0,
        "data section and tensor offsets aligned to 32");
 
-    /* gguf_w_kv copies every kv faithfully */
-    w = gguf_writer_create();
-    for (uint64_t i = 0; i < f->n_kv; i++) {
-        gguf_w_kv(w, &f->kv[i]);
-    }
-    snprintf(path2, sizeof(path2), "%s/rt2.gguf", tmpdir);
-    ok(gguf_writer_save(w, path2, &err) == 0, "copy of every kv saves");
-    gguf_writer_destroy(w);
-    g = gguf_open(path2, &err);
-    ok(g != NULL && g->n_kv == f->n_kv, "copy opens with the same kv count");
-    if (g != NULL) {
-        all_same = 1;
-        for (uint64_t i = 0; i < f->n_kv && i < g->n_kv; i++) {
-            const gguf_kv *a = &f->kv[i], *b = &g->kv[i];
-            if (a->key.len != b->key.len
-                || memcmp(a->key.ptr, b->key.ptr, a->key.len) != 0
-                || a->type != b->type || a->arr_type != b->arr_type
-                || a->arr_len != b->arr_len)
-            {
-                all_same = 0;
-                continue;
-            }
-            if (a->type == GGUF_T_STRING) {
-                all_same &= a->v.s.len == b->v.s.len
-                            && memcmp(a->v.s.ptr, b->v.s.ptr, a->v.s.len) == 0;
-            } else if (a->type == GGUF_T_ARRAY) {
-                for (uint64_t j = 0; j < a->arr_len; j++) {
-                    if (a->arr_type == GGUF_T_STRING) {
-                        all_same &= a->arr_strs[j].len == b->arr_strs[j].len
-                            && memcmp(a->arr_strs[j].ptr, b->arr_strs[j].ptr,
-                                      a->arr_strs[j].len) == 0;
-                    } else {
-                        size_t sz = gguf_type_size(a->arr_type);
-                        all_same &= memcmp((const char *) a->arr_data + j * sz,
-                                           (const char *) b->arr_data + j * sz,
-                                           sz) == 0;
-                    }
-                }
-            } else {
-                all_same &= a->v.u == b->v.u;
-            }
-        }
-        ok(all_same, "copied kvs equal the originals, value for value");
-        gguf_close(g);
-    }
+    check_kv_copy(f);
     gguf_close(f);
+    unlink(path);
+}
 
-    /* writer mistakes surface at save, naming the path */
+
+/* writer mistakes surface at save, naming the path; a writer-chosen
+ * alignment is honoured */
+static void
+test_writer_checks(void)
+{
+    char         path2[300];
+    nalar_err    err;
+    gguf_writer *w;
+    gguf_file   *g;
+    uint64_t     ne1[] = { 64 }, nebf[] = { 20 };
+
+    snprintf(path2, sizeof(path2), "%s/rt3.gguf", tmpdir);
     w = gguf_writer_create();
     gguf_w_u32(w, "k", 1);
     gguf_w_i32(w, "k", 2);
@@ -399,7 +427,6 @@ test_roundtrip(void)
     ok(g && g->alignment == 64 && g->data_offset % 64 == 0
        && g->tensors[1].offset == 128, "alignment 64: second tensor at 128");
     gguf_close(g);
-    unlink(path);
     unlink(path2);
 }
 
@@ -828,6 +855,7 @@ main(void)
     check_vocab(VOCAB_SPM, "llama", 32000, 0);
     check_vocab(VOCAB_GPT2, "gpt2", 50257, 50000);
     test_roundtrip();
+    test_writer_checks();
     test_malformed();
     test_truncated_model();
 

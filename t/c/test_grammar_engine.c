@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "collect.h"
 #include "tap.h"
@@ -237,7 +238,7 @@ test_sampled(int per_schema)
             errors += c[s].finish == NALAR_FINISH_ERROR;
             if (c[s].finish != NALAR_FINISH_STOP) {
                 diag("%s: finish %d %s: %s", schema_name[s], c[s].finish,
-                     c[s].last.error, c[s].text);
+                     c[s].last.error.message, c[s].text);
             }
             record(s, &c[s]);
         }
@@ -274,12 +275,12 @@ test_bad_schema(void)
     memset(&c, 0, sizeof(c));
     r = nalar_request_create(&p, collect, &c, &err);
     run(e, &r, 1);
-    ok(c.finish == NALAR_FINISH_ERROR && c.last.err_status == 400
-       && strcmp(c.last.err_param, "response_format") == 0
-       && strstr(c.last.error, "lookahead") != NULL,
+    ok(c.finish == NALAR_FINISH_ERROR && c.last.error.status == 400
+       && strcmp(c.last.error.param, "response_format") == 0
+       && strstr(c.last.error.message, "lookahead") != NULL,
        "a bad schema at intake: 400, response_format, names the lookahead "
        "(%s)",
-       c.last.error);
+       c.last.error.message);
     ok(kv_all_free(e), "no KV held");
     nalar_engine_destroy(e);
 }

@@ -656,57 +656,18 @@ load_fails(const char *file, const char *alg, const char *want)
     nalar_jwt_keyset_free(k);
 }
 
-int
-main(void)
+/* A token's size and length: the 16 KiB bound, exactly len bytes read,
+ * the tenant buffer, the claim's JSON type */
+static void
+test_sizes(nalar_jwt_keyset **ks)
 {
-    nalar_jwt_keyset *ks[N_KS];
     nalar_jwt_policy  p = { NULL, NULL, NULL, 0, T };
     nalar_err         err = { "" };
-    char              out[256], *tok, *big;
+    char              out[256];
+    char             *tok;
+    char             *big;
     size_t            n;
     int               rc;
-
-    snprintf(dir, sizeof(dir), "/tmp/nalar-jwt-XXXXXX");
-    if (mkdtemp(dir) == NULL) {
-        printf("Bail out! mkdtemp failed\n");
-        return 1;
-    }
-    make_keys();
-
-    /* Key sets: each bound to one algorithm. */
-    for (int i = 0; i < N_KS; i++) {
-        ks[i] = nalar_jwt_keyset_load(path(KEYSETS[i].file), KEYSETS[i].alg, &err);
-        ok(ks[i] != NULL
-           && strcmp(nalar_jwt_keyset_alg(ks[i], 0), KEYSETS[i].want_alg) == 0,
-           "load %s (%s) -> %s", KEYSETS[i].file,
-           KEYSETS[i].alg ? KEYSETS[i].alg : "no alg", KEYSETS[i].want_alg);
-        if (ks[i] == NULL) {
-            diag("error: %s", err.msg);
-            printf("Bail out! cannot load %s\n", KEYSETS[i].file);
-            return 1;
-        }
-    }
-    is_int(nalar_jwt_keyset_count(ks[KS_JWKS]), 5,
-           "JWKS: 5 signing keys kept, the enc and RSA-OAEP keys skipped");
-    ok(strcmp(nalar_jwt_keyset_alg(ks[KS_JWKS], 2), "ES256") == 0
-       && strcmp(nalar_jwt_keyset_alg(ks[KS_JWKS], 3), "EdDSA") == 0
-       && strcmp(nalar_jwt_keyset_alg(ks[KS_JWKS], 4), "HS256") == 0,
-       "JWKS: EC -> ES256, OKP -> EdDSA, oct -> HS256");
-
-    for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
-        run_case(ks, &CASES[i]);
-    }
-
-    for (size_t i = 0; i < sizeof(GARBAGE) / sizeof(GARBAGE[0]); i++) {
-        rc = nalar_jwt_verify(ks[KS_HS256], GARBAGE[i].token,
-                              strlen(GARBAGE[i].token), &p, out, sizeof(out),
-                              &err);
-        ok(rc == -1 && strstr(err.msg, GARBAGE[i].err) != NULL,
-           "garbage %s refused: %s", GARBAGE[i].name, GARBAGE[i].err);
-        if (rc != -1 || strstr(err.msg, GARBAGE[i].err) == NULL) {
-            diag("rc %d, error \"%s\"", rc, err.msg);
-        }
-    }
 
     /* Size bound: a valid token padded past 16 KiB in an ignored claim. */
     big = malloc(20000);
@@ -766,6 +727,18 @@ main(void)
            "string claim: \"777\", a string");
         free(tok);
     }
+}
+
+
+static void
+test_mutations(nalar_jwt_keyset **ks)
+{
+    nalar_jwt_policy  p = { NULL, NULL, NULL, 0, T };
+    nalar_err         err = { "" };
+    char              out[256];
+    char             *tok;
+    size_t            n;
+    int               rc;
 
     /* Every single-character change to a valid token must be refused:
        base64url is decoded canonically, so any change alters the signed
@@ -806,6 +779,18 @@ main(void)
         ok(accepted == 0 && tried > 4000, "%d one-character mutations of valid "
            "tokens: %d accepted", tried, accepted);
     }
+}
+
+
+/* The clock when now is 0, and RFC 7515's published example */
+static void
+test_clock_rfc(nalar_jwt_keyset **ks)
+{
+    nalar_jwt_policy  p = { NULL, NULL, NULL, 0, T };
+    nalar_err         err = { "" };
+    char              out[256];
+    char             *tok;
+    int               rc;
 
     /* time(NULL) when now is 0: a token that expired in 2001 is refused. */
     tok = make_token("{\"alg\":\"HS256\"}", "{\"sub\":\"a\",\"exp\":1000000000}",
@@ -845,6 +830,17 @@ main(void)
            "RFC 7515 A.1 token expired at its exp");
         nalar_jwt_keyset_free(k);
     }
+}
+
+
+static void
+test_load_refusals(void)
+{
+    nalar_jwt_policy  p = { NULL, NULL, NULL, 0, T };
+    nalar_err         err = { "" };
+    char              out[256];
+    char             *tok;
+    int               rc;
 
     /* Key files the loader refuses. */
     load_fails("does-not-exist", NULL, "No such file");
@@ -892,6 +888,64 @@ main(void)
         free(tok);
         nalar_jwt_keyset_free(k);
     }
+}
+
+
+int
+main(void)
+{
+    nalar_jwt_keyset *ks[N_KS];
+    nalar_jwt_policy  p = { NULL, NULL, NULL, 0, T };
+    nalar_err         err = { "" };
+    char              out[256];
+    int               rc;
+
+    snprintf(dir, sizeof(dir), "/tmp/nalar-jwt-XXXXXX");
+    if (mkdtemp(dir) == NULL) {
+        printf("Bail out! mkdtemp failed\n");
+        return 1;
+    }
+    make_keys();
+
+    /* Key sets: each bound to one algorithm. */
+    for (int i = 0; i < N_KS; i++) {
+        ks[i] = nalar_jwt_keyset_load(path(KEYSETS[i].file), KEYSETS[i].alg, &err);
+        ok(ks[i] != NULL
+           && strcmp(nalar_jwt_keyset_alg(ks[i], 0), KEYSETS[i].want_alg) == 0,
+           "load %s (%s) -> %s", KEYSETS[i].file,
+           KEYSETS[i].alg ? KEYSETS[i].alg : "no alg", KEYSETS[i].want_alg);
+        if (ks[i] == NULL) {
+            diag("error: %s", err.msg);
+            printf("Bail out! cannot load %s\n", KEYSETS[i].file);
+            return 1;
+        }
+    }
+    is_int(nalar_jwt_keyset_count(ks[KS_JWKS]), 5,
+           "JWKS: 5 signing keys kept, the enc and RSA-OAEP keys skipped");
+    ok(strcmp(nalar_jwt_keyset_alg(ks[KS_JWKS], 2), "ES256") == 0
+       && strcmp(nalar_jwt_keyset_alg(ks[KS_JWKS], 3), "EdDSA") == 0
+       && strcmp(nalar_jwt_keyset_alg(ks[KS_JWKS], 4), "HS256") == 0,
+       "JWKS: EC -> ES256, OKP -> EdDSA, oct -> HS256");
+
+    for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
+        run_case(ks, &CASES[i]);
+    }
+
+    for (size_t i = 0; i < sizeof(GARBAGE) / sizeof(GARBAGE[0]); i++) {
+        rc = nalar_jwt_verify(ks[KS_HS256], GARBAGE[i].token,
+                              strlen(GARBAGE[i].token), &p, out, sizeof(out),
+                              &err);
+        ok(rc == -1 && strstr(err.msg, GARBAGE[i].err) != NULL,
+           "garbage %s refused: %s", GARBAGE[i].name, GARBAGE[i].err);
+        if (rc != -1 || strstr(err.msg, GARBAGE[i].err) == NULL) {
+            diag("rc %d, error \"%s\"", rc, err.msg);
+        }
+    }
+
+    test_sizes(ks);
+    test_mutations(ks);
+    test_clock_rfc(ks);
+    test_load_refusals();
 
     for (int i = 0; i < N_KS; i++) {
         nalar_jwt_keyset_free(ks[i]);

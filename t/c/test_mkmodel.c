@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu_backend.h"
 #include "cpu_quant.h"
 #include "fp16.h"
 #include "gguf.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "model.h"
 #include "prefix_cache.h"
@@ -87,6 +88,95 @@ kv_consistent(nalar_engine *e)
         return 0;
     }
     return 1;
+}
+
+
+/* The root digest: another model identity, another scope or another KV
+ * element type never matches */
+static void
+test_digests(void)
+{
+    /* digests: another model identity or another scope never matches */
+    {
+        nalar_kv_pool       pool;
+        nalar_err           err;
+        uint8_t             id1[32] = { 1 }, id2[32] = { 2 };
+        uint8_t             r1[32], r2[32], r3[32];
+        nalar_prefix_cache *c1, *c2;
+
+        nalar_kv_pool_init(&pool, 4, 1, 4, &err);
+        c1 = nalar_prefix_cache_create(&pool, id1, "cpu", &err);
+        c2 = nalar_prefix_cache_create(&pool, id2, "cpu", &err);
+        nalar_prefix_root(c1, "A", r1);
+        nalar_prefix_root(c2, "A", r2);
+        nalar_prefix_root(c1, "B", r3);
+        ok(memcmp(r1, r2, 32) != 0, "another model: another root");
+        ok(memcmp(r1, r3, 32) != 0, "another scope: another root");
+        nalar_prefix_cache_destroy(c1);
+        nalar_prefix_cache_destroy(c2);
+        nalar_kv_pool_free(&pool);
+    }
+
+    /* the KV cache's element type is part of the root: blocks a BF16
+     * pool holds never answer an F32 pool's lookup, or the reverse */
+    {
+        nalar_kv_pool       pool, pool16;
+        nalar_err           err;
+        uint8_t             id[32] = { 1 }, r32[32], r16[32], r0[32];
+        nalar_prefix_cache *c32, *c16;
+
+        nalar_kv_pool_init(&pool, 4, 1, 4, &err);
+        nalar_kv_pool_init(&pool16, 4, 1, 4, &err);
+        pool16.elem_bytes = 2;
+        c32 = nalar_prefix_cache_create(&pool, id, "cuda", &err);
+        c16 = nalar_prefix_cache_create(&pool16, id, "cuda", &err);
+        nalar_prefix_root(c32, "A", r0);
+        pool.elem_bytes = 4;
+        nalar_prefix_root(c32, "A", r32);
+        nalar_prefix_root(c16, "A", r16);
+        ok(memcmp(r32, r16, 32) != 0, "a BF16 KV pool: another root");
+        ok(memcmp(r32, r0, 32) == 0,
+           "an F32 pool whether or not its backend set elem_bytes");
+        nalar_prefix_cache_destroy(c32);
+        nalar_prefix_cache_destroy(c16);
+        nalar_kv_pool_free(&pool);
+        nalar_kv_pool_free(&pool16);
+    }
+}
+
+
+/* eviction under a small pool: many prompts, outputs unchanged */
+static void
+test_eviction(nalar_engine *off)
+{
+    {
+        nalar_engine  *small;
+        nalar_model   *mm = nalar_engine_model(off);
+        int64_t        bb = 2LL * mm->cfg.n_layers * NALAR_KV_BLOCK
+                            * mm->cfg.n_kv_heads * mm->cfg.head_dim * 4;
+        int            good = 0;
+        nalar_metrics  mt;
+
+        small = engine(1, 14 * bb);
+        for (int i = 0; i < 12; i++) {
+            int32_t   p[120];
+            int       len = 40 + 7 * (i % 5);
+            collected x, y;
+
+            for (int k = 0; k < len; k++) {
+                p[k] = k == 0 ? 1 : 300 + (k * (i % 4 + 3)) % 1200;
+            }
+            x = run(small, p, len, i % 2 ? "A" : "B", 0, 16);
+            y = run(off, p, len, "", 0, 16);
+            good += same(&x, &y);
+        }
+        is_int(good, 12, "outputs identical under eviction pressure");
+        nalar_engine_metrics(small, &mt);
+        ok(mt.prefix_evictions_total > 0, "blocks were evicted (%llu)",
+           (unsigned long long) mt.prefix_evictions_total);
+        ok(kv_consistent(small), "KV invariants hold after eviction");
+        nalar_engine_destroy(small);
+    }
 }
 
 
@@ -199,82 +289,8 @@ main(void)
     }
     nalar_engine_destroy(on);
 
-    /* digests: another model identity or another scope never matches */
-    {
-        nalar_kv_pool       pool;
-        nalar_err           err;
-        uint8_t             id1[32] = { 1 }, id2[32] = { 2 };
-        uint8_t             r1[32], r2[32], r3[32];
-        nalar_prefix_cache *c1, *c2;
-
-        nalar_kv_pool_init(&pool, 4, 1, 4, &err);
-        c1 = nalar_prefix_cache_create(&pool, id1, "cpu", &err);
-        c2 = nalar_prefix_cache_create(&pool, id2, "cpu", &err);
-        nalar_prefix_root(c1, "A", r1);
-        nalar_prefix_root(c2, "A", r2);
-        nalar_prefix_root(c1, "B", r3);
-        ok(memcmp(r1, r2, 32) != 0, "another model: another root");
-        ok(memcmp(r1, r3, 32) != 0, "another scope: another root");
-        nalar_prefix_cache_destroy(c1);
-        nalar_prefix_cache_destroy(c2);
-        nalar_kv_pool_free(&pool);
-    }
-
-    /* the KV cache's element type is part of the root: blocks a BF16
-     * pool holds never answer an F32 pool's lookup, or the reverse */
-    {
-        nalar_kv_pool       pool, pool16;
-        nalar_err           err;
-        uint8_t             id[32] = { 1 }, r32[32], r16[32], r0[32];
-        nalar_prefix_cache *c32, *c16;
-
-        nalar_kv_pool_init(&pool, 4, 1, 4, &err);
-        nalar_kv_pool_init(&pool16, 4, 1, 4, &err);
-        pool16.elem_bytes = 2;
-        c32 = nalar_prefix_cache_create(&pool, id, "cuda", &err);
-        c16 = nalar_prefix_cache_create(&pool16, id, "cuda", &err);
-        nalar_prefix_root(c32, "A", r0);
-        pool.elem_bytes = 4;
-        nalar_prefix_root(c32, "A", r32);
-        nalar_prefix_root(c16, "A", r16);
-        ok(memcmp(r32, r16, 32) != 0, "a BF16 KV pool: another root");
-        ok(memcmp(r32, r0, 32) == 0,
-           "an F32 pool whether or not its backend set elem_bytes");
-        nalar_prefix_cache_destroy(c32);
-        nalar_prefix_cache_destroy(c16);
-        nalar_kv_pool_free(&pool);
-        nalar_kv_pool_free(&pool16);
-    }
-
-    /* eviction under a small pool: many prompts, outputs unchanged */
-    {
-        nalar_engine  *small;
-        nalar_model   *mm = nalar_engine_model(off);
-        int64_t        bb = 2LL * mm->cfg.n_layers * NALAR_KV_BLOCK
-                            * mm->cfg.n_kv_heads * mm->cfg.head_dim * 4;
-        int            good = 0;
-        nalar_metrics  mt;
-
-        small = engine(1, 14 * bb);
-        for (int i = 0; i < 12; i++) {
-            int32_t   p[120];
-            int       len = 40 + 7 * (i % 5);
-            collected x, y;
-
-            for (int k = 0; k < len; k++) {
-                p[k] = k == 0 ? 1 : 300 + (k * (i % 4 + 3)) % 1200;
-            }
-            x = run(small, p, len, i % 2 ? "A" : "B", 0, 16);
-            y = run(off, p, len, "", 0, 16);
-            good += same(&x, &y);
-        }
-        is_int(good, 12, "outputs identical under eviction pressure");
-        nalar_engine_metrics(small, &mt);
-        ok(mt.prefix_evictions_total > 0, "blocks were evicted (%llu)",
-           (unsigned long long) mt.prefix_evictions_total);
-        ok(kv_consistent(small), "KV invariants hold after eviction");
-        nalar_engine_destroy(small);
-    }
+    test_digests();
+    test_eviction(off);
     nalar_engine_destroy(off);
     return done_testing();
 }

@@ -312,6 +312,41 @@ done:
 }
 
 
+/* batch invariance of M's product y of x (n_tok tokens): each token has
+ * the bits it has alone and in batches of 5; rows in pieces of 5 give
+ * the same bits (y1, y5: scratch) */
+static void
+check_i16_invariant(nalar_cpu_mat *M, const float *x, const float *y,
+                    float *y1, float *y5, int n_tok, int64_t rows,
+                    int64_t cols, const char *tn)
+{
+    int alone, five = 1, split;
+
+    for (int tk = 0; tk < n_tok; tk++) {
+        nalar_cpu_matmul(M, x + tk * cols, 1, (int) cols, y1 + tk * rows,
+                         (int) rows, 0, rows, 0);
+    }
+    alone = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    for (int t0 = 0; t0 + 5 <= n_tok; t0 += 7) {
+        nalar_cpu_matmul(M, x + t0 * cols, 5, (int) cols, y5, (int) rows,
+                         0, rows, 0);
+        five &= memcmp(y + t0 * rows, y5, (size_t) (5 * rows)
+                                          * sizeof(float)) == 0;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 5) {
+        int64_t r1 = r0 + 5 < rows ? r0 + 5 : rows;
+
+        nalar_cpu_matmul(M, x, n_tok, (int) cols, y1, (int) rows, r0, r1,
+                         0);
+    }
+    split = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
+    ok(alone && five && split, "%s i16: batch invariant: each token of %d "
+       "has the bits it has alone (%s) and in batches of 5 (%s); rows in "
+       "pieces of 5 (%s)", tn, n_tok, alone ? "yes" : "no",
+       five ? "yes" : "no", split ? "yes" : "no");
+}
+
+
 /*
  * 16-bit activations: against a double product of the dequantized rows
  * with x as rounded (its int16 codes times their scales); each token of
@@ -345,7 +380,7 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
     float        *y5 = malloc((size_t) (5 * rows) * sizeof(float));
     nalar_xq      X, X5;
     double        worst = 0, worst_p = 0, worst_f = 0;
-    int           alone = 1, five = 1, split = 1, codes = 1, made = 1;
+    int           codes = 1, made = 1;
     const char   *tn = ggml_type_name(t);
 
     if (set != 0) {
@@ -413,28 +448,7 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
        "(%.2e > 4 x %.2e): the mode changes the computation", tn, worst_f,
        worst);
 
-    for (int tk = 0; tk < n_tok; tk++) {
-        nalar_cpu_matmul(&M, x + tk * cols, 1, (int) cols, y1 + tk * rows,
-                         (int) rows, 0, rows, 0);
-    }
-    alone = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
-    for (int t0 = 0; t0 + 5 <= n_tok; t0 += 7) {
-        nalar_cpu_matmul(&M, x + t0 * cols, 5, (int) cols, y5, (int) rows,
-                         0, rows, 0);
-        five &= memcmp(y + t0 * rows, y5, (size_t) (5 * rows)
-                                          * sizeof(float)) == 0;
-    }
-    for (int64_t r0 = 0; r0 < rows; r0 += 5) {
-        int64_t r1 = r0 + 5 < rows ? r0 + 5 : rows;
-
-        nalar_cpu_matmul(&M, x, n_tok, (int) cols, y1, (int) rows, r0, r1,
-                         0);
-    }
-    split = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
-    ok(alone && five && split, "%s i16: batch invariant: each token of %d "
-       "has the bits it has alone (%s) and in batches of 5 (%s); rows in "
-       "pieces of 5 (%s)", tn, n_tok, alone ? "yes" : "no",
-       five ? "yes" : "no", split ? "yes" : "no");
+    check_i16_invariant(&M, x, y, y1, y5, n_tok, rows, cols, tn);
 
     /* x's codes made once: the bits of x, whole and 5 tokens at a time */
     nalar_quant_xq(x, n_tok, (int) cols, cols, cb, &X);

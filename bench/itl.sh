@@ -1,0 +1,207 @@
+#!/bin/sh
+# The step budget against an ITL target, through nginx (Debian's
+# /usr/sbin/nginx with the module, one worker, nalar_threads 2, 127.0.0.1):
+# three servers at once on the same model --
+#     fixed 512   nalar_max_batch_tokens 512
+#     fixed 128   nalar_max_batch_tokens 128
+#     auto        nalar_max_batch_tokens auto; nalar_itl_target 100ms
+# -- loaded in turn (the order rotating each round, so that a slow spell of
+# the busy machine falls on all alike), ROUNDS rounds of two workloads:
+#     plain    16 streams, 48 requests of 64 tokens, 128-token prompts,
+#              each distinct (a new seed each run: no prefix-cache hits)
+#     shared   the same with a shared 512-token prefix (about 400 words)
+#              before 16 distinct tokens (the prefix cache holds it)
+# Each run: ITL p50/p99, TTFT p50, tokens/s (build/bench/nginx_load http
+# -r 48 --logprobs: each token's gap counted exactly).
+#
+# The model: a random-weight Llama of about 108M parameters in F16 (dim
+# 576, 30 layers, 9 heads, 3 KV heads, ffn 1536: SmolLM-135M's shape with
+# the demo's 2,048-token vocabulary), made once with `nalar mkmodel` into
+# build/bench/.  Writes bench/results/itl.jsonl (raw), bench/results/itl.md
+# (medians and same-run ratios to fixed 512) and bench/itl.png (the ITL
+# distribution, plain workload, every round).
+#
+#   sh bench/itl.sh                  # ROUNDS=3 PORT=18490
+#   CONFS="fixed512 auto1000" WORKLOADS=plain OUT=bench/results/itl-1s.jsonl \
+#       PNG=bench/itl-1s.png sh bench/itl.sh   # other budgets (auto1000: 1 s)
+#   PLOT_ONLY=1 sh bench/itl.sh      # the plot again from the last run
+set -eu
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+ROUNDS=${ROUNDS:-3}
+PORT=${PORT:-18490}
+THREADS=${THREADS:-2}
+NGINX=${NALAR_NGINX:-/usr/sbin/nginx}
+MODEL=$ROOT/build/bench/itl-108m-f16.gguf
+LOAD=$ROOT/build/bench/nginx_load
+P=$ROOT/build/bench-itl
+OUT=${OUT:-bench/results/itl.jsonl}
+CONFS=${CONFS:-fixed512 fixed128 auto100}
+WORKLOADS=${WORKLOADS:-plain shared}
+
+log() { echo "itl.sh: $*" >&2; }
+
+# the ITL distribution (plain workload, every round) of each budget
+plot() {
+    command -v gnuplot >/dev/null || { log "gnuplot missing: no plot"; return 0; }
+    curves=
+    for c in $CONFS; do
+        cat "$P"/itl-plain-$c-*.txt | sort -n \
+            | awk '{ v[NR] = $1 } END { for (i = 1; i <= NR; i++) print v[i], i / NR }' \
+            > "$P/cdf-$c.dat"
+        curves="$curves${curves:+, }\"$P/cdf-$c.dat\" using 1:2 with lines lw 2 title \"$(name_of $c)\""
+    done
+    gnuplot <<EOF
+set terminal pngcairo size 900,560 font ",11"
+set output "${PNG:-bench/itl.png}"
+set title "Inter-token latency, 16 streams, 48 x 64 tokens, 128-token prompts\n(CPU, 2 threads, machine shared with other work)"
+set xlabel "inter-token gap (ms, log scale)"
+set ylabel "share of gaps <= x"
+set logscale x
+set key bottom right
+set grid
+set yrange [0:1.0]
+plot $curves
+EOF
+    log "wrote ${PNG:-bench/itl.png}"
+}
+
+name_of() {
+    case $1 in fixed512) echo "fixed 512" ;; fixed128) echo "fixed 128" ;;
+    auto100) echo "auto, target 100 ms" ;; auto1000) echo "auto, target 1 s" ;;
+    esac
+}
+
+if [ "${PLOT_ONLY:-}" = 1 ]; then
+    plot
+    exit 0
+fi
+
+make -s build/nalar module >/dev/null
+make -s -f bench/bench.mk build/bench/nginx_load >/dev/null
+[ -f "$MODEL" ] || ./build/nalar mkmodel --dim 576 --layers 30 --heads 9 \
+    --kv-heads 3 --ffn 1536 --ctx 2048 --type f16 \
+    --vocab-from models/nalar-kjv-target-f32.gguf -o "$MODEL" >/dev/null
+
+rm -rf "$P"
+mkdir -p "$P" bench/results
+cp build/module/ngx_nalar_module.so "$P/ngx_nalar_module.so"
+
+budget() {
+    case $1 in
+    fixed512) echo "nalar_max_batch_tokens 512;" ;;
+    fixed128) echo "nalar_max_batch_tokens 128;" ;;
+    auto100)  echo "nalar_max_batch_tokens auto; nalar_itl_target 100ms;" ;;
+    auto1000) echo "nalar_max_batch_tokens auto; nalar_itl_target 1s;" ;;
+    esac
+}
+
+port_of() {
+    case $1 in fixed512) echo "$PORT" ;; fixed128) echo $((PORT + 1)) ;;
+    auto100) echo $((PORT + 2)) ;; auto1000) echo $((PORT + 3)) ;; esac
+}
+
+MASTERS=
+stop_all() {
+    for m in $MASTERS; do kill -QUIT "$m" 2>/dev/null || true; done
+    for m in $MASTERS; do
+        i=0
+        while kill -0 "$m" 2>/dev/null && [ $i -lt 100 ]; do
+            sleep 0.1; i=$((i + 1))
+        done
+        kill -KILL "$m" 2>/dev/null || true
+    done
+    MASTERS=
+}
+trap stop_all EXIT
+trap 'exit 1' INT TERM HUP
+
+for c in $CONFS; do
+    d=$P/$c
+    mkdir -p "$d/logs"
+    cat > "$d/nginx.conf" <<EOF
+load_module $P/ngx_nalar_module.so;
+worker_processes 1;
+error_log $d/logs/error.log notice;
+pid $d/nginx.pid;
+$([ "$(id -u)" = 0 ] && echo "user root;")
+events { worker_connections 1024; }
+http {
+    nalar_model             m $MODEL;
+    nalar_threads           $THREADS;
+    nalar_kv_cache          768m;
+    $(budget $c)
+    access_log              off;
+    client_body_temp_path   $d/client_body_temp;
+    server {
+        listen 127.0.0.1:$(port_of $c);
+        location /v1/ { nalar_api; }
+        location = /metrics { nalar_metrics; }
+    }
+}
+EOF
+    "$NGINX" -t -q -p "$d/" -c "$d/nginx.conf"
+    "$NGINX" -p "$d/" -c "$d/nginx.conf"
+    i=0
+    while [ ! -s "$d/nginx.pid" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    MASTERS="$MASTERS $(cat "$d/nginx.pid")"
+done
+for c in $CONFS; do
+    i=0
+    until curl -sf --max-time 2 "http://127.0.0.1:$(port_of $c)/v1/health" >/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 300 ] || { log "$c did not become ready"; tail "$P/$c/logs/error.log" >&2; exit 1; }
+        sleep 0.2
+    done
+done
+log "servers ready: $CONFS"
+
+: > "$OUT"
+echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"threads\": $THREADS, \"date\": \"$(date -u +%FT%TZ)\"}" >> "$OUT"
+
+# the shared prefix once into each server's cache (and the weights warm)
+for c in $CONFS; do
+    "$LOAD" http --port "$(port_of $c)" -c 4 -r 4 -n 4 -p 528 --shared 512 \
+        --vocab 2048 -d 600 --seed 999 >/dev/null
+done
+
+seed=0
+for round in $(seq 1 "$ROUNDS"); do
+    # rotate the order: round 1 512,128,auto; round 2 128,auto,512; ...
+    set -- $CONFS
+    k=$(( (round - 1) % $# ))
+    while [ $k -gt 0 ]; do x=$1; shift; set -- "$@" "$x"; k=$((k - 1)); done
+    for w in $WORKLOADS; do
+        for c in "$@"; do
+            seed=$((seed + 1))
+            case $w in
+            plain)  wl="-p 128" ;;
+            shared) wl="-p 528 --shared 512" ;;
+            esac
+            load1=$(cut -d' ' -f1 /proc/loadavg)
+            r=$(timeout 600 "$LOAD" http --port "$(port_of $c)" -c 16 -r 48 \
+                -n 64 $wl --vocab 2048 --logprobs -d 900 --seed $seed \
+                --itl-out "$P/itl-$w-$c-$round.txt")
+            echo "{\"round\": $round, \"workload\": \"$w\", \"conf\": \"$c\", \"load1\": $load1, \"run\": $r}" >> "$OUT"
+            log "round $round $w $c: $(echo "$r" | python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.1f tok/s, itl p50 %.1f p99 %.1f ms, ttft p50 %.0f ms" % (j["tokens_per_s"], j["itl_ms"]["p50"], j["itl_ms"]["p99"], j["ttft_ms"]["p50"]))')"
+        done
+    done
+done
+
+for c in $CONFS; do
+    if grep -q "exited on signal\|\[alert\]\|\[emerg\]" "$P/$c/logs/error.log"; then
+        log "$c: nginx reported trouble"
+        grep "exited on signal\|\[alert\]\|\[emerg\]" "$P/$c/logs/error.log" | head >&2
+        exit 1
+    fi
+    curl -s "http://127.0.0.1:$(port_of $c)/metrics" \
+        | grep -E '^nalar_(steps_over_target_total|step_duration_seconds_count|step_prefill_budget_tokens)' \
+        | sed "s/^/$c: /" >> "$P/metrics.txt"
+done
+stop_all
+
+MD=${OUT%.jsonl}.md
+python3 bench/itl_summary.py "$OUT" "$P" > "$MD"
+cat "$P/metrics.txt" >> "$MD"
+cat "$MD"
+plot

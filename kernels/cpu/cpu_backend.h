@@ -1,0 +1,34 @@
+/*
+ * The CPU backend's entry points: the dispatcher (src/backend.c) creates
+ * it by name "cpu"; tests and the CLI's CPU-only benchmarks call these
+ * directly.  Everything else goes through the interface in backend.h.
+ */
+#ifndef NALAR_CPU_BACKEND_H
+#define NALAR_CPU_BACKEND_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+/* n_threads <= 0: one worker per core */
+nalar_backend *nalar_cpu_backend_create(nalar_model *m, int n_threads,
+                                        nalar_err *err);
+
+/* A draft's backend on `other`'s worker pool (both "cpu"): the two never
+ * run at once; its weights are held narrowed (nalar_cpu_mat_init). */
+nalar_backend *nalar_cpu_backend_create_sharing(nalar_model *m,
+                                                nalar_backend *other,
+                                                nalar_err *err);
+
+/* A CPU backend's activations for its quantized weights from now on:
+ * mode NALAR_ACT_F32, NALAR_ACT_I16 or NALAR_ACT_Q8; set while it runs
+ * no pass. */
+void nalar_cpu_backend_act_i16(nalar_backend *b, int mode);
+
+/* For tests: the passes a CPU backend has run on the calling thread alone
+ * (choose_way in cpu_backend.c), and a stall of `us` microseconds for its
+ * workers before each pooled pass (nalar_pool_test_stall). */
+uint64_t nalar_cpu_backend_test_solo_passes(nalar_backend *b);
+void nalar_cpu_backend_test_stall(nalar_backend *b, int us);
+
+#endif
