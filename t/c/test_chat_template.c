@@ -14,6 +14,7 @@
 #include "chat_template.h"
 #include "collect.h"
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "model.h"
 #include "tap.h"
@@ -143,11 +144,11 @@ test_deferred_prompt(nalar_engine *e)
                "requests", NCH);
         for (int i = 0; i < NCH; i++) {
             good &= c[i].n == 6
-                    && c[i].last.n_prompt == c[NCH].last.n_prompt - !bos;
+                    && c[i].last.usage.n_prompt == c[NCH].last.usage.n_prompt - !bos;
             good &= !bos || same(c[i].ids, c[NCH].ids, 6);
         }
         ok(good, "deferred prompt (add_bos %d): %d answers, prompts of %d "
-           "tokens", bos, NCH, c[0].last.n_prompt);
+           "tokens", bos, NCH, c[0].last.usage.n_prompt);
         for (int i = 0; i <= NCH; i++) {
             nalar_request_unref(rs[i]);
         }
@@ -173,9 +174,9 @@ test_deferred_prompt(nalar_engine *e)
     good = d.renders == 1;
     for (int i = 0; i < NCH; i++) {
         good &= c[i].finish == NALAR_FINISH_ERROR
-                && c[i].last.err_status == 400
-                && strcmp(c[i].last.err_param, "messages") == 0
-                && strstr(c[i].last.error, "the template says no") != NULL
+                && c[i].last.error.status == 400
+                && strcmp(c[i].last.error.param, "messages") == 0
+                && strstr(c[i].last.error.message, "the template says no") != NULL
                 && c[i].n == 0;
         nalar_request_unref(rs[i]);
     }
@@ -359,9 +360,9 @@ test_real(nalar_engine *e, const char *tmpl_path)
     r = nalar_request_create(&p, collect, &c, &nerr);
     nalar_prompt_unref(pr);
     nalar_engine_run_sync(e, &r, 1, &nerr);
-    ok(k > 0 && c.last.n_prompt == k && c.finish == NALAR_FINISH_LENGTH,
+    ok(k > 0 && c.last.usage.n_prompt == k && c.finish == NALAR_FINISH_LENGTH,
        "the engine's prompt is the render's %d tokens, no BOS added "
-       "(got %d)", k, c.last.n_prompt);
+       "(got %d)", k, c.last.usage.n_prompt);
     nalar_request_unref(r);
     free(ids);
     nalar_chat_template_free(t);
