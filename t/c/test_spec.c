@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "engine_test.h"
 #include "kv.h"
 #include "mkmodel.h"
 #include "model.h"
