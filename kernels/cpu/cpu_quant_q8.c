@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cpu_backend.h"
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
 
