@@ -14,6 +14,7 @@
 #   ACTS    nalar's --cpu-activations modes for quantized types [f32 i16 q8]
 #   THREADS [2]   P  prefill tokens [128]   N  decode tokens [32]
 #   REPS    llama-bench repetitions [3]
+#   SUMMARY 1: no runs, only the table from MODEL_DIR/peer-raw.txt [0]
 #   B16     1: also 16 sequences' aggregate decode against
 #           llama-batched-bench (-npp 16 -ntg N -npl 16) [1]
 # What each side measures:
@@ -41,6 +42,8 @@ THREADS=${THREADS:-2}
 P=${P:-128}
 N=${N:-32}
 B16=${B16:-1}
+RAW="$DIR/peer-raw.txt"
+if [ "${SUMMARY:-0}" != 1 ]; then
 [ -x "$LB/bin/llama-bench" ] || { echo "no $LB/bin/llama-bench" >&2; exit 2; }
 [ "$B16" = 1 ] && [ ! -x "$LB/bin/llama-batched-bench" ] && B16=0
 make -j2 NALAR_CUDA=0 build/nalar >/dev/null
@@ -51,7 +54,6 @@ for t in $TYPES; do
         --ffn 8192 --vocab 32000 --ctx 1024 --type $t \
         -o "$DIR/L1B-$t.gguf" >/dev/null
 done
-RAW="$DIR/peer-raw.txt"
 : > "$RAW"
 # the instruction sets: the flags llama.cpp's CPU backend was built with
 # (GGML_NATIVE: this CPU's), and this CPU's vector extensions
@@ -86,6 +88,7 @@ while [ "$r" -le "$ROUNDS" ]; do
     done
     r=$((r + 1))
 done
+fi
 python3 - "$RAW" "$(uptime)" "$P" "$N" "$THREADS" <<'EOF' | tee bench/results/quant-peer.md
 import json, re, statistics, sys
 raw, up, P, N, T = sys.argv[1:6]
@@ -124,7 +127,7 @@ for line in open(raw):
     if m: d['bw'], d['bytes'] = float(m.group(1)) * 1e9, int(m.group(2))
     m = re.search(r'decode batch 16: ([\d.]+) tokens/s', rest)
     if m: d['b16'] = float(m.group(1))
-    m = re.search(r'isa: (.*)', rest)
+    m = re.search(r'isa: ([^;]*)', rest)
     if m: nisa.add(m.group(1).strip())
 med = statistics.median
 rounds = sorted({k[0] for k in runs})
@@ -159,9 +162,10 @@ print('| type | who | decode tok/s | ratio | share of read limit '
       '| prefill tok/s | ratio | 16 seqs tok/s | ratio |')
 print('|---|---|---:|---:|---:|---:|---:|---:|---:|')
 for t in types:
-    print('| %s | llama.cpp | %s | 1 | %s | %s | 1 | %s | 1 |' % (
+    print('| %s | llama.cpp | %s | 1 | %s | %s | 1 | %s | %s |' % (
         t, m1(t, 'llama', 'decode'), share(t, 'llama'),
-        m1(t, 'llama', 'prefill'), m1(t, 'llama', 'b16')))
+        m1(t, 'llama', 'prefill'), m1(t, 'llama', 'b16'),
+        '1' if vals(t, 'llama', 'b16') else '-'))
     for who in whos:
         if not vals(t, who, 'decode'):
             continue
