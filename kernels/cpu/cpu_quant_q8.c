@@ -37,6 +37,7 @@
  * so vpsignb cannot overflow, and vpmaddubsw's pairs stay below 2^15.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,17 +156,19 @@ typedef struct {
 } x8_tok;
 
 typedef float q8_row_fn(const uint8_t *row, int il, int64_t nb,
-                        const x8_tok *x);
+                        const x8_tok *x, ptrdiff_t pf);
 
 /* up to Q8_TILE tokens of one row: out[k] is q8_row_fn's value for x[k],
- * bit for bit (each block's codes decoded once for all the tokens) */
+ * bit for bit (each block's codes decoded once for all the tokens).  pf:
+ * the bytes from the row to the one whose blocks the SIMD kernels
+ * prefetch as they go (the row sixteen on), or 0 */
 #define Q8_TILE 8
 
 /* tokens whose codes nalar_quant_matmul_q8 makes at once (its scratch:
  * nalar_quant_x8_bytes(Q8_CHUNK, cols)) */
 #define Q8_CHUNK 32
 typedef void q8_tile_fn(const uint8_t *row, int il, int64_t nb,
-                        const x8_tok *x, int nt, float *out);
+                        const x8_tok *x, int nt, float *out, ptrdiff_t pf);
 
 /* block b of a row at row (qblock_at's offsets) */
 static inline const uint8_t *
@@ -364,8 +367,10 @@ row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
 
 #define SCALAR_ROW(N, QK, BYTES, SUB, MIN)                                  \
 static float                                                                \
-row_scalar_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x)     \
+row_scalar_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,     \
+               ptrdiff_t pf)                                                \
 {                                                                           \
+    (void) pf;                                                              \
     return row_scalar(GGML_##N, row, il, nb, x);                            \
 }
 
@@ -536,6 +541,20 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
 }
 
 
+/* the block at p + pf (the same block of the row sixteen on), fetched
+ * ahead: a row's blocks are one short stream the hardware does not
+ * follow far enough */
+static INL T_AVX2 void
+q8_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
+{
+    if (pf != 0) {
+        for (int64_t k = 0; k < bytes; k += 64) {
+            _mm_prefetch((const char *) p + pf + k, _MM_HINT_T0);
+        }
+    }
+}
+
+
 /* The row functions, written once for both instruction sets: DOT_S (the
  * signed codes' lanes), DOT_U (unsigned codes' lanes, scaled by int16
  * scales and added to an accumulator) differ. */
@@ -554,6 +573,7 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
         __m256i        L = _mm256_setzero_si256();                          \
         float          s;                                                   \
                                                                             \
+        q8_prefetch(p, pf, qi.bytes);                                       \
         if (T == GGML_Q8_0 || T == GGML_Q4_0) {                             \
             __m256i w = w32_signed(T, p);                                   \
             __m256i xv = _mm256_loadu_si256((const __m256i *) xq);          \
@@ -627,6 +647,7 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
     for (int64_t b = 0; b < nb;                                             \
          p = blk_next(p, il, qi.qk, qi.bytes, b), b++)                      \
     {                                                                       \
+        q8_prefetch(p, pf, qi.bytes);                                       \
         if (T == GGML_Q8_0 || T == GGML_Q4_0) {                             \
             __m256i w = w32_signed(T, p), u = _mm256_abs_epi8(w);           \
             float   dw = f16_at(p);                                         \
@@ -685,24 +706,26 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
 
 #define SIMD_ROWS(N, QK, BYTES, SUB, MIN)                                   \
 static T_AVX2 float                                                         \
-row_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x)       \
+row_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,       \
+             ptrdiff_t pf)                                                  \
 {                                                                           \
     ROW_BODY(GGML_##N, DOT_S_AVX2, DOT_U_AVX2)                              \
 }                                                                           \
 static T_VNNI float                                                         \
-row_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x)       \
+row_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,       \
+             ptrdiff_t pf)                                                  \
 {                                                                           \
     ROW_BODY(GGML_##N, DOT_S_VNNI, DOT_U_VNNI)                              \
 }                                                                           \
 static T_AVX2 void                                                          \
 tile_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,      \
-              int nt, float *out)                                           \
+              int nt, float *out, ptrdiff_t pf)                             \
 {                                                                           \
     TILE_BODY(GGML_##N, DOT_S_AVX2, DOT_U_AVX2)                             \
 }                                                                           \
 static T_VNNI void                                                          \
 tile_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,      \
-              int nt, float *out)                                           \
+              int nt, float *out, ptrdiff_t pf)                             \
 {                                                                           \
     TILE_BODY(GGML_##N, DOT_S_VNNI, DOT_U_VNNI)                             \
 }
@@ -861,6 +884,10 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
      * output is the row kernel's, whatever the tiling */
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes, r);
+        ptrdiff_t      pf = r + 16 < r1
+                            ? qrow_at(w, wstride, il, qi.qk, qi.bytes, r + 16)
+                              - row
+                            : 0;
 
         for (int t0 = 0; t0 < n_tok; t0 += Q8_TILE) {
             int    nt = n_tok - t0 < Q8_TILE ? n_tok - t0 : Q8_TILE;
@@ -881,10 +908,10 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                 }
             }
             if (tf != NULL && nt > 1) {
-                tf(row, il, cols / qi.qk, xt, nt, s);
+                tf(row, il, cols / qi.qk, xt, nt, s, pf);
             } else {
                 for (int j = 0; j < nt; j++) {
-                    s[j] = f(row, il, cols / qi.qk, &xt[j]);
+                    s[j] = f(row, il, cols / qi.qk, &xt[j], pf);
                 }
             }
             for (int j = 0; j < nt; j++) {
