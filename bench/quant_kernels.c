@@ -1,12 +1,14 @@
 /*
  * The CPU's matrix products alone, one token and one thread, for each
- * weight type and both activations' modes: a matrix held in cache (128
- * rows by 2048, called again and again) and one streamed from memory
- * (ROWS by 2048, read once a call), through nalar_cpu_matmul over the
- * backend's own copy (nalar_cpu_mat_init), as a forward pass calls it.
- * Also a prefill's product: PREFILL tokens against the PF_ROWS rows
- * held in cache.  Prints billions of weights (for the prefill, of weight
- * x token products) a second and the bytes read, medians of 5 calls.  bench/quant.sh builds and runs it.
+ * weight type and every activations' mode (f32, i16, and q8 with its
+ * 8-bit codes made in each call, as for the output projections): a
+ * matrix held in cache (128 rows by 2048, called again and again) and
+ * one streamed from memory (ROWS by 2048, read once a call), through
+ * nalar_cpu_matmul over the backend's own copy (nalar_cpu_mat_init), as
+ * a forward pass calls it.  Also a prefill's product: PREFILL tokens
+ * against the PF_ROWS rows held in cache.  Prints billions of weights
+ * (for the prefill, of weight x token products) a second and the bytes
+ * read, medians of 5 calls.  bench/quant.sh builds and runs it.
  *   quant_kernels [ROWS]
  */
 #include <stdio.h>
@@ -144,7 +146,7 @@ main(int argc, char **argv)
             fprintf(stderr, "quant_kernels: %s\n", err.msg);
             return 1;
         }
-        for (int i16 = 0; i16 <= nalar_quant_type(t); i16++) {
+        for (int i16 = 0; i16 <= 2 * nalar_quant_type(t); i16++) {
             double hot, cold, pf;
 
             M.act_i16 = i16;
@@ -153,7 +155,8 @@ main(int argc, char **argv)
             cold = median_call(&M, x, 1, y, rows, 1);
             pf = median_call(&M, x, PREFILL, y, PF_ROWS, 2);
             printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n",
-                   ggml_type_name(t), i16 ? "i16" : "f32",
+                   ggml_type_name(t), i16 == 2 ? "q8" : i16 ? "i16"
+                                                       : "f32",
                    (double) HOT * COLS / hot / 1e9,
                    (double) rows * COLS / cold / 1e9,
                    (double) rows * rb / cold / 1e9,

@@ -1281,6 +1281,11 @@ cmd_bench(int argc, char **argv)
     if (bench_cpu(&c, &r, threads) != 0) {
         return 1;
     }
+    if (!json) {
+        printf("isa: %s; activations %s\n", nalar_cpu_isa(),
+               act_i16 == NALAR_ACT_Q8 ? "q8"
+               : act_i16 == NALAR_ACT_I16 ? "i16" : "f32");
+    }
     bench_report(&r, model, threads, p, n, json);
     bench_close(&c);
     return 0;

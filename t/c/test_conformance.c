@@ -28,6 +28,9 @@
  * K-quants, integer dot products), held to the kit's tolerance for its
  * type and to Q8_LLAMA times llama.cpp's own error on the file (which
  * rounds activations the same way, in other orders).
+ * With 8-bit activations the logits of a sequence are also the same bits
+ * on every instruction set path (VNNI, AVX2, scalar) and with one
+ * thread or two.
  * A missing or unreadable fixture is a failure.
  */
 #include <math.h>
@@ -45,6 +48,7 @@
 #include "kv.h"
 #include "model.h"
 #include "collect.h"
+#include "cpu_quant.h"
 #include "tap.h"
 #include "tokenizer.h"
 
@@ -611,6 +615,82 @@ check_refusal_and_identity(void)
 }
 
 
+/* 8-bit activations: the logits of a whole sequence are the same bits on
+ * every instruction set path this CPU has (forced narrower, as
+ * NALAR_CPU_ISA does) and with one thread or two */
+static void
+check_q8_bits(const char *base)
+{
+    char           path[256];
+    nalar_model   *m;
+    nalar_err      err;
+    json_t        *ref;
+    int32_t        ids[N_POS], V;
+    float         *ref_l = NULL, *l = NULL;
+    int            bad = 0, runs = 0;
+
+    snprintf(path, sizeof(path), DIR "%s.ref.json", base);
+    ref = json_load_file(path, 0, NULL);
+    snprintf(path, sizeof(path), DIR "%s.gguf", base);
+    m = ref != NULL ? nalar_model_load(path, &err) : NULL;
+    V = m != NULL ? m->cfg.n_vocab : 0;
+    if (m == NULL || ids_of(json_object_get(json_array_get(
+                                json_object_get(ref, "sequences"), 1), "ids"),
+                            N_POS, ids, V) != 0)
+    {
+        ok(0, "%s q8: loaded, with its sequence", base);
+        goto out;
+    }
+    ref_l = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
+    l = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
+    for (int threads = 2; threads >= 1 && ref_l != NULL && l != NULL;
+         threads--)
+    {
+        for (int isa = nalar_quant_q8_isa_max(); isa >= NALAR_ISA_SCALAR;
+             isa--)
+        {
+            nalar_backend *be = nalar_cpu_backend_create(m, threads, &err);
+            nalar_kv_pool  kv;
+
+            memset(&kv, 0, sizeof(kv));
+            nalar_quant_q8_force(isa);
+            if (be == NULL
+                || nalar_kv_pool_init(&kv, 8, m->cfg.n_layers,
+                                      m->cfg.n_kv_heads * m->cfg.head_dim,
+                                      &err) != 0
+                || be->kv_alloc(be, &kv, &err) != 0)
+            {
+                bad++;
+            } else {
+                nalar_cpu_backend_act_i16(be, NALAR_ACT_Q8);
+                if (forward_seq(be, &kv, ids, runs ? l : ref_l) != 0) {
+                    bad++;
+                } else if (runs > 0) {
+                    bad += memcmp(l, ref_l, (size_t) N_POS * V
+                                            * sizeof(float)) != 0;
+                }
+                runs++;
+                be->kv_free(be, &kv);
+            }
+            nalar_kv_pool_free(&kv);
+            if (be != NULL) {
+                be->destroy(be);
+            }
+        }
+    }
+    nalar_quant_q8_force(-1);
+    ok(bad == 0 && runs == 2 * (nalar_quant_q8_isa_max() + 1),
+       "%s q8: the same logits' bits on each of %d instruction set paths, "
+       "with 2 threads and 1 (%d runs)", base, nalar_quant_q8_isa_max() + 1,
+       runs);
+out:
+    free(ref_l);
+    free(l);
+    nalar_model_destroy(m);
+    json_decref(ref);
+}
+
+
 int
 main(void)
 {
@@ -630,5 +710,7 @@ main(void)
             check_file(files[i], NALAR_ACT_Q8);
         }
     }
+    check_q8_bits("llama3-Q4_K_M");
+    check_q8_bits("llama3-Q8_0");
     return done_testing();
 }

@@ -8,9 +8,10 @@
  *     largest f16, the smallest, negative, zero);
  *   - the products agree with a double-precision dot product of the
  *     dequantized rows with x's dequantized codes;
- *   - batch invariance: the same bits for a token alone, in a batch, in
- *     any split of the rows, from codes made once or per call, and from
- *     the rows interleaved.
+ *   - batch invariance: the same bits for a token alone, in a batch (the
+ *     SIMD paths' tiles of 8 tokens, a partial tile, codes made 32
+ *     tokens at a time), in any split of the rows, from codes made once
+ *     or per call, and from the rows interleaved.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -310,6 +311,8 @@ main(void)
         check_kernel(types[i], 13, 512, 3, 0);
         check_kernel(types[i], 13, 512, 3, 1);
         check_kernel(types[i], 9, 2048, 2, 1);
+        /* tiles of 8 tokens and a partial one, in chunks of 32 codes */
+        check_kernel(types[i], 7, 512, 37, 1);
     }
     return done_testing();
 }
