@@ -5,7 +5,7 @@
 CC     ?= cc
 CFLAGS  = -std=c11 -D_GNU_SOURCE -g -O2 -pthread -Isrc -Ikernels/cpu \
           -Ikernels/cuda -Wall -Wextra -Werror -Wno-unused-parameter
-LDLIBS  = -lcrypto -ljansson -lm -pthread
+LDLIBS  = -lcrypto -ljansson -lutf8proc -lm -pthread
 
 build/bench/nginx_load: bench/nginx_load.c build/libnalar.a $(wildcard src/*.h)
 	@mkdir -p build/bench
