@@ -17,6 +17,7 @@
 #include "engine_test.h"
 #include "kv.h"
 #include "collect.h"
+#include "engine_helpers.h"
 #include "tap.h"
 
 #define MODEL "models/nalar-kjv-target-f32.gguf"
@@ -164,24 +165,6 @@ engine_budget(int32_t chunk, double target, int spec)
         return NULL;
     }
     return e;
-}
-
-
-static nalar_request *
-greedy_req(const int32_t *prompt, int n_prompt, int n, collected *c)
-{
-    nalar_request_params p;
-    nalar_err            err;
-
-    memset(&p, 0, sizeof(p));
-    nalar_sampling_default(&p.sampling);
-    p.sampling.temperature = 0;
-    p.prompt = prompt;
-    p.n_prompt = n_prompt;
-    p.max_tokens = n;
-    p.ignore_eos = 1;
-    memset(c, 0, sizeof(*c));
-    return nalar_request_create(&p, collect, c, &err);
 }
 
 
@@ -396,13 +379,6 @@ typedef struct {
     int         fake;        /* fake clock: 10 ms + 2 ms per token */
     int         spec;
 } budget_cfg;
-
-
-static int
-same(const int32_t *a, const int32_t *b, int n)
-{
-    return memcmp(a, b, (size_t) n * sizeof(int32_t)) == 0;
-}
 
 
 static void
