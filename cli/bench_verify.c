@@ -174,7 +174,7 @@ nalar_cmd_verify_bench(int argc, char **argv)
     }
     /* the sequence's first pos positions, in chunks of MAX_T */
     for (int p0 = 0; p0 < pos; p0 += MAX_T) {
-        nalar_batch b = { 0, tok, p, seq, want, 1 };
+        nalar_batch b = { 0, tok, p, seq, want, 1, NULL };
 
         b.n_tokens = pos - p0 < MAX_T ? pos - p0 : MAX_T;
         for (int i = 0; i < b.n_tokens; i++) {
@@ -205,7 +205,7 @@ nalar_cmd_verify_bench(int argc, char **argv)
     }
     for (size_t ti = 0; ti < sizeof(ts) / sizeof(ts[0]); ti++) {
         int         T = ts[ti];
-        nalar_batch b = { T, tok, p, seq, want, T };
+        nalar_batch b = { T, tok, p, seq, want, T, NULL };
         double      best = 1e30;
 
         for (int i = 0; i < T; i++) {

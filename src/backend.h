@@ -17,6 +17,7 @@
 #include "nalar_err.h"
 
 typedef struct nalar_backend nalar_backend;
+struct nalar_lora;
 
 /*
  * Memory that threads fill by rows (activations, logits, the KV pool)
@@ -83,6 +84,13 @@ struct nalar_backend {
     int  (*forward_argmax)(nalar_backend *be, nalar_kv_pool *pool,
                            const nalar_batch *batch, int32_t *ids,
                            float *scratch, nalar_err *err);
+    /* Optional (NULL: the backend serves no adapters): make adapter `a`
+     * (lora.h, an adapter of be->model, which outlives the backend) the
+     * one batches name by `id` (1, 2, ... in order) in batch->adapter.
+     * forward and forward_argmax then add each token's adapter product to
+     * the matrices it adapts. */
+    int  (*lora_attach)(nalar_backend *be, int32_t id,
+                        const struct nalar_lora *a, nalar_err *err);
     void (*destroy)(nalar_backend *be);
     /* device backends: free device memory in bytes now (for sizing the KV
      * pool after the weights are in place); NULL on the CPU */

@@ -45,6 +45,13 @@ typedef struct nalar_model   nalar_model;
 typedef struct nalar_prompt  nalar_prompt;
 typedef struct nalar_params  nalar_params;
 
+/* One adapter an engine serves: its name, file and scale (> 0; 0: 1). */
+typedef struct nalar_engine_lora {
+    const char *name;
+    const char *path;
+    double      scale;
+} nalar_engine_lora;
+
 typedef struct {
     const char *model_path;
     const char *model_name;      /* public name; NULL = from the file */
@@ -91,6 +98,10 @@ typedef struct {
     int         spec_max_k;      /* most proposals per step; <=0: 4 */
     int         spec_fixed_k;    /* >0: always propose this many (bench);
                                     0: choose k by the cost model */
+    /* LoRA adapters of the model (lora.h), loaded with it and checked
+     * against it; a request names one by its index + 1 (adapter) */
+    const struct nalar_engine_lora *loras;
+    int32_t     n_loras;
 } nalar_engine_opts;
 
 typedef enum {
@@ -171,6 +182,11 @@ typedef struct {
      * from it, not from these fields; the request holds a reference
      * instead of copying them */
     nalar_params  *params_shared;
+    /* LoRA: 0 the base model alone; i > 0 the engine's adapter
+     * opts.loras[i - 1] (its digest then keys the prefix cache); any
+     * other value is refused at intake (a failure of the caller, not of
+     * the prompt) */
+    int32_t        adapter;
 } nalar_request_params;
 
 typedef void (*nalar_notify_fn)(nalar_request *req, void *ctx);
@@ -307,6 +323,17 @@ int  nalar_engine_state(nalar_engine *e, nalar_err *err);
 /* valid once ready */
 nalar_model *nalar_engine_model(nalar_engine *e);
 void nalar_engine_metrics(nalar_engine *e, nalar_metrics *m);
+
+/* Counters of one adapter (1 .. n_loras) or of the base alone (0). */
+typedef struct {
+    uint64_t requests_total;          /* requests accepted at intake */
+    uint64_t prompt_tokens_total;
+    uint64_t generation_tokens_total;
+} nalar_lora_metrics;
+
+/* 0, or -1 when i is not an adapter of the engine (any thread). */
+int nalar_engine_lora_metrics(nalar_engine *e, int32_t i,
+                              nalar_lora_metrics *out);
 
 /*
  * A prompt's text, copied once for the requests that share it (the n

@@ -40,7 +40,7 @@ budget_seed(nalar_engine *e)
     int32_t       tok[SEED_MAX], pos[SEED_MAX];
     int8_t        want[SEED_MAX];
     nalar_seq_kv  s, *seq[SEED_MAX];
-    nalar_batch   b = { 0, tok, pos, seq, want, 0 };
+    nalar_batch   b = { 0, tok, pos, seq, want, 0, NULL };
     double        best[N_SEED], t_end = nalar_now_s() + SEED_BUDGET, t0;
     int32_t       V = e->model->cfg.n_vocab;
     float        *logits = nalar_alloc_lines((size_t) V * sizeof(float));

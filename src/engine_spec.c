@@ -58,7 +58,7 @@ cost_seed(nalar_backend *be, nalar_kv_pool *kv, int32_t n_vocab,
     int32_t       tok[SEED_POS], pos[SEED_POS];
     int8_t        want[SEED_POS];
     nalar_seq_kv  s, *seq[SEED_POS];
-    nalar_batch   b = { 0, tok, pos, seq, want, 0 };
+    nalar_batch   b = { 0, tok, pos, seq, want, 0, NULL };
     double        best[N + 1], t_end = nalar_now_s() + SEED_BUDGET;
     float        *logits = nalar_alloc_lines((size_t) N * n_vocab
                                              * sizeof(float));

@@ -155,6 +155,9 @@ typedef struct {
     nalar_seq_kv **seq;         /* (n_tokens) */
     int8_t        *want_logits; /* (n_tokens) */
     int32_t        n_logits;    /* number of want_logits set */
+    /* LoRA: each token's adapter as the backend attached it
+     * (lora_attach), 0 for the base alone; NULL: every token 0 */
+    const int32_t *adapter;     /* (n_tokens) or NULL */
 } nalar_batch;
 
 #endif

@@ -52,7 +52,7 @@ test_plan(void)
     int32_t         tok[12], pos[12], buf[4096];
     nalar_seq_kv   *seq[12];
     int8_t          want[12];
-    nalar_batch     bt = { 0, tok, pos, seq, want, 0 };
+    nalar_batch     bt = { 0, tok, pos, seq, want, 0, NULL };
     int             rc;
 
     ok(nalar_kv_pool_init(&pool, 64, 2, 8, &err) == 0, "pool");
