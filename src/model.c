@@ -308,15 +308,17 @@ bind_vec(nalar_model *m, const float **out, const char *name, int64_t n,
 }
 
 
-/* rows [r0, r0 + n) of W, as a matrix of its own (a fused tensor's
- * part: every type's rows are whole blocks) */
-static void
-rows_of(nalar_mat *dst, const nalar_mat *W, int64_t r0, int64_t n)
+nalar_mat
+nalar_mat_rows(const nalar_mat *W, int64_t r0, int64_t n)
 {
-    *dst = *W;
-    dst->rows = n;
-    dst->data = (const uint8_t *) W->data
-                + (size_t) r0 * ggml_row_size(W->type, (uint64_t) W->cols);
+    nalar_mat dst = *W;
+
+    dst.rows = n;
+    dst.data = W->data == NULL
+               ? NULL
+               : (const uint8_t *) W->data
+                 + (size_t) r0 * ggml_row_size(W->type, (uint64_t) W->cols);
+    return dst;
 }
 
 
@@ -413,11 +415,11 @@ bind_weights(nalar_model *m, int widen, nalar_err *err)
             {
                 return -1;
             }
-            rows_of(&L->wq, &qkv, 0, q_dim);
-            rows_of(&L->wk, &qkv, q_dim, kv_dim);
-            rows_of(&L->wv, &qkv, q_dim + kv_dim, kv_dim);
-            rows_of(&L->w_gate, &gu, 0, c->ffn_dim);
-            rows_of(&L->w_up, &gu, c->ffn_dim, c->ffn_dim);
+            L->wq = nalar_mat_rows(&qkv, 0, q_dim);
+            L->wk = nalar_mat_rows(&qkv, q_dim, kv_dim);
+            L->wv = nalar_mat_rows(&qkv, q_dim + kv_dim, kv_dim);
+            L->w_gate = nalar_mat_rows(&gu, 0, c->ffn_dim);
+            L->w_up = nalar_mat_rows(&gu, c->ffn_dim, c->ffn_dim);
         } else if (bind_mat(m, &L->wq, NAME("attn_q.weight"), q_dim, c->dim,
                             0, err) != 0
                    || bind_mat(m, &L->wk, NAME("attn_k.weight"), kv_dim,
@@ -636,6 +638,13 @@ nalar_model *
 nalar_model_load(const char *path, nalar_err *err)
 {
     return model_open(path, 1, err);
+}
+
+
+nalar_model *
+nalar_model_open_meta(const char *path, nalar_err *err)
+{
+    return model_open(path, 0, err);
 }
 
 

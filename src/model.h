@@ -124,7 +124,15 @@ int32_t nalar_kv_elem_bytes(ggml_type kv_type);
 int64_t nalar_kv_block_bytes(const nalar_model *m, ggml_type kv_type);
 
 nalar_model *nalar_model_load(const char *path, nalar_err *err);
+/* The configuration and the matrices' shapes and types, as nginx -t
+ * checks them, without touching weight bytes (no identity, no widened
+ * norms: only for checks against the model, never for computing). */
+nalar_model *nalar_model_open_meta(const char *path, nalar_err *err);
 void nalar_model_destroy(nalar_model *m);
+
+/* Rows [r0, r0 + n) of W as a matrix of its own (a fused tensor's part:
+ * every type's rows are whole blocks). */
+nalar_mat nalar_mat_rows(const nalar_mat *W, int64_t r0, int64_t n);
 
 /* One human-readable description (for `nalar inspect`); malloc'd. */
 char *nalar_model_describe(const nalar_model *m);
