@@ -43,3 +43,10 @@ build/bench/template: bench/template.c build/libnalar_api.a build/libnalar.a \
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -Iapi -It/c bench/template.c build/libnalar_api.a \
 	    build/libnalar.a -o $@ $(LDLIBS)
+
+# Decode with LoRA adapters against base-only decode (bench/lora.sh)
+build/bench/lora: bench/lora.c build/libnalar.a $(wildcard src/*.h) \
+                  $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/lora.c build/libnalar.a -o $@ \
+	    $(LDLIBS)

@@ -444,6 +444,7 @@ cmd_eval(int argc, char **argv)
         b.seq = seq;
         b.want_logits = want;
         b.n_logits = c;
+        b.adapter = NULL;
         if (be->forward(be, &kv, &b, logits, &err) != 0) {
             fprintf(stderr, "nalar: %s\n", err.msg);
             goto done;

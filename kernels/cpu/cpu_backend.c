@@ -50,6 +50,7 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
         GROW(be->rope_sin, (int64_t) cap * (c->head_dim / 2));
         GROW(be->logit_rows, cap);
         GROW(be->tiles, cap);
+        GROW(be->lora_tok, cap);
         if (!ok) {
             return nalar_fail(err, "cpu backend: out of memory for %d "
                               "tokens", cap);
@@ -133,6 +134,11 @@ choose_way(cpu_backend *be, int32_t n_tokens, int *alt)
     if (nalar_pool_size(be->pool) == 1) {
         *alt = 0;
         return WAY_ROWS;
+    }
+    if (be->force_way >= 0) {
+        *alt = 0;
+        return be->force_way == WAY_TOKENS && n_tokens < 2 ? WAY_ROWS
+                                                           : be->force_way;
     }
     cand[nc++] = WAY_ROWS;
     if (n_tokens >= 2) {
@@ -219,6 +225,13 @@ nalar_cpu_backend_test_solo_passes(nalar_backend *b)
 
 
 void
+nalar_cpu_backend_test_way(nalar_backend *b, int way)
+{
+    ((cpu_backend *) b->impl)->force_way = way;
+}
+
+
+void
 nalar_cpu_backend_test_stall(nalar_backend *b, int us)
 {
     nalar_pool_test_stall(((cpu_backend *) b->impl)->pool, us);
@@ -249,7 +262,9 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
         }
         max_pos = batch->pos[t] > max_pos ? batch->pos[t] : max_pos;
     }
-    if (grow(be, batch->n_tokens, max_pos, err) != 0) {
+    if (grow(be, batch->n_tokens, max_pos, err) != 0
+        || nalar_cpu_lora_group(be, batch, err) != 0)
+    {
         return -1;
     }
     for (int32_t t = 0; t < batch->n_tokens; t++) {
@@ -445,6 +460,8 @@ cpu_destroy(nalar_backend *b)
         free(be->scores);
         free(be->logit_rows);
         free(be->tiles);
+        free(be->lora_tok);
+        nalar_cpu_lora_free(be);
         free(be->tok_lo);
         free(be->tile_lo);
         free(be->logit_lo);
@@ -563,9 +580,11 @@ cpu_create(nalar_model *m, int n_threads, nalar_pool *shared, nalar_err *err)
     b->kv_free = cpu_kv_free;
     b->forward = cpu_forward;
     b->forward_argmax = cpu_forward_argmax;
+    b->lora_attach = nalar_cpu_lora_attach;
     b->destroy = cpu_destroy;
     b->impl = be;
     be->m = m;
+    be->force_way = -1;
     be->q_dim = c->n_heads * c->head_dim;
     be->kv_dim = c->n_kv_heads * c->head_dim;
     {

@@ -36,4 +36,9 @@ const char *nalar_cpu_isa(void);
 uint64_t nalar_cpu_backend_test_solo_passes(nalar_backend *b);
 void nalar_cpu_backend_test_stall(nalar_backend *b, int us);
 
+/* For tests: every pooled pass from now on runs split by weight rows
+ * (way 0) or by tokens (way 1; a one-token pass by rows), or the way
+ * choose_way picks (-1, the default). */
+void nalar_cpu_backend_test_way(nalar_backend *b, int way);
+
 #endif

@@ -7,6 +7,7 @@
  *   cpu_backend.c    creation, scratch, the KV pool, the way a pass runs
  *   cpu_forward.c    the forward pass (by weight rows, or by tokens)
  *   cpu_attention.c  attention over the paged KV pool, in tiles
+ *   cpu_lora.c       LoRA adapters: attaching them, their products
  */
 #ifndef NALAR_CPU_BACKEND_IMPL_H
 #define NALAR_CPU_BACKEND_IMPL_H
@@ -46,6 +47,38 @@ typedef struct {
 typedef struct {
     nalar_cpu_mat  wq, wk, wv, wo, w_gate, w_up, w_down;
 } cpu_layer;
+
+/* the matrices an adapter may adapt, in cpu_layer's order */
+enum {
+    LORA_WQ, LORA_WK, LORA_WV, LORA_WO, LORA_GATE, LORA_UP, LORA_DOWN,
+    LORA_KINDS
+};
+
+/* one adapted matrix as the kernels read it: A (rank, cols) and B (rows,
+ * rank) held as the base weights are (nalar_cpu_mat: panels, or in place
+ * from the adapter's mapping); a.W == NULL: the adapter leaves it alone */
+typedef struct {
+    nalar_cpu_mat  a, b;
+    float          scale;
+    int            shares_a;     /* 1: A is the previous kind's (phi3's
+                                    fused q|k|v and gate|up): a's panels
+                                    are that kind's, not owned here */
+} cpu_lora_mat;
+
+/* an attached adapter (lora_attach) */
+typedef struct {
+    const struct nalar_lora *src;
+    cpu_lora_mat            *mats;   /* (n_layers, LORA_KINDS) */
+} cpu_lora;
+
+/* the pass's tokens under adapter `id`: lora_tok[start .. start + n) */
+typedef struct {
+    int32_t        id, start, n;
+} lora_group;
+
+/* tokens of one adapter the adapter products take at a time (the rows of
+ * each thread's lora_buf) */
+#define LORA_CHUNK 32
 
 typedef struct {
     nalar_model   *m;
@@ -103,6 +136,20 @@ typedef struct {
     int32_t       *tok_lo;
     int32_t       *tile_lo;
     int32_t       *logit_lo;
+    /* LoRA adapters (cpu_lora.c): the attached ones, ids 1 .. n_lora */
+    cpu_lora      *lora;         /* (n_lora) */
+    int32_t        n_lora;
+    int32_t        lora_rank;    /* the largest rank attached */
+    float         *lora_buf;     /* (n_threads, lora_buf_floats): each
+                                    thread's gathered x, A x and B A x */
+    int64_t        lora_buf_floats;
+    /* the pass's tokens that have an adapter, grouped by adapter (once per
+     * pass, nalar_cpu_lora_group), ascending within a group */
+    int32_t       *lora_tok;     /* (cap_tok) */
+    lora_group    *lora_groups;  /* (n_lora) */
+    int32_t        n_groups;     /* 0: no token of the pass has one */
+    int            force_way;    /* for tests: -1, or the way every
+                                    pooled pass runs */
     /* the pass in flight */
     nalar_kv_pool     *kv;
     const nalar_batch *batch;
@@ -217,5 +264,21 @@ void nalar_cpu_attention(cpu_backend *be, int layer, int tid, int64_t lo,
  * one barrier a layer.  arg: the cpu_backend with its pass in flight. */
 void nalar_cpu_forward_rows(void *arg, int tid, int nth);
 void nalar_cpu_forward_tokens(void *arg, int tid, int nth);
+
+/* LoRA (cpu_lora.c).  The backend's lora_attach. */
+int nalar_cpu_lora_attach(nalar_backend *b, int32_t id,
+                          const struct nalar_lora *a, nalar_err *err);
+/* Group the batch's tokens by adapter (lora_tok, lora_groups, n_groups),
+ * checking each id; before the pass, on the calling thread. */
+int nalar_cpu_lora_group(cpu_backend *be, const nalar_batch *batch,
+                         nalar_err *err);
+/* y[t, lo:hi] += scale * B[lo:hi, :] (A x_t) for the tokens t in [t0, t1)
+ * of the pass that have an adapter adapting matrix `kind` of layer l;
+ * x and y: token t0's rows (ldx, ldy apart).  Nothing when no token of
+ * the pass has an adapter. */
+void nalar_cpu_lora(cpu_backend *be, int l, int kind, int tid,
+                    const float *x, int ldx, int64_t t0, int64_t t1,
+                    float *y, int ldy, int64_t lo, int64_t hi);
+void nalar_cpu_lora_free(cpu_backend *be);
 
 #endif

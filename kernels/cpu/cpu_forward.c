@@ -12,6 +12,13 @@
  * - by tokens (nalar_cpu_forward_tokens, passes of two tokens or more):
  *   each thread runs the whole model over its own tokens, meeting the
  *   others once per layer, after the K/V stores.
+ *
+ * Either way, each product a token's LoRA adapter adapts gets the
+ * adapter's low-rank product added into the same rows by the same thread
+ * right after the base product (nalar_cpu_lora, cpu_lora.c): q, k and v
+ * before finish_qkv (biases, norms, RoPE, the K/V stores), gate and up
+ * before swiglu, the output and down products into the residual stream
+ * (or, with post-norms, into y before its norm).
  */
 #include <math.h>
 #include <string.h>
@@ -253,16 +260,22 @@ qkv_by_rows(cpu_backend *be, const cpu_layer *W, const nalar_layer *L,
         if (a < b) {
             nalar_cpu_matmul_xq(&W->wq, xt, xq, n, dim, yt, ldqkv, a, b,
                                 0);
+            nalar_cpu_lora(be, l, LORA_WQ, tid, xt, dim, t0, t1, yt, ldqkv,
+                           a, b);
         }
         a = lo > qd ? lo - qd : 0; b = hi - qd < kd ? hi - qd : kd;
         if (a < b) {
             nalar_cpu_matmul_xq(&W->wk, xt, xq, n, dim, yt + qd, ldqkv,
                                 a, b, 0);
+            nalar_cpu_lora(be, l, LORA_WK, tid, xt, dim, t0, t1, yt + qd,
+                           ldqkv, a, b);
         }
         a = lo > qd + kd ? lo - qd - kd : 0; b = hi - qd - kd;
         if (a < b) {
             nalar_cpu_matmul_xq(&W->wv, xt, xq, n, dim, yt + qd + kd,
                                 ldqkv, a, b, 0);
+            nalar_cpu_lora(be, l, LORA_WV, tid, xt, dim, t0, t1,
+                           yt + qd + kd, ldqkv, a, b);
         }
     }
     finish_qkv(be, L, l, t0, t1, lo, hi);
@@ -319,6 +332,8 @@ nalar_cpu_forward_rows(void *arg, int tid, int nth)
             nalar_cpu_matmul(&W->wo, be->att, T, be->q_dim,
                              L->post_attn_norm ? be->y : be->x, dim, lo,
                              hi, L->post_attn_norm == NULL);
+            nalar_cpu_lora(be, l, LORA_WO, tid, be->att, be->q_dim, 0, T,
+                           L->post_attn_norm ? be->y : be->x, dim, lo, hi);
         }
         barrier(pool, nth);
         if (L->post_attn_norm != NULL) {
@@ -343,6 +358,10 @@ nalar_cpu_forward_rows(void *arg, int tid, int nth)
                                 c->ffn_dim, lo, hi, 0);
             nalar_cpu_matmul_xq(&W->w_up, xb, xq, T, dim, be->hu,
                                 c->ffn_dim, lo, hi, 0);
+            nalar_cpu_lora(be, l, LORA_GATE, tid, xb, dim, 0, T, be->hg,
+                           c->ffn_dim, lo, hi);
+            nalar_cpu_lora(be, l, LORA_UP, tid, xb, dim, 0, T, be->hu,
+                           c->ffn_dim, lo, hi);
             swiglu(be, 0, T, lo, hi);
         }
         barrier(pool, nth);
@@ -353,6 +372,8 @@ nalar_cpu_forward_rows(void *arg, int tid, int nth)
             nalar_cpu_matmul(&W->w_down, be->hg, T, c->ffn_dim,
                              L->post_ffn_norm ? be->y : be->x, dim, lo, hi,
                              L->post_ffn_norm == NULL);
+            nalar_cpu_lora(be, l, LORA_DOWN, tid, be->hg, c->ffn_dim, 0, T,
+                           L->post_ffn_norm ? be->y : be->x, dim, lo, hi);
         }
         barrier(pool, nth);
         if (L->post_ffn_norm != NULL) {
@@ -430,6 +451,12 @@ nalar_cpu_forward_tokens(void *arg, int tid, int nth)
                                 kd, 0);
             nalar_cpu_matmul_xq(&W->wv, xb, xq, n, dim, qkv + qd + kd,
                                 ldqkv, 0, kd, 0);
+            nalar_cpu_lora(be, l, LORA_WQ, tid, xb, dim, t0, t1, qkv, ldqkv,
+                           0, qd);
+            nalar_cpu_lora(be, l, LORA_WK, tid, xb, dim, t0, t1, qkv + qd,
+                           ldqkv, 0, kd);
+            nalar_cpu_lora(be, l, LORA_WV, tid, xb, dim, t0, t1,
+                           qkv + qd + kd, ldqkv, 0, kd);
             finish_qkv(be, L, l, t0, t1, 0, ldqkv);
         }
         /* every token's K and V of this layer are stored */
@@ -443,10 +470,14 @@ nalar_cpu_forward_tokens(void *arg, int tid, int nth)
         if (L->post_attn_norm != NULL) {
             nalar_cpu_matmul(&W->wo, be->att + t0 * qd, n, (int) qd,
                              be->y + t0 * dim, dim, 0, dim, 0);
+            nalar_cpu_lora(be, l, LORA_WO, tid, be->att + t0 * qd, (int) qd,
+                           t0, t1, be->y + t0 * dim, dim, 0, dim);
             post_norm_add(be, L->post_attn_norm, t0, t1);
         } else {
             nalar_cpu_matmul(&W->wo, be->att + t0 * qd, n, (int) qd,
                              be->x + t0 * dim, dim, 0, dim, 1);
+            nalar_cpu_lora(be, l, LORA_WO, tid, be->att + t0 * qd, (int) qd,
+                           t0, t1, be->x + t0 * dim, dim, 0, dim);
         }
         for (int64_t t = t0; t < t1; t++) {
             rmsnorm(xb + (t - t0) * dim, be->x + t * dim, L->ffn_norm, dim,
@@ -459,14 +490,22 @@ nalar_cpu_forward_tokens(void *arg, int tid, int nth)
                             ffn, 0, ffn, 0);
         nalar_cpu_matmul_xq(&W->w_up, xb, xq, n, dim, be->hu + t0 * ffn,
                             ffn, 0, ffn, 0);
+        nalar_cpu_lora(be, l, LORA_GATE, tid, xb, dim, t0, t1,
+                       be->hg + t0 * ffn, ffn, 0, ffn);
+        nalar_cpu_lora(be, l, LORA_UP, tid, xb, dim, t0, t1,
+                       be->hu + t0 * ffn, ffn, 0, ffn);
         swiglu(be, t0, t1, 0, ffn);
         if (L->post_ffn_norm != NULL) {
             nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
                              be->y + t0 * dim, dim, 0, dim, 0);
+            nalar_cpu_lora(be, l, LORA_DOWN, tid, be->hg + t0 * ffn, ffn, t0,
+                           t1, be->y + t0 * dim, dim, 0, dim);
             post_norm_add(be, L->post_ffn_norm, t0, t1);
         } else {
             nalar_cpu_matmul(&W->w_down, be->hg + t0 * ffn, n, ffn,
                              be->x + t0 * dim, dim, 0, dim, 1);
+            nalar_cpu_lora(be, l, LORA_DOWN, tid, be->hg + t0 * ffn, ffn, t0,
+                           t1, be->x + t0 * dim, dim, 0, dim);
         }
     }
     for (int64_t i = l0; i < l1; i++) {

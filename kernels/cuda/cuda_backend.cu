@@ -1003,6 +1003,10 @@ create_common(nalar_model *m, int device, int32_t gemv_max, nalar_err *err)
     b->kv_free = cuda_kv_free;
     b->forward = cuda_forward;
     b->forward_argmax = cuda_forward_argmax;
+    /* no LoRA adapters on the GPU yet: with lora_attach NULL the engine
+     * refuses an adapter on this backend, and batch.adapter is never
+     * read here */
+    b->lora_attach = NULL;
     b->destroy = cuda_destroy;
     b->impl = be;
     be->m = m;

@@ -166,6 +166,7 @@ forward_seq(nalar_backend *be, nalar_kv_pool *kv, const int32_t *ids,
     b.seq = seq;
     b.want_logits = want;
     b.n_logits = N_POS;
+    b.adapter = NULL;
     rc = be->forward(be, kv, &b, logits, &err);
     if (rc != 0) {
         diag("forward: %s", err.msg);

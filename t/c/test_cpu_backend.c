@@ -139,7 +139,7 @@ feed(rig *g, const int *sizes, int n_sizes, int mixed, float *out)
             nl += want[i];
         }
         b.n_tokens = nt; b.tokens = tok; b.pos = pos; b.seq = seq;
-        b.want_logits = want; b.n_logits = nl;
+        b.want_logits = want; b.n_logits = nl; b.adapter = NULL;
         if (g->be->forward(g->be, &g->kv, &b, logits, &err) != 0) {
             diag("forward: %s", err.msg);
             rc = -1;
@@ -195,7 +195,7 @@ feed_many(rig *g, int n_other, float *out)
             want[i] = i == n_other;
         }
         b.n_tokens = n_other + 1; b.tokens = tok; b.pos = pos; b.seq = seq;
-        b.want_logits = want; b.n_logits = 1;
+        b.want_logits = want; b.n_logits = 1; b.adapter = NULL;
         if (g->be->forward(g->be, &g->kv, &b, logits, &err) != 0) {
             diag("forward: %s", err.msg);
             rc = -1;

@@ -920,6 +920,7 @@ test_archs(void)
             b.seq = seq;
             b.want_logits = want;
             b.n_logits = 20;
+            b.adapter = NULL;
             rc = be->forward(be, &kv, &b, logits, &err);
             for (int i = 0; rc == 0 && i < 20 * 300; i++) {
                 finite &= isfinite(logits[i]);

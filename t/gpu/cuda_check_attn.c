@@ -241,6 +241,7 @@ check_attention_cfg(const att_cfg *a, const int32_t *ctx, int n, int run)
     b.seq = seq;
     b.want_logits = want;
     b.n_logits = 0;
+    b.adapter = NULL;
     cap = nalar_cuda_plan_ints(&b, T) + 16;
     stage = xmalloc((size_t) cap * sizeof(int32_t));
     op(nalar_cuda_plan_fill(&b, 1, tile_q, n + 1, stage, cap, &plan, &err),

@@ -210,6 +210,7 @@ conformance_err(const char *dir, const char *base, ggml_type kv_type)
         b.seq = seq;
         b.want_logits = want;
         b.n_logits = 64;
+        b.adapter = NULL;
         if (be->forward(be, &kv, &b, logits, &err) != 0) {
             printf("#    %s: %s\n", base, err.msg);
             worst = INFINITY;
