@@ -14,6 +14,10 @@
  *                  --vocab-from FILE --chat-template FILE
  *                  --arch llama|qwen2|qwen3|gemma2|phi3 --window N]
  *                  -o FILE
+ *   nalar mkmodel --lora-of BASE --rank R [--alpha A] [--seed S]
+ *                 [--type f32|f16|bf16|q8_0] [--targets q,k,v,o,gate,up,down]
+ *                 -o FILE
+ *   nalar mkmodel --merge BASE --lora ADAPTER [--scale S] -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
  */
 #include <limits.h>
@@ -76,6 +80,14 @@ usage(FILE *out)
         "                 --seed S --bpe --chatml --pre NAME --control-tokens A,B\n"
         "                 --vocab-from FILE --chat-template FILE\n"
         "                 --arch llama|qwen2|qwen3|gemma2|phi3 --window N] -o FILE\n"
+        "  nalar mkmodel --lora-of BASE --rank R [--alpha A] [--seed S]"
+        " [--type f32|f16|bf16|q8_0]\n"
+        "                 [--targets q,k,v,o,gate,up,down] -o FILE"
+        "   (a random LoRA adapter)\n"
+        "  nalar mkmodel --merge BASE --lora ADAPTER [--scale S] -o FILE"
+        "   (base + scale B A;\n"
+        "                 adapted matrices written in F32, whatever the base's"
+        " type)\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
         "                 [--cpu-activations f32|i16|q8]\n"
@@ -662,6 +674,57 @@ read_text(const char *path)
 #define MK_TYPES "f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, " \
                  "q5_k_m"
 
+
+/* --lora-of (a random adapter) or --merge (the merged model file) */
+static int
+mkmodel_lora(const char *lora_of, const char *merge, const char *lora,
+             const char *out, const char *type, int rank, float alpha,
+             float scale, const char *targets, uint64_t seed)
+{
+    nalar_mklora_opts o;
+    nalar_err         err;
+    int               rc;
+
+    if (out == NULL || (lora_of != NULL) == (merge != NULL)) {
+        fprintf(stderr, "nalar mkmodel: --lora-of BASE --rank R or --merge "
+                "BASE --lora ADAPTER, and -o FILE\n");
+        return 2;
+    }
+    if (merge != NULL) {
+        if (lora == NULL || !(scale > 0)) {
+            fprintf(stderr, "nalar mkmodel: --merge needs --lora ADAPTER "
+                    "(and a --scale > 0)\n");
+            return 2;
+        }
+        rc = nalar_mkmodel_merge(merge, lora, scale, out, &err);
+    } else {
+        memset(&o, 0, sizeof(o));
+        o.base = lora_of;
+        o.rank = rank;
+        o.alpha = alpha;
+        o.seed = seed;
+        o.targets = targets;
+        o.type = GGML_F32;
+        if (type != NULL && strcmp(type, "f16") == 0) {
+            o.type = GGML_F16;
+        } else if (type != NULL && strcmp(type, "bf16") == 0) {
+            o.type = GGML_BF16;
+        } else if (type != NULL && strcmp(type, "q8_0") == 0) {
+            o.type = GGML_Q8_0;
+        } else if (type != NULL && strcmp(type, "f32") != 0) {
+            fprintf(stderr, "nalar mkmodel: adapter type '%s' (f32, f16, "
+                    "bf16, q8_0)\n", type);
+            return 2;
+        }
+        rc = nalar_mkmodel_lora(&o, out, &err);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "nalar: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 static int
 cmd_mkmodel(int argc, char **argv)
 {
@@ -673,8 +736,18 @@ cmd_mkmodel(int argc, char **argv)
 
     nalar_mkmodel_defaults(&o);
     {
-        const char      *type = NULL;
+        const char      *type = NULL, *lora_of = NULL, *merge = NULL;
+        const char      *lora = NULL, *targets = NULL;
+        int              rank = 0;
+        float            alpha = 0, scale = 1;
         const nalar_opt  opts[] = {
+            { "--lora-of", NULL, NALAR_OPT_STR, &lora_of, NULL, 0 },
+            { "--rank", NULL, NALAR_OPT_INT, &rank, NULL, 0 },
+            { "--alpha", NULL, NALAR_OPT_FLOAT, &alpha, NULL, 0 },
+            { "--targets", NULL, NALAR_OPT_STR, &targets, NULL, 0 },
+            { "--merge", NULL, NALAR_OPT_STR, &merge, NULL, 0 },
+            { "--lora", NULL, NALAR_OPT_STR, &lora, NULL, 0 },
+            { "--scale", NULL, NALAR_OPT_FLOAT, &scale, NULL, 0 },
             { "--dim", NULL, NALAR_OPT_INT, &o.dim, NULL, 0 },
             { "--layers", NULL, NALAR_OPT_INT, &o.n_layers, NULL, 0 },
             { "--heads", NULL, NALAR_OPT_INT, &o.n_heads, NULL, 0 },
@@ -698,6 +771,10 @@ cmd_mkmodel(int argc, char **argv)
 
         if (NALAR_OPTS_PARSE("mkmodel", argc, argv, opts) != 0) {
             return 2;
+        }
+        if (lora_of != NULL || merge != NULL) {
+            return mkmodel_lora(lora_of, merge, lora, out, type, rank, alpha,
+                                scale, targets, o.seed);
         }
         if (type == NULL) {
             /* the defaults' */

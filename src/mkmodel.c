@@ -21,6 +21,7 @@
 #include "fp16.h"
 #include "cpu_quant.h"
 #include "mkmodel.h"
+#include "mkmodel_internal.h"
 #include "vocab_hf.h"
 
 #define MAX_VOCAB 1000000
@@ -74,8 +75,8 @@ rng_next(uint64_t *s)
 
 
 /* uniform in [-1, 1) with 24 random bits */
-static float
-rng_uniform(uint64_t *s)
+float
+nalar_mk_uniform(uint64_t *s)
 {
     return (float) (rng_next(s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
@@ -136,8 +137,8 @@ quantize_q4_0(const float *x, uint8_t *out)
 
 
 /* n floats (a multiple of 32 for quantized types) into `type` at out. */
-static void
-convert(const float *x, size_t n, ggml_type type, void *out)
+void
+nalar_mk_convert(const float *x, size_t n, ggml_type type, void *out)
 {
     uint8_t *o = out;
 
@@ -189,9 +190,9 @@ add_matrix(gguf_writer *w, const char *name, int rows, int cols,
     float    scale = 1.0f / sqrtf((float) cols);
 
     for (size_t i = 0; i < n; i++) {
-        tmp[i] = rng_uniform(rng) * scale;
+        tmp[i] = nalar_mk_uniform(rng) * scale;
     }
-    convert(tmp, n, type, conv);
+    nalar_mk_convert(tmp, n, type, conv);
     gguf_w_tensor(w, name, type, 2, ne, conv);
 }
 
@@ -203,7 +204,7 @@ add_bias(gguf_writer *w, const char *name, int n, uint64_t *rng, float *tmp)
     uint64_t ne[1] = { (uint64_t) n };
 
     for (int i = 0; i < n; i++) {
-        tmp[i] = 0.5f * rng_uniform(rng);
+        tmp[i] = 0.5f * nalar_mk_uniform(rng);
     }
     gguf_w_tensor(w, name, GGML_F32, 1, ne, tmp);
 }

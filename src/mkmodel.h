@@ -67,4 +67,39 @@ void nalar_mkmodel_defaults(nalar_mkmodel_opts *o);
 int nalar_mkmodel(const nalar_mkmodel_opts *o, const char *path,
                   nalar_err *err);
 
+/*
+ * A random LoRA adapter (lora.h) of the model at `base`, as llama.cpp
+ * writes one: general.type "adapter", adapter.type "lora",
+ * adapter.lora.alpha, and blk.N.<matrix>.weight.lora_a/lora_b for each
+ * target in every layer.  A is uniform / sqrt(cols) like a weight; B is
+ * not zero (as a trained adapter's is not) and sized so that scale * B A
+ * moves each adapted weight by about half its own spread: greedy output
+ * changes visibly, activations stay in range.
+ */
+typedef struct {
+    const char *base;        /* the base model's GGUF */
+    int         rank;        /* 1 .. min(rows, cols) */
+    float       alpha;       /* adapter.lora.alpha; <= 0: rank */
+    uint64_t    seed;
+    ggml_type   type;        /* A and B: F32, F16, BF16 or Q8_0 (Q8_0:
+                                rank a multiple of 32) */
+    const char *targets;     /* comma-separated q,k,v,o,gate,up,down (phi3:
+                                any of q, k, v adapts attn_qkv, gate or up
+                                its fused ffn_up); NULL: all */
+} nalar_mklora_opts;
+
+int nalar_mkmodel_lora(const nalar_mklora_opts *o, const char *path,
+                       nalar_err *err);
+
+/*
+ * The merged model: `base` with each matrix the adapter adapts replaced by
+ * W + scale_eff * B A, computed in double from W, A and B as floats and
+ * written in F32 whatever W's type (so a comparison with the adapter
+ * applied at run time measures the adapter path, not requantization);
+ * every other tensor and all metadata copied as they are.  scale: the
+ * operator's (lora.h: scale_eff = alpha / rank * scale).
+ */
+int nalar_mkmodel_merge(const char *base, const char *adapter, float scale,
+                        const char *path, nalar_err *err);
+
 #endif

@@ -8,8 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fp16.h"
 #include "gguf.h"
 #include "lora.h"
+#include "mkmodel.h"
 #include "model.h"
 #include "tap.h"
 
@@ -323,6 +325,86 @@ test_phi3(void)
 }
 
 
+/* nalar mkmodel: a random adapter loads; the merged file holds W + s B A
+ * in F32 for each adapted matrix and every other tensor as it was */
+static void
+test_mkmodel(const nalar_model *m)
+{
+    nalar_mklora_opts o;
+    nalar_err         err;
+    char              ad[128], mg[128];
+    nalar_lora       *a;
+    nalar_model      *mm;
+
+    memset(&o, 0, sizeof(o));
+    o.base = m->path;
+    o.rank = 8;
+    o.alpha = 4;
+    o.seed = 7;
+    o.type = GGML_F16;
+    o.targets = "q,v,down";
+    snprintf(ad, sizeof(ad), "%s/mk.gguf", dir);
+    snprintf(mg, sizeof(mg), "%s/merged.gguf", dir);
+    ok(nalar_mkmodel_lora(&o, ad, &err) == 0, "mkmodel writes an adapter: "
+       "%s", err.msg);
+    a = nalar_lora_load(m, "mk", ad, 2, &err);
+    ok(a != NULL && a->rank == 8 && a->layers[0].wq.a.type == GGML_F16
+       && a->layers[0].wk.a.data == NULL && a->layers[1].w_down.a.data
+       != NULL && a->layers[0].wq.scale == 1.0f, "targets q, v, down at "
+       "rank 8, F16, scale alpha / rank * 2");
+    o.targets = "q,x";
+    ok(nalar_mkmodel_lora(&o, ad, &err) == -1
+       && strstr(err.msg, "unknown target 'x'") != NULL, "unknown target "
+       "refused: %s", err.msg);
+    o.targets = NULL;
+    o.type = GGML_Q8_0;
+    ok(nalar_mkmodel_lora(&o, ad, &err) == -1
+       && strstr(err.msg, "multiple of 32") != NULL, "q8_0 at rank 8 "
+       "refused: %s", err.msg);
+    if (a == NULL) {
+        return;
+    }
+    ok(nalar_mkmodel_merge(m->path, ad, 2, mg, &err) == 0, "merge: %s",
+       err.msg);
+    mm = nalar_model_load(mg, &err);
+    ok(mm != NULL, "merged model loads");
+    if (mm != NULL) {
+        const nalar_lora_mat *V = &a->layers[0].wq;
+        const nalar_mat      *W = &m->layers[0].wq, *M = &mm->layers[0].wq;
+        double                want = 0, diff;
+        int64_t               r = 5, c = 17;
+
+        for (int64_t k = 0; k < V->a.rows; k++) {
+            uint16_t hb, ha;
+
+            memcpy(&hb, (const uint16_t *) V->b.data + r * V->b.cols + k, 2);
+            memcpy(&ha, (const uint16_t *) V->a.data + k * V->a.cols + c, 2);
+            want += (double) nalar_f16_to_f32(hb) * nalar_f16_to_f32(ha);
+        }
+        {
+            uint16_t hw;
+
+            memcpy(&hw, (const uint16_t *) W->data + r * W->cols + c, 2);
+            want = nalar_f16_to_f32(hw) + V->scale * want;
+        }
+        diff = fabs(((const float *) M->data)[r * M->cols + c] - want);
+        ok(M->type == GGML_F32 && diff < 1e-6, "merged wq[5][17] = W + s "
+           "B A (off by %g)", diff);
+        ok(mm->layers[0].wk.type == m->layers[0].wk.type
+           && memcmp(mm->layers[0].wk.data, m->layers[0].wk.data,
+                     (size_t) ggml_row_size(m->layers[0].wk.type,
+                                            (uint64_t) m->layers[0].wk.cols)
+                     * (size_t) m->layers[0].wk.rows) == 0,
+           "an unadapted matrix is copied as it was");
+        ok(memcmp(mm->layers[1].w_down.data, m->layers[1].w_down.data, 64)
+           != 0 && mm->layers[1].w_down.type == GGML_F32,
+           "an adapted matrix changed");
+        nalar_model_destroy(mm);
+    }
+    nalar_lora_destroy(a);
+}
+
+
 int
 main(void)
 {
@@ -343,6 +425,7 @@ main(void)
     test_hostile(m);
     test_good(m);
     test_phi3();
+    test_mkmodel(m);
     nalar_model_destroy(m);
     {
         char cmd[96];
