@@ -4,6 +4,7 @@
  *   nalar generate -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S] [--ids] [--ignore-eos]
  *                  [--stop STR] [-t THREADS] [--chunk N] [--backend NAME]
+ *                  [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]
  *   nalar tokenize -m MODEL [--no-bos] [--special] TEXT
  *   nalar eval -m MODEL --ids "ID ..." [--top K] [--backend NAME]
  *              [--device N] [-t THREADS]
@@ -62,6 +63,7 @@ usage(FILE *out)
         " [--draft FILE]\n"
         "                 [--spec off|draft|ngram|auto] [--spec-k K]"
         " [--cpu-activations f32|i16|q8]\n"
+        "                 [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar eval -m MODEL --ids \"ID ...\" [--top K] [--backend cpu|cuda]"
         " [--device N]\n"
@@ -182,6 +184,69 @@ gen_notify(nalar_request *r, void *ctx)
 }
 
 
+/*
+ * --lora NAME=PATH[:SCALE] into lo[] (names and paths in buf, which the
+ * caller frees), and --adapter NAME into its id (0: none).  0, or 2 after
+ * a message.
+ */
+static int
+parse_loras(const char **specs, int n, nalar_engine_lora *lo, const char *adapter,
+            int32_t *id, char **buf)
+{
+    size_t len = 0;
+    char  *p;
+
+    *id = 0;
+    for (int i = 0; i < n; i++) {
+        len += strlen(specs[i]) + 1;
+    }
+    *buf = p = malloc(len + 1);
+    if (p == NULL) {
+        fprintf(stderr, "nalar: out of memory\n");
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        char *eq, *colon, *end;
+
+        strcpy(p, specs[i]);
+        eq = strchr(p, '=');
+        if (eq == NULL || eq == p || eq[1] == '\0') {
+            fprintf(stderr, "nalar generate: --lora NAME=PATH[:SCALE], not "
+                    "'%s'\n", specs[i]);
+            return 2;
+        }
+        *eq = '\0';
+        lo[i].name = p;
+        lo[i].path = eq + 1;
+        lo[i].scale = 1;
+        colon = strrchr(eq + 1, ':');
+        if (colon != NULL) {
+            double s = strtod(colon + 1, &end);
+
+            if (end != colon + 1 && *end == '\0') {
+                if (!(s > 0) || !isfinite(s)) {
+                    fprintf(stderr, "nalar generate: --lora %s: scale must "
+                            "be > 0\n", specs[i]);
+                    return 2;
+                }
+                lo[i].scale = s;
+                *colon = '\0';
+            }
+        }
+        if (adapter != NULL && strcmp(adapter, lo[i].name) == 0) {
+            *id = i + 1;
+        }
+        p += strlen(specs[i]) + 1;
+    }
+    if (adapter != NULL && *id == 0) {
+        fprintf(stderr, "nalar generate: --adapter %s names no --lora\n",
+                adapter);
+        return 2;
+    }
+    return 0;
+}
+
+
 static int
 cmd_generate(int argc, char **argv)
 {
@@ -195,16 +260,21 @@ cmd_generate(int argc, char **argv)
     nalar_model         *m;
     gen_state            g = { 0, 1, 0 };
     int32_t             *ids;
-    int                  n_ids, n_stop = 0;
+    int                  n_ids, n_stop = 0, n_lora = 0;
+    const char          *lora_specs[8];
+    char                *lora_buf = NULL;
+    nalar_engine_lora    loras[8];
 
     memset(&eo, 0, sizeof(eo));
     memset(&rp, 0, sizeof(rp));
     nalar_sampling_default(&rp.sampling);
     rp.max_tokens = 128;
     {
-        const char      *spec = NULL, *act = NULL;
+        const char      *spec = NULL, *act = NULL, *adapter = NULL;
         const nalar_opt  opts[] = {
             { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
+            { "--lora", NULL, NALAR_OPT_STRS, lora_specs, &n_lora, 8 },
+            { "--adapter", NULL, NALAR_OPT_STR, &adapter, NULL, 0 },
             { "-p", NULL, NALAR_OPT_STR, &prompt, NULL, 0 },
             { "-n", NULL, NALAR_OPT_INT, &rp.max_tokens, NULL, 0 },
             { "--temp", NULL, NALAR_OPT_FLOAT, &rp.sampling.temperature,
@@ -242,20 +312,31 @@ cmd_generate(int argc, char **argv)
         if (eo.act_i16 < 0) {
             return 2;
         }
+        if (parse_loras(lora_specs, n_lora, loras, adapter, &rp.adapter,
+                        &lora_buf) != 0)
+        {
+            free(lora_buf);
+            return 2;
+        }
+        eo.loras = loras;
+        eo.n_loras = n_lora;
         /* --spec, else the draft when one is given */
         eo.spec_mode = spec != NULL ? nalar_bench_spec_mode(spec)
                        : eo.draft_path != NULL ? NALAR_SPEC_DRAFT : 0;
         if (eo.spec_mode < 0) {
             fprintf(stderr, "nalar generate: --spec off|draft|ngram|auto\n");
+            free(lora_buf);
             return 2;
         }
     }
     if (model == NULL) {
         fprintf(stderr, "nalar generate: -m MODEL is required\n");
+        free(lora_buf);
         return 2;
     }
     eo.model_path = model;
     e = nalar_engine_create(&eo, &err);
+    free(lora_buf);     /* the engine keeps its own copies */
     if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
         fprintf(stderr, "nalar: %s\n", err.msg);
         nalar_engine_destroy(e);

@@ -159,6 +159,10 @@ nalar_engine_create(const nalar_engine_opts *o, nalar_err *err)
         nalar_engine_destroy(e);
         return NULL;
     }
+    if (engine_lora_copy(e, o, err) != 0) {
+        nalar_engine_destroy(e);
+        return NULL;
+    }
     return e;
 }
 
@@ -336,7 +340,7 @@ engine_load(nalar_engine *e, nalar_err *err)
         }
     }
     e->be = nalar_backend_create(e->model, &bo, err);
-    if (e->be == NULL) {
+    if (e->be == NULL || engine_lora_load(e, err) != 0) {
         return -1;
     }
     if (e->opts.draft_path != NULL && draft_open(e, err) != 0) {
@@ -592,6 +596,7 @@ nalar_engine_destroy(nalar_engine *e)
     if (e->be != NULL) {
         e->be->destroy(e->be);
     }
+    engine_lora_destroy(e);
     nalar_model_destroy(e->model);
     free(e->batch.tokens);
     free(e->batch.pos);

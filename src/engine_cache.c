@@ -35,7 +35,8 @@ block_digest(nalar_engine *e, nalar_request *r, int32_t i)
         if (k == 0) {
             /* blocks inside the operator's shared prefix live in the
              * global scope; everything else in the request's scope */
-            if (nalar_prefix_root(e->cache, shared_k ? "" : r->scope, prev)
+            if (nalar_prefix_root_adapter(e->cache, shared_k ? "" : r->scope,
+                                          engine_lora_digest(e, r), prev)
                 != 0)
             {
                 return NULL;
@@ -45,7 +46,9 @@ block_digest(nalar_engine *e, nalar_request *r, int32_t i)
 
             memcpy(prev, r->digests[k - 1], NALAR_DIGEST);
             if (shared_prev && !shared_k && r->scope[0] != '\0'
-                && (nalar_prefix_root(e->cache, r->scope, root) != 0
+                && (nalar_prefix_root_adapter(e->cache, r->scope,
+                                              engine_lora_digest(e, r), root)
+                    != 0
                     || nalar_prefix_rescope(prev, root, prev) != 0))
             {
                 return NULL;

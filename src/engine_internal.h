@@ -262,6 +262,15 @@ struct nalar_engine {
     /* metrics (under mu) */
     nalar_metrics     m;
 
+    /* LoRA adapters (engine_lora.c): id i + 1 is lora_opts[i], loras[i] */
+    nalar_engine_lora *lora_opts;     /* (n_loras) owned copies */
+    struct nalar_lora **loras;        /* (n_loras) loaded and attached */
+    int32_t           n_loras;        /* set at create, never changed */
+    nalar_lora_metrics *lora_m;       /* (n_loras + 1) under mu; [0]: the
+                                         base alone */
+    int32_t          *batch_adapter;  /* (batch_adapter_cap) the step's */
+    int32_t           batch_adapter_cap;
+
 #ifdef NALAR_TEST_HOOKS
     /* tests only (engine_test.h) */
     int               keep_kv;        /* never give back blocks before a
@@ -403,6 +412,18 @@ void step_learn(nalar_engine *e, const step_plan *sp);
 void    budget_seed(nalar_engine *e);
 int32_t step_prefill_allowance(nalar_engine *e, int32_t n_fixed);
 void    step_budget_learn(nalar_engine *e, const step_plan *sp);
+
+/* engine_lora.c */
+int  engine_lora_copy(nalar_engine *e, const nalar_engine_opts *o,
+                      nalar_err *err);
+int  engine_lora_load(nalar_engine *e, nalar_err *err);
+void engine_lora_destroy(nalar_engine *e);
+int  engine_lora_check(nalar_engine *e, const nalar_request *r,
+                       nalar_err *err);
+const uint8_t *engine_lora_digest(const nalar_engine *e,
+                                  const nalar_request *r);
+int  engine_lora_batch(nalar_engine *e, nalar_batch *b,
+                       nalar_request *const *req);
 
 /* engine_step.c (engine thread) */
 int  batch_reserve(nalar_batch *b, nalar_request ***req, int32_t *cap,

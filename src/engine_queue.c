@@ -32,6 +32,9 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     if (nalar_engine_state(e, NULL) != 1) {
         return nalar_fail(err, "the model is still loading");
     }
+    if (engine_lora_check(e, r, err) != 0) {
+        return -1;
+    }
     for (int32_t i = 0; r->pieces != NULL && i < r->n_pieces; i++) {
         bytes += r->pieces[i].len;
     }
@@ -398,6 +401,7 @@ step_intake(nalar_engine *e)
         }
 
         pthread_mutex_lock(&e->mu);
+        e->lora_m[r->p.adapter].requests_total++;
         r->next = NULL;
         if (e->wait_tail != NULL) {
             e->wait_tail->next = r;

@@ -110,6 +110,7 @@ confirm_token(nalar_engine *e, nalar_request *r, int32_t id,
 
     pthread_mutex_lock(&e->mu);
     e->m.generation_tokens_total++;
+    e->lora_m[r->p.adapter].generation_tokens_total++;
     if (r->n_generated == 1) {
         hist_add(e->m.ttft_buckets, &e->m.ttft_sum, &e->m.ttft_count,
                  t - r->t_submit);
@@ -551,6 +552,11 @@ step_forward(nalar_engine *e, step_plan *sp, nalar_err *err)
         }
     }
 
+    /* each token's adapter, from its request (NULL: none has one) */
+    if (engine_lora_batch(e, b, e->batch_req) != 0) {
+        return nalar_fail(err, "engine: out of memory for the batch's "
+                          "adapters");
+    }
     t0 = nalar_now_s();
     if (test_fault(e, NALAR_FAULT_FORWARD)
         ? nalar_fail(err, "backend: injected failure") != 0
@@ -602,6 +608,8 @@ step_advance(nalar_engine *e, step_plan *sp)
         if (r->n_generated == 0) {
             pthread_mutex_lock(&e->mu);
             e->m.prompt_tokens_total += (uint64_t) r->p.n_prompt;
+            e->lora_m[r->p.adapter].prompt_tokens_total
+                += (uint64_t) r->p.n_prompt;
             pthread_mutex_unlock(&e->mu);
         }
         if (r->n_prop == 0) {

@@ -125,6 +125,14 @@ int
 nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
                   uint8_t out[NALAR_DIGEST])
 {
+    return nalar_prefix_root_adapter(c, scope, NULL, out);
+}
+
+
+int
+nalar_prefix_root_adapter(const nalar_prefix_cache *c, const char *scope,
+                          const uint8_t *adapter, uint8_t out[NALAR_DIGEST])
+{
     char     desc[256 + sizeof(uint64_t)];
     size_t   n;
     uint64_t slen = scope != NULL ? strlen(scope) : 0;
@@ -134,8 +142,9 @@ nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
      * backend implements them, attention kernel version, block size;
      * then the scope's length, the scope and the model identity */
     n = (size_t) snprintf(desc, 256,
-                          "nalar-prefix-v1|adapter=none|kv=%s|"
+                          "nalar-prefix-v1|adapter=%s|kv=%s|"
                           "backend=%s|attn=paged-v1|block=%d|scope=",
+                          adapter != NULL ? "lora" : "none",
                           c->pool->elem_bytes == 2 ? "bf16" : "f32",
                           c->backend, NALAR_KV_BLOCK);
     if (n >= 256) {
@@ -156,6 +165,8 @@ nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
              && EVP_DigestUpdate(ctx, desc, n) == 1
              && (slen == 0 || EVP_DigestUpdate(ctx, scope, slen) == 1)
              && EVP_DigestUpdate(ctx, c->identity, NALAR_DIGEST) == 1
+             && (adapter == NULL
+                 || EVP_DigestUpdate(ctx, adapter, NALAR_DIGEST) == 1)
              && EVP_DigestFinal_ex(ctx, d, &len) == 1
              && len == NALAR_DIGEST;
         EVP_MD_CTX_free(ctx);

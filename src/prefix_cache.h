@@ -57,9 +57,15 @@ void nalar_prefix_cache_destroy(nalar_prefix_cache *c);
  * be looked up or published, or one tenant's blocks could answer for
  * another's (the digests keep the scopes apart).
  */
-/* Root digest of a scope ("" = the single-tenant / global scope). */
+/* Root digest of a scope ("" = the single-tenant / global scope), for
+ * the base model alone. */
 int nalar_prefix_root(const nalar_prefix_cache *c, const char *scope,
                       uint8_t out[NALAR_DIGEST]);
+/* The same under a LoRA adapter: `adapter` its digest (lora.h), or NULL
+ * for the base alone (then the same root as nalar_prefix_root). */
+int nalar_prefix_root_adapter(const nalar_prefix_cache *c, const char *scope,
+                              const uint8_t *adapter,
+                              uint8_t out[NALAR_DIGEST]);
 /* h = H(prev, tokens of one block) */
 int nalar_prefix_chain(const uint8_t prev[NALAR_DIGEST],
                        const int32_t *tokens, uint8_t out[NALAR_DIGEST]);
