@@ -54,22 +54,48 @@ enum {
     LORA_KINDS
 };
 
-/* one adapted matrix as the kernels read it: A (rank, cols) and B (rows,
- * rank) held as the base weights are (nalar_cpu_mat: panels, or in place
- * from the adapter's mapping); a.W == NULL: the adapter leaves it alone */
+/* the products that read one input (x_t), whose A products an adapter
+ * makes together: q, k, v; output; gate, up; down */
+enum {
+    LORA_FAM_QKV, LORA_FAM_O, LORA_FAM_FFN, LORA_FAM_DOWN, LORA_FAMS
+};
+
+/*
+ * One family's A of an adapter: the A of each matrix it adapts, stacked
+ * by rows (rank rows each; one shared A once), so that u = A x of every
+ * matrix of the family is one product.  Held as the base weights are
+ * (nalar_cpu_mat: panels, or in place); `stack` owns the stacked copy
+ * where there is more than one A, else W is the adapter's own A.
+ * W.rows == 0: the adapter adapts no matrix of the family.
+ */
 typedef struct {
-    nalar_cpu_mat  a, b;
+    nalar_mat      W;            /* (rank, cols) */
+    void          *stack;        /* W.data when made here, or NULL */
+    nalar_cpu_mat  a;
+} cpu_lora_fam;
+
+/* one adapted matrix: B (rows, rank) held as the base weights are; its
+ * u is rank floats at u_off of its family's u; adapted 0: left alone */
+typedef struct {
+    nalar_cpu_mat  b;
     float          scale;
-    int            shares_a;     /* 1: A is the previous kind's (phi3's
-                                    fused q|k|v and gate|up): a's panels
-                                    are that kind's, not owned here */
+    int32_t        u_off;
+    int            adapted;
 } cpu_lora_mat;
 
 /* an attached adapter (lora_attach) */
 typedef struct {
     const struct nalar_lora *src;
     cpu_lora_mat            *mats;   /* (n_layers, LORA_KINDS) */
+    cpu_lora_fam            *fams;   /* (n_layers, LORA_FAMS) */
 } cpu_lora;
+
+/* which family's u a thread holds (nalar_cpu_lora) */
+typedef struct {
+    uint64_t       pass;
+    int32_t        layer, fam;
+    int64_t        t0, t1;
+} lora_ukey;
 
 /* the pass's tokens under adapter `id`: lora_tok[start .. start + n) */
 typedef struct {
@@ -139,10 +165,17 @@ typedef struct {
     /* LoRA adapters (cpu_lora.c): the attached ones, ids 1 .. n_lora */
     cpu_lora      *lora;         /* (n_lora) */
     int32_t        n_lora;
-    int32_t        lora_rank;    /* the largest rank attached */
+    int32_t        lora_urank;   /* the most rows of a family's A */
     float         *lora_buf;     /* (n_threads, lora_buf_floats): each
-                                    thread's gathered x, A x and B A x */
+                                    thread's gathered x and B u */
     int64_t        lora_buf_floats;
+    float         *lora_u;       /* (n_threads, lora_u_cap, lora_urank):
+                                    each thread's u of the family in
+                                    lora_key[tid], row j for token
+                                    lora_tok[j] */
+    int32_t        lora_u_cap;
+    lora_ukey     *lora_key;     /* (n_threads) */
+    uint64_t       lora_pass;    /* passes grouped, for lora_key */
     /* the pass's tokens that have an adapter, grouped by adapter (once per
      * pass, nalar_cpu_lora_group), ascending within a group */
     int32_t       *lora_tok;     /* (cap_tok) */

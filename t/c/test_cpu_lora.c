@@ -6,8 +6,9 @@
  * - applied at run time they equal the merged model: the same model
  *   loaded again with each adapted matrix replaced in memory by the F32
  *   array W + scale * B A (logits within 1e-4 of the largest, greedy ids
- *   equal), for llama, qwen2, gemma2 and phi3, with F32 and F16 adapters,
- *   in both ways of a pass (by weight rows and by tokens);
+ *   equal), for llama, qwen2, gemma2 and phi3, with F32 and F16 adapters
+ *   (and one whose A are of both types, stacked as F32), in both ways of
+ *   a pass (by weight rows and by tokens);
  * - the adapter changes the logits (the check above could not pass with
  *   the adapter left out), and with batch.adapter NULL or all 0 the
  *   backend's logits are the base model's, bit for bit;
@@ -53,6 +54,9 @@ typedef struct {
 } test_lora;
 
 static uint64_t rng_state;
+static int      mix_types;  /* make_lora: k's and up's A in F32 whatever
+                               the type asked for (a family's A then
+                               stacks as F32) */
 
 
 static float
@@ -152,13 +156,15 @@ make_lora(const nalar_model *m, int rank, ggml_type t, float scale,
         } else {
             L->wq = pair(rand_mat(T, t, rank, c->dim, ad),
                          rand_mat(T, t, qd, rank, bs), scale);
-            L->wk = pair(rand_mat(T, t, rank, c->dim, ad),
+            L->wk = pair(rand_mat(T, mix_types ? GGML_F32 : t, rank,
+                                  c->dim, ad),
                          rand_mat(T, t, kd, rank, bs), scale);
             L->wv = pair(rand_mat(T, t, rank, c->dim, ad),
                          rand_mat(T, t, kd, rank, bs), scale);
             L->w_gate = pair(rand_mat(T, t, rank, c->dim, ad),
                              rand_mat(T, t, c->ffn_dim, rank, bs), scale);
-            L->w_up = pair(rand_mat(T, t, rank, c->dim, ad),
+            L->w_up = pair(rand_mat(T, mix_types ? GGML_F32 : t, rank,
+                                    c->dim, ad),
                            rand_mat(T, t, c->ffn_dim, rank, bs), scale);
         }
         L->wo = pair(rand_mat(T, t, rank, qd, aq),
@@ -506,7 +512,9 @@ check_mixed(const char *path, const char *name, int act)
     for (int i = 0; i < 4; i++) {
         nalar_err err;
 
+        mix_types = i == 1;
         A[i] = make_lora(g.m, ad[i].rank, ad[i].t, ad[i].s, 100 + i);
+        mix_types = 0;
         if (g.be->lora_attach(g.be, i + 1, &A[i]->l, &err) != 0) {
             diag("%s", err.msg);
             rc = -1;
@@ -636,6 +644,10 @@ main(void)
         check_merged(file, arch[i], i % 2 ? GGML_F16 : GGML_F32);
         check_merged(file, arch[i], i % 2 ? GGML_F32 : GGML_F16);
     }
+    mix_types = 1;
+    check_merged("t/data/conformance/llama-F16.gguf", "llama, k and up "
+                 "F32", GGML_F16);
+    mix_types = 0;
     check_mixed("t/data/conformance/llama-F16.gguf", "llama F16", 0);
     check_mixed("t/data/conformance/phi3-F16.gguf", "phi3 F16", 0);
     check_errors("t/data/conformance/llama-F16.gguf");
