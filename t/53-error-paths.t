@@ -30,6 +30,10 @@ http {
     nalar_model e3s %%MODEL%%;
     nalar_threads 1;
     nalar_kv_cache 4m;
+    # a fixed budget: the prompt is one pass however slow the machine is
+    # (with the default ITL target a slow machine chunks it, and the 4th
+    # pass would fail before any token)
+    nalar_max_batch_tokens 512;
     nalar_test_fault_forward 4;
 
     server {
