@@ -523,6 +523,14 @@ check_spec(void)
        && memcmp(g.ids, ref.ids, sizeof(ref.ids)) == 0,
        "draft speculation under the adapter equals plain decoding under "
        "it");
+    {
+        nalar_metrics mt;
+
+        nalar_engine_metrics(draft, &mt);
+        ok(mt.spec_draft_tokens_total > 0, "the draft's proposals were "
+           "verified (%llu)",
+           (unsigned long long) mt.spec_draft_tokens_total);
+    }
     ok(run_all(ngram, &p, 1, &g) == 0
        && memcmp(g.ids, ref.ids, sizeof(ref.ids)) == 0,
        "n-gram speculation under the adapter equals plain decoding");
@@ -530,9 +538,19 @@ check_spec(void)
      * (rejected where they differ): verification runs under the adapter */
     p.prediction = ref.ids;
     p.n_prediction = ref.n;
-    ok(run_all(ngram, &p, 1, &g) == 0
-       && memcmp(g.ids, ref.ids, sizeof(ref.ids)) == 0,
-       "with its own output as the prediction: the same");
+    {
+        nalar_metrics m0, m1;
+
+        nalar_engine_metrics(ngram, &m0);
+        ok(run_all(ngram, &p, 1, &g) == 0
+           && memcmp(g.ids, ref.ids, sizeof(ref.ids)) == 0,
+           "with its own output as the prediction: the same");
+        nalar_engine_metrics(ngram, &m1);
+        ok(m1.spec_accepted_tokens_total - m0.spec_accepted_tokens_total
+           >= 20, "and most of the prediction was accepted under the "
+           "adapter (%llu)", (unsigned long long)
+           (m1.spec_accepted_tokens_total - m0.spec_accepted_tokens_total));
+    }
     p.prediction = base.ids;
     p.n_prediction = base.n;
     ok(run_all(ngram, &p, 1, &g) == 0
