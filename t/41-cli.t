@@ -250,4 +250,36 @@ for my $c (
 ok($rc == 0 && $out =~ /^\d+ \d+ \d+ \d+$/,
    "options at their limits and an alias (--threads) are taken: $out");
 
+# LoRA: a random adapter, the merged file, and generate under the adapter
+{
+    my $dir = tempdir(CLEANUP => 1);
+    my $base = 'models/nalar-kjv-target-f32.gguf';
+    my @gen = ('-p', "'In the beginning'", qw(-n 16 --temp 0
+        --ids --ignore-eos));
+
+    ($rc, $out) = run($nalar, qw(mkmodel --lora-of), $base,
+        qw(--rank 8 --seed 3 -o), "$dir/a.gguf");
+    is($rc, 0, 'mkmodel --lora-of writes an adapter') or diag $out;
+    ($rc, $out) = run($nalar, qw(mkmodel --merge), $base, '--lora',
+        "$dir/a.gguf", qw(--scale 0.5 -o), "$dir/m.gguf");
+    is($rc, 0, 'mkmodel --merge writes the merged file') or diag $out;
+    my ($rc1, $plain) = run($nalar, qw(generate -m), $base, @gen);
+    my ($rc2, $under) = run($nalar, qw(generate -m), $base, '--lora',
+        "t=$dir/a.gguf:0.5", qw(--adapter t), @gen);
+    my ($rc3, $merged) = run($nalar, qw(generate -m), "$dir/m.gguf",
+        @gen);
+    ok($rc1 == 0 && $rc2 == 0 && $rc3 == 0 && $under =~ /^\d+( \d+){15}$/,
+       'generate --lora t=FILE:0.5 --adapter t runs') or diag $under;
+    isnt($under, $plain, 'the adapter changes the greedy output');
+    is($under, $merged, 'and it equals the merged file\'s');
+    ($rc, $out) = run($nalar, qw(generate -m), $base, '--lora',
+        "t=$dir/a.gguf", qw(--adapter u), @gen);
+    ok($rc == 2 && $out =~ /--adapter u names no --lora/,
+       'an --adapter that names no --lora is refused') or diag $out;
+    ($rc, $out) = run($nalar, qw(generate -m), $base, '--lora', "t=$base",
+        @gen);
+    ok($rc == 1 && $out =~ /general.type is absent/,
+       'a model given as an adapter is refused at load') or diag $out;
+}
+
 done_testing();
