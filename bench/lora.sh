@@ -25,9 +25,12 @@ fi
     echo "Decode, 16 sequences: 4 rank-16 adapters vs base-only" \
          "(bench/lora.sh, $ROUNDS rounds, $THREADS threads; $(date -u +%F))"
     echo
-    for m in models/nalar-kjv-target-f16.gguf "$DIR/L1B-f16.gguf"; do
+    # passes per round: about a second of decode on the 2-core machine
+    for run in "models/nalar-kjv-target-f16.gguf 200" "$DIR/L1B-f16.gguf 8"
+    do
+        set -- $run
         echo '```'
-        build/bench/lora "$m" "$THREADS" "$ROUNDS" 8
+        build/bench/lora "$1" "$THREADS" "$ROUNDS" "$2"
         echo '```'
     done
 } | tee bench/results/lora.md
