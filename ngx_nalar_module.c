@@ -15,8 +15,8 @@
  *
  * This file is the module itself: its directives and their configuration
  * (create, merge, the directive handlers but those of
- * ngx_nalar_engine_conf.c, ngx_nalar_shared.c, ngx_nalar_tenancy.c and
- * the edge's files) and the handler and filter registration.  The rest of
+ * ngx_nalar_engine_conf.c, ngx_nalar_lora.c, ngx_nalar_shared.c,
+ * ngx_nalar_tenancy.c and the edge's files) and the handler and filter registration.  The rest of
  * the glue lives in nginx/, one file per concern: a worker's life
  * (ngx_nalar_process.c: engines, the eventfd, the parse threads) and its
  * state (ngx_nalar_worker.c), and what a request goes through.
@@ -73,6 +73,13 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
     { ngx_string("nalar_model"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
       ngx_http_nalar_model,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("nalar_lora"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_nalar_lora,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -303,6 +310,20 @@ static ngx_command_t  ngx_http_nalar_commands[] = {
       0,
       NULL },
 
+    { ngx_string("nalar_adapter"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_nalar_loc_conf_t, adapter),
+      NULL },
+
+    { ngx_string("nalar_lora_allow"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_nalar_lora_allow,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("nalar_speculative"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
       ngx_http_nalar_speculative,
@@ -399,6 +420,9 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
     if (ngx_array_init(&nmcf->models, cf->pool, 2,
                        sizeof(ngx_http_nalar_model_t))
         != NGX_OK
+        || ngx_array_init(&nmcf->loras, cf->pool, 2,
+                          sizeof(ngx_http_nalar_lora_t))
+           != NGX_OK
         || ngx_array_init(&nmcf->shared, cf->pool, 1,
                           sizeof(ngx_http_nalar_shared_t *))
            != NGX_OK)
@@ -568,6 +592,8 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
      *     nlcf->jwt_audience = { 0, NULL };
      *     nlcf->edge_metrics = NULL;
      *     nlcf->edge_health = NULL;
+     *     nlcf->lora_list = NULL;
+     *     nlcf->n_lora_list = 0;
      */
 
     nlcf->chat_style = NGX_CONF_UNSET_UINT;
@@ -586,6 +612,8 @@ ngx_http_nalar_create_loc_conf(ngx_conf_t *cf)
     nlcf->route_prefix = NGX_CONF_UNSET_SIZE;
     nlcf->route_edge = NGX_CONF_UNSET;
     nlcf->edge_zone = NGX_CONF_UNSET_PTR;
+    nlcf->adapter = NGX_CONF_UNSET_PTR;
+    nlcf->lora_allow = NGX_CONF_UNSET_PTR;
 
     return nlcf;
 }
@@ -621,6 +649,10 @@ ngx_http_nalar_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->route_prefix, prev->route_prefix, 2048);
     ngx_conf_merge_value(conf->route_edge, prev->route_edge, 0);
     ngx_conf_merge_ptr_value(conf->edge_zone, prev->edge_zone, NULL);
+
+    if (ngx_http_nalar_lora_merge(cf, prev, conf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     /* behind an edge the tenant comes from the edge's signed identity
      * only: never also from a header or a token of the node's own */
@@ -676,6 +708,10 @@ ngx_http_nalar_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         {
             return "is duplicate";
         }
+    }
+
+    if (ngx_http_nalar_lora_clash(cf, nmcf, &value[1]) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
     }
 
     model = ngx_array_push(&nmcf->models);

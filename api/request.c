@@ -119,14 +119,21 @@ api_fields(nalar_api_request *req, const nalar_api_in *in)
 }
 
 
-/* model: the first configured one when absent */
+/*
+ * model: a configured model (the first when absent), or a LoRA adapter of
+ * the input's list; where the input forces its adapter, that adapter
+ * whether the body names it, its base or nothing.  Every other name gets
+ * the same answer, whether or not an adapter of that name exists, so that
+ * the answer never tells which adapters are configured.
+ */
 
 static int
 api_model(nalar_api_request *req, const nalar_api_in *in)
 {
-    json_t      *v;
-    size_t       i, len;
-    const char  *name;
+    json_t                *v;
+    size_t                 i, len;
+    const char            *name;
+    const nalar_api_lora  *a;
 
     v = json_object_get(req->root, "model");
 
@@ -138,6 +145,24 @@ api_model(nalar_api_request *req, const nalar_api_in *in)
     len = name ? json_string_length(v) : 0;
 
     req->model = -1;
+    req->lora = -1;
+    req->params.adapter = 0;
+
+    if (in->lora_forced && in->n_loras == 1) {
+        a = &in->loras[0];
+
+        if (name == NULL
+            || (a->name_len == len && memcmp(a->name, name, len) == 0)
+            || (in->models[a->model].name_len == len
+                && memcmp(in->models[a->model].name, name, len) == 0))
+        {
+            req->model = a->model;
+            req->lora = 0;
+            req->params.adapter = a->adapter;
+        }
+
+        goto done;
+    }
 
     for (i = 0; i < in->n_models; i++) {
         if (name == NULL
@@ -145,13 +170,29 @@ api_model(nalar_api_request *req, const nalar_api_in *in)
                 && memcmp(in->models[i].name, name, len) == 0))
         {
             req->model = (int) i;
+            goto done;
+        }
+    }
+
+    for (i = 0; i < in->n_loras; i++) {
+        a = &in->loras[i];
+
+        if (name != NULL && a->name_len == len
+            && memcmp(a->name, name, len) == 0)
+        {
+            req->model = a->model;
+            req->lora = (int) i;
+            req->params.adapter = a->adapter;
             break;
         }
     }
 
+done:
+
     if (req->model < 0) {
         return api_fail(req, 404, "invalid_request_error", "model",
-                        "model_not_found", "The model `%s` does not exist",
+                        "model_not_found", "The model `%s` does not exist "
+                        "or you do not have access to it.",
                         name ? name : "");
     }
 
@@ -1204,6 +1245,7 @@ api_init(nalar_api_request *req)
 {
     memset(req, 0, sizeof(*req));
     req->model = -1;
+    req->lora = -1;
     req->logprobs = -1;
     req->n = 1;
     nalar_sampling_default(&req->params.sampling);
@@ -1278,4 +1320,5 @@ nalar_api_request_free(nalar_api_request *req)
 
     memset(req, 0, sizeof(*req));
     req->model = -1;
+    req->lora = -1;
 }

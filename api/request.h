@@ -47,6 +47,19 @@ typedef struct {
     const char  *eos;
 } nalar_api_model;
 
+/*
+ * A LoRA adapter a parse may serve: its name, its base (an index in the
+ * models) and what the engine calls it (nalar_request_params.adapter: its
+ * index + 1 in the base's adapters).  The caller chooses which the list
+ * holds: the parse never serves an adapter that is not in it.
+ */
+typedef struct {
+    const char  *name;
+    size_t       name_len;
+    int          model;         /* index in models */
+    int32_t      adapter;       /* > 0 */
+} nalar_api_lora;
+
 typedef struct {
     int                    chat;        /* 1: chat completions */
     const nalar_api_model *models;      /* the first is the default */
@@ -62,6 +75,13 @@ typedef struct {
                                            completions), its ids the answer
                                            (params.tokenize_only) */
     uint64_t               seed;        /* when the body names none */
+    const nalar_api_lora  *loras;       /* adapters a body may name */
+    size_t                 n_loras;
+    int                    lora_forced; /* 1: loras[0] (n_loras 1) serves
+                                           every request, whose `model`
+                                           may name it, its base or
+                                           nothing; any other name is
+                                           unknown */
 } nalar_api_in;
 
 /* what the answer of a chat request with tools is */
@@ -88,6 +108,10 @@ typedef struct {
     nalar_request_params  params;
 
     int                   model;        /* index in models; -1: none */
+    int                   lora;         /* index in the input's loras;
+                                           -1: the base alone
+                                           (params.adapter is its
+                                           adapter) */
     int                   n;            /* choices */
     int                   logprobs;     /* top-N, or -1: off */
     unsigned              stream:1;

@@ -340,6 +340,16 @@ ngx_http_nalar_start(ngx_http_request_t *r)
     in.seed = ((uint64_t) ngx_random() << 32) ^ ngx_random()
               ^ (uint64_t) ngx_current_msec;
 
+    /* the adapters it may be served by: the server's choice, or those the
+     * body may name (configuration memory, which a parse thread may read) */
+
+    rc = ngx_http_nalar_lora_in(r, &in);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->loras = in.loras;
+
     len = 0;
 
     if (r->request_body) {
@@ -428,6 +438,12 @@ ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
     {
         model = &w->rt->models[req->model];
         ctx->model = model;
+        ctx->served = (char *) model->name.data;
+
+        if (req->lora >= 0) {
+            ctx->lora = &ctx->loras[req->lora];
+            ctx->served = ctx->lora->name;
+        }
     }
 
     ctx->stream = req->stream;

@@ -103,8 +103,24 @@ typedef struct {
 } ngx_http_nalar_model_t;
 
 
+/*
+ * nalar_lora: an adapter of a configured model.  `api` is what a parse is
+ * given of it; api.model is the index of its base in the main conf's
+ * models, api.adapter its index + 1 among that base's adapters in the
+ * order of the configuration, which is the order of the base engine's
+ * opts.loras (ngx_http_nalar_lora_opts).
+ */
+typedef struct {
+    ngx_str_t                  name;        /* NUL-terminated */
+    ngx_str_t                  path;        /* NUL-terminated */
+    double                     scale;       /* > 0, finite */
+    nalar_api_lora             api;
+} ngx_http_nalar_lora_t;
+
+
 typedef struct {
     ngx_array_t                models;      /* ngx_http_nalar_model_t */
+    ngx_array_t                loras;       /* ngx_http_nalar_lora_t */
     ngx_array_t                shared;      /* ngx_http_nalar_shared_t *,
                                                every nalar_shared_prefix */
     ngx_int_t                  threads;
@@ -223,6 +239,14 @@ typedef struct {
                                                counted, or NULL */
     ngx_shm_zone_t            *edge_metrics;    /* nalar_edge_metrics */
     ngx_http_upstream_srv_conf_t  *edge_health; /* nalar_edge_health */
+
+    /* LoRA adapters: the server's choice, or which a body may name */
+    ngx_http_complex_value_t  *adapter;     /* nalar_adapter, or NULL */
+    ngx_array_t               *lora_allow;  /* nalar_lora_allow's words
+                                               (ngx_str_t); NULL: none */
+    nalar_api_lora            *lora_list;   /* what lora_allow allows,
+                                               made at merge */
+    ngx_uint_t                 n_lora_list;
 } ngx_http_nalar_loc_conf_t;
 
 
@@ -301,6 +325,13 @@ typedef struct {
 struct ngx_http_nalar_ctx_s {
     ngx_http_request_t        *request;
     ngx_http_nalar_model_rt_t *model;
+    const nalar_api_lora      *loras;       /* the adapters its parse was
+                                               given (configuration) */
+    const nalar_api_lora      *lora;        /* the one serving it, or
+                                               NULL: the base alone */
+    const char                *served;      /* the answers' `model`: the
+                                               adapter's name or the
+                                               model's */
     ngx_uint_t                 endpoint;
     ngx_uint_t                 n;           /* choices */
     ngx_uint_t                 n_done;
@@ -411,6 +442,23 @@ ngx_http_nalar_worker_t *ngx_http_nalar_worker(void);
 ngx_http_nalar_ctx_t *ngx_http_nalar_get_ctx(ngx_http_request_t *r);
 ngx_uint_t ngx_http_nalar_endpoint(ngx_str_t *uri);
 ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
+
+/* ngx_nalar_lora.c: LoRA adapters' directives, choice and counters */
+char *ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_nalar_lora_allow(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_nalar_lora_clash(ngx_conf_t *cf,
+    ngx_http_nalar_main_conf_t *nmcf, ngx_str_t *name);
+char *ngx_http_nalar_lora_merge(ngx_conf_t *cf,
+    ngx_http_nalar_loc_conf_t *prev, ngx_http_nalar_loc_conf_t *conf);
+ngx_int_t ngx_http_nalar_lora_in(ngx_http_request_t *r, nalar_api_in *in);
+ngx_int_t ngx_http_nalar_lora_opts(ngx_pool_t *pool,
+    ngx_http_nalar_main_conf_t *nmcf, ngx_uint_t model,
+    nalar_engine_opts *opts);
+size_t ngx_http_nalar_lora_metrics_size(ngx_http_nalar_main_conf_t *nmcf);
+u_char *ngx_http_nalar_lora_metrics(ngx_pool_t *pool, u_char *p,
+    u_char *end, ngx_http_nalar_main_conf_t *nmcf,
+    ngx_http_nalar_model_rt_t *model);
 
 /* ngx_nalar_output.c: JSON bodies, headers, server-sent events */
 ngx_int_t ngx_http_nalar_send_json(ngx_http_request_t *r,

@@ -119,7 +119,7 @@ ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx, ngx_chain_t ***ll,
                                 ? "chat.completion.chunk"
                                 : "text_completion",
                       "created", (json_int_t) ctx->created,
-                      "model", ctx->model->name.data,
+                      "model", ctx->served,
                       "choices", choice);
     if (chunk == NULL) {
         return NGX_ERROR;

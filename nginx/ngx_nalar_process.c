@@ -247,6 +247,18 @@ ngx_http_nalar_engine_start(ngx_cycle_t *cycle,
         opts.draft_path = (char *) model->draft.data;
     }
 
+    /* its LoRA adapters, which a request names by their index + 1 */
+
+    if (ngx_http_nalar_lora_opts(ngx_http_nalar_worker()->rt->pool, nmcf, i,
+                                 &opts)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                      "nalar_model \"%V\": no memory for its adapters",
+                      &model->name);
+        return;
+    }
+
     mrt->engine = nalar_engine_create(&opts, &err);
 
     if (mrt->engine == NULL) {

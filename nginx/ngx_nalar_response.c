@@ -347,7 +347,7 @@ ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
                                 ? "chat.completion.chunk"
                                 : "text_completion",
                       "created", (json_int_t) ctx->created,
-                      "model", ctx->model->name.data,
+                      "model", ctx->served,
                       "choices",
                       "usage", ngx_http_nalar_usage_json(ctx));
 
@@ -799,7 +799,7 @@ ngx_http_nalar_finish_response(ngx_http_nalar_ctx_t *ctx)
                      "object", ctx->endpoint == NGX_HTTP_NALAR_EP_CHAT
                                ? "chat.completion" : "text_completion",
                      "created", (json_int_t) ctx->created,
-                     "model", ctx->model->name.data,
+                     "model", ctx->served,
                      "choices", choices,
                      "usage", ngx_http_nalar_usage_json(ctx));
     if (root == NULL) {

@@ -27,7 +27,14 @@ static u_char *ngx_http_nalar_metrics_hists(u_char *p, u_char *end,
 static u_char *ngx_http_nalar_metrics_steps(u_char *p, u_char *end,
     nalar_metrics *m, ngx_http_nalar_model_rt_t *model, ngx_uint_t n);
 
-/* /models: the list; /models/{id}: one model object, or 404 */
+/*
+ * /models: the list; /models/{id}: one model object, or 404.  Both show
+ * what the location may serve this request: the base models (but where
+ * nalar_adapter chose an adapter, which alone serves) and the adapters it
+ * may serve, each with its base as "parent", as vLLM lists its LoRA
+ * modules (without "root": vLLM puts the adapter's path there, which is
+ * the server's business).
+ */
 
 ngx_int_t
 ngx_http_nalar_models(ngx_http_request_t *r)
@@ -35,44 +42,24 @@ ngx_http_nalar_models(ngx_http_request_t *r)
     json_t                      *list, *data, *m;
     ngx_str_t                    id;
     ngx_int_t                    rc;
-    ngx_uint_t                   i;
+    ngx_uint_t                   i, n, one;
+    nalar_api_in                 in;
     ngx_http_nalar_model_t      *model;
     ngx_http_nalar_main_conf_t  *nmcf;
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
     model = nmcf->models.elts;
 
-    if (ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_MODEL) {
-        (void) ngx_http_nalar_model_id(&r->uri, &id);
-
-        for (i = 0; i < nmcf->models.nelts; i++) {
-            if (model[i].name.len == id.len
-                && ngx_strncmp(model[i].name.data, id.data, id.len) == 0)
-            {
-                break;
-            }
-        }
-
-        if (i == nmcf->models.nelts) {
-            return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
-                                        "invalid_request_error", "model",
-                                        "model_not_found",
-                                        "The model `%V` does not exist", &id);
-        }
-
-        m = json_pack("{s:s%,s:s,s:I,s:s}",
-                      "id", model[i].name.data, model[i].name.len,
-                      "object", "model",
-                      "created", (json_int_t) nmcf->created,
-                      "owned_by", "nalar");
-        if (m == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, m);
-        json_decref(m);
-
+    rc = ngx_http_nalar_lora_in(r, &in);
+    if (rc != NGX_OK) {
         return rc;
+    }
+
+    one = (ngx_http_nalar_endpoint(&r->uri) == NGX_HTTP_NALAR_EP_MODEL);
+    ngx_str_null(&id);
+
+    if (one) {
+        (void) ngx_http_nalar_model_id(&r->uri, &id);
     }
 
     data = json_array();
@@ -81,17 +68,65 @@ ngx_http_nalar_models(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        m = json_pack("{s:s%,s:s,s:I,s:s}",
-                      "id", model[i].name.data, model[i].name.len,
-                      "object", "model",
-                      "created", (json_int_t) nmcf->created,
-                      "owned_by", "nalar");
+    n = in.lora_forced ? 0 : nmcf->models.nelts;
 
-        if (m == NULL || json_array_append_new(data, m) != 0) {
+    for (i = 0; i < n + in.n_loras; i++) {
+        if (i < n) {
+            m = json_pack("{s:s%,s:s,s:I,s:s}",
+                          "id", model[i].name.data, model[i].name.len,
+                          "object", "model",
+                          "created", (json_int_t) nmcf->created,
+                          "owned_by", "nalar");
+
+        } else {
+            m = json_pack("{s:s%,s:s,s:I,s:s,s:s%}",
+                          "id", in.loras[i - n].name,
+                          in.loras[i - n].name_len,
+                          "object", "model",
+                          "created", (json_int_t) nmcf->created,
+                          "owned_by", "nalar",
+                          "parent", model[in.loras[i - n].model].name.data,
+                          model[in.loras[i - n].model].name.len);
+        }
+
+        if (m == NULL) {
             json_decref(list);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
+
+        if (one) {
+            if (ngx_strlen(json_string_value(json_object_get(m, "id")))
+                == id.len
+                && ngx_strncmp(json_string_value(json_object_get(m, "id")),
+                               id.data, id.len)
+                   == 0)
+            {
+                json_decref(list);
+                rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, m);
+                json_decref(m);
+                return rc;
+            }
+
+            json_decref(m);
+            continue;
+        }
+
+        if (json_array_append_new(data, m) != 0) {
+            json_decref(list);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    if (one) {
+        json_decref(list);
+
+        /* as the parse answers a `model` it cannot serve */
+
+        return ngx_http_nalar_error(r, NGX_HTTP_NOT_FOUND,
+                                    "invalid_request_error", "model",
+                                    "model_not_found",
+                                    "The model `%V` does not exist or you "
+                                    "do not have access to it.", &id);
     }
 
     rc = ngx_http_nalar_send_json(r, NGX_HTTP_OK, list);
@@ -322,7 +357,8 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
           + ngx_http_nalar_n(ngx_http_nalar_prefix)
           + ngx_http_nalar_n(ngx_http_nalar_grammar);
 
-    size = 4096 + ngx_http_nalar_n(ngx_http_nalar_grammar) * 192;
+    size = 4096 + ngx_http_nalar_n(ngx_http_nalar_grammar) * 192
+           + ngx_http_nalar_lora_metrics_size(nmcf);
 
     for (i = 0; i < n; i++) {
         if (model[i].engine) {
@@ -346,6 +382,11 @@ ngx_http_nalar_metrics_handler(ngx_http_request_t *r)
     p = ngx_http_nalar_metrics_grammar(p, end, m, model, n);
     p = ngx_http_nalar_metrics_hists(p, end, m, model, n);
     p = ngx_http_nalar_metrics_steps(p, end, m, model, n);
+
+    p = ngx_http_nalar_lora_metrics(r->pool, p, end, nmcf, model);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     b->last = p;
 

@@ -1,8 +1,8 @@
 
 /*
- * The $nalar_* variables: a request's model, usage, tenant and timings
- * for the access log, and what an edge hands its nodes (the route key, the
- * signed identity).  Each reads what the request's steps recorded in its
+ * The $nalar_* variables: a request's model and adapter, usage, tenant
+ * and timings for the access log, and what an edge hands its nodes (the
+ * route key, the signed identity).  Each reads what the request's steps recorded in its
  * ctx, or asks the file that owns the value (the tenant: tenancy; the
  * identity: the edge; the route key: the route); none of those calls back
  * here.
@@ -23,6 +23,7 @@ static ngx_int_t ngx_http_nalar_edge_identity_variable(
 
 enum {
     NGX_HTTP_NALAR_VAR_MODEL = 0,
+    NGX_HTTP_NALAR_VAR_ADAPTER,
     NGX_HTTP_NALAR_VAR_PROMPT_TOKENS,
     NGX_HTTP_NALAR_VAR_CACHED_TOKENS,
     NGX_HTTP_NALAR_VAR_COMPLETION_TOKENS,
@@ -40,6 +41,9 @@ static ngx_http_variable_t  ngx_http_nalar_vars[] = {
 
     { ngx_string("nalar_model"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("nalar_adapter"), NULL, ngx_http_nalar_variable,
+      NGX_HTTP_NALAR_VAR_ADAPTER, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("nalar_prompt_tokens"), NULL, ngx_http_nalar_variable,
       NGX_HTTP_NALAR_VAR_PROMPT_TOKENS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -151,6 +155,17 @@ ngx_http_nalar_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     if (data == NGX_HTTP_NALAR_VAR_MODEL) {
         v->len = ctx->model->name.len;
         v->data = ctx->model->name.data;
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+        return NGX_OK;
+    }
+
+    /* the adapter that served it; empty: the base model alone */
+
+    if (data == NGX_HTTP_NALAR_VAR_ADAPTER) {
+        v->len = ctx->lora ? ctx->lora->name_len : 0;
+        v->data = ctx->lora ? (u_char *) ctx->lora->name : (u_char *) "";
         v->valid = 1;
         v->no_cacheable = 1;
         v->not_found = 0;
