@@ -165,9 +165,10 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                          &err)
         != 0)
     {
+        /* the message names the file: "FILE: what is wrong" */
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "nalar_lora \"%V\" \"%V\" (base \"%V\"): %s",
-                           &value[1], &lora->path, &model->name, err.msg);
+                           "nalar_lora \"%V\" (base \"%V\"): %s",
+                           &value[1], &model->name, err.msg);
         return NGX_CONF_ERROR;
     }
 
