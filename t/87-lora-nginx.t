@@ -151,6 +151,17 @@ is($forbidden->{headers}{'content-length'}
    - length('secret'), $nothing->{headers}{'content-length'}
    - length('nothing'), '... and the same length');
 
+# a body over 16 KiB is parsed on a parse thread, with the same choice
+my $pad = ' ' x (20 * 1024);
+my $big = $t->post_json('/open/v1/completions',
+    qq({"model": "psalms", "prompt": "$prompt", "max_tokens": 12,$pad)
+    . q("temperature": 0, "ignore_eos": true}));
+is($big->{json}{model}, 'psalms', 'a large body names an allowed adapter');
+is(text($big), text($acme), '... and gets its output');
+my $big_f = $t->post_json('/open/v1/completions',
+    qq({"model": "secret", "prompt": "$prompt",$pad "max_tokens": 1}));
+is($big_f->{status}, 404, '... and a forbidden one is unknown there too');
+
 is(complete('/base/v1/completions', 'psalms')->{status}, 404,
    'no nalar_lora_allow: no adapter may be named');
 is(complete('/all/v1/completions', 'secret')->{json}{model}, 'secret',
@@ -214,11 +225,12 @@ like($log, qr/^nobody\|\|kjv\|200$/m, '... and nothing for the base');
 
 my $m1 = $t->metrics;
 my $key = 'nalar_lora_requests_total{model="kjv",adapter="psalms"}';
-# psalms served: acme x3 (completions), the open one, the stream
-is(($m1->{$key} // 0) - ($m0->{$key} // 0), 5,
+# psalms served: acme x3 (completions), the open one, the large body,
+# the stream
+is(($m1->{$key} // 0) - ($m0->{$key} // 0), 6,
    'nalar_lora_requests_total counts the adapter\'s requests');
 my $gen = 'nalar_lora_generation_tokens_total{model="kjv",adapter="psalms"}';
-is(($m1->{$gen} // 0) - ($m0->{$gen} // 0), 4 * 12 + 4,
+is(($m1->{$gen} // 0) - ($m0->{$gen} // 0), 5 * 12 + 4,
    'nalar_lora_generation_tokens_total counts its tokens');
 my $pt = 'nalar_lora_prompt_tokens_total{model="kjv",adapter="proverbs"}';
 ok(($m1->{$pt} // 0) > 0, 'nalar_lora_prompt_tokens_total counts prompts');
