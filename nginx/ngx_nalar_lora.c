@@ -86,6 +86,20 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* the name goes into metrics labels and logs as it is */
+
+    for (i = 0; i < value[1].len; i++) {
+        if (value[1].data[i] < 0x20 || value[1].data[i] == 0x7f
+            || value[1].data[i] == '"' || value[1].data[i] == '\\')
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "nalar_lora \"%V\": a name may not hold "
+                               "quotes, backslashes or control characters",
+                               &value[1]);
+            return NGX_CONF_ERROR;
+        }
+    }
+
     if (ngx_http_nalar_lora_clash(cf, nmcf, &value[1]) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
@@ -174,13 +188,11 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     /* its index among its base's adapters, as the engine numbers them */
 
-    n = 0;
+    n = 1;
     lora = nmcf->loras.elts;
 
-    for (i = 0; i < nmcf->loras.nelts; i++) {
-        if (lora[i].api.model == (int) m || i == nmcf->loras.nelts - 1) {
-            n++;
-        }
+    for (i = 0; i < nmcf->loras.nelts - 1; i++) {
+        n += (lora[i].api.model == (int) m);
     }
 
     lora = &lora[nmcf->loras.nelts - 1];
