@@ -93,7 +93,13 @@ ok($ready, 'streams running (and waiting) under psalms before the reload');
 $t->write_conf($c2);
 $t->signal('HUP');
 
-# new connections are the new worker's once its /v1/models says so
+# new connections are the new worker's once the old one has stopped
+# accepting (it logs that it is shutting down) and the new one answers
+my $deadline2 = Time::HiRes::time() + 60 * $NalarTest::SLOW;
+select(undef, undef, undef, 0.05)
+    until $t->read_file('error.log') =~ /gracefully shutting down/
+          || Time::HiRes::time() > $deadline2;
+
 sub ids {
     my $r = $t->get('/v1/models');
     return '' unless $r->{status} == 200;
