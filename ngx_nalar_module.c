@@ -487,6 +487,16 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* the CUDA backend has no adapter products (lora_attach) */
+
+    if (ngx_strcmp(nmcf->backend.data, "cpu") != 0 && nmcf->loras.nelts) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"nalar_lora\" needs \"nalar_backend cpu\": "
+                           "the %V backend does not serve LoRA adapters",
+                           &nmcf->backend);
+        return NGX_CONF_ERROR;
+    }
+
 #if !(NGX_NALAR_HAVE_CUDA)
     if (ngx_strcmp(nmcf->backend.data, "cuda") == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

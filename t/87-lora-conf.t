@@ -91,6 +91,10 @@ my @cases = (
     [ "nalar_model kjv %%MODEL%%;\n    nalar_lora 'a\"b' good.gguf;",
       qr/\[emerg\].*nalar_lora "a"b": a name may not hold quotes/,
       'a name with a quote' ],
+    [ "nalar_model kjv %%MODEL%%;\n    nalar_lora a good.gguf;\n"
+      . "    nalar_backend cuda;",
+      qr/\[emerg\].*"nalar_lora" needs "nalar_backend cpu": the cuda backend/,
+      'an adapter on the CUDA backend' ],
     [ "nalar_model kjv %%MODEL%%;\n    nalar_lora a good.gguf rank=2;",
       qr/\[emerg\].*nalar_lora "a": invalid parameter "rank=2"/,
       'an unknown parameter' ],
