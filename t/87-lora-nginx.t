@@ -6,9 +6,9 @@
 # any other `model` is an unknown model; elsewhere only the adapters
 # nalar_lora_allow lists may be named (none by default), and an unknown
 # and a forbidden adapter get the same bytes but for the name.
-# /v1/models lists exactly what the location may serve.  A value of
-# nalar_adapter that names no adapter is the operator's mistake: 500 and
-# an error-log line naming it.
+# /v1/models lists exactly what the location may serve.  The prefix cache
+# keys on the adapter.  A value of nalar_adapter that names no adapter is
+# the operator's mistake: 500 and an error-log line naming it.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -169,6 +169,22 @@ is(complete('/all/v1/completions', 'secret')->{json}{model}, 'secret',
 is(complete('/all/v1/none/completions', 'secret')->{status}, 404,
    'nalar_lora_allow none below it: none');
 
+# the prefix cache keys on the adapter: one tenant, one long prompt, a hit
+# under the same adapter and none under another or the base
+
+my $long = join ' ', ('In the beginning God created the heaven and the '
+                      . 'earth.') x 8;
+sub cached {
+    my ($model) = @_;
+    my $r = $t->post_json('/all/v1/completions', { model => $model,
+                          prompt => $long, max_tokens => 1 });
+    return $r->{json}{usage}{prompt_tokens_details}{cached_tokens} // -1;
+}
+cached('psalms');
+ok(cached('psalms') > 0, 'the same prompt under the same adapter: cached');
+is(cached('proverbs'), 0, '... under another adapter: nothing cached');
+is(cached('kjv'), 0, '... under the base alone: nothing cached');
+
 # a stream names the adapter in each chunk
 
 my $s = $t->request('POST', '/v1/completions', headers => bearer('acme'),
@@ -226,11 +242,11 @@ like($log, qr/^nobody\|\|kjv\|200$/m, '... and nothing for the base');
 my $m1 = $t->metrics;
 my $key = 'nalar_lora_requests_total{model="kjv",adapter="psalms"}';
 # psalms served: acme x3 (completions), the open one, the large body,
-# the stream
-is(($m1->{$key} // 0) - ($m0->{$key} // 0), 6,
+# the two cache probes, the stream
+is(($m1->{$key} // 0) - ($m0->{$key} // 0), 8,
    'nalar_lora_requests_total counts the adapter\'s requests');
 my $gen = 'nalar_lora_generation_tokens_total{model="kjv",adapter="psalms"}';
-is(($m1->{$gen} // 0) - ($m0->{$gen} // 0), 5 * 12 + 4,
+is(($m1->{$gen} // 0) - ($m0->{$gen} // 0), 5 * 12 + 2 + 4,
    'nalar_lora_generation_tokens_total counts its tokens');
 my $pt = 'nalar_lora_prompt_tokens_total{model="kjv",adapter="proverbs"}';
 ok(($m1->{$pt} // 0) > 0, 'nalar_lora_prompt_tokens_total counts prompts');
