@@ -14,15 +14,14 @@
  * is reached from a slot only on the event loop.
  *
  * This file is the module itself: its directives and their configuration
- * (create, merge, the directive handlers but those of
- * ngx_nalar_engine_conf.c, ngx_nalar_lora.c, ngx_nalar_shared.c,
- * ngx_nalar_tenancy.c and the edge's files) and the handler and filter registration.  The rest of
- * the glue lives in nginx/, one file per concern: a worker's life
- * (ngx_nalar_process.c: engines, the eventfd, the parse threads) and its
- * state (ngx_nalar_worker.c), and what a request goes through.
- * nginx/ngx_nalar_module.h holds what they share and lists them from the
- * bottom up: calls go from this file down, never back.  Configuration
- * only.
+ * (create, merge, the directive handlers but those of ngx_nalar_engine_conf.c,
+ * ngx_nalar_lora.c, ngx_nalar_shared.c, ngx_nalar_tenancy.c and the edge's
+ * files) and the handler and filter registration.  The rest of the glue lives
+ * in nginx/, one file per concern: a worker's life (ngx_nalar_process.c:
+ * engines, the eventfd, the parse threads) and its state (ngx_nalar_worker.c),
+ * and what a request goes through.  nginx/ngx_nalar_module.h holds what they
+ * share and lists them from the bottom up: calls go from this file down, never
+ * back.  Configuration only.
  */
 
 #include "ngx_nalar_module.h"

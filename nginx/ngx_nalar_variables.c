@@ -1,8 +1,8 @@
 
 /*
- * The $nalar_* variables: a request's model and adapter, usage, tenant
- * and timings for the access log, and what an edge hands its nodes (the
- * route key, the signed identity).  Each reads what the request's steps recorded in its
+ * The $nalar_* variables: a request's model and adapter, usage, tenant and
+ * timings for the access log, and what an edge hands its nodes (the route key,
+ * the signed identity).  Each reads what the request's steps recorded in its
  * ctx, or asks the file that owns the value (the tenant: tenancy; the
  * identity: the edge; the route key: the route); none of those calls back
  * here.
