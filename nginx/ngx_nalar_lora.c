@@ -364,13 +364,15 @@ ngx_http_nalar_lora_merge(ngx_conf_t *cf, ngx_http_nalar_loc_conf_t *prev,
     lora = nmcf->loras.elts;
     word = conf->lora_allow->elts;
 
-    if (ngx_strcmp(word[0].data, "none") == 0 || nmcf->loras.nelts == 0) {
+    if (ngx_strcmp(word[0].data, "none") == 0) {
         return NGX_CONF_OK;
     }
 
     all = (ngx_strcmp(word[0].data, "all") == 0);
 
-    conf->lora_list = ngx_palloc(cf->pool, nmcf->loras.nelts
+    /* one more than needed: no adapter configured is no empty palloc */
+
+    conf->lora_list = ngx_palloc(cf->pool, (nmcf->loras.nelts + 1)
                                            * sizeof(nalar_api_lora));
     if (conf->lora_list == NULL) {
         return NGX_CONF_ERROR;

@@ -118,6 +118,13 @@ my @allow = (
       'nalar_lora_allow twice' ],
 );
 
+($rc, $out) = conf("nalar_model kjv %%MODEL%%;", 'nalar_lora_allow b;');
+isnt($rc, 0, 'nginx -t fails: nalar_lora_allow naming one where none exists');
+like($out, qr/\[emerg\].*nalar_lora_allow: "b" is not a nalar_lora/,
+     '... and says why');
+($rc, $out) = conf("nalar_model kjv %%MODEL%%;", 'nalar_lora_allow all;');
+is($rc, 0, 'nalar_lora_allow all without adapters passes') or diag($out);
+
 for my $c (@allow) {
     ($rc, $out) = conf("nalar_model kjv %%MODEL%%;\n    nalar_lora a good.gguf;",
                        $c->[0]);
