@@ -369,7 +369,7 @@ check_kv(void)
     nalar_seq_kv *seq[5];
     int32_t    tok[5] = { 0 }, pos[5] = { 5, 40, 41, 33, 6 };
     int8_t     want[5] = { 0 };
-    nalar_batch b = { 5, tok, pos, seq, want, 0 };
+    nalar_batch b = { 5, tok, pos, seq, want, 0, NULL };
     nalar_cuda_plan plan;
     int32_t   *stage, *dstage;
     int64_t    cap, nf;
