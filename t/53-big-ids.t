@@ -184,7 +184,7 @@ my @cases = (
     [ 'ids and an unknown model',
       '{"model":"nope","prompt":[' . ids($m) . ']}',
       '404 | model_not_found | model | The model `nope` does not '
-      . 'exist' ],
+      . 'exist or you do not have access to it.' ],
     [ 'ids and max_tokens',
       '{"prompt":[' . ids($m) . '],"max_tokens":7,"stream":true}',
       '400 | context_length_exceeded | prompt | This model\'s '
