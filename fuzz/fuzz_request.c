@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error_json.h"
 #include "request.h"
 
 
@@ -160,7 +161,8 @@ check_ok(const nalar_api_request *r, const nalar_api_in *in)
 static void
 check_err(const nalar_api_request *r)
 {
-    const nalar_api_error *e = &r->err;
+    json_t               *body;
+    const nalar_failure  *e = &r->err;
 
     if (e->status != 400 && e->status != 404 && e->status != 500
         && e->status != 503)
@@ -177,6 +179,11 @@ check_err(const nalar_api_request *r)
     {
         die("context_length_exceeded without a count");
     }
+    body = nalar_api_error_json(e);
+    if (body == NULL) {
+        die("an error without a body");
+    }
+    json_decref(body);
 }
 
 
@@ -326,9 +333,7 @@ same(const nalar_api_request *a, int ra, const nalar_api_request *b, int rb)
         || (a->err.code != b->err.code
             && (a->err.code == NULL || b->err.code == NULL
                 || strcmp(a->err.code, b->err.code) != 0))
-        || (a->err.param != b->err.param
-            && (a->err.param == NULL || b->err.param == NULL
-                || strcmp(a->err.param, b->err.param) != 0)))
+        || strcmp(a->err.param, b->err.param) != 0)
     {
         die("the scan of large bodies changed the answer");
     }
