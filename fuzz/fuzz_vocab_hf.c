@@ -50,6 +50,17 @@ put(const char *path, const uint8_t *p, size_t n)
 }
 
 
+/* the directory goes when the run ends */
+static void
+cleanup(void)
+{
+    unlink(tj_path);
+    unlink(cfg_path);
+    unlink(out_path);
+    rmdir(dir);
+}
+
+
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -62,6 +73,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(tj_path, sizeof(tj_path), "%s/tokenizer.json", dir);
     snprintf(cfg_path, sizeof(cfg_path), "%s/tokenizer_config.json", dir);
     snprintf(out_path, sizeof(out_path), "%s/vocab.gguf", dir);
+    atexit(cleanup);
     return 0;
 }
 
