@@ -145,6 +145,7 @@ TOKENIZER_SRC = src/tokenizer.c src/tokenizer_pretok.c src/tokenizer_merge.c \
                 src/tokenizer_decode.c
 build/fuzz_tokenizer: $(TOKENIZER_SRC) src/gguf.c src/nalar_err.c
 build/fuzz_request: api/request.c api/request_scan.c api/request_tools.c \
+                    api/error_json.c \
                     api/chat.c api/chat_style.c api/chat_template.c \
                     $(filter api/jinja%,$(wildcard api/*.c)) \
                     src/limits.c src/sampler.c \
@@ -153,6 +154,7 @@ build/fuzz_request: api/request.c api/request_scan.c api/request_tools.c \
 build/fuzz_route: api/route_text.c
 build/fuzz_grammar: $(wildcard src/grammar*.c) $(TOKENIZER_SRC) src/gguf.c \
                     src/nalar_err.c
+build/fuzz_vocab_hf: src/vocab_hf.c $(TOKENIZER_SRC) src/gguf.c src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
 ifneq ($(FUZZ_SECONDS),)

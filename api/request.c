@@ -5,7 +5,6 @@
  * No nginx dependency, no shared state: safe on any thread.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,25 +19,6 @@ static int api_options(nalar_api_request *req, const nalar_api_in *in);
 static int api_sampling(nalar_api_request *req, const nalar_api_in *in);
 static int api_logprobs(nalar_api_request *req, const nalar_api_in *in);
 static int api_stop(nalar_api_request *req);
-
-
-int
-nalar_api_fail(nalar_api_request *req, int status, const char *type,
-               const char *param, const char *code, const char *fmt, ...)
-{
-    va_list  args;
-
-    req->err.status = status;
-    req->err.type = type;
-    req->err.param = param;
-    req->err.code = code;
-
-    va_start(args, fmt);
-    vsnprintf(req->err.message, sizeof(req->err.message), fmt, args);
-    va_end(args);
-
-    return -1;
-}
 
 
 static int

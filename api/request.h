@@ -93,14 +93,6 @@ typedef struct {
                                        grammar holds the answer to a call */
 
 typedef struct {
-    int          status;        /* HTTP; 0: no error */
-    const char  *type;          /* static strings */
-    const char  *param;
-    const char  *code;
-    char         message[1024];
-} nalar_api_error;
-
-typedef struct {
     /* the prompt's and prediction's text, and the stop strings, point
      * into the JSON and the arrays below (nalar_request_create copies
      * them); the location's speculation and the cache scope are the
@@ -121,7 +113,7 @@ typedef struct {
                                                ids was refused as too long */
     int                   chat_style;   /* the rendering's (chat) */
     int                   tool_mode;    /* NALAR_API_TOOLS_* */
-    nalar_api_error       err;
+    nalar_failure         err;          /* status 0: none */
 
     /* owned */
     json_t               *root;

@@ -10,19 +10,16 @@
 
 #define NALAR_API_MAX_TOOLS  128
 
-/* sets req->err (OpenAI's error fields) and returns -1 */
-int nalar_api_fail(nalar_api_request *req, int status, const char *type,
-    const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-#define api_fail  nalar_api_fail
+/* fills req->err (nalar_failure_set) and returns -1 */
+#define api_fail(req, ...)                                                    \
+    nalar_failure_set(&(req)->err, __VA_ARGS__)
 
 #define api_bad(req, param, ...)                                              \
-    api_fail(req, 400, "invalid_request_error", param, "invalid_value",       \
+    api_fail(req, 400, NALAR_INVALID_REQUEST, param, "invalid_value",         \
              __VA_ARGS__)
 
 #define api_oom(req)                                                          \
-    api_fail(req, 500, "server_error", NULL, "out_of_memory",                 \
+    api_fail(req, 500, NALAR_SERVER_ERROR, NULL, "out_of_memory",             \
              "The server is out of memory")
 
 /* the request's tools and tool_choice: *render the tools for the chat

@@ -182,7 +182,7 @@ prefill(nalar_engine *e, const int32_t *ids, int n)
     nalar_engine_run_sync(e, &r, 1, &err);
     t0 = nalar_now_s() - t0;
     if (c.finish != NALAR_FINISH_LENGTH && c.finish != NALAR_FINISH_STOP) {
-        fprintf(stderr, "prefill failed: %s\n", c.last.error);
+        fprintf(stderr, "prefill failed: %s\n", c.last.error.message);
         exit(1);
     }
     nalar_request_unref(r);

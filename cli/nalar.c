@@ -571,25 +571,20 @@ static int
 cmd_tokenize(int argc, char **argv)
 {
     const char       *model = NULL, *text = NULL;
-    int               bos = 1, special = 0, n;
+    int               no_bos = 0, special = 0, n;
     gguf_file        *f;
     nalar_tokenizer  *tok;
     nalar_err         err;
     int32_t          *ids;
+    const nalar_opt   opts[] = {
+        { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
+        { "--no-bos", NULL, NALAR_OPT_FLAG, &no_bos, NULL, 0 },
+        { "--special", NULL, NALAR_OPT_FLAG, &special, NULL, 0 },
+        { NULL, NULL, NALAR_OPT_ARG, &text, NULL, 0 },
+    };
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) {
-            model = argv[++i];
-        } else if (strcmp(argv[i], "--no-bos") == 0) {
-            bos = 0;
-        } else if (strcmp(argv[i], "--special") == 0) {
-            special = 1;
-        } else if (text == NULL) {
-            text = argv[i];
-        } else {
-            usage(stderr);
-            return 2;
-        }
+    if (NALAR_OPTS_PARSE("tokenize", argc, argv, opts) != 0) {
+        return 2;
     }
     if (model == NULL || text == NULL) {
         usage(stderr);
@@ -607,7 +602,7 @@ cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "nalar: %s: %s\n", model, err.msg);
         return 1;
     }
-    ids = tokenize_text(tok, text, bos && nalar_tok_add_bos(tok), special,
+    ids = tokenize_text(tok, text, !no_bos && nalar_tok_add_bos(tok), special,
                         &n);
     if (ids == NULL) {
         fprintf(stderr, "nalar: cannot tokenize\n");

@@ -14,9 +14,25 @@ static const nalar_opt *
 find(const nalar_opt *opts, int n, const char *a)
 {
     for (int k = 0; k < n; k++) {
+        if (opts[k].name == NULL) {
+            continue;
+        }
         if (strcmp(a, opts[k].name) == 0
             || (opts[k].alias != NULL && strcmp(a, opts[k].alias) == 0))
         {
+            return &opts[k];
+        }
+    }
+    return NULL;
+}
+
+
+/* the positional argument's entry, or NULL */
+static const nalar_opt *
+find_arg(const nalar_opt *opts, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (opts[k].kind == NALAR_OPT_ARG) {
             return &opts[k];
         }
     }
@@ -93,8 +109,15 @@ nalar_opts_parse(const char *cmd, int argc, char **argv,
         const nalar_opt *o = find(opts, n, argv[i]);
 
         if (o == NULL) {
-            fprintf(stderr, "nalar %s: unknown option '%s'\n", cmd, argv[i]);
-            return 2;
+            o = find_arg(opts, n);
+            if (o == NULL || *(const char **) o->dst != NULL) {
+                fprintf(stderr, "nalar %s: %s '%s'\n", cmd,
+                        o == NULL ? "unknown option" : "unexpected argument",
+                        argv[i]);
+                return 2;
+            }
+            *(const char **) o->dst = argv[i];
+            continue;
         }
         if (o->kind == NALAR_OPT_FLAG) {
             *(int *) o->dst = 1;

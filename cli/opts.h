@@ -17,11 +17,14 @@ typedef enum {
     NALAR_OPT_INT,      /* *(int *) dst: a decimal integer */
     NALAR_OPT_U64,      /* *(uint64_t *) dst: a decimal integer >= 0 */
     NALAR_OPT_FLOAT,    /* *(float *) dst: a finite number */
-    NALAR_OPT_DOUBLE    /* *(double *) dst: a finite number */
+    NALAR_OPT_DOUBLE,   /* *(double *) dst: a finite number */
+    NALAR_OPT_ARG       /* name NULL: *(const char **) dst = the first
+                           argument that is no option (a second one is
+                           refused); dst starts NULL */
 } nalar_opt_kind;
 
 typedef struct {
-    const char     *name;       /* "-m", "--draft" */
+    const char     *name;       /* "-m", "--draft"; NULL: NALAR_OPT_ARG */
     const char     *alias;      /* a second spelling, or NULL */
     nalar_opt_kind  kind;
     void           *dst;

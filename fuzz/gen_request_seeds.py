@@ -80,6 +80,41 @@ for name, (flags, body) in seeds.items():
     with open(os.path.join(out, name), "wb") as f:
         f.write(bytes([flags, CTX]) + json.dumps(body).encode())
 
+# the model's own chat template (flag 0x80), one of fuzz_request.c's four
+# real templates picked by (context byte >> 3) % 4: qwen3, llama3.1,
+# gemma2, hermes-2-pro; its variables from the body
+TMPL = 0x80
+tool = {"type": "function", "function": {
+    "name": "get_weather", "description": "the weather",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string"}}}}}
+call = {"role": "assistant", "content": None, "tool_calls": [{
+    "id": "c1", "type": "function", "function": {
+        "name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]}
+tmpl_seeds = {
+    "tmpl-qwen3-kwargs": (0x25, {"messages": msgs[:2],
+                                 "chat_template_kwargs":
+                                     {"enable_thinking": False}}),
+    "tmpl-qwen3-tools": (0x25, {"messages": [msgs[1], dict(call, content=""),
+                                             {"role": "tool",
+                                              "tool_call_id": "c1",
+                                              "content": "sunny"}],
+                                "tools": [tool]}),
+    "tmpl-llama31": (0x2D, {"messages": msgs[:2], "tools": [tool],
+                            "chat_template_kwargs":
+                                {"date_string": "1 Jan 2025",
+                                 "tools_in_user_message": False}}),
+    "tmpl-gemma2-raise": (0x35, {"messages": msgs[:2]}),
+    "tmpl-gemma2": (0x35, {"messages": msgs[1:2],
+                           "add_generation_prompt": False}),
+    "tmpl-hermes": (0x3D, {"messages": msgs[1:2], "tools": [tool],
+                           "tool_choice": "required"}),
+}
+
+for name, (ctx, body) in tmpl_seeds.items():
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(bytes([CHAT | TMPL, ctx]) + json.dumps(body).encode())
+
 raw = {
     "json-truncated": b'{"prompt": "a", ',
     "json-array": b'[1, 2, 3]',

@@ -24,10 +24,9 @@ static ngx_http_output_body_filter_pt    ngx_http_nalar_next_body_filter;
 
 
 /*
- * Records {"error":{"message","type","param","code"}} and its status, and
- * returns the status: the step returns it to its caller, and
- * ngx_http_nalar_send_error() sends it.  After the header, no status can
- * be sent: NGX_ERROR.
+ * Records an error the glue finds itself: filled as a nalar_failure
+ * (the message formatted as nginx does, %V and all) and recorded by
+ * ngx_http_nalar_failure().  Returns the status.
  */
 
 ngx_int_t
@@ -35,33 +34,48 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *param, const char *code,
     const char *fmt, ...)
 {
-    u_char                 msg[1024], *p;
-    json_t                *j;
-    va_list                args;
-    ngx_buf_t             *b;
-    ngx_http_nalar_ctx_t  *ctx;
+    u_char         *p;
+    va_list         args;
+    nalar_failure   f;
 
     va_start(args, fmt);
-    p = ngx_vslprintf(msg, msg + sizeof(msg) - 1, fmt, args);
+    p = ngx_vslprintf((u_char *) f.message,
+                      (u_char *) f.message + sizeof(f.message) - 1, fmt, args);
     va_end(args);
 
     *p = '\0';
 
+    f.status = (int) status;
+    f.type = type;
+    f.code = code;
+    ngx_cpystrn((u_char *) f.param, (u_char *) (param ? param : ""),
+                sizeof(f.param));
+
+    return ngx_http_nalar_failure(r, &f);
+}
+
+
+/*
+ * Records {"error":{"message","type","param","code"}} of an error of any
+ * layer (nalar_failure, written by nalar_api_error_json) and its status,
+ * and returns the status: the step returns it to its caller, and
+ * ngx_http_nalar_send_error() sends it.  After the header, no status can
+ * be sent: NGX_ERROR.
+ */
+
+ngx_int_t
+ngx_http_nalar_failure(ngx_http_request_t *r, const nalar_failure *f)
+{
+    json_t                *j;
+    ngx_buf_t             *b;
+    ngx_http_nalar_ctx_t  *ctx;
+
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "nalar: %ui: %s", status, msg);
+                  "nalar: %d: %s", f->status, f->message);
 
-    j = json_pack("{s:{s:s%,s:s,s:s?,s:s?}}", "error",
-                  "message", msg, (size_t) (p - msg),
-                  "type", type, "param", param, "code", code);
-
+    j = nalar_api_error_json(f);
     if (j == NULL) {
-        /* the message was not valid UTF-8 (it quotes the client) */
-        j = json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error",
-                      "message", "invalid request", "type", type,
-                      "param", param, "code", code);
-        if (j == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (r->header_sent) {
@@ -81,20 +95,10 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->err_status = status;
+    ctx->err_status = f->status;
     ctx->err_body = b;
 
-    return status;
-}
-
-
-/* An error the protocol layer made (api/request.h), recorded whole. */
-
-ngx_int_t
-ngx_http_nalar_api_error(ngx_http_request_t *r, const nalar_api_error *e)
-{
-    return ngx_http_nalar_error(r, e->status, e->type, e->param, e->code,
-                                "%s", e->message);
+    return f->status;
 }
 
 

@@ -465,7 +465,7 @@ ngx_http_nalar_parsed(ngx_http_request_t *r, ngx_http_nalar_ctx_t *ctx,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return ngx_http_nalar_api_error(r, &req->err);
+        return ngx_http_nalar_failure(r, &req->err);
     }
 
     if (model == NULL) {

@@ -29,6 +29,7 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "chat.h"
+#include "error_json.h"
 #include "request.h"
 #include "tools.h"
 
@@ -478,8 +479,8 @@ ngx_int_t ngx_http_nalar_append_chunk(ngx_http_nalar_ctx_t *ctx,
 ngx_int_t ngx_http_nalar_error(ngx_http_request_t *r,
     ngx_uint_t status, const char *type, const char *param, const char *code,
     const char *fmt, ...);
-ngx_int_t ngx_http_nalar_api_error(ngx_http_request_t *r,
-    const nalar_api_error *e);
+ngx_int_t ngx_http_nalar_failure(ngx_http_request_t *r,
+    const nalar_failure *f);
 ngx_int_t ngx_http_nalar_send_error(ngx_http_request_t *r,
     ngx_int_t rc);
 ngx_int_t ngx_http_nalar_filter_init(ngx_conf_t *cf);

@@ -342,12 +342,9 @@ ngx_http_nalar_parse_thread(void *data)
 #endif
 
         if (job->read_failed) {
-            job->req.err.status = 500;
-            job->req.err.type = "server_error";
-            job->req.err.code = "body_unreadable";
-            ngx_cpystrn((u_char *) job->req.err.message,
-                        (u_char *) "The request body could not be read",
-                        sizeof(job->req.err.message));
+            (void) nalar_failure_set(&job->req.err, 500, NALAR_SERVER_ERROR,
+                                     NULL, "body_unreadable",
+                                     "The request body could not be read");
 
         } else {
             (void) nalar_api_parse(job->body, job->len, &job->in, &job->req);

@@ -380,34 +380,24 @@ ngx_http_nalar_end(ngx_http_nalar_ctx_t *ctx, ngx_chain_t *out,
 
 /*
  * The response to a request the engine refused (its prompt: 400 with the
- * error code) or failed before anything was sent.
+ * error code) or failed before anything was sent: the engine's error as
+ * it filled it.
  */
 
 static ngx_int_t
 ngx_http_nalar_refused(ngx_http_nalar_ctx_t *ctx, nalar_output *o)
 {
     ngx_http_request_t  *r;
-    nalar_failure       *e;
 
     r = ctx->request;
-    e = &o->error;
 
-    if (e->status == 0) {
+    if (o->error.status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "nalar: model \"%V\": %s", &ctx->model->name,
-                      e->message);
-
-        return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
-                                    "server_error", NULL, NULL,
-                                    "The engine failed: %s", e->message);
+                      o->error.message);
     }
 
-    return ngx_http_nalar_error(r, e->status,
-                                e->status >= NGX_HTTP_INTERNAL_SERVER_ERROR
-                                ? "server_error" : "invalid_request_error",
-                                e->param[0] ? e->param : NULL,
-                                e->code[0] ? e->code : NULL,
-                                "%s", e->message);
+    return ngx_http_nalar_failure(r, &o->error);
 }
 
 
@@ -620,10 +610,10 @@ ngx_http_nalar_stream_finish(ngx_http_nalar_ctx_t *ctx, ngx_uint_t i,
          * error event, then the stream ends as usual (a response that is
          * not streamed fails in ngx_http_nalar_pump()) */
 
-        chunk = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error",
-                          "message", o->error.message, "type", "server_error",
-                          "param", "code");
-        if (ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK) {
+        chunk = nalar_api_error_json(&o->error);
+        if (chunk == NULL
+            || ngx_http_nalar_append_event(ctx, ll, chunk) != NGX_OK)
+        {
             json_decref(chunk);
             return NGX_ERROR;
         }

@@ -218,17 +218,11 @@ typedef struct {
 } nalar_usage;
 
 /*
- * Why a request finished with NALAR_FINISH_ERROR, one struct from the
- * engine to the server: the message, and where the request itself was
- * refused (its prompt) the HTTP status (400), OpenAI's error code and the
- * request field; 0 and "" for a failure of the engine.
+ * Why a request finished with NALAR_FINISH_ERROR is a nalar_failure
+ * (nalar_err.h), what the client is told: where the request itself was
+ * refused (its prompt) 400, invalid_request_error, OpenAI's code and the
+ * request field; a failure of the engine 500, server_error, no code.
  */
-typedef struct {
-    char           message[256];
-    int            status;
-    char           code[32];
-    char           param[16];
-} nalar_failure;
 
 /* What nalar_request_take() hands over: everything since the last take. */
 typedef struct {

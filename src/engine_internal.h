@@ -183,7 +183,9 @@ struct nalar_request {
     nalar_logprob   *out_lp;          /* (out_idcap, 1 + n_logprobs) */
     nalar_finish     finish;
     int              finish_taken;
-    nalar_failure    error;           /* a refusal: HTTP status, code */
+    nalar_failure    error;           /* what the client is told: set once,
+                                         by intake (a refusal) or
+                                         request_finish */
     int              accepted;        /* passed intake */
     int              accept_taken;
     int32_t          n_cached;

@@ -74,15 +74,6 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
 }
 
 
-/* Why intake refused a request. */
-typedef struct {
-    int         status;
-    const char *code;
-    const char *param;
-    char        msg[256];
-} intake_refusal;
-
-
 /*
  * Intake of a request's prediction: its pieces tokenized, cut to the
  * context (only so much of one can ever be verified).  Adds the tokens it
@@ -90,7 +81,7 @@ typedef struct {
  */
 static int
 intake_prediction(nalar_engine *e, nalar_request *r, int32_t *work,
-                  intake_refusal *no)
+                  nalar_failure *no)
 {
     /* the prediction continues the answer: no BOS, and a leading
      * space is the dummy-prefix space SentencePiece puts there.  The
@@ -113,10 +104,8 @@ intake_prediction(nalar_engine *e, nalar_request *r, int32_t *work,
         {
             own = malloc((size_t) r->n_pred_pieces * sizeof(*own));
             if (own == NULL) {
-                no->status = 0;
-                no->param = "";
-                snprintf(no->msg, sizeof(no->msg), "out of memory");
-                return -1;
+                return nalar_failure_set(no, 500, NALAR_SERVER_ERROR, NULL,
+                                         NULL, "out of memory");
             }
             memcpy(own, pcs, (size_t) r->n_pred_pieces * sizeof(*own));
             own[i].text++;
@@ -129,10 +118,9 @@ intake_prediction(nalar_engine *e, nalar_request *r, int32_t *work,
                                e->model->cfg.n_ctx, &ids, &more);
     free(own);
     if (n < 0) {
-        no->param = "prediction";
-        snprintf(no->msg, sizeof(no->msg),
-                 "prediction could not be tokenized");
-        return -1;
+        return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST,
+                                 "prediction", NULL,
+                                 "prediction could not be tokenized");
     }
     *work += n;
     r->pred_pieces = NULL;
@@ -149,36 +137,34 @@ intake_prediction(nalar_engine *e, nalar_request *r, int32_t *work,
  * Intake of one request (engine thread, no lock held): the prompt's ids,
  * tokenized from text at most up to the context, and checked; the
  * prediction's ids; the shared prefix.  Adds the tokens it made to *work.
- * 0, or -1 with why the request is refused.
+ * 0, or -1 with why the request is refused, filled in *no.
  */
 static int
 intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
-           intake_refusal *no)
+           nalar_failure *no)
 {
     const nalar_config    *c = &e->model->cfg;
     const nalar_tokenizer *tok = e->model->tok;
     int32_t               *ids, i;
-    int                    n, more = 0, add_bos;
+    int                    n, more = 0, add_bos, status;
+    char                   msg[256];
 
-    no->status = 400;
-    no->code = NULL;
-    no->param = r->param;
     /* a deferred prompt is rendered here, by its first request */
-    if (request_prompt_pieces(r, &add_bos, &no->status, no->msg,
-                              sizeof(no->msg))
-        != 0)
-    {
-        no->param = no->status != 0 ? r->param : "";
-        return -1;
+    if (request_prompt_pieces(r, &add_bos, &status, msg, sizeof(msg)) != 0) {
+        return status == 400
+               ? nalar_failure_set(no, 400, NALAR_INVALID_REQUEST, r->param,
+                                   NULL, "%s", msg)
+               : nalar_failure_set(no, 500, NALAR_SERVER_ERROR, NULL, NULL,
+                                   "%s", msg);
     }
     if (r->pieces != NULL) {
         n = nalar_tokenize_bounded(tok, r->pieces, (size_t) r->n_pieces,
                                    add_bos && nalar_tok_add_bos(tok),
                                    c->n_ctx, &ids, &more);
         if (n < 0) {
-            snprintf(no->msg, sizeof(no->msg), "%s could not be tokenized",
-                     r->param);
-            return -1;
+            return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST, r->param,
+                                     NULL, "%s could not be tokenized",
+                                     r->param);
         }
         *work += n;
         request_text_free(r);
@@ -190,15 +176,15 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         pthread_mutex_unlock(&r->mu);
     }
     if (r->p.n_prompt <= 0) {
-        snprintf(no->msg, sizeof(no->msg), "the prompt is empty");
-        return -1;
+        return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST, r->param,
+                                 NULL, "the prompt is empty");
     }
     if (nalar_engine_check_prompt(e, r->p.n_prompt, more,
                                   r->p.max_tokens_fit ? r->p.max_tokens : 0,
-                                  no->msg, sizeof(no->msg)) != 0)
+                                  msg, sizeof(msg)) != 0)
     {
-        no->code = "context_length_exceeded";
-        return -1;
+        return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST, r->param,
+                                 "context_length_exceeded", "%s", msg);
     }
     /* a sequence must fit the pool alone (others are preempted for it,
      * choices of one prompt and speculation's proposals included: they
@@ -208,20 +194,21 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         && r->p.n_prompt + (int64_t) r->p.max_tokens
            > (int64_t) e->kv.n_blocks * NALAR_KV_BLOCK)
     {
-        snprintf(no->msg, sizeof(no->msg), "the KV cache holds %d tokens "
-                 "but %lld tokens were requested (%d in the prompt, %d in "
-                 "the completion)", e->kv.n_blocks * NALAR_KV_BLOCK,
-                 (long long) r->p.n_prompt + r->p.max_tokens,
-                 r->p.n_prompt, r->p.max_tokens);
-        no->code = "context_length_exceeded";
-        no->param = "max_tokens";
-        return -1;
+        return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST, "max_tokens",
+                                 "context_length_exceeded", "the KV cache "
+                                 "holds %d tokens but %lld tokens were "
+                                 "requested (%d in the prompt, %d in the "
+                                 "completion)",
+                                 e->kv.n_blocks * NALAR_KV_BLOCK,
+                                 (long long) r->p.n_prompt + r->p.max_tokens,
+                                 r->p.n_prompt, r->p.max_tokens);
     }
     for (i = 0; i < r->p.n_prompt; i++) {
         if (r->prompt[i] < 0 || r->prompt[i] >= c->n_vocab) {
-            snprintf(no->msg, sizeof(no->msg), "prompt token %d is outside "
-                     "the vocabulary (0..%d)", r->prompt[i], c->n_vocab - 1);
-            return -1;
+            return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST, r->param,
+                                     NULL, "prompt token %d is outside the "
+                                     "vocabulary (0..%d)", r->prompt[i],
+                                     c->n_vocab - 1);
         }
     }
     if (r->pred_pieces != NULL && intake_prediction(e, r, work, no) != 0) {
@@ -234,7 +221,7 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
 
         g = nalar_grammar_get(e->grammars, r->p.grammar, r->schema,
                               r->schema ? strlen(r->schema) : 0, &cs,
-                              no->msg, sizeof(no->msg));
+                              msg, sizeof(msg));
         if (g != NULL) {
             r->gm = nalar_gmatcher_create(g);
             nalar_grammar_release(g);
@@ -248,11 +235,9 @@ intake_one(nalar_engine *e, nalar_request *r, int32_t *work,
         r->g_compile_ms = cs * 1e3;
         pthread_mutex_unlock(&r->mu);
         if (r->gm == NULL) {
-            if (g != NULL) {
-                snprintf(no->msg, sizeof(no->msg), "out of memory");
-            }
-            no->param = "response_format";
-            return -1;
+            return nalar_failure_set(no, 400, NALAR_INVALID_REQUEST,
+                                     "response_format", NULL, "%s",
+                                     g != NULL ? "out of memory" : msg);
         }
     }
     if (r->shared != NULL) {
@@ -351,7 +336,7 @@ step_intake(nalar_engine *e)
 {
     int32_t        work = 0;
     nalar_request *r;
-    intake_refusal no;
+    nalar_failure  no;
 
     for ( ;; ) {
         pthread_mutex_lock(&e->mu);
@@ -378,13 +363,9 @@ step_intake(nalar_engine *e)
             e->n_waiting--;
             pthread_mutex_unlock(&e->mu);
             pthread_mutex_lock(&r->mu);
-            r->error.status = no.status;
-            snprintf(r->error.code, sizeof(r->error.code), "%s",
-                     no.code != NULL ? no.code : "");
-            snprintf(r->error.param, sizeof(r->error.param), "%s",
-                     no.param);
+            r->error = no;
             pthread_mutex_unlock(&r->mu);
-            finish_unref(e, r, NALAR_FINISH_ERROR, no.msg);
+            finish_unref(e, r, NALAR_FINISH_ERROR, NULL);
             continue;
         }
 

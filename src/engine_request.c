@@ -550,13 +550,11 @@ request_finish(nalar_engine *e, nalar_request *r, nalar_finish why,
     r->state = REQ_FINISHED;
     pthread_mutex_lock(&r->mu);
     r->finish = why;
-    if (error != NULL) {
-        size_t n = strlen(error);
-
-        n = n < sizeof(r->error.message) - 1
-            ? n : sizeof(r->error.message) - 1;
-        memcpy(r->error.message, error, n);
-        r->error.message[n] = '\0';
+    /* a refusal filled r->error where it was found (intake); any other
+     * error is the engine's */
+    if (why == NALAR_FINISH_ERROR && r->error.status == 0) {
+        nalar_failure_set(&r->error, 500, NALAR_SERVER_ERROR, NULL, NULL,
+                          "%s", error != NULL ? error : "the request failed");
     }
     pthread_mutex_unlock(&r->mu);
     if (r->notify != NULL) {

@@ -362,9 +362,10 @@ tokens(hf_vocab *v, nalar_err *err)
 
         free(v->tok[id]);
         v->tok[id] = ctl ? strdup(s) : unspace(s);
-        if (!(unk != NULL && strcmp(s, unk) == 0)) {
-            v->type[id] = ctl ? TT_CONTROL : TT_USER_DEFINED;
-        }
+        /* the model's unk_token is unknown wherever it is listed (an
+         * added token only, too: never a type of 0) */
+        v->type[id] = unk != NULL && strcmp(s, unk) == 0 ? TT_UNKNOWN
+                      : ctl ? TT_CONTROL : TT_USER_DEFINED;
     }
     for (int id = 0; id < v->n; id++) {
         if (v->tok[id] == NULL && v->type[id] == 0) {
@@ -423,7 +424,9 @@ spm_scores(hf_vocab *v, nalar_err *err)
         char         *s = merge_str(json_array_get(v->merges, i)), *sp;
         const json_t *id;
 
-        if (s == NULL || (sp = strchr(s + 1, ' ')) == NULL) {
+        /* "l r" with l not empty (the space at 0 would be l's own) */
+        if (s == NULL || s[0] == '\0' || (sp = strchr(s + 1, ' ')) == NULL)
+        {
             free(s);
             continue;
         }

@@ -239,6 +239,10 @@ for my $c (
      qr/^nalar mkmodel: --dim wants an integer, not '6.4'$/m],
     [[qw(mkmodel --type q4 -o /dev/null)],
      qr/^nalar mkmodel: unknown type 'q4'/m],
+    [[qw(tokenize -m models/nalar-kjv-target-f32.gguf In the)],
+     qr/^nalar tokenize: unexpected argument 'the'$/m],
+    [[qw(tokenize --no-bos In -m)],
+     qr/^nalar tokenize: -m needs a value$/m],
 ) {
     ($rc, $out) = run($nalar, @{$c->[0]});
     ok($rc == 2 && $out =~ $c->[1], "refused: @{$c->[0]}[0, -2, -1]")
@@ -249,6 +253,10 @@ for my $c (
     --stop yy -n 4 --ids --ignore-eos));
 ok($rc == 0 && $out =~ /^\d+ \d+ \d+ \d+$/,
    "options at their limits and an alias (--threads) are taken: $out");
+# tokenize's text is its one argument that is no option, wherever it is
+($rc, $out) = run($nalar, qw(tokenize In --no-bos -m
+    models/nalar-kjv-target-f32.gguf));
+is($out, "780\n", "tokenize: the text before the options, --no-bos taken");
 
 # LoRA: a random adapter, the merged file, and generate under the adapter
 {

@@ -234,46 +234,30 @@ k6_min_term(const uint8_t *p, const int32_t *bs)
 
 
 /* the block's codes as the lanes read them: signed for Q8_0/Q4_0,
- * unsigned for the K-quants; and the per-32-group scale of each lane
- * (sc[G * 8 + m]; 1 for Q8_0/Q4_0) */
+ * unsigned for the K-quants (decode_q_scalar's, with Q6_K's -32 taken
+ * back: this path subtracts it in k6_min_term); and the per-32-group
+ * scale of each lane (sc[G * 8 + m]; 1 for Q8_0/Q4_0) */
 static void
 scalar_codes(ggml_type t, const uint8_t *p, int *w, int *sc)
 {
+    qblock B;
+    qinfo  qi = { 0, 0, 0, 0 };
+    int    off = t == GGML_Q6_K ? 32 : 0;
+
+    (void) qinfo_of(t, &qi);
+    decode_q_scalar(t, p, &B);
+    for (int i = 0; i < qi.qk; i++) {
+        w[i] = B.q[i] + off;
+    }
     switch (t) {
     case GGML_Q8_0:
-        for (int i = 0; i < 32; i++) {
-            w[i] = (int8_t) p[2 + i];
-        }
-        for (int m = 0; m < 8; m++) {
-            sc[m] = 1;
-        }
-        return;
     case GGML_Q4_0:
-        for (int l = 0; l < 16; l++) {
-            w[l] = (p[2 + l] & 0xF) - 8;
-            w[l + 16] = (p[2 + l] >> 4) - 8;
-        }
         for (int m = 0; m < 8; m++) {
             sc[m] = 1;
         }
         return;
     case GGML_Q4_K:
-    case GGML_Q5_K: {
-        const uint8_t *qh = p + 16;
-        const uint8_t *qs = t == GGML_Q4_K ? p + 16 : p + 48;
-
-        for (int k = 0; k < 4; k++) {
-            for (int l = 0; l < 32; l++) {
-                int lo = qs[32 * k + l] & 0xF, hi = qs[32 * k + l] >> 4;
-
-                if (t == GGML_Q5_K) {
-                    lo += (qh[l] >> (2 * k) & 1) << 4;
-                    hi += (qh[l] >> (2 * k + 1) & 1) << 4;
-                }
-                w[64 * k + l] = lo;
-                w[64 * k + 32 + l] = hi;
-            }
-        }
+    case GGML_Q5_K:
         for (int G = 0; G < 8; G++) {
             int s, mn;
 
@@ -283,29 +267,13 @@ scalar_codes(ggml_type t, const uint8_t *p, int *w, int *sc)
             }
         }
         return;
-    }
-    default: {  /* GGML_Q6_K */
-        const uint8_t *ql = p, *qh = p + 128;
-
-        for (int h = 0; h < 2; h++) {
-            for (int l = 0; l < 32; l++) {
-                uint8_t a = ql[64 * h + l], b = ql[64 * h + l + 32];
-                uint8_t e = qh[32 * h + l];
-                int    *q = w + 128 * h + l;
-
-                q[0] = (a & 0xF) | ((e & 3) << 4);
-                q[32] = (b & 0xF) | ((e >> 2 & 3) << 4);
-                q[64] = (a >> 4) | ((e >> 4 & 3) << 4);
-                q[96] = (b >> 4) | ((e >> 6 & 3) << 4);
-            }
-        }
+    default:    /* GGML_Q6_K */
         for (int G = 0; G < 8; G++) {
             for (int m = 0; m < 8; m++) {
                 sc[G * 8 + m] = (int8_t) p[192 + (32 * G + 4 * m) / 16];
             }
         }
         return;
-    }
     }
 }
 

@@ -14,13 +14,11 @@
 #include "collect.h"
 #include "tap.h"
 
-/* greedy, n tokens past EOS; with logprobs when asked */
-static inline nalar_request *
-greedy_req_lp(const int32_t *prompt, int n_prompt, int n, int logprobs,
-              collected *c)
+/* the parameters of a greedy request for n tokens past EOS */
+static inline nalar_request_params
+greedy_params(const int32_t *prompt, int n_prompt, int n)
 {
     nalar_request_params p;
-    nalar_err            err;
 
     memset(&p, 0, sizeof(p));
     nalar_sampling_default(&p.sampling);
@@ -29,6 +27,18 @@ greedy_req_lp(const int32_t *prompt, int n_prompt, int n, int logprobs,
     p.n_prompt = n_prompt;
     p.max_tokens = n;
     p.ignore_eos = 1;
+    return p;
+}
+
+
+/* greedy, n tokens past EOS, collected in *c; with logprobs when asked */
+static inline nalar_request *
+greedy_req_lp(const int32_t *prompt, int n_prompt, int n, int logprobs,
+              collected *c)
+{
+    nalar_request_params p = greedy_params(prompt, n_prompt, n);
+    nalar_err            err;
+
     p.logprobs = logprobs;
     memset(c, 0, sizeof(*c));
     return nalar_request_create(&p, collect, c, &err);

@@ -593,16 +593,9 @@ board_wait(board *b, int n)
 static nalar_request *
 watched_req(const int32_t *prompt, int n_prompt, int n, watched *w, board *b)
 {
-    nalar_request_params p;
+    nalar_request_params p = greedy_params(prompt, n_prompt, n);
     nalar_err            err;
 
-    memset(&p, 0, sizeof(p));
-    nalar_sampling_default(&p.sampling);
-    p.sampling.temperature = 0;
-    p.prompt = prompt;
-    p.n_prompt = n_prompt;
-    p.max_tokens = n;
-    p.ignore_eos = 1;
     memset(w, 0, sizeof(*w));
     w->b = b;
     return nalar_request_create(&p, watch, w, &err);
