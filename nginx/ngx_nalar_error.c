@@ -44,6 +44,7 @@ ngx_http_nalar_error(ngx_http_request_t *r, ngx_uint_t status,
     va_end(args);
 
     *p = '\0';
+    nalar_failure_trim(&f);
 
     f.status = (int) status;
     f.type = type;

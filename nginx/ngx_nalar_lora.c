@@ -100,6 +100,18 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
+    /* nalar_lora_allow reads these two as keywords */
+
+    if ((value[1].len == 3 && ngx_strncmp(value[1].data, "all", 3) == 0)
+        || (value[1].len == 4 && ngx_strncmp(value[1].data, "none", 4) == 0))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "nalar_lora \"%V\": \"all\" and \"none\" are "
+                           "nalar_lora_allow's keywords, not names",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
     if (ngx_http_nalar_lora_clash(cf, nmcf, &value[1]) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
@@ -132,7 +144,9 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             /* the argument is NUL-terminated */
             lora->scale = strtod((char *) value[i].data + 6, &end);
 
-            if (*end == '\0' && isfinite(lora->scale) && lora->scale > 0) {
+            /* the engine holds it as a float: 1e-6 .. 1e6 keeps it one */
+
+            if (*end == '\0' && lora->scale >= 1e-6 && lora->scale <= 1e6) {
                 continue;
             }
 

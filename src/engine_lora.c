@@ -45,9 +45,10 @@ engine_lora_copy(nalar_engine *e, const nalar_engine_opts *o, nalar_err *err)
         if (l->path == NULL) {
             return nalar_fail(err, "engine: adapter %d has no file", i + 1);
         }
-        if (l->scale < 0 || !isfinite(l->scale)) {
-            return nalar_fail(err, "engine: adapter %s: scale %g (> 0)",
-                              l->path, l->scale);
+        /* 0 means 1; else held as a float (lora.h), so 1e-6 .. 1e6 */
+        if (l->scale != 0 && !(l->scale >= 1e-6 && l->scale <= 1e6)) {
+            return nalar_fail(err, "engine: adapter %s: scale %g (0, or "
+                              "1e-6 to 1e6)", l->path, l->scale);
         }
         e->lora_opts[i].path = strdup(l->path);
         e->lora_opts[i].name = strdup(l->name != NULL ? l->name : l->path);

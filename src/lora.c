@@ -1,7 +1,8 @@
 /*
  * LoRA adapters (lora.h): read an adapter GGUF as llama.cpp writes it,
  * check every tensor against the base model, point the views into the
- * mapping, and compute the adapter's digest.  Nothing is copied.
+ * mapping, and compute the adapter's digest.  Nothing is copied here
+ * (the backend keeps its own copies, lora.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -242,6 +243,14 @@ check_pair(lora_scan *sc, int32_t l, int s, nalar_err *err)
                           slot_names[s], (unsigned long long) p->a->ne[1],
                           (long long) rows, (long long) cols);
     }
+    /* the backend's scratch grows with the rank (every thread holds A x
+     * of a pass's tokens); published adapters stay far below this */
+    if (p->a->ne[1] > NALAR_LORA_MAX_RANK) {
+        return nalar_fail(err, "%s: blk.%d.%s.weight: rank %llu (at most "
+                          "%d)", sc->path, l, slot_names[s],
+                          (unsigned long long) p->a->ne[1],
+                          NALAR_LORA_MAX_RANK);
+    }
     if ((int32_t) p->a->ne[1] > sc->rank) {
         sc->rank = (int32_t) p->a->ne[1];
     }
@@ -293,6 +302,12 @@ lora_scan_file(lora_scan *sc, nalar_err *err)
                               nalar_arch_name(c->arch), sc->m->path);
         }
         p = &sc->pairs[(size_t) l * SLOT_N + s];
+        /* two spellings of one layer number (blk.1 and blk.01) */
+        if ((which == 0 ? p->a : p->b) != NULL) {
+            return nalar_fail(err, "%s: tensor 'blk.%lld.%s.weight.lora_%c' "
+                              "is given twice", sc->path, (long long) l,
+                              slot_names[s], "ab"[which]);
+        }
         if (which == 0) {
             p->a = t;
         } else {

@@ -10,8 +10,9 @@
  *   scale = adapter.lora.alpha / rank * the operator's scale
  *           (alpha 0 or absent: 1 * the operator's scale)
  * so y = W x + scale * B (A x): the base weights are never changed, and
- * never copied.  The adapter's tensors are read from its mmapped file in
- * place (a backend may keep its own copies, as it does of the base).
+ * never copied.  The adapter's tensors are views into its mmapped file;
+ * a backend keeps its own copies of them, as it does of the base's (the
+ * CPU backend: panels per worker).
  *
  * Where the base model fuses matrices (phi3's attn_qkv, and ffn_up holding
  * gate | up), the adapter adapts the fused tensor; the views below then
@@ -30,6 +31,9 @@
 #include "gguf.h"
 #include "model.h"
 #include "nalar_err.h"
+
+/* The largest rank an adapter's matrix may have (nalar_lora_check). */
+#define NALAR_LORA_MAX_RANK 512
 
 /* One adapted matrix: a.data == NULL when the adapter leaves it alone. */
 typedef struct {

@@ -55,4 +55,9 @@ int nalar_failure_vset(nalar_failure *f, int status, const char *type,
                        const char *param, const char *code,
                        const char *fmt, va_list args);
 
+/* Cuts a UTF-8 sequence that the message's size cut in two (the JSON
+ * writer refuses invalid UTF-8 and would lose the whole message);
+ * nalar_failure_vset calls it, and whoever formats a message itself. */
+void nalar_failure_trim(nalar_failure *f);
+
 #endif

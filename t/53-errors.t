@@ -42,6 +42,10 @@ my @table = (
       '{"prompt":"a","prompt":"b"}', 400, undef, 'invalid_json' ],
     [ 'unknown model', 'POST', '/v1/completions',
       { model => 'gpt-4', prompt => 'x' }, 404, 'model', 'model_not_found' ],
+    [ 'an unknown model of 600 three-byte characters (the message cut to '
+      . 'its size stays whole characters)', 'POST', '/v1/completions',
+      { model => "\x{2603}" x 600, prompt => 'x' }, 404, 'model',
+      'model_not_found', qr/^The model `\x{2603}+$/ ],
     [ 'model not a string', 'POST', '/v1/completions',
       { model => 5, prompt => 'x' }, 400, 'model' ],
     [ 'prompt missing', 'POST', '/v1/completions', { model => 'kjv' }, 400,
