@@ -78,7 +78,7 @@ plot() {
     gnuplot <<EOF
 set terminal pngcairo size 900,560 font ",11"
 set output "${PNG:-bench/itl.png}"
-set title "Inter-token latency, 16 streams, 48 x 64 tokens, 128-token prompts\n(CPU, 2 threads, machine shared with other work)"
+set title "Inter-token latency, 16 streams, $REQUESTS x 64 tokens, 128-token prompts\n(CPU, $THREADS threads, machine shared with other work)"
 set xlabel "inter-token gap (ms, log scale)"
 set ylabel "share of gaps <= x"
 set logscale x
