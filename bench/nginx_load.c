@@ -27,13 +27,14 @@
  * --peer: the server is llama.cpp's llama-server (its /v1/completions
  * takes the same token-id prompts, ignore_eos and include_usage, and sends
  * one event per sampled token, none for a token whose text is held back,
- * e.g. an incomplete UTF-8 sequence).  It has no token ids in the stream,
- * so --logprobs asks it instead for "timings_per_token": every event then
- * carries timings.predicted_n, the tokens decoded so far, and an event's
- * tokens are its growth (a held-back token counts with the next event, as
- * a multi-token event of Nalar's does).  The rest is measured as for
- * Nalar: TTFT at the first event with a token, ms/token from the usage
- * chunk's completion_tokens.
+ * e.g. an incomplete UTF-8 sequence).  Its logprobs would carry ids, but
+ * none for a held-back token, and cost it a sort of the vocabulary per
+ * token; so --logprobs asks it instead for "timings_per_token": every
+ * event then carries timings.predicted_n, the tokens decoded so far, and
+ * an event's tokens are its growth (a held-back token counts with the
+ * next event, as a multi-token event of Nalar's does).  The rest is
+ * measured as for Nalar: TTFT at the first event with a token, ms/token
+ * from the usage chunk's completion_tokens.
  *
  * engine: the same load on the same engine in this process, driven the way
  * the module drives it (engine thread, notify -> eventfd -> take on the
