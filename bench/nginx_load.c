@@ -34,7 +34,9 @@
  * an event's tokens are its growth (a held-back token counts with the
  * next event, as a multi-token event of Nalar's does).  The rest is
  * measured as for Nalar: TTFT at the first event with a token, ms/token
- * from the usage chunk's completion_tokens.
+ * from the usage chunk's completion_tokens.  llama-server closes the
+ * connection after a streamed response, so each request goes on a new
+ * one (TTFT starts when the request is written, after the connect).
  *
  * engine: the same load on the same engine in this process, driven the way
  * the module drives it (engine thread, notify -> eventfd -> take on the
@@ -562,6 +564,13 @@ conn_done(client *cl, conn *c)
                                                     + cl->o.seconds))
     {
         conn_close(cl, c);
+        return;
+    }
+    if (cl->o.peer) {
+        /* llama-server: one streamed response per connection */
+        conn_close(cl, c);
+        c->in_len = 0;
+        conn_open(cl, c);
         return;
     }
     conn_request(cl, c);
