@@ -68,6 +68,7 @@ log() { echo "itl.sh: $*" >&2; }
 # the ITL distribution (plain workload, every round) of each budget
 plot() {
     command -v gnuplot >/dev/null || { log "gnuplot missing: no plot"; return 0; }
+    ls "$P"/itl-plain-*.txt >/dev/null 2>&1 || { log "no plain runs: no plot"; return 0; }
     curves=
     for c in $CONFS; do
         cat "$P"/itl-plain-$c-*.txt | sort -n \
