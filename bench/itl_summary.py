@@ -56,13 +56,14 @@ def main():
                                  max(loads)))
     if machine.get("peer"):
         print()
-        print("Beside %s (-np 16 -cb -c 12288; `llama-server` -t %s -tb "
-              "%s%s) on the same model, loaded by the same client in the "
-              "same rotation." % (
-                  machine["peer"], machine.get("threads"),
-                  machine.get("threads"),
-                  ", `llama-server, 1 thread` -t 1 -tb 1"
-                  if any(r["conf"] == "llama1" for r in runs) else ""))
+        ran = {r["conf"] for r in runs}
+        how = (["`llama-server` -t %s -tb %s" % (machine.get("threads"),
+                                                 machine.get("threads"))]
+               * ("llama" in ran)
+               + ["`llama-server, 1 thread` -t 1 -tb 1"] * ("llama1" in ran))
+        print("Beside %s (-np 16 -cb -c 12288; %s) on the same model, "
+              "loaded by the same client in the same rotation."
+              % (machine["peer"], ", ".join(how)))
     print()
     peer = any(r["conf"] == "llama" for r in runs)
     peers = any(r["conf"].startswith("llama") for r in runs)
