@@ -14,6 +14,21 @@
 # Each run: ITL p50/p99, TTFT p50, tokens/s (build/bench/nginx_load http
 # -r 48 --logprobs: each token's gap counted exactly).
 #
+# The peer, optional: CONFS naming `llama` adds llama.cpp's llama-server
+# (built outside this tree: LLAMA_SERVER=path/to/llama-server, or
+# LLAMA_BUILD=dir holding bin/llama-server) on the same GGUF, in the same
+# rotation, loaded by the same client: THREADS threads (-t, -tb), 16
+# slots with continuous batching (-np 16 -cb), a context of 16 x 768
+# tokens (-c 12288: each slot holds a 528-token prompt and its 64 tokens),
+# its prompt cache as it comes (per slot, and --cache-ram's default).  The
+# client runs with --peer: each token counted from the stream's
+# timings.predicted_n (see bench/nginx_load.c).  `llama1`: the same
+# llama-server with 1 thread (-t 1 -tb 1), a control: its threads never
+# wait for each other at a barrier.
+#
+# Each run stops sending new requests after DURATION seconds [900] and is
+# abandoned after RUN_TIMEOUT [600] (recorded as failed, the rest goes on).
+#
 # The model: a random-weight Llama of about 108M parameters in F16 (dim
 # 576, 30 layers, 9 heads, 3 KV heads, ffn 1536: SmolLM-135M's shape with
 # the demo's 2,048-token vocabulary), made once with `nalar mkmodel` into
@@ -25,6 +40,10 @@
 #   CONFS="fixed512 auto1000" WORKLOADS=plain OUT=bench/results/itl-1s.jsonl \
 #       PNG=bench/itl-1s.png sh bench/itl.sh   # other budgets (auto1000: 1 s)
 #   PLOT_ONLY=1 sh bench/itl.sh      # the plot again from the last run
+#   ROUNDS=1 REQUESTS=16 OUT=/tmp/itl.jsonl PNG=/tmp/itl.png \
+#       sh bench/itl.sh              # a smoke run (requests per run)
+#   CONFS="fixed512 auto100 llama" LLAMA_BUILD=/path/to/llama.cpp/build \
+#       sh bench/itl.sh              # beside llama-server
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,12 +57,18 @@ P=$ROOT/build/bench-itl
 OUT=${OUT:-bench/results/itl.jsonl}
 CONFS=${CONFS:-fixed512 fixed128 auto100}
 WORKLOADS=${WORKLOADS:-plain shared}
+REQUESTS=${REQUESTS:-48}
+DURATION=${DURATION:-900}
+RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+LLAMA_SERVER=${LLAMA_SERVER:-${LLAMA_BUILD:+$LLAMA_BUILD/bin/llama-server}}
+PEERS=
 
 log() { echo "itl.sh: $*" >&2; }
 
 # the ITL distribution (plain workload, every round) of each budget
 plot() {
     command -v gnuplot >/dev/null || { log "gnuplot missing: no plot"; return 0; }
+    ls "$P"/itl-plain-*.txt >/dev/null 2>&1 || { log "no plain runs: no plot"; return 0; }
     curves=
     for c in $CONFS; do
         cat "$P"/itl-plain-$c-*.txt | sort -n \
@@ -54,7 +79,7 @@ plot() {
     gnuplot <<EOF
 set terminal pngcairo size 900,560 font ",11"
 set output "${PNG:-bench/itl.png}"
-set title "Inter-token latency, 16 streams, 48 x 64 tokens, 128-token prompts\n(CPU, 2 threads, machine shared with other work)"
+set title "Inter-token latency, 16 streams, $REQUESTS x 64 tokens, 128-token prompts\n(CPU, $THREADS threads, machine shared with other work)"
 set xlabel "inter-token gap (ms, log scale)"
 set ylabel "share of gaps <= x"
 set logscale x
@@ -69,6 +94,7 @@ EOF
 name_of() {
     case $1 in fixed512) echo "fixed 512" ;; fixed128) echo "fixed 128" ;;
     auto100) echo "auto, target 100 ms" ;; auto1000) echo "auto, target 1 s" ;;
+    llama) echo "llama-server" ;; llama1) echo "llama-server, 1 thread" ;;
     esac
 }
 
@@ -76,6 +102,18 @@ if [ "${PLOT_ONLY:-}" = 1 ]; then
     plot
     exit 0
 fi
+
+case " $CONFS " in
+*" llama "* | *" llama1 "*)
+    [ -n "$LLAMA_SERVER" ] && [ -x "$LLAMA_SERVER" ] || {
+        log "CONFS names llama-server: set LLAMA_SERVER=path/to/llama-server or LLAMA_BUILD=dir (bin/llama-server)"
+        exit 2
+    }
+    # its shared libraries are beside it in a build tree
+    LD_LIBRARY_PATH=$(dirname "$LLAMA_SERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+    ;;
+esac
 
 make -s build/nalar module >/dev/null
 make -s -f bench/bench.mk build/bench/nginx_load >/dev/null
@@ -98,13 +136,30 @@ budget() {
 
 port_of() {
     case $1 in fixed512) echo "$PORT" ;; fixed128) echo $((PORT + 1)) ;;
-    auto100) echo $((PORT + 2)) ;; auto1000) echo $((PORT + 3)) ;; esac
+    auto100) echo $((PORT + 2)) ;; auto1000) echo $((PORT + 3)) ;;
+    llama) echo $((PORT + 4)) ;; llama1) echo $((PORT + 5)) ;; esac
+}
+
+is_peer() {
+    case $1 in llama | llama1) return 0 ;; *) return 1 ;; esac
+}
+
+# llama-server answers /health; Nalar /v1/health
+health_of() {
+    if is_peer "$1"; then echo /health; else echo /v1/health; fi
+}
+
+# the load client's flags for a server: the peer's tokens are counted
+# from its timings (nginx_load --peer)
+peer_of() {
+    if is_peer "$1"; then echo --peer; fi
 }
 
 MASTERS=
 stop_all() {
     for m in $MASTERS; do kill -QUIT "$m" 2>/dev/null || true; done
-    for m in $MASTERS; do
+    for m in $PEERS; do kill -TERM "$m" 2>/dev/null || true; done
+    for m in $MASTERS $PEERS; do
         i=0
         while kill -0 "$m" 2>/dev/null && [ $i -lt 100 ]; do
             sleep 0.1; i=$((i + 1))
@@ -112,6 +167,7 @@ stop_all() {
         kill -KILL "$m" 2>/dev/null || true
     done
     MASTERS=
+    PEERS=
 }
 trap stop_all EXIT
 trap 'exit 1' INT TERM HUP
@@ -119,6 +175,16 @@ trap 'exit 1' INT TERM HUP
 for c in $CONFS; do
     d=$P/$c
     mkdir -p "$d/logs"
+    if is_peer "$c"; then
+        t=$THREADS
+        [ "$c" = llama ] || t=1
+        "$LLAMA_SERVER" -m "$MODEL" -t "$t" -tb "$t" -np 16 -cb -c 12288 \
+            --host 127.0.0.1 --port "$(port_of $c)" \
+            > "$d/logs/server.log" 2>&1 &
+        PEERS="$PEERS $!"
+        eval "PID_$c=$!"
+        continue
+    fi
     cat > "$d/nginx.conf" <<EOF
 load_module $P/ngx_nalar_module.so;
 worker_processes 1;
@@ -148,21 +214,23 @@ EOF
 done
 for c in $CONFS; do
     i=0
-    until curl -sf --max-time 2 "http://127.0.0.1:$(port_of $c)/v1/health" >/dev/null; do
+    until curl -sf --max-time 2 "http://127.0.0.1:$(port_of $c)$(health_of $c)" >/dev/null; do
         i=$((i + 1))
-        [ $i -lt 300 ] || { log "$c did not become ready"; tail "$P/$c/logs/error.log" >&2; exit 1; }
+        [ $i -lt 300 ] || { log "$c did not become ready"; tail "$P/$c/logs/"*.log >&2; exit 1; }
         sleep 0.2
     done
 done
 log "servers ready: $CONFS"
 
 : > "$OUT"
-echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"threads\": $THREADS, \"date\": \"$(date -u +%FT%TZ)\"}" >> "$OUT"
+peer=
+[ -z "$PEERS" ] || peer=", \"peer\": \"llama-server $("$LLAMA_SERVER" --version 2>&1 | sed -n 's/^version: //p')\""
+echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"threads\": $THREADS, \"requests\": $REQUESTS, \"date\": \"$(date -u +%FT%TZ)\"$peer}" >> "$OUT"
 
 # the shared prefix once into each server's cache (and the weights warm)
 for c in $CONFS; do
     "$LOAD" http --port "$(port_of $c)" -c 4 -r 4 -n 4 -p 528 --shared 512 \
-        --vocab 2048 -d 600 --seed 999 >/dev/null
+        --vocab 2048 -d 600 --seed 999 $(peer_of $c) >/dev/null
 done
 
 seed=0
@@ -179,9 +247,16 @@ for round in $(seq 1 "$ROUNDS"); do
             shared) wl="-p 528 --shared 512" ;;
             esac
             load1=$(cut -d' ' -f1 /proc/loadavg)
-            r=$(timeout 600 "$LOAD" http --port "$(port_of $c)" -c 16 -r 48 \
-                -n 64 $wl --vocab 2048 --logprobs -d 900 --seed $seed \
+            if ! r=$(timeout "$RUN_TIMEOUT" "$LOAD" http --port "$(port_of $c)" \
+                -c 16 -r "$REQUESTS" -n 64 $wl --vocab 2048 --logprobs \
+                -d "$DURATION" --seed $seed $(peer_of $c) \
                 --itl-out "$P/itl-$w-$c-$round.txt")
+            then
+                log "round $round $w $c: failed or over ${RUN_TIMEOUT}s"
+                rm -f "$P/itl-$w-$c-$round.txt"
+                echo "{\"round\": $round, \"workload\": \"$w\", \"conf\": \"$c\", \"load1\": $load1, \"failed\": true}" >> "$OUT"
+                continue
+            fi
             echo "{\"round\": $round, \"workload\": \"$w\", \"conf\": \"$c\", \"load1\": $load1, \"run\": $r}" >> "$OUT"
             log "round $round $w $c: $(echo "$r" | python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.1f tok/s, itl p50 %.1f p99 %.1f ms, ttft p50 %.0f ms" % (j["tokens_per_s"], j["itl_ms"]["p50"], j["itl_ms"]["p99"], j["ttft_ms"]["p50"]))')"
         done
@@ -189,6 +264,11 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 for c in $CONFS; do
+    if is_peer "$c"; then
+        eval "pid=\$PID_$c"
+        kill -0 "$pid" 2>/dev/null || { log "$c: llama-server exited"; exit 1; }
+        continue
+    fi
     if grep -q "exited on signal\|\[alert\]\|\[emerg\]" "$P/$c/logs/error.log"; then
         log "$c: nginx reported trouble"
         grep "exited on signal\|\[alert\]\|\[emerg\]" "$P/$c/logs/error.log" | head >&2

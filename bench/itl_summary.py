@@ -2,14 +2,16 @@
 """bench/itl.sh's table: per workload and budget, the medians over rounds of
 tokens/s, ITL p50/p99 and TTFT p50, the ITL p99 of every gap of every round
 pooled, and the same-run ratios to fixed 512 (each round's ratio, then the
-median).  usage: itl_summary.py itl.jsonl RUN_DIR"""
+median); with llama-server in the runs, the same-run ratios to it as well.
+usage: itl_summary.py itl.jsonl RUN_DIR"""
 import glob
 import json
 import statistics
 import sys
 
 NAMES = {"fixed512": "fixed 512", "fixed128": "fixed 128",
-         "auto100": "auto, target 100 ms", "auto1000": "auto, target 1 s"}
+         "auto100": "auto, target 100 ms", "auto1000": "auto, target 1 s",
+         "llama": "llama-server", "llama1": "llama-server, 1 thread"}
 
 
 def pct(v, q):
@@ -19,14 +21,31 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * len(v)))]
 
 
+def fmt(x):
+    """a ratio: 2 decimals, 3 where it is under 0.1"""
+    return "%.2f" % x if x >= 0.1 or x != x else "%.3f" % x
+
+
+def ratio_to(rs, runs, w, ref, f):
+    """the median over rounds of f(run) / f(ref's run in that round)"""
+    base = {r["round"]: r["run"] for r in runs
+            if r["workload"] == w and r["conf"] == ref}
+    v = [f(r["run"]) / f(base[r["round"]]) for r in rs
+         if r["round"] in base and f(base[r["round"]]) > 0]
+    return statistics.median(v) if v else float("nan")
+
+
 def main():
-    runs, machine = [], {}
+    runs, failed, machine = [], [], {}
     for line in open(sys.argv[1]):
         j = json.loads(line)
         if j.get("phase") == "machine":
             machine = j
         elif "run" in j:
             runs.append(j)
+        elif j.get("failed"):
+            failed.append("round %d %s %s: failed or timed out" % (
+                j["round"], j["workload"], j["conf"]))
     rounds = sorted({r["round"] for r in runs})
     loads = [r["load1"] for r in runs]
     print("Step budget through nginx: %d rounds, the budgets in "
@@ -35,35 +54,68 @@ def main():
           "with other work)." % (len(rounds), machine.get("cores"),
                                  machine.get("threads"), min(loads),
                                  max(loads)))
+    if machine.get("peer"):
+        print()
+        ran = {r["conf"] for r in runs}
+        how = (["`llama-server` -t %s -tb %s" % (machine.get("threads"),
+                                                 machine.get("threads"))]
+               * ("llama" in ran)
+               + ["`llama-server, 1 thread` -t 1 -tb 1"] * ("llama1" in ran))
+        print("Beside %s (-np 16 -cb -c 12288; %s) on the same model, "
+              "loaded by the same client in the same rotation."
+              % (machine["peer"], ", ".join(how)))
     print()
+    peer = any(r["conf"] == "llama" for r in runs)
+    peers = any(r["conf"].startswith("llama") for r in runs)
     print("| workload | budget | tokens/s | ITL p50 ms | ITL p99 ms "
           "| ITL p99 pooled ms | TTFT p50 ms | tok/s vs 512 | ITL p99 vs "
-          "512 | TTFT p50 vs 512 |")
+          "512 | TTFT p50 vs 512 |" + (" tok/s vs llama | ITL p99 vs llama "
+                                      "| TTFT p50 vs llama |" if peer else ""))
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: |")
+          "| ---: |" + " ---: | ---: | ---: |" * peer)
     for w in ("plain", "shared"):
-        base = {r["round"]: r["run"] for r in runs
-                if r["workload"] == w and r["conf"] == "fixed512"}
         for c in NAMES:
             rs = [r for r in runs if r["workload"] == w and r["conf"] == c]
             if not rs:
                 continue
             med = lambda f: statistics.median(f(r["run"]) for r in rs)
-            ratio = lambda f: statistics.median(
-                f(r["run"]) / f(base[r["round"]]) for r in rs
-                if r["round"] in base and f(base[r["round"]]) > 0)
+            ratio = lambda f, ref="fixed512": ratio_to(rs, runs, w, ref, f)
             gaps = []
             for path in glob.glob("%s/itl-%s-%s-*.txt" % (sys.argv[2], w, c)):
                 gaps += [float(x) for x in open(path) if x.strip()]
             tps = lambda j: j["tokens_per_s"]
             p99 = lambda j: j["itl_ms"]["p99"]
             ttft = lambda j: j["ttft_ms"]["p50"]
-            print("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | "
-                  "%.2f | %.2f |" % (
-                      w, NAMES[c], med(tps), med(lambda j: j["itl_ms"]["p50"]),
-                      med(p99), pct(gaps, 0.99), med(ttft), ratio(tps),
-                      ratio(p99), ratio(ttft)))
+            line = ("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %s | "
+                    "%s | %s |" % (
+                        w, NAMES[c], med(tps),
+                        med(lambda j: j["itl_ms"]["p50"]), med(p99),
+                        pct(gaps, 0.99), med(ttft), fmt(ratio(tps)),
+                        fmt(ratio(p99)), fmt(ratio(ttft))))
+            if peer:
+                line += " %s | %s | %s |" % (
+                    fmt(ratio(tps, "llama")), fmt(ratio(p99, "llama")),
+                    fmt(ratio(ttft, "llama")))
+            print(line)
     print()
+    short = ["round %d %s %s: %d requests, %d errors" % (
+                 r["round"], r["workload"], r["conf"], r["run"]["requests"],
+                 r["run"]["errors"]) for r in runs
+             if r["run"]["requests"] != machine.get("requests", 48)
+             or r["run"]["errors"]]
+    if short or failed:
+        print("Incomplete runs: " + "; ".join(short + failed) + ".")
+        print()
+    if peers:
+        print("Tokens counted per event: Nalar's from their ids in the stream "
+              "(`logprobs`, `return_tokens_as_token_ids`), llama-server's "
+              "from the growth of `timings.predicted_n` (`timings_per_token`)"
+              "; tokens per event: %s." % ", ".join(
+                  "%s %.3f" % (NAMES[c], statistics.median(
+                      r["run"]["tokens_per_event"] for r in runs
+                      if r["conf"] == c))
+                  for c in NAMES if any(r["conf"] == c for r in runs)))
+        print()
 
 
 main()

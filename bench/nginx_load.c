@@ -4,7 +4,7 @@
  *   nginx_load http    --port P [-c STREAMS] [-d SECONDS] [-n MAX_TOKENS]
  *                      [-p PROMPT_TOKENS] [--logprobs] [--interfere LEN]
  *                      [--shared N] [--path /v1] [-r REQUESTS]
- *                      [--itl-out FILE]
+ *                      [--itl-out FILE] [--peer]
  *   nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]
  *                      [--backend cpu|cuda] [--kv BYTES]
  *                      [--kv-dtype f32|bf16] (same load)
@@ -23,6 +23,20 @@
  * written) / completion_tokens (from the usage chunk).  --interfere LEN adds
  * one connection sending LEN-token prompts (max_tokens 1) over and over:
  * the long prefills the running streams must share steps with.
+ *
+ * --peer: the server is llama.cpp's llama-server (its /v1/completions
+ * takes the same token-id prompts, ignore_eos and include_usage, and sends
+ * one event per sampled token, none for a token whose text is held back,
+ * e.g. an incomplete UTF-8 sequence).  Its logprobs would carry ids, but
+ * none for a held-back token, and cost it a sort of the vocabulary per
+ * token; so --logprobs asks it instead for "timings_per_token": every
+ * event then carries timings.predicted_n, the tokens decoded so far, and
+ * an event's tokens are its growth (a held-back token counts with the
+ * next event, as a multi-token event of Nalar's does).  The rest is
+ * measured as for Nalar: TTFT at the first event with a token, ms/token
+ * from the usage chunk's completion_tokens.  llama-server closes the
+ * connection after a streamed response, so each request goes on a new
+ * one (TTFT starts when the request is written, after the connect).
  *
  * engine: the same load on the same engine in this process, driven the way
  * the module drives it (engine thread, notify -> eventfd -> take on the
@@ -151,6 +165,7 @@ typedef struct {
     int    total;           /* requests in all (0: until SECONDS) */
     const char *itl_out;    /* file for every inter-token gap, or NULL */
     int    seed;            /* varies the distinct prompt tokens by run */
+    int    peer;            /* 1: the server is llama-server (--peer) */
 } load_opts;
 
 typedef struct {
@@ -261,12 +276,13 @@ print_stats(const char *mode, const load_opts *o, load_stats *st)
            "\"requests\": %ld, \"errors\": %ld, \"tokens\": %ld, "
            "\"tokens_per_s\": %.1f, \"tokens_per_event\": %.3f, "
            "\"shared\": %d, \"path\": \"%s\", \"accepted_prediction\": "
-           "%ld, \"rejected_prediction\": %ld",
+           "%ld, \"rejected_prediction\": %ld, \"counted_by\": \"%s\"",
            mode, o->streams, o->max_tokens, o->prompt_tokens, o->interfere,
            dt, st->requests, st->errors, st->tokens,
            dt > 0 ? (double) st->tokens / dt : 0,
            st->chunks ? (double) st->tokens / (double) st->chunks : 0,
-           o->shared, o->path, st->accepted, st->rejected);
+           o->shared, o->path, st->accepted, st->rejected,
+           !o->logprobs ? "text" : o->peer ? "predicted_n" : "token_id");
     print_ms("ttft_ms", &st->ttft);
     if (o->logprobs) {
         print_ms("itl_ms", &st->itl);
@@ -349,8 +365,10 @@ conn_request(client *cl, conn *c)
                            "\"stream\":true,\"ignore_eos\":true,"
                            "\"stream_options\":{\"include_usage\":true}%s%s}",
                            max_tokens,
-                           cl->o.logprobs ? ",\"logprobs\":0,"
-                           "\"return_tokens_as_token_ids\":true" : "",
+                           !cl->o.logprobs ? ""
+                           : cl->o.peer ? ",\"timings_per_token\":true"
+                           : ",\"logprobs\":0,"
+                             "\"return_tokens_as_token_ids\":true",
                            c->pred != NULL && c->role == ROLE_STREAM
                            ? c->pred : "");
     c->out = xrealloc(c->out, n + 256 + strlen(cl->o.path));
@@ -505,7 +523,11 @@ conn_event(client *cl, conn *c, const char *ev, size_t n, double t)
     if (u != NULL) {
         c->q.rejected = atoi(u + 29);
     }
-    if (cl->o.logprobs) {
+    if (cl->o.logprobs && cl->o.peer) {
+        /* llama-server: the tokens decoded so far, less those counted */
+        u = memmem(ev, n, "\"predicted_n\":", 14);
+        k = u != NULL ? atoi(u + 14) - c->q.tokens : 0;
+    } else if (cl->o.logprobs) {
         k = count(ev, n, "\"token_id:");
     } else {
         /* without logprobs an event says only that it carries text */
@@ -542,6 +564,13 @@ conn_done(client *cl, conn *c)
                                                     + cl->o.seconds))
     {
         conn_close(cl, c);
+        return;
+    }
+    if (cl->o.peer) {
+        /* llama-server: one streamed response per connection */
+        conn_close(cl, c);
+        c->in_len = 0;
+        conn_open(cl, c);
         return;
     }
     conn_request(cl, c);
@@ -1379,7 +1408,7 @@ usage(void)
         "                     [--logprobs] [--interfere LEN] [--vocab V]"
         " [--shared N]\n"
         "                     [--path /v1] [-r REQUESTS] [--itl-out FILE]"
-        " [--seed S]\n"
+        " [--seed S] [--peer]\n"
         "  nginx_load engine  -m MODEL [-t THREADS] [--batch-tokens N]"
         " [--backend cpu|cuda]\n"
         "                     [--kv BYTES] [--kv-dtype f32|bf16]"
@@ -1396,7 +1425,8 @@ usage(void)
 int
 main(int argc, char **argv)
 {
-    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0, 0, 0, "/v1", 0, NULL, 0 };
+    load_opts   o = { 1, 128, 16, 0, 0, 2048, 2.0, 0, 0, "/v1", 0, NULL, 0,
+                      0 };
     const char *mode, *model = NULL, *backend = NULL, *pred_path = "/auto/v1";
     int         port = 0, pid = 0, step = 250, threads = 2, batch = 512,
                 alter = 10, reps = 3;
@@ -1416,6 +1446,7 @@ main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
         if (strcmp(a, "--logprobs") == 0) { o.logprobs = 1; continue; }
+        if (strcmp(a, "--peer") == 0) { o.peer = 1; continue; }
         if (v == NULL) {
             usage();
         }
