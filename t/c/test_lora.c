@@ -25,7 +25,7 @@ enum {
     BAD_NONE, BAD_GENERAL_TYPE, BAD_ADAPTER_TYPE, BAD_NO_GENERAL_TYPE,
     BAD_TOKEN_EMBD, BAD_UNPAIRED, BAD_RANK, BAD_SHAPE, BAD_ARCH, BAD_LAYER,
     BAD_TYPE, BAD_ALPHA_NAN, BAD_ALPHA_STR, BAD_FUSED_ON_LLAMA, BAD_EMPTY,
-    BAD_NAME
+    BAD_NAME, BAD_TWICE
 };
 
 static uint64_t rng = 88172645463325252ull;
@@ -131,6 +131,13 @@ write_adapter(const nalar_model *m, const char *name, int bad)
         gguf_w_tensor(w, "blk.0.attn_q.weight.lora_c", GGML_F32, 2, ne,
                       NULL);
     }
+    if (bad == BAD_TWICE) {
+        uint64_t ne[2] = { (uint64_t) dim, 4 };
+
+        /* layer 1's attn_q lora_a again, spelled with a leading zero */
+        gguf_w_tensor(w, "blk.01.attn_q.weight.lora_a", GGML_F32, 2, ne,
+                      NULL);
+    }
     if (gguf_writer_save(w, path, &err) != 0) {
         diag("write %s: %s", path, err.msg);
     }
@@ -184,6 +191,8 @@ test_refusals(const nalar_model *m)
     refused(m, "fused.gguf", BAD_FUSED_ON_LLAMA, "adapts a matrix the llama "
             "base model");
     refused(m, "empty.gguf", BAD_EMPTY, "adapts no matrix");
+    refused(m, "twice.gguf", BAD_TWICE, "'blk.1.attn_q.weight.lora_a' is "
+            "given twice");
 }
 
 
