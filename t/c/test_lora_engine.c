@@ -471,6 +471,51 @@ check_cache_and_counters(const char *base)
 }
 
 
+/*
+ * The shared prefix (an operator's, in the global scope every tenant
+ * reuses) is keyed by the adapter too: under one adapter it crosses
+ * tenants, under another adapter or the base it serves nothing.
+ */
+static void
+check_shared_prefix(const char *base)
+{
+    nalar_engine_lora    l[2] = { { "a", adapters[0], 1 },
+                                  { "b", adapters[1], 1 } };
+    nalar_engine        *e = engine(base, l, 2, 1, NULL, 0);
+    nalar_request_params p;
+    int32_t              prompt[80];
+    got                  g[5];
+
+    if (e == NULL) {
+        ok(0, "shared prefix: engine");
+        return;
+    }
+    for (int i = 0; i < 80; i++) {
+        prompt[i] = prompt_token(9, i, 2048);
+    }
+    req_params(&p, prompt, 80, 4, 1);
+    p.shared_prefix = prompt;
+    p.n_shared_ids = 64;
+    p.cache_scope = "t1";
+    run_all(e, &p, 1, &g[0]);
+    p.cache_scope = "t2";
+    run_all(e, &p, 1, &g[1]);
+    p.adapter = 2;
+    run_all(e, &p, 1, &g[2]);
+    p.adapter = 0;
+    run_all(e, &p, 1, &g[3]);
+    p.adapter = 2;
+    p.cache_scope = "t1";
+    run_all(e, &p, 1, &g[4]);
+    is_int(g[0].cached, 0, "shared prefix, tenant 1 under a: nothing cached");
+    is_int(g[1].cached, 64, "tenant 2 under a: the 64 shared tokens");
+    is_int(g[2].cached, 0, "tenant 2 under b: 0 cached");
+    is_int(g[3].cached, 0, "tenant 2 on the base: 0 cached");
+    is_int(g[4].cached, 64, "tenant 1 under b: b's 64 shared tokens");
+    nalar_engine_destroy(e);
+}
+
+
 /* ---- speculation ---- */
 
 static void
@@ -586,6 +631,7 @@ main(int argc, char **argv)
     make_adapters("t/data/conformance/llama-F16.gguf");
     check_mixed("t/data/conformance/llama-F16.gguf");
     check_cache_and_counters("t/data/conformance/llama-F16.gguf");
+    check_shared_prefix("t/data/conformance/llama-F16.gguf");
     check_spec();
     {
         char cmd[96];
