@@ -180,7 +180,7 @@ deps:
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
              t/53-big-ids.t t/54-disconnect.t \
              t/67-jwt-auth.t t/73-edge-cut.t t/78-schema-hostile.t \
-             t/83-chat-template.t
+             t/83-chat-template.t t/87-lora-nginx.t
 
 # Tests that compare one timing with another (a worker's measured pass
 # time sets the stall it is given) run alone, after the parallel ones:
