@@ -173,8 +173,8 @@ deps:
 # Module tests run again with the ASan/UBSan module (make module-asan):
 # the request parsing, body reading, error, disconnect and auth paths
 # the edge's stream filter, the hostile schemas' grammars and the chat
-# templates rendered on the engine thread (hostile ones included),
-# about 3 minutes (its engine is about 10x slower).
+# templates rendered on the engine thread (hostile ones included), the
+# LoRA adapter choice, about 3 minutes (its engine is about 10x slower).
 # (t/53-parse-offloop.t and t/53-error-paths.t use test hooks, so they
 # always run with it.)
 ASAN_TESTS = t/50-module.t t/53-chunked-body.t t/53-errors.t \
