@@ -47,8 +47,8 @@ typedef struct {
 } lora_scan;
 
 
-static int
-type_ok_for_lora(ggml_type t)
+int
+nalar_lora_type_ok(ggml_type t)
 {
     return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16
            || t == GGML_Q8_0;
@@ -207,7 +207,7 @@ check_pair(lora_scan *sc, int32_t l, int s, nalar_err *err)
     }
     (void) base_shape(sc->m, l, s, &rows, &cols);
     for (int i = 0; i < 2; i++) {
-        if (!type_ok_for_lora(t[i]->type)) {
+        if (!nalar_lora_type_ok(t[i]->type)) {
             return nalar_fail(err, "%s: tensor 'blk.%d.%s.weight.lora_%c' "
                               "has type %s (adapters: F32, F16, BF16, "
                               "Q8_0)", sc->path, l, slot_names[s], "ab"[i],

@@ -74,6 +74,10 @@ int nalar_lora_check(const char *path, const char *base_path,
 
 /* Load an adapter for a loaded model: the same checks, then the views
  * and the digest.  scale: the operator's (> 0, finite). */
+/* 1 for the types an adapter's A and B may have (F32, F16, BF16, Q8_0:
+ * those the CPU kernels read), else 0 */
+int nalar_lora_type_ok(ggml_type t);
+
 nalar_lora *nalar_lora_load(const nalar_model *m, const char *name,
                             const char *path, float scale, nalar_err *err);
 void nalar_lora_destroy(nalar_lora *a);

@@ -76,14 +76,6 @@ kind_name(int k)
 }
 
 
-static int
-lora_type_ok(ggml_type t)
-{
-    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16
-           || t == GGML_Q8_0;
-}
-
-
 /* the family of kind k: the products that read the same input */
 static const int fam_of[LORA_KINDS] = {
     LORA_FAM_QKV, LORA_FAM_QKV, LORA_FAM_QKV, LORA_FAM_O, LORA_FAM_FFN,
@@ -126,7 +118,8 @@ mat_attach(cpu_backend *be, const nalar_lora *a, int l, int k,
     }
     if (s->b.data == NULL || s->a.rows <= 0 || s->a.cols != W->cols
         || s->b.rows != W->rows || s->b.cols != s->a.rows
-        || !lora_type_ok(s->a.type) || !lora_type_ok(s->b.type)
+        || !nalar_lora_type_ok(s->a.type)
+        || !nalar_lora_type_ok(s->b.type)
         || !isfinite(s->scale))
     {
         return nalar_fail(err, "cpu backend: adapter '%s': layer %d's %s: "
