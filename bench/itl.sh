@@ -5,6 +5,7 @@
 #     fixed 512   nalar_max_batch_tokens 512
 #     fixed 128   nalar_max_batch_tokens 128
 #     auto        nalar_max_batch_tokens auto; nalar_itl_target 100ms
+#                 (CONFS may name autoN: a target of N ms)
 # -- loaded in turn (the order rotating each round, so that a slow spell of
 # the busy machine falls on all alike), ROUNDS rounds of two workloads:
 #     plain    16 streams, 48 requests of 64 tokens, 128-token prompts,
@@ -79,7 +80,7 @@ plot() {
     gnuplot <<EOF
 set terminal pngcairo size 900,560 font ",11"
 set output "${PNG:-bench/itl.png}"
-set title "Inter-token latency, 16 streams, $REQUESTS x 64 tokens, 128-token prompts\n(CPU, $THREADS threads, machine shared with other work)"
+set title "Inter-token latency, 16 streams, $REQUESTS x 64 tokens, 128-token prompts\n(CPU, $THREADS threads; load average at the end $(cut -d" " -f1-3 /proc/loadavg))"
 set xlabel "inter-token gap (ms, log scale)"
 set ylabel "share of gaps <= x"
 set logscale x
@@ -93,7 +94,8 @@ EOF
 
 name_of() {
     case $1 in fixed512) echo "fixed 512" ;; fixed128) echo "fixed 128" ;;
-    auto100) echo "auto, target 100 ms" ;; auto1000) echo "auto, target 1 s" ;;
+    auto1000) echo "auto, target 1 s" ;;
+    auto*) echo "auto, target ${1#auto} ms" ;;
     llama) echo "llama-server" ;; llama1) echo "llama-server, 1 thread" ;;
     esac
 }
@@ -129,15 +131,15 @@ budget() {
     case $1 in
     fixed512) echo "nalar_max_batch_tokens 512;" ;;
     fixed128) echo "nalar_max_batch_tokens 128;" ;;
-    auto100)  echo "nalar_max_batch_tokens auto; nalar_itl_target 100ms;" ;;
-    auto1000) echo "nalar_max_batch_tokens auto; nalar_itl_target 1s;" ;;
+    auto*)    echo "nalar_max_batch_tokens auto; nalar_itl_target ${1#auto}ms;" ;;
     esac
 }
 
 port_of() {
     case $1 in fixed512) echo "$PORT" ;; fixed128) echo $((PORT + 1)) ;;
     auto100) echo $((PORT + 2)) ;; auto1000) echo $((PORT + 3)) ;;
-    llama) echo $((PORT + 4)) ;; llama1) echo $((PORT + 5)) ;; esac
+    llama) echo $((PORT + 4)) ;; llama1) echo $((PORT + 5)) ;;
+    auto*) echo $((PORT + 6 + ${1#auto} % 1000)) ;; esac
 }
 
 is_peer() {

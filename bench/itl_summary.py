@@ -14,6 +14,15 @@ NAMES = {"fixed512": "fixed 512", "fixed128": "fixed 128",
          "llama": "llama-server", "llama1": "llama-server, 1 thread"}
 
 
+def name_of(c):
+    """a budget's label; autoN is a target of N ms"""
+    if c in NAMES:
+        return NAMES[c]
+    if c.startswith("auto") and c[4:].isdigit():
+        return "auto, target %s ms" % c[4:]
+    return c
+
+
 def pct(v, q):
     v = sorted(v)
     if not v:
@@ -73,8 +82,12 @@ def main():
                                       "| TTFT p50 vs llama |" if peer else ""))
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: |" + " ---: | ---: | ---: |" * peer)
+    order = list(NAMES) + sorted(
+        {r["conf"] for r in runs} - set(NAMES),
+        key=lambda c: (len(c), c))
+    present = [c for c in order if any(r["conf"] == c for r in runs)]
     for w in ("plain", "shared"):
-        for c in NAMES:
+        for c in present:
             rs = [r for r in runs if r["workload"] == w and r["conf"] == c]
             if not rs:
                 continue
@@ -88,7 +101,7 @@ def main():
             ttft = lambda j: j["ttft_ms"]["p50"]
             line = ("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %s | "
                     "%s | %s |" % (
-                        w, NAMES[c], med(tps),
+                        w, name_of(c), med(tps),
                         med(lambda j: j["itl_ms"]["p50"]), med(p99),
                         pct(gaps, 0.99), med(ttft), fmt(ratio(tps)),
                         fmt(ratio(p99)), fmt(ratio(ttft))))
@@ -111,10 +124,10 @@ def main():
               "(`logprobs`, `return_tokens_as_token_ids`), llama-server's "
               "from the growth of `timings.predicted_n` (`timings_per_token`)"
               "; tokens per event: %s." % ", ".join(
-                  "%s %.3f" % (NAMES[c], statistics.median(
+                  "%s %.3f" % (name_of(c), statistics.median(
                       r["run"]["tokens_per_event"] for r in runs
                       if r["conf"] == c))
-                  for c in NAMES if any(r["conf"] == c for r in runs)))
+                  for c in present))
         print()
 
 
