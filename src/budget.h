@@ -36,10 +36,13 @@
 #define NALAR_BUDGET_RECENT 4
 #define NALAR_BUDGET_DECAY  0.9
 /* the smallest prefill a step gives a waiting prompt, whatever the target:
- * two KV blocks, so a prompt of P tokens waits at most ceil(P / 32) steps
- * for its first token, and the chunk is large enough that a step's fixed
- * cost is not paid for a handful of tokens */
-#define NALAR_BUDGET_MIN_CHUNK 32
+ * one KV block, so a prompt of P tokens waits at most ceil(P / 16) steps
+ * for its first token.  It binds only where the target leaves room for
+ * fewer tokens than this beside the decodes; there, a larger minimum
+ * would make every such step overshoot the target by its excess (two
+ * blocks overshot a 50 ms target by a quarter on the 108M model of
+ * bench/itl.sh, whose 16 decodes alone cost 25 ms) */
+#define NALAR_BUDGET_MIN_CHUNK 16
 
 typedef struct {
     int32_t n[NALAR_BUDGET_STEPS];  /* the last steps' batch tokens */

@@ -59,8 +59,10 @@ test_model(void)
        m.a, m.b);
     is_int(nalar_budget_prefill(&m, 0.100, 16, 496), 90 - 16,
            "100 ms target, 16 decodes: 74 prompt tokens fit");
-    is_int(nalar_budget_prefill(&m, 0.100, 70, 442), NALAR_BUDGET_MIN_CHUNK,
-           "70 decodes leave 20: the minimum chunk still goes");
+    is_int(nalar_budget_prefill(&m, 0.100, 70, 442), 20,
+           "70 decodes leave 20: 20 prompt tokens fit");
+    is_int(nalar_budget_prefill(&m, 0.100, 80, 432), NALAR_BUDGET_MIN_CHUNK,
+           "80 decodes leave 10: the minimum chunk still goes");
     is_int(nalar_budget_prefill(&m, 1.0, 16, 496), 496,
            "a loose target: capped at the most allowed");
     is_int(nalar_budget_prefill(&m, 1.0, 500, 12), NALAR_BUDGET_MIN_CHUNK,
@@ -283,13 +285,15 @@ test_admission(void)
     is_int(m.step_buckets[NALAR_HIST_BUCKETS - 1], l->n,
            "...its +Inf bucket too");
 
-    /* 16 decodes leave 29 < 32: the minimum chunk decides */
+    /* 4 ms per token: 22 tokens fit 100 ms, so 16 decodes leave 6, fewer
+     * than the minimum chunk, which decides */
+    nalar_engine_test_step_cost(e, 0.010, 0.004, 1);
     memset(l, 0, sizeof(*l));
     l->e = e;
     n_min = n_fit = 0;
     is_int(run_mix(e, 16, 2, 300, out), 18,
            "16 short and 2 300-token prompts all finish");
-    bad = check_steps(l, 0, l->n, 0.100, 0.010, 0.002, 512, 0, &n_min, &n_fit,
+    bad = check_steps(l, 0, l->n, 0.100, 0.010, 0.004, 512, 0, &n_min, &n_fit,
                       "16 + 2");
     is_int(bad, 0, "each of %d steps admitted what fits, or the minimum "
            "chunk", l->n);
