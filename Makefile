@@ -155,6 +155,8 @@ build/fuzz_route: api/route_text.c
 build/fuzz_grammar: $(wildcard src/grammar*.c) $(TOKENIZER_SRC) src/gguf.c \
                     src/nalar_err.c
 build/fuzz_vocab_hf: src/vocab_hf.c $(TOKENIZER_SRC) src/gguf.c src/nalar_err.c
+build/fuzz_lora: src/lora.c src/model.c $(TOKENIZER_SRC) src/gguf.c \
+                 src/nalar_err.c
 
 fuzz: $(FUZZ_BIN)
 ifneq ($(FUZZ_SECONDS),)

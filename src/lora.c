@@ -336,23 +336,49 @@ lora_scan_file(lora_scan *sc, nalar_err *err)
 
 
 int
+nalar_lora_check_gguf(const nalar_model *m, const gguf_file *f,
+                      nalar_err *err)
+{
+    lora_scan sc;
+    int       rc;
+
+    memset(&sc, 0, sizeof(sc));
+    sc.path = f->path;
+    sc.m = m;
+    sc.f = f;
+    rc = lora_scan_file(&sc, err);
+    free(sc.pairs);
+    return rc;
+}
+
+
+int
+nalar_lora_check_model(const nalar_model *m, const char *path,
+                       nalar_err *err)
+{
+    gguf_file *f = gguf_open(path, err);
+    int        rc;
+
+    if (f == NULL) {
+        return -1;
+    }
+    rc = nalar_lora_check_gguf(m, f, err);
+    gguf_close(f);
+    return rc;
+}
+
+
+int
 nalar_lora_check(const char *path, const char *base_path, nalar_err *err)
 {
     nalar_model *m;
-    lora_scan    sc;
     int          rc;
 
     m = nalar_model_open_meta(base_path, err);
     if (m == NULL) {
         return -1;
     }
-    memset(&sc, 0, sizeof(sc));
-    sc.path = path;
-    sc.m = m;
-    sc.f = gguf_open(path, err);
-    rc = sc.f == NULL ? -1 : lora_scan_file(&sc, err);
-    free(sc.pairs);
-    gguf_close((gguf_file *) sc.f);
+    rc = nalar_lora_check_model(m, path, err);
     nalar_model_destroy(m);
     return rc;
 }
@@ -461,38 +487,47 @@ nalar_lora *
 nalar_lora_load(const nalar_model *m, const char *name, const char *path,
                 float scale, nalar_err *err)
 {
+    gguf_file *f = gguf_open(path, err);
+
+    return f != NULL ? nalar_lora_load_gguf(m, name, f, scale, err) : NULL;
+}
+
+
+nalar_lora *
+nalar_lora_load_gguf(const nalar_model *m, const char *name, gguf_file *f,
+                     float scale, nalar_err *err)
+{
     nalar_lora *a;
     lora_scan   sc;
 
     if (!(scale > 0) || !isfinite(scale)) {
-        nalar_fail(err, "%s: scale %g (a finite value > 0)", path,
+        nalar_fail(err, "%s: scale %g (a finite value > 0)", f->path,
                    (double) scale);
+        gguf_close(f);
         return NULL;
     }
     a = calloc(1, sizeof(*a));
     if (a == NULL) {
-        nalar_fail(err, "%s: out of memory", path);
+        nalar_fail(err, "%s: out of memory", f->path);
+        gguf_close(f);
         return NULL;
     }
-    a->name = strdup(name != NULL ? name : path);
-    a->path = strdup(path);
+    /* from here on a owns f: nalar_lora_destroy closes it */
+    a->gguf = f;
+    a->name = strdup(name != NULL ? name : f->path);
+    a->path = strdup(f->path);
     a->layers = calloc((size_t) m->cfg.n_layers, sizeof(nalar_lora_layer));
     if (a->name == NULL || a->path == NULL || a->layers == NULL) {
-        nalar_fail(err, "%s: out of memory", path);
+        nalar_fail(err, "%s: out of memory", f->path);
         nalar_lora_destroy(a);
         return NULL;
     }
     a->n_layers = m->cfg.n_layers;
     a->scale = scale;
-    a->gguf = gguf_open(path, err);
-    if (a->gguf == NULL) {
-        nalar_lora_destroy(a);
-        return NULL;
-    }
     memset(&sc, 0, sizeof(sc));
-    sc.path = path;
+    sc.path = a->path;
     sc.m = m;
-    sc.f = a->gguf;
+    sc.f = f;
     if (lora_scan_file(&sc, err) != 0) {
         free(sc.pairs);
         nalar_lora_destroy(a);
@@ -503,7 +538,7 @@ nalar_lora_load(const nalar_model *m, const char *name, const char *path,
     bind_views(a, m, sc.pairs);
     free(sc.pairs);
     if (lora_digest(a) != 0) {
-        nalar_fail(err, "%s: out of memory (digest)", path);
+        nalar_fail(err, "%s: out of memory (digest)", a->path);
         nalar_lora_destroy(a);
         return NULL;
     }

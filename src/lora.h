@@ -72,14 +72,31 @@ typedef struct nalar_lora {
 int nalar_lora_check(const char *path, const char *base_path,
                      nalar_err *err);
 
-/* Load an adapter for a loaded model: the same checks, then the views
- * and the digest.  scale: the operator's (> 0, finite). */
+/* The same checks against a base opened once (nalar_model_open_meta or
+ * nalar_model_load), for a base with several adapters. */
+int nalar_lora_check_model(const nalar_model *m, const char *path,
+                           nalar_err *err);
+
+/* The same checks of an adapter already parsed (gguf_open or, from
+ * memory, gguf_open_mem); messages name f->path. */
+int nalar_lora_check_gguf(const nalar_model *m, const gguf_file *f,
+                          nalar_err *err);
+
 /* 1 for the types an adapter's A and B may have (F32, F16, BF16, Q8_0:
  * those the CPU kernels read), else 0 */
 int nalar_lora_type_ok(ggml_type t);
 
+/* Load an adapter for a loaded model: the same checks, then the views
+ * and the digest.  scale: the operator's (> 0, finite).  NULL with err
+ * when the file is refused. */
 nalar_lora *nalar_lora_load(const nalar_model *m, const char *name,
                             const char *path, float scale, nalar_err *err);
+
+/* The same from an adapter already parsed, which it takes: the adapter
+ * owns f from then on, and f is closed when the load fails. */
+nalar_lora *nalar_lora_load_gguf(const nalar_model *m, const char *name,
+                                 gguf_file *f, float scale, nalar_err *err);
+
 void nalar_lora_destroy(nalar_lora *a);
 
 #endif

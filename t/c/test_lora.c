@@ -160,6 +160,10 @@ refused(const nalar_model *m, const char *name, int bad, const char *want)
        && strstr(err.msg, want) != NULL,
        "check refuses %s: %s", name, err.msg);
     memset(&err, 0, sizeof(err));
+    rc = nalar_lora_check_model(m, path, &err);
+    ok(rc == -1 && strstr(err.msg, want) != NULL, "check against the base "
+       "opened once refuses %s", name);
+    memset(&err, 0, sizeof(err));
     a = nalar_lora_load(m, name, path, 1, &err);
     ok(a == NULL && strstr(err.msg, want) != NULL, "load refuses %s",
        name);
@@ -239,6 +243,49 @@ same_digest(const nalar_lora *a, const nalar_lora *b)
 }
 
 
+/* The file's bytes parsed from memory (as the fuzzer gives them) load
+ * the same adapter; a refused one closes what it was given (ASan). */
+static void
+test_from_memory(const nalar_model *m, const char *path, const nalar_lora *a)
+{
+    FILE       *f = fopen(path, "rb");
+    long        size;
+    uint8_t    *buf;
+    gguf_file  *g;
+    nalar_lora *b;
+    nalar_err   err;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) <= 0) {
+        ok(0, "read %s", path);
+        if (f != NULL) {
+            fclose(f);
+        }
+        return;
+    }
+    buf = malloc((size_t) size);
+    rewind(f);
+    if (buf == NULL || fread(buf, 1, (size_t) size, f) != (size_t) size) {
+        ok(0, "read %s", path);
+        fclose(f);
+        free(buf);
+        return;
+    }
+    fclose(f);
+    g = gguf_open_mem(buf, (size_t) size, "mem.gguf", &err);
+    ok(g != NULL && nalar_lora_check_gguf(m, g, &err) == 0, "from memory: "
+       "check accepts it");
+    b = g != NULL ? nalar_lora_load_gguf(m, "mem", g, 1, &err) : NULL;
+    ok(b != NULL && same_digest(a, b) && strcmp(b->path, "mem.gguf") == 0,
+       "from memory: loads, with the file's digest");
+    nalar_lora_destroy(b);
+    g = gguf_open_mem(buf, (size_t) size, "mem.gguf", &err);
+    b = g != NULL ? nalar_lora_load_gguf(m, "mem", g, 0, &err) : NULL;
+    ok(g != NULL && b == NULL && strstr(err.msg, "mem.gguf: scale 0")
+       != NULL, "from memory: scale 0 refused (%s)", err.msg);
+    free(buf);
+}
+
+
 static void
 test_good(const nalar_model *m)
 {
@@ -252,6 +299,9 @@ test_good(const nalar_model *m)
 
     ok(nalar_lora_check(path, m->path, &err) == 0, "check accepts a good "
        "adapter");
+    ok(nalar_lora_check_model(m, path, &err) == 0
+       && nalar_lora_check_model(m, path, &err) == 0, "and so does the "
+       "check against the base opened once, twice");
     a = nalar_lora_load(m, "a", path, 1, &err);
     b = nalar_lora_load(m, "b", path, 1, &err);
     c = nalar_lora_load(m, "c", path, 2, &err);
@@ -284,6 +334,7 @@ test_good(const nalar_model *m)
     fclose(out);
     d = nalar_lora_load(m, "d", copy, 1, &err);
     ok(d != NULL && !same_digest(a, d), "one byte changes the digest");
+    test_from_memory(m, path, a);
     nalar_lora_destroy(a);
     nalar_lora_destroy(b);
     nalar_lora_destroy(c);
@@ -305,8 +356,9 @@ test_phi3(void)
         return;
     }
     path = write_adapter(m, "phi3.gguf", BAD_NONE);
-    ok(nalar_lora_check(path, PHI3, &err) == 0, "phi3 adapter checks: %s",
-       err.msg);
+    err.msg[0] = '\0';
+    ok(nalar_lora_check(path, PHI3, &err) == 0, "phi3 adapter checks%s%s",
+       err.msg[0] ? ": " : "", err.msg);
     a = nalar_lora_load(m, "p", path, 1, &err);
     ok(a != NULL, "phi3 adapter loads");
     if (a != NULL) {
@@ -354,8 +406,9 @@ test_mkmodel(const nalar_model *m)
     o.targets = "q,v,down";
     snprintf(ad, sizeof(ad), "%s/mk.gguf", dir);
     snprintf(mg, sizeof(mg), "%s/merged.gguf", dir);
-    ok(nalar_mkmodel_lora(&o, ad, &err) == 0, "mkmodel writes an adapter: "
-       "%s", err.msg);
+    err.msg[0] = '\0';
+    ok(nalar_mkmodel_lora(&o, ad, &err) == 0, "mkmodel writes an adapter%s%s",
+       err.msg[0] ? ": " : "", err.msg);
     a = nalar_lora_load(m, "mk", ad, 2, &err);
     ok(a != NULL && a->rank == 8 && a->layers[0].wq.a.type == GGML_F16
        && a->layers[0].wk.a.data == NULL && a->layers[1].w_down.a.data
