@@ -457,6 +457,10 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_uint_t               i;
     ngx_http_nalar_model_t  *model;
 
+    /* every nalar_lora is checked: their bases need not stay open */
+
+    ngx_http_nalar_lora_close(nmcf);
+
     /* 0 and unset mean "the engine's default" */
 
     ngx_conf_init_value(nmcf->threads, 0);

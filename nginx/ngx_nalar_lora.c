@@ -21,12 +21,16 @@
 #include "ngx_nalar_module.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "lora.h"
 
 
-static ngx_http_nalar_model_t *ngx_http_nalar_lora_base(
-    ngx_http_nalar_main_conf_t *nmcf, ngx_str_t *name, ngx_uint_t *index);
+static ngx_int_t ngx_http_nalar_lora_find(ngx_array_t *a, size_t off,
+    ngx_str_t *name);
+static nalar_model *ngx_http_nalar_lora_base_open(ngx_conf_t *cf,
+    ngx_http_nalar_model_t *model, nalar_err *err);
+static void ngx_http_nalar_lora_base_close(void *data);
 
 
 /* the per-adapter counters, labelled model and adapter */
@@ -53,10 +57,50 @@ static ngx_http_nalar_lora_series_t  ngx_http_nalar_lora_series[] = {
 
 
 /*
+ * The index of the element of array `a` whose name (the ngx_str_t at
+ * offset `off` in it) is `name`, or -1: every lookup by name here, of
+ * models, adapters and nalar_lora_allow's words.
+ */
+
+static ngx_int_t
+ngx_http_nalar_lora_find(ngx_array_t *a, size_t off, ngx_str_t *name)
+{
+    u_char      *p;
+    ngx_str_t   *s;
+    ngx_uint_t   i;
+
+    p = a->elts;
+
+    for (i = 0; i < a->nelts; i++) {
+        s = (ngx_str_t *) (p + i * a->size + off);
+
+        if (s->len == name->len
+            && ngx_strncmp(s->data, name->data, name->len) == 0)
+        {
+            return (ngx_int_t) i;
+        }
+    }
+
+    return -1;
+}
+
+
+#define ngx_http_nalar_find_model(nmcf, s)                                    \
+    ngx_http_nalar_lora_find(&(nmcf)->models,                                 \
+                             offsetof(ngx_http_nalar_model_t, name), s)
+
+#define ngx_http_nalar_find_lora(nmcf, s)                                     \
+    ngx_http_nalar_lora_find(&(nmcf)->loras,                                  \
+                             offsetof(ngx_http_nalar_lora_t, name), s)
+
+
+/*
  * nalar_lora NAME PATH [base=MODEL] [scale=S];
  * The base is a model configured above (the first one by default); the
  * file is checked against the base's now, without reading weights, so
- * that `nginx -t` catches a missing, truncated or foreign adapter.
+ * that `nginx -t` catches a missing, truncated or foreign adapter.  The
+ * base is opened once for all its adapters (lora_base), and closed at
+ * the end of the http block (ngx_http_nalar_lora_close).
  */
 
 char *
@@ -65,9 +109,11 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_nalar_main_conf_t *nmcf = conf;
 
     char                    *end;
+    ngx_int_t                m;
     ngx_str_t               *value, base;
-    ngx_uint_t               i, m, n;
+    ngx_uint_t               i, n;
     nalar_err                err;
+    nalar_model             *meta;
     ngx_http_nalar_lora_t   *lora;
     ngx_http_nalar_model_t  *model;
 
@@ -163,9 +209,10 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    model = ngx_http_nalar_lora_base(nmcf, &base, &m);
+    m = base.data == NULL ? (nmcf->models.nelts ? 0 : -1)
+                          : ngx_http_nalar_find_model(nmcf, &base);
 
-    if (model == NULL) {
+    if (m == -1) {
         if (base.data == NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "nalar_lora \"%V\": no nalar_model is "
@@ -181,6 +228,8 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    model = (ngx_http_nalar_model_t *) nmcf->models.elts + m;
+
     if (ngx_conf_full_name(cf->cycle, &lora->path, 1) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
@@ -189,9 +238,14 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     err.msg[0] = '\0';
 
-    if (nalar_lora_check((char *) lora->path.data, (char *) model->path.data,
-                         &err)
-        != 0)
+    meta = ngx_http_nalar_lora_base_open(cf, model, &err);
+
+    if (meta == NULL && err.msg[0] == '\0') {
+        return NGX_CONF_ERROR;
+    }
+
+    if (meta == NULL
+        || nalar_lora_check_model(meta, (char *) lora->path.data, &err) != 0)
     {
         /* the message names the file: "FILE: what is wrong" */
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -220,11 +274,55 @@ ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* The base model named (the first one when the name is empty), or NULL. */
+/*
+ * The base `model` opened (its configuration, shapes and tokenizer, no
+ * weights) for checking its adapters: by its first nalar_lora, then kept
+ * until ngx_http_nalar_lora_close (or the configuration's pool goes, when
+ * the configuration fails before).  NULL with err when it does not open,
+ * NULL with an empty err when out of memory.
+ */
 
-static ngx_http_nalar_model_t *
-ngx_http_nalar_lora_base(ngx_http_nalar_main_conf_t *nmcf, ngx_str_t *name,
-    ngx_uint_t *index)
+static nalar_model *
+ngx_http_nalar_lora_base_open(ngx_conf_t *cf, ngx_http_nalar_model_t *model,
+    nalar_err *err)
+{
+    nalar_model         *meta;
+    ngx_pool_cleanup_t  *cln;
+
+    if (model->lora_base != NULL) {
+        return model->lora_base->data;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    meta = nalar_model_open_meta((char *) model->path.data, err);
+    if (meta == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_nalar_lora_base_close;
+    cln->data = meta;
+    model->lora_base = cln;
+
+    return meta;
+}
+
+
+static void
+ngx_http_nalar_lora_base_close(void *data)
+{
+    nalar_model_destroy(data);
+}
+
+
+/* The end of the http block: every base opened for its adapters is
+ * closed (a worker holds no such mapping). */
+
+void
+ngx_http_nalar_lora_close(ngx_http_nalar_main_conf_t *nmcf)
 {
     ngx_uint_t               i;
     ngx_http_nalar_model_t  *model;
@@ -232,17 +330,14 @@ ngx_http_nalar_lora_base(ngx_http_nalar_main_conf_t *nmcf, ngx_str_t *name,
     model = nmcf->models.elts;
 
     for (i = 0; i < nmcf->models.nelts; i++) {
-        if (name->data == NULL
-            || (model[i].name.len == name->len
-                && ngx_strncmp(model[i].name.data, name->data, name->len)
-                   == 0))
-        {
-            *index = i;
-            return &model[i];
+        if (model[i].lora_base == NULL) {
+            continue;
         }
-    }
 
-    return NULL;
+        model[i].lora_base->handler(model[i].lora_base->data);
+        model[i].lora_base->handler = NULL;
+        model[i].lora_base = NULL;
+    }
 }
 
 
@@ -255,34 +350,18 @@ char *
 ngx_http_nalar_lora_clash(ngx_conf_t *cf, ngx_http_nalar_main_conf_t *nmcf,
     ngx_str_t *name)
 {
-    ngx_uint_t               i;
-    ngx_http_nalar_lora_t   *lora;
-    ngx_http_nalar_model_t  *model;
-
-    model = nmcf->models.elts;
-
-    for (i = 0; i < nmcf->models.nelts; i++) {
-        if (model[i].name.len == name->len
-            && ngx_strncmp(model[i].name.data, name->data, name->len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"%V\" is already the name of a "
-                               "nalar_model", name);
-            return NGX_CONF_ERROR;
-        }
+    if (ngx_http_nalar_find_model(nmcf, name) != -1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" is already the name of a nalar_model",
+                           name);
+        return NGX_CONF_ERROR;
     }
 
-    lora = nmcf->loras.elts;
-
-    for (i = 0; i < nmcf->loras.nelts; i++) {
-        if (lora[i].name.len == name->len
-            && ngx_strncmp(lora[i].name.data, name->data, name->len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"%V\" is already the name of a "
-                               "nalar_lora", name);
-            return NGX_CONF_ERROR;
-        }
+    if (ngx_http_nalar_find_lora(nmcf, name) != -1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" is already the name of a nalar_lora",
+                           name);
+        return NGX_CONF_ERROR;
     }
 
     return NGX_CONF_OK;
@@ -298,13 +377,19 @@ ngx_http_nalar_lora_allow(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_nalar_loc_conf_t *nlcf = conf;
 
     ngx_str_t   *value, *s;
-    ngx_uint_t   i, j;
+    ngx_uint_t   i;
 
     if (nlcf->lora_allow != NGX_CONF_UNSET_PTR) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
+
+    nlcf->lora_allow = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                        sizeof(ngx_str_t));
+    if (nlcf->lora_allow == NULL) {
+        return NGX_CONF_ERROR;
+    }
 
     for (i = 1; i < cf->args->nelts; i++) {
         if ((ngx_strcmp(value[i].data, "all") == 0
@@ -317,26 +402,13 @@ ngx_http_nalar_lora_allow(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return NGX_CONF_ERROR;
         }
 
-        for (j = 1; j < i; j++) {
-            if (value[j].len == value[i].len
-                && ngx_strncmp(value[j].data, value[i].data, value[i].len)
-                   == 0)
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "nalar_lora_allow: \"%V\" is named "
-                                   "twice", &value[i]);
-                return NGX_CONF_ERROR;
-            }
+        if (ngx_http_nalar_lora_find(nlcf->lora_allow, 0, &value[i]) != -1) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "nalar_lora_allow: \"%V\" is named twice",
+                               &value[i]);
+            return NGX_CONF_ERROR;
         }
-    }
 
-    nlcf->lora_allow = ngx_array_create(cf->pool, cf->args->nelts - 1,
-                                        sizeof(ngx_str_t));
-    if (nlcf->lora_allow == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    for (i = 1; i < cf->args->nelts; i++) {
         s = ngx_array_push(nlcf->lora_allow);
         if (s == NULL) {
             return NGX_CONF_ERROR;
@@ -359,6 +431,7 @@ char *
 ngx_http_nalar_lora_merge(ngx_conf_t *cf, ngx_http_nalar_loc_conf_t *prev,
     ngx_http_nalar_loc_conf_t *conf)
 {
+    ngx_int_t                    k;
     ngx_str_t                   *word;
     ngx_uint_t                   i, j, all;
     ngx_http_nalar_lora_t       *lora;
@@ -403,23 +476,16 @@ ngx_http_nalar_lora_merge(ngx_conf_t *cf, ngx_http_nalar_loc_conf_t *prev,
     }
 
     for (j = 0; j < conf->lora_allow->nelts; j++) {
-        for (i = 0; i < nmcf->loras.nelts; i++) {
-            if (lora[i].name.len == word[j].len
-                && ngx_strncmp(lora[i].name.data, word[j].data, word[j].len)
-                   == 0)
-            {
-                break;
-            }
-        }
+        k = ngx_http_nalar_find_lora(nmcf, &word[j]);
 
-        if (i == nmcf->loras.nelts) {
+        if (k == -1) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "nalar_lora_allow: \"%V\" is not a "
                                "nalar_lora", &word[j]);
             return NGX_CONF_ERROR;
         }
 
-        conf->lora_list[conf->n_lora_list++] = lora[i].api;
+        conf->lora_list[conf->n_lora_list++] = lora[k].api;
     }
 
     return NGX_CONF_OK;
@@ -436,8 +502,8 @@ ngx_http_nalar_lora_merge(ngx_conf_t *cf, ngx_http_nalar_loc_conf_t *prev,
 ngx_int_t
 ngx_http_nalar_lora_in(ngx_http_request_t *r, nalar_api_in *in)
 {
+    ngx_int_t                    k;
     ngx_str_t                    value;
-    ngx_uint_t                   i;
     ngx_http_nalar_lora_t       *lora;
     ngx_http_nalar_loc_conf_t   *nlcf;
     ngx_http_nalar_main_conf_t  *nmcf;
@@ -464,16 +530,13 @@ ngx_http_nalar_lora_in(ngx_http_request_t *r, nalar_api_in *in)
 
     nmcf = ngx_http_get_module_main_conf(r, ngx_nalar_module);
     lora = nmcf->loras.elts;
+    k = ngx_http_nalar_find_lora(nmcf, &value);
 
-    for (i = 0; i < nmcf->loras.nelts; i++) {
-        if (lora[i].name.len == value.len
-            && ngx_strncmp(lora[i].name.data, value.data, value.len) == 0)
-        {
-            in->loras = &lora[i].api;
-            in->n_loras = 1;
-            in->lora_forced = 1;
-            return NGX_OK;
-        }
+    if (k != -1) {
+        in->loras = &lora[k].api;
+        in->n_loras = 1;
+        in->lora_forced = 1;
+        return NGX_OK;
     }
 
     ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,

@@ -101,6 +101,12 @@ typedef struct {
     nalar_chat_template       *tmpl;        /* its tokenizer.chat_template,
                                                compiled; NULL: none, or it
                                                did not compile */
+    ngx_pool_cleanup_t        *lora_base;   /* while the http block is
+                                               read: the model opened for
+                                               checking its adapters (its
+                                               data, a nalar_model); NULL
+                                               before the first and after
+                                               ngx_http_nalar_lora_close */
 } ngx_http_nalar_model_t;
 
 
@@ -448,6 +454,7 @@ ngx_uint_t ngx_http_nalar_model_id(ngx_str_t *uri, ngx_str_t *id);
 char *ngx_http_nalar_lora(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_nalar_lora_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+void ngx_http_nalar_lora_close(ngx_http_nalar_main_conf_t *nmcf);
 char *ngx_http_nalar_lora_clash(ngx_conf_t *cf,
     ngx_http_nalar_main_conf_t *nmcf, ngx_str_t *name);
 char *ngx_http_nalar_lora_merge(ngx_conf_t *cf,

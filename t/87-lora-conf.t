@@ -50,6 +50,17 @@ my ($rc, $out) = conf("nalar_model kjv %%MODEL%%;\n"
                       'nalar_lora_allow good; nalar_adapter $arg_a;');
 is($rc, 0, 'nginx -t passes a good configuration') or diag($out);
 
+# two bases, each with adapters given in turn: each checked against its
+# own base (each base is opened once for all of its adapters)
+($rc, $out) = conf("nalar_model kjv %%MODEL%%;\n"
+                   . "    nalar_model d %%DRAFT%%;\n"
+                   . "    nalar_lora a good.gguf base=kjv;\n"
+                   . "    nalar_lora b draft.gguf base=d;\n"
+                   . "    nalar_lora c good.gguf base=kjv;\n"
+                   . "    nalar_lora e draft.gguf base=d;");
+is($rc, 0, 'nginx -t passes adapters of two bases, interleaved')
+    or diag($out);
+
 my @cases = (
     [ "nalar_model kjv %%MODEL%%;\n    nalar_lora a good.gguf base=nope;",
       qr/\[emerg\].*nalar_lora "a": unknown base model "nope"/,
@@ -74,6 +85,10 @@ my @cases = (
     [ "nalar_model kjv %%MODEL%%;\n    nalar_lora a draft.gguf;",
       qr/\[emerg\].*nalar_lora "a" \(base "kjv"\): \S*draft\.gguf: .*base matrix/,
       'an adapter made for another model\'s shapes' ],
+    [ "nalar_model kjv %%MODEL%%;\n    nalar_lora a good.gguf;\n"
+      . "    nalar_lora b draft.gguf;",
+      qr/\[emerg\].*nalar_lora "b" \(base "kjv"\): \S*draft\.gguf: .*base matrix/,
+      'a second adapter of a base, made for another model' ],
     [ "nalar_model kjv %%MODEL%%;\n    nalar_lora a truncated.gguf;",
       qr/\[emerg\].*nalar_lora "a" \(base "kjv"\): \S*truncated\.gguf: .*(end of file|truncated)/,
       'a truncated adapter' ],
