@@ -173,6 +173,23 @@ ngx_http_nalar_submit_choices(ngx_http_request_t *r,
 
         rc = nalar_engine_submit(ctx->model->engine, req, &err);
 
+        if (rc == NALAR_SUBMIT_INVALID) {
+
+            /* the glue's own mistake (an adapter id its engine does not
+             * have): no retry will do */
+
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "nalar: model \"%V\": %s", &ctx->model->name,
+                          err.msg);
+
+            /* the cleanup cancels the choices already submitted */
+
+            return ngx_http_nalar_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                        "server_error", NULL, NULL,
+                                        "The server could not start the "
+                                        "request");
+        }
+
         if (rc != 0) {
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                           "nalar: model \"%V\": %s", &ctx->model->name,

@@ -390,8 +390,16 @@ nalar_request *nalar_request_create(const nalar_request_params *p,
                                     nalar_err *err);
 void nalar_request_ref(nalar_request *r);
 void nalar_request_unref(nalar_request *r);
-/* -1 with err when the queue is full or the engine is not ready.  The
- * prompt is checked at intake (see the top of this file). */
+/*
+ * 0, or a refusal with err: NALAR_SUBMIT_BUSY when the engine is not
+ * ready or its queue is full (a later try may be taken: the server is
+ * busy), NALAR_SUBMIT_INVALID when the request can never be taken as it
+ * is (an adapter the engine does not have, a request submitted twice:
+ * the caller's mistake, an internal error to its client).  The prompt is
+ * checked at intake (see the top of this file).
+ */
+#define NALAR_SUBMIT_BUSY     (-1)
+#define NALAR_SUBMIT_INVALID  (-2)
 int  nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err);
 /*
  * What bounds a request on an engine, as one struct (src/limits.c):

@@ -30,10 +30,11 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     size_t bytes = 0;
 
     if (nalar_engine_state(e, NULL) != 1) {
-        return nalar_fail(err, "the model is still loading");
+        nalar_fail(err, "the model is still loading");
+        return NALAR_SUBMIT_BUSY;
     }
     if (engine_lora_check(e, r, err) != 0) {
-        return -1;
+        return NALAR_SUBMIT_INVALID;
     }
     for (int32_t i = 0; r->pieces != NULL && i < r->n_pieces; i++) {
         bytes += r->pieces[i].len;
@@ -47,12 +48,13 @@ nalar_engine_submit(nalar_engine *e, nalar_request *r, nalar_err *err)
     pthread_mutex_lock(&e->mu);
     if (e->n_waiting >= e->opts.max_queue) {
         pthread_mutex_unlock(&e->mu);
-        return nalar_fail(err, "the queue is full (%d waiting)",
-                          e->n_waiting);
+        nalar_fail(err, "the queue is full (%d waiting)", e->n_waiting);
+        return NALAR_SUBMIT_BUSY;
     }
     if (r->state != REQ_NEW) {
         pthread_mutex_unlock(&e->mu);
-        return nalar_fail(err, "request submitted twice");
+        nalar_fail(err, "request submitted twice");
+        return NALAR_SUBMIT_INVALID;
     }
     r->intake_bytes = bytes;
     r->overtaken = 0;

@@ -343,8 +343,13 @@ make_adapters(const char *base)
 }
 
 
-/* 16 sequences over the base and four adapters, in one engine at once,
- * equal each run alone (ids exactly, logprobs within F16's tolerance) */
+/*
+ * 16 sequences over the base and four adapters, in one engine at once,
+ * equal each run alone, ids and logprobs bit for bit: the CPU backend
+ * keeps a token's numbers independent of the rest of its pass (the base
+ * products and the adapters' alike, cpu_lora.c), and the test's engines
+ * run in F32 activations.
+ */
 static void
 check_mixed(const char *base)
 {
@@ -388,9 +393,9 @@ check_mixed(const char *base)
                                                : d;
     }
     ok(ids_ok, "each sequence's ids batched equal its ids alone");
-    ok(d <= 0.027 && isfinite(together[0].lp[0]) && together[0].lp[0] < 0,
-       "each token's logprob batched within 0.027 of alone (off by %.3g)",
-       d);
+    ok(d == 0 && isfinite(together[0].lp[0]) && together[0].lp[0] < 0,
+       "each token's logprob batched equals its logprob alone (off by "
+       "%.3g)", d);
     /* s = 0, 3, 6, 9, 12: one prompt under the base and adapters 3, 1,
      * 4, 2: each must give other ids than the base, or the test proves
      * nothing */
@@ -446,6 +451,9 @@ check_cache_and_counters(const char *base)
     ok(nalar_engine_run_sync(e, &r, 1, &err) != 0
        && strstr(err.msg, "adapter 3 is not one of the engine's") != NULL,
        "adapter 3 of 2 refused: %s", err.msg);
+    /* the caller's mistake, not a busy server (the glue answers 500) */
+    is_int(nalar_engine_submit(e, r, &err), NALAR_SUBMIT_INVALID,
+           "submit refuses adapter 3 of 2 as invalid, not busy");
     nalar_request_unref(r);
     p.adapter = -1;
     r = nalar_request_create(&p, NULL, NULL, &err);
