@@ -12,7 +12,19 @@
  *                        tokens it needs, redundantly across threads in
  *                        the pass by rows: rank * cols per token, cheap)
  *   y[t, lo:hi] += scale * (B[lo:hi, :] u_t)
- * so no barrier is added.  Gather by adapter (the shape of S-LoRA's and
+ * so no barrier is added.  Why u is not shared between threads in the
+ * pass by rows: every row a thread owns needs all of u_t, and u_t needs
+ * all of x_t, which is complete only after the barrier that ends the
+ * phase before (the output and down products write x by rows, attention
+ * writes att by heads, gate and up write h by rows).  One thread making
+ * u_t for the others would need a second barrier per product family;
+ * each thread making a part of u_t from its own rows of x (split-K) would
+ * sum u_t in an order that depends on the thread count, and a token's
+ * numbers would then depend on how the pass runs.  What is repeated is
+ * rank * cols per token per thread, against the base product's rows *
+ * cols / threads; where the pass splits q, k and v by token (passes of
+ * many sequences, qkv_by_rows) and in the pass by tokens nothing is
+ * repeated.  Gather by adapter (the shape of S-LoRA's and
  * Punica's kernels): the pass's tokens are grouped by adapter once per
  * pass (nalar_cpu_lora_group), and each group's rows of x are gathered so
  * that one product over the group reads its A and B once (per
