@@ -50,3 +50,9 @@ build/bench/lora: bench/lora.c build/libnalar.a $(wildcard src/*.h) \
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -O3 -march=native bench/lora.c build/libnalar.a -o $@ \
 	    $(LDLIBS)
+
+# Two model files compared tensor by tensor (bench/lora-peer.sh)
+build/bench/lora_diff: bench/lora_diff.c build/libnalar.a $(wildcard src/*.h) \
+                       $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) bench/lora_diff.c build/libnalar.a -o $@ $(LDLIBS)

@@ -7,7 +7,7 @@
  *                  [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]
  *   nalar tokenize -m MODEL [--no-bos] [--special] TEXT
  *   nalar eval -m MODEL --ids "ID ..." [--top K] [--backend NAME]
- *              [--device N] [-t THREADS]
+ *              [--device N] [-t THREADS] [--lora PATH[:SCALE]]
  *   nalar inspect MODEL
  *   nalar mkmodel [--dim D --layers L --heads H --kv-heads K --ffn F
  *                  --vocab V --ctx C --type TYPE --seed S
@@ -39,6 +39,7 @@
 #endif
 #include "bench.h"
 #include "engine.h"
+#include "eval.h"
 #include "gguf.h"
 #include "mkmodel.h"
 #include "opts.h"
@@ -67,7 +68,8 @@ usage(FILE *out)
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar eval -m MODEL --ids \"ID ...\" [--top K] [--backend cpu|cuda]"
         " [--device N]\n"
-        "                 [-t THREADS] [--cpu-activations f32|i16|q8]\n"
+        "                 [-t THREADS] [--cpu-activations f32|i16|q8]"
+        " [--lora PATH[:SCALE]]\n"
         "  nalar inspect MODEL\n"
         "  nalar render [-m MODEL] [--template FILE] --messages FILE.json"
         " [--tools FILE.json]\n"
@@ -106,24 +108,6 @@ usage(FILE *out)
         " [--json]\n"
         "  nalar verify-bench -m MODEL [--pos 200] [-t THREADS] [--json]\n"
         "  nalar --help\n");
-}
-
-
-/* --cpu-activations: "f32" (or not given) 0, "i16" 1, "q8" 2, else -1 */
-static int
-cpu_activations(const char *cmd, const char *s)
-{
-    if (s == NULL || strcmp(s, "f32") == 0) {
-        return 0;
-    }
-    if (strcmp(s, "i16") == 0) {
-        return 1;
-    }
-    if (strcmp(s, "q8") == 0) {
-        return 2;
-    }
-    fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8\n", cmd);
-    return -1;
 }
 
 
@@ -308,7 +292,7 @@ cmd_generate(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        eo.act_i16 = cpu_activations("generate", act);
+        eo.act_i16 = nalar_opt_activations("generate", act);
         if (eo.act_i16 < 0) {
             return 2;
         }
@@ -368,200 +352,6 @@ cmd_generate(int argc, char **argv)
     nalar_request_unref(r);
     nalar_engine_destroy(e);
     return g.failed ? 1 : 0;
-}
-
-
-/* --- eval --- */
-
-#define EVAL_CHUNK 64    /* positions per forward pass */
-
-
-/* Row `row` of logits as one JSON line: its top k (ids by logit, ties to
- * the lower id) and the logsumexp over the vocabulary. */
-static void
-eval_print(int32_t pos, const float *row, int32_t V, int k, int32_t *top)
-{
-    double mx = -INFINITY, sum = 0;
-    int    n = 0;
-
-    for (int32_t v = 0; v < V; v++) {
-        int i;
-
-        mx = row[v] > mx ? row[v] : mx;
-        /* insertion into the descending top list */
-        if (n == k && !(row[v] > row[top[n - 1]])) {
-            continue;
-        }
-        i = n < k ? n++ : n - 1;
-        while (i > 0 && row[v] > row[top[i - 1]]) {
-            top[i] = top[i - 1];
-            i--;
-        }
-        top[i] = v;
-    }
-    for (int32_t v = 0; v < V; v++) {
-        sum += exp((double) row[v] - mx);
-    }
-    printf("{\"pos\": %d, \"top\": [", pos);
-    for (int i = 0; i < n; i++) {
-        printf(isfinite(row[top[i]]) ? "%s[%d, %.6f]" : "%s[%d, null]",
-               i ? ", " : "", top[i], (double) row[top[i]]);
-    }
-    if (isfinite(mx + log(sum))) {
-        printf("], \"logsumexp\": %.6f}\n", mx + log(sum));
-    } else {
-        printf("], \"logsumexp\": null}\n");
-    }
-}
-
-
-static int
-cmd_eval(int argc, char **argv)
-{
-    const char         *model = NULL, *ids_s = NULL, *act = NULL;
-    int                 top_k = 16, n = 0, cap = 0, rc = 1;
-    nalar_backend_opts  bo;
-    nalar_model        *m = NULL;
-    nalar_backend      *be = NULL;
-    nalar_kv_pool       kv;
-    nalar_seq_kv        s;
-    nalar_err           err;
-    int32_t            *ids = NULL, *top = NULL;
-    float              *logits = NULL;
-    const char         *p;
-    char               *end;
-
-    memset(&bo, 0, sizeof(bo));
-    memset(&kv, 0, sizeof(kv));
-    nalar_seq_kv_init(&s);
-    {
-        const nalar_opt opts[] = {
-            { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
-            { "--ids", NULL, NALAR_OPT_STR, &ids_s, NULL, 0 },
-            { "--top", NULL, NALAR_OPT_INT, &top_k, NULL, 0 },
-            { "--backend", NULL, NALAR_OPT_STR, &bo.name, NULL, 0 },
-            { "--device", NULL, NALAR_OPT_INT, &bo.device, NULL, 0 },
-            { "-t", "--threads", NALAR_OPT_INT, &bo.n_threads, NULL, 0 },
-            { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
-        };
-
-        if (NALAR_OPTS_PARSE("eval", argc, argv, opts) != 0) {
-            return 2;
-        }
-        bo.act_i16 = cpu_activations("eval", act);
-        if (bo.act_i16 < 0) {
-            return 2;
-        }
-    }
-    if (model == NULL || ids_s == NULL || top_k < 1) {
-        fprintf(stderr, "nalar eval: -m MODEL and --ids \"ID ...\" are "
-                "required, and --top is at least 1\n");
-        return 2;
-    }
-    m = nalar_model_load(model, &err);
-    if (m == NULL) {
-        fprintf(stderr, "nalar: %s\n", err.msg);
-        return 1;
-    }
-    top_k = top_k < m->cfg.n_vocab ? top_k : m->cfg.n_vocab;
-    for (p = ids_s;;) {
-        long v;
-
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') {
-            p++;
-        }
-        if (*p == '\0') {
-            break;
-        }
-        v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v >= m->cfg.n_vocab) {
-            fprintf(stderr, "nalar eval: --ids: '%.20s' is not a token id "
-                    "(0 .. %d)\n", p, m->cfg.n_vocab - 1);
-            rc = 2;
-            goto done;
-        }
-        if (n == cap) {
-            int32_t *q;
-
-            cap = cap ? 2 * cap : 256;
-            q = realloc(ids, (size_t) cap * sizeof(int32_t));
-            if (q == NULL) {
-                fprintf(stderr, "nalar: out of memory\n");
-                goto done;
-            }
-            ids = q;
-        }
-        ids[n++] = (int32_t) v;
-        p = end;
-    }
-    if (n == 0) {
-        fprintf(stderr, "nalar eval: --ids holds no id\n");
-        rc = 2;
-        goto done;
-    }
-    be = nalar_backend_create(m, &bo, &err);
-    if (be == NULL) {
-        fprintf(stderr, "nalar: %s\n", err.msg);
-        goto done;
-    }
-    top = malloc((size_t) top_k * sizeof(int32_t));
-    logits = nalar_alloc_lines((size_t) EVAL_CHUNK * m->cfg.n_vocab
-                               * sizeof(float));
-    snprintf(err.msg, sizeof(err.msg), "out of memory");
-    if (top == NULL || logits == NULL
-        || nalar_kv_pool_init(&kv, (n + NALAR_KV_BLOCK - 1) / NALAR_KV_BLOCK,
-                              m->cfg.n_layers,
-                              m->cfg.n_kv_heads * m->cfg.head_dim, &err) != 0
-        || be->kv_alloc(be, &kv, &err) != 0
-        || nalar_seq_kv_reserve(&kv, &s, n) != 0)
-    {
-        fprintf(stderr, "nalar: %s\n", err.msg);
-        goto done;
-    }
-    /* teacher-forced: chunks of the ids, each position's logits */
-    for (int32_t t0 = 0; t0 < n; t0 += EVAL_CHUNK) {
-        int32_t       c = n - t0 < EVAL_CHUNK ? n - t0 : EVAL_CHUNK;
-        int32_t       pos[EVAL_CHUNK];
-        int8_t        want[EVAL_CHUNK];
-        nalar_seq_kv *seq[EVAL_CHUNK];
-        nalar_batch   b;
-
-        for (int32_t i = 0; i < c; i++) {
-            pos[i] = t0 + i;
-            want[i] = 1;
-            seq[i] = &s;
-        }
-        b.n_tokens = c;
-        b.tokens = ids + t0;
-        b.pos = pos;
-        b.seq = seq;
-        b.want_logits = want;
-        b.n_logits = c;
-        b.adapter = NULL;
-        if (be->forward(be, &kv, &b, logits, &err) != 0) {
-            fprintf(stderr, "nalar: %s\n", err.msg);
-            goto done;
-        }
-        for (int32_t i = 0; i < c; i++) {
-            eval_print(t0 + i, logits + (size_t) i * m->cfg.n_vocab,
-                       m->cfg.n_vocab, top_k, top);
-        }
-    }
-    rc = fflush(stdout) == 0 ? 0 : 1;
-done:
-    nalar_seq_kv_release(&kv, &s);
-    if (kv.k != NULL) {
-        be->kv_free(be, &kv);
-    }
-    nalar_kv_pool_free(&kv);
-    if (be != NULL) {
-        be->destroy(be);
-    }
-    free(logits);
-    free(top);
-    free(ids);
-    nalar_model_destroy(m);
-    return rc;
 }
 
 
@@ -1401,7 +1191,7 @@ cmd_bench(int argc, char **argv)
     if (NALAR_OPTS_PARSE("bench", argc, argv, opts) != 0) {
         return 2;
     }
-    act_i16 = cpu_activations("bench", act);
+    act_i16 = nalar_opt_activations("bench", act);
     if (act_i16 < 0) {
         return 2;
     }
@@ -1466,7 +1256,7 @@ main(int argc, char **argv)
         return cmd_tokenize(argc - 1, argv + 1);
     }
     if (strcmp(argv[1], "eval") == 0) {
-        return cmd_eval(argc - 1, argv + 1);
+        return nalar_cmd_eval(argc - 1, argv + 1);
     }
     if (strcmp(argv[1], "render") == 0) {
         return nalar_cmd_render(argc - 1, argv + 1);

@@ -145,3 +145,20 @@ nalar_opts_parse(const char *cmd, int argc, char **argv,
     }
     return 0;
 }
+
+
+int
+nalar_opt_activations(const char *cmd, const char *s)
+{
+    if (s == NULL || strcmp(s, "f32") == 0) {
+        return 0;
+    }
+    if (strcmp(s, "i16") == 0) {
+        return 1;
+    }
+    if (strcmp(s, "q8") == 0) {
+        return 2;
+    }
+    fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8\n", cmd);
+    return -1;
+}

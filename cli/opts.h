@@ -41,4 +41,8 @@ int nalar_opts_parse(const char *cmd, int argc, char **argv,
     nalar_opts_parse((cmd), (argc), (argv), (opts),                           \
                      (int) (sizeof(opts) / sizeof((opts)[0])))
 
+/* --cpu-activations of command `cmd`: "f32" (or not given) 0, "i16" 1,
+ * "q8" 2, else -1 after a message on stderr */
+int nalar_opt_activations(const char *cmd, const char *s);
+
 #endif

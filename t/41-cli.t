@@ -288,6 +288,29 @@ is($out, "780\n", "tokenize: the text before the options, --no-bos taken");
         @gen);
     ok($rc == 1 && $out =~ /general.type is absent/,
        'a model given as an adapter is refused at load') or diag $out;
+
+    # eval --lora: each position's top logits under the adapter at run
+    # time, as the merged file gives them (F32: within 1e-3)
+    my @ids = ('--ids', "'1 780 33 412 9 57'", qw(--top 3));
+    my ($e1, $rt) = run($nalar, qw(eval -m), $base, '--lora',
+        "$dir/a.gguf:0.5", @ids);
+    my ($e2, $mg) = run($nalar, qw(eval -m), "$dir/m.gguf", @ids);
+    my ($e3, $bo) = run($nalar, qw(eval -m), $base, @ids);
+    my @rt = $rt =~ /(-?\d+\.\d+)/g;
+    my @mg = $mg =~ /(-?\d+\.\d+)/g;
+    my $d = @rt == @mg && @rt == 6 * 4 ? 0 : 1e9;
+    for my $i (0 .. $#rt) {
+        my $e = abs($rt[$i] - ($mg[$i] // 1e9));
+        $d = $e if $e > $d;
+    }
+    ok($e1 == 0 && $e2 == 0 && $e3 == 0 && $d < 1e-3,
+       "eval --lora FILE:0.5 equals the merged file's logits (off by $d)")
+        or diag "$rt\n$mg";
+    isnt($rt, $bo, 'eval --lora: the adapter changes the logits');
+    ($rc, $out) = run($nalar, qw(eval -m), $base, '--lora',
+        "$dir/a.gguf:0", @ids);
+    ok($rc == 2 && $out =~ /the scale is a number/,
+       'eval --lora FILE:0 is refused') or diag $out;
 }
 
 done_testing();
