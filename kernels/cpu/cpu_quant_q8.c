@@ -45,6 +45,7 @@
 #include "cpu_backend.h"
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_rows.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -844,6 +845,14 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
     int         k;
 
     if (f == NULL || qinfo_of(t, &qi) != 0) {
+        return;
+    }
+    /* one token: four rows at a time (cpu_quant_q8_rows.c), the row
+     * kernel's bits */
+    if (n_tok == 1
+        && nalar_quant_q8_rows(t, isa, w, wstride, il, cols, x8, y, r0, r1,
+                               accumulate) == 0)
+    {
         return;
     }
     k = qi.qk == QK_K;

@@ -11,7 +11,10 @@
  *   - batch invariance: the same bits for a token alone, in a batch (the
  *     SIMD paths' tiles of 8 tokens, a partial tile, codes made 32
  *     tokens at a time), in any split of the rows, from codes made once
- *     or per call, and from the rows interleaved.
+ *     or per call, and from the rows interleaved;
+ *   - one token (decode's kernels, four rows at a time): every
+ *     instruction set's bits are the scalar kernel's, in any split of
+ *     the rows, added to y or not, from either layout.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -300,6 +303,98 @@ out:
 }
 
 
+/* one token (decode's kernels, four rows at a time and one): every
+ * instruction set gives the scalar kernel's bits, for rows in any split
+ * (groups of four and rows alone, their outputs added to y's or not),
+ * from rows in the file's order and interleaved */
+static void
+check_one_token(ggml_type t, int64_t rows, int64_t cols, int kind)
+{
+    const char *tn = ggml_type_name(t);
+    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
+    uint8_t    *w = matrix(t, rows, cols, kind);
+    float      *x = activations(2, cols);
+    float      *ref = malloc((size_t) rows * sizeof(float));
+    float      *y = malloc((size_t) rows * sizeof(float));
+    void       *buf = malloc((size_t) nalar_quant_x8_bytes(1, cols));
+    uint8_t    *il = NULL;
+    nalar_xq8   x8;
+    /* splits: whole; at 5 (a group, a row alone, then rows alone up to
+     * the next group); at 2 and 9 */
+    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
+                                      { 0, 2, 9 } };
+
+    if (nalar_quant_can_interleave(t, cols)) {
+        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
+    }
+    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
+        || (nalar_quant_can_interleave(t, cols) && il == NULL))
+    {
+        ok(0, "%s one token: out of memory", tn);
+        goto out;
+    }
+    if (il != NULL) {
+        nalar_quant_interleave(t, w, rows, cols, il);
+    }
+    /* the second token's x: with its large and zero groups */
+    nalar_quant_x8(x + cols, 1, (int) cols, cols, buf, &x8);
+    product(t, w, rs, 0, rows, cols, &x8, 1, NALAR_ISA_SCALAR, ref);
+    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
+        for (int lay = 0; lay < 2; lay++) {
+            const uint8_t *m = lay ? il : w;
+
+            if (m == NULL) {
+                continue;
+            }
+            for (size_t c = 0; c < sizeof(cut) / sizeof(cut[0]); c++) {
+                for (int acc = 0; acc < 2; acc++) {
+                    int64_t a = 0;
+
+                    for (int64_t r = 0; r < rows; r++) {
+                        y[r] = acc ? 1.0f : -7.0f;
+                    }
+                    nalar_quant_q8_force(isa);
+                    for (int k = 0; k < 3 && a < rows; k++) {
+                        int64_t e = k + 1 < 3 && cut[c][k + 1] > 0
+                                    && cut[c][k + 1] < rows
+                                    ? cut[c][k + 1] : rows;
+
+                        nalar_quant_matmul_x8(t, m, rs, lay, cols, &x8, 1, y,
+                                              (int) rows, a, e, acc);
+                        a = e;
+                    }
+                    nalar_quant_q8_force(-1);
+                    for (int64_t r = 0; r < rows; r++) {
+                        float want = acc ? 1.0f + ref[r] : ref[r];
+
+                        if (memcmp(&y[r], &want, sizeof(float)) != 0) {
+                            if (bad++ == 0) {
+                                diag("%s isa %d layout %d split %zu acc %d "
+                                     "row %lld: %a, want %a", tn, isa, lay,
+                                     c, acc, (long long) r, y[r], want);
+                            }
+                        }
+                    }
+                    runs++;
+                }
+            }
+        }
+    }
+    ok(bad == 0 && runs > 0, "%s %s %lldx%lld, one token: every instruction "
+       "set, split and layout gives the scalar kernel's bits (%d runs)", tn,
+       kind ? "extreme blocks" : "quantized rows", (long long) rows,
+       (long long) cols, runs);
+out:
+    free(w);
+    free(x);
+    free(ref);
+    free(y);
+    free(buf);
+    free(il);
+}
+
+
 int
 main(void)
 {
@@ -313,6 +408,9 @@ main(void)
         check_kernel(types[i], 9, 2048, 2, 1);
         /* tiles of 8 tokens and a partial one, in chunks of 32 codes */
         check_kernel(types[i], 7, 512, 37, 1);
+        check_one_token(types[i], 13, 512, 0);
+        check_one_token(types[i], 13, 512, 1);
+        check_one_token(types[i], 18, 2048, 1);
     }
     return done_testing();
 }
