@@ -57,7 +57,11 @@
 /* x's codes                                                            */
 
 
-/* n floats as int8 codes per g (32 or 256): d = amax / 127 per group */
+/* n floats as int8 codes per g (32 or 256): d = amax / 127 per group,
+ * codes round(x * (127 / amax)) to nearest even, clamped to [-127, 127]
+ * (with AVX2 the same values, eight at a time: vcvtps2dq rounds as
+ * lrintf does, and the saturating packs and the clamp give the scalar
+ * clamp's codes) */
 static void
 x8_groups(const float *x, int64_t n, int g, int8_t *q, float *d)
 {
@@ -65,6 +69,38 @@ x8_groups(const float *x, int64_t n, int g, int8_t *q, float *d)
         const float *xb = x + b * g;
         float        amax = 0, id;
 
+#if defined(__AVX2__)
+        __m256 sgn = _mm256_set1_ps(-0.0f), mx = _mm256_setzero_ps(), vi;
+        __m128 h;
+
+        for (int i = 0; i < g; i += 8) {
+            /* a > m ? a : m, as the scalar loop: a NaN never enters */
+            mx = _mm256_max_ps(_mm256_andnot_ps(sgn, _mm256_loadu_ps(xb + i)),
+                               mx);
+        }
+        h = _mm_max_ps(_mm256_castps256_ps128(mx),
+                       _mm256_extractf128_ps(mx, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        amax = _mm_cvtss_f32(h);
+        d[b] = amax / 127.0f;
+        id = amax > 0 ? 127.0f / amax : 0;
+        vi = _mm256_set1_ps(id);
+        for (int i = 0; i < g; i += 32) {
+            __m256i v[4], w;
+
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(
+                           _mm256_loadu_ps(xb + i + 8 * k), vi));
+            }
+            w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]),
+                                   _mm256_packs_epi32(v[2], v[3]));
+            w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(
+                                                0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *) (q + b * g + i),
+                                _mm256_max_epi8(w, _mm256_set1_epi8(-127)));
+        }
+#else
         for (int i = 0; i < g; i++) {
             float a = fabsf(xb[i]);
 
@@ -77,6 +113,36 @@ x8_groups(const float *x, int64_t n, int g, int8_t *q, float *d)
 
             q[b * g + i] = (int8_t) (v < -127 ? -127 : v > 127 ? 127 : v);
         }
+#endif
+    }
+}
+
+
+/* the sums of each 16 of n codes */
+static void
+x8_sums16(const int8_t *c, int64_t n, int32_t *s)
+{
+    int64_t j = 0;
+
+#if defined(__AVX2__)
+    for (; 16 * j + 32 <= n; j += 2) {
+        __m256i v = _mm256_loadu_si256((const __m256i *) (c + 16 * j));
+
+        v = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
+                              _mm256_set1_epi16(1));
+        v = _mm256_hadd_epi32(v, v);
+        v = _mm256_hadd_epi32(v, v);
+        s[j] = _mm256_cvtsi256_si32(v);
+        s[j + 1] = _mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
+    }
+#endif
+    for (; j < n / 16; j++) {
+        int32_t sum = 0;
+
+        for (int i = 0; i < 16; i++) {
+            sum += c[16 * j + i];
+        }
+        s[j] = sum;
     }
 }
 
@@ -127,14 +193,7 @@ nalar_quant_x8(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
             int32_t *s = bs + t * (cols / 16);
 
             x8_groups(xt, cols, QK_K, c, dk + t * (cols / QK_K));
-            for (int64_t j = 0; j < cols / 16; j++) {
-                int32_t sum = 0;
-
-                for (int i = 0; i < 16; i++) {
-                    sum += c[16 * j + i];
-                }
-                s[j] = sum;
-            }
+            x8_sums16(c, cols, s);
         }
     }
     x8->q = q;
