@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
@@ -42,9 +43,9 @@
 #define INL inline __attribute__((always_inline))
 
 /* bytes ahead of the block being read that a step asks for, in an
- * interleaved matrix (one stream; 0: none).  A row-ordered matrix asks
- * for the rows 16 on instead. */
-#define PF_AHEAD 1024
+ * interleaved matrix (one stream; 0: none): pf_ahead().  A row-ordered
+ * matrix asks for the rows 16 on instead. */
+#define PF_AHEAD 4096
 
 /* a kernel: R rows (row[0 .. R-1]) of one token, nb blocks each; pfo the
  * bytes from a block to the one it asks for (0: none) */
@@ -73,12 +74,35 @@ hsum4x4(__m128i a, __m128i b, __m128i c, __m128i d)
 }
 
 
-/* the n bytes at p, asked for (n <= 256) */
+/* the n bytes at p, asked for */
 static INL T_AVX2 void
-pf_bytes(const uint8_t *p, int n)
+pf_bytes(const uint8_t *p, int64_t n)
 {
-    for (int k = 0; k < n; k += 64) {
+    for (int64_t k = 0; k < n; k += 64) {
         _mm_prefetch((const char *) p + k, _MM_HINT_T0);
+    }
+}
+
+
+/* step b's prefetch (block b at offset off of each row): four rows of an
+ * interleaved matrix read one stream, 4 * bytes a step on average, and
+ * ask for as many bytes pfo ahead of it; otherwise each row's block pfo
+ * bytes on (pfo 0: nothing) */
+static INL T_AVX2 void
+pf_step(const int R, const uint8_t *const *row, int il, int64_t qk,
+        int64_t bytes, int64_t b, int64_t off, ptrdiff_t pfo)
+{
+    if (pfo == 0) {
+        return;
+    }
+    if (il && R == 4) {
+        int64_t k = b % (QK_K / qk);   /* the step within its turn */
+
+        pf_bytes(row[0] + off + 3 * k * bytes + pfo, 4 * bytes);
+    } else {
+        for (int i = 0; i < R; i++) {
+            pf_bytes(row[i] + off + pfo, bytes);
+        }
     }
 }
 
@@ -206,6 +230,7 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
             M[i] = _mm_setzero_si128();
             sv[i] = _mm_setzero_ps();
         }
+        pf_step(R, row, il, QK_K, bytes, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             const uint8_t *qs = p + (Q5 ? 48 : 16);
@@ -220,9 +245,6 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
             __m512i        c3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), F);
             __m512i        L;
 
-            if (pfo != 0) {
-                pf_bytes(p + pfo, (int) bytes);
-            }
             if (Q5) {
                 /* the fifth bit: bit G of qh[l] for weight l of group G */
                 __m512i qh = _mm512_broadcast_i64x4(
@@ -293,6 +315,7 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
             M[i] = _mm_setzero_si128();
             sv[i] = _mm_setzero_ps();
         }
+        pf_step(R, row, il, QK_K, bytes, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             const uint8_t *qs = p + (Q5 ? 48 : 16);
@@ -302,9 +325,6 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
                                    _mm_cvtepu8_epi16(sm));
             __m256i        qh = _mm256_setzero_si256(), L = qh;
 
-            if (pfo != 0) {
-                pf_bytes(p + pfo, (int) bytes);
-            }
             if (Q5) {
                 qh = _mm256_loadu_si256((const __m256i *) (p + 16));
             }
@@ -391,6 +411,7 @@ k6_rows_vnni(const int R, const uint8_t *const *row, int il, int64_t nb,
             M[i] = _mm_setzero_si128();
             s[i] = 0;
         }
+        pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             __m256i        W = _mm256_cvtepi8_epi16(
@@ -400,9 +421,6 @@ k6_rows_vnni(const int R, const uint8_t *const *row, int il, int64_t nb,
             __m512i        L = _mm512_setzero_si512();
             __m256i        m;
 
-            if (pfo != 0) {
-                pf_bytes(p + pfo, QK6_K_BYTES);
-            }
             for (int h = 0; h < 2; h++) {
                 __m512i ql = _mm512_loadu_si512((const void *) (p + 64 * h));
                 __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
@@ -461,6 +479,7 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
             M[i] = _mm_setzero_si128();
             s[i] = 0;
         }
+        pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             __m256i        W = _mm256_cvtepi8_epi16(
@@ -470,9 +489,6 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
             __m256i        Wh = _mm256_permute2x128_si256(W, W, 0x11);
             __m256i        L = _mm256_setzero_si256(), m;
 
-            if (pfo != 0) {
-                pf_bytes(p + pfo, QK6_K_BYTES);
-            }
             for (int G = 0; G < 8; G++) {
                 int            hh = G / 4, k = G % 4;
                 const uint8_t *ql = p + 64 * hh + (k & 1) * 32;
@@ -550,15 +566,13 @@ w32_s(const int Q4, const uint8_t *p)
                                         (x8->q + 32 * b));                  \
         float   dx = x8->d[b];                                              \
                                                                             \
+        pf_step(R, row, il, 32, bytes, b, off, pfo);                        \
         for (int i = 0; i < R; i++) {                                       \
             const uint8_t *p = row[i] + off;                                \
             __m256i        w = w32_s(Q4, p);                                \
             __m256i        L = DOT(_mm256_abs_epi8(w),                      \
                                    _mm256_sign_epi8(xv, w));                \
                                                                             \
-            if (pfo != 0) {                                                 \
-                pf_bytes(p + pfo, (int) bytes);                             \
-            }                                                               \
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(p) * dx),        \
                                      _mm256_cvtepi32_ps(L), acc[i]);        \
         }                                                                   \
@@ -653,6 +667,26 @@ rows_fns(ggml_type t, int isa, rows_fn **f)
     }
 }
 
+
+/* PF_AHEAD, or the environment's NALAR_CPU_PREFETCH (bytes, 0 .. 1 MiB:
+ * for measuring other distances), read once */
+static ptrdiff_t
+pf_ahead(void)
+{
+    static int pf = -1;     /* -1: not read yet (a race only writes the
+                               same value twice) */
+    int        v = __atomic_load_n(&pf, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+        const char *e = getenv("NALAR_CPU_PREFETCH");
+        long        n = e != NULL ? strtol(e, NULL, 10) : PF_AHEAD;
+
+        v = n < 0 || n > (1 << 20) ? PF_AHEAD : (int) n;
+        __atomic_store_n(&pf, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 #endif
 
 
@@ -685,7 +719,7 @@ nalar_quant_q8_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
             row[i] = qrow_at(w, wstride, il, qi.qk, qi.bytes, r + i);
         }
         if (il) {
-            pfo = PF_AHEAD;
+            pfo = pf_ahead();
         } else {
             pfo = r + 16 + R <= r1 ? 16 * wstride : 0;
         }
