@@ -130,7 +130,9 @@ void nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d);
  * the K-quants), d = max |x| / 127, codes round(x / d) in [-127, 127];
  * the products are integer dot products with the weights' codes (AVX-512
  * VNNI, AVX2 or scalar, chosen at run time), and every path gives the
- * same bits (the operations are in cpu_quant_q8.c).
+ * same bits (the operations are in cpu_quant_q8.c; one token's products
+ * run four rows at a time, with the same operations per row, in
+ * cpu_quant_q8_rows.c).
  */
 typedef struct {
     const int8_t  *q;    /* (n_tok, cols) codes per 32 */

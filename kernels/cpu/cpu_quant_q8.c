@@ -29,7 +29,9 @@
  *   + (v3 + v7)).
  * So the three paths give the same bits, and each (row, token) output is
  * one function of that row and that token's codes: bit-identical whatever
- * the batch, its chunking or the threads' split of the rows.
+ * the batch, its chunking or the threads' split of the rows.  A product
+ * of one token runs cpu_quant_q8_rows.c's kernels (four rows at a time),
+ * which keep these operations per row.
  *
  * x's codes: Q8_0 and Q4_0 read x per 32 (Q8_0-like blocks: d = max|x| /
  * 127, codes round(x / d) in [-127, 127]); the K-quants per 256 (Q8_K-like:
