@@ -48,6 +48,7 @@
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
 #include "cpu_quant_q8_rows.h"
+#include "cpu_quant_q8_tiles.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -908,11 +909,18 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
     if (f == NULL || qinfo_of(t, &qi) != 0) {
         return;
     }
-    /* one token: four rows at a time (cpu_quant_q8_rows.c), the row
-     * kernel's bits */
+    /* one token: four rows at a time (cpu_quant_q8_rows.c); two or
+     * more: the tiles (cpu_quant_q8_tiles.c); either the row kernel's
+     * bits, where they can run (else as below, to the same bits) */
     if (n_tok == 1
         && nalar_quant_q8_rows(t, isa, w, wstride, il, cols, x8, y, r0, r1,
                                accumulate) == 0)
+    {
+        return;
+    }
+    if (n_tok > 1
+        && nalar_quant_x8_tiles(t, isa, w, wstride, il, cols, x8, n_tok, y,
+                                ldy, r0, r1, accumulate) == 0)
     {
         return;
     }

@@ -14,13 +14,18 @@
  *     or per call, and from the rows interleaved;
  *   - one token (decode's kernels, four rows at a time): every
  *     instruction set's bits are the scalar kernel's, in any split of
- *     the rows, added to y or not, from either layout.
+ *     the rows, added to y or not, from either layout;
+ *   - the tiles (cpu_quant_q8_tiles.c) on each instruction set: every
+ *     window of 1 .. 40 tokens (tiles of each width, ragged ones), rows
+ *     over two groups and a ragged third, a ragged row range added into
+ *     y, interleaved rows: each output the scalar row kernel's bits.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_quant.h"
+#include "cpu_quant_q8_tiles.h"
 #include "fp16.h"
 #include "gguf.h"
 #include "tap.h"
@@ -395,6 +400,106 @@ out:
 }
 
 
+/* tokens s .. s + n - 1 of x8's codes, as codes of n tokens */
+static nalar_xq8
+window(const nalar_xq8 *x8, int s, int64_t cols)
+{
+    nalar_xq8 v = *x8;
+
+    v.q += s * cols;
+    v.d += s * (cols / 32);
+    if (v.qk != NULL) {
+        v.qk += s * cols;
+        v.dk += s * (cols / 256);
+        v.bs += s * (cols / 16);
+    }
+    return v;
+}
+
+
+/* the tiles against the scalar row kernel (see the file's top); cols a
+ * multiple of 256 */
+static void
+check_tiles(ggml_type t, int kind)
+{
+    const char *tn = ggml_type_name(t);
+    int64_t     cols = 512, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int64_t     rows = 2 * nalar_quant_x8_tile_rows(t, cols) + 3;
+    int64_t     ra = 5, rb = rows - 7;
+    int         n_max = 40, isa_max = nalar_quant_q8_isa_max();
+    uint8_t    *w = matrix(t, rows, cols, kind);
+    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
+                                                                    cols));
+    float      *x = activations(n_max, cols);
+    float      *ref = malloc((size_t) (n_max * rows) * sizeof(float));
+    float      *y = malloc((size_t) (n_max * rows) * sizeof(float));
+    void       *buf = malloc((size_t) nalar_quant_x8_bytes(n_max, cols));
+    nalar_xq8   x8;
+
+    if (w == NULL || il == NULL || x == NULL || ref == NULL || y == NULL
+        || buf == NULL)
+    {
+        ok(0, "%s tiles: out of memory", tn);
+        goto out;
+    }
+    nalar_quant_x8(x, n_max, (int) cols, cols, buf, &x8);
+    nalar_quant_interleave(t, w, rows, cols, il);
+    product(t, w, rs, 0, rows, cols, &x8, n_max, NALAR_ISA_SCALAR, ref);
+    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
+        int bad = 0, ran = 0;
+
+        for (int n = 1; n <= n_max; n++) {
+            int       s = (n * 5) % (n_max - n + 1);
+            nalar_xq8 v = window(&x8, s, cols);
+
+            /* the tiles themselves, then through the dispatch */
+            for (int i = 0; i < n * rows; i++) {
+                y[i] = 1.0f;
+            }
+            ran += nalar_quant_x8_tiles(t, isa, w, rs, 0, cols, &v, n, y,
+                                        (int) rows, 0, rows, 0) == 0;
+            bad += memcmp(y, ref + s * rows,
+                          (size_t) (n * rows) * sizeof(float)) != 0;
+            product(t, n % 2 ? il : w, rs, n % 2, rows, cols, &v, n, isa,
+                    y);
+            bad += memcmp(y, ref + s * rows,
+                          (size_t) (n * rows) * sizeof(float)) != 0;
+
+            /* rows [ra, rb) added into y; the others untouched */
+            for (int i = 0; i < n * rows; i++) {
+                y[i] = (float) (i % 7) - 3.0f;
+            }
+            ran += nalar_quant_x8_tiles(t, isa, il, rs, 1, cols, &v, n, y,
+                                        (int) rows, ra, rb, 1) == 0;
+            for (int k = 0; k < n; k++) {
+                for (int64_t r = 0; r < rows; r++) {
+                    int64_t i = k * rows + r;
+                    float   want = (float) (i % 7) - 3.0f;
+
+                    if (r >= ra && r < rb) {
+                        want = want + ref[(s + k) * rows + r];
+                    }
+                    bad += memcmp(&y[i], &want, sizeof(float)) != 0;
+                }
+            }
+        }
+        ok(bad == 0 && ran == 2 * n_max, "%s %s, %lld rows: the %s tiles "
+           "of 1 .. %d tokens give the scalar kernel's bits, over whole "
+           "and ragged row ranges, interleaved or not (%d bad, %d of %d "
+           "ran)", tn, kind ? "extreme blocks" : "quantized rows",
+           (long long) rows, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI"
+           : "AVX2", n_max, bad, ran, 2 * n_max);
+    }
+out:
+    free(w);
+    free(il);
+    free(x);
+    free(ref);
+    free(y);
+    free(buf);
+}
+
+
 int
 main(void)
 {
@@ -411,6 +516,8 @@ main(void)
         check_one_token(types[i], 13, 512, 0);
         check_one_token(types[i], 13, 512, 1);
         check_one_token(types[i], 18, 2048, 1);
+        check_tiles(types[i], 0);
+        check_tiles(types[i], 1);
     }
     return done_testing();
 }

@@ -1,0 +1,531 @@
+/*
+ * The 8-bit activations' products of several tokens, in tiles
+ * (cpu_quant_q8_tiles.h): each row's blocks decoded once for a tile of up
+ * to 8 tokens (4 on AVX2, which has 16 vector registers to AVX-512's 32),
+ * with the integers and float operations of cpu_quant_q8.c's exactness
+ * contract, so that a token's outputs are the row kernel's bits in any
+ * tile, any batch and any split of the rows.
+ *
+ * Per call, each tile's per-block scalars are packed once (pack_tile):
+ * its tokens' x scales d_x as one vector (lane k: the tile's token k),
+ * and the sums of x's codes that the min term reads, as int16 pairs per
+ * lane.  A block's integer min terms I for the whole tile are then a few
+ * vpdpwssd (Q4_K/Q5_K: mins m_2i, m_2i+1 against the sums of sub-blocks
+ * 2i, 2i + 1's 32 codes, four steps; Q6_K: its scales against the sums
+ * of 16 codes, eight steps, times 32), and mn = fma(s', I, mn) is one
+ * vector FMA whose lane k is token k's scalar chain, where the row kernel
+ * spends a horizontal reduction per token.  s = d_w * d_x is one vector
+ * product for the tile too.
+ *
+ * Each group of 32 weights is decoded once per block and row and added
+ * into each token's 8 lanes L.  AVX2: vpmaddubsw then vpmaddwd by the
+ * group's scales.  VNNI (QT_VNNI_PAIRS): two groups at a time, each
+ * group's fours by vpdpbusd (at most 4 * 63 * 127 in size: an int16), the
+ * two as an int16 pair per lane (vpblendw), one vpdpwssd by the two
+ * groups' scales: three multiplies where the other way takes four, the
+ * same integers.  Q8_0 and Q4_0 on VNNI (QT_VNNI_XU) read x's codes + 128
+ * as unsigned bytes (a copy made per call), so that one vpdpbusd from
+ * minus 128 times the weights' sums of four gives L, without vpsignb.
+ *
+ * Order of the work: the rows in groups (nalar_quant_x8_tile_rows: about
+ * QT_GROUP_BYTES of blocks, which stay in L2), each tile of tokens over
+ * the group's rows in turn.  The first tile streams the rows from memory,
+ * prefetching the row QT_PF on as it goes; the others find them in
+ * cache.  A tile's codes (its tokens x cols bytes) are read once per row,
+ * from L1 or L2.
+ */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_tiles.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define QT_X86 1
+#endif
+
+#define QT_GROUP_BYTES (128 * 1024)  /* a group of rows' blocks */
+#define QT_PF 16                     /* rows ahead the first tile fetches */
+#ifndef QT_VNNI_PAIRS
+#define QT_VNNI_PAIRS 1
+#endif
+#ifndef QT_VNNI_XU
+#define QT_VNNI_XU 1
+#endif
+
+
+int
+nalar_quant_x8_tile_max(int isa)
+{
+    return isa == NALAR_ISA_VNNI ? 8 : 4;
+}
+
+
+int64_t
+nalar_quant_x8_tile_rows(ggml_type t, int64_t cols)
+{
+    qinfo   qi = { 0, 0, 0, 0 };
+    int64_t rb, n;
+
+    if (qinfo_of(t, &qi) != 0 || cols < qi.qk) {
+        return 1;
+    }
+    rb = cols / qi.qk * qi.bytes;
+    n = QT_GROUP_BYTES / rb;
+    return n < 4 ? 4 : n;
+}
+
+
+#if defined(QT_X86)
+
+/* ------------------------------------------------------------------ */
+/* the tiles' packed scalars                                            */
+
+
+/* bytes per block of a tile's packed scalars: x's 8 scales (float), then
+ * for the K-quants the min sums, 8 lanes of int16 pairs per step (4
+ * steps for Q4_K/Q5_K, 8 for Q6_K) */
+static inline int64_t
+qt_block_stride(ggml_type t)
+{
+    switch (t) {
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        return 32 + 4 * 32;
+    case GGML_Q6_K:
+        return 32 + 8 * 32;
+    default:
+        return 32;
+    }
+}
+
+
+/* two int16 (each |v| < 2^15) as the int32 lane vpmaddwd reads as a pair,
+ * a in the low half */
+static inline uint32_t
+qt_pair(int32_t a, int32_t b)
+{
+    return (uint32_t) (uint16_t) (int16_t) a
+           | (uint32_t) (uint16_t) (int16_t) b << 16;
+}
+
+
+/*
+ * The packed scalars of tokens t0 .. t0 + n - 1 (n <= 8) for type t into
+ * pk: per block b, float dx[8] (lanes n .. 7 zero), and for the K-quants
+ * uint32 ms[steps][8], lane k of step i:
+ *   Q4_K/Q5_K: (xs_2i, xs_2i+1), xs_j the sum of sub-block j's 32 codes
+ *              (|xs_j| <= 32 * 127);
+ *   Q6_K:      (bs_2i, bs_2i+1), bs_j the sum of its 16 codes.
+ */
+static void
+pack_tile(ggml_type t, const nalar_xq8 *x8, int t0, int n, int64_t cols,
+          uint8_t *pk)
+{
+    int64_t qk = nalar_quant_block(t), nb = cols / qk;
+    int64_t bstride = qt_block_stride(t);
+
+    memset(pk, 0, (size_t) (nb * bstride));
+    for (int k = 0; k < n; k++) {
+        int64_t tk = t0 + k;
+
+        for (int64_t b = 0; b < nb; b++) {
+            float         *dx = (float *) (pk + b * bstride);
+            uint32_t      *ms = (uint32_t *) (pk + b * bstride + 32);
+            const int32_t *bs;
+
+            if (qk != QK_K) {
+                dx[k] = x8->d[tk * nb + b];
+                continue;
+            }
+            dx[k] = x8->dk[tk * nb + b];
+            bs = x8->bs + tk * (cols / 16) + 16 * b;
+            if (t == GGML_Q6_K) {
+                for (int i = 0; i < 8; i++) {
+                    ms[i * 8 + k] = qt_pair(bs[2 * i], bs[2 * i + 1]);
+                }
+            } else {
+                for (int i = 0; i < 4; i++) {
+                    ms[i * 8 + k] = qt_pair(bs[4 * i] + bs[4 * i + 1],
+                                            bs[4 * i + 2] + bs[4 * i + 3]);
+                }
+            }
+        }
+    }
+}
+
+
+/* this thread's memory for the packed scalars, 64-byte aligned and kept
+ * for the thread's life, or NULL */
+typedef struct {
+    void    *buf;
+    int64_t  cap;
+} qt_mem;
+
+static pthread_key_t  qt_key;
+static pthread_once_t qt_once = PTHREAD_ONCE_INIT;
+static int            qt_key_ok;
+
+
+static void
+qt_mem_free(void *p)
+{
+    qt_mem *m = p;
+
+    free(m->buf);
+    free(m);
+}
+
+
+static void
+qt_key_init(void)
+{
+    qt_key_ok = pthread_key_create(&qt_key, qt_mem_free) == 0;
+}
+
+
+static uint8_t *
+qt_scratch(int64_t bytes)
+{
+    qt_mem *m;
+    void   *nb;
+
+    pthread_once(&qt_once, qt_key_init);
+    if (!qt_key_ok) {
+        return NULL;
+    }
+    m = pthread_getspecific(qt_key);
+    if (m == NULL) {
+        m = calloc(1, sizeof(*m));
+        if (m == NULL || pthread_setspecific(qt_key, m) != 0) {
+            free(m);
+            return NULL;
+        }
+    }
+    if (bytes > m->cap) {
+        if (posix_memalign(&nb, 64, (size_t) bytes) != 0) {
+            return NULL;
+        }
+        free(m->buf);
+        m->buf = nb;
+        m->cap = bytes;
+    }
+    return m->buf;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* kernels                                                              */
+
+#define INL inline __attribute__((always_inline))
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_VNNI __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw," \
+                                     "avx512vnni")))
+
+/* n tokens of one row: out[k] the row kernel's value for the tile's token
+ * k; xq: the tile's first token's codes (token k's at xq + k * cols); pk:
+ * the tile's packed scalars; pf: bytes from the row to the one whose
+ * blocks are fetched ahead, or 0 */
+typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
+                        const int8_t *xq, int64_t cols, const uint8_t *pk,
+                        int n, float *out, ptrdiff_t pf);
+
+
+/* the block after block b at p (qk weights, bytes each): the next in the
+ * row, or, interleaved, the next group's turn after each QK_K weights */
+static inline const uint8_t *
+qt_next(const uint8_t *p, int il, int64_t qk, int64_t bytes, int64_t b)
+{
+    int64_t per = QK_K / qk;
+
+    p += bytes;
+    if (il && (b + 1) % per == 0) {
+        p += (QIL - 1) * per * bytes;
+    }
+    return p;
+}
+
+
+/* the contract's hsum8: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
+static INL T_AVX2 float
+qt_hsum8(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+
+    lo = _mm_add_ps(lo, hi);
+    hi = _mm_movehl_ps(lo, lo);
+    lo = _mm_add_ps(lo, hi);
+    hi = _mm_shuffle_ps(lo, lo, 1);
+    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
+}
+
+
+/* the block at p + pf fetched ahead (pf 0: none) */
+static INL T_AVX2 void
+qt_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
+{
+    if (pf != 0) {
+        for (int64_t k = 0; k < bytes; k += 64) {
+            _mm_prefetch((const char *) p + pf + k, _MM_HINT_T0);
+        }
+    }
+}
+
+
+/* the 32 signed codes of a Q8_0 / Q4_0 block (Q4_0's n - 8) */
+static INL T_AVX2 __m256i
+qt_w32_signed(ggml_type t, const uint8_t *p)
+{
+    __m128i v, f;
+
+    if (t == GGML_Q8_0) {
+        return _mm256_loadu_si256((const __m256i *) (p + 2));
+    }
+    v = _mm_loadu_si128((const __m128i *) (p + 2));
+    f = _mm_set1_epi8(0xF);
+    return _mm256_sub_epi8(_mm256_set_m128i(
+                               _mm_and_si128(_mm_srli_epi16(v, 4), f),
+                               _mm_and_si128(v, f)),
+                           _mm256_set1_epi8(8));
+}
+
+
+/* a Q4_K/Q5_K block's 6-bit scales (sc[0..7]) and mins (sc[8..15]):
+ * k4_scale_min's values (cpu_quant_blocks.h), four bytes at a time */
+static INL void
+qt_k4_scales(const uint8_t *p, uint8_t *sc)
+{
+    uint32_t w0, w1, w2, v[4];
+
+    memcpy(&w0, p + 4, 4);
+    memcpy(&w1, p + 8, 4);
+    memcpy(&w2, p + 12, 4);
+    v[0] = w0 & 0x3f3f3f3f;
+    v[1] = (w2 & 0x0f0f0f0f) | ((w0 >> 2) & 0x30303030);
+    v[2] = w1 & 0x3f3f3f3f;
+    v[3] = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
+    memcpy(sc, v, 16);
+}
+
+
+/* pshufb indices: the int16 word at byte i, in each word */
+static inline short
+qt_b2(int i)
+{
+    return (short) ((i + 1) << 8 | i);
+}
+
+
+/* pshufb indices: the int16 words at bytes i and j as one int32 lane (i's
+ * in the low half) */
+static inline int
+qt_b4(int i, int j)
+{
+    return (int) ((uint32_t) (j + 1) << 24 | (uint32_t) j << 16
+                  | (uint32_t) (i + 1) << 8 | (uint32_t) i);
+}
+
+
+/* the 32 unsigned 6-bit codes of group g (0 .. 3) of a Q6_K half block:
+ * the low nibbles of a0 (g 0), a1 (g 1), or their high nibbles (g 2, 3),
+ * and bits 2g, 2g + 1 of each byte of e on top */
+static INL T_AVX2 __m256i
+qt_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
+{
+    __m256i a = g & 1 ? a1 : a0, hi;
+
+    a = g & 2 ? _mm256_srli_epi16(a, 4) : a;
+    hi = g == 0 ? _mm256_slli_epi16(e, 4)
+         : g == 1 ? _mm256_slli_epi16(e, 2)
+         : g == 2 ? e : _mm256_srli_epi16(e, 2);
+    return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi8(0xF)),
+                           _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+}
+
+
+/* AVX2: vpmaddubsw's pairs (|u| <= 128, |s| <= 127: below 2^15), summed
+ * in fours by vpmaddwd */
+#define QT(name) qt_avx2_##name
+#define QT_TGT T_AVX2
+#define QT_NMAX 4
+#define QT_XU 0
+#define QT_DOT_S(u, s)                                                      \
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#define QT_DOT_U(L, u, s, c)                                                \
+    _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c))
+#define QT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
+#define QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)                          \
+    ((void) (cp), QT_DOT_U(QT_DOT_U(L, u0, s0, c0), u1, s1, c1))
+#include "cpu_quant_q8_tiles_isa.h"
+#undef QT
+#undef QT_TGT
+#undef QT_NMAX
+#undef QT_DOT_S
+#undef QT_DOT_U
+#undef QT_MADD
+#undef QT_DOT_PAIR
+#undef QT_XU
+
+/* AVX-512 VNNI on 256-bit vectors: vpdpbusd sums the fours in one step,
+ * vpdpwssd scales and adds */
+#define QT(name) qt_vnni_##name
+#define QT_TGT T_VNNI
+#define QT_NMAX 8
+#define QT_XU QT_VNNI_XU
+#define QT_DOT_S(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#define QT_DOT_U(L, u, s, c)                                                \
+    _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), c)
+#define QT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
+#if QT_VNNI_PAIRS
+/* two groups' fours by vpdpbusd, each sum within int16 (|.| <= 4 * 63 *
+ * 127), as a pair per lane (vpblendw), scaled and added by one vpdpwssd:
+ * the same integers with three multiplies for four */
+#define QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)                          \
+    ((void) (c0), (void) (c1),                                              \
+     _mm256_dpwssd_epi32(L, _mm256_blend_epi16(                             \
+         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0),               \
+         _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u1,  \
+                                               s1), 16), 0xAA), cp))
+#else
+#define QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)                          \
+    ((void) (cp), QT_DOT_U(QT_DOT_U(L, u0, s0, c0), u1, s1, c1))
+#endif
+#include "cpu_quant_q8_tiles_isa.h"
+#undef QT
+#undef QT_TGT
+#undef QT_NMAX
+#undef QT_DOT_S
+#undef QT_DOT_U
+#undef QT_MADD
+#undef QT_DOT_PAIR
+#undef QT_XU
+
+
+/* 1 when type t's tiles on isa read x's codes + 128 (QT_XU) */
+static inline int
+qt_xu(ggml_type t, int isa)
+{
+    return QT_VNNI_XU && isa == NALAR_ISA_VNNI
+           && (t == GGML_Q8_0 || t == GGML_Q4_0);
+}
+
+
+/* the first token of tile i of nt over n tokens (even shares: 17 tokens
+ * in tiles of 8 are 5 + 6 + 6, not 8 + 8 + 1) */
+static inline int
+tile_lo(int n, int nt, int i)
+{
+    return (int) ((int64_t) n * i / nt);
+}
+
+
+/* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top) */
+static void
+qt_rows(qt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
+        int il, int64_t cols, const int8_t *codes, const uint8_t *pk,
+        int64_t tstride, int nt, int n_tok, float *y, int ldy, int64_t r0,
+        int64_t r1, int accumulate)
+{
+    qinfo   qi = { 0, 0, 0, 0 };
+    int64_t nb, rg = nalar_quant_x8_tile_rows(t, cols);
+
+    (void) qinfo_of(t, &qi);
+    nb = cols / qi.qk;
+    for (int64_t g0 = r0; g0 < r1; g0 += rg) {
+        int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
+
+        for (int i = 0; i < nt; i++) {
+            int t0 = tile_lo(n_tok, nt, i);
+            int n = tile_lo(n_tok, nt, i + 1) - t0;
+
+            for (int64_t r = g0; r < g1; r++) {
+                const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes,
+                                             r);
+                ptrdiff_t      pf = 0;
+                float          out[8];
+
+                if (i == 0 && r + QT_PF < r1) {
+                    pf = qrow_at(w, wstride, il, qi.qk, qi.bytes, r + QT_PF)
+                         - row;
+                }
+                f(row, il, nb, codes + (int64_t) t0 * cols, cols,
+                  pk + i * tstride, n, out, pf);
+                for (int k = 0; k < n; k++) {
+                    float *yp = &y[(int64_t) (t0 + k) * ldy + r];
+
+                    *yp = accumulate ? *yp + out[k] : out[k];
+                }
+            }
+        }
+    }
+}
+
+#endif
+
+
+int
+nalar_quant_x8_tiles(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
+                     int il, int64_t cols, const nalar_xq8 *x8, int n_tok,
+                     float *y, int ldy, int64_t r0, int64_t r1,
+                     int accumulate)
+{
+#if defined(QT_X86)
+    qinfo         qi = { 0, 0, 0, 0 };
+    qt_tile_fn   *f;
+    int           nmax, nt;
+    int64_t       tstride;
+    uint8_t      *pk;
+    const int8_t *codes;
+
+    if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
+        || cols % 32 != 0 || (qi.qk == QK_K && x8->qk == NULL))
+    {
+        return -1;
+    }
+    f = isa == NALAR_ISA_VNNI ? qt_vnni_fn(t)
+        : isa == NALAR_ISA_AVX2 ? qt_avx2_fn(t) : NULL;
+    if (f == NULL) {
+        return -1;
+    }
+    if (r0 >= r1) {
+        return 0;
+    }
+    nmax = nalar_quant_x8_tile_max(isa);
+    nt = (n_tok + nmax - 1) / nmax;
+    tstride = cols / qi.qk * qt_block_stride(t);
+    pk = qt_scratch(nt * tstride
+                    + (qt_xu(t, isa) ? (int64_t) n_tok * cols : 0));
+    if (pk == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < nt; i++) {
+        int t0 = tile_lo(n_tok, nt, i);
+
+        pack_tile(t, x8, t0, tile_lo(n_tok, nt, i + 1) - t0, cols,
+                  pk + i * tstride);
+    }
+    codes = qi.qk == QK_K ? x8->qk : x8->q;
+    if (qt_xu(t, isa)) {
+        /* x's codes + 128, after the packed scalars */
+        uint8_t *xu = pk + nt * tstride;
+
+        for (int64_t i = 0; i < (int64_t) n_tok * cols; i++) {
+            xu[i] = (uint8_t) (codes[i] + 128);
+        }
+        codes = (const int8_t *) xu;
+    }
+    qt_rows(f, t, w, wstride, il, cols, codes, pk, tstride, nt, n_tok, y,
+            ldy, r0, r1, accumulate);
+    return 0;
+#else
+    (void) t; (void) isa; (void) w; (void) wstride; (void) il; (void) cols;
+    (void) x8; (void) n_tok; (void) y; (void) ldy; (void) r0; (void) r1;
+    (void) accumulate;
+    return -1;
+#endif
+}
