@@ -31,7 +31,9 @@
  * one function of that row and that token's codes: bit-identical whatever
  * the batch, its chunking or the threads' split of the rows.  A product
  * of one token runs cpu_quant_q8_rows.c's kernels (four rows at a time),
- * which keep these operations per row.
+ * products of two tokens or more cpu_quant_q8_tiles.c's tiles; both keep
+ * these operations per (row, token), so a change to them changes those
+ * kernels too.
  *
  * x's codes: Q8_0 and Q4_0 read x per 32 (Q8_0-like blocks: d = max|x| /
  * 127, codes round(x / d) in [-127, 127]); the K-quants per 256 (Q8_K-like:
@@ -221,17 +223,9 @@ typedef struct {
 typedef float q8_row_fn(const uint8_t *row, int il, int64_t nb,
                         const x8_tok *x, ptrdiff_t pf);
 
-/* up to Q8_TILE tokens of one row: out[k] is q8_row_fn's value for x[k],
- * bit for bit (each block's codes decoded once for all the tokens).  pf:
- * the bytes from the row to the one whose blocks the SIMD kernels
- * prefetch as they go (the row sixteen on), or 0 */
-#define Q8_TILE 8
-
 /* tokens whose codes nalar_quant_matmul_q8 makes at once (its scratch:
  * nalar_quant_x8_bytes(Q8_CHUNK, cols)) */
 #define Q8_CHUNK 32
-typedef void q8_tile_fn(const uint8_t *row, int il, int64_t nb,
-                        const x8_tok *x, int nt, float *out, ptrdiff_t pf);
 
 /* block b of a row at row (qblock_at's offsets) */
 static inline const uint8_t *
@@ -661,80 +655,6 @@ q8_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
     _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), sc)
 
 
-/* ROW_BODY for nt tokens at once: blocks in the outer loop, each block's
- * weight codes and scales made once, then per token the same integers
- * and the same float operations, in the same order, as ROW_BODY */
-#define TILE_BODY(T, DOT_S, DOT_U)                                          \
-    qinfo          qi = { 0, 0, 0, 0 };                                     \
-    __m256         acc[Q8_TILE];                                            \
-    float          mn[Q8_TILE];                                             \
-    const uint8_t *p = row;                                                 \
-                                                                            \
-    (void) qinfo_of(T, &qi);                                                \
-    for (int k = 0; k < nt; k++) {                                          \
-        acc[k] = _mm256_setzero_ps();                                       \
-        mn[k] = 0;                                                          \
-    }                                                                       \
-    for (int64_t b = 0; b < nb;                                             \
-         p = blk_next(p, il, qi.qk, qi.bytes, b), b++)                      \
-    {                                                                       \
-        q8_prefetch(p, pf, qi.bytes);                                       \
-        if (T == GGML_Q8_0 || T == GGML_Q4_0) {                             \
-            __m256i w = w32_signed(T, p), u = _mm256_abs_epi8(w);           \
-            float   dw = f16_at(p);                                         \
-                                                                            \
-            for (int k = 0; k < nt; k++) {                                  \
-                __m256i xv = _mm256_loadu_si256((const __m256i *)           \
-                                                (x[k].q + b * 32));         \
-                __m256i L = DOT_S(u, _mm256_sign_epi8(xv, w));              \
-                                                                            \
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[k].d[b]),    \
-                                         _mm256_cvtepi32_ps(L), acc[k]);    \
-            }                                                               \
-        } else {                                                            \
-            __m256i wv[8], sc[8];                                           \
-            uint8_t scm[16];                                                \
-            float   dw = f16_at(T == GGML_Q6_K ? p + 208 : p);              \
-            float   dm = T == GGML_Q6_K ? 0 : f16_at(p + 2);                \
-                                                                            \
-            if (T != GGML_Q6_K) {                                           \
-                k4_scales(p, scm);                                          \
-            }                                                               \
-            for (int G = 0; G < 8; G++) {                                   \
-                if (T == GGML_Q6_K) {                                       \
-                    wv[G] = w32_k6(p, G);                                   \
-                    sc[G] = sc16_k6(p, G);                                  \
-                } else {                                                    \
-                    wv[G] = w32_k4(T, p, G);                                \
-                    sc[G] = _mm256_set1_epi16((short) scm[G]);              \
-                }                                                           \
-            }                                                               \
-            for (int k = 0; k < nt; k++) {                                  \
-                const int8_t *xq = x[k].q + b * QK_K;                       \
-                __m256i       L = _mm256_setzero_si256();                   \
-                float         s = dw * x[k].d[b];                           \
-                                                                            \
-                for (int G = 0; G < 8; G++) {                               \
-                    L = DOT_U(L, wv[G], _mm256_loadu_si256(                 \
-                                  (const __m256i *) (xq + 32 * G)), sc[G]); \
-                }                                                           \
-                if (T == GGML_Q6_K) {                                       \
-                    mn[k] = fmaf(s, (float) k6_min_term_v(                  \
-                                     p, x[k].bs + 16 * b), mn[k]);          \
-                } else {                                                    \
-                    mn[k] = fmaf(dm * x[k].d[b], (float) k4_min_term_v(     \
-                                     scm + 8, x[k].bs + 16 * b), mn[k]);    \
-                }                                                           \
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(s),                 \
-                                         _mm256_cvtepi32_ps(L), acc[k]);    \
-            }                                                               \
-        }                                                                   \
-    }                                                                       \
-    for (int k = 0; k < nt; k++) {                                          \
-        out[k] = hsum8_v(acc[k]) - mn[k];                                   \
-    }
-
-
 #define SIMD_ROWS(N, QK, BYTES, SUB, MIN)                                   \
 static T_AVX2 float                                                         \
 row_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,       \
@@ -747,18 +667,6 @@ row_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,       \
              ptrdiff_t pf)                                                  \
 {                                                                           \
     ROW_BODY(GGML_##N, DOT_S_VNNI, DOT_U_VNNI)                              \
-}                                                                           \
-static T_AVX2 void                                                          \
-tile_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,      \
-              int nt, float *out, ptrdiff_t pf)                             \
-{                                                                           \
-    TILE_BODY(GGML_##N, DOT_S_AVX2, DOT_U_AVX2)                             \
-}                                                                           \
-static T_VNNI void                                                          \
-tile_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,      \
-              int nt, float *out, ptrdiff_t pf)                             \
-{                                                                           \
-    TILE_BODY(GGML_##N, DOT_S_VNNI, DOT_U_VNNI)                             \
 }
 
 QUANT_TYPES(SIMD_ROWS)
@@ -862,30 +770,6 @@ row_fn(ggml_type t, int isa)
 }
 
 
-/* the tile kernel of type t on isa, or NULL (scalar: the row kernel per
- * token) */
-static q8_tile_fn *
-tile_fn(ggml_type t, int isa)
-{
-#if defined(Q8_X86)
-#define TILE_CASE(N, QK, BYTES, SUB, MIN)                                   \
-    case GGML_##N:                                                          \
-        return isa == NALAR_ISA_VNNI ? tile_vnni_##N                        \
-               : isa == NALAR_ISA_AVX2 ? tile_avx2_##N : NULL;
-    switch (t) {
-    QUANT_TYPES(TILE_CASE)
-    default:
-        return NULL;
-    }
-#undef TILE_CASE
-#else
-    (void) t;
-    (void) isa;
-    return NULL;
-#endif
-}
-
-
 int
 nalar_quant_x8_fits(ggml_type t, int64_t cols)
 {
@@ -900,18 +784,18 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                       int64_t cols, const nalar_xq8 *x8, int n_tok, float *y,
                       int ldy, int64_t r0, int64_t r1, int accumulate)
 {
-    qinfo       qi;
-    int         isa = nalar_quant_q8_isa();
-    q8_row_fn  *f = row_fn(t, isa);
-    q8_tile_fn *tf = tile_fn(t, isa);
-    int         k;
+    qinfo      qi;
+    int        isa = nalar_quant_q8_isa();
+    q8_row_fn *f = row_fn(t, isa);
+    int        k;
 
     if (f == NULL || qinfo_of(t, &qi) != 0) {
         return;
     }
     /* one token: four rows at a time (cpu_quant_q8_rows.c); two or
      * more: the tiles (cpu_quant_q8_tiles.c); either the row kernel's
-     * bits, where they can run (else as below, to the same bits) */
+     * bits, where they can run (else the row kernel per row and token,
+     * to the same bits) */
     if (n_tok == 1
         && nalar_quant_q8_rows(t, isa, w, wstride, il, cols, x8, y, r0, r1,
                                accumulate) == 0)
@@ -925,9 +809,6 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
         return;
     }
     k = qi.qk == QK_K;
-    /* per row, its tokens in tiles of Q8_TILE (one token: the row
-     * kernel), the row's blocks staying in cache; each (row, token)
-     * output is the row kernel's, whatever the tiling */
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes, r);
         ptrdiff_t      pf = r + 16 < r1
@@ -935,36 +816,21 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                               - row
                             : 0;
 
-        for (int t0 = 0; t0 < n_tok; t0 += Q8_TILE) {
-            int    nt = n_tok - t0 < Q8_TILE ? n_tok - t0 : Q8_TILE;
-            x8_tok xt[Q8_TILE];
-            float  s[Q8_TILE];
+        for (int64_t tk = 0; tk < n_tok; tk++) {
+            x8_tok xt;
+            float  s, *yp = &y[tk * ldy + r];
 
-            for (int j = 0; j < nt; j++) {
-                int64_t tk = t0 + j;
-
-                if (k) {
-                    xt[j].q = x8->qk + tk * cols;
-                    xt[j].d = x8->dk + tk * (cols / QK_K);
-                    xt[j].bs = x8->bs + tk * (cols / 16);
-                } else {
-                    xt[j].q = x8->q + tk * cols;
-                    xt[j].d = x8->d + tk * (cols / 32);
-                    xt[j].bs = NULL;
-                }
-            }
-            if (tf != NULL && nt > 1) {
-                tf(row, il, cols / qi.qk, xt, nt, s, pf);
+            if (k) {
+                xt.q = x8->qk + tk * cols;
+                xt.d = x8->dk + tk * (cols / QK_K);
+                xt.bs = x8->bs + tk * (cols / 16);
             } else {
-                for (int j = 0; j < nt; j++) {
-                    s[j] = f(row, il, cols / qi.qk, &xt[j], pf);
-                }
+                xt.q = x8->q + tk * cols;
+                xt.d = x8->d + tk * (cols / 32);
+                xt.bs = NULL;
             }
-            for (int j = 0; j < nt; j++) {
-                float *yp = &y[(int64_t) (t0 + j) * ldy + r];
-
-                *yp = accumulate ? *yp + s[j] : s[j];
-            }
+            s = f(row, il, cols / qi.qk, &xt, pf);
+            *yp = accumulate ? *yp + s : s;
         }
     }
 }
