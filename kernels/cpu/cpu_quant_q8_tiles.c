@@ -18,14 +18,14 @@
  * product for the tile too.
  *
  * Each group of 32 weights is decoded once per block and row and added
- * into each token's 8 lanes L.  AVX2: vpmaddubsw then vpmaddwd by the
- * group's scales.  VNNI (QT_VNNI_PAIRS): two groups at a time, each
- * group's fours by vpdpbusd (at most 4 * 63 * 127 in size: an int16), the
- * two as an int16 pair per lane (vpblendw), one vpdpwssd by the two
- * groups' scales: three multiplies where the other way takes four, the
- * same integers.  Q8_0 and Q4_0 on VNNI (QT_VNNI_XU) read x's codes + 128
- * as unsigned bytes (a copy made per call), so that one vpdpbusd from
- * minus 128 times the weights' sums of four gives L, without vpsignb.
+ * into each token's 8 lanes L: vpmaddubsw, then vpmaddwd (AVX2) or
+ * vpdpwssd (VNNI) by the group's scales.  (Fewer multiplies, pairing two
+ * groups' vpdpbusd sums in one vpdpwssd, or half the instructions, two
+ * groups per 512-bit step, measured no faster on AMD Zen 4, whose vector
+ * units, not its front end, bound this loop.)  Q8_0 and Q4_0 on VNNI
+ * (QT_VNNI_XU) read x's codes + 128 as unsigned bytes (a copy made per
+ * call), so that one vpdpbusd from minus 128 times the weights' sums of
+ * four gives L, without vpsignb.
  *
  * Order of the work: the rows in groups (nalar_quant_x8_tile_rows: about
  * QT_GROUP_BYTES of blocks, which stay in L2), each tile of tokens over
@@ -51,9 +51,6 @@
 
 #define QT_GROUP_BYTES (128 * 1024)  /* a group of rows' blocks */
 #define QT_PF 16                     /* rows ahead the first tile fetches */
-#ifndef QT_VNNI_PAIRS
-#define QT_VNNI_PAIRS 1
-#endif
 #ifndef QT_VNNI_XU
 #define QT_VNNI_XU 1
 #endif
@@ -321,16 +318,6 @@ qt_b2(int i)
 }
 
 
-/* pshufb indices: the int16 words at bytes i and j as one int32 lane (i's
- * in the low half) */
-static inline int
-qt_b4(int i, int j)
-{
-    return (int) ((uint32_t) (j + 1) << 24 | (uint32_t) j << 16
-                  | (uint32_t) (i + 1) << 8 | (uint32_t) i);
-}
-
-
 /* the 32 unsigned 6-bit codes of group g (0 .. 3) of a Q6_K half block:
  * the low nibbles of a0 (g 0), a1 (g 1), or their high nibbles (g 2, 3),
  * and bits 2g, 2g + 1 of each byte of e on top */
@@ -359,8 +346,6 @@ qt_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
 #define QT_DOT_U(L, u, s, c)                                                \
     _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c))
 #define QT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
-#define QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)                          \
-    ((void) (cp), QT_DOT_U(QT_DOT_U(L, u0, s0, c0), u1, s1, c1))
 #include "cpu_quant_q8_tiles_isa.h"
 #undef QT
 #undef QT_TGT
@@ -368,7 +353,6 @@ qt_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
 #undef QT_DOT_S
 #undef QT_DOT_U
 #undef QT_MADD
-#undef QT_DOT_PAIR
 #undef QT_XU
 
 /* AVX-512 VNNI on 256-bit vectors: vpdpbusd sums the fours in one step,
@@ -381,20 +365,6 @@ qt_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
 #define QT_DOT_U(L, u, s, c)                                                \
     _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), c)
 #define QT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
-#if QT_VNNI_PAIRS
-/* two groups' fours by vpdpbusd, each sum within int16 (|.| <= 4 * 63 *
- * 127), as a pair per lane (vpblendw), scaled and added by one vpdpwssd:
- * the same integers with three multiplies for four */
-#define QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)                          \
-    ((void) (c0), (void) (c1),                                              \
-     _mm256_dpwssd_epi32(L, _mm256_blend_epi16(                             \
-         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u0, s0),               \
-         _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u1,  \
-                                               s1), 16), 0xAA), cp))
-#else
-#define QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)                          \
-    ((void) (cp), QT_DOT_U(QT_DOT_U(L, u0, s0, c0), u1, s1, c1))
-#endif
 #include "cpu_quant_q8_tiles_isa.h"
 #undef QT
 #undef QT_TGT
@@ -402,7 +372,6 @@ qt_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
 #undef QT_DOT_S
 #undef QT_DOT_U
 #undef QT_MADD
-#undef QT_DOT_PAIR
 #undef QT_XU
 
 

@@ -11,13 +11,26 @@
  *   QT_MADD(a, x, y)     a plus the int16 pairs' products x . y per lane,
  *   QT_XU       1: Q8_0's and Q4_0's kernels read x's codes + 128, as
  *               unsigned bytes (vpdpbusd with the signed weights),
- *   QT_DOT_PAIR(L, u0, s0, c0, u1, s1, c1, cp)
- *                        QT_DOT_U of two groups, in turn or at once (cp:
- *                        c0's and c1's scales as an int16 pair per lane),
  * so that the arithmetic is written once.  Every step is an exact integer
  * operation or one of the contract's float operations (cpu_quant_q8.c).
  * Not a header to include anywhere else.
  */
+
+
+/* two groups of 32 weights (codes w0, w1, scales c0, c1) into each of the
+ * N tokens' L, x's codes of the two groups at X + k * cols (64 bytes) */
+#define QT_GROUPS2(X, w0, c0, w1, c1)                                       \
+    do {                                                                    \
+        _Pragma("GCC unroll 8")                                             \
+        for (int k = 0; k < N; k++) {                                       \
+            const int8_t *xk_ = (X) + k * cols;                             \
+                                                                            \
+            L[k] = QT_DOT_U(L[k], w0, _mm256_loadu_si256(                   \
+                                (const __m256i *) xk_), c0);                \
+            L[k] = QT_DOT_U(L[k], w1, _mm256_loadu_si256(                   \
+                                (const __m256i *) (xk_ + 32)), c1);         \
+        }                                                                   \
+    } while (0)
 
 
 /*
@@ -92,22 +105,8 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                     __m256i c1 = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
                                      _mm_set1_epi16(qt_b2(4 * g + 6)),
                                      _mm_set1_epi16(qt_b2(4 * g + 4))));
-                    __m256i cp = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
-                                     _mm_set1_epi32(qt_b4(4 * g + 2,
-                                                          4 * g + 6)),
-                                     _mm_set1_epi32(qt_b4(4 * g,
-                                                          4 * g + 4))));
 
-#pragma GCC unroll 8
-                    for (int k = 0; k < N; k++) {
-                        const int8_t *xk = xb + k * cols + 128 * h + 32 * g;
-
-                        L[k] = QT_DOT_PAIR(L[k], w0, _mm256_loadu_si256(
-                                               (const __m256i *) xk), c0,
-                                           w1, _mm256_loadu_si256(
-                                               (const __m256i *) (xk + 32)),
-                                           c1, cp);
-                    }
+                    QT_GROUPS2(xb + 128 * h + 32 * g, w0, c0, w1, c1);
                 }
             }
             sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 208)), dx);
@@ -145,8 +144,6 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                                  qt_b2(4 * g2)));
                 __m256i c1 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(
                                  qt_b2(4 * g2 + 2)));
-                __m256i cp = _mm256_shuffle_epi8(sc, _mm256_set1_epi32(
-                                 qt_b4(4 * g2, 4 * g2 + 2)));
 
                 if (T == GGML_Q5_K) {
                     __m256i b0 = _mm256_set1_epi8((char) (1 << (2 * g2)));
@@ -161,16 +158,7 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                              _mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1),
                              sx));
                 }
-#pragma GCC unroll 8
-                for (int k = 0; k < N; k++) {
-                    const int8_t *xk = xb + k * cols + 64 * g2;
-
-                    L[k] = QT_DOT_PAIR(L[k], w0, _mm256_loadu_si256(
-                                           (const __m256i *) xk), c0,
-                                       w1, _mm256_loadu_si256(
-                                           (const __m256i *) (xk + 32)),
-                                       c1, cp);
-                }
+                QT_GROUPS2(xb + 64 * g2, w0, c0, w1, c1);
             }
             sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), dx);
             s2 = _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 2)), dx);
@@ -292,3 +280,4 @@ QT(fn)(ggml_type t)
 
 #undef QT_TYPE
 #undef QT_CASE
+#undef QT_GROUPS2
