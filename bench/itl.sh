@@ -38,8 +38,8 @@
 # distribution, plain workload, every round).
 #
 #   sh bench/itl.sh                  # ROUNDS=3 PORT=18490
-#   CONFS="fixed512 auto1000" WORKLOADS=plain OUT=bench/results/itl-1s.jsonl \
-#       PNG=bench/itl-1s.png sh bench/itl.sh   # other budgets (auto1000: 1 s)
+#   CONFS="fixed512 auto1000" WORKLOADS=plain OUT=/tmp/itl-1s.jsonl \
+#       PNG=/tmp/itl-1s.png sh bench/itl.sh   # other budgets (auto1000: 1 s)
 #   PLOT_ONLY=1 sh bench/itl.sh      # the plot again from the last run
 #   ROUNDS=1 REQUESTS=16 OUT=/tmp/itl.jsonl PNG=/tmp/itl.png \
 #       sh bench/itl.sh              # a smoke run (requests per run)

@@ -59,8 +59,7 @@ def main():
     loads = [r["load1"] for r in runs]
     print("Step budget through nginx: %d rounds, the budgets in "
           "rotating order within each; %s cores, nalar_threads %s; 1-minute "
-          "load average %.1f-%.1f during the runs (the machine is shared "
-          "with other work)." % (len(rounds), machine.get("cores"),
+          "load average %.1f-%.1f during the runs." % (len(rounds), machine.get("cores"),
                                  machine.get("threads"), min(loads),
                                  max(loads)))
     if machine.get("peer"):
@@ -82,9 +81,11 @@ def main():
                                       "| TTFT p50 vs llama |" if peer else ""))
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: |" + " ---: | ---: | ---: |" * peer)
-    order = list(NAMES) + sorted(
-        {r["conf"] for r in runs} - set(NAMES),
-        key=lambda c: (len(c), c))
+    # fixed budgets, then targets from the loosest, then the peer
+    autos = sorted(({r["conf"] for r in runs} | set(NAMES)) - {
+        "fixed512", "fixed128", "llama", "llama1"},
+        key=lambda c: -int(c[4:]) if c[4:].isdigit() else 0)
+    order = ["fixed512", "fixed128"] + autos + ["llama", "llama1"]
     present = [c for c in order if any(r["conf"] == c for r in runs)]
     for w in ("plain", "shared"):
         for c in present:
