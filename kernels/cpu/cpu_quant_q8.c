@@ -49,6 +49,7 @@
 #include "cpu_backend.h"
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_simd.h"
 #include "cpu_quant_q8_rows.h"
 #include "cpu_quant_q8_tiles.h"
 
@@ -235,21 +236,6 @@ blk(const uint8_t *row, int il, int64_t qk, int64_t bytes, int64_t b)
 }
 
 
-/* the block after block b at p (blk(.., b + 1)): the next in the row,
- * or, interleaved, the next group's turn after each QK_K weights */
-static inline const uint8_t *
-blk_next(const uint8_t *p, int il, int64_t qk, int64_t bytes, int64_t b)
-{
-    int64_t per = QK_K / qk;
-
-    p += bytes;
-    if (il && (b + 1) % per == 0) {
-        p += (QIL - 1) * per * bytes;
-    }
-    return p;
-}
-
-
 static inline float
 hsum8_s(const float *v)
 {
@@ -407,40 +393,9 @@ QUANT_TYPES(SCALAR_ROW)
 
 #if defined(Q8_X86)
 
-#define T_AVX2 __attribute__((target("avx2,fma")))
-#define T_VNNI __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw," \
-                                     "avx512vnni")))
-#define INL inline __attribute__((always_inline))
-
-static INL T_AVX2 float
-hsum8_v(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-
-    lo = _mm_add_ps(lo, hi);
-    hi = _mm_movehl_ps(lo, lo);
-    lo = _mm_add_ps(lo, hi);
-    hi = _mm_shuffle_ps(lo, lo, 1);
-    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
-}
-
-
-/* the 32 signed codes of a Q8_0 / Q4_0 block */
-static INL T_AVX2 __m256i
-w32_signed(ggml_type t, const uint8_t *p)
-{
-    if (t == GGML_Q8_0) {
-        return _mm256_loadu_si256((const __m256i *) (p + 2));
-    } else {
-        __m128i v = _mm_loadu_si128((const __m128i *) (p + 2));
-        __m128i f = _mm_set1_epi8(0xF);
-        __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), f),
-                                     _mm_and_si128(v, f));
-
-        return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
-    }
-}
-
+#define T_AVX2 Q8_T_AVX2
+#define T_VNNI Q8_T_VNNI
+#define INL    Q8_INL
 
 /* the 32 unsigned codes of group G (sub-block) of a Q4_K/Q5_K block */
 static INL T_AVX2 __m256i
@@ -499,24 +454,6 @@ sc16_k6(const uint8_t *p, int G)
 }
 
 
-/* a Q4_K/Q5_K block's 6-bit scales (sc[0..7]) and mins (sc[8..15]) as
- * bytes: k4_scale_min's values, four at a time */
-static INL void
-k4_scales(const uint8_t *p, uint8_t *sc)
-{
-    uint32_t w0, w1, w2, v[4];
-
-    memcpy(&w0, p + 4, 4);
-    memcpy(&w1, p + 8, 4);
-    memcpy(&w2, p + 12, 4);
-    v[0] = w0 & 0x3f3f3f3f;
-    v[1] = (w2 & 0x0f0f0f0f) | ((w0 >> 2) & 0x30303030);
-    v[2] = w1 & 0x3f3f3f3f;
-    v[3] = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
-    memcpy(sc, v, 16);
-}
-
-
 /* the sum of v's 8 int32 lanes (exact) */
 static INL T_AVX2 int32_t
 hsum8_i(__m256i v)
@@ -566,20 +503,6 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
 }
 
 
-/* the block at p + pf (the same block of the row sixteen on), fetched
- * ahead: a row's blocks are one short stream the hardware does not
- * follow far enough */
-static INL T_AVX2 void
-q8_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
-{
-    if (pf != 0) {
-        for (int64_t k = 0; k < bytes; k += 64) {
-            _mm_prefetch((const char *) p + pf + k, _MM_HINT_T0);
-        }
-    }
-}
-
-
 /* The row functions, written once for both instruction sets: DOT_S (the
  * signed codes' lanes), DOT_U (unsigned codes' lanes, scaled by int16
  * scales and added to an accumulator) differ. */
@@ -592,15 +515,15 @@ q8_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
     const uint8_t *p = row;                                                 \
                                                                             \
     for (int64_t b = 0; b < nb;                                             \
-         p = blk_next(p, il, qi.qk, qi.bytes, b), b++)                      \
+         p = q8_next_block(p, il, qi.qk, qi.bytes, b), b++)                      \
     {                                                                       \
         const int8_t  *xq = x->q + b * qi.qk;                               \
         __m256i        L = _mm256_setzero_si256();                          \
         float          s;                                                   \
                                                                             \
-        q8_prefetch(p, pf, qi.bytes);                                       \
+        q8_prefetch_block(p, pf, qi.bytes);                                       \
         if (T == GGML_Q8_0 || T == GGML_Q4_0) {                             \
-            __m256i w = w32_signed(T, p);                                   \
+            __m256i w = q8_w32_signed(T, p);                                   \
             __m256i xv = _mm256_loadu_si256((const __m256i *) xq);          \
                                                                             \
             L = DOT_S(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w));         \
@@ -609,7 +532,7 @@ q8_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
             uint8_t scm[16];                                                \
                                                                             \
             if (T != GGML_Q6_K) {                                           \
-                k4_scales(p, scm);                                          \
+                q8_k4_scales(p, scm);                                          \
             }                                                               \
             for (int G = 0; G < 8; G++) {                                   \
                 __m256i xv = _mm256_loadu_si256(                            \
@@ -638,7 +561,7 @@ q8_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(L),     \
                               acc);                                         \
     }                                                                       \
-    return hsum8_v(acc) - mn;
+    return q8_hsum8(acc) - mn;
 
 
 /* AVX2: vpmaddubsw pairs (|u| <= 128, |s| <= 127: below 2^15), summed in

@@ -28,6 +28,7 @@
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
 #include "cpu_quant_q8_rows.h"
+#include "cpu_quant_q8_simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -37,10 +38,9 @@
 
 #if defined(ROWS_X86)
 
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl," \
-                                     "avx512bw,avx512vnni")))
-#define INL inline __attribute__((always_inline))
+#define T_AVX2 Q8_T_AVX2
+#define T_VNNI Q8_T_VNNI
+#define INL    Q8_INL
 
 /* bytes ahead of the block being read that a step asks for, in an
  * interleaved matrix (one stream; 0: none): pf_ahead().  A row-ordered
@@ -51,19 +51,6 @@
  * bytes from a block to the one it asks for (0: none) */
 typedef void rows_fn(const uint8_t *const *row, int il, int64_t nb,
                      const nalar_xq8 *x8, ptrdiff_t pfo, float *out);
-
-
-static INL T_AVX2 float
-rows_hsum8(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-
-    lo = _mm_add_ps(lo, hi);                   /* v0+v4 v1+v5 v2+v6 v3+v7 */
-    hi = _mm_movehl_ps(lo, lo);
-    lo = _mm_add_ps(lo, hi);
-    hi = _mm_shuffle_ps(lo, lo, 1);
-    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
-}
 
 
 /* the sums of a, b, c, d's four int32 lanes, in that order (exact) */
@@ -176,7 +163,7 @@ rows_out(const int R, const __m256 *acc, __m128 mn, float *out)
 
     _mm_storeu_ps(m, mn);
     for (int i = 0; i < R; i++) {
-        out[i] = rows_hsum8(acc[i]) - m[i];
+        out[i] = q8_hsum8(acc[i]) - m[i];
     }
 }
 
@@ -534,23 +521,6 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
 /* Q8_0 and Q4_0                                                        */
 
 
-/* the 32 signed codes of a Q8_0 (Q4 0) or Q4_0 (Q4 1) block */
-static INL T_AVX2 __m256i
-w32_s(const int Q4, const uint8_t *p)
-{
-    if (!Q4) {
-        return _mm256_loadu_si256((const __m256i *) (p + 2));
-    } else {
-        __m128i v = _mm_loadu_si128((const __m128i *) (p + 2));
-        __m128i f = _mm_set1_epi8(0xF);
-        __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), f),
-                                     _mm_and_si128(v, f));
-
-        return _mm256_sub_epi8(w, _mm256_set1_epi8(8));
-    }
-}
-
-
 /* Q8_0 or Q4_0, R rows: DOT(u, s) the lanes of |w| and sign(x, w) */
 #define S_ROWS(Q4, DOT)                                                     \
     const int64_t bytes = Q4 ? 2 + QK4_0 / 2 : 2 + QK8_0;                    \
@@ -569,7 +539,7 @@ w32_s(const int Q4, const uint8_t *p)
         pf_step(R, row, il, 32, bytes, b, off, pfo);                        \
         for (int i = 0; i < R; i++) {                                       \
             const uint8_t *p = row[i] + off;                                \
-            __m256i        w = w32_s(Q4, p);                                \
+            __m256i        w = q8_w32_signed(Q4 ? GGML_Q4_0 : GGML_Q8_0, p);                                \
             __m256i        L = DOT(_mm256_abs_epi8(w),                      \
                                    _mm256_sign_epi8(xv, w));                \
                                                                             \

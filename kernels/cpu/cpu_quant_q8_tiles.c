@@ -42,6 +42,7 @@
 
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_simd.h"
 #include "cpu_quant_q8_tiles.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -219,10 +220,9 @@ qt_scratch(int64_t bytes)
 /* ------------------------------------------------------------------ */
 /* kernels                                                              */
 
-#define INL inline __attribute__((always_inline))
-#define T_AVX2 __attribute__((target("avx2,fma")))
-#define T_VNNI __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw," \
-                                     "avx512vnni")))
+#define INL    Q8_INL
+#define T_AVX2 Q8_T_AVX2
+#define T_VNNI Q8_T_VNNI
 
 /* n tokens of one row: out[k] the row kernel's value for the tile's token
  * k; xq: the tile's first token's codes (token k's at xq + k * cols); pk:
@@ -231,83 +231,6 @@ qt_scratch(int64_t bytes)
 typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
                         const int8_t *xq, int64_t cols, const uint8_t *pk,
                         int n, float *out, ptrdiff_t pf);
-
-
-/* the block after block b at p (qk weights, bytes each): the next in the
- * row, or, interleaved, the next group's turn after each QK_K weights */
-static inline const uint8_t *
-qt_next(const uint8_t *p, int il, int64_t qk, int64_t bytes, int64_t b)
-{
-    int64_t per = QK_K / qk;
-
-    p += bytes;
-    if (il && (b + 1) % per == 0) {
-        p += (QIL - 1) * per * bytes;
-    }
-    return p;
-}
-
-
-/* the contract's hsum8: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
-static INL T_AVX2 float
-qt_hsum8(__m256 v)
-{
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-
-    lo = _mm_add_ps(lo, hi);
-    hi = _mm_movehl_ps(lo, lo);
-    lo = _mm_add_ps(lo, hi);
-    hi = _mm_shuffle_ps(lo, lo, 1);
-    return _mm_cvtss_f32(_mm_add_ss(lo, hi));
-}
-
-
-/* the block at p + pf fetched ahead (pf 0: none) */
-static INL T_AVX2 void
-qt_prefetch(const uint8_t *p, ptrdiff_t pf, int64_t bytes)
-{
-    if (pf != 0) {
-        for (int64_t k = 0; k < bytes; k += 64) {
-            _mm_prefetch((const char *) p + pf + k, _MM_HINT_T0);
-        }
-    }
-}
-
-
-/* the 32 signed codes of a Q8_0 / Q4_0 block (Q4_0's n - 8) */
-static INL T_AVX2 __m256i
-qt_w32_signed(ggml_type t, const uint8_t *p)
-{
-    __m128i v, f;
-
-    if (t == GGML_Q8_0) {
-        return _mm256_loadu_si256((const __m256i *) (p + 2));
-    }
-    v = _mm_loadu_si128((const __m128i *) (p + 2));
-    f = _mm_set1_epi8(0xF);
-    return _mm256_sub_epi8(_mm256_set_m128i(
-                               _mm_and_si128(_mm_srli_epi16(v, 4), f),
-                               _mm_and_si128(v, f)),
-                           _mm256_set1_epi8(8));
-}
-
-
-/* a Q4_K/Q5_K block's 6-bit scales (sc[0..7]) and mins (sc[8..15]):
- * k4_scale_min's values (cpu_quant_blocks.h), four bytes at a time */
-static INL void
-qt_k4_scales(const uint8_t *p, uint8_t *sc)
-{
-    uint32_t w0, w1, w2, v[4];
-
-    memcpy(&w0, p + 4, 4);
-    memcpy(&w1, p + 8, 4);
-    memcpy(&w2, p + 12, 4);
-    v[0] = w0 & 0x3f3f3f3f;
-    v[1] = (w2 & 0x0f0f0f0f) | ((w0 >> 2) & 0x30303030);
-    v[2] = w1 & 0x3f3f3f3f;
-    v[3] = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
-    memcpy(sc, v, 16);
-}
 
 
 /* pshufb indices: the int16 word at byte i, in each word */

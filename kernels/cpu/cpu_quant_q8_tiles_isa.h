@@ -58,14 +58,14 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
     for (int k = 0; k < N; k++) {
         acc[k] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; p = qt_next(p, il, QK_K, bytes, b), b++) {
+    for (int64_t b = 0; b < nb; p = q8_next_block(p, il, QK_K, bytes, b), b++) {
         const uint8_t *pb = pk + b * bstride;
         const int8_t  *xb = xq + b * QK_K;
         __m256         dx = _mm256_load_ps((const float *) pb), sv, s2;
         __m256i        L[QT_NMAX], I = _mm256_setzero_si256();
         float          sb[8] __attribute__((aligned(32)));
 
-        qt_prefetch(p, pf, bytes);
+        q8_prefetch_block(p, pf, bytes);
 #pragma GCC unroll 8
         for (int k = 0; k < N; k++) {
             L[k] = _mm256_setzero_si256();
@@ -120,7 +120,7 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
             __m128i        s8;
             __m256i        sc, m16, hb = _mm256_setzero_si256();
 
-            qt_k4_scales(p, scm);
+            q8_k4_scales(p, scm);
             s8 = _mm_loadu_si128((const __m128i *) scm);
             sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
             m16 = _mm256_castsi128_si256(
@@ -174,7 +174,7 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
     _mm256_store_ps(mv, mn);
 #pragma GCC unroll 8
     for (int k = 0; k < N; k++) {
-        out[k] = qt_hsum8(acc[k]) - mv[k];
+        out[k] = q8_hsum8(acc[k]) - mv[k];
     }
 }
 
@@ -194,9 +194,9 @@ QT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
     for (int k = 0; k < N; k++) {
         acc[k] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; p = qt_next(p, il, 32, bytes, b), b++) {
+    for (int64_t b = 0; b < nb; p = q8_next_block(p, il, 32, bytes, b), b++) {
         __m256  dx = _mm256_load_ps((const float *) (pk + 32 * b));
-        __m256i w = qt_w32_signed(T, p);
+        __m256i w = q8_w32_signed(T, p);
         float   sb[8] __attribute__((aligned(32)));
 #if QT_XU
         /* xq holds x's codes + 128 (unsigned): L = those codes' lanes
@@ -208,7 +208,7 @@ QT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
         __m256i u = _mm256_abs_epi8(w);
 #endif
 
-        qt_prefetch(p, pf, bytes);
+        q8_prefetch_block(p, pf, bytes);
         _mm256_store_ps(sb, _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), dx));
 #pragma GCC unroll 8
         for (int k = 0; k < N; k++) {
@@ -226,7 +226,7 @@ QT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
     }
 #pragma GCC unroll 8
     for (int k = 0; k < N; k++) {
-        out[k] = qt_hsum8(acc[k]);
+        out[k] = q8_hsum8(acc[k]);
     }
 }
 
