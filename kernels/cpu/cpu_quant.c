@@ -193,15 +193,18 @@ nalar_dequant_row(ggml_type t, const void *src, int64_t n, float *out)
 
 
 
-/* Per-thread scratch: x's sub-block sums (F32) or codes (16-bit) for a
- * token block */
+/* Per-thread scratch, in NALAR_SCRATCH_SLOTS independent buffers (slot 0:
+ * x's sub-block sums (F32), 16-bit or 8-bit codes for a token block; slot
+ * 1: the 8-bit tiles' packed scalars, used while slot 0 holds the codes),
+ * each 64-byte aligned, grown as asked and kept for the thread's life */
 typedef struct {
-    float  *buf;
-    int64_t cap;
+    void   *buf[NALAR_SCRATCH_SLOTS];
+    int64_t cap[NALAR_SCRATCH_SLOTS];
 } q_scratch;
 
 static pthread_key_t  scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int            scratch_key_ok;
 
 
 static void
@@ -209,7 +212,9 @@ scratch_free(void *p)
 {
     q_scratch *s = p;
 
-    free(s->buf);
+    for (int i = 0; i < NALAR_SCRATCH_SLOTS; i++) {
+        free(s->buf[i]);
+    }
     free(s);
 }
 
@@ -217,16 +222,20 @@ scratch_free(void *p)
 static void
 scratch_key_init(void)
 {
-    (void) pthread_key_create(&scratch_key, scratch_free);
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
 }
 
 
-float *
-nalar_quant_scratch(int64_t n)
+void *
+nalar_quant_scratch_slot(int slot, int64_t bytes)
 {
     q_scratch *s;
+    void      *nb;
 
     pthread_once(&scratch_once, scratch_key_init);
+    if (!scratch_key_ok || slot < 0 || slot >= NALAR_SCRATCH_SLOTS) {
+        return NULL;
+    }
     s = pthread_getspecific(scratch_key);
     if (s == NULL) {
         s = calloc(1, sizeof(*s));
@@ -235,16 +244,22 @@ nalar_quant_scratch(int64_t n)
             return NULL;
         }
     }
-    if (n > s->cap) {
-        float *nb = realloc(s->buf, (size_t) n * sizeof(float));
-
-        if (nb == NULL) {
+    if (bytes > s->cap[slot]) {
+        if (posix_memalign(&nb, 64, (size_t) bytes) != 0) {
             return NULL;
         }
-        s->buf = nb;
-        s->cap = n;
+        free(s->buf[slot]);
+        s->buf[slot] = nb;
+        s->cap[slot] = bytes;
     }
-    return s->buf;
+    return s->buf[slot];
+}
+
+
+float *
+nalar_quant_scratch(int64_t n)
+{
+    return nalar_quant_scratch_slot(0, n * (int64_t) sizeof(float));
 }
 
 

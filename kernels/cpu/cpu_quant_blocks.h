@@ -153,8 +153,13 @@ typedef void quant_kernel_fn(const uint8_t *w, int64_t wstride, int il,
 QUANT_TYPES(QUANT_I16_DECLARE)
 #undef QUANT_I16_DECLARE
 
-/* n floats of this thread's scratch (kept for the thread's life), or NULL
- * (the caller then computes in place, with the same operations) */
+/* this thread's scratch: `bytes` of slot `slot` (0 .. NALAR_SCRATCH_SLOTS
+ * - 1; the slots are separate buffers, 64-byte aligned, kept for the
+ * thread's life; a larger request may move a slot, never another), or NULL
+ * (the caller then computes another way, with the same operations) */
+#define NALAR_SCRATCH_SLOTS 2
+void *nalar_quant_scratch_slot(int slot, int64_t bytes);
+/* n floats of slot 0 */
 float *nalar_quant_scratch(int64_t n);
 
 

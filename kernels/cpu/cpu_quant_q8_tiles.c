@@ -34,7 +34,6 @@
  * cache.  A tile's codes (its tokens x cols bytes) are read once per row,
  * from L1 or L2.
  */
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -155,65 +154,6 @@ pack_tile(ggml_type t, const nalar_xq8 *x8, int t0, int n, int64_t cols,
             }
         }
     }
-}
-
-
-/* this thread's memory for the packed scalars, 64-byte aligned and kept
- * for the thread's life, or NULL */
-typedef struct {
-    void    *buf;
-    int64_t  cap;
-} qt_mem;
-
-static pthread_key_t  qt_key;
-static pthread_once_t qt_once = PTHREAD_ONCE_INIT;
-static int            qt_key_ok;
-
-
-static void
-qt_mem_free(void *p)
-{
-    qt_mem *m = p;
-
-    free(m->buf);
-    free(m);
-}
-
-
-static void
-qt_key_init(void)
-{
-    qt_key_ok = pthread_key_create(&qt_key, qt_mem_free) == 0;
-}
-
-
-static uint8_t *
-qt_scratch(int64_t bytes)
-{
-    qt_mem *m;
-    void   *nb;
-
-    pthread_once(&qt_once, qt_key_init);
-    if (!qt_key_ok) {
-        return NULL;
-    }
-    m = pthread_getspecific(qt_key);
-    if (m == NULL) {
-        m = calloc(1, sizeof(*m));
-        if (m == NULL || pthread_setspecific(qt_key, m) != 0) {
-            free(m);
-            return NULL;
-        }
-    }
-    if (bytes > m->cap) {
-        if (posix_memalign(&nb, 64, (size_t) bytes) != 0) {
-            return NULL;
-        }
-        free(m->buf);
-        m->buf = nb;
-        m->cap = bytes;
-    }
-    return m->buf;
 }
 
 
@@ -390,8 +330,9 @@ nalar_quant_x8_tiles(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
     nmax = nalar_quant_x8_tile_max(isa);
     nt = (n_tok + nmax - 1) / nmax;
     tstride = cols / qi.qk * qt_block_stride(t);
-    pk = qt_scratch(nt * tstride
-                    + (qt_xu(t, isa) ? (int64_t) n_tok * cols : 0));
+    pk = nalar_quant_scratch_slot(1, nt * tstride
+                                     + (qt_xu(t, isa)
+                                        ? (int64_t) n_tok * cols : 0));
     if (pk == NULL) {
         return -1;
     }
