@@ -105,6 +105,31 @@ q8_w32_signed(ggml_type t, const uint8_t *p)
                            _mm256_set1_epi8(8));
 }
 
+
+/* pshufb indices: the int16 word at byte i, in each word */
+static inline short
+q8_b2(int i)
+{
+    return (short) ((i + 1) << 8 | i);
+}
+
+
+/* the 32 unsigned 6-bit codes of group g (0 .. 3) of a Q6_K half block:
+ * the low nibbles of a0 (g 0), a1 (g 1), or their high nibbles (g 2, 3),
+ * and bits 2g, 2g + 1 of each byte of e on top */
+static Q8_INL Q8_T_AVX2 __m256i
+q8_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
+{
+    __m256i a = g & 1 ? a1 : a0, hi;
+
+    a = g & 2 ? _mm256_srli_epi16(a, 4) : a;
+    hi = g == 0 ? _mm256_slli_epi16(e, 4)
+         : g == 1 ? _mm256_slli_epi16(e, 2)
+         : g == 2 ? e : _mm256_srli_epi16(e, 2);
+    return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi8(0xF)),
+                           _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+}
+
 #endif
 
 #endif

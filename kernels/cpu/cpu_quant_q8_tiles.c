@@ -173,31 +173,6 @@ typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
                         int n, float *out, ptrdiff_t pf);
 
 
-/* pshufb indices: the int16 word at byte i, in each word */
-static inline short
-qt_b2(int i)
-{
-    return (short) ((i + 1) << 8 | i);
-}
-
-
-/* the 32 unsigned 6-bit codes of group g (0 .. 3) of a Q6_K half block:
- * the low nibbles of a0 (g 0), a1 (g 1), or their high nibbles (g 2, 3),
- * and bits 2g, 2g + 1 of each byte of e on top */
-static INL T_AVX2 __m256i
-qt_k6_w(__m256i a0, __m256i a1, __m256i e, int g)
-{
-    __m256i a = g & 1 ? a1 : a0, hi;
-
-    a = g & 2 ? _mm256_srli_epi16(a, 4) : a;
-    hi = g == 0 ? _mm256_slli_epi16(e, 4)
-         : g == 1 ? _mm256_slli_epi16(e, 2)
-         : g == 2 ? e : _mm256_srli_epi16(e, 2);
-    return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi8(0xF)),
-                           _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
-}
-
-
 /* AVX2: vpmaddubsw's pairs (|u| <= 128, |s| <= 127: below 2^15), summed
  * in fours by vpmaddwd */
 #define QT(name) qt_avx2_##name

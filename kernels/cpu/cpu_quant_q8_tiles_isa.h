@@ -97,14 +97,14 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                                                (p + 128 + 32 * h));
 
                 for (int g = 0; g < 4; g += 2) {
-                    __m256i w0 = qt_k6_w(a0, a1, e, g);
-                    __m256i w1 = qt_k6_w(a0, a1, e, g + 1);
+                    __m256i w0 = q8_k6_w(a0, a1, e, g);
+                    __m256i w1 = q8_k6_w(a0, a1, e, g + 1);
                     __m256i c0 = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
-                                     _mm_set1_epi16(qt_b2(4 * g + 2)),
-                                     _mm_set1_epi16(qt_b2(4 * g))));
+                                     _mm_set1_epi16(q8_b2(4 * g + 2)),
+                                     _mm_set1_epi16(q8_b2(4 * g))));
                     __m256i c1 = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
-                                     _mm_set1_epi16(qt_b2(4 * g + 6)),
-                                     _mm_set1_epi16(qt_b2(4 * g + 4))));
+                                     _mm_set1_epi16(q8_b2(4 * g + 6)),
+                                     _mm_set1_epi16(q8_b2(4 * g + 4))));
 
                     QT_GROUPS2(xb + 128 * h + 32 * g, w0, c0, w1, c1);
                 }
@@ -141,9 +141,9 @@ QT(k256)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                 __m256i w0 = _mm256_and_si256(v, f);
                 __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), f);
                 __m256i c0 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(
-                                 qt_b2(4 * g2)));
+                                 q8_b2(4 * g2)));
                 __m256i c1 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16(
-                                 qt_b2(4 * g2 + 2)));
+                                 q8_b2(4 * g2 + 2)));
 
                 if (T == GGML_Q5_K) {
                     __m256i b0 = _mm256_set1_epi8((char) (1 << (2 * g2)));

@@ -1,0 +1,351 @@
+/*
+ * The 16-bit activations' products of several tokens, in tiles
+ * (cpu_quant_x16_tiles.h): each row's blocks decoded once for a tile of
+ * tokens, with the integers and float operations of the 16-bit mode's
+ * exactness contract, so that a token's outputs are the scalar
+ * reference's bits in any tile, any batch and any split of the rows.
+ *
+ * The contract's integers, per block and token:
+ *   Q8_0, Q4_0, Q4_K, Q5_K: L[m] = 256 L_hi[m] + L_lo[m], L_p the 8-bit
+ *     lanes with plane p's codes: the lanes of the full 16-bit codes
+ *     c = 256 hi + lo, exact in int32.  So these tiles multiply the full
+ *     codes: per call, each token's codes are rebuilt once as int16 (the
+ *     tile codes, below), and a group of 32 weights is two vpdpwssd
+ *     (AVX2: vpmaddwd) per token, against the weights decoded once per
+ *     block and row into int16 words (times the group's scale for
+ *     Q4_K/Q5_K), where the two planes would take two byte products and
+ *     two word products.
+ *   Q6_K: L_hi and L_lo apart (their sum can pass 2^31), each as the
+ *     8-bit tiles make their L (vpmaddubsw of the unsigned codes with the
+ *     plane's bytes, then vpdpwssd by the scales), and
+ *     t[m] = fma(256, (float) L_hi[m], (float) L_lo[m]).
+ *   Min terms: Q4_K/Q5_K I = 256 I_hi + I_lo in one int32 vector for the
+ *     tile (vpdpwssd of the mins times 256 against the hi plane's sums,
+ *     of the mins against the lo plane's); Q6_K I_hi and I_lo apart, and
+ *     fma(256, I_hi, I_lo) as for L.
+ *
+ * The tile codes of a group of 32 weights: 64 bytes, the 16 codes of the
+ * even weights 0, 2, .., 30 as int16, then those of the odd ones.  In
+ * vpdpwssd's lane m (int16 words 2m, 2m + 1 of a 256-bit vector: within
+ * a 128-bit half, weights 4m, 4m + 2 of the evens, 4m + 1, 4m + 3 of the
+ * odds) the two products add up weights 4m .. 4m + 3: the contract's
+ * lane, with no shuffle of x or of the weights.  The weights' words come
+ * the same way: the even bytes and the odd bytes of the group's 32 codes
+ * (vpmaddubsw with (sc, 0) and (0, sc) pairs for the unsigned K-quant
+ * codes, which multiplies in the scale; arithmetic shifts for Q8_0/Q4_0).
+ *
+ * Per call, as in the 8-bit tiles: each tile's per-block scalars packed
+ * once (x's scales as one vector, lane k the tile's token k; the sums of
+ * each plane's codes that the min terms read, as int16 pairs per lane);
+ * the rows in groups (nalar_quant_x8_tile_rows), each tile of tokens over
+ * a group's rows in turn, the first tile streaming them from memory with
+ * a prefetch QT_PF rows on.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_simd.h"
+#include "cpu_quant_q8_tiles.h"
+#include "cpu_quant_x16_tiles.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define XT_X86 1
+#endif
+
+#define XT_PF 16                     /* rows ahead the first tile fetches */
+
+
+int
+nalar_quant_x16_tile_max(ggml_type t, int isa)
+{
+    if (isa == NALAR_ISA_VNNI) {
+        return t == GGML_Q6_K ? 6 : 8;
+    }
+    return t == GGML_Q6_K ? 3 : 4;
+}
+
+
+#if defined(XT_X86)
+
+/* ------------------------------------------------------------------ */
+/* the tiles' codes and packed scalars                                  */
+
+
+/* bytes per block of a tile's packed scalars: x's 8 scales (float), then
+ * for the K-quants each plane's min sums, hi then lo, 8 lanes of int16
+ * pairs per step (4 steps a plane for Q4_K/Q5_K, 8 for Q6_K) */
+static inline int64_t
+xt_block_stride(ggml_type t)
+{
+    switch (t) {
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        return 32 + 2 * 4 * 32;
+    case GGML_Q6_K:
+        return 32 + 2 * 8 * 32;
+    default:
+        return 32;
+    }
+}
+
+
+/* two int16 (each |v| < 2^15) as the int32 lane vpmaddwd reads as a pair,
+ * a in the low half */
+static inline uint32_t
+xt_pair(int32_t a, int32_t b)
+{
+    return (uint32_t) (uint16_t) (int16_t) a
+           | (uint32_t) (uint16_t) (int16_t) b << 16;
+}
+
+
+/*
+ * The packed scalars of tokens t0 .. t0 + n - 1 (n <= 8) for type t into
+ * pk: per block b, float dx[8] (lanes n .. 7 zero), and for the K-quants
+ * uint32 ms[2][steps][8] (plane hi, then lo), lane k of step i:
+ *   Q4_K/Q5_K: (xs_2i, xs_2i+1), xs_j the sum of the plane's 32 codes of
+ *              sub-block j (|xs_j| <= 32 * 128);
+ *   Q6_K:      (bs_2i, bs_2i+1), bs_j the sum of its 16 codes.
+ */
+static void
+xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
+        uint8_t *pk)
+{
+    int64_t qk = nalar_quant_block(t), nb = cols / qk;
+    int64_t bstride = xt_block_stride(t);
+    int     steps = t == GGML_Q6_K ? 8 : 4;
+
+    memset(pk, 0, (size_t) (nb * bstride));
+    for (int k = 0; k < n; k++) {
+        int64_t tk = t0 + k;
+
+        for (int64_t b = 0; b < nb; b++) {
+            float *dx = (float *) (pk + b * bstride);
+
+            if (qk != QK_K) {
+                dx[k] = x->hi.d[tk * nb + b];
+                continue;
+            }
+            dx[k] = x->hi.dk[tk * nb + b];
+            for (int pl = 0; pl < 2; pl++) {
+                const nalar_xq8 *xp = pl ? &x->lo : &x->hi;
+                const int32_t   *bs = xp->bs + tk * (cols / 16) + 16 * b;
+                uint32_t        *ms = (uint32_t *) (pk + b * bstride + 32
+                                                   + pl * steps * 32);
+
+                for (int i = 0; i < steps; i++) {
+                    ms[i * 8 + k] = t == GGML_Q6_K
+                        ? xt_pair(bs[2 * i], bs[2 * i + 1])
+                        : xt_pair(bs[4 * i] + bs[4 * i + 1],
+                                  bs[4 * i + 2] + bs[4 * i + 3]);
+                }
+            }
+        }
+    }
+}
+
+
+/*
+ * The tile codes (see the file's top) of n codes (a multiple of 32) from
+ * the planes hi and lo: c = 256 hi + lo (|c| <= 32639), per 32 the even
+ * weights' codes, then the odd ones'.  In int16 words of the planes'
+ * bytes, word i holds weight 2i's byte low and 2i + 1's high: a left
+ * shift by 8 gives 256 times the even byte, a mask 256 times the odd
+ * one, arithmetic shifts the bytes sign-extended.
+ */
+static Q8_T_AVX2 void
+xt_codes(const int8_t *hi, const int8_t *lo, int64_t n, int16_t *c)
+{
+    const __m256i m = _mm256_set1_epi16((short) 0xFF00);
+
+    for (int64_t i = 0; i < n; i += 32) {
+        __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
+        __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
+        __m256i e = _mm256_add_epi16(_mm256_slli_epi16(h, 8),
+                                     _mm256_srai_epi16(
+                                         _mm256_slli_epi16(l, 8), 8));
+        __m256i o = _mm256_add_epi16(_mm256_and_si256(h, m),
+                                     _mm256_srai_epi16(l, 8));
+
+        _mm256_storeu_si256((__m256i *) (c + i), e);
+        _mm256_storeu_si256((__m256i *) (c + i + 16), o);
+    }
+}
+
+
+/* ------------------------------------------------------------------ */
+/* kernels                                                              */
+
+#define INL    Q8_INL
+#define T_AVX2 Q8_T_AVX2
+#define T_VNNI Q8_T_VNNI
+
+/* n tokens of one row: out[k] the reference's value for the tile's token
+ * k; xa: the tile's first token's tile codes (Q6_K: its hi plane), xb
+ * (Q6_K) its lo plane, token k's at + k * xs bytes; pk: the tile's packed
+ * scalars; pf: bytes from the row to the one whose blocks are fetched
+ * ahead, or 0 */
+typedef void xt_tile_fn(const uint8_t *row, int il, int64_t nb,
+                        const uint8_t *xa, const uint8_t *xb, int64_t xs,
+                        const uint8_t *pk, int n, float *out, ptrdiff_t pf);
+
+
+/* AVX2: vpmaddwd, added; vpmaddubsw's pairs (|u| <= 63, |s| <= 128:
+ * below 2^15) summed in fours by vpmaddwd */
+#define XT(name) xt_avx2_##name
+#define XT_TGT T_AVX2
+#define XT_NMAX 4
+#define XT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
+#define XT_DOT_U(L, u, s, c)                                                \
+    _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c))
+#include "cpu_quant_x16_tiles_isa.h"
+#undef XT
+#undef XT_TGT
+#undef XT_NMAX
+#undef XT_MADD
+#undef XT_DOT_U
+
+/* AVX-512 VNNI on 256-bit vectors: vpdpwssd multiplies and adds */
+#define XT(name) xt_vnni_##name
+#define XT_TGT T_VNNI
+#define XT_NMAX 8
+#define XT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
+#define XT_DOT_U(L, u, s, c)                                                \
+    _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), c)
+#include "cpu_quant_x16_tiles_isa.h"
+#undef XT
+#undef XT_TGT
+#undef XT_NMAX
+#undef XT_MADD
+#undef XT_DOT_U
+
+
+/* the first token of tile i of nt over n tokens (even shares) */
+static inline int
+tile_lo(int n, int nt, int i)
+{
+    return (int) ((int64_t) n * i / nt);
+}
+
+
+/* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top);
+ * xa, xb, xs as xt_tile_fn's for token 0 */
+static void
+xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
+        int il, int64_t cols, const uint8_t *xa, const uint8_t *xb,
+        int64_t xs, const uint8_t *pk, int64_t tstride, int nt, int n_tok,
+        float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+{
+    qinfo   qi = { 0, 0, 0, 0 };
+    int64_t nb, rg = nalar_quant_x8_tile_rows(t, cols);
+
+    (void) qinfo_of(t, &qi);
+    nb = cols / qi.qk;
+    for (int64_t g0 = r0; g0 < r1; g0 += rg) {
+        int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
+
+        for (int i = 0; i < nt; i++) {
+            int t0 = tile_lo(n_tok, nt, i);
+            int n = tile_lo(n_tok, nt, i + 1) - t0;
+
+            for (int64_t r = g0; r < g1; r++) {
+                const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes,
+                                             r);
+                ptrdiff_t      pf = 0;
+                float          out[8];
+
+                if (i == 0 && r + XT_PF < r1) {
+                    pf = qrow_at(w, wstride, il, qi.qk, qi.bytes, r + XT_PF)
+                         - row;
+                }
+                f(row, il, nb, xa + t0 * xs, xb + t0 * xs, xs,
+                  pk + i * tstride, n, out, pf);
+                for (int k = 0; k < n; k++) {
+                    float *yp = &y[(int64_t) (t0 + k) * ldy + r];
+
+                    *yp = accumulate ? *yp + out[k] : out[k];
+                }
+            }
+        }
+    }
+}
+
+#endif
+
+
+int
+nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
+                      int64_t wstride, int il, int64_t cols,
+                      const nalar_xq16 *x, int n_tok, float *y, int ldy,
+                      int64_t r0, int64_t r1, int accumulate)
+{
+#if defined(XT_X86)
+    qinfo         qi = { 0, 0, 0, 0 };
+    xt_tile_fn   *f;
+    int           nmax, nt, k256;
+    int64_t       tstride, cbytes;
+    uint8_t      *pk;
+    const uint8_t *xa, *xb;
+
+    if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
+        || cols % 32 != 0)
+    {
+        return -1;
+    }
+    k256 = qi.qk == QK_K;
+    if (k256 && (x->hi.qk == NULL || x->lo.qk == NULL)) {
+        return -1;
+    }
+    f = isa == NALAR_ISA_VNNI ? xt_vnni_fn(t)
+        : isa == NALAR_ISA_AVX2 ? xt_avx2_fn(t) : NULL;
+    if (f == NULL) {
+        return -1;
+    }
+    if (r0 >= r1) {
+        return 0;
+    }
+    nmax = nalar_quant_x16_tile_max(t, isa);
+    nt = (n_tok + nmax - 1) / nmax;
+    tstride = cols / qi.qk * xt_block_stride(t);
+    /* Q6_K reads the planes; the others the tile codes, after the packed
+     * scalars */
+    cbytes = t == GGML_Q6_K ? 0 : (int64_t) n_tok * cols * 2;
+    pk = nalar_quant_scratch_slot(1, nt * tstride + cbytes);
+    if (pk == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < nt; i++) {
+        int t0 = tile_lo(n_tok, nt, i);
+
+        xt_pack(t, x, t0, tile_lo(n_tok, nt, i + 1) - t0, cols,
+                pk + i * tstride);
+    }
+    if (t == GGML_Q6_K) {
+        xa = (const uint8_t *) x->hi.qk;
+        xb = (const uint8_t *) x->lo.qk;
+        xt_rows(f, t, w, wstride, il, cols, xa, xb, cols, pk, tstride, nt,
+                n_tok, y, ldy, r0, r1, accumulate);
+        return 0;
+    }
+    {
+        int16_t *c = (int16_t *) (pk + nt * tstride);
+
+        xt_codes(k256 ? x->hi.qk : x->hi.q, k256 ? x->lo.qk : x->lo.q,
+                 (int64_t) n_tok * cols, c);
+        xa = (const uint8_t *) c;
+    }
+    xt_rows(f, t, w, wstride, il, cols, xa, xa, 2 * cols, pk, tstride, nt,
+            n_tok, y, ldy, r0, r1, accumulate);
+    return 0;
+#else
+    (void) t; (void) isa; (void) w; (void) wstride; (void) il; (void) cols;
+    (void) x; (void) n_tok; (void) y; (void) ldy; (void) r0; (void) r1;
+    (void) accumulate;
+    return -1;
+#endif
+}

@@ -1,0 +1,39 @@
+/*
+ * The 16-bit activations' products of two tokens or more, in tiles
+ * (cpu_quant_x16_tiles.c), for the i16 mode's dispatch.  Internal to the
+ * CPU kernels and their tests.
+ *
+ * Each (row, token) output is the scalar reference's bits for that token
+ * (the exactness contract of the 16-bit codes split into two planes: the
+ * same integers per block, the same float operations in the same order),
+ * whatever the tile a token falls in.
+ */
+#ifndef NALAR_CPU_QUANT_X16_TILES_H
+#define NALAR_CPU_QUANT_X16_TILES_H
+
+#include <stdint.h>
+
+#include "cpu_quant.h"
+
+/* (until the 16-bit codes' own type is in cpu_quant.h) x's codes split in
+ * two planes, hi = (code + 128) >> 8 and lo = code - 256 hi, each laid out
+ * as the 8-bit codes (q, qk, bs); d and dk the 16-bit codes' scales, the
+ * same in both */
+typedef struct {
+    nalar_xq8 hi, lo;
+} nalar_xq16;
+
+/* the most tokens of one tile of type t on isa (NALAR_ISA_AVX2 or
+ * _VNNI) */
+int nalar_quant_x16_tile_max(ggml_type t, int isa);
+
+/* the 16-bit mode's product on isa for any n_tok >= 1, in tiles of up to
+ * nalar_quant_x16_tile_max(t, isa) tokens: 0, or -1 when it cannot (a
+ * scalar isa, a build without x86 vectors, no memory for the tiles'
+ * codes and scales), and then nothing was written */
+int nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
+                          int64_t wstride, int il, int64_t cols,
+                          const nalar_xq16 *x, int n_tok, float *y, int ldy,
+                          int64_t r0, int64_t r1, int accumulate);
+
+#endif

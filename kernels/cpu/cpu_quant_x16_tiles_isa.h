@@ -1,0 +1,342 @@
+/*
+ * The 16-bit mode's tile kernels of one instruction set: included twice
+ * by cpu_quant_x16_tiles.c, once per set, with
+ *   XT(name)    this set's name for a function,
+ *   XT_TGT      its target attribute,
+ *   XT_NMAX     the most tokens of a tile it compiles,
+ *   XT_MADD(a, x, y)     a plus the int16 pairs' products x . y per lane,
+ *   XT_DOT_U(L, u, s, c) L plus the lanes of the unsigned codes u times
+ *                        x's signed bytes s, each pair's int16 sum times
+ *                        c's int16,
+ * so that the arithmetic is written once.  Every step is an exact integer
+ * operation (int32 sums wrap, and the contract bounds the final ones) or
+ * one of the contract's float operations.  Not a header to include
+ * anywhere else.
+ */
+
+
+/* one group of 32 weights (words wa of the even weights, wb of the odd
+ * ones) into each of the N tokens' L, the tile codes at X + k * xs */
+#define XT_GROUP(X, wa, wb)                                                 \
+    do {                                                                    \
+        _Pragma("GCC unroll 8")                                             \
+        for (int k = 0; k < N; k++) {                                       \
+            const uint8_t *xk_ = (X) + k * xs;                              \
+                                                                            \
+            L[k] = XT_MADD(L[k], _mm256_loadu_si256(                        \
+                               (const __m256i *) xk_), wa);                 \
+            L[k] = XT_MADD(L[k], _mm256_loadu_si256(                        \
+                               (const __m256i *) (xk_ + 32)), wb);          \
+        }                                                                   \
+    } while (0)
+
+
+/*
+ * Q4_K, Q5_K: one row against N tokens (a constant once inlined), from
+ * the tile codes.  Per block: the N integers I at once from the packed
+ * sums (mins times 256 against plane hi's, mins against plane lo's); each
+ * group of 32 weights decoded once into the even and odd weights' words
+ * times the group's scale (vpmaddubsw with (sc, 0) and (0, sc)), and
+ * added into each token's L; then per token acc = fma(s, L, acc), and
+ * mn = fma(s', I, mn) for the tile in one vector (lane k: token k).
+ */
+static INL XT_TGT void
+XT(k4)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
+       const uint8_t *xa, int64_t xs, const uint8_t *pk, float *out,
+       ptrdiff_t pf)
+{
+    const int64_t  bytes = T == GGML_Q4_K ? QK4_K_BYTES : QK5_K_BYTES;
+    const int64_t  bstride = 32 + 2 * 4 * 32;
+    const __m256i  f = _mm256_set1_epi8(0xF);
+    __m256         acc[XT_NMAX], mn = _mm256_setzero_ps();
+    float          mv[8] __attribute__((aligned(32)));
+    const uint8_t *p = row;
+
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        acc[k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; p = q8_next_block(p, il, QK_K, bytes, b), b++) {
+        const uint8_t *pb = pk + b * bstride;
+        const uint8_t *xb = xa + b * 2 * QK_K;
+        const uint8_t *qs = p + (T == GGML_Q4_K ? 16 : 48);
+        __m256         dx = _mm256_load_ps((const float *) pb), sv, s2;
+        __m256i        L[XT_NMAX], I = _mm256_setzero_si256();
+        __m256i        sc, m16, m16h, hb = _mm256_setzero_si256();
+        float          sb[8] __attribute__((aligned(32)));
+        uint8_t        scm[16];
+        __m128i        s8;
+
+        q8_prefetch_block(p, pf, bytes);
+#pragma GCC unroll 8
+        for (int k = 0; k < N; k++) {
+            L[k] = _mm256_setzero_si256();
+        }
+        /* the scales as bytes in both halves; the mins as int16 words,
+         * and times 256 (at most 63 * 256); I in pairs of sub-blocks
+         * 2i, 2i + 1 (dword i of m16) */
+        q8_k4_scales(p, scm);
+        s8 = _mm_loadu_si128((const __m128i *) scm);
+        sc = _mm256_broadcastsi128_si256(s8);
+        m16 = _mm256_castsi128_si256(
+                  _mm_cvtepu8_epi16(_mm_srli_si128(s8, 8)));
+        m16h = _mm256_slli_epi16(m16, 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m256i s = _mm256_set1_epi32(i);
+
+            I = XT_MADD(I, _mm256_load_si256((const __m256i *)
+                                             (pb + 32 + 32 * i)),
+                        _mm256_permutevar8x32_epi32(m16h, s));
+            I = XT_MADD(I, _mm256_load_si256((const __m256i *)
+                                             (pb + 160 + 32 * i)),
+                        _mm256_permutevar8x32_epi32(m16, s));
+        }
+        if (T == GGML_Q5_K) {
+            hb = _mm256_loadu_si256((const __m256i *) (p + 16));
+        }
+        for (int g2 = 0; g2 < 4; g2++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *) (qs + 32 * g2));
+            __m256i w[2];
+
+            w[0] = _mm256_and_si256(v, f);
+            w[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), f);
+            for (int j = 0; j < 2; j++) {
+                int     G = 2 * g2 + j;
+                __m256i wa, wb;
+
+                if (T == GGML_Q5_K) {
+                    __m256i bit = _mm256_set1_epi8((char) (1 << G));
+
+                    w[j] = _mm256_or_si256(w[j], _mm256_and_si256(
+                               _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit),
+                                                 bit),
+                               _mm256_set1_epi8(16)));
+                }
+                /* (sc_G, 0) and (0, sc_G) byte pairs: pshufb's index
+                 * bytes G, and 0x80 for a zero */
+                wa = _mm256_maddubs_epi16(w[j], _mm256_shuffle_epi8(
+                         sc, _mm256_set1_epi16((short) (0x8000 | G))));
+                wb = _mm256_maddubs_epi16(w[j], _mm256_shuffle_epi8(
+                         sc, _mm256_set1_epi16((short) (G << 8 | 0x80))));
+                XT_GROUP(xb + 64 * G, wa, wb);
+            }
+        }
+        sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), dx);
+        s2 = _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 2)), dx);
+        mn = _mm256_fmadd_ps(s2, _mm256_cvtepi32_ps(I), mn);
+        _mm256_store_ps(sb, sv);
+#pragma GCC unroll 8
+        for (int k = 0; k < N; k++) {
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]),
+                                     _mm256_cvtepi32_ps(L[k]), acc[k]);
+        }
+    }
+    _mm256_store_ps(mv, mn);
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        out[k] = q8_hsum8(acc[k]) - mv[k];
+    }
+}
+
+
+/*
+ * Q6_K: one row against N tokens, from the two planes (hi at xa, lo at
+ * xb): per block I_hi and I_lo for the tile from the packed sums; each
+ * group of 32 weights decoded once and added into each token's L_hi and
+ * L_lo with its scales; then t = fma(256, L_hi, L_lo) per token,
+ * acc = fma(s, t, acc), and mn = fma(s, fma(256, I_hi, I_lo), mn).
+ */
+static INL XT_TGT void
+XT(k6)(const int N, const uint8_t *row, int il, int64_t nb,
+       const uint8_t *xa, const uint8_t *xb, int64_t xs, const uint8_t *pk,
+       float *out, ptrdiff_t pf)
+{
+    const int64_t  bstride = 32 + 2 * 8 * 32;
+    const __m256   k256 = _mm256_set1_ps(256.0f);
+    __m256         acc[XT_NMAX], mn = _mm256_setzero_ps();
+    float          mv[8] __attribute__((aligned(32)));
+    const uint8_t *p = row;
+
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        acc[k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb;
+         p = q8_next_block(p, il, QK_K, QK6_K_BYTES, b), b++)
+    {
+        const uint8_t *pb = pk + b * bstride;
+        const uint8_t *xh = xa + b * QK_K, *xl = xb + b * QK_K;
+        __m256         dx = _mm256_load_ps((const float *) pb), sv;
+        __m256i        Lh[XT_NMAX], Ll[XT_NMAX];
+        __m256i        Ih = _mm256_setzero_si256(), Il = Ih;
+        float          sb[8] __attribute__((aligned(32)));
+        /* the 16 scales as int16 words; I_p = 32 sum_j sc_j bs_j in
+         * pairs j = 2i, 2i + 1 (dword i of s16) */
+        __m256i        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                 (const __m128i *) (p + 192)));
+
+        q8_prefetch_block(p, pf, QK6_K_BYTES);
+#pragma GCC unroll 8
+        for (int k = 0; k < N; k++) {
+            Lh[k] = _mm256_setzero_si256();
+            Ll[k] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m256i s = _mm256_permutevar8x32_epi32(s16,
+                                                    _mm256_set1_epi32(i));
+
+            Ih = XT_MADD(Ih, _mm256_load_si256((const __m256i *)
+                                               (pb + 32 + 32 * i)), s);
+            Il = XT_MADD(Il, _mm256_load_si256((const __m256i *)
+                                               (pb + 288 + 32 * i)), s);
+        }
+        Ih = _mm256_slli_epi32(Ih, 5);
+        Il = _mm256_slli_epi32(Il, 5);
+        for (int h = 0; h < 2; h++) {
+            /* scales 8h .. 8h + 7 in both halves; group 4h + g takes
+             * scale 8h + 2g in its low half, 8h + 2g + 1 above */
+            __m256i sh = h ? _mm256_permute2x128_si256(s16, s16, 0x11)
+                         : _mm256_permute2x128_si256(s16, s16, 0x00);
+            __m256i a0 = _mm256_loadu_si256((const __m256i *) (p + 64 * h));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)
+                                            (p + 64 * h + 32));
+            __m256i e = _mm256_loadu_si256((const __m256i *)
+                                           (p + 128 + 32 * h));
+
+            for (int g = 0; g < 4; g++) {
+                __m256i w = q8_k6_w(a0, a1, e, g);
+                __m256i c = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
+                                _mm_set1_epi16(q8_b2(4 * g + 2)),
+                                _mm_set1_epi16(q8_b2(4 * g))));
+                int64_t o = 128 * h + 32 * g;
+
+#pragma GCC unroll 8
+                for (int k = 0; k < N; k++) {
+                    Lh[k] = XT_DOT_U(Lh[k], w, _mm256_loadu_si256(
+                                         (const __m256i *) (xh + k * xs
+                                                            + o)), c);
+                    Ll[k] = XT_DOT_U(Ll[k], w, _mm256_loadu_si256(
+                                         (const __m256i *) (xl + k * xs
+                                                            + o)), c);
+                }
+            }
+        }
+        sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 208)), dx);
+        mn = _mm256_fmadd_ps(sv, _mm256_fmadd_ps(k256,
+                                                 _mm256_cvtepi32_ps(Ih),
+                                                 _mm256_cvtepi32_ps(Il)),
+                             mn);
+        _mm256_store_ps(sb, sv);
+#pragma GCC unroll 8
+        for (int k = 0; k < N; k++) {
+            __m256 t = _mm256_fmadd_ps(k256, _mm256_cvtepi32_ps(Lh[k]),
+                                       _mm256_cvtepi32_ps(Ll[k]));
+
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]), t, acc[k]);
+        }
+    }
+    _mm256_store_ps(mv, mn);
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        out[k] = q8_hsum8(acc[k]) - mv[k];
+    }
+}
+
+
+/* Q8_0, Q4_0: one row against N tokens, from the tile codes; per block
+ * the signed codes once as the even and odd weights' words, then per
+ * token L (two word products) and acc = fma(s, L, acc) */
+static INL XT_TGT void
+XT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
+        const uint8_t *xa, int64_t xs, const uint8_t *pk, float *out,
+        ptrdiff_t pf)
+{
+    const int64_t  bytes = T == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
+    __m256         acc[XT_NMAX];
+    const uint8_t *p = row;
+
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        acc[k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; p = q8_next_block(p, il, 32, bytes, b), b++) {
+        __m256  dx = _mm256_load_ps((const float *) (pk + 32 * b));
+        __m256i w = q8_w32_signed(T, p);
+        __m256i wa = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);
+        __m256i wb = _mm256_srai_epi16(w, 8);
+        float   sb[8] __attribute__((aligned(32)));
+
+        q8_prefetch_block(p, pf, bytes);
+        _mm256_store_ps(sb, _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), dx));
+#pragma GCC unroll 8
+        for (int k = 0; k < N; k++) {
+            const uint8_t *xk = xa + k * xs + 64 * b;
+            __m256i        L = _mm256_madd_epi16(_mm256_loadu_si256(
+                                   (const __m256i *) xk), wa);
+
+            L = XT_MADD(L, _mm256_loadu_si256((const __m256i *) (xk + 32)),
+                        wb);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]),
+                                     _mm256_cvtepi32_ps(L), acc[k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        out[k] = q8_hsum8(acc[k]);
+    }
+}
+
+
+/* one type's tile: n tokens (1 .. XT_NMAX), each count its own code */
+#define XT_CASE(NAME, K)                                                    \
+    case K:                                                                 \
+        if ((K) <= XT_NMAX) {                                               \
+            if (GGML_##NAME == GGML_Q6_K) {                                 \
+                XT(k6)(K, row, il, nb, xa, xb, xs, pk, out, pf);            \
+            } else if (GGML_##NAME == GGML_Q4_K                             \
+                       || GGML_##NAME == GGML_Q5_K)                         \
+            {                                                               \
+                XT(k4)(GGML_##NAME, K, row, il, nb, xa, xs, pk, out, pf);   \
+            } else {                                                        \
+                XT(k32)(GGML_##NAME, K, row, il, nb, xa, xs, pk, out, pf);  \
+            }                                                               \
+        }                                                                   \
+        break;
+
+#define XT_TYPE(NAME, QK, BYTES, SUB, MIN)                                  \
+static XT_TGT void                                                          \
+XT(tile_##NAME)(const uint8_t *row, int il, int64_t nb, const uint8_t *xa,  \
+                const uint8_t *xb, int64_t xs, const uint8_t *pk, int n,    \
+                float *out, ptrdiff_t pf)                                   \
+{                                                                           \
+    switch (n) {                                                            \
+    XT_CASE(NAME, 1) XT_CASE(NAME, 2) XT_CASE(NAME, 3) XT_CASE(NAME, 4)     \
+    XT_CASE(NAME, 5) XT_CASE(NAME, 6) XT_CASE(NAME, 7) XT_CASE(NAME, 8)     \
+    default:                                                                \
+        break;                                                              \
+    }                                                                       \
+}
+
+QUANT_TYPES(XT_TYPE)
+
+
+static xt_tile_fn *
+XT(fn)(ggml_type t)
+{
+#define XT_FN_CASE(NAME, QK, BYTES, SUB, MIN)                               \
+    case GGML_##NAME:                                                       \
+        return XT(tile_##NAME);
+
+    switch (t) {
+    QUANT_TYPES(XT_FN_CASE)
+    default:
+        return NULL;
+    }
+#undef XT_FN_CASE
+}
+
+#undef XT_TYPE
+#undef XT_CASE
+#undef XT_GROUP

@@ -1,0 +1,485 @@
+/*
+ * The 16-bit mode's tiles (cpu_quant_x16_tiles.c), for Q8_0, Q4_0, Q4_K,
+ * Q5_K and Q6_K, on each instruction set this CPU has: every window of
+ * 1 .. 40 tokens (tiles of each width, ragged ones), rows over two row
+ * groups and a ragged third, a ragged row range added into y,
+ * interleaved rows, each output the scalar reference's bits; on random
+ * blocks from the quantizer and on random bytes with extreme scales and
+ * mins, against x's codes from the quantizer and against codes made up
+ * at the extremes (+-32639, planes' bytes at -128 and +-127, zero
+ * groups).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_tiles.h"
+#include "cpu_quant_x16_tiles.h"
+#include "fp16.h"
+#include "gguf.h"
+#include "tap.h"
+
+static const ggml_type types[] = {
+    GGML_Q8_0, GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K
+};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t
+rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+
+static float
+frand(void)
+{
+    return (float) ((double) (rnd() >> 11) / 9007199254740992.0) * 2.0f
+           - 1.0f;
+}
+
+
+/* the f16 fields of a block (scales, mins) */
+static void
+f16_fields(ggml_type t, int *off, int *n)
+{
+    switch (t) {
+    case GGML_Q8_0:
+    case GGML_Q4_0: off[0] = 0; *n = 1; return;
+    case GGML_Q4_K:
+    case GGML_Q5_K: off[0] = 0; off[1] = 2; *n = 2; return;
+    default:        off[0] = 208; *n = 1; return;   /* Q6_K */
+    }
+}
+
+
+/* an extreme f16 scale: the largest finite, the smallest subnormal,
+ * the smallest normal, their negatives, zero, one */
+static uint16_t
+extreme_f16(void)
+{
+    static const uint16_t v[] = { 0x7bff, 0x0001, 0x0400, 0xfbff, 0x8001,
+                                  0x0000, 0x3c00, 0x5bff };
+
+    return v[rnd() % (sizeof(v) / sizeof(v[0]))];
+}
+
+
+/* rows x cols weights: from the quantizer (kind 0), random bytes with
+ * extreme scales (kind 1), or every code and scale at its largest
+ * magnitude (kind 2: Q8_0's codes -128, Q4_0's -8, the K-quants' codes
+ * and 6-bit scales and mins all ones, Q6_K's scales -128; f16 fields
+ * one) */
+static uint8_t *
+matrix(ggml_type t, int64_t rows, int64_t cols, int kind)
+{
+    int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int64_t  qk = nalar_quant_block(t), bytes = rs / (cols / qk);
+    uint8_t *w = malloc((size_t) (rows * rs));
+    float   *x = malloc((size_t) cols * sizeof(float));
+
+    if (w == NULL || x == NULL) {
+        free(w);
+        free(x);
+        return NULL;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        if (kind == 0) {
+            float s = (float) (1 + r % 5) * 0.1f;
+            float o = r % 3 == 0 ? 1.0f : 0.0f;
+
+            for (int64_t c = 0; c < cols; c++) {
+                x[c] = (frand() + o) * s;
+            }
+            (void) nalar_quantize_row(t, x, cols, w + r * rs);
+            continue;
+        }
+        for (int64_t i = 0; i < rs; i++) {
+            w[r * rs + i] = kind == 1 ? (uint8_t) rnd()
+                            : t == GGML_Q8_0 ? 0x80 : t == GGML_Q4_0 ? 0
+                            : t == GGML_Q6_K && i % bytes >= 192 ? 0x80
+                            : 0xff;
+        }
+        for (int64_t b = 0; b < cols / qk; b++) {
+            int off[2], n;
+
+            f16_fields(t, off, &n);
+            for (int k = 0; k < n; k++) {
+                uint16_t h = kind == 2 ? 0x3c00 : extreme_f16();
+
+                memcpy(w + r * rs + b * bytes + off[k], &h, 2);
+            }
+        }
+    }
+    free(x);
+    return w;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* x's 16-bit codes and the scalar reference (the contract's operations) */
+
+
+typedef struct {
+    int8_t  *qh, *ql, *kh, *kl;     /* planes, per 32 and per 256 */
+    float   *d, *dk;
+    int32_t *bh, *bl;               /* each plane's sums of 16 (per 256) */
+    int16_t *c, *ck;                /* the full codes */
+    nalar_xq16 x;
+} codes16;
+
+
+static void
+codes_free(codes16 *C)
+{
+    free(C->qh); free(C->ql); free(C->kh); free(C->kl);
+    free(C->d); free(C->dk); free(C->bh); free(C->bl);
+    free(C->c); free(C->ck);
+}
+
+
+/* planes and sums from the full codes */
+static void
+codes_split(codes16 *C, int n_tok, int64_t cols)
+{
+    for (int64_t i = 0; i < n_tok * cols; i++) {
+        int hi = (C->c[i] + 128) >> 8, hk = (C->ck[i] + 128) >> 8;
+
+        C->qh[i] = (int8_t) hi;
+        C->ql[i] = (int8_t) (C->c[i] - 256 * hi);
+        C->kh[i] = (int8_t) hk;
+        C->kl[i] = (int8_t) (C->ck[i] - 256 * hk);
+    }
+    for (int64_t j = 0; j < n_tok * cols / 16; j++) {
+        int32_t sh = 0, sl = 0;
+
+        for (int i = 0; i < 16; i++) {
+            sh += C->kh[16 * j + i];
+            sl += C->kl[16 * j + i];
+        }
+        C->bh[j] = sh;
+        C->bl[j] = sl;
+    }
+    C->x.hi = (nalar_xq8) { C->qh, C->d, C->kh, C->dk, C->bh, cols };
+    C->x.lo = (nalar_xq8) { C->ql, C->d, C->kl, C->dk, C->bl, cols };
+}
+
+
+/* the codes of x per g: d = amax / 32639, round to nearest even */
+static void
+codes_group(const float *x, int64_t n, int g, int16_t *c, float *d)
+{
+    for (int64_t b = 0; b < n / g; b++) {
+        float amax = 0, id;
+
+        for (int i = 0; i < g; i++) {
+            float a = fabsf(x[b * g + i]);
+
+            amax = a > amax ? a : amax;
+        }
+        d[b] = amax / 32639.0f;
+        id = amax > 0 ? 32639.0f / amax : 0;
+        for (int i = 0; i < g; i++) {
+            long v = lrintf(x[b * g + i] * id);
+
+            c[b * g + i] = (int16_t) (v < -32639 ? -32639
+                                      : v > 32639 ? 32639 : v);
+        }
+    }
+}
+
+
+/* x's codes: from activations (kind 0: random, some groups zero, some
+ * large), or made up at the extremes (kind 1) */
+static int
+codes_make(codes16 *C, int n_tok, int64_t cols, int kind)
+{
+    size_t n = (size_t) (n_tok * cols);
+
+    memset(C, 0, sizeof(*C));
+    C->qh = malloc(n); C->ql = malloc(n); C->kh = malloc(n);
+    C->kl = malloc(n);
+    C->d = malloc(n / 32 * sizeof(float));
+    C->dk = malloc(n / 256 * sizeof(float));
+    C->bh = malloc(n / 16 * sizeof(int32_t));
+    C->bl = malloc(n / 16 * sizeof(int32_t));
+    C->c = malloc(n * sizeof(int16_t));
+    C->ck = malloc(n * sizeof(int16_t));
+    if (C->qh == NULL || C->ql == NULL || C->kh == NULL || C->kl == NULL
+        || C->d == NULL || C->dk == NULL || C->bh == NULL || C->bl == NULL
+        || C->c == NULL || C->ck == NULL)
+    {
+        codes_free(C);
+        return -1;
+    }
+    if (kind == 0) {
+        float *x = malloc(n * sizeof(float));
+
+        if (x == NULL) {
+            codes_free(C);
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            x[i] = frand() * ((i / 32) % 7 == 3 ? 1000.0f : 1.0f);
+            if ((i / 32) % 11 == 5) {
+                x[i] = 0;
+            }
+        }
+        codes_group(x, (int64_t) n, 32, C->c, C->d);
+        codes_group(x, (int64_t) n, 256, C->ck, C->dk);
+        free(x);
+    } else {
+        static const int16_t ext[] = { 32639, -32639, 128, -128, 127,
+                                       -127, 32512, -32512, 0, 32383 };
+
+        for (size_t i = 0; i < n; i++) {
+            int16_t v = rnd() % 3 == 0 ? (int16_t) (rnd() % 65279 - 32639)
+                        : ext[rnd() % (sizeof(ext) / sizeof(ext[0]))];
+
+            /* some groups all at one extreme */
+            if ((i / 256) % 5 == 2) {
+                v = (i / 256) % 2 ? 32639 : -32639;
+            }
+            C->c[i] = v;
+            C->ck[i] = v;
+        }
+        for (size_t b = 0; b < n / 32; b++) {
+            C->d[b] = b % 9 == 4 ? 0 : (float) (1 + b % 3) * 1e-3f;
+        }
+        for (size_t b = 0; b < n / 256; b++) {
+            C->dk[b] = (float) (1 + b % 4) * 1e-4f;
+        }
+    }
+    codes_split(C, n_tok, cols);
+    return 0;
+}
+
+
+static float
+hsum8_s(const float *v)
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+
+/* the scalar reference: one row and one token (the contract) */
+static float
+ref_row(ggml_type t, const uint8_t *row, int64_t cols, const codes16 *C,
+        int tk)
+{
+    int64_t qk = nalar_quant_block(t), nb = cols / qk;
+    float   acc[8] = { 0 }, mn = 0;
+    qinfo   qi = { 0, 0, 0, 0 };
+
+    (void) qinfo_of(t, &qi);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = row + b * qi.bytes;
+        const int8_t  *xp[2];
+        qblock         B;
+        int64_t        L[2][8] = { { 0 } };
+        int64_t        I[2] = { 0, 0 };
+        float          s, s2 = 0;
+
+        xp[0] = (qk == 32 ? C->qh : C->kh) + tk * cols + b * qk;
+        xp[1] = (qk == 32 ? C->ql : C->kl) + tk * cols + b * qk;
+        decode_q_scalar(t, p, &B);
+        for (int pl = 0; pl < 2; pl++) {
+            for (int i = 0; i < qk; i++) {
+                int m = (i % 32) / 4, sc = 1, q = B.q[i], mm;
+
+                if (t == GGML_Q4_K || t == GGML_Q5_K) {
+                    k4_scale_min(p + 4, i / 32, &sc, &mm);
+                } else if (t == GGML_Q6_K) {
+                    sc = (int8_t) p[192 + i / 16];
+                    q += 32;
+                }
+                L[pl][m] += (int64_t) sc * q * xp[pl][i];
+            }
+            if (t == GGML_Q4_K || t == GGML_Q5_K) {
+                for (int j = 0; j < 8; j++) {
+                    int sc, m, xs = 0;
+
+                    k4_scale_min(p + 4, j, &sc, &m);
+                    for (int i = 0; i < 32; i++) {
+                        xs += xp[pl][32 * j + i];
+                    }
+                    I[pl] += (int64_t) m * xs;
+                }
+            } else if (t == GGML_Q6_K) {
+                for (int j = 0; j < 16; j++) {
+                    int xs = 0;
+
+                    for (int i = 0; i < 16; i++) {
+                        xs += xp[pl][16 * j + i];
+                    }
+                    I[pl] += 32 * (int64_t) (int8_t) p[192 + j] * xs;
+                }
+            }
+        }
+        switch (t) {
+        case GGML_Q8_0:
+        case GGML_Q4_0:
+            s = f16_at(p) * C->d[tk * nb + b];
+            break;
+        case GGML_Q4_K:
+        case GGML_Q5_K:
+            s = f16_at(p) * C->dk[tk * nb + b];
+            s2 = f16_at(p + 2) * C->dk[tk * nb + b];
+            break;
+        default:
+            s = f16_at(p + 208) * C->dk[tk * nb + b];
+            s2 = s;
+            break;
+        }
+        for (int m = 0; m < 8; m++) {
+            float v;
+
+            if (t == GGML_Q6_K) {
+                v = fmaf(256.0f, (float) (int32_t) L[0][m],
+                         (float) (int32_t) L[1][m]);
+            } else {
+                v = (float) (int32_t) (256 * L[0][m] + L[1][m]);
+            }
+            acc[m] = fmaf(s, v, acc[m]);
+        }
+        if (t == GGML_Q4_K || t == GGML_Q5_K) {
+            mn = fmaf(s2, (float) (int32_t) (256 * I[0] + I[1]), mn);
+        } else if (t == GGML_Q6_K) {
+            mn = fmaf(s2, fmaf(256.0f, (float) (int32_t) I[0],
+                               (float) (int32_t) I[1]), mn);
+        }
+    }
+    return hsum8_s(acc) - mn;
+}
+
+
+/* tokens s .. s + n - 1 of the codes, as codes of n tokens */
+static nalar_xq16
+window(const nalar_xq16 *x, int s, int64_t cols)
+{
+    nalar_xq16 v = *x;
+    nalar_xq8 *p[2] = { &v.hi, &v.lo };
+
+    for (int i = 0; i < 2; i++) {
+        p[i]->q += s * cols;
+        p[i]->d += s * (cols / 32);
+        p[i]->qk += s * cols;
+        p[i]->dk += s * (cols / 256);
+        p[i]->bs += s * (cols / 16);
+    }
+    return v;
+}
+
+
+/* the tiles against the scalar reference (see the file's top); cols a
+ * multiple of 256 */
+static void
+check_tiles(ggml_type t, int kind, int ckind)
+{
+    const char *tn = ggml_type_name(t);
+    int64_t     cols = 512, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int64_t     rows = 2 * nalar_quant_x8_tile_rows(t, cols) + 3;
+    int64_t     ra = 5, rb = rows - 7;
+    int         n_max = 40, isa_max = nalar_quant_q8_isa_max();
+    uint8_t    *w = matrix(t, rows, cols, kind);
+    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
+                                                                    cols));
+    float      *ref = malloc((size_t) (n_max * rows) * sizeof(float));
+    float      *y = malloc((size_t) (n_max * rows) * sizeof(float));
+    codes16     C;
+    const char *wk = kind == 0 ? "quantized rows" : kind == 1
+                     ? "extreme blocks" : "largest codes";
+
+    if (codes_make(&C, n_max, cols, ckind) != 0) {
+        ok(0, "%s tiles: out of memory", tn);
+        free(w); free(il); free(ref); free(y);
+        return;
+    }
+    if (w == NULL || il == NULL || ref == NULL || y == NULL) {
+        ok(0, "%s tiles: out of memory", tn);
+        goto out;
+    }
+    nalar_quant_interleave(t, w, rows, cols, il);
+    for (int tk = 0; tk < n_max; tk++) {
+        for (int64_t r = 0; r < rows; r++) {
+            ref[tk * rows + r] = ref_row(t, w + r * rs, cols, &C, tk);
+        }
+    }
+    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
+        int bad = 0, ran = 0;
+
+        for (int n = 1; n <= n_max; n++) {
+            int        s = (n * 5) % (n_max - n + 1);
+            nalar_xq16 v = window(&C.x, s, cols);
+
+            for (int i = 0; i < n * rows; i++) {
+                y[i] = 1.0f;
+            }
+            ran += nalar_quant_x16_tiles(t, isa, n % 2 ? il : w, rs, n % 2,
+                                         cols, &v, n, y, (int) rows, 0, rows,
+                                         0) == 0;
+            for (int i = 0; i < n * rows; i++) {
+                if (memcmp(&y[i], &ref[s * rows + i], sizeof(float)) != 0
+                    && bad++ == 0)
+                {
+                    diag("%s isa %d n %d tok %d row %d: %a, want %a", tn,
+                         isa, n, (int) (i / rows), (int) (i % rows), y[i],
+                         ref[s * rows + i]);
+                }
+            }
+
+            /* rows [ra, rb) added into y; the others untouched */
+            for (int i = 0; i < n * rows; i++) {
+                y[i] = (float) (i % 7) - 3.0f;
+            }
+            ran += nalar_quant_x16_tiles(t, isa, il, rs, 1, cols, &v, n, y,
+                                         (int) rows, ra, rb, 1) == 0;
+            for (int k = 0; k < n; k++) {
+                for (int64_t r = 0; r < rows; r++) {
+                    int64_t i = k * rows + r;
+                    float   want = (float) (i % 7) - 3.0f;
+
+                    if (r >= ra && r < rb) {
+                        want = want + ref[(s + k) * rows + r];
+                    }
+                    bad += memcmp(&y[i], &want, sizeof(float)) != 0;
+                }
+            }
+        }
+        ok(bad == 0 && ran == 2 * n_max, "%s %s, %s codes, %lld rows: the "
+           "%s tiles of 1 .. %d tokens give the scalar reference's bits, "
+           "over whole and ragged row ranges, interleaved or not (%d bad, "
+           "%d of %d ran)", tn, wk, ckind ? "extreme" : "quantized",
+           (long long) rows, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2",
+           n_max, bad, ran, 2 * n_max);
+    }
+out:
+    codes_free(&C);
+    free(w);
+    free(il);
+    free(ref);
+    free(y);
+}
+
+
+int
+main(void)
+{
+    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+
+    diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        for (int kind = 0; kind < 3; kind++) {
+            for (int ckind = 0; ckind < 2; ckind++) {
+                check_tiles(types[i], kind, ckind);
+            }
+        }
+    }
+    return done_testing();
+}
