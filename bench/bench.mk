@@ -56,3 +56,10 @@ build/bench/lora_diff: bench/lora_diff.c build/libnalar.a $(wildcard src/*.h) \
                        $(wildcard kernels/cpu/*.h)
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) bench/lora_diff.c build/libnalar.a -o $@ $(LDLIBS)
+
+# The tiles' products alone, 8-bit against 16-bit (bench/README: the tiles)
+build/bench/tiles: bench/tiles.c build/libnalar.a $(wildcard src/*.h) \
+                   $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/tiles.c build/libnalar.a \
+	    -o $@ $(LDLIBS)

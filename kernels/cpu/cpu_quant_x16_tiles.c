@@ -10,11 +10,12 @@
  *     lanes with plane p's codes: the lanes of the full 16-bit codes
  *     c = 256 hi + lo, exact in int32.  So these tiles multiply the full
  *     codes: per call, each token's codes are rebuilt once as int16 (the
- *     tile codes, below), and a group of 32 weights is two vpdpwssd
- *     (AVX2: vpmaddwd) per token, against the weights decoded once per
- *     block and row into int16 words (times the group's scale for
- *     Q4_K/Q5_K), where the two planes would take two byte products and
- *     two word products.
+ *     tile codes, below), and a group of 32 weights is one 512-bit
+ *     vpdpwssd per token on VNNI (Q4_K/Q5_K; two 256-bit vpmaddwd for
+ *     Q8_0/Q4_0 and on AVX2), against the weights decoded once per block
+ *     and row into int16 words (times the group's scale for Q4_K/Q5_K),
+ *     where the two planes would take two byte products and two word
+ *     products.
  *   Q6_K: L_hi and L_lo apart (their sum can pass 2^31), each as the
  *     8-bit tiles make their L (vpmaddubsw of the unsigned codes with the
  *     plane's bytes, then vpdpwssd by the scales), and
@@ -200,6 +201,7 @@ typedef void xt_tile_fn(const uint8_t *row, int il, int64_t nb,
 #define XT(name) xt_avx2_##name
 #define XT_TGT T_AVX2
 #define XT_NMAX 4
+#define XT_WIDE 0
 #define XT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
 #define XT_DOT_U(L, u, s, c)                                                \
     _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c))
@@ -209,11 +211,14 @@ typedef void xt_tile_fn(const uint8_t *row, int il, int64_t nb,
 #undef XT_NMAX
 #undef XT_MADD
 #undef XT_DOT_U
+#undef XT_WIDE
 
-/* AVX-512 VNNI on 256-bit vectors: vpdpwssd multiplies and adds */
+/* AVX-512 VNNI: vpdpwssd multiplies and adds; Q4_K/Q5_K's groups in
+ * 512-bit steps (XT_WIDE) */
 #define XT(name) xt_vnni_##name
 #define XT_TGT T_VNNI
 #define XT_NMAX 8
+#define XT_WIDE 1
 #define XT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
 #define XT_DOT_U(L, u, s, c)                                                \
     _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), c)
@@ -223,6 +228,7 @@ typedef void xt_tile_fn(const uint8_t *row, int il, int64_t nb,
 #undef XT_NMAX
 #undef XT_MADD
 #undef XT_DOT_U
+#undef XT_WIDE
 
 
 /* the first token of tile i of nt over n tokens (even shares) */
