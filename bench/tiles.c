@@ -17,7 +17,9 @@
 #include "cpu_quant_x16_tiles.h"
 #include "gguf.h"
 
+#ifndef ROWS
 #define ROWS   1024
+#endif
 #ifndef COLS
 #define COLS   2048
 #endif

@@ -61,13 +61,15 @@
 #define XT_PF 16                     /* rows ahead the first tile fetches */
 
 
+/* measured (bench/tiles.c): Q6_K's 3N accumulators (L_hi, L_lo, acc)
+ * take VNNI's 32 registers at 6 tokens; AVX2's 16 hold 4 of every type */
 int
 nalar_quant_x16_tile_max(ggml_type t, int isa)
 {
     if (isa == NALAR_ISA_VNNI) {
         return t == GGML_Q6_K ? 6 : 8;
     }
-    return t == GGML_Q6_K ? 3 : 4;
+    return 4;
 }
 
 

@@ -308,11 +308,10 @@ XT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
 #pragma GCC unroll 8
         for (int k = 0; k < N; k++) {
             const uint8_t *xk = xa + k * xs + 64 * b;
-            __m256i        L = _mm256_add_epi32(
+            __m256i        L = XT_MADD(
                 _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *) xk),
                                   wa),
-                _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)
-                                                     (xk + 32)), wb));
+                _mm256_loadu_si256((const __m256i *) (xk + 32)), wb);
 
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]),
                                      _mm256_cvtepi32_ps(L), acc[k]);
