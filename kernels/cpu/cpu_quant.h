@@ -179,6 +179,39 @@ int nalar_quant_q8_isa_max(void);
 int nalar_quant_q8_isa(void);
 void nalar_quant_q8_force(int isa);
 
+/*
+ * 16-bit activations (an engine's opt-in mode, cpu_quant_x16.c): each
+ * token's x rounded to 16-bit codes in the groups of the 8-bit codes
+ * (per 32 and per 256), d = max |x| / 32639, codes round(x / d) in
+ * [-32639, 32639], each split into two signed bytes, code = 256 * hi +
+ * lo (hi in [-127, 127], lo in [-128, 127]), kept as two planes laid out
+ * exactly as nalar_xq8's codes; the products are two 8-bit products per
+ * block sharing the weights' decode, combined in integer (or, Q6_K, one
+ * float fma), and every path gives the same bits (cpu_quant_x16.c).
+ */
+typedef struct {
+    nalar_xq8 hi;   /* the codes' high bytes: q, qk, and bs their sums of
+                       16; d and dk the 16-bit codes' scales */
+    nalar_xq8 lo;   /* the low bytes, with their own sums; d and dk the
+                       same arrays as hi's */
+} nalar_xq16;
+
+/* bytes nalar_quant_x16 takes for n_tok tokens of cols (a multiple of
+ * 32) */
+int64_t nalar_quant_x16_bytes(int n_tok, int64_t cols);
+
+/* the 16-bit codes of x (n_tok rows, ldx floats apart) into buf (any
+ * alignment, nalar_quant_x16_bytes long), described by *x16 */
+void nalar_quant_x16(const float *x, int n_tok, int ldx, int64_t cols,
+                     void *buf, nalar_xq16 *x16);
+
+/* nalar_quant_matmul from x's 16-bit codes (nalar_quant_x16); a row of
+ * cols weights of t takes them where nalar_quant_x8_fits */
+void nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
+                            int il, int64_t cols, const nalar_xq16 *x16,
+                            int n_tok, float *y, int ldy, int64_t r0,
+                            int64_t r1, int accumulate);
+
 /* x's int16 codes for n_tok tokens of cols floats (cols a multiple of
  * 32): as nalar_quant_matmul_i16 makes them from x; with 8-bit
  * activations, x8 holds the 8-bit codes instead (x8.cols != 0) */

@@ -124,35 +124,6 @@ x8_groups(const float *x, int64_t n, int g, int8_t *q, float *d)
 }
 
 
-/* the sums of each 16 of n codes */
-static void
-x8_sums16(const int8_t *c, int64_t n, int32_t *s)
-{
-    int64_t j = 0;
-
-#if defined(__AVX2__)
-    for (; 16 * j + 32 <= n; j += 2) {
-        __m256i v = _mm256_loadu_si256((const __m256i *) (c + 16 * j));
-
-        v = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
-                              _mm256_set1_epi16(1));
-        v = _mm256_hadd_epi32(v, v);
-        v = _mm256_hadd_epi32(v, v);
-        s[j] = _mm256_cvtsi256_si32(v);
-        s[j + 1] = _mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
-    }
-#endif
-    for (; j < n / 16; j++) {
-        int32_t sum = 0;
-
-        for (int i = 0; i < 16; i++) {
-            sum += c[16 * j + i];
-        }
-        s[j] = sum;
-    }
-}
-
-
 int64_t
 nalar_quant_x8_bytes(int n_tok, int64_t cols)
 {
@@ -199,7 +170,7 @@ nalar_quant_x8(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
             int32_t *s = bs + t * (cols / 16);
 
             x8_groups(xt, cols, QK_K, c, dk + t * (cols / QK_K));
-            x8_sums16(c, cols, s);
+            q8_sums16(c, cols, s);
         }
     }
     x8->q = q;
@@ -236,89 +207,8 @@ blk(const uint8_t *row, int il, int64_t qk, int64_t bytes, int64_t b)
 }
 
 
-static inline float
-hsum8_s(const float *v)
-{
-    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
-
-/* Q4_K/Q5_K integer min term of a block: sum_j m_j * (x's 32 codes) */
-static inline int32_t
-k4_min_term(const uint8_t *p, const int32_t *bs)
-{
-    int32_t I = 0;
-
-    for (int j = 0; j < 8; j++) {
-        int sc, m;
-
-        k4_scale_min(p + 4, j, &sc, &m);
-        I += m * (bs[2 * j] + bs[2 * j + 1]);
-    }
-    return I;
-}
-
-
-/* Q6_K integer min term: 32 * sum_j sc_j * (x's 16 codes) */
-static inline int32_t
-k6_min_term(const uint8_t *p, const int32_t *bs)
-{
-    int32_t I = 0;
-
-    for (int j = 0; j < 16; j++) {
-        I += (int8_t) p[192 + j] * bs[j];
-    }
-    return 32 * I;
-}
-
-
 /* ------------------------------------------------------------------ */
 /* scalar reference                                                     */
-
-
-/* the block's codes as the lanes read them: signed for Q8_0/Q4_0,
- * unsigned for the K-quants (decode_q_scalar's, with Q6_K's -32 taken
- * back: this path subtracts it in k6_min_term); and the per-32-group
- * scale of each lane (sc[G * 8 + m]; 1 for Q8_0/Q4_0) */
-static void
-scalar_codes(ggml_type t, const uint8_t *p, int *w, int *sc)
-{
-    qblock B;
-    qinfo  qi = { 0, 0, 0, 0 };
-    int    off = t == GGML_Q6_K ? 32 : 0;
-
-    (void) qinfo_of(t, &qi);
-    decode_q_scalar(t, p, &B);
-    for (int i = 0; i < qi.qk; i++) {
-        w[i] = B.q[i] + off;
-    }
-    switch (t) {
-    case GGML_Q8_0:
-    case GGML_Q4_0:
-        for (int m = 0; m < 8; m++) {
-            sc[m] = 1;
-        }
-        return;
-    case GGML_Q4_K:
-    case GGML_Q5_K:
-        for (int G = 0; G < 8; G++) {
-            int s, mn;
-
-            k4_scale_min(p + 4, G, &s, &mn);
-            for (int m = 0; m < 8; m++) {
-                sc[G * 8 + m] = s;
-            }
-        }
-        return;
-    default:    /* GGML_Q6_K */
-        for (int G = 0; G < 8; G++) {
-            for (int m = 0; m < 8; m++) {
-                sc[G * 8 + m] = (int8_t) p[192 + (32 * G + 4 * m) / 16];
-            }
-        }
-        return;
-    }
-}
 
 
 static float
@@ -337,17 +227,8 @@ row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
         float          s, s2 = 0;
         int32_t        I = 0;
 
-        scalar_codes(t, p, w, sc);
-        for (int G = 0; G < qi.qk / 32; G++) {
-            for (int m = 0; m < 8; m++) {
-                int32_t v = 0;
-
-                for (int k = 0; k < 4; k++) {
-                    v += w[32 * G + 4 * m + k] * xq[32 * G + 4 * m + k];
-                }
-                L[m] += sc[G * 8 + m] * v;
-            }
-        }
+        q8_scalar_codes(t, p, w, sc);
+        q8_scalar_lanes(qi.qk, w, sc, xq, L);
         switch (t) {
         case GGML_Q8_0:
         case GGML_Q4_0:
@@ -357,12 +238,12 @@ row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
         case GGML_Q5_K:
             s = f16_at(p) * x->d[b];
             s2 = f16_at(p + 2) * x->d[b];
-            I = k4_min_term(p, x->bs + 16 * b);
+            I = q8_k4_min_term(p, x->bs + 16 * b);
             break;
         default:
             s = f16_at(p + 208) * x->d[b];
             s2 = s;
-            I = k6_min_term(p, x->bs + 16 * b);
+            I = q8_k6_min_term(p, x->bs + 16 * b);
             break;
         }
         for (int m = 0; m < 8; m++) {
@@ -372,7 +253,7 @@ row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
             mn = fmaf(s2, (float) I, mn);
         }
     }
-    return hsum8_s(acc) - mn;
+    return q8_hsum8_s(acc) - mn;
 }
 
 

@@ -4,7 +4,9 @@
  * share: their instruction-set attributes, the contract's hsum8, the walk
  * from block to block of a row (plain or interleaved), the prefetch of a
  * block, the signed codes of a Q8_0/Q4_0 block and a Q4_K/Q5_K block's
- * scales.  One definition each, so the three keep the same arithmetic
+ * scales; and the scalar reference's pieces (a block's codes, lanes and
+ * integer min terms, hsum8, x's sums of 16 codes), which the 16-bit
+ * activations' reference (cpu_quant_x16.c) takes per plane.  One definition each, so the three keep the same arithmetic
  * (cpu_quant_q8.c's exactness contract).  Internal to the CPU kernels.
  */
 #ifndef NALAR_CPU_QUANT_Q8_SIMD_H
@@ -13,6 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
@@ -52,6 +58,140 @@ q8_k4_scales(const uint8_t *p, uint8_t *sc)
     v[3] = ((w2 >> 4) & 0x0f0f0f0f) | ((w1 >> 2) & 0x30303030);
     memcpy(sc, v, 16);
 }
+
+
+/* the contract's hsum8 of 8 floats */
+static inline float
+q8_hsum8_s(const float *v)
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+
+/* Q4_K/Q5_K integer min term of a block: sum_j m_j * (x's 32 codes) */
+static inline int32_t
+q8_k4_min_term(const uint8_t *p, const int32_t *bs)
+{
+    int32_t I = 0;
+
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+
+        k4_scale_min(p + 4, j, &sc, &m);
+        I += m * (bs[2 * j] + bs[2 * j + 1]);
+    }
+    return I;
+}
+
+
+/* Q6_K integer min term: 32 * sum_j sc_j * (x's 16 codes) */
+static inline int32_t
+q8_k6_min_term(const uint8_t *p, const int32_t *bs)
+{
+    int32_t I = 0;
+
+    for (int j = 0; j < 16; j++) {
+        I += (int8_t) p[192 + j] * bs[j];
+    }
+    return 32 * I;
+}
+
+
+/* the block's codes as the lanes read them: signed for Q8_0/Q4_0,
+ * unsigned for the K-quants (decode_q_scalar's, with Q6_K's -32 taken
+ * back: the min term q8_k6_min_term subtracts it); and the per-32-group
+ * scale of each lane (sc[G * 8 + m]; 1 for Q8_0/Q4_0) */
+static inline void
+q8_scalar_codes(ggml_type t, const uint8_t *p, int *w, int *sc)
+{
+    qblock B;
+    qinfo  qi = { 0, 0, 0, 0 };
+    int    off = t == GGML_Q6_K ? 32 : 0;
+
+    (void) qinfo_of(t, &qi);
+    decode_q_scalar(t, p, &B);
+    for (int i = 0; i < qi.qk; i++) {
+        w[i] = B.q[i] + off;
+    }
+    switch (t) {
+    case GGML_Q8_0:
+    case GGML_Q4_0:
+        for (int m = 0; m < 8; m++) {
+            sc[m] = 1;
+        }
+        return;
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        for (int G = 0; G < 8; G++) {
+            int s, mn;
+
+            k4_scale_min(p + 4, G, &s, &mn);
+            for (int m = 0; m < 8; m++) {
+                sc[G * 8 + m] = s;
+            }
+        }
+        return;
+    default:    /* GGML_Q6_K */
+        for (int G = 0; G < 8; G++) {
+            for (int m = 0; m < 8; m++) {
+                sc[G * 8 + m] = (int8_t) p[192 + (32 * G + 4 * m) / 16];
+            }
+        }
+        return;
+    }
+}
+
+
+/* a block's eight int32 lanes L[m] (the contract's, cpu_quant_q8.c) from
+ * its codes w and lane scales sc (q8_scalar_codes) and x's qk codes xq */
+static inline void
+q8_scalar_lanes(int qk, const int *w, const int *sc, const int8_t *xq,
+                int32_t *L)
+{
+    for (int m = 0; m < 8; m++) {
+        L[m] = 0;
+    }
+    for (int G = 0; G < qk / 32; G++) {
+        for (int m = 0; m < 8; m++) {
+            int32_t v = 0;
+
+            for (int k = 0; k < 4; k++) {
+                v += w[32 * G + 4 * m + k] * xq[32 * G + 4 * m + k];
+            }
+            L[m] += sc[G * 8 + m] * v;
+        }
+    }
+}
+
+
+/* the sums of each 16 of n codes */
+static inline void
+q8_sums16(const int8_t *c, int64_t n, int32_t *s)
+{
+    int64_t j = 0;
+
+#if defined(__AVX2__)
+    for (; 16 * j + 32 <= n; j += 2) {
+        __m256i v = _mm256_loadu_si256((const __m256i *) (c + 16 * j));
+
+        v = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
+                              _mm256_set1_epi16(1));
+        v = _mm256_hadd_epi32(v, v);
+        v = _mm256_hadd_epi32(v, v);
+        s[j] = _mm256_cvtsi256_si32(v);
+        s[j + 1] = _mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
+    }
+#endif
+    for (; j < n / 16; j++) {
+        int32_t sum = 0;
+
+        for (int i = 0; i < 16; i++) {
+            sum += c[16 * j + i];
+        }
+        s[j] = sum;
+    }
+}
+
 
 
 #if defined(__x86_64__) && defined(__GNUC__)
