@@ -51,6 +51,7 @@
 #include "cpu_quant_blocks.h"
 #include "cpu_quant_q8_simd.h"
 #include "cpu_quant_x16.h"
+#include "cpu_quant_x16_tiles.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -352,11 +353,18 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
 {
     int isa = nalar_quant_q8_isa();
 
-    /* one token: four rows at a time (cpu_quant_x16_rows.c); else, or
-     * where those cannot run, the scalar reference: the same bits */
+    /* one token: four rows at a time (cpu_quant_x16_rows.c); two or
+     * more: the tiles (cpu_quant_x16_tiles.c); else, or where those
+     * cannot run, the scalar reference: the same bits */
     if (n_tok == 1
         && nalar_quant_x16_rows(t, isa, w, wstride, il, cols, x16, y, r0,
                                 r1, accumulate) == 0)
+    {
+        return;
+    }
+    if (n_tok > 1
+        && nalar_quant_x16_tiles(t, isa, w, wstride, il, cols, x16, n_tok, y,
+                                 ldy, r0, r1, accumulate) == 0)
     {
         return;
     }

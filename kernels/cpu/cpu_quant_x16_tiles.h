@@ -1,11 +1,11 @@
 /*
  * The 16-bit activations' products of two tokens or more, in tiles
- * (cpu_quant_x16_tiles.c), for the i16 mode's dispatch.  Internal to the
- * CPU kernels and their tests.
+ * (cpu_quant_x16_tiles.c), for nalar_quant_matmul_x16 (cpu_quant_x16.c).
+ * Internal to those two files and their tests.
  *
  * Each (row, token) output is the scalar reference's bits for that token
- * (the exactness contract of the 16-bit codes split into two planes: the
- * same integers per block, the same float operations in the same order),
+ * (the exactness contract at the top of cpu_quant_x16.c: the same
+ * integers per block, the same float operations in the same order),
  * whatever the tile a token falls in.
  */
 #ifndef NALAR_CPU_QUANT_X16_TILES_H
@@ -15,13 +15,6 @@
 
 #include "cpu_quant.h"
 
-/* (until the 16-bit codes' own type is in cpu_quant.h) x's codes split in
- * two planes, hi = (code + 128) >> 8 and lo = code - 256 hi, each laid out
- * as the 8-bit codes (q, qk, bs); d and dk the 16-bit codes' scales, the
- * same in both */
-typedef struct {
-    nalar_xq8 hi, lo;
-} nalar_xq16;
 
 /* the most tokens of one tile of type t on isa (NALAR_ISA_AVX2 or
  * _VNNI) */

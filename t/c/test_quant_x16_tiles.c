@@ -2,20 +2,22 @@
  * The 16-bit mode's tiles (cpu_quant_x16_tiles.c), for Q8_0, Q4_0, Q4_K,
  * Q5_K and Q6_K, on each instruction set this CPU has: every window of
  * 1 .. 40 tokens (tiles of each width, ragged ones), rows over two row
- * groups and a ragged third, a ragged row range added into y,
- * interleaved rows, each output the scalar reference's bits; on random
- * blocks from the quantizer and on random bytes with extreme scales and
- * mins, against x's codes from the quantizer and against codes made up
- * at the extremes (+-32639, planes' bytes at -128 and +-127, zero
- * groups).
+ * groups and a ragged third, a ragged row range added into y, both
+ * weight layouts, the tiles called alone and through
+ * nalar_quant_matmul_x16: each output the scalar reference's bits
+ * (nalar_quant_x16_scalar).  Weights: random blocks from the quantizer,
+ * random bytes with extreme f16 scales and mins, and every code, 6-bit
+ * scale and min at its largest magnitude; x: codes from nalar_quant_x16,
+ * and codes made up at the extremes (+-32639, planes' bytes at -128 and
+ * +-127, groups all at one extreme, zero scales).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_quant.h"
-#include "cpu_quant_blocks.h"
 #include "cpu_quant_q8_tiles.h"
+#include "cpu_quant_x16.h"
 #include "cpu_quant_x16_tiles.h"
 #include "fp16.h"
 #include "gguf.h"
@@ -126,11 +128,13 @@ matrix(ggml_type t, int64_t rows, int64_t cols, int kind)
 /* x's 16-bit codes and the scalar reference (the contract's operations) */
 
 
+/* x's codes: nalar_quant_x16's in buf, or made up in the other fields */
 typedef struct {
-    int8_t  *qh, *ql, *kh, *kl;     /* planes, per 32 and per 256 */
-    float   *d, *dk;
-    int32_t *bh, *bl;               /* each plane's sums of 16 (per 256) */
-    int16_t *c, *ck;                /* the full codes */
+    int8_t    *qh, *ql, *kh, *kl;   /* planes, per 32 and per 256 */
+    float     *d, *dk;
+    int32_t   *bh, *bl;             /* each plane's sums of 16 (per 256) */
+    int16_t   *c;                   /* the full codes */
+    void      *buf;
     nalar_xq16 x;
 } codes16;
 
@@ -140,7 +144,7 @@ codes_free(codes16 *C)
 {
     free(C->qh); free(C->ql); free(C->kh); free(C->kl);
     free(C->d); free(C->dk); free(C->bh); free(C->bl);
-    free(C->c); free(C->ck);
+    free(C->c); free(C->buf);
 }
 
 
@@ -149,12 +153,12 @@ static void
 codes_split(codes16 *C, int n_tok, int64_t cols)
 {
     for (int64_t i = 0; i < n_tok * cols; i++) {
-        int hi = (C->c[i] + 128) >> 8, hk = (C->ck[i] + 128) >> 8;
+        int hi = (C->c[i] + 128) >> 8;
 
         C->qh[i] = (int8_t) hi;
         C->ql[i] = (int8_t) (C->c[i] - 256 * hi);
-        C->kh[i] = (int8_t) hk;
-        C->kl[i] = (int8_t) (C->ck[i] - 256 * hk);
+        C->kh[i] = C->qh[i];
+        C->kl[i] = C->ql[i];
     }
     for (int64_t j = 0; j < n_tok * cols / 16; j++) {
         int32_t sh = 0, sl = 0;
@@ -171,57 +175,22 @@ codes_split(codes16 *C, int n_tok, int64_t cols)
 }
 
 
-/* the codes of x per g: d = amax / 32639, round to nearest even */
-static void
-codes_group(const float *x, int64_t n, int g, int16_t *c, float *d)
-{
-    for (int64_t b = 0; b < n / g; b++) {
-        float amax = 0, id;
-
-        for (int i = 0; i < g; i++) {
-            float a = fabsf(x[b * g + i]);
-
-            amax = a > amax ? a : amax;
-        }
-        d[b] = amax / 32639.0f;
-        id = amax > 0 ? 32639.0f / amax : 0;
-        for (int i = 0; i < g; i++) {
-            long v = lrintf(x[b * g + i] * id);
-
-            c[b * g + i] = (int16_t) (v < -32639 ? -32639
-                                      : v > 32639 ? 32639 : v);
-        }
-    }
-}
-
-
-/* x's codes: from activations (kind 0: random, some groups zero, some
- * large), or made up at the extremes (kind 1) */
+/* x's codes: from activations by nalar_quant_x16 (kind 0: random, some
+ * groups zero, some large), or made up at the extremes (kind 1: codes
+ * +-32639, planes' bytes at -128 and +-127, groups all at one extreme,
+ * scales zero) */
 static int
 codes_make(codes16 *C, int n_tok, int64_t cols, int kind)
 {
     size_t n = (size_t) (n_tok * cols);
 
     memset(C, 0, sizeof(*C));
-    C->qh = malloc(n); C->ql = malloc(n); C->kh = malloc(n);
-    C->kl = malloc(n);
-    C->d = malloc(n / 32 * sizeof(float));
-    C->dk = malloc(n / 256 * sizeof(float));
-    C->bh = malloc(n / 16 * sizeof(int32_t));
-    C->bl = malloc(n / 16 * sizeof(int32_t));
-    C->c = malloc(n * sizeof(int16_t));
-    C->ck = malloc(n * sizeof(int16_t));
-    if (C->qh == NULL || C->ql == NULL || C->kh == NULL || C->kl == NULL
-        || C->d == NULL || C->dk == NULL || C->bh == NULL || C->bl == NULL
-        || C->c == NULL || C->ck == NULL)
-    {
-        codes_free(C);
-        return -1;
-    }
     if (kind == 0) {
         float *x = malloc(n * sizeof(float));
 
-        if (x == NULL) {
+        C->buf = malloc((size_t) nalar_quant_x16_bytes(n_tok, cols));
+        if (x == NULL || C->buf == NULL) {
+            free(x);
             codes_free(C);
             return -1;
         }
@@ -231,131 +200,44 @@ codes_make(codes16 *C, int n_tok, int64_t cols, int kind)
                 x[i] = 0;
             }
         }
-        codes_group(x, (int64_t) n, 32, C->c, C->d);
-        codes_group(x, (int64_t) n, 256, C->ck, C->dk);
+        nalar_quant_x16(x, n_tok, (int) cols, cols, C->buf, &C->x);
         free(x);
-    } else {
+        return 0;
+    }
+    C->qh = malloc(n); C->ql = malloc(n); C->kh = malloc(n);
+    C->kl = malloc(n);
+    C->d = malloc(n / 32 * sizeof(float));
+    C->dk = malloc(n / 256 * sizeof(float));
+    C->bh = malloc(n / 16 * sizeof(int32_t));
+    C->bl = malloc(n / 16 * sizeof(int32_t));
+    C->c = malloc(n * sizeof(int16_t));
+    if (C->qh == NULL || C->ql == NULL || C->kh == NULL || C->kl == NULL
+        || C->d == NULL || C->dk == NULL || C->bh == NULL || C->bl == NULL
+        || C->c == NULL)
+    {
+        codes_free(C);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
         static const int16_t ext[] = { 32639, -32639, 128, -128, 127,
                                        -127, 32512, -32512, 0, 32383 };
+        int16_t v = rnd() % 3 == 0 ? (int16_t) (rnd() % 65279 - 32639)
+                    : ext[rnd() % (sizeof(ext) / sizeof(ext[0]))];
 
-        for (size_t i = 0; i < n; i++) {
-            int16_t v = rnd() % 3 == 0 ? (int16_t) (rnd() % 65279 - 32639)
-                        : ext[rnd() % (sizeof(ext) / sizeof(ext[0]))];
-
-            /* some groups all at one extreme */
-            if ((i / 256) % 5 == 2) {
-                v = (i / 256) % 2 ? 32639 : -32639;
-            }
-            C->c[i] = v;
-            C->ck[i] = v;
+        /* some groups of 256 all at one extreme */
+        if ((i / 256) % 5 == 2) {
+            v = (i / 256) % 2 ? 32639 : -32639;
         }
-        for (size_t b = 0; b < n / 32; b++) {
-            C->d[b] = b % 9 == 4 ? 0 : (float) (1 + b % 3) * 1e-3f;
-        }
-        for (size_t b = 0; b < n / 256; b++) {
-            C->dk[b] = (float) (1 + b % 4) * 1e-4f;
-        }
+        C->c[i] = v;
+    }
+    for (size_t b = 0; b < n / 32; b++) {
+        C->d[b] = b % 9 == 4 ? 0 : (float) (1 + b % 3) * 1e-3f;
+    }
+    for (size_t b = 0; b < n / 256; b++) {
+        C->dk[b] = b % 7 == 3 ? 0 : (float) (1 + b % 4) * 1e-4f;
     }
     codes_split(C, n_tok, cols);
     return 0;
-}
-
-
-static float
-hsum8_s(const float *v)
-{
-    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
-
-/* the scalar reference: one row and one token (the contract) */
-static float
-ref_row(ggml_type t, const uint8_t *row, int64_t cols, const codes16 *C,
-        int tk)
-{
-    int64_t qk = nalar_quant_block(t), nb = cols / qk;
-    float   acc[8] = { 0 }, mn = 0;
-    qinfo   qi = { 0, 0, 0, 0 };
-
-    (void) qinfo_of(t, &qi);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = row + b * qi.bytes;
-        const int8_t  *xp[2];
-        qblock         B;
-        int64_t        L[2][8] = { { 0 } };
-        int64_t        I[2] = { 0, 0 };
-        float          s, s2 = 0;
-
-        xp[0] = (qk == 32 ? C->qh : C->kh) + tk * cols + b * qk;
-        xp[1] = (qk == 32 ? C->ql : C->kl) + tk * cols + b * qk;
-        decode_q_scalar(t, p, &B);
-        for (int pl = 0; pl < 2; pl++) {
-            for (int i = 0; i < qk; i++) {
-                int m = (i % 32) / 4, sc = 1, q = B.q[i], mm;
-
-                if (t == GGML_Q4_K || t == GGML_Q5_K) {
-                    k4_scale_min(p + 4, i / 32, &sc, &mm);
-                } else if (t == GGML_Q6_K) {
-                    sc = (int8_t) p[192 + i / 16];
-                    q += 32;
-                }
-                L[pl][m] += (int64_t) sc * q * xp[pl][i];
-            }
-            if (t == GGML_Q4_K || t == GGML_Q5_K) {
-                for (int j = 0; j < 8; j++) {
-                    int sc, m, xs = 0;
-
-                    k4_scale_min(p + 4, j, &sc, &m);
-                    for (int i = 0; i < 32; i++) {
-                        xs += xp[pl][32 * j + i];
-                    }
-                    I[pl] += (int64_t) m * xs;
-                }
-            } else if (t == GGML_Q6_K) {
-                for (int j = 0; j < 16; j++) {
-                    int xs = 0;
-
-                    for (int i = 0; i < 16; i++) {
-                        xs += xp[pl][16 * j + i];
-                    }
-                    I[pl] += 32 * (int64_t) (int8_t) p[192 + j] * xs;
-                }
-            }
-        }
-        switch (t) {
-        case GGML_Q8_0:
-        case GGML_Q4_0:
-            s = f16_at(p) * C->d[tk * nb + b];
-            break;
-        case GGML_Q4_K:
-        case GGML_Q5_K:
-            s = f16_at(p) * C->dk[tk * nb + b];
-            s2 = f16_at(p + 2) * C->dk[tk * nb + b];
-            break;
-        default:
-            s = f16_at(p + 208) * C->dk[tk * nb + b];
-            s2 = s;
-            break;
-        }
-        for (int m = 0; m < 8; m++) {
-            float v;
-
-            if (t == GGML_Q6_K) {
-                v = fmaf(256.0f, (float) (int32_t) L[0][m],
-                         (float) (int32_t) L[1][m]);
-            } else {
-                v = (float) (int32_t) (256 * L[0][m] + L[1][m]);
-            }
-            acc[m] = fmaf(s, v, acc[m]);
-        }
-        if (t == GGML_Q4_K || t == GGML_Q5_K) {
-            mn = fmaf(s2, (float) (int32_t) (256 * I[0] + I[1]), mn);
-        } else if (t == GGML_Q6_K) {
-            mn = fmaf(s2, fmaf(256.0f, (float) (int32_t) I[0],
-                               (float) (int32_t) I[1]), mn);
-        }
-    }
-    return hsum8_s(acc) - mn;
 }
 
 
@@ -406,11 +288,8 @@ check_tiles(ggml_type t, int kind, int ckind)
         goto out;
     }
     nalar_quant_interleave(t, w, rows, cols, il);
-    for (int tk = 0; tk < n_max; tk++) {
-        for (int64_t r = 0; r < rows; r++) {
-            ref[tk * rows + r] = ref_row(t, w + r * rs, cols, &C, tk);
-        }
-    }
+    nalar_quant_x16_scalar(t, w, rs, 0, cols, &C.x, n_max, ref, (int) rows,
+                           0, rows, 0);
     for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
         int bad = 0, ran = 0;
 
@@ -434,6 +313,14 @@ check_tiles(ggml_type t, int kind, int ckind)
                 }
             }
 
+            /* through the dispatch, the other layout */
+            nalar_quant_q8_force(isa);
+            nalar_quant_matmul_x16(t, n % 2 ? w : il, rs, 1 - n % 2, cols,
+                                   &v, n, y, (int) rows, 0, rows, 0);
+            nalar_quant_q8_force(-1);
+            bad += memcmp(y, ref + s * rows,
+                          (size_t) (n * rows) * sizeof(float)) != 0;
+
             /* rows [ra, rb) added into y; the others untouched */
             for (int i = 0; i < n * rows; i++) {
                 y[i] = (float) (i % 7) - 3.0f;
@@ -454,7 +341,8 @@ check_tiles(ggml_type t, int kind, int ckind)
         }
         ok(bad == 0 && ran == 2 * n_max, "%s %s, %s codes, %lld rows: the "
            "%s tiles of 1 .. %d tokens give the scalar reference's bits, "
-           "over whole and ragged row ranges, interleaved or not (%d bad, "
+           "alone and through the dispatch, over whole and ragged row "
+           "ranges, interleaved or not (%d bad, "
            "%d of %d ran)", tn, wk, ckind ? "extreme" : "quantized",
            (long long) rows, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2",
            n_max, bad, ran, 2 * n_max);
