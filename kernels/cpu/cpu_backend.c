@@ -60,13 +60,13 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
     if (be->act_i16 && be->xq_cap < be->cap_tok) {
         int64_t bytes = be->act_i16 == NALAR_ACT_Q8
                         ? nalar_quant_x8_bytes(be->cap_tok, c->dim)
-                        : nalar_quant_xq_bytes(be->cap_tok, c->dim);
+                        : nalar_quant_x16_bytes(be->cap_tok, c->dim);
         int     ok = 1;
 
         GROW(be->xq, (int64_t) nth * bytes);
         if (!ok) {
             return nalar_fail(err, "cpu backend: out of memory for %d "
-                              "tokens' int16 codes", be->cap_tok);
+                              "tokens' activation codes", be->cap_tok);
         }
         be->xq_bytes = bytes;
         be->xq_cap = be->cap_tok;

@@ -122,10 +122,10 @@ typedef struct {
                                     16-bit (NALAR_ACT_I16) or 8-bit
                                     (NALAR_ACT_Q8) activations */
     uint8_t       *xq;           /* act_i16: (n_threads, xq_bytes) each
-                                    thread's int16 codes of its xb
-                                    (nalar_quant_xq) or int8 codes
+                                    thread's 16-bit codes of its xb
+                                    (nalar_quant_x16) or 8-bit codes
                                     (nalar_quant_x8), or NULL */
-    int64_t        xq_bytes;     /* nalar_quant_xq_bytes(xq_cap, dim) or
+    int64_t        xq_bytes;     /* nalar_quant_x16_bytes(xq_cap, dim) or
                                     nalar_quant_x8_bytes */
     int32_t        xq_cap;       /* tokens xq holds per thread */
     float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */

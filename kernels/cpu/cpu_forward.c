@@ -182,7 +182,7 @@ final_softcap(cpu_backend *be, int64_t r0, int64_t r1, int64_t lo, int64_t hi)
 
 
 /*
- * With 16-bit activations: the int16 codes of n normalised tokens x (dim
+ * With 16- or 8-bit activations: the codes of n normalised tokens x (dim
  * apart), made once into thread tid's own buffer for the products that
  * read x; NULL (each product then rounds x itself, to the same codes)
  * when none of those takes them (i16 0).
@@ -201,8 +201,8 @@ xb_codes(cpu_backend *be, int tid, const float *x, int n, int i16,
         nalar_quant_x8(x, n, dim, dim, be->xq + tid * be->xq_bytes, &xq->x8);
         return xq;
     }
-    nalar_quant_xq(x, n, dim, dim, be->xq + tid * be->xq_bytes, xq);
-    xq->x8.cols = 0;
+    memset(xq, 0, sizeof(*xq));
+    nalar_quant_x16(x, n, dim, dim, be->xq + tid * be->xq_bytes, &xq->x16);
     return xq;
 }
 

@@ -822,18 +822,22 @@ nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
         int            il;
         const uint8_t *w = quant_blocks(M, &ws, &il);
 
-        if (M->act_i16 != NALAR_ACT_Q8) {
-            nalar_quant_matmul_xq(W->type, w, ws, il, W->cols, xq, n_tok, y,
-                                  ldy, r0, r1, accumulate);
-            return;
-        }
-        /* 8-bit codes made for x's columns (a K-quant needs its per-256
+        const nalar_xq8 *c = M->act_i16 == NALAR_ACT_Q8 ? &xq->x8
+                                                        : &xq->x16.hi;
+
+        /* codes made for x's columns (a K-quant needs its per-256
          * codes); else quant_matmul makes them, to the same bits */
-        if (xq->x8.cols == W->cols && nalar_quant_x8_fits(W->type, W->cols)
-            && (nalar_quant_block(W->type) != 256 || xq->x8.qk != NULL))
+        if (c->cols == W->cols && nalar_quant_x8_fits(W->type, W->cols)
+            && (nalar_quant_block(W->type) != 256 || c->qk != NULL))
         {
-            nalar_quant_matmul_x8(W->type, w, ws, il, W->cols, &xq->x8,
-                                  n_tok, y, ldy, r0, r1, accumulate);
+            if (M->act_i16 == NALAR_ACT_Q8) {
+                nalar_quant_matmul_x8(W->type, w, ws, il, W->cols, &xq->x8,
+                                      n_tok, y, ldy, r0, r1, accumulate);
+            } else {
+                nalar_quant_matmul_x16(W->type, w, ws, il, W->cols,
+                                       &xq->x16, n_tok, y, ldy, r0, r1,
+                                       accumulate);
+            }
             return;
         }
     }

@@ -55,8 +55,8 @@ typedef struct {
                                   blocks interleaved by 4 rows
                                   (nalar_quant_interleave) */
     int              act_i16;  /* a quantized W's activations:
-                                  NALAR_ACT_I16 (1): x rounded to int16
-                                  per 32 (nalar_quant_matmul_i16);
+                                  NALAR_ACT_I16 (1): x's 16-bit codes
+                                  (nalar_quant_matmul_i16);
                                   NALAR_ACT_Q8 (2): x's int8 codes
                                   (nalar_quant_matmul_q8); 0 (init's
                                   default): F32 */
@@ -90,9 +90,9 @@ void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
 int nalar_cpu_mat_i16(const nalar_cpu_mat *M);
 
 /* nalar_cpu_matmul with x's codes made already (xq: x's n_tok tokens,
- * nalar_quant_xq, or nalar_quant_x8 into xq->x8): where M takes those
- * activations it reads them, the bits it would make of x; otherwise, or
- * with xq NULL, x */
+ * nalar_quant_x16 into xq->x16, or nalar_quant_x8 into xq->x8): where M
+ * takes those activations it reads them, the bits it would make of x;
+ * otherwise, or with xq NULL, x */
 void nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
                          const nalar_xq *xq, int n_tok, int ldx, float *y,
                          int ldy, int64_t r0, int64_t r1, int accumulate);

@@ -1203,21 +1203,6 @@ nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride, int il,
 
 
 void
-nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride, int il,
-                       int64_t cols, const float *x, int n_tok, int ldx,
-                       float *y, int ldy, int64_t r0, int64_t r1,
-                       int accumulate)
-{
-    const quant_kernels *k = kernels_of(t);
-
-    if (k != NULL) {
-        k->i16(w, wstride, il, cols, x, ldx, NULL, n_tok, y, ldy, r0, r1,
-               accumulate);
-    }
-}
-
-
-void
 nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride, int il,
                       int64_t cols, const nalar_xq *xq, int n_tok, float *y,
                       int ldy, int64_t r0, int64_t r1, int accumulate)

@@ -223,6 +223,7 @@ typedef struct {
                            0, 2, .., 30, then 1, 3, .., 31 (Q4_K and Q6_K
                            read their weights in that order) */
     nalar_xq8      x8;
+    nalar_xq16     x16;
 } nalar_xq;
 
 /* bytes of memory nalar_quant_xq takes for n_tok tokens of cols */

@@ -8,6 +8,9 @@
  *     double-precision dot product of the dequantized rows;
  *   - batch invariance: every token's outputs have the same bits alone,
  *     in batches of any size and in any split of the rows;
+ *   - 16-bit activations (cpu_quant_x16.c) through the backend's matrix:
+ *     against a double product with x as its codes round it, batch
+ *     invariance, codes made once read as made per call;
  *   - the quantizer's rows dequantize to within the type's error.
  */
 #include <math.h>
@@ -347,20 +350,38 @@ check_i16_invariant(nalar_cpu_mat *M, const float *x, const float *y,
 }
 
 
+/* token tk's 16-bit codes times their scales: x as the 16-bit mode
+ * rounds it for a row of type t (per 32, or per 256 for the K-quants) */
+static void
+x16_rounded(const nalar_xq16 *X, ggml_type t, int64_t cols, int tk,
+            float *xr)
+{
+    int     k = nalar_quant_block(t) == 256;
+    int64_t g = k ? 256 : 32;
+
+    for (int64_t c = 0; c < cols; c++) {
+        int64_t i = tk * cols + c;
+        int32_t code = k ? 256 * X->hi.qk[i] + X->lo.qk[i]
+                         : 256 * X->hi.q[i] + X->lo.q[i];
+
+        xr[c] = (float) code * (k ? X->hi.dk : X->hi.d)[i / g];
+    }
+}
+
+
 /*
  * 16-bit activations: against a double product of the dequantized rows
- * with x as rounded (its int16 codes times their scales); each token of
+ * with x as rounded (its 16-bit codes times their scales); each token of
  * a batch of n_tok has the bits it has alone and in a batch of 5, and
- * rows in pieces give the same bits; the portable kernel agrees with the
- * rounded product too.  x's codes made once (nalar_quant_xq) and read by
- * nalar_cpu_matmul_xq give the bits of x itself, whole or as views of 5
- * tokens; given another x's codes, the product is that x's, not x's.
+ * rows in pieces give the same bits.  x's codes made once
+ * (nalar_quant_x16) and read by nalar_cpu_matmul_xq give the bits of x
+ * itself, whole or as views of 5 tokens; given another x's codes, the
+ * product is that x's, not x's.
  */
 static void
 check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
 {
     int64_t       rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int64_t       ng = cols / 32;
     uint8_t      *w = NULL;
     float        *deq = NULL;
     nalar_mat     W;
@@ -369,26 +390,22 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
     float        *x = malloc((size_t) (n_tok * cols) * sizeof(float));
     float        *x2 = malloc((size_t) (n_tok * cols) * sizeof(float));
     float        *xr = malloc((size_t) (n_tok * cols) * sizeof(float));
-    int16_t      *xq = malloc((size_t) cols * sizeof(int16_t));
-    float        *xd = malloc((size_t) (cols / 32) * sizeof(float));
-    void         *cb = malloc((size_t) nalar_quant_xq_bytes(n_tok, cols));
+    void         *cb = malloc((size_t) nalar_quant_x16_bytes(n_tok, cols));
     float        *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *yf = malloc((size_t) (n_tok * rows) * sizeof(float));
-    float        *yp = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *y1 = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *y2 = malloc((size_t) (n_tok * rows) * sizeof(float));
     float        *y5 = malloc((size_t) (5 * rows) * sizeof(float));
     nalar_xq      X, X5;
-    double        worst = 0, worst_p = 0, worst_f = 0;
+    double        worst = 0, worst_f = 0;
     int           codes = 1, made = 1;
     const char   *tn = ggml_type_name(t);
 
     if (set != 0) {
         goto done;
     }
-    if (x == NULL || x2 == NULL || xr == NULL || xq == NULL || xd == NULL
-        || cb == NULL || y == NULL || yf == NULL || yp == NULL || y1 == NULL
-        || y2 == NULL || y5 == NULL)
+    if (x == NULL || x2 == NULL || xr == NULL || cb == NULL || y == NULL
+        || yf == NULL || y1 == NULL || y2 == NULL || y5 == NULL)
     {
         ok(0, "%s: out of memory", tn);
         nalar_cpu_mat_free(&M);
@@ -400,17 +417,20 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
                * ((i / 32) % 11 == 3 ? 0.0f : 1.0f);
         x2[i] = x[i] + 0.25f;
     }
+    memset(&X, 0, sizeof(X));
+    nalar_quant_x16(x, n_tok, (int) cols, cols, cb, &X.x16);
     for (int tk = 0; tk < n_tok; tk++) {
-        nalar_quant_x_i16(x + tk * cols, cols, xq, xd);
+        x16_rounded(&X.x16, t, cols, tk, xr + tk * cols);
         for (int64_t c = 0; c < cols; c++) {
-            float e = (float) xq[c] * xd[c / 32];
+            int64_t i = tk * cols + c;
+            float   d = nalar_quant_block(t) == 256
+                        ? X.x16.hi.dk[i / 256] : X.x16.hi.d[i / 32];
 
-            xr[tk * cols + c] = e;
-            /* to nearest, but for the rounding of 1 / d and d */
-            codes &= fabsf(e - x[tk * cols + c]) <= 0.51f * xd[c / 32];
+            /* to nearest, but for the rounding of x / d near 2^15 */
+            codes &= fabsf(xr[i] - x[i]) <= 0.51f * d;
         }
     }
-    ok(codes, "%s: x's int16 codes are within half a step of x", tn);
+    ok(codes, "%s: x's 16-bit codes are within half a step of x", tn);
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, yf, (int) rows, 0, rows, 0);
     M.act_i16 = 1;
     nalar_cpu_matmul(&M, x, n_tok, (int) cols, y, (int) rows, 0, rows, 0);
@@ -419,11 +439,9 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
     ok(memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0,
        "%s i16: the backend's copy (%s) gives the bits of the file's rows",
        tn, M.il ? "interleaved" : "as they are");
-    nalar_quant_matmul_i16_portable(t, w, rs, 0, cols, x, n_tok, (int) cols,
-                                    yp, (int) rows, 0, rows, 0);
     for (int tk = 0; tk < n_tok; tk++) {
         for (int64_t r = 0; r < rows; r++) {
-            double s = 0, mag = 0, e, ep, ef;
+            double s = 0, mag = 0, e, ef;
 
             for (int64_t c = 0; c < cols; c++) {
                 double p = (double) deq[r * cols + c] * xr[tk * cols + c];
@@ -432,18 +450,14 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
                 mag += fabs(p);
             }
             e = fabs(y[tk * rows + r] - s) / (mag + 1e-30);
-            ep = fabs(yp[tk * rows + r] - s) / (mag + 1e-30);
             ef = fabs(yf[tk * rows + r] - s) / (mag + 1e-30);
             worst = e > worst ? e : (isnan(e) ? INFINITY : worst);
-            worst_p = ep > worst_p ? ep : (isnan(ep) ? INFINITY : worst_p);
             worst_f = ef > worst_f ? ef : worst_f;
         }
     }
     ok(worst <= 1e-6, "%s %lldx%lld i16: within 1e-6 of the exact product "
        "with x as rounded (relative to sum |w x|: %.2e; the F32 path: "
        "%.2e)", tn, (long long) rows, (long long) cols, worst, worst_f);
-    ok(worst_p <= 1e-6, "%s i16: the portable kernel too (%.2e)", tn,
-       worst_p);
     ok(worst_f > 4 * worst, "%s i16: the F32 path is farther from it "
        "(%.2e > 4 x %.2e): the mode changes the computation", tn, worst_f,
        worst);
@@ -451,16 +465,23 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
     check_i16_invariant(&M, x, y, y1, y5, n_tok, rows, cols, tn);
 
     /* x's codes made once: the bits of x, whole and 5 tokens at a time */
-    nalar_quant_xq(x, n_tok, (int) cols, cols, cb, &X);
     memset(y1, 0, (size_t) (n_tok * rows) * sizeof(float));
     nalar_cpu_matmul_xq(&M, x, &X, n_tok, (int) cols, y1, (int) rows, 0,
                         rows, 0);
     made = memcmp(y, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0;
     for (int t0 = 0; t0 + 5 <= n_tok; t0 += 7) {
-        X5.q = X.q + t0 * cols;
-        X5.d = X.d + t0 * ng;
-        X5.s = X.s + t0 * ng;
-        X5.e = X.e + t0 * cols;
+        X5 = X;
+        for (int pl = 0; pl < 2; pl++) {
+            nalar_xq8 *v = pl ? &X5.x16.lo : &X5.x16.hi;
+
+            v->q += t0 * cols;
+            v->d += t0 * (cols / 32);
+            if (v->qk != NULL) {
+                v->qk += t0 * cols;
+                v->dk += t0 * (cols / 256);
+                v->bs += t0 * (cols / 16);
+            }
+        }
         nalar_cpu_matmul_xq(&M, x + t0 * cols, &X5, 5, (int) cols, y5,
                             (int) rows, 0, rows, 0);
         made &= memcmp(y + t0 * rows, y5, (size_t) (5 * rows)
@@ -470,7 +491,7 @@ check_kernel_i16(ggml_type t, int64_t rows, int64_t cols, int n_tok)
        "as views of 5 tokens", tn);
     /* another x's codes: that x's product, whatever x is passed */
     nalar_cpu_matmul(&M, x2, n_tok, (int) cols, y2, (int) rows, 0, rows, 0);
-    nalar_quant_xq(x2, n_tok, (int) cols, cols, cb, &X);
+    nalar_quant_x16(x2, n_tok, (int) cols, cols, cb, &X.x16);
     nalar_cpu_matmul_xq(&M, x, &X, n_tok, (int) cols, y1, (int) rows, 0,
                         rows, 0);
     ok(memcmp(y2, y1, (size_t) (n_tok * rows) * sizeof(float)) == 0
@@ -489,13 +510,10 @@ done:
     free(x);
     free(x2);
     free(xr);
-    free(xq);
-    free(xd);
     free(cb);
     free(deq);
     free(y);
     free(yf);
-    free(yp);
     free(y1);
     free(y2);
     free(y5);

@@ -223,11 +223,11 @@ check_codes(int64_t cols)
                 int32_t code = 256 * hi[k] + lo[k];
 
                 v = v < -32639 ? -32639 : v > 32639 ? 32639 : v;
-                /* half a step, and x * id's rounding: 2^-9 of a step
-                 * at codes near 2^15 */
+                /* half a step, and the rounding of id, x * id and code * d:
+                 * a few 2^-9 of a step at codes near 2^15 */
                 bad += code != v || hi[k] == -128
                        || fabsf(x[k] - (float) code * d[b])
-                          > d[b] * 0.502f + 1e-30f;
+                          > d[b] * 0.51f + 1e-30f;
                 top += fabsf(x[k]) == amax && amax > 0
                        && (code == 32639 || code == -32639);
             }
