@@ -28,9 +28,9 @@
  * K-quants, integer dot products), held to the kit's tolerance for its
  * type and to Q8_LLAMA times llama.cpp's own error on the file (which
  * rounds activations the same way, in other orders).
- * With 8-bit activations the logits of a sequence are also the same bits
- * on every instruction set path (VNNI, AVX2, scalar) and with one
- * thread or two.
+ * With 8-bit activations, and with 16-bit ones for each quantized type,
+ * the logits of a sequence are also the same bits on every instruction
+ * set path (VNNI, AVX2, scalar) and with one thread or two.
  * A missing or unreadable fixture is a failure.
  */
 #include <math.h>
@@ -616,12 +616,13 @@ check_refusal_and_identity(void)
 }
 
 
-/* 8-bit activations: the logits of a whole sequence are the same bits on
- * every instruction set path this CPU has (forced narrower, as
- * NALAR_CPU_ISA does) and with one thread or two */
+/* 8-bit or 16-bit activations (act): the logits of a whole sequence are
+ * the same bits on every instruction set path this CPU has (forced
+ * narrower, as NALAR_CPU_ISA does) and with one thread or two */
 static void
-check_q8_bits(const char *base)
+check_act_bits(const char *base, int act)
 {
+    const char    *an = act == NALAR_ACT_Q8 ? "q8" : "i16";
     char           path[256];
     nalar_model   *m;
     nalar_err      err;
@@ -639,7 +640,7 @@ check_q8_bits(const char *base)
                                 json_object_get(ref, "sequences"), 1), "ids"),
                             N_POS, ids, V) != 0)
     {
-        ok(0, "%s q8: loaded, with its sequence", base);
+        ok(0, "%s %s: loaded, with its sequence", base, an);
         goto out;
     }
     ref_l = nalar_alloc_lines((size_t) N_POS * V * sizeof(float));
@@ -663,7 +664,7 @@ check_q8_bits(const char *base)
             {
                 bad++;
             } else {
-                nalar_cpu_backend_act_i16(be, NALAR_ACT_Q8);
+                nalar_cpu_backend_act_i16(be, act);
                 if (forward_seq(be, &kv, ids, runs ? l : ref_l) != 0) {
                     bad++;
                 } else if (runs > 0) {
@@ -681,9 +682,9 @@ check_q8_bits(const char *base)
     }
     nalar_quant_q8_force(-1);
     ok(bad == 0 && runs == 2 * (nalar_quant_q8_isa_max() + 1),
-       "%s q8: the same logits' bits on each of %d instruction set paths, "
-       "with 2 threads and 1 (%d runs)", base, nalar_quant_q8_isa_max() + 1,
-       runs);
+       "%s %s: the same logits' bits on each of %d instruction set paths, "
+       "with 2 threads and 1 (%d runs)", base, an,
+       nalar_quant_q8_isa_max() + 1, runs);
 out:
     free(ref_l);
     free(l);
@@ -711,7 +712,12 @@ main(void)
             check_file(files[i], NALAR_ACT_Q8);
         }
     }
-    check_q8_bits("llama3-Q4_K_M");
-    check_q8_bits("llama3-Q8_0");
+    check_act_bits("llama3-Q4_K_M", NALAR_ACT_Q8);
+    check_act_bits("llama3-Q8_0", NALAR_ACT_Q8);
+    check_act_bits("llama3-Q4_K_M", NALAR_ACT_I16);
+    check_act_bits("llama3-Q8_0", NALAR_ACT_I16);
+    check_act_bits("llama3-Q5_K_M", NALAR_ACT_I16);
+    check_act_bits("llama3-Q6_K", NALAR_ACT_I16);
+    check_act_bits("llama3-Q4_0", NALAR_ACT_I16);
     return done_testing();
 }
