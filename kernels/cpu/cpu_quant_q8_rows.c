@@ -29,6 +29,7 @@
 #include "cpu_quant_blocks.h"
 #include "cpu_quant_q8_rows.h"
 #include "cpu_quant_q8_simd.h"
+#include "cpu_quant_rows_simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -42,130 +43,14 @@
 #define T_VNNI Q8_T_VNNI
 #define INL    Q8_INL
 
-/* bytes ahead of the block being read that a step asks for, in an
- * interleaved matrix (one stream; 0: none): pf_ahead().  A row-ordered
- * matrix asks for the rows 16 on instead. */
-#define PF_AHEAD 4096
-
 /* a kernel: R rows (row[0 .. R-1]) of one token, nb blocks each; pfo the
  * bytes from a block to the one it asks for (0: none) */
 typedef void rows_fn(const uint8_t *const *row, int il, int64_t nb,
                      const nalar_xq8 *x8, ptrdiff_t pfo, float *out);
 
 
-/* the sums of a, b, c, d's four int32 lanes, in that order (exact) */
-static INL T_AVX2 __m128i
-hsum4x4(__m128i a, __m128i b, __m128i c, __m128i d)
-{
-    return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
-}
-
-
-/* the n bytes at p, asked for */
-static INL T_AVX2 void
-pf_bytes(const uint8_t *p, int64_t n)
-{
-    for (int64_t k = 0; k < n; k += 64) {
-        _mm_prefetch((const char *) p + k, _MM_HINT_T0);
-    }
-}
-
-
-/* step b's prefetch (block b at offset off of each row): four rows of an
- * interleaved matrix read one stream, 4 * bytes a step on average, and
- * ask for as many bytes pfo ahead of it; otherwise each row's block pfo
- * bytes on (pfo 0: nothing) */
-static INL T_AVX2 void
-pf_step(const int R, const uint8_t *const *row, int il, int64_t qk,
-        int64_t bytes, int64_t b, int64_t off, ptrdiff_t pfo)
-{
-    if (pfo == 0) {
-        return;
-    }
-    if (il && R == 4) {
-        int64_t k = b % (QK_K / qk);   /* the step within its turn */
-
-        pf_bytes(row[0] + off + 3 * k * bytes + pfo, 4 * bytes);
-    } else {
-        for (int i = 0; i < R; i++) {
-            pf_bytes(row[i] + off + pfo, bytes);
-        }
-    }
-}
-
-
 /* ------------------------------------------------------------------ */
 /* Q4_K and Q5_K                                                       */
-
-
-/* a Q4_K/Q5_K block's first 16 bytes (d, dmin, the 12 scale bytes) to
- * the 6-bit scales sc[0..7] and mins m[0..7] as 16 bytes (k4_scale_min's
- * values) */
-static INL T_AVX2 __m128i
-k4_sm(__m128i h)
-{
-    __m128i a = _mm_shuffle_epi32(h, _MM_SHUFFLE(3, 2, 3, 1));
-    __m128i b = _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 2, 1, 1));
-
-    /* a: the scale words w0 w2 w1 w2, b: w0 w0 w1 w1 */
-    a = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
-                                     0x0f0f0f0f));
-    b = _mm_and_si128(_mm_srli_epi32(b, 2),
-                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(a, b);
-}
-
-
-/* x's sums of 32 codes of the block's sub-blocks, as 8 int16 (|.| <=
- * 32 * 127), from its 16 sums of 16 */
-static INL T_AVX2 __m128i
-k4_xsums(const int32_t *bs)
-{
-    __m256i a = _mm256_loadu_si256((const __m256i *) bs);
-    __m256i b = _mm256_loadu_si256((const __m256i *) (bs + 8));
-    __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xD8);
-
-    return _mm_packs_epi32(_mm256_castsi256_si128(s),
-                           _mm256_extracti128_si256(s, 1));
-}
-
-
-/* x's 16 sums of 16 codes as int16 (|.| <= 16 * 127), in order */
-static INL T_AVX2 __m256i
-k6_xsums(const int32_t *bs)
-{
-    __m256i a = _mm256_loadu_si256((const __m256i *) bs);
-    __m256i b = _mm256_loadu_si256((const __m256i *) (bs + 8));
-
-    return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
-}
-
-
-/* The per-block float steps of R rows: acc[i] = fma(s_i, (float) L[i],
- * acc[i]) and mn = fma(sm, (float) I, mn) lane by lane */
-static INL T_AVX2 void
-rows_float(const int R, const float *s, const __m256i *L, __m128 sm,
-           __m128i I, __m256 *acc, __m128 *mn)
-{
-    for (int i = 0; i < R; i++) {
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(s[i]),
-                                 _mm256_cvtepi32_ps(L[i]), acc[i]);
-    }
-    *mn = _mm_fmadd_ps(sm, _mm_cvtepi32_ps(I), *mn);
-}
-
-
-static INL T_AVX2 void
-rows_out(const int R, const __m256 *acc, __m128 mn, float *out)
-{
-    float m[4];
-
-    _mm_storeu_ps(m, mn);
-    for (int i = 0; i < R; i++) {
-        out[i] = q8_hsum8(acc[i]) - m[i];
-    }
-}
 
 
 /* VNNI: Q4_K (Q5 0) or Q5_K (Q5 1), R rows */
@@ -195,7 +80,7 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
         int64_t       off = qoff_at(il, QK_K, bytes, b);
         const int8_t *xb = x8->qk + b * QK_K;
         __m512i       X0, X1, X2, X3;
-        __m128i       xs = k4_xsums(x8->bs + 16 * b), M[4];
+        __m128i       xs = rows_k4_xsums(x8->bs + 16 * b), M[4];
         __m128        dx = _mm_set1_ps(x8->dk[b]), sv[4];
         __m256i       L8[4];
         float         s[4];
@@ -217,12 +102,12 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
             M[i] = _mm_setzero_si128();
             sv[i] = _mm_setzero_ps();
         }
-        pf_step(R, row, il, QK_K, bytes, b, off, pfo);
+        rows_pf_step(R, row, il, QK_K, bytes, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             const uint8_t *qs = p + (Q5 ? 48 : 16);
             __m128i        h = _mm_loadu_si128((const __m128i *) p);
-            __m128i        sm = k4_sm(h);
+            __m128i        sm = rows_k4_sm(h);
             __m512i        S = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(sm));
             __m512i        q0 = _mm512_loadu_si512((const void *) qs);
             __m512i        q1 = _mm512_loadu_si512((const void *) (qs + 64));
@@ -270,7 +155,7 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
             __m128 u23 = _mm_unpacklo_ps(sv[2], sv[3]);
 
             rows_float(R, s, L8, _mm_movehl_ps(u23, u01),
-                       hsum4x4(M[0], M[1], M[2], M[3]), acc, &mn);
+                       rows_hsum4x4(M[0], M[1], M[2], M[3]), acc, &mn);
         }
     }
     rows_out(R, acc, mn, out);
@@ -293,7 +178,7 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
     for (int64_t b = 0; b < nb; b++) {
         int64_t       off = qoff_at(il, QK_K, bytes, b);
         const int8_t *xb = x8->qk + b * QK_K;
-        __m128i       xs = k4_xsums(x8->bs + 16 * b), M[4];
+        __m128i       xs = rows_k4_xsums(x8->bs + 16 * b), M[4];
         __m128        dx = _mm_set1_ps(x8->dk[b]), sv[4];
         __m256i       L8[4];
         float         s[4];
@@ -302,12 +187,12 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
             M[i] = _mm_setzero_si128();
             sv[i] = _mm_setzero_ps();
         }
-        pf_step(R, row, il, QK_K, bytes, b, off, pfo);
+        rows_pf_step(R, row, il, QK_K, bytes, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             const uint8_t *qs = p + (Q5 ? 48 : 16);
             __m128i        h = _mm_loadu_si128((const __m128i *) p);
-            __m128i        sm = k4_sm(h);
+            __m128i        sm = rows_k4_sm(h);
             __m256i        S = _mm256_broadcastsi128_si256(
                                    _mm_cvtepu8_epi16(sm));
             __m256i        qh = _mm256_setzero_si256(), L = qh;
@@ -347,7 +232,7 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
             __m128 u23 = _mm_unpacklo_ps(sv[2], sv[3]);
 
             rows_float(R, s, L8, _mm_movehl_ps(u23, u01),
-                       hsum4x4(M[0], M[1], M[2], M[3]), acc, &mn);
+                       rows_hsum4x4(M[0], M[1], M[2], M[3]), acc, &mn);
         }
     }
     rows_out(R, acc, mn, out);
@@ -390,7 +275,7 @@ k6_rows_vnni(const int R, const uint8_t *const *row, int il, int64_t nb,
     for (int64_t b = 0; b < nb; b++) {
         int64_t       off = qoff_at(il, QK_K, QK6_K_BYTES, b);
         const int8_t *xb = x8->qk + b * QK_K;
-        __m256i       xs = k6_xsums(x8->bs + 16 * b), L8[4];
+        __m256i       xs = rows_k6_xsums(x8->bs + 16 * b), L8[4];
         __m128i       M[4];
         float         s[4], dx = x8->dk[b];
 
@@ -398,7 +283,7 @@ k6_rows_vnni(const int R, const uint8_t *const *row, int il, int64_t nb,
             M[i] = _mm_setzero_si128();
             s[i] = 0;
         }
-        pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
+        rows_pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             __m256i        W = _mm256_cvtepi8_epi16(
@@ -436,8 +321,8 @@ k6_rows_vnni(const int R, const uint8_t *const *row, int il, int64_t nb,
             s[i] = f16_at(p + 208) * dx;
         }
         rows_float(R, s, L8, _mm_loadu_ps(s),
-                   _mm_slli_epi32(hsum4x4(M[0], M[1], M[2], M[3]), 5), acc,
-                   &mn);
+                   _mm_slli_epi32(rows_hsum4x4(M[0], M[1], M[2], M[3]), 5),
+                   acc, &mn);
     }
     rows_out(R, acc, mn, out);
 }
@@ -458,7 +343,7 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
     for (int64_t b = 0; b < nb; b++) {
         int64_t       off = qoff_at(il, QK_K, QK6_K_BYTES, b);
         const int8_t *xb = x8->qk + b * QK_K;
-        __m256i       xs = k6_xsums(x8->bs + 16 * b), L8[4];
+        __m256i       xs = rows_k6_xsums(x8->bs + 16 * b), L8[4];
         __m128i       M[4];
         float         s[4], dx = x8->dk[b];
 
@@ -466,7 +351,7 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
             M[i] = _mm_setzero_si128();
             s[i] = 0;
         }
-        pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
+        rows_pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             __m256i        W = _mm256_cvtepi8_epi16(
@@ -510,8 +395,8 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
             s[i] = f16_at(p + 208) * dx;
         }
         rows_float(R, s, L8, _mm_loadu_ps(s),
-                   _mm_slli_epi32(hsum4x4(M[0], M[1], M[2], M[3]), 5), acc,
-                   &mn);
+                   _mm_slli_epi32(rows_hsum4x4(M[0], M[1], M[2], M[3]), 5),
+                   acc, &mn);
     }
     rows_out(R, acc, mn, out);
 }
@@ -536,10 +421,11 @@ k6_rows_avx2(const int R, const uint8_t *const *row, int il, int64_t nb,
                                         (x8->q + 32 * b));                  \
         float   dx = x8->d[b];                                              \
                                                                             \
-        pf_step(R, row, il, 32, bytes, b, off, pfo);                        \
+        rows_pf_step(R, row, il, 32, bytes, b, off, pfo);                   \
         for (int i = 0; i < R; i++) {                                       \
             const uint8_t *p = row[i] + off;                                \
-            __m256i        w = q8_w32_signed(Q4 ? GGML_Q4_0 : GGML_Q8_0, p);                                \
+            __m256i        w = q8_w32_signed(Q4 ? GGML_Q4_0 : GGML_Q8_0,    \
+                                             p);                            \
             __m256i        L = DOT(_mm256_abs_epi8(w),                      \
                                    _mm256_sign_epi8(xv, w));                \
                                                                             \
@@ -638,25 +524,6 @@ rows_fns(ggml_type t, int isa, rows_fn **f)
 }
 
 
-/* PF_AHEAD, or the environment's NALAR_CPU_PREFETCH (bytes, 0 .. 1 MiB:
- * for measuring other distances), read once */
-static ptrdiff_t
-pf_ahead(void)
-{
-    static int pf = -1;     /* -1: not read yet (a race only writes the
-                               same value twice) */
-    int        v = __atomic_load_n(&pf, __ATOMIC_RELAXED);
-
-    if (v < 0) {
-        const char *e = getenv("NALAR_CPU_PREFETCH");
-        long        n = e != NULL ? strtol(e, NULL, 10) : PF_AHEAD;
-
-        v = n < 0 || n > (1 << 20) ? PF_AHEAD : (int) n;
-        __atomic_store_n(&pf, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
 #endif
 
 
@@ -689,7 +556,7 @@ nalar_quant_q8_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
             row[i] = qrow_at(w, wstride, il, qi.qk, qi.bytes, r + i);
         }
         if (il) {
-            pfo = pf_ahead();
+            pfo = rows_pf_ahead();
         } else {
             pfo = r + 16 + R <= r1 ? 16 * wstride : 0;
         }

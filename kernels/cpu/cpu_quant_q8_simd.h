@@ -6,8 +6,9 @@
  * block, the signed codes of a Q8_0/Q4_0 block and a Q4_K/Q5_K block's
  * scales; and the scalar reference's pieces (a block's codes, lanes and
  * integer min terms, hsum8, x's sums of 16 codes), which the 16-bit
- * activations' reference (cpu_quant_x16.c) takes per plane.  One definition each, so the three keep the same arithmetic
- * (cpu_quant_q8.c's exactness contract).  Internal to the CPU kernels.
+ * activations' reference (cpu_quant_x16.c) takes per plane.  One
+ * definition each, so the three keep the same arithmetic (cpu_quant_q8.c's
+ * exactness contract).  Internal to the CPU kernels.
  */
 #ifndef NALAR_CPU_QUANT_Q8_SIMD_H
 #define NALAR_CPU_QUANT_Q8_SIMD_H

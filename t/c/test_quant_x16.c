@@ -492,6 +492,98 @@ out:
 }
 
 
+/* one token (decode's kernels, four rows at a time and one): each
+ * instruction set's kernels run and give the reference's bits, for rows
+ * in any split (groups of four and rows alone, added to y or not), from
+ * rows in the file's order and interleaved */
+static void
+check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
+                int full)
+{
+    const char *tn = ggml_type_name(t);
+    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
+    uint8_t    *w = matrix(t, rows, cols, wkind);
+    float      *x = activations(2, cols, full);
+    float      *ref = malloc((size_t) rows * sizeof(float));
+    float      *y = malloc((size_t) rows * sizeof(float));
+    void       *buf = malloc((size_t) nalar_quant_x16_bytes(1, cols));
+    uint8_t    *il = NULL;
+    nalar_xq16  c;
+    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
+                                      { 0, 2, 9 } };
+
+    if (nalar_quant_can_interleave(t, cols)) {
+        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
+    }
+    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
+        || (nalar_quant_can_interleave(t, cols) && il == NULL))
+    {
+        ok(0, "%s one token: out of memory", tn);
+        goto out;
+    }
+    if (il != NULL) {
+        nalar_quant_interleave(t, w, rows, cols, il);
+    }
+    nalar_quant_x16(x + cols, 1, (int) cols, cols, buf, &c);
+    nalar_quant_x16_scalar(t, w, rs, 0, cols, &c, 1, ref, (int) rows, 0,
+                           rows, 0);
+    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
+        for (int lay = 0; lay < 2; lay++) {
+            const uint8_t *m = lay ? il : w;
+
+            if (m == NULL) {
+                continue;
+            }
+            for (size_t k = 0; k < sizeof(cut) / sizeof(cut[0]); k++) {
+                for (int acc = 0; acc < 2; acc++) {
+                    int64_t a = 0;
+                    int     rc = 0;
+
+                    for (int64_t r = 0; r < rows; r++) {
+                        y[r] = acc ? 1.0f : -7.0f;
+                    }
+                    for (int j = 0; j < 3 && a < rows; j++) {
+                        int64_t e = j + 1 < 3 && cut[k][j + 1] > 0
+                                    && cut[k][j + 1] < rows
+                                    ? cut[k][j + 1] : rows;
+
+                        rc |= nalar_quant_x16_rows(t, isa, m, rs, lay, cols,
+                                                   &c, y, a, e, acc);
+                        a = e;
+                    }
+                    for (int64_t r = 0; r < rows; r++) {
+                        float want = acc ? 1.0f + ref[r] : ref[r];
+
+                        if (rc != 0 || memcmp(&y[r], &want, sizeof(float))) {
+                            if (bad++ == 0) {
+                                diag("%s isa %d layout %d split %zu acc %d "
+                                     "row %lld: %a, want %a (rc %d)", tn,
+                                     isa, lay, k, acc, (long long) r, y[r],
+                                     want, rc);
+                            }
+                        }
+                    }
+                    runs++;
+                }
+            }
+        }
+    }
+    ok(bad == 0 && runs > 0, "%s %s%s %lldx%lld, one token: every "
+       "instruction set's rows kernels, split and layout give the "
+       "reference's bits (%d runs)", tn, wkind_name[wkind],
+       full ? ", codes at +-32639" : "", (long long) rows, (long long) cols,
+       runs);
+out:
+    free(w);
+    free(x);
+    free(ref);
+    free(y);
+    free(buf);
+    free(il);
+}
+
+
 int
 main(void)
 {
@@ -505,6 +597,15 @@ main(void)
         check_reference(types[i], 9, 2048, 2, W_BYTES, 0);
         check_reference(types[i], 6, 512, 2, W_FULL, 1);
         check_reference(types[i], 6, 512, 2, W_BYTES, 1);
+    }
+    if (nalar_quant_q8_isa_max() < NALAR_ISA_AVX2) {
+        return done_testing();
+    }
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        check_one_token(types[i], 13, 512, W_QUANT, 0);
+        check_one_token(types[i], 13, 512, W_BYTES, 0);
+        check_one_token(types[i], 18, 2048, W_BYTES, 0);
+        check_one_token(types[i], 9, 512, W_FULL, 1);
     }
     return done_testing();
 }
