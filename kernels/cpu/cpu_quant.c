@@ -195,8 +195,9 @@ nalar_dequant_row(ggml_type t, const void *src, int64_t n, float *out)
 
 /* Per-thread scratch, in NALAR_SCRATCH_SLOTS independent buffers (slot 0:
  * x's sub-block sums (F32), 16-bit or 8-bit codes for a token block; slot
- * 1: the 8-bit tiles' packed scalars, used while slot 0 holds the codes),
- * each 64-byte aligned, grown as asked and kept for the thread's life */
+ * 1: the tiles' packed scalars, and the 16-bit tiles' int16 codes, used
+ * while slot 0 holds the codes), each 64-byte aligned, grown as asked and
+ * kept for the thread's life */
 typedef struct {
     void   *buf[NALAR_SCRATCH_SLOTS];
     int64_t cap[NALAR_SCRATCH_SLOTS];

@@ -89,7 +89,9 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
     for (int k = 0; k < N; k++) {
         acc[k] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; p = q8_next_block(p, il, QK_K, bytes, b), b++) {
+    for (int64_t b = 0; b < nb;
+         p = q8_next_block(p, il, QK_K, bytes, b), b++)
+    {
         const uint8_t *pb = pk + b * bstride;
         const uint8_t *xb = xa + b * 2 * QK_K;
         const uint8_t *qs = p + (T == GGML_Q4_K ? 16 : 48);
