@@ -59,6 +59,9 @@
 #endif
 
 #define XT_PF 16                     /* rows ahead the first tile fetches */
+#ifndef XT_CHUNK
+#define XT_CHUNK 1024                /* columns of a tile's pass over rows */
+#endif
 
 
 /* measured (bench/tiles.c): Q6_K's 3N accumulators (L_hi, L_lo, acc)
@@ -188,12 +191,23 @@ xt_codes(const int8_t *hi, const int8_t *lo, int64_t n, int16_t *c)
 #define T_AVX2 Q8_T_AVX2
 #define T_VNNI Q8_T_VNNI
 
-/* n tokens of one row: out[k] the reference's value for the tile's token
- * k; xa: the tile's first token's tile codes (Q6_K: its hi plane), xb
- * (Q6_K) its lo plane, token k's at + k * xs bytes; pk: the tile's packed
- * scalars; pf: bytes from the row to the one whose blocks are fetched
- * ahead, or 0 */
-typedef void xt_tile_fn(const uint8_t *row, int il, int64_t nb,
+/* the blocks of one call of a tile kernel: [b0, b1) of the row's nb, and
+ * st, the row's chains (each token's acc, then the tile's mn: XT_ST
+ * floats, 32-byte aligned) kept from the call before (b0 > 0) and for the
+ * call after (b1 < nb) */
+typedef struct {
+    int64_t b0, b1, nb;
+    float  *st;
+} xt_span;
+
+#define XT_ST (8 * (8 + 1))
+
+/* n tokens of one row, the blocks of sp: out[k] the reference's value for
+ * the tile's token k (when sp->b1 is the row's end); xa: the tile's first
+ * token's tile codes (Q6_K: its hi plane), xb (Q6_K) its lo plane, token
+ * k's at + k * xs bytes; pk: the tile's packed scalars; pf: bytes from
+ * the row to the one whose blocks are fetched ahead, or 0 */
+typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
                         const uint8_t *xa, const uint8_t *xb, int64_t xs,
                         const uint8_t *pk, int n, float *out, ptrdiff_t pf);
 
@@ -241,42 +255,51 @@ tile_lo(int n, int nt, int i)
 }
 
 
-/* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top);
- * xa, xb, xs as xt_tile_fn's for token 0 */
+/* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top),
+ * each tile over a group's rows XT_CHUNK columns at a time; xa, xb, xs as
+ * xt_tile_fn's for token 0; st: XT_ST floats for each row of a group */
 static void
 xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
         int il, int64_t cols, const uint8_t *xa, const uint8_t *xb,
         int64_t xs, const uint8_t *pk, int64_t tstride, int nt, int n_tok,
-        float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
+        float *st, float *y, int ldy, int64_t r0, int64_t r1,
+        int accumulate)
 {
     qinfo   qi = { 0, 0, 0, 0 };
-    int64_t nb, rg = nalar_quant_x8_tile_rows(t, cols);
+    int64_t nb, cb, rg = nalar_quant_x8_tile_rows(t, cols);
 
     (void) qinfo_of(t, &qi);
     nb = cols / qi.qk;
+    cb = XT_CHUNK / qi.qk;
     for (int64_t g0 = r0; g0 < r1; g0 += rg) {
         int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
 
         for (int i = 0; i < nt; i++) {
-            int t0 = tile_lo(n_tok, nt, i);
-            int n = tile_lo(n_tok, nt, i + 1) - t0;
+            int     t0 = tile_lo(n_tok, nt, i);
+            int     n = tile_lo(n_tok, nt, i + 1) - t0;
+            xt_span sp;
 
-            for (int64_t r = g0; r < g1; r++) {
-                const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes,
-                                             r);
-                ptrdiff_t      pf = 0;
-                float          out[8];
+            sp.nb = nb;
+            for (sp.b0 = 0; sp.b0 < nb; sp.b0 = sp.b1) {
+                sp.b1 = sp.b0 + cb < nb ? sp.b0 + cb : nb;
+                for (int64_t r = g0; r < g1; r++) {
+                    const uint8_t *row = qrow_at(w, wstride, il, qi.qk,
+                                                 qi.bytes, r);
+                    ptrdiff_t      pf = 0;
+                    float          out[8];
 
-                if (i == 0 && r + XT_PF < r1) {
-                    pf = qrow_at(w, wstride, il, qi.qk, qi.bytes, r + XT_PF)
-                         - row;
-                }
-                f(row, il, nb, xa + t0 * xs, xb + t0 * xs, xs,
-                  pk + i * tstride, n, out, pf);
-                for (int k = 0; k < n; k++) {
-                    float *yp = &y[(int64_t) (t0 + k) * ldy + r];
+                    if (i == 0 && r + XT_PF < r1) {
+                        pf = qrow_at(w, wstride, il, qi.qk, qi.bytes,
+                                     r + XT_PF) - row;
+                    }
+                    sp.st = st + (r - g0) * XT_ST;
+                    f(row, il, &sp, xa + t0 * xs, xb + t0 * xs, xs,
+                      pk + i * tstride, n, out, pf);
+                    for (int k = 0; k < n && sp.b1 == nb; k++) {
+                        float *yp = &y[(int64_t) (t0 + k) * ldy + r];
 
-                    *yp = accumulate ? *yp + out[k] : out[k];
+                        *yp = accumulate ? *yp + out[k] : out[k];
+                    }
                 }
             }
         }
@@ -296,8 +319,9 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     qinfo         qi = { 0, 0, 0, 0 };
     xt_tile_fn   *f;
     int           nmax, nt, k256;
-    int64_t       tstride, cbytes;
+    int64_t       tstride, cbytes, sbytes;
     uint8_t      *pk;
+    float        *st;
     const uint8_t *xa, *xb;
 
     if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
@@ -323,10 +347,12 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     /* Q6_K reads the planes; the others the tile codes, after the packed
      * scalars */
     cbytes = t == GGML_Q6_K ? 0 : (int64_t) n_tok * cols * 2;
-    pk = nalar_quant_scratch_slot(1, nt * tstride + cbytes);
-    if (pk == NULL) {
+    sbytes = nalar_quant_x8_tile_rows(t, cols) * XT_ST * 4;
+    st = nalar_quant_scratch_slot(1, sbytes + nt * tstride + cbytes);
+    if (st == NULL) {
         return -1;
     }
+    pk = (uint8_t *) st + sbytes;
     for (int i = 0; i < nt; i++) {
         int t0 = tile_lo(n_tok, nt, i);
 
@@ -337,7 +363,7 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
         xa = (const uint8_t *) x->hi.qk;
         xb = (const uint8_t *) x->lo.qk;
         xt_rows(f, t, w, wstride, il, cols, xa, xb, cols, pk, tstride, nt,
-                n_tok, y, ldy, r0, r1, accumulate);
+                n_tok, st, y, ldy, r0, r1, accumulate);
         return 0;
     }
     {
@@ -348,7 +374,7 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
         xa = (const uint8_t *) c;
     }
     xt_rows(f, t, w, wstride, il, cols, xa, xa, 2 * cols, pk, tstride, nt,
-            n_tok, y, ldy, r0, r1, accumulate);
+            n_tok, st, y, ldy, r0, r1, accumulate);
     return 0;
 #else
     (void) t; (void) isa; (void) w; (void) wstride; (void) il; (void) cols;

@@ -64,6 +64,46 @@
 #endif
 
 
+/* the chains of a call's first block: from 0 at the row's first block,
+ * else as the call before left them (sp->st: token k's acc at 8k, mn at
+ * 8 XT_NMAX) */
+static INL XT_TGT void
+XT(begin)(const int N, const xt_span *sp, __m256 *acc, __m256 *mn)
+{
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        acc[k] = sp->b0 == 0 ? _mm256_setzero_ps()
+                 : _mm256_load_ps(sp->st + 8 * k);
+    }
+    *mn = sp->b0 == 0 ? _mm256_setzero_ps()
+          : _mm256_load_ps(sp->st + 8 * XT_NMAX);
+}
+
+
+/* after a call's last block: y = hsum8(acc) - mn at the row's last block,
+ * else the chains kept for the next call */
+static INL XT_TGT void
+XT(end)(const int N, const xt_span *sp, const __m256 *acc, __m256 mn,
+        float *out)
+{
+    float mv[8] __attribute__((aligned(32)));
+
+    if (sp->b1 < sp->nb) {
+#pragma GCC unroll 8
+        for (int k = 0; k < N; k++) {
+            _mm256_store_ps(sp->st + 8 * k, acc[k]);
+        }
+        _mm256_store_ps(sp->st + 8 * XT_NMAX, mn);
+        return;
+    }
+    _mm256_store_ps(mv, mn);
+#pragma GCC unroll 8
+    for (int k = 0; k < N; k++) {
+        out[k] = q8_hsum8(acc[k]) - mv[k];
+    }
+}
+
+
 /*
  * Q4_K, Q5_K: one row against N tokens (a constant once inlined), from
  * the tile codes.  Per block: the N integers I at once from the packed
@@ -74,22 +114,18 @@
  * mn = fma(s', I, mn) for the tile in one vector (lane k: token k).
  */
 static INL XT_TGT void
-XT(k4)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
-       const uint8_t *xa, int64_t xs, const uint8_t *pk, float *out,
-       ptrdiff_t pf)
+XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
+       const xt_span *sp, const uint8_t *xa, int64_t xs, const uint8_t *pk,
+       float *out, ptrdiff_t pf)
 {
     const int64_t  bytes = T == GGML_Q4_K ? QK4_K_BYTES : QK5_K_BYTES;
     const int64_t  bstride = 32 + 2 * 4 * 32;
     const __m256i  f = _mm256_set1_epi8(0xF);
-    __m256         acc[XT_NMAX], mn = _mm256_setzero_ps();
-    float          mv[8] __attribute__((aligned(32)));
-    const uint8_t *p = row;
+    __m256         acc[XT_NMAX], mn;
+    const uint8_t *p = row + qoff_at(il, QK_K, bytes, sp->b0);
 
-#pragma GCC unroll 8
-    for (int k = 0; k < N; k++) {
-        acc[k] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb;
+    XT(begin)(N, sp, acc, &mn);
+    for (int64_t b = sp->b0; b < sp->b1;
          p = q8_next_block(p, il, QK_K, bytes, b), b++)
     {
         const uint8_t *pb = pk + b * bstride;
@@ -169,11 +205,7 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                                      acc[k]);
         }
     }
-    _mm256_store_ps(mv, mn);
-#pragma GCC unroll 8
-    for (int k = 0; k < N; k++) {
-        out[k] = q8_hsum8(acc[k]) - mv[k];
-    }
+    XT(end)(N, sp, acc, mn, out);
 }
 
 
@@ -185,21 +217,17 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
  * acc = fma(s, t, acc), and mn = fma(s, fma(256, I_hi, I_lo), mn).
  */
 static INL XT_TGT void
-XT(k6)(const int N, const uint8_t *row, int il, int64_t nb,
+XT(k6)(const int N, const uint8_t *row, int il, const xt_span *sp,
        const uint8_t *xa, const uint8_t *xb, int64_t xs, const uint8_t *pk,
        float *out, ptrdiff_t pf)
 {
     const int64_t  bstride = 32 + 2 * 8 * 32;
     const __m256   k256 = _mm256_set1_ps(256.0f);
-    __m256         acc[XT_NMAX], mn = _mm256_setzero_ps();
-    float          mv[8] __attribute__((aligned(32)));
-    const uint8_t *p = row;
+    __m256         acc[XT_NMAX], mn;
+    const uint8_t *p = row + qoff_at(il, QK_K, QK6_K_BYTES, sp->b0);
 
-#pragma GCC unroll 8
-    for (int k = 0; k < N; k++) {
-        acc[k] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb;
+    XT(begin)(N, sp, acc, &mn);
+    for (int64_t b = sp->b0; b < sp->b1;
          p = q8_next_block(p, il, QK_K, QK6_K_BYTES, b), b++)
     {
         const uint8_t *pb = pk + b * bstride;
@@ -274,11 +302,7 @@ XT(k6)(const int N, const uint8_t *row, int il, int64_t nb,
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]), t, acc[k]);
         }
     }
-    _mm256_store_ps(mv, mn);
-#pragma GCC unroll 8
-    for (int k = 0; k < N; k++) {
-        out[k] = q8_hsum8(acc[k]) - mv[k];
-    }
+    XT(end)(N, sp, acc, mn, out);
 }
 
 
@@ -286,19 +310,18 @@ XT(k6)(const int N, const uint8_t *row, int il, int64_t nb,
  * the signed codes once as the even and odd weights' words, then per
  * token L (two word products) and acc = fma(s, L, acc) */
 static INL XT_TGT void
-XT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
-        const uint8_t *xa, int64_t xs, const uint8_t *pk, float *out,
-        ptrdiff_t pf)
+XT(k32)(ggml_type T, const int N, const uint8_t *row, int il,
+        const xt_span *sp, const uint8_t *xa, int64_t xs, const uint8_t *pk,
+        float *out, ptrdiff_t pf)
 {
     const int64_t  bytes = T == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
-    __m256         acc[XT_NMAX];
-    const uint8_t *p = row;
+    __m256         acc[XT_NMAX], mn;
+    const uint8_t *p = row + qoff_at(il, 32, bytes, sp->b0);
 
-#pragma GCC unroll 8
-    for (int k = 0; k < N; k++) {
-        acc[k] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; p = q8_next_block(p, il, 32, bytes, b), b++) {
+    XT(begin)(N, sp, acc, &mn);
+    for (int64_t b = sp->b0; b < sp->b1;
+         p = q8_next_block(p, il, 32, bytes, b), b++)
+    {
         __m256  dx = _mm256_load_ps((const float *) (pk + 32 * b));
         __m256i w = q8_w32_signed(T, p);
         __m256i wa = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);
@@ -319,10 +342,8 @@ XT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
                                      _mm256_cvtepi32_ps(L), acc[k]);
         }
     }
-#pragma GCC unroll 8
-    for (int k = 0; k < N; k++) {
-        out[k] = q8_hsum8(acc[k]);
-    }
+    /* mn stays 0: y = hsum8(acc) - 0 = hsum8(acc) exactly */
+    XT(end)(N, sp, acc, mn, out);
 }
 
 
@@ -331,20 +352,21 @@ XT(k32)(ggml_type T, const int N, const uint8_t *row, int il, int64_t nb,
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             if (GGML_##NAME == GGML_Q6_K) {                                 \
-                XT(k6)(K, row, il, nb, xa, xb, xs, pk, out, pf);            \
+                XT(k6)(K, row, il, sp, xa, xb, xs, pk, out, pf);            \
             } else if (GGML_##NAME == GGML_Q4_K                             \
                        || GGML_##NAME == GGML_Q5_K)                         \
             {                                                               \
-                XT(k4)(GGML_##NAME, K, row, il, nb, xa, xs, pk, out, pf);   \
+                XT(k4)(GGML_##NAME, K, row, il, sp, xa, xs, pk, out, pf);   \
             } else {                                                        \
-                XT(k32)(GGML_##NAME, K, row, il, nb, xa, xs, pk, out, pf);  \
+                XT(k32)(GGML_##NAME, K, row, il, sp, xa, xs, pk, out, pf);  \
             }                                                               \
         }                                                                   \
         break;
 
 #define XT_TYPE(NAME, QK, BYTES, SUB, MIN)                                  \
 static XT_TGT void                                                          \
-XT(tile_##NAME)(const uint8_t *row, int il, int64_t nb, const uint8_t *xa,  \
+XT(tile_##NAME)(const uint8_t *row, int il, const xt_span *sp,             \
+                const uint8_t *xa,                                          \
                 const uint8_t *xb, int64_t xs, const uint8_t *pk, int n,    \
                 float *out, ptrdiff_t pf)                                   \
 {                                                                           \

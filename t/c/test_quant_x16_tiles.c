@@ -2,8 +2,8 @@
  * The 16-bit mode's tiles (cpu_quant_x16_tiles.c), for Q8_0, Q4_0, Q4_K,
  * Q5_K and Q6_K, on each instruction set this CPU has: every window of
  * 1 .. 40 tokens (tiles of each width, ragged ones), rows over two row
- * groups and a ragged third, a ragged row range added into y, both
- * weight layouts, the tiles called alone and through
+ * groups and a ragged third, columns in two passes (1024 and the rest), a
+ * ragged row range added into y, both weight layouts, the tiles called alone and through
  * nalar_quant_matmul_x16: each output the scalar reference's bits
  * (nalar_quant_x16_scalar).  Weights: random blocks from the quantizer,
  * random bytes with extreme f16 scales and mins, and every code, 6-bit
@@ -260,12 +260,13 @@ window(const nalar_xq16 *x, int s, int64_t cols)
 
 
 /* the tiles against the scalar reference (see the file's top); cols a
- * multiple of 256 */
+ * multiple of 256, and a pass of the tiles over the rows 1024 columns at
+ * a time and a ragged rest */
 static void
 check_tiles(ggml_type t, int kind, int ckind)
 {
     const char *tn = ggml_type_name(t);
-    int64_t     cols = 512, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int64_t     cols = 1280, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int64_t     rows = 2 * nalar_quant_x8_tile_rows(t, cols) + 3;
     int64_t     ra = 5, rb = rows - 7;
     int         n_max = 40, isa_max = nalar_quant_q8_isa_max();
