@@ -136,7 +136,8 @@ void nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride,
                            int ldx, float *y, int ldy, int64_t r0,
                            int64_t r1, int accumulate);
 
-/* The instruction set the 8-bit kernels run on: the widest this CPU has
+/* The instruction set the 8- and 16-bit activations' kernels run on
+ * (cpu_quant_q8*.c, cpu_quant_x16*.c): the widest this CPU has
  * (nalar_quant_q8_isa_max), capped by the environment's NALAR_CPU_ISA
  * (scalar | avx2 | vnni) and by nalar_quant_q8_force (tests; -1: none).
  * Every one gives the same bits. */
