@@ -53,10 +53,10 @@ typedef struct {
      * GGML_BF16 (GPU backends; the CPU backend refuses it) */
     ggml_type   kv_type;
     /* the CPU backend's activations for its products over quantized
-     * weights: NALAR_ACT_F32 (0), NALAR_ACT_I16 (1: rounded to int16 per
-     * 32, nalar_quant_matmul_i16) or NALAR_ACT_Q8 (2: rounded to int8
-     * codes, integer dot products, nalar_quant_matmul_q8).  GPU backends
-     * refuse all but F32. */
+     * weights: NALAR_ACT_F32 (0), NALAR_ACT_I16 (1: rounded to 16-bit
+     * codes, two 8-bit products per block, nalar_quant_matmul_i16) or
+     * NALAR_ACT_Q8 (2: rounded to int8 codes, integer dot products,
+     * nalar_quant_matmul_q8).  GPU backends refuse all but F32. */
     int         act_i16;
 } nalar_backend_opts;
 

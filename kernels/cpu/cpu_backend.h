@@ -25,9 +25,9 @@ nalar_backend *nalar_cpu_backend_create_sharing(nalar_model *m,
  * no pass. */
 void nalar_cpu_backend_act_i16(nalar_backend *b, int mode);
 
-/* The instruction sets the CPU kernels run on, in words: the F32 and
- * 16-bit kernels' (fixed when built) and the 8-bit kernels' (chosen at run
- * time, capped by NALAR_CPU_ISA) */
+/* The instruction sets the CPU kernels run on, in words: the F32
+ * kernels' (fixed when built) and the 8- and 16-bit activations' kernels'
+ * (chosen at run time, capped by NALAR_CPU_ISA) */
 const char *nalar_cpu_isa(void);
 
 /* For tests: the passes a CPU backend has run on the calling thread alone

@@ -1,7 +1,7 @@
 /*
  * CPU kernels over block-quantized weights with F32 activations (see
- * cpu_quant.h), the one dispatch of both families' kernels (the 16-bit
- * ones are in cpu_quant_i16.c), and the reference dequantization.
+ * cpu_quant.h), their dispatch by type, and the reference
+ * dequantization.
  *
  * A step of a row (one K-quant block of 256 weights, or eight Q8_0/Q4_0
  * blocks of 32) is decoded into int8 q[]
@@ -1133,12 +1133,11 @@ quant_kernel(ggml_type t, const qinfo *qi, const int SUB, const int NSUB,
 #define F32_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
 static void                                                                 \
 f32_##N(const uint8_t *w, int64_t wstride, int il, int64_t cols,          \
-        const float *x, int ldx, const nalar_xq *xq, int n_tok, float *y,   \
-        int ldy, int64_t r0, int64_t r1, int accumulate)                    \
+        const float *x, int ldx, int n_tok, float *y, int ldy, int64_t r0,  \
+        int64_t r1, int accumulate)                                         \
 {                                                                           \
     static const qinfo qi = { QK, BYTES, SUB, MIN };                        \
                                                                             \
-    (void) xq;                                                              \
     quant_kernel(GGML_##N, &qi, SUB, (QK) / (SUB), MIN, w, wstride, il,     \
                  cols, x, n_tok, ldx, y, ldy, r0, r1, accumulate);          \
 }
@@ -1148,10 +1147,9 @@ f32_##N(const uint8_t *w, int64_t wstride, int il, int64_t cols,          \
 #define F32_KERNEL(N, QK, BYTES, SUB, MIN)                                  \
 static void                                                                 \
 f32_##N(const uint8_t *w, int64_t wstride, int il, int64_t cols,          \
-        const float *x, int ldx, const nalar_xq *xq, int n_tok, float *y,   \
-        int ldy, int64_t r0, int64_t r1, int accumulate)                    \
+        const float *x, int ldx, int n_tok, float *y, int ldy, int64_t r0,  \
+        int64_t r1, int accumulate)                                         \
 {                                                                           \
-    (void) xq;                                                              \
     nalar_quant_matmul_portable(GGML_##N, w, wstride, il, cols, x, n_tok,   \
                                 ldx, y, ldy, r0, r1, accumulate);           \
 }
@@ -1162,17 +1160,16 @@ QUANT_TYPES(F32_KERNEL)
 
 
 /* ------------------------------------------------------------------ */
-/* dispatch: each type's kernel for either activations' mode            */
+/* dispatch by type                                                     */
 
 
 typedef struct {
     ggml_type        type;
-    quant_kernel_fn *f32;      /* F32 activations (this file) */
-    quant_kernel_fn *i16;      /* 16-bit (cpu_quant_i16.c) */
+    quant_kernel_fn *f32;
 } quant_kernels;
 
 #define KERNELS(N, QK, BYTES, SUB, MIN)                                     \
-    { GGML_##N, f32_##N, nalar_quant_i16_##N },
+    { GGML_##N, f32_##N },
 
 static const quant_kernels kernels[] = { QUANT_TYPES(KERNELS) };
 
@@ -1197,21 +1194,7 @@ nalar_quant_matmul(ggml_type t, const uint8_t *w, int64_t wstride, int il,
     const quant_kernels *k = kernels_of(t);
 
     if (k != NULL) {
-        k->f32(w, wstride, il, cols, x, ldx, NULL, n_tok, y, ldy, r0, r1,
-               accumulate);
-    }
-}
-
-
-void
-nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride, int il,
-                      int64_t cols, const nalar_xq *xq, int n_tok, float *y,
-                      int ldy, int64_t r0, int64_t r1, int accumulate)
-{
-    const quant_kernels *k = kernels_of(t);
-
-    if (k != NULL) {
-        k->i16(w, wstride, il, cols, NULL, 0, xq, n_tok, y, ldy, r0, r1,
+        k->f32(w, wstride, il, cols, x, ldx, n_tok, y, ldy, r0, r1,
                accumulate);
     }
 }

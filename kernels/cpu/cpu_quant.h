@@ -34,10 +34,10 @@
  *     sub-blocks in order, xs_j a scalar sum in order.
  * The three builds differ in their last bits, each agrees with itself.
  *
- * cpu_quant.c: these kernels and the one dispatch by type of both
- * families; cpu_quant_i16.c: the 16-bit ones (below);
- * cpu_quant_blocks.h: the block decoding they share; cpu_quantize.c:
- * nalar_quantize_row.
+ * cpu_quant.c: these kernels and their dispatch by type;
+ * cpu_quant_blocks.h: the block decoding; cpu_quantize.c:
+ * nalar_quantize_row.  The activations' integer modes (below): 8-bit
+ * (cpu_quant_q8*.c) and 16-bit (cpu_quant_x16*.c).
  */
 #ifndef NALAR_CPU_QUANT_H
 #define NALAR_CPU_QUANT_H
@@ -92,38 +92,6 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
                                  int accumulate);
 
 /*
- * 16-bit activations (an engine's opt-in mode; exact F32 activations are
- * the default).  Each token's x is rounded per 32 floats to int16 codes,
- * xq_i = round(x_i / dx), dx = max |x| / 32767 (kept as a float), and
- * each sub-block's dot product is an exact integer sum_i q_i xq_i, so
- * the product is that of W with the rounded x, xq * dx, up to float32
- * rounding in the per-sub-block sums:
- *   sum_j (a_j dx) * (sum_i q_i xq_i) - sum_j b_j * (dx * sum_i xq_i)
- * (the mins' sums are x's codes' too).  Batch invariance as above:
- *   AVX2, Q8_0 and Q4_0: per block, the integer dot in 8 int32 lanes
- *     (vpmaddwd), acc = fma(a * dx, (float) lanes, acc) over the blocks
- *     in order.  Q5_K: per 8 sub-blocks j0 .. j0 + 7, one vector whose
- *     lane k is sub-block j0 + k's whole integer dot,
- *     acc = fma(a[j0:j0+8] * dx[...], (float) that, acc) in order (dx of
- *     the sub-block's 32 values).  Q4_K and Q6_K: per two groups of 32
- *     weights g, g + 1 in order, I_g = 8 int32 lanes, lane m the integer
- *     dot over the group's weights 4m .. 4m + 3, H = hadd(I_g, I_g+1)
- *     (each lane 8 weights of one sub-block; exact, and exact as a
- *     float), acc = fma(sd, (float) H, acc) with sd each lane's
- *     a_j * dx (the layout is in cpu_quant_i16.c).  Mins: m = fma(b[0:8], xs[0:8], m) per
- *     block, xs_j = dx_j * (float) sum xq over sub-block j; y =
- *     hsum8(acc) - hsum8(m).  AVX-512 takes two of these steps per
- *     64-byte load for Q4_K and Q6_K, with the same integers and the
- *     same float operations in order: the AVX2 bits.
- *   Portable: acc = fmaf(a_j * dx, (float) dot_j, acc), m = fmaf(b_j,
- *     xs_j, m) over the sub-blocks in order.
- * Without memory for x's codes the kernel falls back to the F32 path.
- */
-
-/* n floats (a multiple of 32) as int16 codes q and a scale d per 32 */
-void nalar_quant_x_i16(const float *x, int64_t n, int16_t *q, float *d);
-
-/*
  * 8-bit activations (an engine's opt-in mode, cpu_quant_q8.c): each
  * token's x rounded to int8 codes, per 32 (Q8_0-like: read by Q8_0 and
  * Q4_0) and per 256 (Q8_K-like, with the sums of each 16 codes: read by
@@ -168,7 +136,8 @@ void nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride,
                            int ldx, float *y, int ldy, int64_t r0,
                            int64_t r1, int accumulate);
 
-/* The instruction set the 8-bit kernels run on: the widest this CPU has
+/* The instruction set the 8- and 16-bit activations' kernels run on
+ * (cpu_quant_q8*.c, cpu_quant_x16*.c): the widest this CPU has
  * (nalar_quant_q8_isa_max), capped by the environment's NALAR_CPU_ISA
  * (scalar | avx2 | vnni) and by nalar_quant_q8_force (tests; -1: none).
  * Every one gives the same bits. */
@@ -212,47 +181,20 @@ void nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
                             int n_tok, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
 
-/* x's int16 codes for n_tok tokens of cols floats (cols a multiple of
- * 32): as nalar_quant_matmul_i16 makes them from x; with 8-bit
- * activations, x8 holds the 8-bit codes instead (x8.cols != 0) */
+/* x's codes for n_tok tokens, made once for the products that read
+ * them: the 16-bit codes (x16.hi.cols != 0) or the 8-bit ones (x8.cols
+ * != 0), the other zeroed */
 typedef struct {
-    const int16_t *q;   /* (n_tok, cols) codes */
-    const float   *d;   /* (n_tok, cols / 32) scales dx */
-    const float   *s;   /* (n_tok, cols / 32) dx * the sum of the 32 codes */
-    const int16_t *e;   /* (n_tok, cols) q again, each 32 reordered: codes
-                           0, 2, .., 30, then 1, 3, .., 31 (Q4_K and Q6_K
-                           read their weights in that order) */
     nalar_xq8      x8;
     nalar_xq16     x16;
 } nalar_xq;
 
-/* bytes of memory nalar_quant_xq takes for n_tok tokens of cols */
-int64_t nalar_quant_xq_bytes(int n_tok, int64_t cols);
-
-/* the codes of x (n_tok rows, ldx floats apart) into buf (any alignment,
- * nalar_quant_xq_bytes long), described by *xq */
-void nalar_quant_xq(const float *x, int n_tok, int ldx, int64_t cols,
-                    void *buf, nalar_xq *xq);
-
-/* nalar_quant_matmul with 16-bit activations */
+/* nalar_quant_matmul with 16-bit activations: x's codes made here, the
+ * same bits as nalar_quant_matmul_x16 from codes made once */
 void nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride,
                             int il, int64_t cols, const float *x, int n_tok,
                             int ldx, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
-
-/* nalar_quant_matmul_i16 from x's codes, made by nalar_quant_xq: the
- * same bits, with x rounded once for all the products that read it */
-void nalar_quant_matmul_xq(ggml_type t, const uint8_t *w, int64_t wstride,
-                           int il, int64_t cols, const nalar_xq *xq,
-                           int n_tok, float *y, int ldy, int64_t r0,
-                           int64_t r1, int accumulate);
-
-/* Its portable kernel, in every build (for tests) */
-void nalar_quant_matmul_i16_portable(ggml_type t, const uint8_t *w,
-                                     int64_t wstride, int il, int64_t cols,
-                                     const float *x, int n_tok, int ldx,
-                                     float *y, int ldy, int64_t r0,
-                                     int64_t r1, int accumulate);
 
 /* Quantize n floats (a multiple of the block) into a row of type t, for
  * `nalar mkmodel` and tests; returns 0, or -1 for a type it cannot

@@ -1,9 +1,10 @@
 /*
- * The block decoding both families of quantized kernels share
- * (cpu_quant.c: F32 activations; cpu_quant_i16.c: 16-bit activations),
- * as static inline functions, with the list of the quantized types: a
- * step of a row's blocks decoded into int8 codes q[] and per sub-block
- * float scales a[] and mins b[].  Internal to those files.
+ * The block decoding of the quantized kernels (cpu_quant.c: F32
+ * activations; the integer modes' scalar references, cpu_quant_q8.c and
+ * cpu_quant_x16.c, through cpu_quant_q8_simd.h), as static inline
+ * functions, with the list of the quantized types: a step of a row's
+ * blocks decoded into int8 codes q[] and per sub-block float scales a[]
+ * and mins b[].  Internal to the CPU kernels.
  */
 #ifndef NALAR_CPU_QUANT_BLOCKS_H
 #define NALAR_CPU_QUANT_BLOCKS_H
@@ -137,21 +138,13 @@ qinfo_of(ggml_type t, qinfo *qi)
 }
 
 /*
- * One type's kernel of one family: y[t * ldy + r] (+)= W[r, :] . x_t for
- * r in [r0, r1), t in [0, n_tok); x_t is x[t * ldx + :] (F32), or its
- * int16 codes: xq's row t, or when xq is NULL made from x (16-bit).
+ * One type's F32 kernel: y[t * ldy + r] (+)= W[r, :] . x_t for r in
+ * [r0, r1), t in [0, n_tok), x_t = x[t * ldx + :].
  */
 typedef void quant_kernel_fn(const uint8_t *w, int64_t wstride, int il,
                              int64_t cols, const float *x, int ldx,
-                             const nalar_xq *xq, int n_tok, float *y,
-                             int ldy, int64_t r0, int64_t r1,
-                             int accumulate);
-
-/* the 16-bit kernels, one per type (cpu_quant_i16.c) */
-#define QUANT_I16_DECLARE(N, QK, BYTES, SUB, MIN)                           \
-    quant_kernel_fn nalar_quant_i16_##N;
-QUANT_TYPES(QUANT_I16_DECLARE)
-#undef QUANT_I16_DECLARE
+                             int n_tok, float *y, int ldy, int64_t r0,
+                             int64_t r1, int accumulate);
 
 /* this thread's scratch: `bytes` of slot `slot` (0 .. NALAR_SCRATCH_SLOTS
  * - 1; the slots are separate buffers, 64-byte aligned, kept for the

@@ -542,11 +542,11 @@ nalar_cpu_isa(void)
 #endif
     switch (nalar_quant_q8_isa()) {
     case NALAR_ISA_VNNI:
-        return "f32/i16 kernels " BUILT ", 8-bit kernels avx512-vnni";
+        return "f32 kernels " BUILT ", 8- and 16-bit kernels avx512-vnni";
     case NALAR_ISA_AVX2:
-        return "f32/i16 kernels " BUILT ", 8-bit kernels avx2";
+        return "f32 kernels " BUILT ", 8- and 16-bit kernels avx2";
     default:
-        return "f32/i16 kernels " BUILT ", 8-bit kernels scalar";
+        return "f32 kernels " BUILT ", 8- and 16-bit kernels scalar";
     }
 #undef BUILT
 }

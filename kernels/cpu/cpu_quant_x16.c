@@ -345,6 +345,27 @@ nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
 /* dispatch                                                             */
 
 
+/* tokens s, s + 1, .. of x16's codes, as codes of their own */
+static nalar_xq16
+x16_window(const nalar_xq16 *x16, int64_t s, int64_t cols)
+{
+    nalar_xq16 v = *x16;
+
+    for (int pl = 0; pl < 2; pl++) {
+        nalar_xq8 *p = pl ? &v.lo : &v.hi;
+
+        p->q += s * cols;
+        p->d += s * (cols / 32);
+        if (p->qk != NULL) {
+            p->qk += s * cols;
+            p->dk += s * (cols / QK_K);
+            p->bs += s * (cols / 16);
+        }
+    }
+    return v;
+}
+
+
 void
 nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
                        int il, int64_t cols, const nalar_xq16 *x16,
@@ -352,10 +373,11 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
                        int accumulate)
 {
     int isa = nalar_quant_q8_isa();
+    int tk = 0;
 
     /* one token: four rows at a time (cpu_quant_x16_rows.c); two or
      * more: the tiles (cpu_quant_x16_tiles.c); else, or where those
-     * cannot run, the scalar reference: the same bits */
+     * cannot run, the scalar reference: all the same bits */
     if (n_tok == 1
         && nalar_quant_x16_rows(t, isa, w, wstride, il, cols, x16, y, r0,
                                 r1, accumulate) == 0)
@@ -368,8 +390,25 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
     {
         return;
     }
-    nalar_quant_x16_scalar(t, w, wstride, il, cols, x16, n_tok, y, ldy, r0,
-                           r1, accumulate);
+    /* where the tiles cannot run: the rows kernels a token at a time
+     * (each token's codes seen as one token's), the same bits */
+    for (; n_tok > 1 && tk < n_tok; tk++) {
+        nalar_xq16 v = x16_window(x16, tk, cols);
+
+        if (nalar_quant_x16_rows(t, isa, w, wstride, il, cols, &v,
+                                 y + (int64_t) tk * ldy, r0, r1,
+                                 accumulate) != 0)
+        {
+            break;
+        }
+    }
+    if (tk < n_tok) {
+        nalar_xq16 v = x16_window(x16, tk, cols);
+
+        nalar_quant_x16_scalar(t, w, wstride, il, cols, &v, n_tok - tk,
+                               y + (int64_t) tk * ldy, ldy, r0, r1,
+                               accumulate);
+    }
 }
 
 

@@ -9,10 +9,10 @@
  *
  * Exactness: each (row, token) output takes the contract's operations
  * (the top of cpu_quant_x16.c), the scalar reference's bits:
- *   Q4_K, Q5_K: one accumulator per row, the hi plane's group sums
- *     scaled by 256 * sc (|.| <= 63 * 256, an int16) and the lo plane's
- *     by sc (vpdpwssd, or vpmaddwd and an add), so L = 256 * L_hi + L_lo
- *     in integer; the min term 256 * I_hi + I_lo from each plane's sums.
+ *   Q4_K, Q5_K: per row and block, each plane's lanes L_p (vpmaddubsw,
+ *     then vpdpwssd, or vpmaddwd and an add, by the groups' scales; two
+ *     accumulators), then L = 256 * L_hi + L_lo in integer; the min
+ *     term 256 * I_hi + I_lo from each plane's sums.
  *   Q6_K: L_hi and L_lo apart, t = fma(256, (float) L_hi, (float) L_lo)
  *     lane by lane, as the contract's fmaf; the min terms likewise.
  *   Q8_0, Q4_0 (VNNI): the weights as unsigned bytes u (Q8_0: w + 128,
@@ -149,7 +149,7 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
             __m512i        S1 = _mm512_permutexvar_epi16(I1, S);
             __m512i        S2 = _mm512_permutexvar_epi16(I2, S);
             __m512i        S3 = _mm512_permutexvar_epi16(I3, S);
-            __m512i        L;
+            __m512i        L, Lh, Ll;
 
             if (Q5) {
                 /* the fifth bit: bit G of qh[l] for weight l of group G */
@@ -168,17 +168,17 @@ k4_rows_vnni(const int Q5, const int R, const uint8_t *const *row, int il,
                 Q5_BIT(c3, 32, (char) 128);
 #undef Q5_BIT
             }
-            /* hi by 256 * sc, lo by sc, into one accumulator */
-#define K4_STEP(L, c, XH, XL, Sk)                                           \
-            L = _mm512_dpwssd_epi32(L, _mm512_maddubs_epi16(c, XH),         \
-                                    _mm512_slli_epi16(Sk, 8));              \
-            L = _mm512_dpwssd_epi32(L, _mm512_maddubs_epi16(c, XL), Sk)
-            L = _mm512_setzero_si512();
-            K4_STEP(L, c0, H0, L0, S0);
-            K4_STEP(L, c1, H1, L1, S1);
-            K4_STEP(L, c2, H2, L2, S2);
-            K4_STEP(L, c3, H3, L3, S3);
+            /* each plane by sc, then L = 256 * L_hi + L_lo */
+#define K4_STEP(c, XH, XL, Sk)                                              \
+            Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(c, XH), Sk);  \
+            Ll = _mm512_dpwssd_epi32(Ll, _mm512_maddubs_epi16(c, XL), Sk)
+            Lh = Ll = _mm512_setzero_si512();
+            K4_STEP(c0, H0, L0, S0);
+            K4_STEP(c1, H1, L1, S1);
+            K4_STEP(c2, H2, L2, S2);
+            K4_STEP(c3, H3, L3, S3);
 #undef K4_STEP
+            L = _mm512_add_epi32(_mm512_slli_epi32(Lh, 8), Ll);
             L8[i] = _mm256_add_epi32(_mm512_castsi512_si256(L),
                                      _mm512_extracti64x4_epi64(L, 1));
             M[i] = k4_min4(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), xsh,
@@ -227,8 +227,7 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
             __m128i        sm = rows_k4_sm(h);
             __m256i        S = _mm256_broadcastsi128_si256(
                                    _mm_cvtepu8_epi16(sm));
-            __m256i        SH = _mm256_slli_epi16(S, 8);
-            __m256i        qh = _mm256_setzero_si256(), L = qh;
+            __m256i        qh = _mm256_setzero_si256(), Lh = qh, Ll = qh;
 
             if (Q5) {
                 qh = _mm256_loadu_si256((const __m256i *) (p + 16));
@@ -239,8 +238,8 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
                 __m256i c = (G & 1) ? _mm256_and_si256(
                                           _mm256_srli_epi16(q, 4), F)
                                     : _mm256_and_si256(q, F);
-                __m256i pick = _mm256_set1_epi16(
-                                   (short) (0x0100 + 0x0202 * G));
+                __m256i sc = _mm256_shuffle_epi8(S, _mm256_set1_epi16(
+                                 (short) (0x0100 + 0x0202 * G)));
                 __m256i vh = _mm256_loadu_si256((const __m256i *)
                                                 (xh + 32 * G));
                 __m256i vl = _mm256_loadu_si256((const __m256i *)
@@ -253,14 +252,12 @@ k4_rows_avx2(const int Q5, const int R, const uint8_t *const *row, int il,
                             _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                             _mm256_set1_epi8(16)));
                 }
-                L = _mm256_add_epi32(L, _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(c, vh),
-                        _mm256_shuffle_epi8(SH, pick)));
-                L = _mm256_add_epi32(L, _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(c, vl),
-                        _mm256_shuffle_epi8(S, pick)));
+                Lh = _mm256_add_epi32(Lh, _mm256_madd_epi16(
+                         _mm256_maddubs_epi16(c, vh), sc));
+                Ll = _mm256_add_epi32(Ll, _mm256_madd_epi16(
+                         _mm256_maddubs_epi16(c, vl), sc));
             }
-            L8[i] = L;
+            L8[i] = _mm256_add_epi32(_mm256_slli_epi32(Lh, 8), Ll);
             M[i] = k4_min4(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), xsh,
                            xsl);
             sv[i] = _mm_mul_ps(_mm_cvtph_ps(h), dx);

@@ -16,12 +16,14 @@
  * for such an engine (F16 activations or an F16 KV cache would break it;
  * it sees qwen2's RMSNorm eps at a tenth of its value).
  * Every quantized file again with 16-bit activations (the engine's
- * act_i16 mode: x rounded per 32 to int16 codes, cpu_quant.h), held to
- * I16_DIV times less than llama.cpp's own error on that file (its
- * max_abs_err_top16 in the reference): llama.cpp rounds activations to
- * 8 bits per 32, whose step (1/127 of the block's max) is 258 times that
- * of 16 bits (1/32767), so an engine whose error came from that rounding
- * alone would land about 258 times lower; I16_DIV = 64 leaves a factor 4.
+ * act_i16 mode: x rounded to 16-bit codes in the 8-bit codes' groups,
+ * per 32 for Q8_0/Q4_0 and per 256 for the K-quants, cpu_quant_x16.c),
+ * held to I16_DIV times less than llama.cpp's own error on that file
+ * (its max_abs_err_top16 in the reference): llama.cpp rounds activations
+ * to 8 bits in the same groups, whose step (1/127 of the group's max) is
+ * 257 times that of these codes (1/32639), so an engine whose error came
+ * from that rounding alone would land about 257 times lower (the files
+ * land 190-320 times lower); I16_DIV = 64 leaves a factor 3-5.
  * The argmax and greedy checks use that tolerance as above.
  * Every quantized file again with 8-bit activations (act_i16 mode
  * NALAR_ACT_Q8: int8 codes per 32 for Q8_0/Q4_0, per 256 for the
