@@ -40,8 +40,8 @@
  * each plane's codes that the min terms read, as int16 pairs per lane);
  * the rows in groups (nalar_quant_x8_tile_rows), each tile of tokens over
  * a group's rows in turn, the first tile streaming them from memory with
- * a prefetch XT_PF rows on.  The K-quants' tiles go over a group's rows
- * XT_CHUNK columns at a time, keeping each row's chains (acc per token,
+ * a prefetch XT_PF rows on.  Q4_K's and Q5_K's tiles go over a group's
+ * rows XT_CHUNK columns at a time, keeping each row's chains (acc per token,
  * mn) between passes: the int16 codes of 8 tokens are 2 bytes a column
  * each (128 KB for an 8192-column row), and a pass's stay in L1 while the
  * group's rows go by.  The chains take the same operations in the same
@@ -261,8 +261,8 @@ tile_lo(int n, int nt, int i)
 
 
 /* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top),
- * each tile over a group's rows XT_CHUNK columns at a time (the
- * K-quants); xa, xb, xs as
+ * each tile over a group's rows XT_CHUNK columns at a time (Q4_K,
+ * Q5_K); xa, xb, xs as
  * xt_tile_fn's for token 0; st: XT_ST floats for each row of a group */
 static void
 xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
@@ -276,10 +276,12 @@ xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
 
     (void) qinfo_of(t, &qi);
     nb = cols / qi.qk;
-    /* the K-quants in passes of XT_CHUNK columns; Q8_0/Q4_0 in one (the
-     * chains' loads and stores per pass measured slower there: 30-35
-     * against 38 tokens/s of a 1.1B Q8_0 prefill, on a busy machine) */
-    cb = qi.qk == QK_K ? XT_CHUNK / qi.qk : nb;
+    /* Q4_K/Q5_K in passes of XT_CHUNK columns; the others in one (the
+     * chains' loads and stores per pass measured slower there: Q8_0
+     * 30-35 against 38 tokens/s of a 1.1B prefill, Q6_K 6.3-6.5 against
+     * 6.0-6.1 ns per 256 weights and token in bench/tiles.c; Q4_K 5.0-5.6
+     * against 5.8-6.1; a busy machine) */
+    cb = t == GGML_Q4_K || t == GGML_Q5_K ? XT_CHUNK / qi.qk : nb;
     for (int64_t g0 = r0; g0 < r1; g0 += rg) {
         int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
 
