@@ -327,12 +327,12 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
                       int64_t r0, int64_t r1, int accumulate)
 {
 #if defined(XT_X86)
-    qinfo         qi = { 0, 0, 0, 0 };
-    xt_tile_fn   *f;
-    int           nmax, nt, k256;
-    int64_t       tstride, cbytes, sbytes;
-    uint8_t      *pk;
-    float        *st;
+    qinfo          qi = { 0, 0, 0, 0 };
+    xt_tile_fn    *f;
+    int            nmax, nt, k256;
+    int64_t        tstride, cbytes, sbytes;
+    uint8_t       *pk;
+    float         *st;
     const uint8_t *xa, *xb;
 
     if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
