@@ -25,6 +25,7 @@
  */
 
 #include "ngx_nalar_module.h"
+#include "backend.h"
 
 
 static ngx_int_t ngx_http_nalar_init(ngx_conf_t *cf);
@@ -60,9 +61,9 @@ static ngx_conf_enum_t  ngx_http_nalar_cache_scopes[] = {
 
 
 static ngx_conf_enum_t  ngx_http_nalar_cpu_activations[] = {
-    { ngx_string("f32"), 0 },
-    { ngx_string("i16"), 1 },
-    { ngx_string("q8"), 2 },
+    { ngx_string("f32"), NALAR_ACT_F32 },
+    { ngx_string("i16"), NALAR_ACT_I16 },
+    { ngx_string("q8"), NALAR_ACT_Q8 },
     { ngx_null_string, 0 }
 };
 
@@ -468,7 +469,6 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(nmcf->test_fault, 0);
 #endif
     ngx_conf_init_value(nmcf->kv_cache, 0);
-    ngx_conf_init_uint_value(nmcf->cpu_act_i16, 0);
     /* 0: auto, each step sized to nalar_itl_target (100ms unless set) */
     ngx_conf_init_value(nmcf->max_batch_tokens, 0);
     ngx_conf_init_value(nmcf->max_queue, 0);
@@ -518,6 +518,11 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* unset: the CPU backend's default mode (NALAR_ACT_DEFAULT,
+     * src/backend.h), F32 on another backend */
+    ngx_conf_init_uint_value(nmcf->cpu_act_i16,
+                             ngx_strcmp(nmcf->backend.data, "cpu") == 0
+                             ? NALAR_ACT_DEFAULT : NALAR_ACT_F32);
     if (ngx_strcmp(nmcf->backend.data, "cpu") != 0 && nmcf->cpu_act_i16) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"nalar_cpu_activations %s\" is a mode of "

@@ -7,9 +7,10 @@ CFLAGS  = -std=c11 -D_GNU_SOURCE -g -O2 -pthread -Isrc -Ikernels/cpu \
           -Ikernels/cuda -Wall -Wextra -Werror -Wno-unused-parameter
 LDLIBS  = -lcrypto -ljansson -lutf8proc -lm -pthread
 
-build/bench/nginx_load: bench/nginx_load.c build/libnalar.a $(wildcard src/*.h)
+build/bench/nginx_load: bench/nginx_load.c bench/load_samples.c bench/load_samples.h \
+                      build/libnalar.a $(wildcard src/*.h)
 	@mkdir -p build/bench
-	$(CC) $(CFLAGS) bench/nginx_load.c build/libnalar.a -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) bench/nginx_load.c bench/load_samples.c build/libnalar.a -o $@ $(LDLIBS)
 
 # The same client linked with the CUDA backend (a build with NALAR_CUDA):
 # its engine mode can run --backend cuda (bench/gpu-serve.sh).
@@ -17,10 +18,10 @@ NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) \
                          $(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 
-build/bench/nginx_load_cuda: bench/nginx_load.c build/libnalar.a \
+build/bench/nginx_load_cuda: bench/nginx_load.c bench/load_samples.c build/libnalar.a \
                              build/libnalar_cuda.a $(wildcard src/*.h)
 	@mkdir -p build/bench
-	$(CC) $(CFLAGS) bench/nginx_load.c -Wl,-u,nalar_cuda_backend_create \
+	$(CC) $(CFLAGS) bench/nginx_load.c bench/load_samples.c -Wl,-u,nalar_cuda_backend_create \
 	    build/libnalar_cuda.a build/libnalar.a -o $@ $(LDLIBS) \
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublas -lcudart -lstdc++ -ldl -lrt

@@ -9,7 +9,8 @@
 # -- loaded in turn (the order rotating each round, so that a slow spell of
 # the busy machine falls on all alike), ROUNDS rounds of two workloads:
 #     plain    16 streams, 48 requests of 64 tokens, 128-token prompts,
-#              each distinct (a new seed each run: no prefix-cache hits)
+#              each distinct (a new seed each round: no prefix-cache hits;
+#              every budget of a round gets the same prompts)
 #     shared   the same with a shared 512-token prefix (about 400 words)
 #              before 16 distinct tokens (the prefix cache holds it)
 # Each run: ITL p50/p99, TTFT p50, tokens/s (build/bench/nginx_load http
@@ -235,7 +236,6 @@ for c in $CONFS; do
         --vocab 2048 -d 600 --seed 999 $(peer_of $c) >/dev/null
 done
 
-seed=0
 for round in $(seq 1 "$ROUNDS"); do
     # rotate the order: round 1 512,128,auto; round 2 128,auto,512; ...
     set -- $CONFS
@@ -243,10 +243,12 @@ for round in $(seq 1 "$ROUNDS"); do
     while [ $k -gt 0 ]; do x=$1; shift; set -- "$@" "$x"; k=$((k - 1)); done
     for w in $WORKLOADS; do
         for c in "$@"; do
-            seed=$((seed + 1))
+            # every budget gets the same prompts in a round, so the same
+            # greedy tokens and as much for speculation to find; a new
+            # set each round and workload, so no server's cache holds them
             case $w in
-            plain)  wl="-p 128" ;;
-            shared) wl="-p 528 --shared 512" ;;
+            plain)  wl="-p 128"; seed=$((round * 10 + 1)) ;;
+            shared) wl="-p 528 --shared 512"; seed=$((round * 10 + 2)) ;;
             esac
             load1=$(cut -d' ' -f1 /proc/loadavg)
             if ! r=$(timeout "$RUN_TIMEOUT" "$LOAD" http --port "$(port_of $c)" \

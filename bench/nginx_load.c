@@ -86,72 +86,11 @@
 #include "engine.h"
 #include "model.h"
 #include "clock.h"
+#include "load_samples.h"
 
 #include <jansson.h>
 
 #define MAX_PROMPT 8192
-
-
-static void
-die(const char *msg)
-{
-    fprintf(stderr, "nginx_load: %s\n", msg);
-    exit(1);
-}
-
-
-static void *
-xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n);
-    if (p == NULL) {
-        die("out of memory");
-    }
-    return p;
-}
-
-
-/* --- samples ------------------------------------------------------------- */
-
-typedef struct {
-    double *v;      /* (n) */
-    size_t  n, cap;
-} vec;
-
-
-static void
-vec_push(vec *s, double x)
-{
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 1024;
-        s->v = xrealloc(s->v, s->cap * sizeof(double));
-    }
-    s->v[s->n++] = x;
-}
-
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-
-    return x < y ? -1 : x > y;
-}
-
-
-/* nearest-rank percentile; -1 when there are no samples */
-static double
-pct(vec *s, double q)
-{
-    size_t i;
-
-    if (s->n == 0) {
-        return -1;
-    }
-    qsort(s->v, s->n, sizeof(double), cmp_double);
-    i = (size_t) (q * (double) s->n);
-    return s->v[i < s->n ? i : s->n - 1];
-}
 
 
 /* --- the load ------------------------------------------------------------ */

@@ -193,7 +193,7 @@ nalar_cmd_eval(int argc, char **argv)
         if (NALAR_OPTS_PARSE("eval", argc, argv, opts) != 0) {
             return 2;
         }
-        bo.act_i16 = nalar_opt_activations("eval", act);
+        bo.act_i16 = nalar_opt_activations("eval", act, bo.name);
         if (bo.act_i16 < 0) {
             return 2;
         }

@@ -292,7 +292,7 @@ cmd_generate(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        eo.act_i16 = nalar_opt_activations("generate", act);
+        eo.act_i16 = nalar_opt_activations("generate", act, eo.backend);
         if (eo.act_i16 < 0) {
             return 2;
         }
@@ -1191,7 +1191,7 @@ cmd_bench(int argc, char **argv)
     if (NALAR_OPTS_PARSE("bench", argc, argv, opts) != 0) {
         return 2;
     }
-    act_i16 = nalar_opt_activations("bench", act);
+    act_i16 = nalar_opt_activations("bench", act, NULL);
     if (act_i16 < 0) {
         return 2;
     }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "opts.h"
 
 
@@ -148,16 +149,20 @@ nalar_opts_parse(const char *cmd, int argc, char **argv,
 
 
 int
-nalar_opt_activations(const char *cmd, const char *s)
+nalar_opt_activations(const char *cmd, const char *s, const char *backend)
 {
-    if (s == NULL || strcmp(s, "f32") == 0) {
-        return 0;
+    if (s == NULL) {
+        return backend == NULL || strcmp(backend, "cpu") == 0
+               ? NALAR_ACT_DEFAULT : NALAR_ACT_F32;
+    }
+    if (strcmp(s, "f32") == 0) {
+        return NALAR_ACT_F32;
     }
     if (strcmp(s, "i16") == 0) {
-        return 1;
+        return NALAR_ACT_I16;
     }
     if (strcmp(s, "q8") == 0) {
-        return 2;
+        return NALAR_ACT_Q8;
     }
     fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8\n", cmd);
     return -1;

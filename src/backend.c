@@ -90,7 +90,7 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
         return b;
     }
     if (o != NULL && o->act_i16) {
-        nalar_fail(err, "int16 and 8-bit activations are modes of the 'cpu' "
+        nalar_fail(err, "16-bit and 8-bit activations are modes of the 'cpu' "
                    "backend, not of '%s'", name);
         return NULL;
     }

@@ -114,6 +114,14 @@ nalar_backend *nalar_backend_create(nalar_model *m,
 #define NALAR_ACT_I16 1
 #define NALAR_ACT_Q8  2
 
+/* The CPU backend's mode when none is named (nginx's
+ * nalar_cpu_activations, the CLI's --cpu-activations): the fastest exact
+ * one, exact meaning within the conformance kit's tolerances and at least
+ * as close as llama.cpp on every file (t/c/test_conformance.c), fastest as
+ * bench/README.md measures the modes.  The one place it is chosen; a GPU
+ * backend, which has only F32, takes F32 when none is named. */
+#define NALAR_ACT_DEFAULT NALAR_ACT_F32
+
 /* A second backend of the same kind (a draft model) that runs on the
  * first one's workers (CPU) or device and stream (CUDA): the two never
  * run at once. */

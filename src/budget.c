@@ -141,21 +141,33 @@ nalar_budget_estimate(const nalar_budget *m, int32_t n_tokens)
 
 
 int32_t
-nalar_budget_prefill(const nalar_budget *m, double target, int32_t n_fixed,
-                     int32_t most)
+nalar_budget_fit(const nalar_budget *m, double target)
 {
     double fit;
 
     if (m->n_obs == 0) {
+        return -1;
+    }
+    if (!(m->b > 0)) {
+        return m->a <= target ? INT32_MAX : 0;
+    }
+    /* the largest n with a + b n <= target; the epsilon keeps an exact
+     * fit (tests) from rounding a whole token away */
+    fit = floor((target - m->a) / m->b + 1e-6);
+    return fit <= 0 ? 0 : fit >= INT32_MAX ? INT32_MAX : (int32_t) fit;
+}
+
+
+int32_t
+nalar_budget_prefill(const nalar_budget *m, double target, int32_t n_fixed,
+                     int32_t most)
+{
+    int64_t fit = nalar_budget_fit(m, target);
+
+    if (fit < 0) {
         return most > NALAR_BUDGET_MIN_CHUNK ? most : NALAR_BUDGET_MIN_CHUNK;
     }
-    if (m->b > 0) {
-        /* the largest n with a + b (n_fixed + n) <= target; the epsilon
-         * keeps an exact fit (tests) from rounding a whole token away */
-        fit = floor((target - m->a) / m->b + 1e-6) - n_fixed;
-    } else {
-        fit = m->a <= target ? most : 0;
-    }
+    fit -= n_fixed;
     if (fit > most) {
         fit = most;
     }

@@ -60,6 +60,12 @@ void   nalar_budget_record(nalar_budget *m, int32_t n_tokens, double seconds);
 /* Estimated seconds of a step of n_tokens; < 0 before any step. */
 double nalar_budget_estimate(const nalar_budget *m, int32_t n_tokens);
 /*
+ * Batch tokens a step may carry so that its estimate stays within `target`
+ * seconds (0: not even one token fits; INT32_MAX: any number, the estimate
+ * not growing with tokens); -1 before any step is recorded.
+ */
+int32_t nalar_budget_fit(const nalar_budget *m, double target);
+/*
  * Prompt tokens a step that already carries n_fixed tokens (decodes and
  * their proposals) may add so that its estimate stays within `target`
  * seconds, at most `most`; but never fewer than NALAR_BUDGET_MIN_CHUNK,

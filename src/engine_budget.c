@@ -120,6 +120,35 @@ step_prefill_allowance(nalar_engine *e, int32_t n_fixed)
 }
 
 
+/*
+ * Proposal tokens this step may add to its n_decode decodes: what the
+ * target leaves beside them and the prompt tokens it must carry (the
+ * minimum chunk, where n_prefill prompt tokens wait), so that proposals
+ * never push a step past a target it could hold.  -1: no limit -- a fixed
+ * budget, nothing measured yet, or a target the decodes and the minimum
+ * chunk overrun already (a machine slower than the target allows): every
+ * step then misses it whatever it proposes, and proposals that are
+ * accepted make each token cheaper, as the cost model judges them.
+ */
+int32_t
+step_proposal_room(nalar_engine *e, int32_t n_decode, int32_t n_prefill)
+{
+    int64_t fit, room;
+
+    if (!(e->opts.itl_target > 0)) {
+        return -1;
+    }
+    fit = nalar_budget_fit(&e->budget, e->opts.itl_target);
+    if (fit < 0) {
+        return -1;
+    }
+    room = fit - n_decode
+           - (n_prefill < NALAR_BUDGET_MIN_CHUNK ? n_prefill
+                                                 : NALAR_BUDGET_MIN_CHUNK);
+    return room < 0 ? -1 : room >= INT32_MAX ? INT32_MAX : (int32_t) room;
+}
+
+
 /* Seconds a step took: measured, or what a test says it costs. */
 static double
 step_seconds(nalar_engine *e, const step_plan *sp, double t0, double t1)
@@ -158,6 +187,7 @@ step_budget_learn(nalar_engine *e, const step_plan *sp)
     if (e->step_fn != NULL) {
         nalar_test_step st;
 
+        st.n_decode = sp->n_decode;
         st.n_fixed = sp->n_fixed;
         st.n_prefill = sp->n_prefill_tok;
         st.allowance = sp->prefill_allow;

@@ -413,6 +413,8 @@ void step_learn(nalar_engine *e, const step_plan *sp);
 /* engine_budget.c (engine thread) */
 void    budget_seed(nalar_engine *e);
 int32_t step_prefill_allowance(nalar_engine *e, int32_t n_fixed);
+int32_t step_proposal_room(nalar_engine *e, int32_t n_decode,
+                           int32_t n_prefill);
 void    step_budget_learn(nalar_engine *e, const step_plan *sp);
 
 /* engine_lora.c */

@@ -649,12 +649,16 @@ grammar_propose(nalar_engine *e, nalar_request *r)
 /*
  * Plan speculation: how many decodes and prompt tokens this step has, then
  * each speculating request's k from the cost model (under the step gate),
- * and the draft's proposals.
+ * and the draft's proposals.  With an ITL target the step's proposals, in
+ * admission order, take only the room it leaves beside the decodes and the
+ * minimum prompt chunk (step_proposal_room): speculation never makes a
+ * step overshoot a target it could hold (a grammar's forced tokens take
+ * of the room but are not held to it).
  */
 void
 step_plan_speculation(nalar_engine *e, step_plan *sp)
 {
-    int32_t        allow, n_dreq = 0;
+    int32_t        allow, room, n_dreq = 0;
     int            may_speculate = 1;
     nalar_request *dreqs[256];
 
@@ -675,6 +679,8 @@ step_plan_speculation(nalar_engine *e, step_plan *sp)
         sp->n_prefill = allow;
     }
     sp->n_prefill = sp->n_prefill > 0 ? sp->n_prefill : 0;
+    /* with a target, every proposal fits it (-1: no limit) */
+    room = step_proposal_room(e, sp->n_decode, sp->n_prefill);
     for (int32_t i = 0; i < e->n_running; i++) {
         e->running[i]->prop_now = e->running[i]->prop;
     }
@@ -715,24 +721,36 @@ step_plan_speculation(nalar_engine *e, step_plan *sp)
         if (r->gm != NULL && r->prop != NALAR_PROP_NONE
             && r->n_tokens - r->n_computed == 1 && grammar_propose(e, r))
         {
-            /* not a step the gate should learn from */
+            /* not a step the gate should learn from; tokens all but
+             * certain to be accepted, so not held to the room, but they
+             * take of it */
             sp->any_fixed = 1;
+            if (room > 0) {
+                room = room > r->n_prop ? room - r->n_prop : 0;
+            }
             continue;
         }
         if (r->prop == NALAR_PROP_NONE || r->n_tokens - r->n_computed != 1
-            || (!may_speculate && !r->p.spec_fixed && !pred_fresh(r)))
+            || (!may_speculate && !r->p.spec_fixed && !pred_fresh(r))
+            || room == 0)
         {
             continue;
         }
         r->n_prop = choose_k(e, r, sp->n_decode, sp->n_prefill,
                              r->prop_now == NALAR_PROP_DRAFT
                              ? sp->n_decode : 0, &sp->any_probe);
+        if (room > 0 && r->n_prop > room) {
+            r->n_prop = room;
+        }
         if (r->n_prop > 0 && r->prop_now != NALAR_PROP_DRAFT) {
             r->n_prop = propose_lookup(r, r->n_prop);
         } else if (r->n_prop > 0 && n_dreq < 256) {
             dreqs[n_dreq++] = r;
         } else {
             r->n_prop = 0;
+        }
+        if (room > 0) {
+            room -= r->n_prop;
         }
     }
     if (n_dreq > 0) {

@@ -56,6 +56,7 @@ void nalar_engine_test_step_cost(nalar_engine *e, double per_step,
 
 /* What one step decided, for the step callback. */
 typedef struct {
+    int32_t n_decode;     /* sequences decoding (before proposals) */
     int32_t n_fixed;      /* decode and proposal tokens batched */
     int32_t n_prefill;    /* prompt tokens batched */
     int32_t allowance;    /* prompt tokens it could have carried */

@@ -24,6 +24,10 @@
 #include "fp16.h"
 
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
+/* the next group of panels is fetched while the last token tile of this
+ * one runs only where both groups and the token block's x fit this (an
+ * L2 of 1 MB): else the fetch would evict what the tiles reuse */
+#define PF_CACHE  (1024 * 1024)
 #define HUGE_PAGE (2 * 1024 * 1024)
 
 
@@ -181,14 +185,19 @@ store_tile(v16 acc[8][10], const int G, const int C, int64_t g0, int64_t r0,
 }
 
 
-/* Panels g0 .. g0 + G - 1 by tokens 0 .. C - 1 of x (see the file's top) */
+/* Panels g0 .. g0 + G - 1 by tokens 0 .. C - 1 of x (see the file's top);
+ * with npf > 0, panels g0 + 8 .. g0 + 8 + npf - 1 (the next group's)
+ * fetched into cache on the way */
 static ALWAYS_INLINE void
 panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
            const float *x, int ldx, float *y, int ldy, int64_t cols,
-           int64_t r0, int64_t r1, int accumulate, const int G, const int C)
+           int64_t r0, int64_t r1, int accumulate, const int G, const int C,
+           int npf)
 {
     v16            acc[8][10];
     const uint8_t *pg = panels + g0 * pbytes;
+    const uint8_t *pf = panels + (g0 + 8) * pbytes;
+    const int64_t  cb = type == GGML_F32 ? 64 : 32;   /* bytes a column */
 
     for (int i = 0; i < G; i++) {
         for (int j = 0; j < C; j++) {
@@ -200,6 +209,12 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 
         for (int j = 0; j < C; j++) {
             xb[j] = _mm512_set1_ps(x[(int64_t) j * ldx + c]);
+        }
+        if (npf > 0 && (c * cb) % 64 == 0) {
+            for (int i = 0; i < G && i < npf; i++) {
+                _mm_prefetch((const char *) pf + i * pbytes + c * cb,
+                             _MM_HINT_T1);
+            }
         }
         for (int i = 0; i < G; i++) {
             v16 wv = load_panel(type, pg + i * pbytes, c * 16);
@@ -244,7 +259,11 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
  * from L2 at best); more tokens split into tiles of at most 8, of equal
  * width (17 = 6 + 6 + 5, not 8 + 8 + 1).  Groups of 8 panels are the outer
  * loop, so a group's weights serve every token tile from cache.  G * C
- * stays within 24 accumulators (of 32 vector registers).
+ * stays within 24 accumulators (of 32 vector registers).  While a group's
+ * last token tile runs, it fetches the next group's weights into cache
+ * (where they fit, PF_CACHE): otherwise the next group's first tile would
+ * wait on memory at each panel it starts, which costs most where a step
+ * has few tokens (a decode batch, a step sized to an ITL target).
  */
 #define DEFINE_PANEL_MATMUL(NAME, PBYTES, TILE)                               \
 static void                                                                   \
@@ -257,11 +276,14 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
     int tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;                 \
     int nt = tn <= 10 ? 1 : (tn + 7) / 8;                                     \
+    int pf_fits = 16 * pbytes + (int64_t) tn * cols * 4 <= PF_CACHE;         \
                                                                               \
     for (int64_t g = ga; g < gb; g += 8) {                                    \
         int64_t g1 = g + 8 < gb ? g + 8 : gb;                                 \
                                                                               \
         for (int k = 0; k < nt; k++) {                                        \
+            /* the last token tile fetches the next group's weights */       \
+            int          pfl = k == nt - 1 && g1 < gb && pf_fits;             \
             int          t = t0 + tn * k / nt;                                \
             int          w = t0 + tn * (k + 1) / nt - t;                      \
             const float *xt = x + (int64_t) t * ldx;                          \
@@ -284,15 +306,17 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
     }                                                                         \
 }
 
+/* panels of the next group that exist, for the last token tile */
+#define NPF(g0) (pfl ? (int) (gb - (g0) - 8 < 8 ? gb - (g0) - 8 : 8) : 0)
 #define TILE_F32(g0, G, C)                                                    \
     panel_tile(GGML_F32, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, \
-               G, C)
+               G, C, NPF(g0))
 #define TILE_F16(g0, G, C)                                                    \
     panel_tile(GGML_F16, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, \
-               G, C)
+               G, C, NPF(g0))
 #define TILE_BF16(g0, G, C)                                                   \
     panel_tile(GGML_BF16, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1,     \
-               acc, G, C)
+               acc, G, C, NPF(g0))
 
 DEFINE_PANEL_MATMUL(panels_f32, cols * 16 * 4, TILE_F32)
 DEFINE_PANEL_MATMUL(panels_f16, cols * 16 * 2, TILE_F16)
@@ -380,7 +404,8 @@ pair_tile(const uint8_t *panels, int64_t pbytes, int64_t g0, const float *x,
 }
 
 #define TILE_PAIRS(g0, G, C)                                                  \
-    pair_tile(p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, G, C)
+    ((void) pfl, pair_tile(p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, \
+                           acc, G, C))
 
 DEFINE_PANEL_MATMUL(panels_pairs, (cols + 1) / 2 * 64, TILE_PAIRS)
 

@@ -47,6 +47,7 @@ test_model(void)
     ok(nalar_budget_estimate(&m, 10) < 0, "no estimate before any step");
     is_int(nalar_budget_prefill(&m, 0.1, 16, 496), 496,
            "before any step: the most allowed");
+    is_int(nalar_budget_fit(&m, 0.1), -1, "before any step: no fit");
 
     /* exact steps of 10 ms + 1 ms per token, sizes spread */
     for (int i = 0; i < 20; i++) {
@@ -57,6 +58,10 @@ test_model(void)
     ok(fabs(m.a - 0.010) < 1e-9 && fabs(m.b - 0.001) < 1e-9,
        "the fit recovers 10 ms per step and 1 ms per token (%g, %g)",
        m.a, m.b);
+    is_int(nalar_budget_fit(&m, 0.100), 90,
+           "100 ms target: 90 batch tokens fit");
+    is_int(nalar_budget_fit(&m, 0.005), 0,
+           "5 ms target, under the 10 ms a step costs: none fit");
     is_int(nalar_budget_prefill(&m, 0.100, 16, 496), 90 - 16,
            "100 ms target, 16 decodes: 74 prompt tokens fit");
     is_int(nalar_budget_prefill(&m, 0.100, 70, 442), 20,
@@ -374,6 +379,81 @@ test_adapt(void)
 }
 
 
+/*
+ * Speculation under a target: streams proposing 4 tokens each (n-gram,
+ * fixed k) beside two long prompts, steps costing 10 ms + 2 ms per token,
+ * a 60 ms target (25 tokens).  Where the decodes and the minimum prompt
+ * chunk fit the target, the step's proposals fit what it leaves (a step
+ * with no room proposes nothing); where they overrun it (10 streams and a
+ * waiting prompt), proposals are the cost model's to choose.
+ */
+static int
+spec_room_run(int n_short, int *with, int *none, int *over)
+{
+    nalar_engine *e = engine_budget(0, 0.060, 1);
+    step_log     *l = calloc(1, sizeof(*l));
+    collected    *out = calloc(64, sizeof(collected));
+    int           bad = 0;
+
+    if (e == NULL || l == NULL || out == NULL) {
+        nalar_engine_destroy(e);
+        free(l);
+        free(out);
+        return -1;
+    }
+    nalar_engine_test_step_cost(e, 0.010, 0.002, 1);
+    l->e = e;
+    nalar_engine_test_step_fn(e, on_step, l);
+    is_int(run_mix(e, n_short, 2, 200, out), n_short + 2,
+           "%d speculating streams and 2 200-token prompts all finish",
+           n_short);
+    for (int i = 0; i < l->n && i < MAX_STEPS; i++) {
+        const nalar_test_step *s = &l->s[i];
+        int32_t reserve = s->pending < NALAR_BUDGET_MIN_CHUNK
+                          ? s->pending : NALAR_BUDGET_MIN_CHUNK;
+        int32_t room = 25 - s->n_decode - reserve;
+        int32_t props = s->n_fixed - s->n_decode;
+
+        if (room < 0) {
+            *over += props > 0;
+            continue;
+        }
+        if (props > room && bad++ < 3) {
+            diag("step %d: %d decodes, %d proposals, %d prompt tokens "
+                 "pending: room for %d", i, s->n_decode, props, s->pending,
+                 room);
+        }
+        *with += props > 0;
+        *none += props == 0 && room == 0 && s->n_decode > 0;
+    }
+    nalar_engine_destroy(e);
+    free(l);
+    free(out);
+    return bad;
+}
+
+
+static void
+test_spec_room(void)
+{
+    int with = 0, none = 0, over = 0;
+
+    is_int(spec_room_run(6, &with, &none, &over), 0,
+           "6 streams: every step's proposals fit what 60 ms leaves beside "
+           "its decodes and the minimum chunk");
+    ok(with > 0, "...steps with room proposed (%d)", with);
+    with = none = over = 0;
+    is_int(spec_room_run(9, &with, &none, &over), 0,
+           "9 streams: the same");
+    ok(none > 0, "...a step with no room proposed nothing (%d)", none);
+    with = none = over = 0;
+    is_int(spec_room_run(10, &with, &none, &over), 0,
+           "10 streams: the same wherever the target can be held");
+    ok(over > 0, "...and steps whose decodes and minimum chunk overrun "
+       "60 ms still speculate (%d)", over);
+}
+
+
 /* --- results do not depend on the budget -------------------------------- */
 
 typedef struct {
@@ -394,7 +474,8 @@ test_greedy(void)
         { "auto, 1 us target (minimum chunks)", 0, 1e-6, 0, 0 },
         { "auto, 10 s target", 0, 10.0, 0, 0 },
         { "auto, 100 ms, fake clock", 0, 0.100, 1, 0 },
-        { "auto, 1 us, n-gram speculation", 0, 1e-6, 0, 1 },
+        { "auto, 1 us, n-gram speculation (none fits)", 0, 1e-6, 0, 1 },
+        { "auto, 60 ms, fake clock, n-gram speculation", 0, 0.060, 1, 1 },
         { "auto, 1 us, at most 16 tokens", 16, 1e-6, 0, 0 },
     };
     static collected long_alone;
@@ -490,6 +571,7 @@ main(void)
     test_model();
     test_admission();
     test_adapt();
+    test_spec_room();
     test_greedy();
     return done_testing();
 }
