@@ -37,6 +37,14 @@ build/bench/quant_kernels: bench/quant_kernels.c build/libnalar.a \
 	$(CC) $(CFLAGS) -O3 -march=native bench/quant_kernels.c \
 	    build/libnalar.a -o $@ $(LDLIBS)
 
+# The F16 panel product alone at small steps' widths (bench/README,
+# "ITL target")
+build/bench/panels: bench/panels.c build/libnalar.a $(wildcard src/*.h) \
+                    $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/panels.c build/libnalar.a \
+	    -o $@ $(LDLIBS)
+
 # A Jinja chat template's render and tokenizing against the prefill
 # (bench/template.sh)
 build/bench/template: bench/template.c build/libnalar_api.a build/libnalar.a \
