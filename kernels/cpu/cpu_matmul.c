@@ -186,17 +186,17 @@ store_tile(v16 acc[8][10], const int G, const int C, int64_t g0, int64_t r0,
 
 
 /* Panels g0 .. g0 + G - 1 by tokens 0 .. C - 1 of x (see the file's top);
- * with npf > 0, panels g0 + 8 .. g0 + 8 + npf - 1 (the next group's)
- * fetched into cache on the way */
+ * with npf > 0, panels g0 + grp .. g0 + grp + npf - 1 (the next group's,
+ * for groups of grp panels) fetched into cache on the way */
 static ALWAYS_INLINE void
 panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
            const float *x, int ldx, float *y, int ldy, int64_t cols,
            int64_t r0, int64_t r1, int accumulate, const int G, const int C,
-           int npf)
+           int64_t grp, int npf)
 {
     v16            acc[8][10];
     const uint8_t *pg = panels + g0 * pbytes;
-    const uint8_t *pf = panels + (g0 + 8) * pbytes;
+    const uint8_t *pf = panels + (g0 + grp) * pbytes;
     const int64_t  cb = type == GGML_F32 ? 64 : 32;   /* bytes a column */
 
     for (int i = 0; i < G; i++) {
@@ -252,13 +252,31 @@ panel_tile(ggml_type type, const uint8_t *panels, int64_t pbytes, int64_t g0,
 
 
 /*
+ * Panels in a group for token tiles of up to w tokens: a multiple of the
+ * tile's panels (PANEL_RUN's GMAX, as DEFINE_PANEL_MATMUL's switch
+ * gives it per width) near 8, so no group ends in a narrower tile: 8
+ * panels in tiles of 3 ran 3 + 3 + 2, and a 2-panel tile of 8 tokens
+ * does 16 FMAs per 10 loads where a 3-panel one does 24 per 11.
+ */
+static inline int64_t
+group_panels(int w)
+{
+    static const int gmax[11] = { 8, 8, 8, 6, 4, 4, 4, 3, 3, 2, 2 };
+    int              g = gmax[w < 10 ? w : 10];
+
+    return g * (8 / g);
+}
+
+
+/*
  * One panel layout (PBYTES: bytes per panel; TILE: its tile, see
  * PANEL_RUN): the compiler specialises the tile per (G, C).  Up to 10
  * tokens (a verification of up to 9 proposals) make one tile, so each
  * weight is read once per pass (a second tile would read the group again,
  * from L2 at best); more tokens split into tiles of at most 8, of equal
- * width (17 = 6 + 6 + 5, not 8 + 8 + 1).  Groups of 8 panels are the outer
- * loop, so a group's weights serve every token tile from cache.  G * C
+ * width (17 = 6 + 6 + 5, not 8 + 8 + 1).  Groups of about 8 panels
+ * (group_panels: 6 for tiles of 3, 7 or 8 tokens) are the outer loop, so
+ * a group's weights serve every token tile from cache.  G * C
  * stays within 24 accumulators (of 32 vector registers).  While a group's
  * last token tile runs, it fetches the next group's weights into cache
  * (where they fit, PF_CACHE): otherwise the next group's first tile would
@@ -274,12 +292,13 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
     int64_t ga = r0 / 16, gb = (r1 + 15) / 16;                                \
                                                                               \
     for (int t0 = 0; t0 < n_tok; t0 += TOK_BLOCK) {                          \
-    int tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;                 \
-    int nt = tn <= 10 ? 1 : (tn + 7) / 8;                                     \
-    int pf_fits = 16 * pbytes + (int64_t) tn * cols * 4 <= PF_CACHE;         \
+    int     tn = n_tok - t0 < TOK_BLOCK ? n_tok - t0 : TOK_BLOCK;             \
+    int     nt = tn <= 10 ? 1 : (tn + 7) / 8;                                 \
+    int64_t grp = group_panels((tn + nt - 1) / nt);                           \
+    int     pf_fits = 2 * grp * pbytes + (int64_t) tn * cols * 4 <= PF_CACHE; \
                                                                               \
-    for (int64_t g = ga; g < gb; g += 8) {                                    \
-        int64_t g1 = g + 8 < gb ? g + 8 : gb;                                 \
+    for (int64_t g = ga; g < gb; g += grp) {                                  \
+        int64_t g1 = g + grp < gb ? g + grp : gb;                             \
                                                                               \
         for (int k = 0; k < nt; k++) {                                        \
             /* the last token tile fetches the next group's weights */       \
@@ -307,16 +326,17 @@ NAME(const uint8_t *p, int64_t cols, const float *x, int n_tok, int ldx,      \
 }
 
 /* panels of the next group that exist, for the last token tile */
-#define NPF(g0) (pfl ? (int) (gb - (g0) - 8 < 8 ? gb - (g0) - 8 : 8) : 0)
+#define NPF(g0)                                                               \
+    (pfl ? (int) (gb - (g0) - grp < grp ? gb - (g0) - grp : grp) : 0)
 #define TILE_F32(g0, G, C)                                                    \
     panel_tile(GGML_F32, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, \
-               G, C, NPF(g0))
+               G, C, grp, NPF(g0))
 #define TILE_F16(g0, G, C)                                                    \
     panel_tile(GGML_F16, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, \
-               G, C, NPF(g0))
+               G, C, grp, NPF(g0))
 #define TILE_BF16(g0, G, C)                                                   \
     panel_tile(GGML_BF16, p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1,     \
-               acc, G, C, NPF(g0))
+               acc, G, C, grp, NPF(g0))
 
 DEFINE_PANEL_MATMUL(panels_f32, cols * 16 * 4, TILE_F32)
 DEFINE_PANEL_MATMUL(panels_f16, cols * 16 * 2, TILE_F16)
@@ -404,8 +424,8 @@ pair_tile(const uint8_t *panels, int64_t pbytes, int64_t g0, const float *x,
 }
 
 #define TILE_PAIRS(g0, G, C)                                                  \
-    ((void) pfl, pair_tile(p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, \
-                           acc, G, C))
+    ((void) pfl, (void) grp,                                                  \
+     pair_tile(p, pbytes, g0, xt, ldx, yt, ldy, cols, r0, r1, acc, G, C))
 
 DEFINE_PANEL_MATMUL(panels_pairs, (cols + 1) / 2 * 64, TILE_PAIRS)
 

@@ -266,6 +266,13 @@ main(void)
             }
             fails += check(type, rows, cols, 70, 0, rows, 0, 0, 0) != 0;
             runs++;
+            /* the steps of an ITL target: tiles of 8 in groups of 6
+             * panels, a row range that starts and ends inside them */
+            for (int n_tok = 16; n_tok <= 48; n_tok += 8) {
+                fails += check(type, rows, cols, n_tok, rows / 5,
+                               rows - rows / 9, n_tok == 24, 0, 0) != 0;
+                runs++;
+            }
         }
         ok(fails == 0, "%s: %d of %d products as the contract says",
            names[ti], runs - fails, runs);
