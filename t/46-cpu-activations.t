@@ -4,7 +4,8 @@
 # the greedy ids of f32 (the conformance file's logits move by about 1e-3
 # at most) and with logprobs that differ from f32's, but only slightly: the
 # directive reaches the engine.  With q8 the first step's id is f32's and
-# its logprob is another, within the kit's Q8_0 tolerance.
+# its logprob is another, within the kit's Q8_0 tolerance.  With no
+# directive the engine runs the default mode, i16: its logprobs to the bit.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -41,13 +42,14 @@ for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;',
 }
 
 my %got;
-for my $mode ('f32', 'i16', 'q8') {
+for my $mode ('default', 'f32', 'i16', 'q8') {
+    my $dir = $mode eq 'default' ? '' : "nalar_cpu_activations $mode;";
     $t->write_conf(<<"CONF")->run;
 http {
     %%NALAR_HTTP%%
     nalar_model q8 $q8;
     nalar_threads 2;
-    nalar_cpu_activations $mode;
+    $dir
 
     server {
         listen 127.0.0.1:%%PORT%%;
@@ -64,6 +66,13 @@ CONF
     $t->stop;
     $t->check_log;
 }
+
+# no directive: the CPU backend's default, the 16-bit mode (the fastest
+# exact one, src/backend.h NALAR_ACT_DEFAULT), to the bit
+is_deeply($got{default}, $got{i16}, 'no directive: the i16 mode, logprobs '
+          . 'and all');
+isnt(join(',', @{ $got{default}{token_logprobs} }),
+     join(',', @{ $got{f32}{token_logprobs} }), '  not f32\'s');
 
 is_deeply($got{i16}{tokens}, $got{f32}{tokens},
           'i16: the greedy ids of f32');
