@@ -6,8 +6,8 @@
 # times.  Prints the medians, the median of the per-round ratios to F16
 # (each round's runs are next to each other, so they share the machine's
 # state), the memory-read limit `nalar bench` measures in the same
-# process, and resident memory.  Q8_0 and Q4_K_M run twice: with F32
-# activations (the default) and with --cpu-activations i16 (the "i16"
+# process, and resident memory.  Q8_0 and Q4_K_M run twice: with exact F32
+# activations (--cpu-activations f32) and with i16, the default (the "i16"
 # columns).  Then the products alone (bench/quant_kernels.c: one token,
 # one thread, a matrix in cache and one streamed from memory).  Writes
 # bench/results/quant.md.
