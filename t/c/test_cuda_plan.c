@@ -209,8 +209,8 @@ test_dispatch(void)
        "another KV type refused on any backend: %s", err.msg);
     o.act_i16 = NALAR_ACT_I16;
     ok(nalar_backend_create(&m, &o, &err) == NULL
-       && strstr(err.msg, "int16") != NULL,
-       "int16 activations refused on a GPU backend: %s", err.msg);
+       && strstr(err.msg, "16-bit") != NULL,
+       "16-bit activations refused on a GPU backend: %s", err.msg);
     o.act_i16 = NALAR_ACT_Q8;
     ok(nalar_backend_create(&m, &o, &err) == NULL
        && strstr(err.msg, "8-bit") != NULL,
