@@ -33,22 +33,8 @@ static const ggml_type types[] = {
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t
-rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+#include "quant_test_blocks.h"
 
-
-static float
-frand(void)
-{
-    return (float) ((double) (rnd() >> 11) / 9007199254740992.0) * 2.0f
-           - 1.0f;
-}
 
 
 static float
@@ -61,30 +47,8 @@ h2f(const uint8_t *p)
 }
 
 
-/* the f16 fields of a block (scales, mins) */
-static void
-f16_fields(ggml_type t, int *off, int *n)
-{
-    switch (t) {
-    case GGML_Q8_0:
-    case GGML_Q4_0: off[0] = 0; *n = 1; return;
-    case GGML_Q4_K:
-    case GGML_Q5_K: off[0] = 0; off[1] = 2; *n = 2; return;
-    default:        off[0] = 208; *n = 1; return;   /* Q6_K */
-    }
-}
 
 
-/* an extreme f16 scale: the largest finite, the smallest subnormal,
- * the smallest normal, their negatives, zero, one */
-static uint16_t
-extreme_f16(void)
-{
-    static const uint16_t v[] = { 0x7bff, 0x0001, 0x0400, 0xfbff, 0x8001,
-                                  0x0000, 0x3c00, 0x5bff };
-
-    return v[rnd() % (sizeof(v) / sizeof(v[0]))];
-}
 
 
 #define W_QUANT 0   /* rows from the quantizer */
@@ -115,7 +79,7 @@ full_block(ggml_type t, uint8_t *p, int64_t bytes)
 
 
 static uint8_t *
-matrix(ggml_type t, int64_t rows, int64_t cols, int kind)
+weights(ggml_type t, int64_t rows, int64_t cols, int kind)
 {
     int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int64_t  qk = nalar_quant_block(t), bytes = rs / (cols / qk);
@@ -408,7 +372,7 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
     const char *tn = ggml_type_name(t);
     int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int         isa_max = nalar_quant_q8_isa_max(), bad = 0;
-    uint8_t    *w = matrix(t, rows, cols, wkind);
+    uint8_t    *w = weights(t, rows, cols, wkind);
     float      *x = activations(n_tok, cols, full);
     float      *ref = malloc((size_t) (n_tok * rows) * sizeof(float));
     float      *y = malloc((size_t) (n_tok * rows) * sizeof(float));
@@ -503,7 +467,7 @@ check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
     const char *tn = ggml_type_name(t);
     int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
-    uint8_t    *w = matrix(t, rows, cols, wkind);
+    uint8_t    *w = weights(t, rows, cols, wkind);
     float      *x = activations(2, cols, full);
     float      *ref = malloc((size_t) rows * sizeof(float));
     float      *y = malloc((size_t) rows * sizeof(float));
