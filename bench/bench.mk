@@ -72,3 +72,11 @@ build/bench/tiles: bench/tiles.c build/libnalar.a $(wildcard src/*.h) \
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -O3 -march=native bench/tiles.c build/libnalar.a \
 	    -o $@ $(LDLIBS)
+
+# One token's products alone, 8-bit against 16-bit (bench/README: the
+# one-token kernels)
+build/bench/rows: bench/rows.c build/libnalar.a $(wildcard src/*.h) \
+                  $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/rows.c build/libnalar.a \
+	    -o $@ $(LDLIBS)

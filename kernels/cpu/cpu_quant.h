@@ -100,7 +100,7 @@ void nalar_quant_matmul_portable(ggml_type t, const uint8_t *w,
  * VNNI, AVX2 or scalar, chosen at run time), and every path gives the
  * same bits (the operations are in cpu_quant_q8.c; one token's products
  * run four rows at a time, with the same operations per row, in
- * cpu_quant_q8_rows.c).
+ * cpu_quant_rows.c).
  */
 typedef struct {
     const int8_t  *q;    /* (n_tok, cols) codes per 32 */

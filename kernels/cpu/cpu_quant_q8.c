@@ -30,7 +30,7 @@
  * So the three paths give the same bits, and each (row, token) output is
  * one function of that row and that token's codes: bit-identical whatever
  * the batch, its chunking or the threads' split of the rows.  A product
- * of one token runs cpu_quant_q8_rows.c's kernels (four rows at a time),
+ * of one token runs cpu_quant_rows.c's kernels (four rows at a time),
  * products of two tokens or more cpu_quant_q8_tiles.c's tiles; both keep
  * these operations per (row, token), so a change to them changes those
  * kernels too.
@@ -50,7 +50,7 @@
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
 #include "cpu_quant_q8_simd.h"
-#include "cpu_quant_q8_rows.h"
+#include "cpu_quant_rows.h"
 #include "cpu_quant_q8_tiles.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -596,7 +596,7 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
     if (f == NULL || qinfo_of(t, &qi) != 0) {
         return;
     }
-    /* one token: four rows at a time (cpu_quant_q8_rows.c); two or
+    /* one token: four rows at a time (cpu_quant_rows.c); two or
      * more: the tiles (cpu_quant_q8_tiles.c); either the row kernel's
      * bits, where they can run (else the row kernel per row and token,
      * to the same bits) */

@@ -1,6 +1,6 @@
 /*
  * What the 8-bit activation kernels (cpu_quant_q8.c's row kernels,
- * cpu_quant_q8_rows.c's four-row decode, cpu_quant_q8_tiles.c's tiles)
+ * cpu_quant_rows.c's four-row decode, cpu_quant_q8_tiles.c's tiles)
  * share: their instruction-set attributes, the contract's hsum8, the walk
  * from block to block of a row (plain or interleaved), the prefetch of a
  * block, the signed codes of a Q8_0/Q4_0 block and a Q4_K/Q5_K block's

@@ -1,6 +1,6 @@
 /*
- * What the one-token row kernels of the 8-bit (cpu_quant_q8_rows.c) and
- * 16-bit (cpu_quant_x16_rows.c) activations share: the prefetch of a
+ * What the one-token row kernels of the 8-bit and 16-bit activations
+ * (cpu_quant_rows.c, one family over x's planes) share: the prefetch of a
  * step of four rows, a Q4_K/Q5_K block's scales and mins as bytes, x's
  * sums of codes as int16, and the per-block float steps of the
  * contracts (acc = fma(s, (float) L, acc) per row, four rows' mn as one

@@ -4,7 +4,7 @@
  * (cpu_quant_q8.c): each 16-bit code of x split into two signed bytes,
  * so that every product is two 8-bit products sharing the weights'
  * decode.  A scalar reference (here), and one token's kernels four rows
- * at a time for AVX-512 VNNI and AVX2 (cpu_quant_x16_rows.c), chosen at
+ * at a time for AVX-512 VNNI and AVX2 (cpu_quant_rows.c), chosen at
  * run time as the 8-bit kernels are (nalar_quant_q8_isa).
  *
  * x's codes: the 8-bit codes' groups (per 32 for Q8_0 and Q4_0, per 256
@@ -375,7 +375,7 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
     int isa = nalar_quant_q8_isa();
     int tk = 0;
 
-    /* one token: four rows at a time (cpu_quant_x16_rows.c); two or
+    /* one token: four rows at a time (cpu_quant_rows.c); two or
      * more: the tiles (cpu_quant_x16_tiles.c); else, or where those
      * cannot run, the scalar reference: all the same bits */
     if (n_tok == 1

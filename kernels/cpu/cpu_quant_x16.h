@@ -1,9 +1,9 @@
 /*
  * The 16-bit activations' kernels (cpu_quant_x16.c: x's codes, the
- * scalar reference, the dispatch; cpu_quant_x16_rows.c: one token, four
- * rows at a time).  Each (row, token) output is the scalar reference's
- * bits for that row and token (the contract at the top of
- * cpu_quant_x16.c), whichever kernel makes it.  Internal to the CPU
+ * scalar reference, the dispatch; cpu_quant_rows.c: one token, four
+ * rows at a time, declared in cpu_quant_rows.h).  Each (row, token)
+ * output is the scalar reference's bits for that row and token (the
+ * contract at the top of cpu_quant_x16.c), whichever kernel makes it.  Internal to the CPU
  * kernels and their tests.
  */
 #ifndef NALAR_CPU_QUANT_X16_H
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cpu_quant.h"
+#include "cpu_quant_rows.h"
 
 /* the scalar reference: y[tk * ldy + r] (+)= W[r, :] . x_tk for r in
  * [r0, r1), tk in [0, n_tok), x_tk token tk of x16's codes; W as
@@ -20,14 +21,5 @@ void nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
                             int il, int64_t cols, const nalar_xq16 *x16,
                             int n_tok, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
-
-/* y[r] (+)= W[r, :] . x for r in [r0, r1), x token 0 of x16, on isa
- * (NALAR_ISA_AVX2 or NALAR_ISA_VNNI), four rows at a time: the scalar
- * reference's bits.  Returns 0, or -1 (nothing written) when there is no
- * such kernel for t and isa */
-int nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w,
-                         int64_t wstride, int il, int64_t cols,
-                         const nalar_xq16 *x16, float *y, int64_t r0,
-                         int64_t r1, int accumulate);
 
 #endif

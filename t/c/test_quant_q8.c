@@ -431,6 +431,12 @@ main(void)
         check_one_token(types[i], 13, 512, 0);
         check_one_token(types[i], 13, 512, 1);
         check_one_token(types[i], 18, 2048, 1);
+        if (nalar_quant_block(types[i]) == 32) {
+            /* rows of 11 and of 1 block: a turn of eight blocks cut
+             * short, pairs and a block alone */
+            check_one_token(types[i], 7, 352, 1);
+            check_one_token(types[i], 6, 32, 0);
+        }
         check_tiles(types[i], 0);
         check_tiles(types[i], 1);
     }

@@ -570,6 +570,12 @@ main(void)
         check_one_token(types[i], 13, 512, W_BYTES, 0);
         check_one_token(types[i], 18, 2048, W_BYTES, 0);
         check_one_token(types[i], 9, 512, W_FULL, 1);
+        if (nalar_quant_block(types[i]) == 32) {
+            /* rows of 11 and of 1 block: a turn of eight blocks cut
+             * short, pairs and a block alone */
+            check_one_token(types[i], 7, 352, W_BYTES, 0);
+            check_one_token(types[i], 6, 32, W_FULL, 1);
+        }
     }
     return done_testing();
 }

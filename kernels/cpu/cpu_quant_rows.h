@@ -1,0 +1,36 @@
+/*
+ * One token's products, four rows at a time (cpu_quant_rows.c): the
+ * row kernels of the 8-bit (cpu_quant_q8.c) and 16-bit (cpu_quant_x16.c)
+ * activations for a pass of one token (decode), one family over the
+ * number of planes of x's codes, with each contract's integers and float
+ * operations per (row, token), so its bits.  Internal to the CPU kernels
+ * and their tests.
+ */
+#ifndef NALAR_CPU_QUANT_ROWS_H
+#define NALAR_CPU_QUANT_ROWS_H
+
+#include <stdint.h>
+
+#include "cpu_quant.h"
+
+/*
+ * y[r] (+)= W[r, :] . x for r in [r0, r1), x token 0 of x8, on isa
+ * (NALAR_ISA_AVX2 or NALAR_ISA_VNNI); W as nalar_quant_matmul_x8 takes
+ * it.  Returns 0, or -1 (nothing written) when there is no such kernel
+ * for t and isa: the caller then runs its row kernels.
+ */
+int nalar_quant_q8_rows(ggml_type t, int isa, const uint8_t *w,
+                        int64_t wstride, int il, int64_t cols,
+                        const nalar_xq8 *x8, float *y, int64_t r0,
+                        int64_t r1, int accumulate);
+
+/* the same with x token 0 of x16's 16-bit codes (W as
+ * nalar_quant_matmul_x16 takes it): the scalar reference's bits
+ * (nalar_quant_x16_scalar); -1 (nothing written) when there is no such
+ * kernel for t and isa */
+int nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w,
+                         int64_t wstride, int il, int64_t cols,
+                         const nalar_xq16 *x16, float *y, int64_t r0,
+                         int64_t r1, int accumulate);
+
+#endif
