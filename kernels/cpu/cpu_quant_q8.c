@@ -195,8 +195,9 @@ typedef struct {
 typedef float q8_row_fn(const uint8_t *row, int il, int64_t nb,
                         const x8_tok *x, ptrdiff_t pf);
 
-/* tokens whose codes nalar_quant_matmul_q8 makes at once (its scratch:
- * nalar_quant_x8_bytes(Q8_CHUNK, cols)) */
+/* tokens whose codes nalar_quant_matmul_q8 and nalar_quant_matmul_i16
+ * make at once (their scratch: nalar_quant_x8_bytes or
+ * nalar_quant_x16_bytes of Q8_CHUNK tokens) */
 #define Q8_CHUNK 32
 
 /* block b of a row at row (qblock_at's offsets) */
@@ -640,30 +641,63 @@ nalar_quant_matmul_x8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
 }
 
 
-void
-nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
-                      int64_t cols, const float *x, int n_tok, int ldx,
-                      float *y, int ldy, int64_t r0, int64_t r1,
-                      int accumulate)
+/* nalar_quant_matmul in an integer mode, planes 1 (8-bit codes) or 2
+ * (16-bit): x's codes made Q8_CHUNK tokens at a time into the scratch,
+ * each token's codes its own, the same as made for the whole batch */
+static void
+matmul_codes(int planes, ggml_type t, const uint8_t *w, int64_t wstride,
+             int il, int64_t cols, const float *x, int n_tok, int ldx,
+             float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
 {
-    int       chunk = n_tok < Q8_CHUNK ? n_tok : Q8_CHUNK;
-    int64_t   bytes = nalar_quant_x8_bytes(chunk, cols);
-    float    *buf = nalar_quant_scratch((bytes + 3) / 4);
-    nalar_xq8 x8;
+    int      chunk = n_tok < Q8_CHUNK ? n_tok : Q8_CHUNK;
+    int64_t  bytes = planes == 2 ? nalar_quant_x16_bytes(chunk, cols)
+                                 : nalar_quant_x8_bytes(chunk, cols);
+    float   *buf = nalar_quant_scratch((bytes + 3) / 4);
 
     if (buf == NULL || !nalar_quant_x8_fits(t, cols)) {
         nalar_quant_matmul(t, w, wstride, il, cols, x, n_tok, ldx, y, ldy,
                            r0, r1, accumulate);
         return;
     }
-    /* Q8_CHUNK tokens at a time: each token's codes are its own, the same
-     * as made for the whole batch */
     for (int t0 = 0; t0 < n_tok; t0 += chunk) {
-        int n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        int          n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        const float *xc = x + (int64_t) t0 * ldx;
+        float       *yc = y + (int64_t) t0 * ldy;
 
-        nalar_quant_x8(x + (int64_t) t0 * ldx, n, ldx, cols, buf, &x8);
-        nalar_quant_matmul_x8(t, w, wstride, il, cols, &x8, n,
-                              y + (int64_t) t0 * ldy, ldy, r0, r1,
-                              accumulate);
+        if (planes == 2) {
+            nalar_xq16 c;
+
+            nalar_quant_x16(xc, n, ldx, cols, buf, &c);
+            nalar_quant_matmul_x16(t, w, wstride, il, cols, &c, n, yc, ldy,
+                                   r0, r1, accumulate);
+        } else {
+            nalar_xq8 c;
+
+            nalar_quant_x8(xc, n, ldx, cols, buf, &c);
+            nalar_quant_matmul_x8(t, w, wstride, il, cols, &c, n, yc, ldy,
+                                  r0, r1, accumulate);
+        }
     }
+}
+
+
+void
+nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride, int il,
+                      int64_t cols, const float *x, int n_tok, int ldx,
+                      float *y, int ldy, int64_t r0, int64_t r1,
+                      int accumulate)
+{
+    matmul_codes(1, t, w, wstride, il, cols, x, n_tok, ldx, y, ldy, r0, r1,
+                 accumulate);
+}
+
+
+void
+nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride, int il,
+                       int64_t cols, const float *x, int n_tok, int ldx,
+                       float *y, int ldy, int64_t r0, int64_t r1,
+                       int accumulate)
+{
+    matmul_codes(2, t, w, wstride, il, cols, x, n_tok, ldx, y, ldy, r0, r1,
+                 accumulate);
 }

@@ -59,11 +59,6 @@
 
 #define X16_MAX 32639   /* the largest code: 127 * 256 + 127 */
 
-/* tokens whose codes nalar_quant_matmul_i16 makes at once (its scratch:
- * nalar_quant_x16_bytes(X16_CHUNK, cols)) */
-#define X16_CHUNK 32
-
-
 /* ------------------------------------------------------------------ */
 /* x's codes                                                            */
 
@@ -407,35 +402,6 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
 
         nalar_quant_x16_scalar(t, w, wstride, il, cols, &v, n_tok - tk,
                                y + (int64_t) tk * ldy, ldy, r0, r1,
-                               accumulate);
-    }
-}
-
-
-void
-nalar_quant_matmul_i16(ggml_type t, const uint8_t *w, int64_t wstride, int il,
-                       int64_t cols, const float *x, int n_tok, int ldx,
-                       float *y, int ldy, int64_t r0, int64_t r1,
-                       int accumulate)
-{
-    int        chunk = n_tok < X16_CHUNK ? n_tok : X16_CHUNK;
-    int64_t    bytes = nalar_quant_x16_bytes(chunk, cols);
-    float     *buf = nalar_quant_scratch((bytes + 3) / 4);
-    nalar_xq16 c;
-
-    if (buf == NULL || !nalar_quant_x8_fits(t, cols)) {
-        nalar_quant_matmul(t, w, wstride, il, cols, x, n_tok, ldx, y, ldy,
-                           r0, r1, accumulate);
-        return;
-    }
-    /* X16_CHUNK tokens at a time: each token's codes are its own, the
-     * same as made for the whole batch */
-    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
-        int n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
-
-        nalar_quant_x16(x + (int64_t) t0 * ldx, n, ldx, cols, buf, &c);
-        nalar_quant_matmul_x16(t, w, wstride, il, cols, &c, n,
-                               y + (int64_t) t0 * ldy, ldy, r0, r1,
                                accumulate);
     }
 }
