@@ -23,16 +23,16 @@
  *     (float) L_hi, (float) L_lo) lane by lane as the contract's fmaf,
  *     the min terms likewise.
  *   Q8_0, Q4_0 (VNNI): the weights as unsigned bytes u (Q8_0: w + 128,
- *     Q4_0: the nibble, w + 8), two blocks to a 64-byte vector, so that
- *     one vpdpbusd per plane takes either sign of x (lo reaches -128,
- *     where vpsignb would overflow): L = (u . x) - k * (the sums of four
- *     codes), k = 128 or 8, or, P 2, L = 256 * (u . x_hi) + (u . x_lo)
- *     - k * (the sums of four 16-bit codes); the last made once per step
- *     for the four rows.  Each row's s of a turn's eight blocks made at
- *     once (a gather of their f16 scales, times x's scales).  (AVX2, P 1:
- *     vpsignb and vpmaddubsw; P 2: the 16-bit codes rebuilt per block as
- *     int16, 256 * hi + lo, and vpmaddwd with the weights widened to
- *     int16: pairs summed, then in fours.)
+ *     Q4_0: the nibble, w + 8), so that one vpdpbusd per plane takes
+ *     either sign of x (lo reaches -128, where vpsignb would overflow):
+ *     L = (u . x) - k * (the sums of four codes), k = 128 or 8, or, P 2,
+ *     L = 256 * (u . x_hi) + (u . x_lo) - k * (the sums of four 16-bit
+ *     codes); the last made once per block for the four rows.  Q4_0's s
+ *     of a turn's eight blocks are made at once (their f16 scales picked
+ *     from the blocks' bytes by vpermt2w, times x's scales: the same
+ *     products).  (AVX2, P 1: vpsignb and vpmaddubsw; P 2: the 16-bit
+ *     codes rebuilt per block as int16, 256 * hi + lo, and vpmaddwd with
+ *     the weights widened to int16: pairs summed, then in fours.)
  * AVX-512 VNNI takes the K-quants' codes in 64-byte vectors, two groups
  * of 32 weights each, with the groups' scales picked by vpermw; AVX2
  * 32-byte vectors.
