@@ -174,11 +174,7 @@ k4_rows_vnni(const int Q5, const int P, const int R,
             __m512i        c1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), F);
             __m512i        c2 = _mm512_and_si512(q1, F);
             __m512i        c3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), F);
-            __m512i        S0 = _mm512_permutexvar_epi16(I0, S);
-            __m512i        S1 = _mm512_permutexvar_epi16(I1, S);
-            __m512i        S2 = _mm512_permutexvar_epi16(I2, S);
-            __m512i        S3 = _mm512_permutexvar_epi16(I3, S);
-            __m512i        L, Lh = z, Ll = z;
+            __m512i        L, Lh = z, Ll = z, Sk;
 
             if (Q5) {
                 /* the fifth bit: bit G of qh[l] for weight l of group G */
@@ -197,17 +193,19 @@ k4_rows_vnni(const int Q5, const int P, const int R,
                 Q5_BIT(c3, 32, (char) 128);
 #undef Q5_BIT
             }
-            /* each plane by sc; P 2: L = 256 * L_hi + L_lo */
-#define K4_STEP(c, XH, XL, Sk)                                              \
+            /* each plane by sc (picked where it is used: fewer vectors
+             * live); P 2: L = 256 * L_hi + L_lo */
+#define K4_STEP(c, XH, XL, Ik)                                              \
+            Sk = _mm512_permutexvar_epi16(Ik, S);                           \
             Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(c, XH), Sk);  \
             if (P == 2) {                                                   \
                 Ll = _mm512_dpwssd_epi32(Ll, _mm512_maddubs_epi16(c, XL),   \
                                          Sk);                               \
             }
-            K4_STEP(c0, H0, L0, S0);
-            K4_STEP(c1, H1, L1, S1);
-            K4_STEP(c2, H2, L2, S2);
-            K4_STEP(c3, H3, L3, S3);
+            K4_STEP(c0, H0, L0, I0);
+            K4_STEP(c1, H1, L1, I1);
+            K4_STEP(c2, H2, L2, I2);
+            K4_STEP(c3, H3, L3, I3);
 #undef K4_STEP
             L = P == 1 ? Lh : _mm512_add_epi32(_mm512_slli_epi32(Lh, 8), Ll);
             L8[i] = _mm256_add_epi32(_mm512_castsi512_si256(L),
@@ -642,7 +640,12 @@ s_rows_vnni(const int Q4, const int P, const int R,
     for (int i = 0; i < R; i++) {
         acc[i] = _mm256_setzero_ps();
     }
-    for (int64_t b0 = 0; b0 < nb; b0 += QK_K / 32) {
+    /* Q8_0: a block at a time, each with its own s */
+    for (int64_t b = 0; b < nb && !Q4; b++) {
+        s_step_vnni(Q4, P, R, row, il, b, qoff_at(il, 32, bytes, b), x, pfo,
+                    NULL, 0, acc);
+    }
+    for (int64_t b0 = 0; b0 < nb && Q4; b0 += QK_K / 32) {
         int       n = nb - b0 < QK_K / 32 ? (int) (nb - b0) : QK_K / 32, k;
         int64_t   off = qoff_at(il, 32, bytes, b0);
         __m256    dx = _mm256_maskz_loadu_ps((__mmask8) ((1u << n) - 1),
