@@ -394,14 +394,14 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
         __m128i       Mh[4], Ml[4];
         float         s[4], dx = x->d[b];
 
-        for (int v = 0; v < 4; v++) {
+        /* P 2: both planes' codes held for the four rows; P 1 reads
+         * them in each row's steps (fewer vectors live) */
+        for (int v = 0; v < 4 && P == 2; v++) {
             XH[v] = _mm512_loadu_si512((const void *) (xh + 64 * v));
-            XL[v] = P == 2 ? _mm512_loadu_si512((const void *) (xl + 64 * v))
-                           : XH[v];
+            XL[v] = _mm512_loadu_si512((const void *) (xl + 64 * v));
         }
         for (int i = 0; i < 4; i++) {
             Mh[i] = Ml[i] = _mm_setzero_si128();
-            Lh8[i] = Ll8[i] = _mm256_setzero_si256();
             s[i] = 0;
         }
         rows_pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
@@ -427,9 +427,11 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
                 __m512i S23 = _mm512_permutexvar_epi16(IW[2 * h + 1], S);
 
                 Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(
-                         c01, XH[2 * h]), S01);
+                         c01, P == 2 ? XH[2 * h] : _mm512_loadu_si512(
+                             (const void *) (xh + 128 * h))), S01);
                 Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(
-                         c23, XH[2 * h + 1]), S23);
+                         c23, P == 2 ? XH[2 * h + 1] : _mm512_loadu_si512(
+                             (const void *) (xh + 128 * h + 64))), S23);
                 if (P == 2) {
                     Ll = _mm512_dpwssd_epi32(Ll, _mm512_maddubs_epi16(
                              c01, XL[2 * h]), S01);
@@ -479,7 +481,6 @@ k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
 
         for (int i = 0; i < 4; i++) {
             Mh[i] = Ml[i] = _mm_setzero_si128();
-            Lh8[i] = Ll8[i] = _mm256_setzero_si256();
             s[i] = 0;
         }
         rows_pf_step(R, row, il, QK_K, QK6_K_BYTES, b, off, pfo);
