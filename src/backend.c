@@ -72,18 +72,17 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
     ggml_type   kv_type = o != NULL ? o->kv_type : GGML_F32;
 
     if (nalar_kv_elem_bytes(kv_type) == 0) {
-        nalar_fail(err, "KV cache type %d: F32 or BF16", (int) kv_type);
+        nalar_fail(err, "KV cache type %d: F32, F16 or BF16", (int) kv_type);
         return NULL;
     }
     if (strcmp(name, "cpu") == 0) {
         nalar_backend *b;
 
-        if (kv_type != GGML_F32) {
-            nalar_fail(err, "backend 'cpu' keeps its KV cache in F32; a BF16 "
-                       "KV cache needs a GPU backend");
-            return NULL;
-        }
+        /* every KV type: F32, F16 and BF16 */
         b = nalar_cpu_backend_create(m, o != NULL ? o->n_threads : 0, err);
+        if (b != NULL) {
+            b->kv_type = kv_type;
+        }
         if (b != NULL && o != NULL && o->act_i16) {
             nalar_cpu_backend_act_i16(b, o->act_i16);
         }
@@ -92,6 +91,11 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
     if (o != NULL && o->act_i16) {
         nalar_fail(err, "16-bit and 8-bit activations are modes of the 'cpu' "
                    "backend, not of '%s'", name);
+        return NULL;
+    }
+    if (kv_type == GGML_F16) {
+        nalar_fail(err, "backend '%s' keeps its KV cache in F32 or BF16; an "
+                   "F16 KV cache is the 'cpu' backend's", name);
         return NULL;
     }
 #ifdef NALAR_CUDA
@@ -136,5 +140,13 @@ nalar_backend_create_sharing(nalar_model *m, nalar_backend *other,
                    other->name);
         return NULL;
     }
-    return nalar_cpu_backend_create_sharing(m, other, err);
+    {
+        /* the draft's KV in the target's type */
+        nalar_backend *b = nalar_cpu_backend_create_sharing(m, other, err);
+
+        if (b != NULL) {
+            b->kv_type = other->kv_type;
+        }
+        return b;
+    }
 }

@@ -24,6 +24,7 @@
 
 #include <stdint.h>
 
+#include "gguf.h"
 #include "nalar_err.h"
 
 #define NALAR_KV_BLOCK 16
@@ -37,7 +38,9 @@ struct nalar_kv_pool {
     int32_t  n_layers;
     int32_t  kv_dim;        /* n_kv_heads * head_dim */
     /* storage, owned by the backend; for the CPU backend:
-     * k, v: (n_blocks, n_layers, NALAR_KV_BLOCK, kv_dim) floats */
+     * k, v: (n_blocks, n_layers, NALAR_KV_BLOCK, kv_dim) elements of
+     * `type`: floats, or with a 16-bit type uint16_t codes (read them
+     * through a uint16_t pointer; the float type is only the field's) */
     float   *k;
     float   *v;
     int32_t *refcount;      /* (n_blocks) */
@@ -47,8 +50,27 @@ struct nalar_kv_pool {
     nalar_kv_copy_fn copy;  /* copies one block (all layers, K and V) */
     void    *copy_ctx;
     int32_t  elem_bytes;    /* bytes of one K/V element as stored: 4 (F32;
-                               0 reads as 4) or 2 (BF16, GPU only) */
+                               0 reads as 4) or 2 (F16, BF16) */
+    /* the element type as stored, a ggml_type: GGML_F32 (0), GGML_F16
+     * (the CPU backend) or GGML_BF16.  Set by the backend's kv_alloc with
+     * elem_bytes, from its kv_type: a pool has one type for its life, and
+     * an engine one pool (one for its draft), so every block it holds was
+     * made under this type.  The prefix cache's root names it
+     * (nalar_kv_type_name). */
+    int32_t  type;
 };
+
+/* "f32", "f16" or "bf16": the pool's element type as the prefix cache's
+ * root and the logs name it (an F32 pool whose backend set only
+ * elem_bytes 2 is a BF16 one, as before the type field) */
+static inline const char *
+nalar_kv_type_name(const nalar_kv_pool *p)
+{
+    if (p->type == GGML_F16) {
+        return "f16";
+    }
+    return p->type == GGML_BF16 || p->elem_bytes == 2 ? "bf16" : "f32";
+}
 
 typedef struct {
     int32_t *blocks;        /* (cap) block ids, first n_blocks valid */
@@ -67,7 +89,7 @@ int  nalar_kv_pool_init(nalar_kv_pool *p, int32_t n_blocks, int32_t n_layers,
                         int32_t kv_dim, nalar_err *err);
 void nalar_kv_pool_free(nalar_kv_pool *p);
 
-/* Offset (in floats) of position slot `slot` of layer `layer` in block b. */
+/* Offset (in elements) of position slot `slot` of layer `layer` in block b. */
 static inline int64_t
 nalar_kv_offset(const nalar_kv_pool *p, int32_t b, int32_t layer,
                 int32_t slot)

@@ -619,6 +619,7 @@ nalar_kv_elem_bytes(ggml_type kv_type)
 {
     switch (kv_type) {
     case GGML_F32:  return (int32_t) sizeof(float);
+    case GGML_F16:
     case GGML_BF16: return 2;
     default:        return 0;
     }

@@ -145,7 +145,7 @@ nalar_prefix_root_adapter(const nalar_prefix_cache *c, const char *scope,
                           "nalar-prefix-v1|adapter=%s|kv=%s|"
                           "backend=%s|attn=paged-v1|block=%d|scope=",
                           adapter != NULL ? "lora" : "none",
-                          c->pool->elem_bytes == 2 ? "bf16" : "f32",
+                          nalar_kv_type_name(c->pool),
                           c->backend, NALAR_KV_BLOCK);
     if (n >= 256) {
         return -1;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu_backend_impl.h"
+#include "cpu_kv16.h"
 #include "exp_neg.h"
 
 /* sum of x[0..n), in 16 lanes (one dependent add per element would wait
@@ -108,13 +109,15 @@ typedef struct {
 
 static ALWAYS_INLINE void
 tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
-            const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q)
+            const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q,
+            int E)
 {
     float scale = r->scale;
 
     for (int32_t j0 = 0; j0 < r->n_max; j0 += NALAR_KV_BLOCK) {
         int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-        const float *kt = kv->k + nalar_kv_offset(kv, b, layer, 0)
+        /* the block's keys of this head, from element kt of kv->k */
+        int64_t      kt = nalar_kv_offset(kv, b, layer, 0)
                           + col * NALAR_KV_BLOCK;
 
 #if defined(__AVX512F__)
@@ -128,8 +131,8 @@ tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
             }
             for (int d = 0; d < hd; d += 4) {
                 for (int u = 0; u < 4; u++) {
-                    __m512 k16 = _mm512_loadu_ps(kt + (d + u)
-                                                      * NALAR_KV_BLOCK);
+                    __m512 k16 = kv_load16(kv->k, kt + (d + u)
+                                                       * NALAR_KV_BLOCK, E);
 
                     for (int i = 0; i < Q; i++) {
                         acc[i][u] = _mm512_fmadd_ps(
@@ -160,13 +163,13 @@ tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
                 }
                 for (int d = 0; d < hd; d += 4) {
                     for (int u = 0; u < 4; u++) {
-                        const float *k = kt + (d + u) * NALAR_KV_BLOCK;
-                        __m256       qv = _mm256_set1_ps(r->q[i][d + u]);
+                        int64_t k = kt + (d + u) * NALAR_KV_BLOCK;
+                        __m256  qv = _mm256_set1_ps(r->q[i][d + u]);
 
-                        acc[0][u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k),
-                                                    acc[0][u]);
+                        acc[0][u] = _mm256_fmadd_ps(
+                            qv, kv_load8(kv->k, k, E), acc[0][u]);
                         acc[1][u] = _mm256_fmadd_ps(
-                            qv, _mm256_loadu_ps(k + 8), acc[1][u]);
+                            qv, kv_load8(kv->k, k + 8, E), acc[1][u]);
                     }
                 }
                 for (int h = 0; h < 2; h++) {
@@ -193,12 +196,16 @@ tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
                     for (; d + 4 <= hd; d += 4) {
                         for (int u = 0; u < 4; u++) {
                             a[u] = fmaf(r->q[i][d + u],
-                                        kt[(d + u) * NALAR_KV_BLOCK + j],
+                                        kv_get(kv->k, kt + (d + u)
+                                                      * NALAR_KV_BLOCK + j,
+                                               E),
                                         a[u]);
                         }
                     }
                     for (; d < hd; d++) {
-                        a[0] = fmaf(r->q[i][d], kt[d * NALAR_KV_BLOCK + j],
+                        a[0] = fmaf(r->q[i][d],
+                                    kv_get(kv->k, kt + d * NALAR_KV_BLOCK
+                                                  + j, E),
                                     a[0]);
                     }
                     r->sc[i][j0 + j] = ((a[0] + a[1]) + (a[2] + a[3]))
@@ -213,13 +220,13 @@ tile_scores(const tile_rows *r, const nalar_kv_pool *kv,
 #if defined(__AVX512F__)
 /* acc[i][u][*] += w_i[j] * v_j for the rows of the tile with j < n[i] */
 static ALWAYS_INLINE void
-tile_value(const tile_rows *r, __m512 (*acc)[2][4], const float *vj,
-           int32_t j, int u, int nv, int Q, int all)
+tile_value(const tile_rows *r, __m512 (*acc)[2][4], const void *vbase,
+           int64_t vj, int32_t j, int u, int nv, int Q, int all, int E)
 {
     __m512 v[4];
 
     for (int c = 0; c < nv; c++) {
-        v[c] = _mm512_loadu_ps(vj + 16 * c);
+        v[c] = kv_load16(vbase, vj + 16 * c, E);
         /* one load per value vector: folded into each FMA, Q loads */
         __asm__("" : "+v"(v[c]));
     }
@@ -243,7 +250,7 @@ tile_value(const tile_rows *r, __m512 (*acc)[2][4], const float *vj,
 static ALWAYS_INLINE void
 tile_values_avx2(const tile_rows *r, const float *inv,
                  const nalar_kv_pool *kv, const nalar_seq_kv *s, int layer,
-                 int64_t col, int hd, int Q)
+                 int64_t col, int hd, int Q, int E)
 {
     /* a row at a time, 32 of its columns at a time: the two
      * accumulators over even and odd positions, as below */
@@ -258,8 +265,7 @@ tile_values_avx2(const tile_rows *r, const float *inv,
             }
             for (int32_t j0 = 0; j0 < r->n[i]; j0 += NALAR_KV_BLOCK) {
                 int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-                const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0)
-                                 + col + c0;
+                int64_t      v = nalar_kv_offset(kv, b, layer, 0) + col + c0;
                 int32_t      jn = r->n[i] - j0 < NALAR_KV_BLOCK
                                   ? r->n[i] - j0 : NALAR_KV_BLOCK;
 
@@ -268,15 +274,15 @@ tile_values_avx2(const tile_rows *r, const float *inv,
 
                 /* j0 is even: j's parity is its position's */
                 for (; j + 2 <= jn; j += 2) {
-                    __m256       w0 = _mm256_set1_ps(sc[j]);
-                    __m256       w1 = _mm256_set1_ps(sc[j + 1]);
-                    const float *v1 = v + kv->kv_dim;
+                    __m256  w0 = _mm256_set1_ps(sc[j]);
+                    __m256  w1 = _mm256_set1_ps(sc[j + 1]);
+                    int64_t v1 = v + kv->kv_dim;
 
                     for (int c = 0; c < nv; c++) {
                         acc[0][c] = _mm256_fmadd_ps(
-                            w0, _mm256_loadu_ps(v + 8 * c), acc[0][c]);
+                            w0, kv_load8(kv->v, v + 8 * c, E), acc[0][c]);
                         acc[1][c] = _mm256_fmadd_ps(
-                            w1, _mm256_loadu_ps(v1 + 8 * c), acc[1][c]);
+                            w1, kv_load8(kv->v, v1 + 8 * c, E), acc[1][c]);
                     }
                     v += 2 * kv->kv_dim;
                 }
@@ -285,7 +291,7 @@ tile_values_avx2(const tile_rows *r, const float *inv,
 
                     for (int c = 0; c < nv; c++) {
                         acc[0][c] = _mm256_fmadd_ps(
-                            w0, _mm256_loadu_ps(v + 8 * c), acc[0][c]);
+                            w0, kv_load8(kv->v, v + 8 * c, E), acc[0][c]);
                     }
                 }
             }
@@ -304,7 +310,7 @@ tile_values_avx2(const tile_rows *r, const float *inv,
 static ALWAYS_INLINE void
 tile_values_scalar(const tile_rows *r, const float *inv,
                    const nalar_kv_pool *kv, const nalar_seq_kv *s, int layer,
-                   int64_t col, int hd, int Q)
+                   int64_t col, int hd, int Q, int E)
 {
     for (int i = 0; i < Q; i++) {
         for (int d = 0; d < hd; d++) {
@@ -314,9 +320,10 @@ tile_values_scalar(const tile_rows *r, const float *inv,
                 int32_t b = s->blocks[j / NALAR_KV_BLOCK];
 
                 a[j & 1] = fmaf(r->sc[i][j],
-                                kv->v[nalar_kv_offset(kv, b, layer,
-                                                      j % NALAR_KV_BLOCK)
-                                      + col + d], a[j & 1]);
+                                kv_get(kv->v,
+                                       nalar_kv_offset(kv, b, layer,
+                                                       j % NALAR_KV_BLOCK)
+                                       + col + d, E), a[j & 1]);
             }
             r->out[i][d] = (a[0] + a[1]) * inv[i];
         }
@@ -326,7 +333,8 @@ tile_values_scalar(const tile_rows *r, const float *inv,
 
 static ALWAYS_INLINE void
 tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
-            const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q)
+            const nalar_seq_kv *s, int layer, int64_t col, int hd, int Q,
+            int E)
 {
 #if defined(__AVX512F__)
     if (hd % 16 == 0 && hd <= 64) {
@@ -342,7 +350,7 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
         }
         for (int32_t j0 = 0; j0 < r->n_max; j0 += NALAR_KV_BLOCK) {
             int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-            const float *vb = kv->v + nalar_kv_offset(kv, b, layer, 0) + col;
+            int64_t      vb = nalar_kv_offset(kv, b, layer, 0) + col;
             int32_t      jn = r->n_max - j0 < NALAR_KV_BLOCK ? r->n_max - j0
                                                              : NALAR_KV_BLOCK;
             int32_t      ja = r->n_min - j0 < jn ? r->n_min - j0 : jn;
@@ -350,15 +358,16 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
 
             /* positions every row attends to, two at a time (even, odd) */
             for (; j + 2 <= ja; j += 2) {
-                tile_value(r, acc, vb + (int64_t) j * kv->kv_dim, j0 + j, 0,
-                           nv, Q, 1);
-                tile_value(r, acc, vb + (int64_t) (j + 1) * kv->kv_dim,
-                           j0 + j + 1, 1, nv, Q, 1);
+                tile_value(r, acc, kv->v, vb + (int64_t) j * kv->kv_dim,
+                           j0 + j, 0, nv, Q, 1, E);
+                tile_value(r, acc, kv->v,
+                           vb + (int64_t) (j + 1) * kv->kv_dim, j0 + j + 1,
+                           1, nv, Q, 1, E);
             }
             /* then the rest, each row up to its own position */
             for (; j < jn; j++) {
-                tile_value(r, acc, vb + (int64_t) j * kv->kv_dim, j0 + j,
-                           j & 1, nv, Q, 0);
+                tile_value(r, acc, kv->v, vb + (int64_t) j * kv->kv_dim,
+                           j0 + j, j & 1, nv, Q, 0, E);
             }
         }
         for (int i = 0; i < Q; i++) {
@@ -381,18 +390,17 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
                 acc[c] = _mm512_setzero_ps();
             }
             for (int32_t j0 = 0; j0 < r->n[i]; j0 += NALAR_KV_BLOCK) {
-                int32_t      b = s->blocks[j0 / NALAR_KV_BLOCK];
-                const float *v = kv->v + nalar_kv_offset(kv, b, layer, 0)
-                                 + col;
-                int32_t      jn = r->n[i] - j0 < NALAR_KV_BLOCK
-                                  ? r->n[i] - j0 : NALAR_KV_BLOCK;
+                int32_t b = s->blocks[j0 / NALAR_KV_BLOCK];
+                int64_t v = nalar_kv_offset(kv, b, layer, 0) + col;
+                int32_t jn = r->n[i] - j0 < NALAR_KV_BLOCK
+                             ? r->n[i] - j0 : NALAR_KV_BLOCK;
 
                 for (int32_t j = 0; j < jn; j++) {
                     __m512 w = _mm512_set1_ps(r->sc[i][j0 + j]);
 
                     for (int c = 0; c < nv; c++) {
-                        acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c),
-                                                 acc[c]);
+                        acc[c] = _mm512_fmadd_ps(
+                            w, kv_load16(kv->v, v + 16 * c, E), acc[c]);
                     }
                     v += kv->kv_dim;
                 }
@@ -406,11 +414,11 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
     }
 #elif defined(__AVX2__) && defined(__FMA__)
     if (hd % 8 == 0) {
-        tile_values_avx2(r, inv, kv, s, layer, col, hd, Q);
+        tile_values_avx2(r, inv, kv, s, layer, col, hd, Q, E);
         return;
     }
 #endif
-    tile_values_scalar(r, inv, kv, s, layer, col, hd, Q);
+    tile_values_scalar(r, inv, kv, s, layer, col, hd, Q, E);
 }
 
 
@@ -420,7 +428,8 @@ tile_values(const tile_rows *r, const float *inv, const nalar_kv_pool *kv,
  * its cache; (token tile, KV head, group) otherwise, so a thread's share
  * is whole sequences, whose blocks no other thread reads */
 static ALWAYS_INLINE void
-attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
+attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd,
+            int E)
 {
     const nalar_config *c = &be->m->cfg;
     const nalar_batch  *bt = be->batch;
@@ -455,14 +464,14 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
         r.lo[i] = window > 0 && r.n[i] > window ? r.n[i] - window : 0;
     }
     switch (Q) {
-    case 1: tile_scores(&r, be->kv, s, layer, col, hd, 1); break;
-    case 2: tile_scores(&r, be->kv, s, layer, col, hd, 2); break;
-    case 3: tile_scores(&r, be->kv, s, layer, col, hd, 3); break;
-    case 4: tile_scores(&r, be->kv, s, layer, col, hd, 4); break;
-    case 5: tile_scores(&r, be->kv, s, layer, col, hd, 5); break;
-    case 6: tile_scores(&r, be->kv, s, layer, col, hd, 6); break;
-    case 7: tile_scores(&r, be->kv, s, layer, col, hd, 7); break;
-    default: tile_scores(&r, be->kv, s, layer, col, hd, 8); break;
+    case 1: tile_scores(&r, be->kv, s, layer, col, hd, 1, E); break;
+    case 2: tile_scores(&r, be->kv, s, layer, col, hd, 2, E); break;
+    case 3: tile_scores(&r, be->kv, s, layer, col, hd, 3, E); break;
+    case 4: tile_scores(&r, be->kv, s, layer, col, hd, 4, E); break;
+    case 5: tile_scores(&r, be->kv, s, layer, col, hd, 5, E); break;
+    case 6: tile_scores(&r, be->kv, s, layer, col, hd, 6, E); break;
+    case 7: tile_scores(&r, be->kv, s, layer, col, hd, 7, E); break;
+    default: tile_scores(&r, be->kv, s, layer, col, hd, 8, E); break;
     }
     /* per row: soft-capped scores (gemma2), then softmax over its own
      * positions in the window (scores - max <= 0: the branch-free exp,
@@ -487,14 +496,14 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
         inv[i] = 1.0f / sum_lanes(sc, r.n[i]);
     }
     switch (Q) {
-    case 1: tile_values(&r, inv, be->kv, s, layer, col, hd, 1); break;
-    case 2: tile_values(&r, inv, be->kv, s, layer, col, hd, 2); break;
-    case 3: tile_values(&r, inv, be->kv, s, layer, col, hd, 3); break;
-    case 4: tile_values(&r, inv, be->kv, s, layer, col, hd, 4); break;
-    case 5: tile_values(&r, inv, be->kv, s, layer, col, hd, 5); break;
-    case 6: tile_values(&r, inv, be->kv, s, layer, col, hd, 6); break;
-    case 7: tile_values(&r, inv, be->kv, s, layer, col, hd, 7); break;
-    default: tile_values(&r, inv, be->kv, s, layer, col, hd, 8); break;
+    case 1: tile_values(&r, inv, be->kv, s, layer, col, hd, 1, E); break;
+    case 2: tile_values(&r, inv, be->kv, s, layer, col, hd, 2, E); break;
+    case 3: tile_values(&r, inv, be->kv, s, layer, col, hd, 3, E); break;
+    case 4: tile_values(&r, inv, be->kv, s, layer, col, hd, 4, E); break;
+    case 5: tile_values(&r, inv, be->kv, s, layer, col, hd, 5, E); break;
+    case 6: tile_values(&r, inv, be->kv, s, layer, col, hd, 6, E); break;
+    case 7: tile_values(&r, inv, be->kv, s, layer, col, hd, 7, E); break;
+    default: tile_values(&r, inv, be->kv, s, layer, col, hd, 8, E); break;
     }
 }
 
@@ -506,13 +515,13 @@ attend_tile(cpu_backend *be, int layer, float *sc0, int64_t item, int hd)
  */
 static ALWAYS_INLINE void
 attend_range(cpu_backend *be, int layer, float *sc, int64_t lo, int64_t hi,
-             int by_tile, int hd)
+             int by_tile, int hd, int E)
 {
     int64_t nkv = be->m->cfg.n_kv_heads, ng = be->head_groups;
 
     if (!by_tile) {
         for (int64_t item = lo; item < hi; item++) {
-            attend_tile(be, layer, sc, item, hd);
+            attend_tile(be, layer, sc, item, hd, E);
         }
         return;
     }
@@ -523,9 +532,25 @@ attend_range(cpu_backend *be, int layer, float *sc, int64_t lo, int64_t hi,
                                ? (g * be->n_tiles + tile) * ng + sub
                                : (tile * nkv + g) * ng + sub;
 
-                attend_tile(be, layer, sc, item, hd);
+                attend_tile(be, layer, sc, item, hd, E);
             }
         }
+    }
+}
+
+
+/* the loops for one element kind, a copy for each common head size */
+static ALWAYS_INLINE void
+attend_kind(cpu_backend *be, int layer, float *sc, int64_t lo, int64_t hi,
+            int by_tile, int E)
+{
+    switch (be->m->cfg.head_dim) {
+    case 16: attend_range(be, layer, sc, lo, hi, by_tile, 16, E); break;
+    case 32: attend_range(be, layer, sc, lo, hi, by_tile, 32, E); break;
+    case 64: attend_range(be, layer, sc, lo, hi, by_tile, 64, E); break;
+    case 128: attend_range(be, layer, sc, lo, hi, by_tile, 128, E); break;
+    default:
+        attend_range(be, layer, sc, lo, hi, by_tile, be->m->cfg.head_dim, E);
     }
 }
 
@@ -536,13 +561,10 @@ nalar_cpu_attention(cpu_backend *be, int layer, int tid, int64_t lo, int64_t hi,
 {
     float *sc = be->scores + (int64_t) tid * QTILE * be->scores_cap;
 
-    /* the common head sizes get their own copies of the loops */
-    switch (be->m->cfg.head_dim) {
-    case 16: attend_range(be, layer, sc, lo, hi, by_tile, 16); break;
-    case 32: attend_range(be, layer, sc, lo, hi, by_tile, 32); break;
-    case 64: attend_range(be, layer, sc, lo, hi, by_tile, 64); break;
-    case 128: attend_range(be, layer, sc, lo, hi, by_tile, 128); break;
-    default:
-        attend_range(be, layer, sc, lo, hi, by_tile, be->m->cfg.head_dim);
+    /* each KV element kind gets its own copies of the loops */
+    switch (cpu_kv_kind(be->kv)) {
+    case KV_F16: attend_kind(be, layer, sc, lo, hi, by_tile, KV_F16); break;
+    case KV_BF16: attend_kind(be, layer, sc, lo, hi, by_tile, KV_BF16); break;
+    default: attend_kind(be, layer, sc, lo, hi, by_tile, KV_F32);
     }
 }

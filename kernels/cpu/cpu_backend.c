@@ -358,23 +358,33 @@ cpu_forward(nalar_backend *b, nalar_kv_pool *kv, const nalar_batch *batch,
 }
 
 
+/* bytes of one of the pool's K or V arrays */
+static size_t
+kv_bytes(const nalar_kv_pool *p)
+{
+    return (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK * p->kv_dim
+           * (size_t) p->elem_bytes;
+}
+
+
 static void
 cpu_kv_copy(void *ctx, int32_t dst, int32_t src)
 {
     nalar_kv_pool *p = ctx;
-    size_t n = (size_t) p->n_layers * NALAR_KV_BLOCK * p->kv_dim;
+    size_t         n = (size_t) p->n_layers * NALAR_KV_BLOCK * p->kv_dim
+                       * (size_t) p->elem_bytes;
+    size_t         d = (size_t) nalar_kv_offset(p, dst, 0, 0) * p->elem_bytes;
+    size_t         s = (size_t) nalar_kv_offset(p, src, 0, 0) * p->elem_bytes;
 
-    memcpy(p->k + nalar_kv_offset(p, dst, 0, 0),
-           p->k + nalar_kv_offset(p, src, 0, 0), n * sizeof(float));
-    memcpy(p->v + nalar_kv_offset(p, dst, 0, 0),
-           p->v + nalar_kv_offset(p, src, 0, 0), n * sizeof(float));
+    memcpy((char *) p->k + d, (char *) p->k + s, n);
+    memcpy((char *) p->v + d, (char *) p->v + s, n);
 }
 
 
 static float *
-kv_map(size_t n)
+kv_map(size_t bytes)
 {
-    void *p = mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE,
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
     return p == MAP_FAILED ? NULL : p;
@@ -382,30 +392,34 @@ kv_map(size_t n)
 
 
 static void
-kv_unmap(float *p, size_t n)
+kv_unmap(float *p, size_t bytes)
 {
     if (p != NULL) {
-        munmap(p, n * sizeof(float));
+        munmap(p, bytes);
     }
 }
 
 
-static size_t
-kv_floats(const nalar_kv_pool *p)
-{
-    return (size_t) p->n_blocks * p->n_layers * NALAR_KV_BLOCK * p->kv_dim;
-}
-
-
+/*
+ * K and V of the pool in the backend's kv_type: F32, or F16 / BF16 (2
+ * bytes an element: cpu_kv16.h rounds them when stored and widens them in
+ * attention).  The pool records the type (p->type, p->elem_bytes), which
+ * the passes read and the prefix cache's root names.
+ */
 static int
 cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 {
-    size_t n = kv_floats(p);
+    size_t n;
 
-    if (b->kv_type != GGML_F32) {
-        return nalar_fail(err, "cpu backend: the KV cache is F32 here (a "
-                          "BF16 KV cache needs a GPU backend)");
+    p->elem_bytes = nalar_kv_elem_bytes(b->kv_type);
+    p->type = (int32_t) b->kv_type;
+    if (p->elem_bytes == 0) {
+        p->elem_bytes = 4;
+        p->type = GGML_F32;
+        return nalar_fail(err, "cpu backend: KV cache type %d (F32, F16 or "
+                          "BF16)", (int) b->kv_type);
     }
+    n = kv_bytes(p);
 
     /* anonymous memory: page-aligned (see nalar_alloc_lines), zero, and
      * committed only as blocks are first written */
@@ -416,7 +430,7 @@ cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
         kv_unmap(p->v, n);
         p->k = p->v = NULL;
         return nalar_fail(err, "cpu backend: cannot allocate %zu MiB of KV",
-                          2 * n * sizeof(float) >> 20);
+                          2 * n >> 20);
     }
     p->copy = cpu_kv_copy;
     p->copy_ctx = p;
@@ -427,8 +441,8 @@ cpu_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
 static void
 cpu_kv_free(nalar_backend *b, nalar_kv_pool *p)
 {
-    kv_unmap(p->k, kv_floats(p));
-    kv_unmap(p->v, kv_floats(p));
+    kv_unmap(p->k, kv_bytes(p));
+    kv_unmap(p->v, kv_bytes(p));
     p->k = p->v = NULL;
 }
 

@@ -24,7 +24,49 @@
 #include <string.h>
 
 #include "cpu_backend_impl.h"
+#include "cpu_kv16.h"
 #include "exp_neg.h"
+
+/*
+ * One head of a token's K (c < kd) or V (c >= kd: V's column c - kd), x
+ * (hd floats), into its slot of the layer's slab in its block: V by row,
+ * K transposed within the slab (dimension d of the block's 16 keys is one
+ * line, cpu_attention.c); in a 16-bit pool rounded once, here
+ * (kv16_narrow), every pass and thread alike.
+ */
+static void
+store_kv(nalar_kv_pool *kv, int kind, int64_t slab, int32_t slot, int64_t c,
+         int64_t kd, int hd, const float *x)
+{
+    uint16_t h[256];
+    int64_t  at = c >= kd ? slab + (int64_t) slot * kd + (c - kd)
+                          : slab + c * NALAR_KV_BLOCK + slot;
+
+    if (kind == KV_F32) {
+        if (c >= kd) {
+            memcpy(kv->v + at, x, (size_t) hd * sizeof(float));
+            return;
+        }
+        for (int d = 0; d < hd; d++) {
+            kv->k[at + (int64_t) d * NALAR_KV_BLOCK] = x[d];
+        }
+        return;
+    }
+    if (c >= kd) {
+        kv16_narrow((uint16_t *) kv->v + at, x, hd, kind);
+        return;
+    }
+    for (int d0 = 0; d0 < hd; d0 += 256) {
+        int n = hd - d0 < 256 ? hd - d0 : 256;
+
+        kv16_narrow(h, x + d0, n, kind);
+        for (int d = 0; d < n; d++) {
+            ((uint16_t *) kv->k)[at + (int64_t) (d0 + d) * NALAR_KV_BLOCK] =
+                h[d];
+        }
+    }
+}
+
 
 /*
  * The q/k/v rows [lo, hi) of every token, for whole heads: biases, RoPE,
@@ -42,6 +84,7 @@ finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t t0,
     int                 hd = c->head_dim;
     int64_t             qd = be->q_dim, kd = be->kv_dim;
     int64_t             ldqkv = qd + 2 * kd;
+    int                 kind = cpu_kv_kind(kv);
 
     for (int64_t t = t0; t < t1; t++) {
         float       *row = be->qkv + t * ldqkv;
@@ -69,15 +112,8 @@ finish_qkv(cpu_backend *be, const nalar_layer *L, int l, int64_t t0,
             if (h0 < qd + kd) {
                 rope_head(x, cs, sn, hd, c->rope_neox);
             }
-            if (h0 >= qd + kd) {
-                memcpy(kv->v + slab + (int64_t) slot * kd + (h0 - qd - kd),
-                       x, (size_t) hd * sizeof(float));
-            } else if (h0 >= qd) {
-                /* K transposed within its slab (cpu_attention.c) */
-                for (int d = 0; d < hd; d++) {
-                    kv->k[slab + (h0 - qd + d) * NALAR_KV_BLOCK + slot] =
-                        x[d];
-                }
+            if (h0 >= qd) {
+                store_kv(kv, kind, slab, slot, h0 - qd, kd, hd, x);
             }
         }
     }

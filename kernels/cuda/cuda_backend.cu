@@ -881,6 +881,7 @@ cuda_kv_alloc(nalar_backend *b, nalar_kv_pool *p, nalar_err *err)
     be->kv.kv_dim = p->kv_dim;
     be->kv.bf16 = bf16;
     p->elem_bytes = elem;
+    p->type = b->kv_type;
     p->copy = cuda_kv_copy;
     p->copy_ctx = be;
     drop_graphs(be);

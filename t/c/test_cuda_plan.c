@@ -184,7 +184,7 @@ static void
 test_dispatch(void)
 {
     nalar_backend_opts o = { "cuda", 0, 0, 0, 0, GGML_F32, 0 };
-    nalar_backend_opts o16 = { "cpu", 1, 0, 0, 0, GGML_BF16, 0 };
+    nalar_backend_opts o16 = { "cuda", 1, 0, 0, 0, GGML_F16, 0 };
     nalar_model        m;
     nalar_err          err;
 
@@ -196,16 +196,18 @@ test_dispatch(void)
        "cuda backend not available here: %s", err.msg);
     ok(strstr(err.msg, "cuda") != NULL, "the message names it");
 
-    /* a BF16 KV cache: GPU backends only; the CPU backend refuses it */
+    /* an F16 KV cache: the CPU backend's (which keeps every type); a
+     * GPU backend refuses it, naming what it keeps */
     err.msg[0] = '\0';
     ok(nalar_backend_create(&m, &o16, &err) == NULL,
-       "cpu backend with a BF16 KV cache refused: %s", err.msg);
-    ok(strstr(err.msg, "F32") != NULL && strstr(err.msg, "BF16") != NULL,
-       "the message says the CPU keeps F32 and BF16 needs a GPU");
+       "cuda backend with an F16 KV cache refused: %s", err.msg);
+    ok(strstr(err.msg, "'cuda'") != NULL && strstr(err.msg, "F32 or BF16")
+       != NULL && strstr(err.msg, "F16 KV cache is the 'cpu'") != NULL,
+       "the message names the backend, what it keeps and who keeps F16");
     o16.kv_type = GGML_Q8_0;
-    o16.name = "cuda";
+    o16.name = "cpu";
     ok(nalar_backend_create(&m, &o16, &err) == NULL
-       && strstr(err.msg, "F32 or BF16") != NULL,
+       && strstr(err.msg, "F32, F16 or BF16") != NULL,
        "another KV type refused on any backend: %s", err.msg);
     o.act_i16 = NALAR_ACT_I16;
     ok(nalar_backend_create(&m, &o, &err) == NULL
