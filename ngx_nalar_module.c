@@ -413,6 +413,7 @@ ngx_http_nalar_create_main_conf(ngx_conf_t *cf)
      *
      *     nmcf->backend = { 0, NULL };
      *     nmcf->gpu_memory = 0;
+     *     nmcf->kv_type = GGML_F32;
      *     nmcf->spec_draft = 0;
      *     nmcf->created = 0;
      */
@@ -510,11 +511,15 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 #endif
 
-    if (ngx_strcmp(nmcf->backend.data, "cpu") == 0 && nmcf->kv_bf16) {
+    /* the CPU backend keeps every KV type; a GPU backend F32 and BF16
+     * (nalar_backend_create says the same to an engine) */
+    if (ngx_strcmp(nmcf->backend.data, "cpu") != 0
+        && nmcf->kv_type == GGML_F16)
+    {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"nalar_kv_cache dtype=bf16\" needs "
-                           "\"nalar_backend cuda\": the CPU backend keeps "
-                           "its KV cache in F32");
+                           "\"nalar_kv_cache dtype=f16\" needs "
+                           "\"nalar_backend cpu\": the %V backend keeps "
+                           "its KV cache in f32 or bf16", &nmcf->backend);
         return NGX_CONF_ERROR;
     }
 
@@ -564,7 +569,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
             block += model[i].draft_kv_block;
         }
 
-        if (nmcf->kv_bf16) {
+        if (nmcf->kv_type != GGML_F32) {
             block /= 2;                 /* 16-bit elements */
         }
 

@@ -163,6 +163,7 @@ int
 nalar_cmd_eval(int argc, char **argv)
 {
     const char         *model = NULL, *ids_s = NULL, *act = NULL;
+    const char         *kvt = NULL;
     const char         *lora_s = NULL;
     int                 top_k = 16, n = 0, rc = 1;
     nalar_backend_opts  bo;
@@ -187,16 +188,20 @@ nalar_cmd_eval(int argc, char **argv)
             { "--device", NULL, NALAR_OPT_INT, &bo.device, NULL, 0 },
             { "-t", "--threads", NALAR_OPT_INT, &bo.n_threads, NULL, 0 },
             { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
+            { "--kv-type", NULL, NALAR_OPT_STR, &kvt, NULL, 0 },
             { "--lora", NULL, NALAR_OPT_STR, &lora_s, NULL, 0 },
         };
+        int             kt;
 
         if (NALAR_OPTS_PARSE("eval", argc, argv, opts) != 0) {
             return 2;
         }
         bo.act_i16 = nalar_opt_activations("eval", act, bo.name);
-        if (bo.act_i16 < 0) {
+        kt = nalar_opt_kv_type("eval", kvt);
+        if (bo.act_i16 < 0 || kt < 0) {
             return 2;
         }
+        bo.kv_type = (ggml_type) kt;
     }
     if (model == NULL || ids_s == NULL || top_k < 1) {
         fprintf(stderr, "nalar eval: -m MODEL and --ids \"ID ...\" are "

@@ -4,6 +4,7 @@
  *   nalar generate -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S] [--ids] [--ignore-eos]
  *                  [--stop STR] [-t THREADS] [--chunk N] [--backend NAME]
+ *                  [--kv-type f32|f16|bf16]
  *                  [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]
  *   nalar tokenize -m MODEL [--no-bos] [--special] TEXT
  *   nalar eval -m MODEL --ids "ID ..." [--top K] [--backend NAME]
@@ -20,6 +21,8 @@
  *                 -o FILE
  *   nalar mkmodel --merge BASE --lora ADAPTER [--scale S] -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
+ *               [--cpu-activations f32|i16|q8] [--kv-type f32|f16|bf16]
+ *               [--ctx 16]
  */
 #include <limits.h>
 #include <math.h>
@@ -64,12 +67,14 @@ usage(FILE *out)
         " [--draft FILE]\n"
         "                 [--spec off|draft|ngram|auto] [--spec-k K]"
         " [--cpu-activations f32|i16|q8]\n"
-        "                 [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]\n"
+        "                 [--kv-type f32|f16|bf16]"
+        " [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar eval -m MODEL --ids \"ID ...\" [--top K] [--backend cpu|cuda]"
         " [--device N]\n"
         "                 [-t THREADS] [--cpu-activations f32|i16|q8]"
-        " [--lora PATH[:SCALE]]\n"
+        " [--kv-type f32|f16|bf16]\n"
+        "                 [--lora PATH[:SCALE]]\n"
         "  nalar inspect MODEL\n"
         "  nalar render [-m MODEL] [--template FILE] --messages FILE.json"
         " [--tools FILE.json]\n"
@@ -94,7 +99,8 @@ usage(FILE *out)
         " type)\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
-        "                 [--cpu-activations f32|i16|q8]\n"
+        "                 [--cpu-activations f32|i16|q8] [--kv-type f32|f16|bf16]"
+        " [--ctx 16]\n"
         "  nalar bench --backend cuda [-m MODEL | --synthetic"
         " llama3-8b|llama3-1b|tiny]\n"
         "                 [-b 1,8,32] [--gpu-gemv-max N] [--json]"
@@ -255,6 +261,7 @@ cmd_generate(int argc, char **argv)
     rp.max_tokens = 128;
     {
         const char      *spec = NULL, *act = NULL, *adapter = NULL;
+        const char      *kvt = NULL;
         const nalar_opt  opts[] = {
             { "-m", NULL, NALAR_OPT_STR, &model, NULL, 0 },
             { "--lora", NULL, NALAR_OPT_STRS, lora_specs, &n_lora, 8 },
@@ -286,6 +293,7 @@ cmd_generate(int argc, char **argv)
             { "--ignore-eos", NULL, NALAR_OPT_FLAG, &rp.ignore_eos, NULL,
               0 },
             { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
+            { "--kv-type", NULL, NALAR_OPT_STR, &kvt, NULL, 0 },
         };
 
         if (NALAR_OPTS_PARSE("generate", argc, argv, opts) != 0) {
@@ -293,7 +301,8 @@ cmd_generate(int argc, char **argv)
             return 2;
         }
         eo.act_i16 = nalar_opt_activations("generate", act, eo.backend);
-        if (eo.act_i16 < 0) {
+        eo.kv_type = nalar_opt_kv_type("generate", kvt);
+        if (eo.act_i16 < 0 || eo.kv_type < 0) {
             return 2;
         }
         if (parse_loras(lora_specs, n_lora, loras, adapter, &rp.adapter,
@@ -802,6 +811,9 @@ typedef struct {
     float         *logits;       /* (max_b, n_vocab) */
     nalar_seq_kv  *seqs;         /* (max_b) */
     int            p, n;         /* prompt and decode tokens */
+    int            ctx;          /* the batched decode's context per
+                                    sequence before its n tokens */
+    int            n_ready;      /* seqs [0, n_ready) hold that context */
     int            vocab;
 } bench_ctx;
 
@@ -809,6 +821,7 @@ typedef struct {
 typedef struct {
     int     bs[16], n_bs;        /* batch sizes of the batched decode */
     double  prefill_tps, decode_tps, batched[16];
+    double  batched_cpu[16];     /* process CPU seconds per token */
     double  read_bw;             /* bytes/s, the better of two */
     int64_t wbytes, rss, file_bytes, kv_bytes;
 } bench_result;
@@ -891,19 +904,20 @@ bench_batches(const char *blist, bench_result *r, int *max_b)
  * ready. */
 static int
 bench_open(bench_ctx *c, const char *model, int max_b, int threads,
-           int act_i16)
+           int act_i16, ggml_type kv_type)
 {
     nalar_err err;
-    int       rows = c->p > max_b ? c->p : max_b;
+    int       len = c->p > c->ctx ? c->p : c->ctx;
+    int       rows = len > max_b ? len : max_b;
 
     c->m = nalar_model_load(model, &err);
     if (c->m == NULL) {
         fprintf(stderr, "nalar: %s\n", err.msg);
         return 1;
     }
-    if (c->p + c->n > c->m->cfg.n_ctx) {
-        fprintf(stderr, "nalar bench: -p + -n = %d exceeds the context of "
-                "%d\n", c->p + c->n, c->m->cfg.n_ctx);
+    if (len + c->n > c->m->cfg.n_ctx) {
+        fprintf(stderr, "nalar bench: -p (or --ctx) + -n = %d exceeds the "
+                "context of %d\n", len + c->n, c->m->cfg.n_ctx);
         nalar_model_destroy(c->m);
         return 2;
     }
@@ -912,9 +926,12 @@ bench_open(bench_ctx *c, const char *model, int max_b, int threads,
     if (c->be != NULL && act_i16) {
         nalar_cpu_backend_act_i16(c->be, act_i16);
     }
+    if (c->be != NULL) {
+        c->be->kv_type = kv_type;
+    }
     if (c->be == NULL
         || nalar_kv_pool_init(&c->kv,
-                              max_b * ((c->p + c->n) / NALAR_KV_BLOCK + 2),
+                              max_b * ((len + c->n) / NALAR_KV_BLOCK + 2),
                               c->m->cfg.n_layers,
                               c->m->cfg.n_kv_heads * c->m->cfg.head_dim,
                               &err) != 0
@@ -942,6 +959,9 @@ bench_open(bench_ctx *c, const char *model, int max_b, int threads,
 static void
 bench_close(bench_ctx *c)
 {
+    for (int s = 0; s < c->n_ready || s == 0; s++) {
+        nalar_seq_kv_release(&c->kv, &c->seqs[s]);
+    }
     free(c->seqs);
     free(c->b.tokens);
     free(c->b.pos);
@@ -1020,27 +1040,41 @@ bench_decode(bench_ctx *c)
 }
 
 
-/* batched decode: b sequences, each with a 16-token context, step
+/* batched decode: b sequences, each with a context of c->ctx tokens
+ * (--ctx, 16 by default; each prefilled in one pass, not timed), step
  * together for n tokens; aggregate tokens per second, or -1 */
 static double
-bench_batched(bench_ctx *c, int b)
+bench_batched(bench_ctx *c, int b, double *cpu_per_token)
 {
-    int       ctx0 = 16, n = c->n, vocab = c->vocab;
-    double    t0, tps;
-    nalar_err err;
+    int             ctx0 = c->ctx, n = c->n, vocab = c->vocab;
+    double          t0, tps;
+    struct timespec c0, c1;
+    nalar_err       err;
 
+    /* the contexts of the sizes before are kept (truncated back to ctx0) */
     for (int s = 0; s < b; s++) {
-        nalar_seq_kv_reserve(&c->kv, &c->seqs[s], ctx0 + n);
+        if (nalar_seq_kv_reserve(&c->kv, &c->seqs[s], ctx0 + n) != 0) {
+            fprintf(stderr, "nalar bench: the KV pool is short\n");
+            return -1;
+        }
+        if (s < c->n_ready) {
+            continue;
+        }
         for (int i = 0; i < ctx0; i++) {
-            c->b.tokens[0] = (int32_t) ((s * 31 + i * 7) % vocab);
-            c->b.pos[0] = i;
-            c->b.seq[0] = &c->seqs[s];
-            c->b.want_logits[0] = i == ctx0 - 1;
-            c->b.n_logits = i == ctx0 - 1;
-            bench_batch(c, 1, &err);
+            c->b.tokens[i] = (int32_t) ((s * 31 + i * 7) % vocab);
+            c->b.pos[i] = i;
+            c->b.seq[i] = &c->seqs[s];
+            c->b.want_logits[i] = i == ctx0 - 1;
+        }
+        c->b.n_logits = 1;
+        if (bench_batch(c, ctx0, &err) != 0) {
+            fprintf(stderr, "nalar: %s\n", err.msg);
+            return -1;
         }
     }
+    c->n_ready = b > c->n_ready ? b : c->n_ready;
     t0 = nalar_now_s();
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     for (int i = 0; i < n; i++) {
         for (int s = 0; s < b; s++) {
             c->b.tokens[s] = nalar_argmax(c->logits + (size_t) s * vocab,
@@ -1059,8 +1093,12 @@ bench_batched(bench_ctx *c, int b)
         }
     }
     tps = (double) b * n / (nalar_now_s() - t0);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    *cpu_per_token = ((double) (c1.tv_sec - c0.tv_sec)
+                      + (double) (c1.tv_nsec - c0.tv_nsec) / 1e9)
+                     / ((double) b * n);
     for (int s = 0; s < b; s++) {
-        nalar_seq_kv_release(&c->kv, &c->seqs[s]);
+        nalar_seq_kv_truncate(&c->kv, &c->seqs[s], ctx0);
     }
     return tps;
 }
@@ -1101,6 +1139,11 @@ bench_report(const bench_result *r, const char *model, int threads, int p,
         for (int k = 0; k < r->n_bs; k++) {
             printf("%s\"%d\": %.1f", k ? ", " : "", r->bs[k], r->batched[k]);
         }
+        printf("}, \"batched_cpu_ms_per_token\": {");
+        for (int k = 0; k < r->n_bs; k++) {
+            printf("%s\"%d\": %.3f", k ? ", " : "", r->bs[k],
+                   r->batched_cpu[k] * 1e3);
+        }
         printf("}, \"weight_bytes_per_s\": %.0f}\n",
                (double) r->wbytes * r->decode_tps);
         return;
@@ -1118,8 +1161,9 @@ bench_report(const bench_result *r, const char *model, int threads, int p,
            "%lld)\n", (long long) r->rss, (long long) r->file_bytes,
            (long long) r->kv_bytes);
     for (int k = 0; k < r->n_bs; k++) {
-        printf("decode batch %d: %.1f tokens/s aggregate\n", r->bs[k],
-               r->batched[k]);
+        printf("decode batch %d: %.1f tokens/s aggregate (%.3f ms of CPU "
+               "time per token)\n", r->bs[k], r->batched[k],
+               r->batched_cpu[k] * 1e3);
     }
 }
 
@@ -1148,7 +1192,7 @@ bench_cpu(bench_ctx *c, bench_result *r, int threads)
     r->read_bw = bw > r->read_bw ? bw : r->read_bw;
     nalar_seq_kv_release(&c->kv, &c->seqs[0]);
     for (int k = 0; k < r->n_bs; k++) {
-        r->batched[k] = bench_batched(c, r->bs[k]);
+        r->batched[k] = bench_batched(c, r->bs[k], &r->batched_cpu[k]);
         if (r->batched[k] < 0) {
             return 1;
         }
@@ -1156,7 +1200,7 @@ bench_cpu(bench_ctx *c, bench_result *r, int threads)
     r->wbytes = bench_weight_bytes(c->m);
     r->file_bytes = (int64_t) c->m->gguf->map_size;
     r->kv_bytes = 2 * (int64_t) c->kv.n_blocks * c->kv.n_layers
-                  * NALAR_KV_BLOCK * c->kv.kv_dim * (int64_t) sizeof(float);
+                  * NALAR_KV_BLOCK * c->kv.kv_dim * c->kv.elem_bytes;
     return 0;
 }
 
@@ -1164,8 +1208,9 @@ bench_cpu(bench_ctx *c, bench_result *r, int threads)
 static int
 cmd_bench(int argc, char **argv)
 {
-    const char   *model = NULL, *blist = "1,4,16", *act = NULL;
-    int           p = 128, n = 128, threads = 0, json = 0, act_i16;
+    const char   *model = NULL, *blist = "1,4,16", *act = NULL, *kvt = NULL;
+    int           p = 128, n = 128, threads = 0, json = 0, act_i16, kt;
+    int           ctx = 16;
     int           max_b, rc;
     bench_ctx     c;
     bench_result  r;
@@ -1181,6 +1226,8 @@ cmd_bench(int argc, char **argv)
         { "-t", NULL, NALAR_OPT_INT, &threads, NULL, 0 },
         { "--json", NULL, NALAR_OPT_FLAG, &json, NULL, 0 },
         { "--cpu-activations", NULL, NALAR_OPT_STR, &act, NULL, 0 },
+        { "--kv-type", NULL, NALAR_OPT_STR, &kvt, NULL, 0 },
+        { "--ctx", NULL, NALAR_OPT_INT, &ctx, NULL, 0 },
 #ifdef NALAR_CUDA
         { "--backend", NULL, NALAR_OPT_STR, &cu_backend, NULL, 0 },
         { "--synthetic", NULL, NALAR_OPT_STR, &cu_synthetic, NULL, 0 },
@@ -1192,7 +1239,8 @@ cmd_bench(int argc, char **argv)
         return 2;
     }
     act_i16 = nalar_opt_activations("bench", act, NULL);
-    if (act_i16 < 0) {
+    kt = nalar_opt_kv_type("bench", kvt);
+    if (act_i16 < 0 || kt < 0) {
         return 2;
     }
 #ifdef NALAR_CUDA
@@ -1207,7 +1255,7 @@ cmd_bench(int argc, char **argv)
         return 2;
     }
 #endif
-    if (model == NULL || p < 1 || n < 1) {
+    if (model == NULL || p < 1 || n < 1 || ctx < 1) {
         usage(stderr);
         return 2;
     }
@@ -1218,7 +1266,8 @@ cmd_bench(int argc, char **argv)
     memset(&c, 0, sizeof(c));
     c.p = p;
     c.n = n;
-    rc = bench_open(&c, model, max_b, threads, act_i16);
+    c.ctx = ctx;
+    rc = bench_open(&c, model, max_b, threads, act_i16, (ggml_type) kt);
     if (rc != 0) {
         return rc;
     }
@@ -1226,9 +1275,11 @@ cmd_bench(int argc, char **argv)
         return 1;
     }
     if (!json) {
-        printf("isa: %s; activations %s\n", nalar_cpu_isa(),
+        printf("isa: %s; activations %s; KV %s; batched decode at a "
+               "context of %d\n", nalar_cpu_isa(),
                act_i16 == NALAR_ACT_Q8 ? "q8"
-               : act_i16 == NALAR_ACT_I16 ? "i16" : "f32");
+               : act_i16 == NALAR_ACT_I16 ? "i16" : "f32",
+               nalar_kv_type_name(&c.kv), ctx);
     }
     bench_report(&r, model, threads, p, n, json);
     bench_close(&c);

@@ -167,3 +167,20 @@ nalar_opt_activations(const char *cmd, const char *s, const char *backend)
     fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8\n", cmd);
     return -1;
 }
+
+
+int
+nalar_opt_kv_type(const char *cmd, const char *s)
+{
+    if (s == NULL || strcmp(s, "f32") == 0) {
+        return GGML_F32;
+    }
+    if (strcmp(s, "f16") == 0) {
+        return GGML_F16;
+    }
+    if (strcmp(s, "bf16") == 0) {
+        return GGML_BF16;
+    }
+    fprintf(stderr, "nalar %s: --kv-type f32|f16|bf16\n", cmd);
+    return -1;
+}

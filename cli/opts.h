@@ -48,4 +48,9 @@ int nalar_opts_parse(const char *cmd, int argc, char **argv,
 int nalar_opt_activations(const char *cmd, const char *s,
                           const char *backend);
 
+/* --kv-type of command `cmd`: "f32" (also when not given), "f16" or
+ * "bf16" as a ggml_type (GGML_F32, GGML_F16, GGML_BF16); else -1 after a
+ * message on stderr */
+int nalar_opt_kv_type(const char *cmd, const char *s);
+
 #endif

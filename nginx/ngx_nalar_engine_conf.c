@@ -14,10 +14,12 @@
 
 
 /*
- * nalar_kv_cache [SIZE] [dtype=f32|bf16];
+ * nalar_kv_cache [SIZE] [dtype=f32|f16|bf16];
  * The KV pool's size (a cap on a GPU), and the type its K and V are kept
- * in: f32 (the default) or bf16 (GPU backends: half the bytes per
- * position, so paged attention reads half as much).
+ * in: f32 (the default), f16 (the CPU backend) or bf16: half the bytes per
+ * position, so the same size holds twice the blocks and attention reads
+ * half as much.  Which backend keeps which type is checked with the
+ * backend, in the main configuration's init.
  */
 
 char *
@@ -48,20 +50,28 @@ ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             if (value[i].len == 9
                 && ngx_strncmp(value[i].data + 6, "f32", 3) == 0)
             {
-                nmcf->kv_bf16 = 0;
+                nmcf->kv_type = GGML_F32;
+                continue;
+            }
+
+            if (value[i].len == 9
+                && ngx_strncmp(value[i].data + 6, "f16", 3) == 0)
+            {
+                nmcf->kv_type = GGML_F16;
                 continue;
             }
 
             if (value[i].len == 10
                 && ngx_strncmp(value[i].data + 6, "bf16", 4) == 0)
             {
-                nmcf->kv_bf16 = 1;
+                nmcf->kv_type = GGML_BF16;
                 continue;
             }
 
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid KV cache type \"%V\": \"dtype=f32\" "
-                               "or \"dtype=bf16\" expected", &value[i]);
+                               "invalid KV cache type \"%V\": \"dtype=f32\", "
+                               "\"dtype=f16\" or \"dtype=bf16\" expected",
+                               &value[i]);
             return NGX_CONF_ERROR;
         }
 
@@ -70,7 +80,7 @@ ngx_http_nalar_kv_cache(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (have_size || size == NGX_ERROR) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "invalid value \"%V\": a size and "
-                               "\"dtype=f32|bf16\" expected", &value[i]);
+                               "\"dtype=f32|f16|bf16\" expected", &value[i]);
             return NGX_CONF_ERROR;
         }
 

@@ -132,7 +132,10 @@ typedef struct {
                                                every nalar_shared_prefix */
     ngx_int_t                  threads;
     off_t                      kv_cache;
-    ngx_uint_t                 kv_bf16;     /* nalar_kv_cache dtype=bf16 */
+    ngx_uint_t                 kv_type;     /* nalar_kv_cache dtype=: a
+                                               ggml_type, GGML_F32 (0,
+                                               zeroed), GGML_F16 or
+                                               GGML_BF16 */
     ngx_uint_t                 cpu_act_i16; /* nalar_cpu_activations: 0 f32,
                                                1 i16, 2 q8 */
     ngx_int_t                  max_batch_tokens;  /* 0: auto */

@@ -223,7 +223,7 @@ ngx_http_nalar_engine_start(ngx_cycle_t *cycle,
     opts.gpu_memory = nmcf->gpu_memory;
     opts.n_threads = (int) nmcf->threads;
     opts.kv_bytes = (int64_t) nmcf->kv_cache;
-    opts.kv_type = nmcf->kv_bf16 ? GGML_BF16 : GGML_F32;
+    opts.kv_type = (int) nmcf->kv_type;
     opts.act_i16 = (int) nmcf->cpu_act_i16;
     opts.max_batch_tokens = (int32_t) nmcf->max_batch_tokens;
 

@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # The CUDA backend from nginx: nalar_backend cuda, nalar_device and
-# nalar_gpu_memory are validated by nginx -t; every worker starts its own
+# nalar_gpu_memory are validated by nginx -t (and nalar_kv_cache's dtype=
+# against the backend); every worker starts its own
 # engine on its GPU (worker i on GPU i mod count unless nalar_device says),
 # and without a GPU each worker reports why through /v1/health and the API
 # instead of dying.  With a GPU, the answers equal the CPU backend's.
@@ -25,25 +26,24 @@ CONF
     return $t->test_conf;
 }
 
-# nalar_kv_cache dtype=: bf16 needs a GPU backend; the CPU backend keeps
-# an F32 KV cache and says so at nginx -t
+# nalar_kv_cache dtype=: the CPU backend keeps f32, f16 and bf16; another
+# type is refused, naming it
 {
-    my ($rc, $out) = conf_with('nalar_kv_cache 64m dtype=bf16;');
-    isnt($rc, 0, 'nginx -t refuses a BF16 KV cache on the CPU backend');
-    like($out, qr/"nalar_kv_cache dtype=bf16" needs "nalar_backend cuda": the CPU backend keeps its KV cache in F32/,
-         '  and says why') or diag($out);
-    ($rc, $out) = conf_with('nalar_kv_cache 64m dtype=f16;');
-    isnt($rc, 0, 'nginx -t refuses dtype=f16');
-    like($out, qr/invalid KV cache type "dtype=f16"/, '  naming it')
-        or diag($out);
-    ($rc, $out) = conf_with('nalar_kv_cache 64m 32m;');
-    isnt($rc, 0, 'nginx -t refuses two sizes');
+    my ($rc, $out);
     for my $l ('nalar_kv_cache 64m dtype=f32;', 'nalar_kv_cache dtype=f32;',
-               'nalar_kv_cache 64m;')
+               'nalar_kv_cache 64m;', 'nalar_kv_cache 64m dtype=f16;',
+               'nalar_kv_cache dtype=f16;', 'nalar_kv_cache 64m dtype=bf16;',
+               'nalar_kv_cache dtype=bf16 64m;')
     {
         ($rc, $out) = conf_with($l);
         is($rc, 0, "nginx -t accepts: $l") or diag($out);
     }
+    ($rc, $out) = conf_with('nalar_kv_cache 64m dtype=q8_0;');
+    isnt($rc, 0, 'nginx -t refuses dtype=q8_0');
+    like($out, qr/invalid KV cache type "dtype=q8_0": "dtype=f32", "dtype=f16" or "dtype=bf16" expected/,
+         '  naming it and the types') or diag($out);
+    ($rc, $out) = conf_with('nalar_kv_cache 64m 32m;');
+    isnt($rc, 0, 'nginx -t refuses two sizes');
 }
 
 if (!$cuda) {
@@ -81,6 +81,8 @@ my @bad = (
     [ 'nalar_device 0;', qr/need "nalar_backend cuda"/ ],
     [ 'nalar_gpu_memory 0.9;', qr/need "nalar_backend cuda"/ ],
     [ 'nalar_backend tpu;', qr/invalid nalar_backend "tpu"/ ],
+    [ 'nalar_backend cuda; nalar_kv_cache 64m dtype=f16;',
+      qr/"nalar_kv_cache dtype=f16" needs "nalar_backend cpu": the cuda backend keeps its KV cache in f32 or bf16/ ],
 );
 for my $b (@bad) {
     my ($rc, $out) = conf_with($b->[0]);
