@@ -31,6 +31,10 @@
 # Each run stops sending new requests after DURATION seconds [900] and is
 # abandoned after RUN_TIMEOUT [600] (recorded as failed, the rest goes on).
 #
+# KV [f32]: the Nalar servers' KV cache type (nalar_kv_cache 768m
+# dtype=$KV: f32, f16 or bf16), recorded in the output's machine line;
+# compare two types with two runs, alternated.
+#
 # The model: a random-weight Llama of about 108M parameters in F16 (dim
 # 576, 30 layers, 9 heads, 3 KV heads, ffn 1536: SmolLM-135M's shape with
 # the demo's 2,048-token vocabulary), made once with `nalar mkmodel` into
@@ -46,6 +50,9 @@
 #       sh bench/itl.sh              # a smoke run (requests per run)
 #   CONFS="fixed512 auto100 llama" LLAMA_BUILD=/path/to/llama.cpp/build \
 #       sh bench/itl.sh              # beside llama-server
+#   KV=f16 CONFS="auto50 auto45" ROUNDS=1 DURATION=60 WORKLOADS=plain \
+#       OUT=/tmp/itl-f16.jsonl PNG=/tmp/itl-f16.png sh bench/itl.sh
+#                                    # a half-size KV cache
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -62,6 +69,8 @@ WORKLOADS=${WORKLOADS:-plain shared}
 REQUESTS=${REQUESTS:-48}
 DURATION=${DURATION:-900}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+KV=${KV:-f32}
+case $KV in f32 | f16 | bf16) ;; *) echo "itl.sh: KV=f32|f16|bf16" >&2; exit 2 ;; esac
 LLAMA_SERVER=${LLAMA_SERVER:-${LLAMA_BUILD:+$LLAMA_BUILD/bin/llama-server}}
 PEERS=
 
@@ -198,7 +207,7 @@ events { worker_connections 1024; }
 http {
     nalar_model             m $MODEL;
     nalar_threads           $THREADS;
-    nalar_kv_cache          768m;
+    nalar_kv_cache          768m dtype=$KV;
     $(budget $c)
     access_log              off;
     client_body_temp_path   $d/client_body_temp;
@@ -228,7 +237,7 @@ log "servers ready: $CONFS"
 : > "$OUT"
 peer=
 [ -z "$PEERS" ] || peer=", \"peer\": \"llama-server $("$LLAMA_SERVER" --version 2>&1 | sed -n 's/^version: //p')\""
-echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"threads\": $THREADS, \"requests\": $REQUESTS, \"date\": \"$(date -u +%FT%TZ)\"$peer}" >> "$OUT"
+echo "{\"phase\": \"machine\", \"cores\": $(nproc), \"load1\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"threads\": $THREADS, \"kv\": \"$KV\", \"requests\": $REQUESTS, \"date\": \"$(date -u +%FT%TZ)\"$peer}" >> "$OUT"
 
 # the shared prefix once into each server's cache (and the weights warm)
 for c in $CONFS; do

@@ -58,10 +58,10 @@ def main():
     rounds = sorted({r["round"] for r in runs})
     loads = [r["load1"] for r in runs]
     print("Step budget through nginx: %d rounds, the budgets in "
-          "rotating order within each; %s cores, nalar_threads %s; 1-minute "
-          "load average %.1f-%.1f during the runs." % (len(rounds), machine.get("cores"),
-                                 machine.get("threads"), min(loads),
-                                 max(loads)))
+          "rotating order within each; %s cores, nalar_threads %s, KV cache "
+          "%s; 1-minute load average %.1f-%.1f during the runs."
+          % (len(rounds), machine.get("cores"), machine.get("threads"),
+             machine.get("kv", "f32"), min(loads), max(loads)))
     if machine.get("peer"):
         print()
         ran = {r["conf"] for r in runs}

@@ -16,6 +16,7 @@
 #include "tokenizer.h"
 
 static const char *MODEL = "models/nalar-kjv-target-f32.gguf";
+static ggml_type   kv_type;     /* the engines' KV cache (each is run) */
 
 
 
@@ -32,6 +33,7 @@ engine(int cache, int64_t kv_bytes)
     o.kv_bytes = kv_bytes;
     o.n_threads = 2;
     o.max_batch_tokens = 64;
+    o.kv_type = kv_type;
     e = nalar_engine_create(&o, &err);
     if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
         diag("engine: %s", err.msg);
@@ -135,6 +137,20 @@ test_digests(void)
         nalar_prefix_root(c32, "A", r32);
         nalar_prefix_root(c16, "A", r16);
         ok(memcmp(r32, r16, 32) != 0, "a BF16 KV pool: another root");
+        {
+            uint8_t rf16[32];
+
+            /* F16 and BF16 elements are both 2 bytes: the type tells */
+            pool16.type = GGML_F16;
+            nalar_prefix_root(c16, "A", rf16);
+            ok(memcmp(rf16, r16, 32) != 0 && memcmp(rf16, r32, 32) != 0,
+               "an F16 KV pool: a root of its own, neither BF16's nor "
+               "F32's");
+            pool16.type = GGML_BF16;
+            nalar_prefix_root(c16, "A", rf16);
+            ok(memcmp(rf16, r16, 32) == 0, "a BF16 pool whether or not "
+               "its backend set the type");
+        }
         ok(memcmp(r32, r0, 32) == 0,
            "an F32 pool whether or not its backend set elem_bytes");
         nalar_prefix_cache_destroy(c32);
@@ -152,8 +168,7 @@ test_eviction(nalar_engine *off)
     {
         nalar_engine  *small;
         nalar_model   *mm = nalar_engine_model(off);
-        int64_t        bb = 2LL * mm->cfg.n_layers * NALAR_KV_BLOCK
-                            * mm->cfg.n_kv_heads * mm->cfg.head_dim * 4;
+        int64_t        bb = nalar_kv_block_bytes(mm, kv_type);
         int            good = 0;
         nalar_metrics  mt;
 
@@ -170,18 +185,23 @@ test_eviction(nalar_engine *off)
             y = run(off, p, len, "", 0, 16);
             good += same(&x, &y);
         }
-        is_int(good, 12, "outputs identical under eviction pressure");
+        is_int(good, 12, "KV %s: outputs identical under eviction pressure",
+               nalar_kv_type_name(nalar_engine_kv(small)));
         nalar_engine_metrics(small, &mt);
         ok(mt.prefix_evictions_total > 0, "blocks were evicted (%llu)",
            (unsigned long long) mt.prefix_evictions_total);
         ok(kv_consistent(small), "KV invariants hold after eviction");
+        ok(nalar_engine_kv(small)->n_blocks == 14,
+           "14 blocks of this KV type in 14 blocks' bytes (%d)",
+           nalar_engine_kv(small)->n_blocks);
         nalar_engine_destroy(small);
     }
 }
 
 
-int
-main(void)
+/* the cache's behaviour with the engines' KV type kv_type */
+static void
+test_cache(void)
 {
     nalar_engine *on, *off;
     int32_t       prompt[200], shifted[201], diverge[200], nobos[199];
@@ -195,9 +215,35 @@ main(void)
 
     on = engine(1, 0);
     off = engine(0, 0);
-    ok(on != NULL && off != NULL, "engines load");
+    ok(on != NULL && off != NULL, "engines load, KV %s",
+       on != NULL ? nalar_kv_type_name(nalar_engine_kv(on)) : "?");
     if (on == NULL || off == NULL) {
-        return done_testing();
+        nalar_engine_destroy(on);
+        nalar_engine_destroy(off);
+        return;
+    }
+    ok(nalar_engine_kv(on)->type == (int32_t) kv_type
+       && nalar_engine_kv(on)->elem_bytes == nalar_kv_elem_bytes(kv_type),
+       "the pool keeps the type asked for (%s, %d bytes an element)",
+       nalar_kv_type_name(nalar_engine_kv(on)),
+       nalar_engine_kv(on)->elem_bytes);
+    {
+        /* a size holds blocks of the type's size: twice the F32 count in
+         * 2-byte elements, and the metrics say so */
+        nalar_model   *mm = nalar_engine_model(on);
+        nalar_engine  *sz = engine(0, 10 * nalar_kv_block_bytes(mm,
+                                                                GGML_F32));
+        nalar_metrics  mt;
+        int32_t        want = 10 * 4 / nalar_kv_elem_bytes(kv_type);
+
+        if (sz != NULL) {
+            nalar_engine_metrics(sz, &mt);
+        }
+        ok(sz != NULL && nalar_engine_kv(sz)->n_blocks == want
+           && mt.kv_blocks_total == want && mt.kv_blocks_free == want,
+           "10 F32 blocks' bytes hold %d blocks (capacity metric %d)", want,
+           sz != NULL ? mt.kv_blocks_total : -1);
+        nalar_engine_destroy(sz);
     }
     m = nalar_engine_model(on);
     n = nalar_tokenize(m->tok, text, strlen(text), 1, 0, prompt, 200);
@@ -288,9 +334,22 @@ main(void)
                "idle: cached blocks count as free");
     }
     nalar_engine_destroy(on);
-
-    test_digests();
     test_eviction(off);
     nalar_engine_destroy(off);
+}
+
+
+int
+main(void)
+{
+    /* every KV type the CPU backend keeps: blocks shared and copied on
+     * write in 2-byte elements as in 4-byte ones, none leaked */
+    static const ggml_type types[] = { GGML_F32, GGML_F16, GGML_BF16 };
+
+    test_digests();
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        kv_type = types[i];
+        test_cache();
+    }
     return done_testing();
 }

@@ -590,7 +590,7 @@ sub metrics {
 # --- references from the CLI ----------------------------------------------
 
 # Greedy ids of `nalar generate` for a prompt (the oracle the server must
-# equal token for token).
+# equal token for token); kv_type => 'f16' names the KV cache's type.
 sub reference_ids {
     my ($self, $prompt, $n, %o) = @_;
     my $model = $o{model} || $MODEL;
@@ -599,6 +599,7 @@ sub reference_ids {
     my @cmd = ($cli, 'generate', '-m', $model, '-p', $prompt, '-n', $n,
                '--temp', '0', '--ids');
     push @cmd, '--ignore-eos' if $o{ignore_eos};
+    push @cmd, '--kv-type', $o{kv_type} if $o{kv_type};
     open my $fh, '-|', @cmd or die "$cli: $!";
     local $/;
     my $out = <$fh>;
