@@ -1,7 +1,8 @@
 /*
  * Speculative decoding: greedy output with every proposer (draft, a
  * deliberately bad draft, n-gram, prediction) equals plain greedy decoding,
- * alone and batched; seeded sampling gives plain sampling's tokens; stop
+ * alone and batched (also with an F16 KV cache, against plain decoding
+ * with the same cache); seeded sampling gives plain sampling's tokens; stop
  * strings cut where plain decoding cuts; KV comes back; no provisional
  * state reaches the prefix cache.  (That sampling keeps the target's
  * distribution is test_spec_dist's, on the optimized build; the cost
@@ -24,6 +25,8 @@
 static const char *TARGET = "models/nalar-kjv-target-f32.gguf";
 static const char *DRAFT = "models/nalar-kjv-draft-f32.gguf";
 static char        bad_draft[256];
+static ggml_type   kv_type;     /* the engines' KV cache: F32 but in
+                                   test_kv16 */
 
 
 
@@ -45,6 +48,7 @@ engine(const char *draft, int mode, int fixed_k, int cache, int64_t kv)
     o.n_threads = 2;
     o.max_running = 64;
     o.max_queue = 8192;
+    o.kv_type = kv_type;
     e = nalar_engine_create(&o, &err);
     if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
         diag("engine: %s", err.msg);
@@ -245,6 +249,58 @@ test_greedy(void)
            cfg[c].name);
         nalar_engine_destroy(e);
     }
+}
+
+
+/* with an F16 KV cache (the draft's in the target's type): greedy
+ * speculation, the draft's and n-gram lookup's, equals plain decoding
+ * with the same cache, alone and batched, its rejected proposals rolled
+ * back with no block left provisional */
+static void
+test_kv16(void)
+{
+    static collected ref16[8];
+    struct { const char *name; const char *draft; int mode; } cfg[] = {
+        { "KV f16, draft k=4 (fixed)", DRAFT, NALAR_SPEC_DRAFT },
+        { "KV f16, bad draft k=4 (fixed)", bad_draft, NALAR_SPEC_DRAFT },
+        { "KV f16, n-gram k=4 (fixed)", NULL, NALAR_SPEC_NGRAM },
+    };
+    nalar_engine *p16, *e;
+    nalar_metrics m;
+
+    kv_type = GGML_F16;
+    p16 = engine(NULL, NALAR_SPEC_OFF, 0, 0, 0);
+    ok(p16 != NULL && nalar_engine_kv(p16)->type == GGML_F16,
+       "KV f16: plain engine, its pool F16");
+    if (p16 == NULL) {
+        kv_type = GGML_F32;
+        return;
+    }
+    run_all(p16, ref16, 48, NULL, 0, 0);
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        e = engine(cfg[c].draft, cfg[c].mode, 4, 0, 0);
+        if (e == NULL) {
+            ok(0, "%s: engine", cfg[c].name);
+            continue;
+        }
+        run_all(e, got, 48, NULL, 0, 1);
+        ok(all_equal(ref16, got, cfg[c].name),
+           "%s: greedy output equals plain decoding with an F16 cache, "
+           "alone", cfg[c].name);
+        run_all(e, got, 48, NULL, 0, 0);
+        ok(all_equal(ref16, got, cfg[c].name),
+           "%s: the same, batched", cfg[c].name);
+        nalar_engine_metrics(e, &m);
+        ok(m.spec_draft_tokens_total > 0, "%s: it speculated (%llu "
+           "proposals, %llu accepted)", cfg[c].name,
+           (unsigned long long) m.spec_draft_tokens_total,
+           (unsigned long long) m.spec_accepted_tokens_total);
+        ok(kv_clean(e), "%s: every KV block back, none provisional",
+           cfg[c].name);
+        nalar_engine_destroy(e);
+    }
+    nalar_engine_destroy(p16);
+    kv_type = GGML_F32;
 }
 
 
@@ -602,6 +658,7 @@ main(void)
     run_all(plain, ref, 48, NULL, 0, 0);
 
     test_greedy();
+    test_kv16();
     test_prediction();
     test_prediction_edits();
     test_prediction_phrases();
