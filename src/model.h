@@ -115,8 +115,8 @@ int nalar_model_check_kv(const char *path, int64_t *kv_block_bytes,
                          nalar_err *err);
 
 /* Bytes of one K or V element in the KV cache: 4 for GGML_F32, 2 for
- * GGML_F16 and GGML_BF16, 0 for a type no KV cache holds.  The one rule every pool
- * size is computed from. */
+ * GGML_F16 and GGML_BF16, 0 for a type no KV cache holds.  The one rule
+ * every pool size is computed from. */
 int32_t nalar_kv_elem_bytes(ggml_type kv_type);
 
 /* Bytes of KV storage one block takes for this model (K and V of every

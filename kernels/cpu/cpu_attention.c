@@ -78,7 +78,9 @@ max_lanes(const float *x, int32_t n)
  * K is stored transposed within each (block, layer) slab -- dimension d of
  * the block's key j at d * 16 + j -- so one load holds 16 keys' values of
  * one dimension and a row's 16 scores build up in one vector, without a
- * horizontal sum.  V is stored by row.
+ * horizontal sum.  V is stored by row.  Both in the pool's element type:
+ * F32, or F16 / BF16 widened exactly as they are loaded (cpu_kv16.h), so
+ * the arithmetic below is F32 whatever the type.
  *
  * Each row's arithmetic is the same whatever else shares its tile, so
  * results do not depend on the batch: a score is four accumulators over
