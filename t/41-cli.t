@@ -119,8 +119,29 @@ ok($rc != 0 && $out =~ /missing\.gguf/, "missing file refused: $out");
 # bench --json has the documented keys
 ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
     '-p', 16, '-n', 8, '-b', '1,4', '--json');
-like($out, qr/^\{"resident_bytes": \d+, "file_bytes": \d+, "kv_pool_bytes": \d+, "read_bytes_per_s": \d+, "prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
+like($out, qr/^\{"resident_bytes": \d+, "file_bytes": \d+, "kv_pool_bytes": \d+, "read_bytes_per_s": \d+, "prefill_tokens_per_s": [\d.]+, "decode_tokens_per_s": [\d.]+, "batched": \{"1": [\d.]+, "4": [\d.]+\}, "batched_cpu_ms_per_token": \{"1": [\d.]+, "4": [\d.]+\}, "weight_bytes_per_s": \d+\}\n$/,
     'bench --json line') or diag $out;
+# --kv-type: the same pool in 2-byte elements is half the bytes; --ctx
+# sets the batched decode's context; another type is refused
+{
+    my ($kv32) = $out =~ /"kv_pool_bytes": (\d+)/;
+    ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
+        '-p', 16, '-n', 8, '-b', '1,4', '--kv-type', 'f16', '--json');
+    my ($kv16) = $out =~ /"kv_pool_bytes": (\d+)/;
+    ok($rc == 0 && $kv32 && $kv16 && $kv16 * 2 == $kv32,
+       "bench --kv-type f16: the pool in half the bytes ($kv16 of $kv32)")
+        or diag $out;
+    ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
+        '-p', 16, '-n', 8, '-b', '2', '--ctx', 40, '--kv-type', 'bf16');
+    ok($rc == 0 && $out =~ /KV bf16; batched decode at a context of 40\n/
+       && $out =~ /decode batch 2: [\d.]+ tokens\/s aggregate \([\d.]+ ms of CPU time per token\)/,
+       'bench --ctx 40 --kv-type bf16: said, and the CPU time per token')
+        or diag $out;
+    ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
+        '--kv-type', 'q8_0');
+    ok($rc == 2 && $out =~ /--kv-type f32\|f16\|bf16/,
+       "bench --kv-type q8_0 refused: $out");
+}
 
 # verify-bench: one line per pass size, each with a measured cost (how
 # the costs compare is bench/spec.sh's to report: a test asserts no speed)
