@@ -40,7 +40,8 @@ HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
 
 .PHONY: all serve test run run-cluster deps clean module fuzz bench FORCE
 
-all: build/nalar build/asan/nalar $(TEST_BIN) build/t/test_kq_decode_host module
+all: build/nalar build/asan/nalar $(TEST_BIN) $(KV16_BIN) \
+     build/t/test_kq_decode_host module
 
 # what serving needs: the production library, the CLI and the module
 serve: build/nalar module
@@ -129,6 +130,20 @@ build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a \
 	@mkdir -p build/t
 	$(CC) $(ASAN_CFLAGS) $(DEPFLAGS) -MF $@.d -It/c -Iapi $< \
 	    build/asan/libnalar_api.a build/asan/libnalar.a -o $@ $(LDLIBS)
+
+# the 16-bit KV cache's loads and stores are chosen when compiled
+# (kernels/cpu/cpu_kv16.h): test_kv16 again for AVX2 with F16C, AVX2
+# without it and x86-64-v2, beside the machine's copy above
+# (t/53-kv16-paths.t runs them)
+KV16_BIN = build/t/test_kv16-avx2 build/t/test_kv16-avx2-nof16c \
+           build/t/test_kv16-scalar
+build/t/test_kv16-avx2: ISA_FLAGS = -mno-avx512f
+build/t/test_kv16-avx2-nof16c: ISA_FLAGS = -mno-avx512f -mno-f16c
+build/t/test_kv16-scalar: ISA_FLAGS = -march=x86-64-v2
+$(KV16_BIN): t/c/test_kv16.c
+	@mkdir -p build/t
+	$(CC) $(ASAN_CFLAGS) $(ISA_FLAGS) $(DEPFLAGS) -MF $@.d -It/c $< \
+	    -o $@ $(LDLIBS)
 
 # libFuzzer targets (clang only): fuzz/fuzz_NAME.c becomes build/fuzz_NAME,
 # with its seed corpus in fuzz/corpus/NAME; each target lists the sources

@@ -21,8 +21,8 @@
  * values rounded once when stored, widened in attention: the same
  * invariance, and logits other than the F32 cache's), heads of 24 among
  * them (values summed one at a time), and the quantized ones with 16-bit
- * activations and a 16-bit KV cache; the stores' rounding against the
- * scalar round-to-nearest-even on every kind of float.
+ * activations and a 16-bit KV cache (the stores' rounding and the loads'
+ * widening on each instruction set: test_kv16).
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +32,6 @@
 
 #include "backend.h"
 #include "cpu_backend.h"
-#include "cpu_kv16.h"
 #include "clock.h"
 #include "kv.h"
 #include "mkmodel.h"
@@ -363,71 +362,6 @@ check_stalled_worker(const char *path)
 }
 
 
-/*
- * A 16-bit pool's elements are rounded once, on store, by kv16_narrow:
- * its vector conversions give the scalar rounding's bits (nalar_f32_to_f16,
- * nalar_f32_to_bf16: to nearest, ties to even) for every float -- normal,
- * subnormal, at and past the largest half, signed zeros and infinities --
- * and a NaN for a NaN; and kv_get widens them back exactly.
- */
-static void
-check_narrowing(void)
-{
-    enum { N = 4096 };
-    static float    x[N];
-    static uint16_t got[N];
-    uint64_t        s = 0x9e3779b97f4a7c15ULL;
-    static const uint32_t edge[] = {
-        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x00000001u,
-        0x33000000u, 0x33000001u, 0x387fe000u, 0x387ff000u, 0x38800000u,
-        0x477fe000u, 0x477fefffu, 0x477ff000u, 0x47800000u, 0x3f808000u,
-        0x3f818000u, 0x3f80c000u, 0x7f7fffffu, 0x00800000u, 0x3f7fffffu,
-    };
-
-    for (int kind = KV_F16; kind <= KV_BF16; kind++) {
-        int bad = 0, nan_bad = 0, wide_bad = 0;
-
-        for (int rep = 0; rep < 64; rep++) {
-            for (int i = 0; i < N; i++) {
-                uint32_t u;
-
-                s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-                u = (uint32_t) (s >> 32);
-                /* every exponent, and the values near the halves' range */
-                if (i % 4 == 1) {
-                    u = (u & 0x807fffffu) | ((uint32_t) (96 + i % 48) << 23);
-                }
-                if (i < (int) (sizeof(edge) / sizeof(edge[0]))) {
-                    u = edge[i] ^ (rep & 1 ? 0x80000000u : 0);
-                }
-                x[i] = nalar_bits_f32(u);
-            }
-            /* an odd count and offset: the vector body and the tail */
-            kv16_narrow(got + 1, x + 1, N - 3, kind);
-            for (int i = 1; i < N - 2; i++) {
-                uint16_t want = kind == KV_F16 ? nalar_f32_to_f16(x[i])
-                                               : nalar_f32_to_bf16(x[i]);
-                float    w = kv_get(got, i, kind);
-
-                if (isnan(x[i])) {
-                    nan_bad += !isnan(w);
-                } else {
-                    bad += got[i] != want;
-                    wide_bad += nalar_f32_bits(w)
-                                != nalar_f32_bits(kind == KV_F16
-                                                  ? nalar_f16_to_f32(want)
-                                                  : nalar_bf16_to_f32(want));
-                }
-            }
-        }
-        ok(bad == 0 && nan_bad == 0 && wide_bad == 0, "%s: the stores' "
-           "rounding is nearest-even's, bit for bit, on 262,000 floats "
-           "(%d differ, %d NaNs lost, %d widened wrong)",
-           kind == KV_F16 ? "F16" : "BF16", bad, nan_bad, wide_bad);
-    }
-}
-
-
 int
 main(void)
 {
@@ -447,7 +381,6 @@ main(void)
         { GGML_F32, "" }, { GGML_F16, ", KV f16" }, { GGML_BF16, ", KV bf16" },
     };
 
-    check_narrowing();
     for (size_t k = 0; k < sizeof(kv) / sizeof(kv[0]); k++) {
         kv_type = kv[k].t;
         snprintf(name, sizeof(name), "demo target (2 heads per KV head, "
