@@ -162,29 +162,49 @@ xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
 
 
 /*
- * The tile codes (see the file's top) of n codes (a multiple of 32) from
- * the planes hi and lo: c = 256 hi + lo (|c| <= 32639), per 32 the even
- * weights' codes, then the odd ones'.  In int16 words of the planes'
- * bytes, word i holds weight 2i's byte low and 2i + 1's high: a left
- * shift by 8 gives 256 times the even byte, a mask 256 times the odd
- * one, arithmetic shifts the bytes sign-extended.
+ * The codes of tokens t0 .. t0 + n - 1 (one tile) into c, interleaved:
+ * per group g of 32 weights, each token's 64 bytes in turn (token k at
+ * c + (g n + k) 64), so that a group's codes for the whole tile are one
+ * run of n lines, and a pass over columns reads one run of memory (the
+ * tokens' rows a multiple of 4 KB apart would fall in the same L1 sets).
+ *   Q6_K: the planes' 32 bytes, hi then lo;
+ *   the others: the tile codes c = 256 hi + lo (|c| <= 32639), the even
+ *     weights' 16 int16 then the odd ones'.  In int16 words of the
+ *     planes' bytes, word i holds weight 2i's byte low and 2i + 1's high:
+ *     a left shift by 8 gives 256 times the even byte, a mask 256 times
+ *     the odd one, arithmetic shifts the bytes sign-extended.
  */
 static Q8_T_AVX2 void
-xt_codes(const int8_t *hi, const int8_t *lo, int64_t n, int16_t *c)
+xt_codes(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
+         uint8_t *c)
 {
     const __m256i m = _mm256_set1_epi16((short) 0xFF00);
+    int           k256 = nalar_quant_block(t) == QK_K;
+    const int8_t *ph = k256 ? x->hi.qk : x->hi.q;
+    const int8_t *pl = k256 ? x->lo.qk : x->lo.q;
 
-    for (int64_t i = 0; i < n; i += 32) {
-        __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
-        __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
-        __m256i e = _mm256_add_epi16(_mm256_slli_epi16(h, 8),
-                                     _mm256_srai_epi16(
-                                         _mm256_slli_epi16(l, 8), 8));
-        __m256i o = _mm256_add_epi16(_mm256_and_si256(h, m),
-                                     _mm256_srai_epi16(l, 8));
+    for (int k = 0; k < n; k++) {
+        const int8_t *hi = ph + (int64_t) (t0 + k) * cols;
+        const int8_t *lo = pl + (int64_t) (t0 + k) * cols;
+        uint8_t      *ck = c + 64 * k;
 
-        _mm256_storeu_si256((__m256i *) (c + i), e);
-        _mm256_storeu_si256((__m256i *) (c + i + 16), o);
+        for (int64_t i = 0; i < cols; i += 32, ck += 64 * n) {
+            __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
+            __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
+
+            if (t == GGML_Q6_K) {
+                _mm256_storeu_si256((__m256i *) ck, h);
+                _mm256_storeu_si256((__m256i *) (ck + 32), l);
+                continue;
+            }
+            _mm256_storeu_si256((__m256i *) ck, _mm256_add_epi16(
+                                    _mm256_slli_epi16(h, 8),
+                                    _mm256_srai_epi16(
+                                        _mm256_slli_epi16(l, 8), 8)));
+            _mm256_storeu_si256((__m256i *) (ck + 32), _mm256_add_epi16(
+                                    _mm256_and_si256(h, m),
+                                    _mm256_srai_epi16(l, 8)));
+        }
     }
 }
 
@@ -208,13 +228,12 @@ typedef struct {
 #define XT_ST (8 * (8 + 1))
 
 /* n tokens of one row, the blocks of sp: out[k] the reference's value for
- * the tile's token k (when sp->b1 is the row's end); xa: the tile's first
- * token's tile codes (Q6_K: its hi plane), xb (Q6_K) its lo plane, token
- * k's at + k * xs bytes; pk: the tile's packed scalars; pf: bytes from
- * the row to the one whose blocks are fetched ahead, or 0 */
+ * the tile's token k (when sp->b1 is the row's end); xa: the tile's codes
+ * (xt_codes); pk: its packed scalars; pf: bytes from the row to the one
+ * whose blocks are fetched ahead, or 0 */
 typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
-                        const uint8_t *xa, const uint8_t *xb, int64_t xs,
-                        const uint8_t *pk, int n, float *out, ptrdiff_t pf);
+                        const uint8_t *xa, const uint8_t *pk, int n,
+                        float *out, ptrdiff_t pf);
 
 
 /* AVX2: vpmaddwd, added; vpmaddubsw's pairs (|u| <= 63, |s| <= 128:
@@ -262,14 +281,13 @@ tile_lo(int n, int nt, int i)
 
 /* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top),
  * each tile over a group's rows XT_CHUNK columns at a time (Q4_K,
- * Q5_K); xa, xb, xs as
- * xt_tile_fn's for token 0; st: XT_ST floats for each row of a group */
+ * Q5_K); xc: the tiles' codes (token t0's tile at t0 * 2 cols bytes); st:
+ * XT_ST floats for each row of a group */
 static void
 xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
-        int il, int64_t cols, const uint8_t *xa, const uint8_t *xb,
-        int64_t xs, const uint8_t *pk, int64_t tstride, int nt, int n_tok,
-        float *st, float *y, int ldy, int64_t r0, int64_t r1,
-        int accumulate)
+        int il, int64_t cols, const uint8_t *xc, const uint8_t *pk,
+        int64_t tstride, int nt, int n_tok, float *st, float *y, int ldy,
+        int64_t r0, int64_t r1, int accumulate)
 {
     qinfo   qi = { 0, 0, 0, 0 };
     int64_t nb, cb, rg = nalar_quant_x8_tile_rows(t, cols);
@@ -304,7 +322,7 @@ xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
                                      r + XT_PF) - row;
                     }
                     sp.st = st + (r - g0) * XT_ST;
-                    f(row, il, &sp, xa + t0 * xs, xb + t0 * xs, xs,
+                    f(row, il, &sp, xc + (int64_t) t0 * 2 * cols,
                       pk + i * tstride, n, out, pf);
                     for (int k = 0; k < n && sp.b1 == nb; k++) {
                         float *yp = &y[(int64_t) (t0 + k) * ldy + r];
@@ -330,10 +348,9 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     qinfo          qi = { 0, 0, 0, 0 };
     xt_tile_fn    *f;
     int            nmax, nt, k256;
-    int64_t        tstride, cbytes, sbytes;
-    uint8_t       *pk;
+    int64_t        tstride, cbytes, sbytes, pbytes;
+    uint8_t       *pk, *xc;
     float         *st;
-    const uint8_t *xa, *xb;
 
     if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
         || cols % 32 != 0)
@@ -355,36 +372,26 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     nmax = nalar_quant_x16_tile_max(t, isa);
     nt = (n_tok + nmax - 1) / nmax;
     tstride = cols / qi.qk * xt_block_stride(t);
-    /* Q6_K reads the planes; the others the tile codes, after the packed
-     * scalars */
-    cbytes = t == GGML_Q6_K ? 0 : (int64_t) n_tok * cols * 2;
-    sbytes = nalar_quant_x8_tile_rows(t, cols) * XT_ST * 4;
-    st = nalar_quant_scratch_slot(1, sbytes + nt * tstride + cbytes);
+    /* the rows' chains, the packed scalars, then the tiles' codes, each
+     * on a cache line of its own (a tile's codes for a group: 64-byte
+     * loads, none split across lines) */
+    cbytes = (int64_t) n_tok * cols * 2;
+    sbytes = (nalar_quant_x8_tile_rows(t, cols) * XT_ST * 4 + 63) & ~63;
+    pbytes = (nt * tstride + 63) & ~63;
+    st = nalar_quant_scratch_slot(1, sbytes + pbytes + cbytes);
     if (st == NULL) {
         return -1;
     }
     pk = (uint8_t *) st + sbytes;
+    xc = pk + pbytes;
     for (int i = 0; i < nt; i++) {
         int t0 = tile_lo(n_tok, nt, i);
+        int n = tile_lo(n_tok, nt, i + 1) - t0;
 
-        xt_pack(t, x, t0, tile_lo(n_tok, nt, i + 1) - t0, cols,
-                pk + i * tstride);
+        xt_pack(t, x, t0, n, cols, pk + i * tstride);
+        xt_codes(t, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
     }
-    if (t == GGML_Q6_K) {
-        xa = (const uint8_t *) x->hi.qk;
-        xb = (const uint8_t *) x->lo.qk;
-        xt_rows(f, t, w, wstride, il, cols, xa, xb, cols, pk, tstride, nt,
-                n_tok, st, y, ldy, r0, r1, accumulate);
-        return 0;
-    }
-    {
-        int16_t *c = (int16_t *) (pk + nt * tstride);
-
-        xt_codes(k256 ? x->hi.qk : x->hi.q, k256 ? x->lo.qk : x->lo.q,
-                 (int64_t) n_tok * cols, c);
-        xa = (const uint8_t *) c;
-    }
-    xt_rows(f, t, w, wstride, il, cols, xa, xa, 2 * cols, pk, tstride, nt,
+    xt_rows(f, t, w, wstride, il, cols, xc, pk, tstride, nt,
             n_tok, st, y, ldy, r0, r1, accumulate);
     return 0;
 #else

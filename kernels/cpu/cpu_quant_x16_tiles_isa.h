@@ -19,7 +19,7 @@
 /*
  * A block's lanes L of one token, and one group of 32 weights (words wa
  * of the even weights, wb of the odd ones) into each of the N tokens' L,
- * the tile codes at X + k * xs:
+ * the tile codes at X + 64 k (xt_codes):
  *   XT_WIDE 1 (VNNI): L is 16 int32 lanes, one 512-bit vpdpwssd a group
  *     (the group's 64 bytes of codes against wa | wb): lanes 0-7 the even
  *     weights' pairs, 8-15 the odd ones', added into 8 at the block's end
@@ -39,8 +39,8 @@
                                                                             \
         _Pragma("GCC unroll 8")                                             \
         for (int k = 0; k < N; k++) {                                       \
-            L[k] = _mm512_dpwssd_epi32(L[k], _mm512_loadu_si512(            \
-                                           (const void *) ((X) + k * xs)),  \
+            L[k] = _mm512_dpwssd_epi32(L[k], _mm512_load_si512(             \
+                                           (const void *) ((X) + 64 * k)),  \
                                        w_);                                 \
         }                                                                   \
     } while (0)
@@ -52,7 +52,7 @@
     do {                                                                    \
         _Pragma("GCC unroll 8")                                             \
         for (int k = 0; k < N; k++) {                                       \
-            const uint8_t *xk_ = (X) + k * xs;                              \
+            const uint8_t *xk_ = (X) + 64 * k;                              \
                                                                             \
             L[k] = _mm256_add_epi32(L[k], _mm256_add_epi32(                 \
                        _mm256_madd_epi16(_mm256_loadu_si256(                \
@@ -115,8 +115,8 @@ XT(end)(const int N, const xt_span *sp, const __m256 *acc, __m256 mn,
  */
 static INL XT_TGT void
 XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
-       const xt_span *sp, const uint8_t *xa, int64_t xs, const uint8_t *pk,
-       float *out, ptrdiff_t pf)
+       const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
+       ptrdiff_t pf)
 {
     const int64_t  bytes = T == GGML_Q4_K ? QK4_K_BYTES : QK5_K_BYTES;
     const int64_t  bstride = 32 + 2 * 4 * 32;
@@ -129,11 +129,11 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
          p = q8_next_block(p, il, QK_K, bytes, b), b++)
     {
         const uint8_t *pb = pk + b * bstride;
-        const uint8_t *xb = xa + b * 2 * QK_K;
+        const uint8_t *xb = xa + b * 8 * N * 64;
         const uint8_t *qs = p + (T == GGML_Q4_K ? 16 : 48);
         __m256         dx = _mm256_load_ps((const float *) pb), sv, s2;
         XT_LT          L[XT_NMAX];
-        __m256i        I = _mm256_setzero_si256();
+        __m256i        I = _mm256_setzero_si256(), I2 = I;
         __m256i        sc, m16, m16h, hb = _mm256_setzero_si256();
         float          sb[8] __attribute__((aligned(32)));
         uint8_t        scm[16];
@@ -146,7 +146,8 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
         }
         /* the scales as bytes in both halves; the mins as int16 words,
          * and times 256 (at most 63 * 256); I in pairs of sub-blocks
-         * 2i, 2i + 1 (dword i of m16) */
+         * 2i, 2i + 1 (dword i of m16), in two chains (integers: the
+         * order is free) */
         q8_k4_scales(p, scm);
         s8 = _mm_loadu_si128((const __m128i *) scm);
         sc = _mm256_broadcastsi128_si256(s8);
@@ -160,10 +161,11 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
             I = XT_MADD(I, _mm256_load_si256((const __m256i *)
                                              (pb + 32 + 32 * i)),
                         _mm256_permutevar8x32_epi32(m16h, s));
-            I = XT_MADD(I, _mm256_load_si256((const __m256i *)
-                                             (pb + 160 + 32 * i)),
-                        _mm256_permutevar8x32_epi32(m16, s));
+            I2 = XT_MADD(I2, _mm256_load_si256((const __m256i *)
+                                               (pb + 160 + 32 * i)),
+                         _mm256_permutevar8x32_epi32(m16, s));
         }
+        I = _mm256_add_epi32(I, I2);
         if (T == GGML_Q5_K) {
             hb = _mm256_loadu_si256((const __m256i *) (p + 16));
         }
@@ -191,7 +193,7 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
                          sc, _mm256_set1_epi16((short) (0x8000 | G))));
                 wb = _mm256_maddubs_epi16(w[j], _mm256_shuffle_epi8(
                          sc, _mm256_set1_epi16((short) (G << 8 | 0x80))));
-                XT_GROUP(xb + 64 * G, wa, wb);
+                XT_GROUP(xb + G * N * 64, wa, wb);
             }
         }
         sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), dx);
@@ -210,16 +212,15 @@ XT(k4)(ggml_type T, const int N, const uint8_t *row, int il,
 
 
 /*
- * Q6_K: one row against N tokens, from the two planes (hi at xa, lo at
- * xb): per block I_hi and I_lo for the tile from the packed sums; each
+ * Q6_K: one row against N tokens, from the two planes (xt_codes): per
+ * block I_hi and I_lo for the tile from the packed sums; each
  * group of 32 weights decoded once and added into each token's L_hi and
  * L_lo with its scales; then t = fma(256, L_hi, L_lo) per token,
  * acc = fma(s, t, acc), and mn = fma(s, fma(256, I_hi, I_lo), mn).
  */
 static INL XT_TGT void
 XT(k6)(const int N, const uint8_t *row, int il, const xt_span *sp,
-       const uint8_t *xa, const uint8_t *xb, int64_t xs, const uint8_t *pk,
-       float *out, ptrdiff_t pf)
+       const uint8_t *xa, const uint8_t *pk, float *out, ptrdiff_t pf)
 {
     const int64_t  bstride = 32 + 2 * 8 * 32;
     const __m256   k256 = _mm256_set1_ps(256.0f);
@@ -231,13 +232,14 @@ XT(k6)(const int N, const uint8_t *row, int il, const xt_span *sp,
          p = q8_next_block(p, il, QK_K, QK6_K_BYTES, b), b++)
     {
         const uint8_t *pb = pk + b * bstride;
-        const uint8_t *xh = xa + b * QK_K, *xl = xb + b * QK_K;
+        const uint8_t *xb = xa + b * 8 * N * 64;
         __m256         dx = _mm256_load_ps((const float *) pb), sv;
         __m256i        Lh[XT_NMAX], Ll[XT_NMAX];
-        __m256i        Ih = _mm256_setzero_si256(), Il = Ih;
+        __m256i        Ih = _mm256_setzero_si256(), Il = Ih, Ih2 = Ih;
+        __m256i        Il2 = Ih;
         float          sb[8] __attribute__((aligned(32)));
         /* the 16 scales as int16 words; I_p = 32 sum_j sc_j bs_j in
-         * pairs j = 2i, 2i + 1 (dword i of s16) */
+         * pairs j = 2i, 2i + 1 (dword i of s16), each in two chains */
         __m256i        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(
                                  (const __m128i *) (p + 192)));
 
@@ -248,17 +250,23 @@ XT(k6)(const int N, const uint8_t *row, int il, const xt_span *sp,
             Ll[k] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < 8; i += 2) {
             __m256i s = _mm256_permutevar8x32_epi32(s16,
                                                     _mm256_set1_epi32(i));
+            __m256i s1 = _mm256_permutevar8x32_epi32(
+                             s16, _mm256_set1_epi32(i + 1));
 
             Ih = XT_MADD(Ih, _mm256_load_si256((const __m256i *)
                                                (pb + 32 + 32 * i)), s);
             Il = XT_MADD(Il, _mm256_load_si256((const __m256i *)
                                                (pb + 288 + 32 * i)), s);
+            Ih2 = XT_MADD(Ih2, _mm256_load_si256((const __m256i *)
+                                                 (pb + 64 + 32 * i)), s1);
+            Il2 = XT_MADD(Il2, _mm256_load_si256((const __m256i *)
+                                                 (pb + 320 + 32 * i)), s1);
         }
-        Ih = _mm256_slli_epi32(Ih, 5);
-        Il = _mm256_slli_epi32(Il, 5);
+        Ih = _mm256_slli_epi32(_mm256_add_epi32(Ih, Ih2), 5);
+        Il = _mm256_slli_epi32(_mm256_add_epi32(Il, Il2), 5);
         for (int h = 0; h < 2; h++) {
             /* scales 8h .. 8h + 7 in both halves; group 4h + g takes
              * scale 8h + 2g in its low half, 8h + 2g + 1 above */
@@ -271,20 +279,20 @@ XT(k6)(const int N, const uint8_t *row, int il, const xt_span *sp,
                                            (p + 128 + 32 * h));
 
             for (int g = 0; g < 4; g++) {
-                int64_t o = 128 * h + 32 * g;
-                __m256i w = q8_k6_w(a0, a1, e, g);
+                const uint8_t *xg = xb + (4 * h + g) * N * 64;
+                __m256i        w = q8_k6_w(a0, a1, e, g);
                 __m256i c = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
                                 _mm_set1_epi16(q8_b2(4 * g + 2)),
                                 _mm_set1_epi16(q8_b2(4 * g))));
 
 #pragma GCC unroll 8
                 for (int k = 0; k < N; k++) {
-                    Lh[k] = XT_DOT_U(Lh[k], w, _mm256_loadu_si256(
-                                         (const __m256i *) (xh + k * xs
-                                                            + o)), c);
-                    Ll[k] = XT_DOT_U(Ll[k], w, _mm256_loadu_si256(
-                                         (const __m256i *) (xl + k * xs
-                                                            + o)), c);
+                    Lh[k] = XT_DOT_U(Lh[k], w, _mm256_load_si256(
+                                         (const __m256i *) (xg + 64 * k)),
+                                     c);
+                    Ll[k] = XT_DOT_U(Ll[k], w, _mm256_load_si256(
+                                         (const __m256i *) (xg + 64 * k
+                                                            + 32)), c);
                 }
             }
         }
@@ -311,8 +319,8 @@ XT(k6)(const int N, const uint8_t *row, int il, const xt_span *sp,
  * token L (two word products) and acc = fma(s, L, acc) */
 static INL XT_TGT void
 XT(k32)(ggml_type T, const int N, const uint8_t *row, int il,
-        const xt_span *sp, const uint8_t *xa, int64_t xs, const uint8_t *pk,
-        float *out, ptrdiff_t pf)
+        const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
+        ptrdiff_t pf)
 {
     const int64_t  bytes = T == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
     __m256         acc[XT_NMAX], mn;
@@ -332,7 +340,7 @@ XT(k32)(ggml_type T, const int N, const uint8_t *row, int il,
         _mm256_store_ps(sb, _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), dx));
 #pragma GCC unroll 8
         for (int k = 0; k < N; k++) {
-            const uint8_t *xk = xa + k * xs + 64 * b;
+            const uint8_t *xk = xa + (b * N + k) * 64;
             __m256i        L = XT_MADD(
                 _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *) xk),
                                   wa),
@@ -352,13 +360,13 @@ XT(k32)(ggml_type T, const int N, const uint8_t *row, int il,
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             if (GGML_##NAME == GGML_Q6_K) {                                 \
-                XT(k6)(K, row, il, sp, xa, xb, xs, pk, out, pf);            \
+                XT(k6)(K, row, il, sp, xa, pk, out, pf);                    \
             } else if (GGML_##NAME == GGML_Q4_K                             \
                        || GGML_##NAME == GGML_Q5_K)                         \
             {                                                               \
-                XT(k4)(GGML_##NAME, K, row, il, sp, xa, xs, pk, out, pf);   \
+                XT(k4)(GGML_##NAME, K, row, il, sp, xa, pk, out, pf);       \
             } else {                                                        \
-                XT(k32)(GGML_##NAME, K, row, il, sp, xa, xs, pk, out, pf);  \
+                XT(k32)(GGML_##NAME, K, row, il, sp, xa, pk, out, pf);      \
             }                                                               \
         }                                                                   \
         break;
@@ -366,9 +374,8 @@ XT(k32)(ggml_type T, const int N, const uint8_t *row, int il,
 #define XT_TYPE(NAME, QK, BYTES, SUB, MIN)                                  \
 static XT_TGT void                                                          \
 XT(tile_##NAME)(const uint8_t *row, int il, const xt_span *sp,             \
-                const uint8_t *xa,                                          \
-                const uint8_t *xb, int64_t xs, const uint8_t *pk, int n,    \
-                float *out, ptrdiff_t pf)                                   \
+                const uint8_t *xa, const uint8_t *pk, int n, float *out,    \
+                ptrdiff_t pf)                                               \
 {                                                                           \
     switch (n) {                                                            \
     XT_CASE(NAME, 1) XT_CASE(NAME, 2) XT_CASE(NAME, 3) XT_CASE(NAME, 4)     \
