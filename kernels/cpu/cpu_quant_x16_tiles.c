@@ -69,15 +69,63 @@
 #endif
 
 
+#ifndef XT_VNNI_R4
+#define XT_VNNI_R4 1
+#endif
+#ifndef XT_VNNI_R6
+#define XT_VNNI_R6 1
+#endif
+#ifndef XT_VNNI_R32
+#define XT_VNNI_R32 2
+#endif
+#ifndef XT_AVX2_R4
+#define XT_AVX2_R4 1
+#endif
+#ifndef XT_AVX2_R6
+#define XT_AVX2_R6 1
+#endif
+#ifndef XT_AVX2_R32
+#define XT_AVX2_R32 1
+#endif
+#ifndef XT_VNNI_N4
+#define XT_VNNI_N4 8
+#endif
+#ifndef XT_VNNI_N6
+#define XT_VNNI_N6 6
+#endif
+#ifndef XT_VNNI_N32
+#define XT_VNNI_N32 8
+#endif
+
+
 /* measured (bench/tiles.c): Q6_K's 3N accumulators (L_hi, L_lo, acc)
  * take VNNI's 32 registers at 6 tokens; AVX2's 16 hold 4 of every type */
 int
 nalar_quant_x16_tile_max(ggml_type t, int isa)
 {
     if (isa == NALAR_ISA_VNNI) {
-        return t == GGML_Q6_K ? 6 : 8;
+        return t == GGML_Q6_K ? XT_VNNI_N6
+               : t == GGML_Q4_K || t == GGML_Q5_K ? XT_VNNI_N4 : XT_VNNI_N32;
     }
     return 4;
+}
+
+
+/* the rows of a tile kernel's step (cpu_quant_x16_tiles_isa.h) */
+static int
+xt_step_rows(ggml_type t, int isa)
+{
+    int vnni = isa == NALAR_ISA_VNNI;
+
+    switch (t) {
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        return vnni ? XT_VNNI_R4 : XT_AVX2_R4;
+    case GGML_Q6_K:
+        return vnni ? XT_VNNI_R6 : XT_AVX2_R6;
+    default:
+        return vnni ? XT_VNNI_R32 : XT_AVX2_R32;
+    }
 }
 
 
@@ -217,9 +265,9 @@ xt_codes(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
 #define T_VNNI Q8_T_VNNI
 
 /* the blocks of one call of a tile kernel: [b0, b1) of the row's nb, and
- * st, the row's chains (each token's acc, then the tile's mn: XT_ST
- * floats, 32-byte aligned) kept from the call before (b0 > 0) and for the
- * call after (b1 < nb) */
+ * st, the chains of the call's rows (row r's at st + r XT_ST: each
+ * token's acc, then the tile's mn, 32-byte aligned) kept from the call
+ * before (b0 > 0) and for the call after (b1 < nb) */
 typedef struct {
     int64_t b0, b1, nb;
     float  *st;
@@ -227,13 +275,14 @@ typedef struct {
 
 #define XT_ST (8 * (8 + 1))
 
-/* n tokens of one row, the blocks of sp: out[k] the reference's value for
- * the tile's token k (when sp->b1 is the row's end); xa: the tile's codes
- * (xt_codes); pk: its packed scalars; pf: bytes from the row to the one
- * whose blocks are fetched ahead, or 0 */
-typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
+/* n tokens of the step's rows row[r] (xt_step_rows), the blocks of sp:
+ * out[8 r + k] the reference's value for row r and the tile's token k
+ * (when sp->b1 is the row's end); xa: the tile's codes (xt_codes); pk:
+ * its packed scalars; pf[r]: bytes from row r to the one whose blocks are
+ * fetched ahead, or 0 */
+typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
                         const uint8_t *xa, const uint8_t *pk, int n,
-                        float *out, ptrdiff_t pf);
+                        float *out, const ptrdiff_t *pf);
 
 
 /* AVX2: vpmaddwd, added; vpmaddubsw's pairs (|u| <= 63, |s| <= 128:
@@ -241,6 +290,9 @@ typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
 #define XT(name) xt_avx2_##name
 #define XT_TGT T_AVX2
 #define XT_NMAX 4
+#define XT_R4 XT_AVX2_R4
+#define XT_R6 XT_AVX2_R6
+#define XT_R32 XT_AVX2_R32
 #define XT_WIDE 0
 #define XT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
 #define XT_DOT_U(L, u, s, c)                                                \
@@ -252,12 +304,18 @@ typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
 #undef XT_MADD
 #undef XT_DOT_U
 #undef XT_WIDE
+#undef XT_R4
+#undef XT_R6
+#undef XT_R32
 
 /* AVX-512 VNNI: vpdpwssd multiplies and adds; Q4_K/Q5_K's groups in
  * 512-bit steps (XT_WIDE) */
 #define XT(name) xt_vnni_##name
 #define XT_TGT T_VNNI
 #define XT_NMAX 8
+#define XT_R4 XT_VNNI_R4
+#define XT_R6 XT_VNNI_R6
+#define XT_R32 XT_VNNI_R32
 #define XT_WIDE 1
 #define XT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
 #define XT_DOT_U(L, u, s, c)                                                \
@@ -269,6 +327,9 @@ typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
 #undef XT_MADD
 #undef XT_DOT_U
 #undef XT_WIDE
+#undef XT_R4
+#undef XT_R6
+#undef XT_R32
 
 
 /* the first token of tile i of nt over n tokens (even shares) */
@@ -284,7 +345,7 @@ tile_lo(int n, int nt, int i)
  * Q5_K); xc: the tiles' codes (token t0's tile at t0 * 2 cols bytes); st:
  * XT_ST floats for each row of a group */
 static void
-xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
+xt_rows(xt_tile_fn *f, int R, ggml_type t, const uint8_t *w, int64_t wstride,
         int il, int64_t cols, const uint8_t *xc, const uint8_t *pk,
         int64_t tstride, int nt, int n_tok, float *st, float *y, int ldy,
         int64_t r0, int64_t r1, int accumulate)
@@ -299,7 +360,11 @@ xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
      * 30-35 against 38 tokens/s of a 1.1B prefill, Q6_K 6.3-6.5 against
      * 6.0-6.1 ns per 256 weights and token in bench/tiles.c; Q4_K 5.0-5.6
      * against 5.8-6.1; a busy machine) */
+#ifdef XT_CHUNK_ALL
+    cb = XT_CHUNK / qi.qk;
+#else
     cb = t == GGML_Q4_K || t == GGML_Q5_K ? XT_CHUNK / qi.qk : nb;
+#endif
     for (int64_t g0 = r0; g0 < r1; g0 += rg) {
         int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
 
@@ -311,23 +376,35 @@ xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
             sp.nb = nb;
             for (sp.b0 = 0; sp.b0 < nb; sp.b0 = sp.b1) {
                 sp.b1 = sp.b0 + cb < nb ? sp.b0 + cb : nb;
-                for (int64_t r = g0; r < g1; r++) {
-                    const uint8_t *row = qrow_at(w, wstride, il, qi.qk,
-                                                 qi.bytes, r);
-                    ptrdiff_t      pf = 0;
-                    float          out[8];
+                for (int64_t r = g0; r < g1; r += R) {
+                    const uint8_t *row[2];
+                    ptrdiff_t      pf[2];
+                    float          out[2 * 8];
 
-                    if (i == 0 && r + XT_PF < r1) {
-                        pf = qrow_at(w, wstride, il, qi.qk, qi.bytes,
-                                     r + XT_PF) - row;
+                    /* a group's odd last row: twice, its copy's outputs
+                     * dropped */
+                    for (int j = 0; j < R; j++) {
+                        int64_t rj = r + j < g1 ? r + j : r;
+
+                        row[j] = qrow_at(w, wstride, il, qi.qk, qi.bytes, rj);
+                        pf[j] = 0;
+                        if (i == 0 && rj + XT_PF < r1) {
+                            pf[j] = qrow_at(w, wstride, il, qi.qk, qi.bytes,
+                                            rj + XT_PF) - row[j];
+                        }
                     }
                     sp.st = st + (r - g0) * XT_ST;
                     f(row, il, &sp, xc + (int64_t) t0 * 2 * cols,
                       pk + i * tstride, n, out, pf);
-                    for (int k = 0; k < n && sp.b1 == nb; k++) {
-                        float *yp = &y[(int64_t) (t0 + k) * ldy + r];
+                    for (int j = 0; j < R && r + j < g1 && sp.b1 == nb;
+                         j++)
+                    {
+                        for (int k = 0; k < n; k++) {
+                            float *yp = &y[(int64_t) (t0 + k) * ldy + r + j];
 
-                        *yp = accumulate ? *yp + out[k] : out[k];
+                            *yp = accumulate ? *yp + out[8 * j + k]
+                                  : out[8 * j + k];
+                        }
                     }
                 }
             }
@@ -376,7 +453,7 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
      * on a cache line of its own (a tile's codes for a group: 64-byte
      * loads, none split across lines) */
     cbytes = (int64_t) n_tok * cols * 2;
-    sbytes = (nalar_quant_x8_tile_rows(t, cols) * XT_ST * 4 + 63) & ~63;
+    sbytes = ((nalar_quant_x8_tile_rows(t, cols) + 1) * XT_ST * 4 + 63) & ~63;
     pbytes = (nt * tstride + 63) & ~63;
     st = nalar_quant_scratch_slot(1, sbytes + pbytes + cbytes);
     if (st == NULL) {
@@ -391,7 +468,8 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
         xt_pack(t, x, t0, n, cols, pk + i * tstride);
         xt_codes(t, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
     }
-    xt_rows(f, t, w, wstride, il, cols, xc, pk, tstride, nt,
+    xt_rows(f, xt_step_rows(t, isa), t, w, wstride, il, cols, xc, pk,
+            tstride, nt,
             n_tok, st, y, ldy, r0, r1, accumulate);
     return 0;
 #else
