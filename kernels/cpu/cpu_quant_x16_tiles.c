@@ -37,15 +37,37 @@
  *
  * Per call, as in the 8-bit tiles: each tile's per-block scalars packed
  * once (x's scales as one vector, lane k the tile's token k; the sums of
- * each plane's codes that the min terms read, as int16 pairs per lane);
- * the rows in groups (nalar_quant_x8_tile_rows), each tile of tokens over
- * a group's rows in turn, the first tile streaming them from memory with
- * a prefetch XT_PF rows on.  Q4_K's and Q5_K's tiles go over a group's
- * rows XT_CHUNK columns at a time, keeping each row's chains (acc per token,
- * mn) between passes: the int16 codes of 8 tokens are 2 bytes a column
- * each (128 KB for an 8192-column row), and a pass's stay in L1 while the
- * group's rows go by.  The chains take the same operations in the same
- * order either way.
+ * each plane's codes that the min terms read, as int16 pairs per lane).
+ * Per call too, each tile's codes are laid out interleaved (xt_codes):
+ * per group of 32 weights the tile's tokens' 64 bytes one after another,
+ * so that a group's loads for the tile are one run of aligned lines, and
+ * no two tokens' codes compete for the same L1 sets (rows of codes a
+ * multiple of 4 KB apart did: Q4_K 5.5 -> 4.5 ns per 256 weights and
+ * token, Q5_K 6.1 -> 4.8, Q8_0 6.0 -> 5.6 in bench/tiles.c).
+ *
+ * Order of the work: the rows in groups (nalar_quant_x8_tile_rows), each
+ * tile of tokens over a group's rows in turn, the first tile streaming
+ * them from memory with a prefetch XT_PF rows on.  A kernel's step takes
+ * R rows (xt_step_rows): each load of x's codes feeds the R rows' lanes.
+ * Two rows for Q8_0 and Q4_0 on VNNI (4.9 against 5.6 ns for Q8_0); one
+ * for Q4_K/Q5_K (two rows' 16 512-bit lanes and 16 chains spill: no
+ * faster) and Q6_K (slower), and on AVX2 (16 registers).  A group's odd
+ * last row goes as both rows of a step, the copy's outputs dropped.
+ * Q4_K's and Q5_K's tiles go over a group's rows XT_CHUNK columns at a
+ * time, keeping each row's chains (acc per token, mn) between passes: the
+ * int16 codes of 8 tokens are 2 bytes a column each (128 KB for an
+ * 8192-column row), and a pass's stay in L1 while the group's rows go by.
+ * The chains take the same operations in the same order either way.
+ *
+ * What bounds them (perf on one thread, Zen 4): Q4_K/Q5_K's 512-bit
+ * vpdpwssd, one per group and token, run at one a cycle, 8 cycles per
+ * 256 weights and token, the 8-bit tiles' multiply count (vpmaddubsw and
+ * vpdpwssd, 256-bit, two a cycle); the rest is the groups' decode, the
+ * blocks' float steps and fold, and the mins' integers.  Q6_K multiplies
+ * each plane apart (two byte products and two word products a group and
+ * token: twice the 8-bit tiles'), since its lanes can pass 2^31 and the
+ * contract rounds each plane's.  Q8_0/Q4_0 spend a convert and an FMA a
+ * block and token beside two word products.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -69,6 +91,9 @@
 #endif
 
 
+/* the rows of a step (1 or 2) and the most tokens of a tile, per
+ * instruction set and kernel (Q4_K/Q5_K, Q6_K, Q8_0/Q4_0), as measured
+ * (the file's top); each a -D of its own for the next measurement */
 #ifndef XT_VNNI_R4
 #define XT_VNNI_R4 1
 #endif
@@ -360,11 +385,7 @@ xt_rows(xt_tile_fn *f, int R, ggml_type t, const uint8_t *w, int64_t wstride,
      * 30-35 against 38 tokens/s of a 1.1B prefill, Q6_K 6.3-6.5 against
      * 6.0-6.1 ns per 256 weights and token in bench/tiles.c; Q4_K 5.0-5.6
      * against 5.8-6.1; a busy machine) */
-#ifdef XT_CHUNK_ALL
-    cb = XT_CHUNK / qi.qk;
-#else
     cb = t == GGML_Q4_K || t == GGML_Q5_K ? XT_CHUNK / qi.qk : nb;
-#endif
     for (int64_t g0 = r0; g0 < r1; g0 += rg) {
         int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
 

@@ -177,8 +177,8 @@ XT(k4_head)(const uint8_t *p, const uint8_t *pb, __m256i *sc)
 
 
 /*
- * Q4_K, Q5_K: R rows (XT_R4) against N tokens (a constant once inlined), from
- * the tile codes.  Per block and row: the N integers I at once
+ * Q4_K, Q5_K: R rows (XT_R4) against N tokens (constants once inlined),
+ * from the tile codes.  Per block and row: the N integers I at once
  * (XT(k4_head)); each group of 32 weights decoded once into the even and
  * odd weights' words times the group's scale (vpmaddubsw with (sc, 0) and
  * (0, sc)), and added into each token's L; then per token
@@ -186,9 +186,9 @@ XT(k4_head)(const uint8_t *p, const uint8_t *pb, __m256i *sc)
  * vector (lane k: token k).
  */
 static INL XT_TGT void
-XT(k4)(ggml_type T, const int R, const int N, const uint8_t *const *row, int il,
-       const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
-       const ptrdiff_t *pf)
+XT(k4)(ggml_type T, const int R, const int N, const uint8_t *const *row,
+       int il, const xt_span *sp, const uint8_t *xa, const uint8_t *pk,
+       float *out, const ptrdiff_t *pf)
 {
     const int64_t  bytes = T == GGML_Q4_K ? QK4_K_BYTES : QK5_K_BYTES;
     const int64_t  bstride = 32 + 2 * 4 * 32;
@@ -281,8 +281,9 @@ XT(k4)(ggml_type T, const int R, const int N, const uint8_t *const *row, int il,
  * acc = fma(s, t, acc), and mn = fma(s, fma(256, I_hi, I_lo), mn).
  */
 static INL XT_TGT void
-XT(k6)(const int R, const int N, const uint8_t *const *row, int il, const xt_span *sp,
-       const uint8_t *xa, const uint8_t *pk, float *out, const ptrdiff_t *pf)
+XT(k6)(const int R, const int N, const uint8_t *const *row, int il,
+       const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
+       const ptrdiff_t *pf)
 {
     const int64_t  bstride = 32 + 2 * 8 * 32;
     const __m256   k256 = _mm256_set1_ps(256.0f);
@@ -401,13 +402,14 @@ XT(k6)(const int R, const int N, const uint8_t *const *row, int il, const xt_spa
 }
 
 
-/* Q8_0, Q4_0: R rows (XT_R32) against N tokens, from the tile codes; per block
- * and row the signed codes once as the even and odd weights' words, then
- * per token L (two word products) and acc = fma(s, L, acc) */
+/* Q8_0, Q4_0: R rows (XT_R32) against N tokens, from the tile codes; per
+ * block and row the signed codes once as the even and odd weights' words,
+ * then per token L (two word products, x's loaded once for the R rows)
+ * and acc = fma(s, L, acc) */
 static INL XT_TGT void
-XT(k32)(ggml_type T, const int R, const int N, const uint8_t *const *row, int il,
-        const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
-        const ptrdiff_t *pf)
+XT(k32)(ggml_type T, const int R, const int N, const uint8_t *const *row,
+        int il, const xt_span *sp, const uint8_t *xa, const uint8_t *pk,
+        float *out, const ptrdiff_t *pf)
 {
     const int64_t  bytes = T == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
     __m256         acc[2][XT_NMAX], mn[2];
@@ -461,13 +463,15 @@ XT(k32)(ggml_type T, const int R, const int N, const uint8_t *const *row, int il
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             if (GGML_##NAME == GGML_Q6_K) {                                 \
-                XT(k6)(XT_R6, K, row, il, sp, xa, pk, out, pf);                    \
+                XT(k6)(XT_R6, K, row, il, sp, xa, pk, out, pf);             \
             } else if (GGML_##NAME == GGML_Q4_K                             \
                        || GGML_##NAME == GGML_Q5_K)                         \
             {                                                               \
-                XT(k4)(GGML_##NAME, XT_R4, K, row, il, sp, xa, pk, out, pf);       \
+                XT(k4)(GGML_##NAME, XT_R4, K, row, il, sp, xa, pk, out,     \
+                       pf);                                                 \
             } else {                                                        \
-                XT(k32)(GGML_##NAME, XT_R32, K, row, il, sp, xa, pk, out, pf);      \
+                XT(k32)(GGML_##NAME, XT_R32, K, row, il, sp, xa, pk, out,   \
+                        pf);                                                \
             }                                                               \
         }                                                                   \
         break;
