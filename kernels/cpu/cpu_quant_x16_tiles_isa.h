@@ -224,6 +224,9 @@ XT(k4)(ggml_type T, const int R, const int N, const uint8_t *const *row,
                     ? _mm256_loadu_si256((const __m256i *) (p[r] + 16))
                     : _mm256_setzero_si256();
         }
+        /* unrolled: each group's scale patterns constants (Q4_K about
+         * 5% faster) */
+#pragma GCC unroll 4
         for (int g2 = 0; g2 < 4; g2++) {
             __m256i w[2][2];
 
