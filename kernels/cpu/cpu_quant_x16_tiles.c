@@ -97,17 +97,11 @@
 #ifndef XT_VNNI_R4
 #define XT_VNNI_R4 1
 #endif
-#ifndef XT_VNNI_R6
-#define XT_VNNI_R6 1
-#endif
 #ifndef XT_VNNI_R32
 #define XT_VNNI_R32 2
 #endif
 #ifndef XT_AVX2_R4
 #define XT_AVX2_R4 1
-#endif
-#ifndef XT_AVX2_R6
-#define XT_AVX2_R6 1
 #endif
 #ifndef XT_AVX2_R32
 #define XT_AVX2_R32 1
@@ -147,7 +141,7 @@ xt_step_rows(ggml_type t, int isa)
     case GGML_Q5_K:
         return vnni ? XT_VNNI_R4 : XT_AVX2_R4;
     case GGML_Q6_K:
-        return vnni ? XT_VNNI_R6 : XT_AVX2_R6;
+        return 1;
     default:
         return vnni ? XT_VNNI_R32 : XT_AVX2_R32;
     }
@@ -316,7 +310,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #define XT_TGT T_AVX2
 #define XT_NMAX 4
 #define XT_R4 XT_AVX2_R4
-#define XT_R6 XT_AVX2_R6
 #define XT_R32 XT_AVX2_R32
 #define XT_WIDE 0
 #define XT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
@@ -330,7 +323,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #undef XT_DOT_U
 #undef XT_WIDE
 #undef XT_R4
-#undef XT_R6
 #undef XT_R32
 
 /* AVX-512 VNNI: vpdpwssd multiplies and adds; Q4_K/Q5_K's groups in
@@ -339,7 +331,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #define XT_TGT T_VNNI
 #define XT_NMAX 8
 #define XT_R4 XT_VNNI_R4
-#define XT_R6 XT_VNNI_R6
 #define XT_R32 XT_VNNI_R32
 #define XT_WIDE 1
 #define XT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
@@ -353,7 +344,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #undef XT_DOT_U
 #undef XT_WIDE
 #undef XT_R4
-#undef XT_R6
 #undef XT_R32
 
 

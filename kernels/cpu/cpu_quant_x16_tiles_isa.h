@@ -4,9 +4,9 @@
  *   XT(name)    this set's name for a function,
  *   XT_TGT      its target attribute,
  *   XT_NMAX     the most tokens of a tile it compiles,
- *   XT_R4, XT_R6, XT_R32  the rows of a step (1 or 2) of Q4_K/Q5_K,
- *               Q6_K and Q8_0/Q4_0: each group's codes of x, loaded
- *               once, go into that many rows' lanes,
+ *   XT_R4, XT_R32  the rows of a step (1 or 2) of Q4_K/Q5_K and of
+ *               Q8_0/Q4_0: each group's codes of x, loaded once, go
+ *               into that many rows' lanes (Q6_K: one),
  *   XT_WIDE     1: Q4_K/Q5_K's groups in 512-bit steps (XT_GROUP),
  *   XT_MADD(a, x, y)     a plus the int16 pairs' products x . y per lane,
  *   XT_DOT_U(L, u, s, c) L plus the lanes of the unsigned codes u times
@@ -277,131 +277,107 @@ XT(k4)(ggml_type T, const int R, const int N, const uint8_t *const *row,
 
 
 /*
- * Q6_K: R rows (XT_R6) against N tokens, from the two planes (xt_codes): per
- * block and row I_hi and I_lo for the tile from the packed sums; each
- * group of 32 weights decoded once and added into each token's L_hi and
- * L_lo with its scales; then t = fma(256, L_hi, L_lo) per token,
+ * Q6_K: one row against N tokens, from the two planes (xt_codes), a
+ * step of one row (two rows' steps measured slower): per block I_hi and
+ * I_lo for the tile from the packed sums; each group of 32 weights
+ * decoded once and added into each token's L_hi and L_lo with its
+ * scales; then t = fma(256, L_hi, L_lo) per token,
  * acc = fma(s, t, acc), and mn = fma(s, fma(256, I_hi, I_lo), mn).
  */
 static INL XT_TGT void
-XT(k6)(const int R, const int N, const uint8_t *const *row, int il,
-       const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
-       const ptrdiff_t *pf)
+XT(k6)(const int N, const uint8_t *const *row, int il, const xt_span *sp,
+       const uint8_t *xa, const uint8_t *pk, float *out, const ptrdiff_t *pf)
 {
     const int64_t  bstride = 32 + 2 * 8 * 32;
     const __m256   k256 = _mm256_set1_ps(256.0f);
-    __m256         acc[2][XT_NMAX], mn[2];
-    const uint8_t *p[2];
+    __m256         acc[1][XT_NMAX], mn[1];
+    const uint8_t *p = row[0] + qoff_at(il, QK_K, QK6_K_BYTES, sp->b0);
 
-    for (int r = 0; r < R; r++) {
-        p[r] = row[r] + qoff_at(il, QK_K, QK6_K_BYTES, sp->b0);
-    }
-    XT(begin)(R, N, sp, acc, mn);
-    for (int64_t b = sp->b0; b < sp->b1; b++) {
+    XT(begin)(1, N, sp, acc, mn);
+    for (int64_t b = sp->b0; b < sp->b1;
+         p = q8_next_block(p, il, QK_K, QK6_K_BYTES, b), b++)
+    {
         const uint8_t *pb = pk + b * bstride;
         const uint8_t *xb = xa + b * 8 * N * 64;
-        __m256         dx = _mm256_load_ps((const float *) pb);
-        __m256i        Lh[2][XT_NMAX], Ll[2][XT_NMAX], s16[2];
+        __m256         dx = _mm256_load_ps((const float *) pb), sv;
+        __m256i        Lh[XT_NMAX], Ll[XT_NMAX];
+        __m256i        Ih = _mm256_setzero_si256(), Il = Ih, Ih2 = Ih;
+        __m256i        Il2 = Ih;
+        float          sb[8] __attribute__((aligned(32)));
+        /* the 16 scales as int16 words; I_p = 32 sum_j sc_j bs_j in
+         * pairs j = 2i, 2i + 1 (dword i of s16), each in two chains */
+        __m256i        s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                 (const __m128i *) (p + 192)));
 
-        for (int r = 0; r < R; r++) {
-            /* the 16 scales as int16 words; I_p = 32 sum_j sc_j bs_j in
-             * pairs j = 2i, 2i + 1 (dword i of s16), each in two chains */
-            __m256i Ih = _mm256_setzero_si256(), Il = Ih, Ih2 = Ih;
-            __m256i Il2 = Ih;
-            __m256  sv;
-
-            q8_prefetch_block(p[r], pf[r], QK6_K_BYTES);
-            s16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                         (const __m128i *) (p[r] + 192)));
+        q8_prefetch_block(p, pf[0], QK6_K_BYTES);
 #pragma GCC unroll 8
-            for (int k = 0; k < N; k++) {
-                Lh[r][k] = _mm256_setzero_si256();
-                Ll[r][k] = _mm256_setzero_si256();
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i += 2) {
-                __m256i s = _mm256_permutevar8x32_epi32(
-                                s16[r], _mm256_set1_epi32(i));
-                __m256i s1 = _mm256_permutevar8x32_epi32(
-                                 s16[r], _mm256_set1_epi32(i + 1));
-
-                Ih = XT_MADD(Ih, _mm256_load_si256((const __m256i *)
-                                                   (pb + 32 + 32 * i)), s);
-                Il = XT_MADD(Il, _mm256_load_si256((const __m256i *)
-                                                   (pb + 288 + 32 * i)), s);
-                Ih2 = XT_MADD(Ih2, _mm256_load_si256((const __m256i *)
-                                                     (pb + 64 + 32 * i)),
-                              s1);
-                Il2 = XT_MADD(Il2, _mm256_load_si256((const __m256i *)
-                                                     (pb + 320 + 32 * i)),
-                              s1);
-            }
-            Ih = _mm256_slli_epi32(_mm256_add_epi32(Ih, Ih2), 5);
-            Il = _mm256_slli_epi32(_mm256_add_epi32(Il, Il2), 5);
-            sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p[r] + 208)), dx);
-            mn[r] = _mm256_fmadd_ps(sv, _mm256_fmadd_ps(
-                                        k256, _mm256_cvtepi32_ps(Ih),
-                                        _mm256_cvtepi32_ps(Il)),
-                                    mn[r]);
+        for (int k = 0; k < N; k++) {
+            Lh[k] = _mm256_setzero_si256();
+            Ll[k] = _mm256_setzero_si256();
         }
-        for (int h = 0; h < 2; h++) {
-            __m256i sh[2], a0[2], a1[2], e[2];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i += 2) {
+            __m256i s = _mm256_permutevar8x32_epi32(s16,
+                                                    _mm256_set1_epi32(i));
+            __m256i s1 = _mm256_permutevar8x32_epi32(
+                             s16, _mm256_set1_epi32(i + 1));
 
-            for (int r = 0; r < R; r++) {
-                /* scales 8h .. 8h + 7 in both halves; group 4h + g takes
-                 * scale 8h + 2g in its low half, 8h + 2g + 1 above */
-                sh[r] = h ? _mm256_permute2x128_si256(s16[r], s16[r], 0x11)
-                        : _mm256_permute2x128_si256(s16[r], s16[r], 0x00);
-                a0[r] = _mm256_loadu_si256((const __m256i *)
-                                           (p[r] + 64 * h));
-                a1[r] = _mm256_loadu_si256((const __m256i *)
-                                           (p[r] + 64 * h + 32));
-                e[r] = _mm256_loadu_si256((const __m256i *)
-                                          (p[r] + 128 + 32 * h));
-            }
+            Ih = XT_MADD(Ih, _mm256_load_si256((const __m256i *)
+                                               (pb + 32 + 32 * i)), s);
+            Il = XT_MADD(Il, _mm256_load_si256((const __m256i *)
+                                               (pb + 288 + 32 * i)), s);
+            Ih2 = XT_MADD(Ih2, _mm256_load_si256((const __m256i *)
+                                                 (pb + 64 + 32 * i)), s1);
+            Il2 = XT_MADD(Il2, _mm256_load_si256((const __m256i *)
+                                                 (pb + 320 + 32 * i)), s1);
+        }
+        Ih = _mm256_slli_epi32(_mm256_add_epi32(Ih, Ih2), 5);
+        Il = _mm256_slli_epi32(_mm256_add_epi32(Il, Il2), 5);
+        for (int h = 0; h < 2; h++) {
+            /* scales 8h .. 8h + 7 in both halves; group 4h + g takes
+             * scale 8h + 2g in its low half, 8h + 2g + 1 above */
+            __m256i sh = h ? _mm256_permute2x128_si256(s16, s16, 0x11)
+                         : _mm256_permute2x128_si256(s16, s16, 0x00);
+            __m256i a0 = _mm256_loadu_si256((const __m256i *) (p + 64 * h));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)
+                                            (p + 64 * h + 32));
+            __m256i e = _mm256_loadu_si256((const __m256i *)
+                                           (p + 128 + 32 * h));
+
             for (int g = 0; g < 4; g++) {
                 const uint8_t *xg = xb + (4 * h + g) * N * 64;
-                __m256i        w[2], c[2];
+                __m256i        w = q8_k6_w(a0, a1, e, g);
+                __m256i c = _mm256_shuffle_epi8(sh, _mm256_set_m128i(
+                                _mm_set1_epi16(q8_b2(4 * g + 2)),
+                                _mm_set1_epi16(q8_b2(4 * g))));
 
-                for (int r = 0; r < R; r++) {
-                    w[r] = q8_k6_w(a0[r], a1[r], e[r], g);
-                    c[r] = _mm256_shuffle_epi8(sh[r], _mm256_set_m128i(
-                               _mm_set1_epi16(q8_b2(4 * g + 2)),
-                               _mm_set1_epi16(q8_b2(4 * g))));
-                }
 #pragma GCC unroll 8
                 for (int k = 0; k < N; k++) {
-                    __m256i xh = _mm256_load_si256((const __m256i *)
-                                                   (xg + 64 * k));
-                    __m256i xl = _mm256_load_si256((const __m256i *)
-                                                   (xg + 64 * k + 32));
-
-                    for (int r = 0; r < R; r++) {
-                        Lh[r][k] = XT_DOT_U(Lh[r][k], w[r], xh, c[r]);
-                        Ll[r][k] = XT_DOT_U(Ll[r][k], w[r], xl, c[r]);
-                    }
+                    Lh[k] = XT_DOT_U(Lh[k], w, _mm256_load_si256(
+                                         (const __m256i *) (xg + 64 * k)),
+                                     c);
+                    Ll[k] = XT_DOT_U(Ll[k], w, _mm256_load_si256(
+                                         (const __m256i *) (xg + 64 * k
+                                                            + 32)), c);
                 }
             }
         }
-        for (int r = 0; r < R; r++) {
-            float sb[8] __attribute__((aligned(32)));
-
-            _mm256_store_ps(sb, _mm256_mul_ps(
-                                    _mm256_set1_ps(f16_at(p[r] + 208)),
-                                    dx));
+        sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 208)), dx);
+        mn[0] = _mm256_fmadd_ps(sv, _mm256_fmadd_ps(k256,
+                                                    _mm256_cvtepi32_ps(Ih),
+                                                    _mm256_cvtepi32_ps(Il)),
+                                mn[0]);
+        _mm256_store_ps(sb, sv);
 #pragma GCC unroll 8
-            for (int k = 0; k < N; k++) {
-                __m256 t = _mm256_fmadd_ps(k256,
-                                           _mm256_cvtepi32_ps(Lh[r][k]),
-                                           _mm256_cvtepi32_ps(Ll[r][k]));
+        for (int k = 0; k < N; k++) {
+            __m256 t = _mm256_fmadd_ps(k256, _mm256_cvtepi32_ps(Lh[k]),
+                                       _mm256_cvtepi32_ps(Ll[k]));
 
-                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]), t,
-                                            acc[r][k]);
-            }
-            p[r] = q8_next_block(p[r], il, QK_K, QK6_K_BYTES, b);
+            acc[0][k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]), t,
+                                        acc[0][k]);
         }
     }
-    XT(end)(R, N, sp, acc, mn, out);
+    XT(end)(1, N, sp, acc, mn, out);
 }
 
 
@@ -466,7 +442,7 @@ XT(k32)(ggml_type T, const int R, const int N, const uint8_t *const *row,
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             if (GGML_##NAME == GGML_Q6_K) {                                 \
-                XT(k6)(XT_R6, K, row, il, sp, xa, pk, out, pf);             \
+                XT(k6)(K, row, il, sp, xa, pk, out, pf);                    \
             } else if (GGML_##NAME == GGML_Q4_K                             \
                        || GGML_##NAME == GGML_Q5_K)                         \
             {                                                               \
