@@ -49,10 +49,11 @@
  * tile of tokens over a group's rows in turn, the first tile streaming
  * them from memory with a prefetch XT_PF rows on.  A kernel's step takes
  * R rows (xt_step_rows): each load of x's codes feeds the R rows' lanes.
- * Two rows for Q8_0 and Q4_0 on VNNI (4.9 against 5.6 ns for Q8_0); one
- * for Q4_K/Q5_K (two rows' 16 512-bit lanes and 16 chains spill: no
- * faster) and Q6_K (slower), and on AVX2 (16 registers).  A group's odd
- * last row goes as both rows of a step, the copy's outputs dropped.
+ * Two rows for Q8_0 and Q4_0 (VNNI 4.9 against 5.6 ns for Q8_0, AVX2
+ * 5.8 against 6.1); one for Q4_K/Q5_K (on VNNI two rows' 16 512-bit
+ * lanes and 16 chains spill: no faster; AVX2 has 16 registers) and Q6_K
+ * (slower).  A group's odd last row goes as both rows of a step, the
+ * copy's outputs dropped.
  * Q4_K's and Q5_K's tiles go over a group's rows XT_CHUNK columns at a
  * time, keeping each row's chains (acc per token, mn) between passes: the
  * int16 codes of 8 tokens are 2 bytes a column each (128 KB for an
@@ -104,7 +105,7 @@
 #define XT_AVX2_R4 1
 #endif
 #ifndef XT_AVX2_R32
-#define XT_AVX2_R32 1
+#define XT_AVX2_R32 2
 #endif
 #ifndef XT_VNNI_N4
 #define XT_VNNI_N4 8
@@ -397,12 +398,13 @@ xt_rows(xt_tile_fn *f, int R, ggml_type t, const uint8_t *w, int64_t wstride,
                     for (int j = 0; j < R; j++) {
                         int64_t rj = r + j < g1 ? r + j : r;
 
+                        /* one expression each (zeroing pf apart became a
+                         * rep stos per call: 3-7% of the time) */
                         row[j] = qrow_at(w, wstride, il, qi.qk, qi.bytes, rj);
-                        pf[j] = 0;
-                        if (i == 0 && rj + XT_PF < r1) {
-                            pf[j] = qrow_at(w, wstride, il, qi.qk, qi.bytes,
-                                            rj + XT_PF) - row[j];
-                        }
+                        pf[j] = i == 0 && rj + XT_PF < r1
+                                ? qrow_at(w, wstride, il, qi.qk, qi.bytes,
+                                          rj + XT_PF) - row[j]
+                                : 0;
                     }
                     sp.st = st + (r - g0) * XT_ST;
                     f(row, il, &sp, xc + (int64_t) t0 * 2 * cols,
