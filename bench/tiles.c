@@ -5,11 +5,14 @@
  * in L2-sized row groups as the tiles take them, N tokens.  Rounds
  * alternate between the two; prints the median of ROUNDS rounds in ns
  * per 256 weights and token, and the ratio.
- *   tiles [N [ISA]]    (ISA: avx2 or vnni; default the widest)
+ *   tiles [N [ISA [TYPE]]]    (ISA: avx2 or vnni, default the widest;
+ *                              TYPE: one type's rows only, e.g. q4_k,
+ *                              as for perf record on one kernel)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cpu_quant.h"
@@ -62,7 +65,8 @@ main(int argc, char **argv)
         isa = strcmp(argv[2], "avx2") == 0 ? NALAR_ISA_AVX2 : NALAR_ISA_VNNI;
     }
     if (n < 2 || isa < NALAR_ISA_AVX2 || isa > nalar_quant_q8_isa_max()) {
-        fprintf(stderr, "usage: tiles [N >= 2 [avx2|vnni]] (this CPU: %d)\n",
+        fprintf(stderr, "usage: tiles [N >= 2 [avx2|vnni [TYPE]]] "
+                "(this CPU: %d)\n",
                 nalar_quant_q8_isa_max());
         return 1;
     }
@@ -93,6 +97,10 @@ main(int argc, char **argv)
         double    t8[ROUNDS], t16[ROUNDS], per = (double) n * ROWS * COLS
                                                   / 256;
 
+        if (argc > 3 && strcasecmp(argv[3], ggml_type_name(t)) != 0) {
+            free(w);
+            continue;
+        }
         if (w == NULL) {
             return 1;
         }

@@ -37,15 +37,38 @@
  *
  * Per call, as in the 8-bit tiles: each tile's per-block scalars packed
  * once (x's scales as one vector, lane k the tile's token k; the sums of
- * each plane's codes that the min terms read, as int16 pairs per lane);
- * the rows in groups (nalar_quant_x8_tile_rows), each tile of tokens over
- * a group's rows in turn, the first tile streaming them from memory with
- * a prefetch XT_PF rows on.  Q4_K's and Q5_K's tiles go over a group's
- * rows XT_CHUNK columns at a time, keeping each row's chains (acc per token,
- * mn) between passes: the int16 codes of 8 tokens are 2 bytes a column
- * each (128 KB for an 8192-column row), and a pass's stay in L1 while the
- * group's rows go by.  The chains take the same operations in the same
- * order either way.
+ * each plane's codes that the min terms read, as int16 pairs per lane).
+ * Per call too, each tile's codes are laid out interleaved (xt_codes):
+ * per group of 32 weights the tile's tokens' 64 bytes one after another,
+ * so that a group's loads for the tile are one run of aligned lines, and
+ * no two tokens' codes compete for the same L1 sets (rows of codes a
+ * multiple of 4 KB apart did: Q4_K 5.5 -> 4.5 ns per 256 weights and
+ * token, Q5_K 6.1 -> 4.8, Q8_0 6.0 -> 5.6 in bench/tiles.c).
+ *
+ * Order of the work: the rows in groups (nalar_quant_x8_tile_rows), each
+ * tile of tokens over a group's rows in turn, the first tile streaming
+ * them from memory with a prefetch XT_PF rows on.  A kernel's step takes
+ * R rows (xt_step_rows): each load of x's codes feeds the R rows' lanes.
+ * Two rows for Q8_0 and Q4_0 (VNNI 4.9 against 5.6 ns for Q8_0, AVX2
+ * 5.8 against 6.1); one for Q4_K/Q5_K (on VNNI two rows' 16 512-bit
+ * lanes and 16 chains spill: no faster; AVX2 has 16 registers) and Q6_K
+ * (slower).  A group's odd last row goes as both rows of a step, the
+ * copy's outputs dropped.
+ * Q4_K's and Q5_K's tiles go over a group's rows XT_CHUNK columns at a
+ * time, keeping each row's chains (acc per token, mn) between passes: the
+ * int16 codes of 8 tokens are 2 bytes a column each (128 KB for an
+ * 8192-column row), and a pass's stay in L1 while the group's rows go by.
+ * The chains take the same operations in the same order either way.
+ *
+ * What bounds them (perf on one thread, Zen 4): Q4_K/Q5_K's 512-bit
+ * vpdpwssd, one per group and token, run at one a cycle, 8 cycles per
+ * 256 weights and token, the 8-bit tiles' multiply count (vpmaddubsw and
+ * vpdpwssd, 256-bit, two a cycle); the rest is the groups' decode, the
+ * blocks' float steps and fold, and the mins' integers.  Q6_K multiplies
+ * each plane apart (two byte products and two word products a group and
+ * token: twice the 8-bit tiles'), since its lanes can pass 2^31 and the
+ * contract rounds each plane's.  Q8_0/Q4_0 spend a convert and an FMA a
+ * block and token beside two word products.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -69,15 +92,60 @@
 #endif
 
 
+/* the rows of a step (1 or 2) and the most tokens of a tile, per
+ * instruction set and kernel (Q4_K/Q5_K, Q6_K, Q8_0/Q4_0), as measured
+ * (the file's top); each a -D of its own for the next measurement */
+#ifndef XT_VNNI_R4
+#define XT_VNNI_R4 1
+#endif
+#ifndef XT_VNNI_R32
+#define XT_VNNI_R32 2
+#endif
+#ifndef XT_AVX2_R4
+#define XT_AVX2_R4 1
+#endif
+#ifndef XT_AVX2_R32
+#define XT_AVX2_R32 2
+#endif
+#ifndef XT_VNNI_N4
+#define XT_VNNI_N4 8
+#endif
+#ifndef XT_VNNI_N6
+#define XT_VNNI_N6 6
+#endif
+#ifndef XT_VNNI_N32
+#define XT_VNNI_N32 8
+#endif
+
+
 /* measured (bench/tiles.c): Q6_K's 3N accumulators (L_hi, L_lo, acc)
  * take VNNI's 32 registers at 6 tokens; AVX2's 16 hold 4 of every type */
 int
 nalar_quant_x16_tile_max(ggml_type t, int isa)
 {
     if (isa == NALAR_ISA_VNNI) {
-        return t == GGML_Q6_K ? 6 : 8;
+        return t == GGML_Q6_K ? XT_VNNI_N6
+               : t == GGML_Q4_K || t == GGML_Q5_K ? XT_VNNI_N4 : XT_VNNI_N32;
     }
     return 4;
+}
+
+
+/* the rows of a tile kernel's step (cpu_quant_x16_tiles_isa.h) */
+static int
+xt_step_rows(ggml_type t, int isa)
+{
+    int vnni = isa == NALAR_ISA_VNNI;
+
+    switch (t) {
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        return vnni ? XT_VNNI_R4 : XT_AVX2_R4;
+    case GGML_Q6_K:
+        return 1;
+    default:
+        return vnni ? XT_VNNI_R32 : XT_AVX2_R32;
+    }
 }
 
 
@@ -162,29 +230,49 @@ xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
 
 
 /*
- * The tile codes (see the file's top) of n codes (a multiple of 32) from
- * the planes hi and lo: c = 256 hi + lo (|c| <= 32639), per 32 the even
- * weights' codes, then the odd ones'.  In int16 words of the planes'
- * bytes, word i holds weight 2i's byte low and 2i + 1's high: a left
- * shift by 8 gives 256 times the even byte, a mask 256 times the odd
- * one, arithmetic shifts the bytes sign-extended.
+ * The codes of tokens t0 .. t0 + n - 1 (one tile) into c, interleaved:
+ * per group g of 32 weights, each token's 64 bytes in turn (token k at
+ * c + (g n + k) 64), so that a group's codes for the whole tile are one
+ * run of n lines, and a pass over columns reads one run of memory (the
+ * tokens' rows a multiple of 4 KB apart would fall in the same L1 sets).
+ *   Q6_K: the planes' 32 bytes, hi then lo;
+ *   the others: the tile codes c = 256 hi + lo (|c| <= 32639), the even
+ *     weights' 16 int16 then the odd ones'.  In int16 words of the
+ *     planes' bytes, word i holds weight 2i's byte low and 2i + 1's high:
+ *     a left shift by 8 gives 256 times the even byte, a mask 256 times
+ *     the odd one, arithmetic shifts the bytes sign-extended.
  */
 static Q8_T_AVX2 void
-xt_codes(const int8_t *hi, const int8_t *lo, int64_t n, int16_t *c)
+xt_codes(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
+         uint8_t *c)
 {
     const __m256i m = _mm256_set1_epi16((short) 0xFF00);
+    int           k256 = nalar_quant_block(t) == QK_K;
+    const int8_t *ph = k256 ? x->hi.qk : x->hi.q;
+    const int8_t *pl = k256 ? x->lo.qk : x->lo.q;
 
-    for (int64_t i = 0; i < n; i += 32) {
-        __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
-        __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
-        __m256i e = _mm256_add_epi16(_mm256_slli_epi16(h, 8),
-                                     _mm256_srai_epi16(
-                                         _mm256_slli_epi16(l, 8), 8));
-        __m256i o = _mm256_add_epi16(_mm256_and_si256(h, m),
-                                     _mm256_srai_epi16(l, 8));
+    for (int k = 0; k < n; k++) {
+        const int8_t *hi = ph + (int64_t) (t0 + k) * cols;
+        const int8_t *lo = pl + (int64_t) (t0 + k) * cols;
+        uint8_t      *ck = c + 64 * k;
 
-        _mm256_storeu_si256((__m256i *) (c + i), e);
-        _mm256_storeu_si256((__m256i *) (c + i + 16), o);
+        for (int64_t i = 0; i < cols; i += 32, ck += 64 * n) {
+            __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
+            __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
+
+            if (t == GGML_Q6_K) {
+                _mm256_storeu_si256((__m256i *) ck, h);
+                _mm256_storeu_si256((__m256i *) (ck + 32), l);
+                continue;
+            }
+            _mm256_storeu_si256((__m256i *) ck, _mm256_add_epi16(
+                                    _mm256_slli_epi16(h, 8),
+                                    _mm256_srai_epi16(
+                                        _mm256_slli_epi16(l, 8), 8)));
+            _mm256_storeu_si256((__m256i *) (ck + 32), _mm256_add_epi16(
+                                    _mm256_and_si256(h, m),
+                                    _mm256_srai_epi16(l, 8)));
+        }
     }
 }
 
@@ -197,9 +285,9 @@ xt_codes(const int8_t *hi, const int8_t *lo, int64_t n, int16_t *c)
 #define T_VNNI Q8_T_VNNI
 
 /* the blocks of one call of a tile kernel: [b0, b1) of the row's nb, and
- * st, the row's chains (each token's acc, then the tile's mn: XT_ST
- * floats, 32-byte aligned) kept from the call before (b0 > 0) and for the
- * call after (b1 < nb) */
+ * st, the chains of the call's rows (row r's at st + r XT_ST: each
+ * token's acc, then the tile's mn, 32-byte aligned) kept from the call
+ * before (b0 > 0) and for the call after (b1 < nb) */
 typedef struct {
     int64_t b0, b1, nb;
     float  *st;
@@ -207,14 +295,14 @@ typedef struct {
 
 #define XT_ST (8 * (8 + 1))
 
-/* n tokens of one row, the blocks of sp: out[k] the reference's value for
- * the tile's token k (when sp->b1 is the row's end); xa: the tile's first
- * token's tile codes (Q6_K: its hi plane), xb (Q6_K) its lo plane, token
- * k's at + k * xs bytes; pk: the tile's packed scalars; pf: bytes from
- * the row to the one whose blocks are fetched ahead, or 0 */
-typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
-                        const uint8_t *xa, const uint8_t *xb, int64_t xs,
-                        const uint8_t *pk, int n, float *out, ptrdiff_t pf);
+/* n tokens of the step's rows row[r] (xt_step_rows), the blocks of sp:
+ * out[8 r + k] the reference's value for row r and the tile's token k
+ * (when sp->b1 is the row's end); xa: the tile's codes (xt_codes); pk:
+ * its packed scalars; pf[r]: bytes from row r to the one whose blocks are
+ * fetched ahead, or 0 */
+typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
+                        const uint8_t *xa, const uint8_t *pk, int n,
+                        float *out, const ptrdiff_t *pf);
 
 
 /* AVX2: vpmaddwd, added; vpmaddubsw's pairs (|u| <= 63, |s| <= 128:
@@ -222,6 +310,8 @@ typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
 #define XT(name) xt_avx2_##name
 #define XT_TGT T_AVX2
 #define XT_NMAX 4
+#define XT_R4 XT_AVX2_R4
+#define XT_R32 XT_AVX2_R32
 #define XT_WIDE 0
 #define XT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
 #define XT_DOT_U(L, u, s, c)                                                \
@@ -233,12 +323,16 @@ typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
 #undef XT_MADD
 #undef XT_DOT_U
 #undef XT_WIDE
+#undef XT_R4
+#undef XT_R32
 
 /* AVX-512 VNNI: vpdpwssd multiplies and adds; Q4_K/Q5_K's groups in
  * 512-bit steps (XT_WIDE) */
 #define XT(name) xt_vnni_##name
 #define XT_TGT T_VNNI
 #define XT_NMAX 8
+#define XT_R4 XT_VNNI_R4
+#define XT_R32 XT_VNNI_R32
 #define XT_WIDE 1
 #define XT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
 #define XT_DOT_U(L, u, s, c)                                                \
@@ -250,6 +344,8 @@ typedef void xt_tile_fn(const uint8_t *row, int il, const xt_span *sp,
 #undef XT_MADD
 #undef XT_DOT_U
 #undef XT_WIDE
+#undef XT_R4
+#undef XT_R32
 
 
 /* the first token of tile i of nt over n tokens (even shares) */
@@ -262,14 +358,13 @@ tile_lo(int n, int nt, int i)
 
 /* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top),
  * each tile over a group's rows XT_CHUNK columns at a time (Q4_K,
- * Q5_K); xa, xb, xs as
- * xt_tile_fn's for token 0; st: XT_ST floats for each row of a group */
+ * Q5_K); xc: the tiles' codes (token t0's tile at t0 * 2 cols bytes); st:
+ * XT_ST floats for each row of a group */
 static void
-xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
-        int il, int64_t cols, const uint8_t *xa, const uint8_t *xb,
-        int64_t xs, const uint8_t *pk, int64_t tstride, int nt, int n_tok,
-        float *st, float *y, int ldy, int64_t r0, int64_t r1,
-        int accumulate)
+xt_rows(xt_tile_fn *f, int R, ggml_type t, const uint8_t *w, int64_t wstride,
+        int il, int64_t cols, const uint8_t *xc, const uint8_t *pk,
+        int64_t tstride, int nt, int n_tok, float *st, float *y, int ldy,
+        int64_t r0, int64_t r1, int accumulate)
 {
     qinfo   qi = { 0, 0, 0, 0 };
     int64_t nb, cb, rg = nalar_quant_x8_tile_rows(t, cols);
@@ -293,23 +388,36 @@ xt_rows(xt_tile_fn *f, ggml_type t, const uint8_t *w, int64_t wstride,
             sp.nb = nb;
             for (sp.b0 = 0; sp.b0 < nb; sp.b0 = sp.b1) {
                 sp.b1 = sp.b0 + cb < nb ? sp.b0 + cb : nb;
-                for (int64_t r = g0; r < g1; r++) {
-                    const uint8_t *row = qrow_at(w, wstride, il, qi.qk,
-                                                 qi.bytes, r);
-                    ptrdiff_t      pf = 0;
-                    float          out[8];
+                for (int64_t r = g0; r < g1; r += R) {
+                    const uint8_t *row[2];
+                    ptrdiff_t      pf[2];
+                    float          out[2 * 8];
 
-                    if (i == 0 && r + XT_PF < r1) {
-                        pf = qrow_at(w, wstride, il, qi.qk, qi.bytes,
-                                     r + XT_PF) - row;
+                    /* a group's odd last row: twice, its copy's outputs
+                     * dropped */
+                    for (int j = 0; j < R; j++) {
+                        int64_t rj = r + j < g1 ? r + j : r;
+
+                        /* one expression each (zeroing pf apart became a
+                         * rep stos per call: 3-7% of the time) */
+                        row[j] = qrow_at(w, wstride, il, qi.qk, qi.bytes, rj);
+                        pf[j] = i == 0 && rj + XT_PF < r1
+                                ? qrow_at(w, wstride, il, qi.qk, qi.bytes,
+                                          rj + XT_PF) - row[j]
+                                : 0;
                     }
                     sp.st = st + (r - g0) * XT_ST;
-                    f(row, il, &sp, xa + t0 * xs, xb + t0 * xs, xs,
+                    f(row, il, &sp, xc + (int64_t) t0 * 2 * cols,
                       pk + i * tstride, n, out, pf);
-                    for (int k = 0; k < n && sp.b1 == nb; k++) {
-                        float *yp = &y[(int64_t) (t0 + k) * ldy + r];
+                    for (int j = 0; j < R && r + j < g1 && sp.b1 == nb;
+                         j++)
+                    {
+                        for (int k = 0; k < n; k++) {
+                            float *yp = &y[(int64_t) (t0 + k) * ldy + r + j];
 
-                        *yp = accumulate ? *yp + out[k] : out[k];
+                            *yp = accumulate ? *yp + out[8 * j + k]
+                                  : out[8 * j + k];
+                        }
                     }
                 }
             }
@@ -330,10 +438,9 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     qinfo          qi = { 0, 0, 0, 0 };
     xt_tile_fn    *f;
     int            nmax, nt, k256;
-    int64_t        tstride, cbytes, sbytes;
-    uint8_t       *pk;
+    int64_t        tstride, cbytes, sbytes, pbytes;
+    uint8_t       *pk, *xc;
     float         *st;
-    const uint8_t *xa, *xb;
 
     if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
         || cols % 32 != 0)
@@ -355,36 +462,27 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     nmax = nalar_quant_x16_tile_max(t, isa);
     nt = (n_tok + nmax - 1) / nmax;
     tstride = cols / qi.qk * xt_block_stride(t);
-    /* Q6_K reads the planes; the others the tile codes, after the packed
-     * scalars */
-    cbytes = t == GGML_Q6_K ? 0 : (int64_t) n_tok * cols * 2;
-    sbytes = nalar_quant_x8_tile_rows(t, cols) * XT_ST * 4;
-    st = nalar_quant_scratch_slot(1, sbytes + nt * tstride + cbytes);
+    /* the rows' chains, the packed scalars, then the tiles' codes, each
+     * on a cache line of its own (a tile's codes for a group: 64-byte
+     * loads, none split across lines) */
+    cbytes = (int64_t) n_tok * cols * 2;
+    sbytes = ((nalar_quant_x8_tile_rows(t, cols) + 1) * XT_ST * 4 + 63) & ~63;
+    pbytes = (nt * tstride + 63) & ~63;
+    st = nalar_quant_scratch_slot(1, sbytes + pbytes + cbytes);
     if (st == NULL) {
         return -1;
     }
     pk = (uint8_t *) st + sbytes;
+    xc = pk + pbytes;
     for (int i = 0; i < nt; i++) {
         int t0 = tile_lo(n_tok, nt, i);
+        int n = tile_lo(n_tok, nt, i + 1) - t0;
 
-        xt_pack(t, x, t0, tile_lo(n_tok, nt, i + 1) - t0, cols,
-                pk + i * tstride);
+        xt_pack(t, x, t0, n, cols, pk + i * tstride);
+        xt_codes(t, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
     }
-    if (t == GGML_Q6_K) {
-        xa = (const uint8_t *) x->hi.qk;
-        xb = (const uint8_t *) x->lo.qk;
-        xt_rows(f, t, w, wstride, il, cols, xa, xb, cols, pk, tstride, nt,
-                n_tok, st, y, ldy, r0, r1, accumulate);
-        return 0;
-    }
-    {
-        int16_t *c = (int16_t *) (pk + nt * tstride);
-
-        xt_codes(k256 ? x->hi.qk : x->hi.q, k256 ? x->lo.qk : x->lo.q,
-                 (int64_t) n_tok * cols, c);
-        xa = (const uint8_t *) c;
-    }
-    xt_rows(f, t, w, wstride, il, cols, xa, xa, 2 * cols, pk, tstride, nt,
+    xt_rows(f, xt_step_rows(t, isa), t, w, wstride, il, cols, xc, pk,
+            tstride, nt,
             n_tok, st, y, ldy, r0, r1, accumulate);
     return 0;
 #else

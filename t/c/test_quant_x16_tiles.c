@@ -2,8 +2,9 @@
  * The 16-bit mode's tiles (cpu_quant_x16_tiles.c), for Q8_0, Q4_0, Q4_K,
  * Q5_K and Q6_K, on each instruction set this CPU has: every window of
  * 1 .. 40 tokens (tiles of each width, ragged ones), rows over two row
- * groups and a ragged third, columns in two passes (1024 and the rest), a
- * ragged row range added into y, both weight layouts, the tiles called alone and through
+ * groups and a ragged third (3 rows: a two-row step's odd last row),
+ * columns in two passes (1024 and the rest), a ragged row range added
+ * into y, both weight layouts, the tiles called alone and through
  * nalar_quant_matmul_x16: each output the scalar reference's bits
  * (nalar_quant_x16_scalar).  Weights: random blocks from the quantizer,
  * random bytes with extreme f16 scales and mins, and every code, 6-bit
