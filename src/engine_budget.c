@@ -122,12 +122,15 @@ step_prefill_allowance(nalar_engine *e, int32_t n_fixed)
 
 /*
  * Proposal tokens this step may add to its n_decode decodes: what the
- * target leaves beside them and the prompt tokens it must carry (the
- * minimum chunk, where n_prefill prompt tokens wait), so that proposals
- * never push a step past a target it could hold.  -1: no limit -- a fixed
- * budget, nothing measured yet, or a target the decodes and the minimum
- * chunk overrun already (a machine slower than the target allows): every
- * step then misses it whatever it proposes, and proposals that are
+ * target leaves beside them and the n_prefill prompt tokens the step
+ * carries (those waiting, up to the allowance beside the decodes), so
+ * that proposals never push a step past a target it could hold, and never
+ * take a waiting prompt's room: speculation backs off while prompts wait
+ * (it makes running streams' tokens cheaper; the prompts' first tokens
+ * come first), and has the whole room again once none does.  -1: no limit
+ * -- a fixed budget, nothing measured yet, or a target the decodes and the
+ * minimum chunk overrun already (a machine slower than the target allows):
+ * every step then misses it whatever it proposes, and proposals that are
  * accepted make each token cheaper, as the cost model judges them.
  */
 int32_t
@@ -142,10 +145,13 @@ step_proposal_room(nalar_engine *e, int32_t n_decode, int32_t n_prefill)
     if (fit < 0) {
         return -1;
     }
-    room = fit - n_decode
-           - (n_prefill < NALAR_BUDGET_MIN_CHUNK ? n_prefill
-                                                 : NALAR_BUDGET_MIN_CHUNK);
-    return room < 0 ? -1 : room >= INT32_MAX ? INT32_MAX : (int32_t) room;
+    if (fit - n_decode - (n_prefill < NALAR_BUDGET_MIN_CHUNK
+                          ? n_prefill : NALAR_BUDGET_MIN_CHUNK) < 0)
+    {
+        return -1;
+    }
+    room = fit - n_decode - n_prefill;
+    return room < 0 ? 0 : room >= INT32_MAX ? INT32_MAX : (int32_t) room;
 }
 
 

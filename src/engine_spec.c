@@ -651,9 +651,10 @@ grammar_propose(nalar_engine *e, nalar_request *r)
  * each speculating request's k from the cost model (under the step gate),
  * and the draft's proposals.  With an ITL target the step's proposals, in
  * admission order, take only the room it leaves beside the decodes and the
- * minimum prompt chunk (step_proposal_room): speculation never makes a
- * step overshoot a target it could hold (a grammar's forced tokens take
- * of the room but are not held to it).
+ * prompt tokens it carries (step_proposal_room): speculation never makes a
+ * step overshoot a target it could hold, nor takes a waiting prompt's
+ * room (a grammar's forced tokens take of the room but are not held to
+ * it).
  */
 void
 step_plan_speculation(nalar_engine *e, step_plan *sp)

@@ -383,12 +383,14 @@ test_adapt(void)
  * Speculation under a target: streams proposing 4 tokens each (n-gram,
  * fixed k) beside two long prompts, steps costing 10 ms + 2 ms per token,
  * a 60 ms target (25 tokens).  Where the decodes and the minimum prompt
- * chunk fit the target, the step's proposals fit what it leaves (a step
- * with no room proposes nothing); where they overrun it (10 streams and a
+ * chunk fit the target, the step's proposals fit what it leaves beside
+ * the decodes and the prompt tokens waiting (up to what the target allows
+ * them): a waiting prompt's room is never a proposal's, and a step with
+ * no room proposes nothing; where they overrun it (10 streams and a
  * waiting prompt), proposals are the cost model's to choose.
  */
 static int
-spec_room_run(int n_short, int *with, int *none, int *over)
+spec_room_run(int n_short, int *with, int *none, int *over, int *yielded)
 {
     nalar_engine *e = engine_budget(0, 0.060, 1);
     step_log     *l = calloc(1, sizeof(*l));
@@ -418,6 +420,16 @@ spec_room_run(int n_short, int *with, int *none, int *over)
             *over += props > 0;
             continue;
         }
+        /* the prompts' share: what waits, up to the room beside the
+         * decodes (the minimum chunk at least) */
+        reserve = 25 - s->n_decode;
+        reserve = reserve > NALAR_BUDGET_MIN_CHUNK ? reserve
+                                                   : NALAR_BUDGET_MIN_CHUNK;
+        reserve = s->pending < reserve ? s->pending : reserve;
+        room = 25 - s->n_decode - reserve;
+        room = room > 0 ? room : 0;
+        *yielded += s->pending > 0 && room == 0 && s->n_decode > 0
+                    && s->n_prefill == reserve;
         if (props > room && bad++ < 3) {
             diag("step %d: %d decodes, %d proposals, %d prompt tokens "
                  "pending: room for %d", i, s->n_decode, props, s->pending,
@@ -436,18 +448,20 @@ spec_room_run(int n_short, int *with, int *none, int *over)
 static void
 test_spec_room(void)
 {
-    int with = 0, none = 0, over = 0;
+    int with = 0, none = 0, over = 0, yielded = 0;
 
-    is_int(spec_room_run(6, &with, &none, &over), 0,
+    is_int(spec_room_run(6, &with, &none, &over, &yielded), 0,
            "6 streams: every step's proposals fit what 60 ms leaves beside "
-           "its decodes and the minimum chunk");
+           "its decodes and the prompt tokens waiting");
     ok(with > 0, "...steps with room proposed (%d)", with);
-    with = none = over = 0;
-    is_int(spec_room_run(9, &with, &none, &over), 0,
+    ok(yielded > 0, "...steps where prompts waited for all the room "
+       "carried them, and no proposal (%d)", yielded);
+    with = none = over = yielded = 0;
+    is_int(spec_room_run(9, &with, &none, &over, &yielded), 0,
            "9 streams: the same");
     ok(none > 0, "...a step with no room proposed nothing (%d)", none);
-    with = none = over = 0;
-    is_int(spec_room_run(10, &with, &none, &over), 0,
+    with = none = over = yielded = 0;
+    is_int(spec_room_run(10, &with, &none, &over, &yielded), 0,
            "10 streams: the same wherever the target can be held");
     ok(over > 0, "...and steps whose decodes and minimum chunk overrun "
        "60 ms still speculate (%d)", over);
