@@ -32,8 +32,11 @@
 # abandoned after RUN_TIMEOUT [600] (recorded as failed, the rest goes on).
 #
 # KV [f32]: the Nalar servers' KV cache type (nalar_kv_cache 768m
-# dtype=$KV: f32, f16 or bf16), recorded in the output's machine line;
-# compare two types with two runs, alternated.
+# dtype=$KV: f32, f16 or bf16), recorded in the output's machine line.  A
+# budget in CONFS may end in -f32, -f16 or -bf16 to give that server its
+# own type, so two types run side by side in the same rounds
+# (CONFS="fixed512 auto45 fixed512-f16 auto45-f16"); its ratios "vs 512"
+# are then to the fixed 512 of its own type, where the run has one.
 #
 # The model: a random-weight Llama of about 108M parameters in F16 (dim
 # 576, 30 layers, 9 heads, 3 KV heads, ffn 1536: SmolLM-135M's shape with
@@ -50,9 +53,9 @@
 #       sh bench/itl.sh              # a smoke run (requests per run)
 #   CONFS="fixed512 auto100 llama" LLAMA_BUILD=/path/to/llama.cpp/build \
 #       sh bench/itl.sh              # beside llama-server
-#   KV=f16 CONFS="auto50 auto45" ROUNDS=1 DURATION=60 WORKLOADS=plain \
+#   CONFS="fixed512 auto45 fixed512-f16 auto45-f16" WORKLOADS=plain \
 #       OUT=/tmp/itl-f16.jsonl PNG=/tmp/itl-f16.png sh bench/itl.sh
-#                                    # a half-size KV cache
+#                                    # a half-size KV cache beside F32
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -102,10 +105,22 @@ EOF
     log "wrote ${PNG:-bench/itl.png}"
 }
 
+# a Nalar budget may end in -f32, -f16 or -bf16: that server's KV cache
+# type (else $KV), so one run can set KV types side by side
+# (CONFS="auto50 auto50-f16")
+kv_of() {
+    case $1 in *-f32 | *-f16 | *-bf16) echo "${1##*-}" ;; *) echo "$KV" ;; esac
+}
+base_of() {
+    case $1 in *-f32 | *-f16 | *-bf16) echo "${1%-*}" ;; *) echo "$1" ;; esac
+}
+
 name_of() {
-    case $1 in fixed512) echo "fixed 512" ;; fixed128) echo "fixed 128" ;;
-    auto1000) echo "auto, target 1 s" ;;
-    auto*) echo "auto, target ${1#auto} ms" ;;
+    case $1 in *-f32 | *-f16 | *-bf16) k=", KV $(kv_of $1)" ;; *) k= ;; esac
+    case $(base_of $1) in fixed512) echo "fixed 512$k" ;;
+    fixed128) echo "fixed 128$k" ;;
+    auto1000) echo "auto, target 1 s$k" ;;
+    auto*) b=$(base_of $1); echo "auto, target ${b#auto} ms$k" ;;
     llama) echo "llama-server" ;; llama1) echo "llama-server, 1 thread" ;;
     esac
 }
@@ -138,18 +153,22 @@ mkdir -p "$P" bench/results
 cp build/module/ngx_nalar_module.so "$P/ngx_nalar_module.so"
 
 budget() {
-    case $1 in
+    case $(base_of $1) in
     fixed512) echo "nalar_max_batch_tokens 512;" ;;
     fixed128) echo "nalar_max_batch_tokens 128;" ;;
-    auto*)    echo "nalar_max_batch_tokens auto; nalar_itl_target ${1#auto}ms;" ;;
+    auto*)    b=$(base_of $1)
+              echo "nalar_max_batch_tokens auto; nalar_itl_target ${b#auto}ms;" ;;
     esac
 }
 
 port_of() {
-    case $1 in fixed512) echo "$PORT" ;; fixed128) echo $((PORT + 1)) ;;
-    auto100) echo $((PORT + 2)) ;; auto1000) echo $((PORT + 3)) ;;
+    # a KV suffix moves the port by 1000-3000
+    case $1 in *-f32) o=1000 ;; *-f16) o=2000 ;; *-bf16) o=3000 ;; *) o=0 ;; esac
+    b=$(base_of $1)
+    case $b in fixed512) echo $((PORT + o)) ;; fixed128) echo $((PORT + o + 1)) ;;
+    auto100) echo $((PORT + o + 2)) ;; auto1000) echo $((PORT + o + 3)) ;;
     llama) echo $((PORT + 4)) ;; llama1) echo $((PORT + 5)) ;;
-    auto*) echo $((PORT + 6 + ${1#auto} % 1000)) ;; esac
+    auto*) echo $((PORT + o + 6 + ${b#auto} % 1000)) ;; esac
 }
 
 is_peer() {
@@ -207,7 +226,7 @@ events { worker_connections 1024; }
 http {
     nalar_model             m $MODEL;
     nalar_threads           $THREADS;
-    nalar_kv_cache          768m dtype=$KV;
+    nalar_kv_cache          768m dtype=$(kv_of $c);
     $(budget $c)
     access_log              off;
     client_body_temp_path   $d/client_body_temp;

@@ -2,7 +2,9 @@
 """bench/itl.sh's table: per workload and budget, the medians over rounds of
 tokens/s, ITL p50/p99 and TTFT p50, the ITL p99 of every gap of every round
 pooled, and the same-run ratios to fixed 512 (each round's ratio, then the
-median); with llama-server in the runs, the same-run ratios to it as well.
+median; a budget with a KV suffix, auto45-f16, to the fixed 512 of its KV
+type where the run has one); with llama-server in the runs, the same-run
+ratios to it as well.
 usage: itl_summary.py itl.jsonl RUN_DIR"""
 import glob
 import json
@@ -14,13 +16,33 @@ NAMES = {"fixed512": "fixed 512", "fixed128": "fixed 128",
          "llama": "llama-server", "llama1": "llama-server, 1 thread"}
 
 
+KV_SUFFIXES = ("-f32", "-f16", "-bf16")
+
+
+def split_kv(c):
+    """a budget and its KV suffix (itl.sh's CONFS="auto50-f16"), or ''"""
+    for k in KV_SUFFIXES:
+        if c.endswith(k):
+            return c[:-len(k)], k
+    return c, ""
+
+
 def name_of(c):
-    """a budget's label; autoN is a target of N ms"""
-    if c in NAMES:
-        return NAMES[c]
-    if c.startswith("auto") and c[4:].isdigit():
-        return "auto, target %s ms" % c[4:]
+    """a budget's label; autoN is a target of N ms, -f16 a KV cache type"""
+    b, k = split_kv(c)
+    kv = ", KV %s" % k[1:] if k else ""
+    if b in NAMES:
+        return NAMES[b] + kv
+    if b.startswith("auto") and b[4:].isdigit():
+        return "auto, target %s ms%s" % (b[4:], kv)
     return c
+
+
+def fixed_ref(c, confs):
+    """the fixed-512 run a budget's ratios are to: the one with its KV
+    type where the run has it, else plain fixed512"""
+    ref = "fixed512" + split_kv(c)[1]
+    return ref if ref in confs else "fixed512"
 
 
 def pct(v, q):
@@ -82,10 +104,16 @@ def main():
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
           "| ---: |" + " ---: | ---: | ---: |" * peer)
     # fixed budgets, then targets from the loosest, then the peer
-    autos = sorted(({r["conf"] for r in runs} | set(NAMES)) - {
-        "fixed512", "fixed128", "llama", "llama1"},
-        key=lambda c: -int(c[4:]) if c[4:].isdigit() else 0)
-    order = ["fixed512", "fixed128"] + autos + ["llama", "llama1"]
+    confs = {r["conf"] for r in runs}
+    # each KV type's fixed budgets, then its targets from the loosest
+    order = []
+    for k in ("",) + KV_SUFFIXES:
+        autos = sorted((c for c in confs if split_kv(c)[1] == k
+                        and split_kv(c)[0].startswith("auto")),
+                       key=lambda c: -int(split_kv(c)[0][4:])
+                       if split_kv(c)[0][4:].isdigit() else 0)
+        order += ["fixed512" + k, "fixed128" + k] + autos
+    order += ["llama", "llama1"]
     present = [c for c in order if any(r["conf"] == c for r in runs)]
     for w in ("plain", "shared"):
         for c in present:
@@ -93,7 +121,8 @@ def main():
             if not rs:
                 continue
             med = lambda f: statistics.median(f(r["run"]) for r in rs)
-            ratio = lambda f, ref="fixed512": ratio_to(rs, runs, w, ref, f)
+            ratio = lambda f, ref=fixed_ref(c, confs): ratio_to(
+                rs, runs, w, ref, f)
             gaps = []
             for path in glob.glob("%s/itl-%s-%s-*.txt" % (sys.argv[2], w, c)):
                 gaps += [float(x) for x in open(path) if x.strip()]
