@@ -42,7 +42,11 @@ def fixed_ref(c, confs):
     """the fixed-512 run a budget's ratios are to: the one with its KV
     type where the run has it, else plain fixed512"""
     ref = "fixed512" + split_kv(c)[1]
-    return ref if ref in confs else "fixed512"
+    if ref in confs:
+        return ref
+    # llama-server, or a type the run has no fixed 512 of: the first one
+    return next((x for x in sorted(confs) if split_kv(x)[0] == "fixed512"),
+                "fixed512")
 
 
 def pct(v, q):
