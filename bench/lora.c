@@ -22,6 +22,7 @@
 #include "kv.h"
 #include "lora.h"
 #include "model.h"
+#include "bench_time.h"
 
 #define NSEQ    16
 #define NADAPT  4       /* adapters at most */
@@ -33,33 +34,6 @@
 static uint64_t  rng = 88172645463325252ULL;
 static ggml_type ad_type = GGML_F16;   /* the adapters' A and B */
 static int       n_adapt = NADAPT;     /* adapters the sequences use */
-
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-
-    return (x > y) - (x < y);
-}
-
-
-static double
-median(double *v, int n)
-{
-    qsort(v, (size_t) n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 
 /* a (rows, cols) matrix of ad_type (F16 or F32), random values in
@@ -277,9 +251,9 @@ main(int argc, char **argv)
            argv[1], m->cfg.dim, m->cfg.n_layers, m->cfg.ffn_dim, NSEQ,
            threads, rounds, steps, load[0], load[1], load[2]);
     printf("median: base %.2f tokens/s, %d rank-%d %s adapters %.2f "
-           "tokens/s, same-round ratio %.3f\n", median(base, rounds),
-           n_adapt, RANK, ggml_type_name(ad_type), median(lora, rounds),
-           median(ratio, rounds));
+           "tokens/s, same-round ratio %.3f\n", median_of(base, rounds),
+           n_adapt, RANK, ggml_type_name(ad_type), median_of(lora, rounds),
+           median_of(ratio, rounds));
     free(logits);
     be->kv_free(be, &kv);
     nalar_kv_pool_free(&kv);

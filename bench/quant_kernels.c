@@ -19,31 +19,13 @@
 #include "cpu_matmul.h"
 #include "cpu_quant.h"
 #include "fp16.h"
+#include "bench_time.h"
 
 #define COLS  2048
 #define HOT   128       /* rows of the matrix held in cache */
 #define CALLS 5
 #define PREFILL 32      /* tokens of the prefill's product */
 #define PF_ROWS 512     /* its rows, held in cache */
-
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-
-    return (x > y) - (x < y);
-}
 
 
 /* seconds of the median of CALLS calls of n_reps products of n_tok

@@ -19,38 +19,12 @@
 #include "cpu_quant_rows.h"
 #include "cpu_quant_x16.h"
 #include "gguf.h"
+#include "bench_time.h"
 
 #define COLS   2048
 #define HOT    128
 #define ROWS   32768
 #define ROUNDS 9
-
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-
-    return (x > y) - (x < y);
-}
-
-
-static double
-median(double *v)
-{
-    qsort(v, ROUNDS, sizeof(double), cmp_double);
-    return v[ROUNDS / 2];
-}
 
 
 /* seconds per call of reps calls of the 8-bit (i16 0) or 16-bit kernel
@@ -153,8 +127,8 @@ main(int argc, char **argv)
             }
         }
         {
-            double a = median(h8), b = median(h16), c = median(m8);
-            double d = median(m16);
+            double a = median_of(h8, ROUNDS), b = median_of(h16, ROUNDS);
+            double c = median_of(m8, ROUNDS), d = median_of(m16, ROUNDS);
 
             printf("%-5s %9.2f %9.2f %7.2f %9.2f %9.2f %7.2f\n",
                    ggml_type_name(t), a, b, b / a, c, d, d / c);

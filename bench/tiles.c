@@ -19,6 +19,7 @@
 #include "cpu_quant_q8_tiles.h"
 #include "cpu_quant_x16_tiles.h"
 #include "gguf.h"
+#include "bench_time.h"
 
 #ifndef ROWS
 #define ROWS   1024
@@ -27,25 +28,6 @@
 #define COLS   2048
 #endif
 #define ROUNDS 7
-
-
-static double
-now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-
-    return (x > y) - (x < y);
-}
 
 
 int
