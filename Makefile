@@ -35,6 +35,9 @@ ENGINE_OBJ = $(patsubst %.c,build/obj/%.o,$(ENGINE_SRC))
 ASAN_OBJ   = $(patsubst %.c,build/asan/obj/%.o,$(ENGINE_SRC))
 TEST_SRC   = $(wildcard t/c/*.c)
 TEST_BIN   = $(patsubst t/c/%.c,build/t/%,$(TEST_SRC))
+# test_kv16 again for narrower instruction sets (the rule is below)
+KV16_BIN   = build/t/test_kv16-avx2 build/t/test_kv16-avx2-nof16c \
+             build/t/test_kv16-scalar
 HDRS       = $(wildcard src/*.h) $(wildcard kernels/cpu/*.h) \
              $(wildcard kernels/cuda/*.h) $(wildcard api/*.h) $(wildcard t/c/*.h)
 
@@ -135,8 +138,6 @@ build/t/%: t/c/%.c build/asan/libnalar_api.a build/asan/libnalar.a \
 # (kernels/cpu/cpu_kv16.h): test_kv16 again for AVX2 with F16C, AVX2
 # without it and x86-64-v2, beside the machine's copy above
 # (t/53-kv16-paths.t runs them)
-KV16_BIN = build/t/test_kv16-avx2 build/t/test_kv16-avx2-nof16c \
-           build/t/test_kv16-scalar
 build/t/test_kv16-avx2: ISA_FLAGS = -mno-avx512f
 build/t/test_kv16-avx2-nof16c: ISA_FLAGS = -mno-avx512f -mno-f16c
 build/t/test_kv16-scalar: ISA_FLAGS = -march=x86-64-v2
