@@ -1,21 +1,19 @@
 /*
- * What the in-process benchmarks (the C files in bench/) time with: a monotonic clock
- * in seconds, and the median of a set of timings.
+ * What the in-process benchmarks (the C files in bench/) time with: the
+ * engine's monotonic clock, and the median of a set of timings.
  */
 #ifndef NALAR_BENCH_TIME_H
 #define NALAR_BENCH_TIME_H
 
 #include <stdlib.h>
-#include <time.h>
 
-/* seconds on the monotonic clock */
+#include "clock.h"
+
+/* seconds on the monotonic clock (the engine's nalar_now_s) */
 static inline double
 now(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+    return nalar_now_s();
 }
 
 
