@@ -165,6 +165,27 @@ typedef struct {
                        same arrays as hi's */
 } nalar_xq16;
 
+/*
+ * Pair multipliers (an activation mode, cpu_quant_pairs.c): per group of
+ * x that one weight block reads (32 values for Q8_0 and Q4_0, 256 for the
+ * K-quants) one float step D = max |x| / (127 * 64), and per pair of
+ * values (x[2p], x[2p + 1]) an integer n_p in [1, 64] and two int8 codes
+ * c in [-127, 127], x ~ D * n_p * c.  x16 holds the products x' = n * c
+ * (|x'| <= 8128) as the 16-bit mode's codes and planes, with D as their
+ * scales (d, dk), so every 16-bit kernel reads them unchanged and gives
+ * the 16-bit contract's bits for x'.  ck and nk are the 256-groups' c and
+ * n as they are, for one token's K-quant rows (nalar_quant_pairs_rows):
+ * the same integers, fewer products.
+ */
+typedef struct {
+    nalar_xq16     x16;  /* x' = n * c per 32 and per 256, scales D */
+    const int8_t  *ck;   /* (n_tok, cols) the 256-groups' codes c, in x's
+                            order, or NULL when cols is not a multiple of
+                            256 */
+    const int16_t *nk;   /* (n_tok, cols / 2) n of the pair (x[2p],
+                            x[2p + 1]) of those groups */
+} nalar_xqp;
+
 /* bytes nalar_quant_x16 takes for n_tok tokens of cols (a multiple of
  * 32) */
 int64_t nalar_quant_x16_bytes(int n_tok, int64_t cols);

@@ -938,3 +938,25 @@ nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
     return -1;
 #endif
 }
+
+
+/* no pair kernel yet: every caller runs the 16-bit rows on xp->x16 */
+int
+nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
+                       int64_t wstride, int il, int64_t cols,
+                       const nalar_xqp *xp, float *y, int64_t r0, int64_t r1,
+                       int accumulate)
+{
+    (void) t;
+    (void) isa;
+    (void) w;
+    (void) wstride;
+    (void) il;
+    (void) cols;
+    (void) xp;
+    (void) y;
+    (void) r0;
+    (void) r1;
+    (void) accumulate;
+    return -1;
+}
