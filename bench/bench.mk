@@ -80,3 +80,11 @@ build/bench/rows: bench/rows.c build/libnalar.a $(wildcard src/*.h) bench/bench_
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -O3 -march=native bench/rows.c build/libnalar.a \
 	    -o $@ $(LDLIBS)
+
+# Decode's products on two threads against a read loop over the same
+# bytes (bench/README: what bounds decode)
+build/bench/stream: bench/stream.c build/libnalar.a $(wildcard src/*.h) bench/bench_time.h \
+                    $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/stream.c build/libnalar.a \
+	    -o $@ $(LDLIBS)
