@@ -23,11 +23,10 @@
 /* bytes ahead of the block being read that a step asks for, in an
  * interleaved matrix (one stream; 0: none): rows_pf_ahead().  A
  * row-ordered matrix asks for the rows 16 on instead.  Asked for into
- * L2 (prefetcht1), not L1: on the 2-vCPU Zen 4 VM, two threads of decode's
- * products against a read loop over the same bytes (bench/stream.c)
- * read 4-12% nearer the loop's rate so than with prefetcht0 4 KB ahead,
- * the distance where prefetcht0 did best (8 KB and more ahead into L1,
- * a 32 KB L1, did no better; 4 KB into L2 was worse than 8-64 KB). */
+ * L2 (prefetcht1), not L1: with two threads on the Zen 4 VM, 8 KB ahead
+ * into L2 brought the products nearer a read loop's rate than any
+ * distance into L1 (whose best was 4 KB: L1 holds 32 KB), for Q8_0,
+ * Q6_K and Q4_K, Q4_0 the same (bench/README, what bounds decode). */
 #define ROWS_PF_AHEAD 8192
 
 
