@@ -186,6 +186,36 @@ typedef struct {
                             x[2p + 1]) of those groups */
 } nalar_xqp;
 
+/* bytes nalar_quant_xpairs takes for n_tok tokens of cols (a multiple of
+ * 32) */
+int64_t nalar_quant_xpairs_bytes(int n_tok, int64_t cols);
+
+/* the pair codes of x (n_tok rows, ldx floats apart) into buf (any
+ * alignment, nalar_quant_xpairs_bytes long), described by *xp: x16 laid
+ * out as nalar_quant_x16 lays out its codes, ck and nk where cols is a
+ * multiple of 256 (the rule, in float operations: cpu_quant_pairs.c) */
+void nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
+                        void *buf, nalar_xqp *xp);
+
+/* nalar_quant_matmul from x's pair codes (nalar_quant_xpairs): the
+ * 16-bit kernels' bits for x' (nalar_quant_matmul_x16 on xp->x16),
+ * through nalar_quant_pairs_rows for one token of a K-quant where it has
+ * a kernel; a row of cols weights of t takes them where
+ * nalar_quant_x8_fits */
+void nalar_quant_matmul_pairs(ggml_type t, const uint8_t *w,
+                              int64_t wstride, int il, int64_t cols,
+                              const nalar_xqp *xp, int n_tok, float *y,
+                              int ldy, int64_t r0, int64_t r1,
+                              int accumulate);
+
+/* nalar_quant_matmul with pair-multiplier activations: x's codes made
+ * here, the same bits as nalar_quant_matmul_pairs from codes made once */
+void nalar_quant_matmul_xpairs(ggml_type t, const uint8_t *w,
+                               int64_t wstride, int il, int64_t cols,
+                               const float *x, int n_tok, int ldx, float *y,
+                               int ldy, int64_t r0, int64_t r1,
+                               int accumulate);
+
 /* bytes nalar_quant_x16 takes for n_tok tokens of cols (a multiple of
  * 32) */
 int64_t nalar_quant_x16_bytes(int n_tok, int64_t cols);
@@ -203,11 +233,12 @@ void nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
                             int64_t r1, int accumulate);
 
 /* x's codes for n_tok tokens, made once for the products that read
- * them: the 16-bit codes (x16.hi.cols != 0) or the 8-bit ones (x8.cols
- * != 0), the other zeroed */
+ * them: the 16-bit codes (x16.hi.cols != 0), the 8-bit ones (x8.cols !=
+ * 0) or the pair codes (xp.x16.hi.cols != 0), the others zeroed */
 typedef struct {
     nalar_xq8      x8;
     nalar_xq16     x16;
+    nalar_xqp      xp;
 } nalar_xq;
 
 /* nalar_quant_matmul with 16-bit activations: x's codes made here, the

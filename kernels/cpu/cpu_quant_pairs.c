@@ -1,0 +1,472 @@
+/*
+ * Pair multipliers (an activation mode, cpu_quant.h's nalar_xqp): x's
+ * codes, and the products that read them.
+ *
+ * Per group of x that one weight block reads (g = 32 values for Q8_0 and
+ * Q4_0, g = 256 for the K-quants), one float step D, and per pair of
+ * values (x[2p], x[2p + 1]) an integer n_p in [1, 64] and two int8 codes
+ * c in [-127, 127], x ~ D * n_p * c.  The products read x' = n * c
+ * (|x'| <= 8128) as the 16-bit mode's codes with D as their scale, so
+ * every 16-bit kernel (cpu_quant_x16.c's contract) computes them: the
+ * same bits as the 16-bit kernels give for codes x'.
+ *
+ * The rule, in float32 operations only (no double, no fma; the scalar
+ * reference, the AVX2 and the AVX-512 paths perform exactly these, so
+ * every path gives the same bytes):
+ *   amax = max |x| over the group: m = 0, then m = |x_i| > m ? |x_i| : m
+ *     (a NaN never enters; the order is free, max being exact);
+ *   D  = amax / 8128.0f                           (a division; 8128 =
+ *                                                  127 * 64)
+ *   iD = amax > 0 ? 8128.0f / amax : 0            (a division)
+ *   per value: u = x * iD                         (x in units of D)
+ *   per pair:  a = |u0| > 0 ? |u0| : 0;  a = |u1| > a ? |u1| : a
+ *              f = ceilf(a / 127.0f)              (a division)
+ *              f = f > 1 ? f : 1;  f = f < 64 ? f : 64     (n0, in float)
+ *   candidates k = n0, n0 + 1, .. n0 + 7, those <= 64, in that order:
+ *              r = R[k], the table R[k] = 1.0f / (float) k (a reciprocal:
+ *                  one correctly rounded division each, made by the
+ *                  compiler; every path reads the same table)
+ *              q = rintf(u * r)                   (to nearest even)
+ *              q = q > -127 ? q : -127;  q = q < 127 ? q : 127
+ *                                                 (a NaN's code: -127)
+ *              e = u - k * q                      (k * q exact)
+ *              err = e0 * e0 + e1 * e1            (two products, a sum)
+ *     the first candidate is taken; a later one replaces it when its
+ *     err < the taken one's (so ties go to the smallest n, and a NaN's
+ *     pair keeps n0);
+ *   x' = n * c, an exact integer.
+ * An all-zero group: D = 0, u = 0, n = 1, codes 0.  NaN and Inf behave as
+ * the 16-bit codes' maker's (cpu_quant_x16.c): a NaN never enters amax,
+ * its code is the clamp's lowest (-127, so x' = -127 n); an Inf makes
+ * amax and D infinite and iD 0 (the group's products are then Inf or
+ * NaN, as the 16-bit mode's).  A group whose amax is so small that iD
+ * overflows has D = 0 (every x' then weighs 0).
+ *
+ * x16's planes are laid out exactly as nalar_quant_x16 lays them out:
+ * hi = (x' + 128) >> 8 (arithmetic), lo = x' - 256 * hi, per 32 (q, d)
+ * and per 256 (qk, bs: each plane's sums of 16 codes, dk); ck and nk
+ * hold the 256-groups' c and n.
+ *
+ * Paths: the scalar reference, AVX2 (8 pairs at a time) and AVX-512
+ * (16 pairs at a time), chosen by nalar_quant_q8_isa (AVX-512 where it
+ * says VNNI).
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_blocks.h"
+#include "cpu_quant_q8_simd.h"
+#include "cpu_quant_rows.h"
+
+#define XP_K     64           /* the largest multiplier */
+#define XP_NCAND 8            /* candidates per pair */
+#define XP_STEPS 8128.0f      /* 127 * XP_K: amax in units of D */
+
+#define R1(k)  (1.0f / (float) (k))
+#define R8(k)  R1(k), R1(k + 1), R1(k + 2), R1(k + 3), R1(k + 4),     \
+               R1(k + 5), R1(k + 6), R1(k + 7)
+
+/* R[k - 1] = 1 / k for k = 1 .. 72 (past 64: lanes a SIMD path masks
+ * out, so that its look-up never leaves the table) */
+static const float xp_recip[72] __attribute__((aligned(64))) = {
+    R8(1), R8(9), R8(17), R8(25), R8(33), R8(41), R8(49), R8(57), R8(65)
+};
+
+
+/* one group's amax, as the rule says */
+static float
+xp_amax(const float *x, int g)
+{
+    float m = 0;
+
+    for (int i = 0; i < g; i++) {
+        float a = fabsf(x[i]);
+
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* one group's pairs: n (g / 2) and c (g), three paths                  */
+
+
+static void
+xp_pairs_scalar(const float *x, int g, float iD, int8_t *c, int16_t *n)
+{
+    for (int p = 0; p < g / 2; p++) {
+        float u0 = x[2 * p] * iD, u1 = x[2 * p + 1] * iD;
+        float a = fabsf(u0) > 0 ? fabsf(u0) : 0;
+        float f, best = 0, bq0 = 0, bq1 = 0, bk = 1;
+
+        a = fabsf(u1) > a ? fabsf(u1) : a;
+        f = ceilf(a / 127.0f);
+        f = f > 1 ? f : 1;
+        f = f < (float) XP_K ? f : (float) XP_K;
+        for (int j = 0; j < XP_NCAND && f + (float) j <= (float) XP_K; j++) {
+            float k = f + (float) j, r = xp_recip[(int) k - 1];
+            float q0 = rintf(u0 * r), q1 = rintf(u1 * r), e0, e1, err;
+
+            q0 = q0 > -127.0f ? q0 : -127.0f;
+            q0 = q0 < 127.0f ? q0 : 127.0f;
+            q1 = q1 > -127.0f ? q1 : -127.0f;
+            q1 = q1 < 127.0f ? q1 : 127.0f;
+            e0 = u0 - k * q0;
+            e1 = u1 - k * q1;
+            err = e0 * e0 + e1 * e1;
+            if (j == 0 || err < best) {
+                best = err;
+                bq0 = q0;
+                bq1 = q1;
+                bk = k;
+            }
+        }
+        c[2 * p] = (int8_t) bq0;
+        c[2 * p + 1] = (int8_t) bq1;
+        n[p] = (int16_t) bk;
+    }
+}
+
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/* AVX2: 8 pairs at a time, the lanes' pairs deinterleaved (even values
+ * in one vector, odd in the other), the same operations per lane */
+static Q8_T_AVX2 void
+xp_pairs_avx2(const float *x, int g, float iD, int8_t *c, int16_t *n)
+{
+    const __m256 vi = _mm256_set1_ps(iD), sgn = _mm256_set1_ps(-0.0f);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 one = _mm256_set1_ps(1.0f), kmax = _mm256_set1_ps(64.0f);
+
+    for (int i = 0; i < g; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        /* [a0 a2 b0 b2 a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6] */
+        __m256 ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(
+                        _mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+        __m256 od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(
+                        _mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+        __m256 u0 = _mm256_mul_ps(ev, vi), u1 = _mm256_mul_ps(od, vi);
+        __m256 m, f, best, bq0, bq1, bk;
+        int32_t q0[8], q1[8], kk[8];
+
+        m = _mm256_max_ps(_mm256_andnot_ps(sgn, u0), _mm256_setzero_ps());
+        m = _mm256_max_ps(_mm256_andnot_ps(sgn, u1), m);
+        f = _mm256_round_ps(_mm256_div_ps(m, hi),
+                            _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+        f = _mm256_min_ps(_mm256_max_ps(f, one), kmax);
+        best = bq0 = bq1 = _mm256_setzero_ps();
+        bk = f;
+        for (int j = 0; j < XP_NCAND; j++) {
+            __m256  k = _mm256_add_ps(f, _mm256_set1_ps((float) j));
+            __m256i ix = _mm256_sub_epi32(_mm256_cvtps_epi32(k),
+                                          _mm256_set1_epi32(1));
+            __m256  r = _mm256_i32gather_ps(xp_recip, ix, 4);
+            __m256  p0 = _mm256_round_ps(_mm256_mul_ps(u0, r),
+                                         _MM_FROUND_TO_NEAREST_INT
+                                         | _MM_FROUND_NO_EXC);
+            __m256  p1 = _mm256_round_ps(_mm256_mul_ps(u1, r),
+                                         _MM_FROUND_TO_NEAREST_INT
+                                         | _MM_FROUND_NO_EXC);
+            __m256  e0, e1, err, take;
+
+            p0 = _mm256_min_ps(_mm256_max_ps(p0, lo), hi);
+            p1 = _mm256_min_ps(_mm256_max_ps(p1, lo), hi);
+            e0 = _mm256_sub_ps(u0, _mm256_mul_ps(k, p0));
+            e1 = _mm256_sub_ps(u1, _mm256_mul_ps(k, p1));
+            err = _mm256_add_ps(_mm256_mul_ps(e0, e0), _mm256_mul_ps(e1, e1));
+            if (j == 0) {
+                best = err;
+                bq0 = p0;
+                bq1 = p1;
+                continue;
+            }
+            take = _mm256_and_ps(_mm256_cmp_ps(err, best, _CMP_LT_OQ),
+                                 _mm256_cmp_ps(k, kmax, _CMP_LE_OQ));
+            best = _mm256_blendv_ps(best, err, take);
+            bq0 = _mm256_blendv_ps(bq0, p0, take);
+            bq1 = _mm256_blendv_ps(bq1, p1, take);
+            bk = _mm256_blendv_ps(bk, k, take);
+        }
+        _mm256_storeu_si256((__m256i *) q0, _mm256_cvtps_epi32(bq0));
+        _mm256_storeu_si256((__m256i *) q1, _mm256_cvtps_epi32(bq1));
+        _mm256_storeu_si256((__m256i *) kk, _mm256_cvtps_epi32(bk));
+        for (int l = 0; l < 8; l++) {
+            c[i + 2 * l] = (int8_t) q0[l];
+            c[i + 2 * l + 1] = (int8_t) q1[l];
+            n[i / 2 + l] = (int16_t) kk[l];
+        }
+    }
+}
+
+
+/* AVX-512: 16 pairs at a time, as AVX2's lanes; 1 / k from the table
+ * in four registers */
+static Q8_T_VNNI void
+xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
+{
+    const __m512  vi = _mm512_set1_ps(iD);
+    const __m512  lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512  one = _mm512_set1_ps(1.0f), kmax = _mm512_set1_ps(64.0f);
+    const __m512  t0 = _mm512_load_ps(xp_recip), t1 = _mm512_load_ps(
+                                                      xp_recip + 16);
+    const __m512  t2 = _mm512_load_ps(xp_recip + 32), t3 = _mm512_load_ps(
+                                                           xp_recip + 48);
+    const __m512i iev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                                          20, 22, 24, 26, 28, 30);
+    const __m512i iod = _mm512_add_epi32(iev, _mm512_set1_epi32(1));
+    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20,
+                                          5, 21, 6, 22, 7, 23);
+    const __m512i il1 = _mm512_add_epi32(il0, _mm512_set1_epi32(8));
+
+    for (int i = 0; i < g; i += 32) {
+        __m512    a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        __m512    u0 = _mm512_mul_ps(_mm512_permutex2var_ps(a, iev, b), vi);
+        __m512    u1 = _mm512_mul_ps(_mm512_permutex2var_ps(a, iod, b), vi);
+        __m512    m, f, best, bq0, bq1, bk;
+        __m512i   c0, c1;
+
+        m = _mm512_max_ps(_mm512_abs_ps(u0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_abs_ps(u1), m);
+        f = _mm512_roundscale_ps(_mm512_div_ps(m, hi),
+                                 _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+        f = _mm512_min_ps(_mm512_max_ps(f, one), kmax);
+        best = bq0 = bq1 = _mm512_setzero_ps();
+        bk = f;
+        for (int j = 0; j < XP_NCAND; j++) {
+            __m512    k = _mm512_add_ps(f, _mm512_set1_ps((float) j));
+            __m512i   ix = _mm512_sub_epi32(_mm512_cvtps_epi32(k),
+                                            _mm512_set1_epi32(1));
+            __mmask16 up = _mm512_test_epi32_mask(ix, _mm512_set1_epi32(32));
+            __m512    r = _mm512_mask_blend_ps(
+                              up, _mm512_permutex2var_ps(t0, ix, t1),
+                              _mm512_permutex2var_ps(t2, ix, t3));
+            __m512    p0 = _mm512_roundscale_ps(_mm512_mul_ps(u0, r),
+                                                _MM_FROUND_TO_NEAREST_INT
+                                                | _MM_FROUND_NO_EXC);
+            __m512    p1 = _mm512_roundscale_ps(_mm512_mul_ps(u1, r),
+                                                _MM_FROUND_TO_NEAREST_INT
+                                                | _MM_FROUND_NO_EXC);
+            __m512    e0, e1, err;
+            __mmask16 take;
+
+            p0 = _mm512_min_ps(_mm512_max_ps(p0, lo), hi);
+            p1 = _mm512_min_ps(_mm512_max_ps(p1, lo), hi);
+            e0 = _mm512_sub_ps(u0, _mm512_mul_ps(k, p0));
+            e1 = _mm512_sub_ps(u1, _mm512_mul_ps(k, p1));
+            err = _mm512_add_ps(_mm512_mul_ps(e0, e0), _mm512_mul_ps(e1, e1));
+            if (j == 0) {
+                best = err;
+                bq0 = p0;
+                bq1 = p1;
+                continue;
+            }
+            take = _mm512_cmp_ps_mask(err, best, _CMP_LT_OQ)
+                   & _mm512_cmp_ps_mask(k, kmax, _CMP_LE_OQ);
+            best = _mm512_mask_mov_ps(best, take, err);
+            bq0 = _mm512_mask_mov_ps(bq0, take, p0);
+            bq1 = _mm512_mask_mov_ps(bq1, take, p1);
+            bk = _mm512_mask_mov_ps(bk, take, k);
+        }
+        c0 = _mm512_cvtps_epi32(bq0);
+        c1 = _mm512_cvtps_epi32(bq1);
+        _mm_storeu_si128((__m128i *) (c + i), _mm512_cvtepi32_epi8(
+                             _mm512_permutex2var_epi32(c0, il0, c1)));
+        _mm_storeu_si128((__m128i *) (c + i + 16), _mm512_cvtepi32_epi8(
+                             _mm512_permutex2var_epi32(c0, il1, c1)));
+        _mm256_storeu_si256((__m256i *) (n + i / 2), _mm512_cvtepi32_epi16(
+                                _mm512_cvtps_epi32(bk)));
+    }
+}
+
+#endif
+
+
+typedef void xp_pairs_fn(const float *x, int g, float iD, int8_t *c,
+                         int16_t *n);
+
+
+static xp_pairs_fn *
+xp_pairs_of(int isa)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa == NALAR_ISA_VNNI) {
+        return xp_pairs_avx512;
+    }
+    if (isa == NALAR_ISA_AVX2) {
+        return xp_pairs_avx2;
+    }
+#else
+    (void) isa;
+#endif
+    return xp_pairs_scalar;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* x's codes                                                            */
+
+
+/* n floats in groups of g (32 or 256): each group's D, its x' split into
+ * the planes hi and lo, and (cg, ng not NULL) its c and n */
+static void
+xp_groups(xp_pairs_fn *fn, const float *x, int64_t n, int g, int8_t *hi,
+          int8_t *lo, float *d, int8_t *cg, int16_t *ng)
+{
+    int8_t  cb[QK_K];
+    int16_t nb[QK_K / 2];
+
+    for (int64_t b = 0; b < n / g; b++) {
+        float    amax = xp_amax(x + b * g, g);
+        int8_t  *c = cg != NULL ? cg + b * g : cb;
+        int16_t *nn = ng != NULL ? ng + b * g / 2 : nb;
+
+        d[b] = amax / XP_STEPS;
+        fn(x + b * g, g, amax > 0 ? XP_STEPS / amax : 0, c, nn);
+        for (int i = 0; i < g; i++) {
+            int32_t v = (int32_t) nn[i / 2] * c[i];
+            int32_t h = (v + 128) >> 8;
+
+            hi[b * g + i] = (int8_t) h;
+            lo[b * g + i] = (int8_t) (v - 256 * h);
+        }
+    }
+}
+
+
+int64_t
+nalar_quant_xpairs_bytes(int n_tok, int64_t cols)
+{
+    /* the 16-bit codes' bytes, then c (1 byte) and n (1 byte per value:
+     * 2 per pair) of the 256-groups, and alignment */
+    return nalar_quant_x16_bytes(n_tok, cols) + (int64_t) n_tok * 2 * cols
+           + 2 * 32;
+}
+
+
+static uint8_t *
+align32(uint8_t *p)
+{
+    return (uint8_t *) (((uintptr_t) p + 31) & ~(uintptr_t) 31);
+}
+
+
+void
+nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
+                   void *buf, nalar_xqp *xp)
+{
+    uint8_t     *p = align32(buf);
+    int8_t      *q[2], *qk[2] = { NULL, NULL }, *ck = NULL;
+    int32_t     *bs[2] = { NULL, NULL };
+    int16_t     *nk = NULL;
+    float       *d, *dk = NULL;
+    int          k = cols % QK_K == 0;
+    int64_t      nc = (int64_t) n_tok * cols;
+    xp_pairs_fn *fn = xp_pairs_of(nalar_quant_q8_isa());
+
+    /* nalar_quant_x16's layout, then ck and nk */
+    for (int pl = 0; pl < 2; pl++) {
+        q[pl] = (int8_t *) p;
+        p = align32(p + nc);
+    }
+    d = (float *) p;
+    p = align32(p + (int64_t) n_tok * (cols / 32) * 4);
+    if (k) {
+        for (int pl = 0; pl < 2; pl++) {
+            qk[pl] = (int8_t *) p;
+            p = align32(p + nc);
+            bs[pl] = (int32_t *) p;
+            p = align32(p + (int64_t) n_tok * (cols / 16) * 4);
+        }
+        dk = (float *) p;
+        p = align32(p + (int64_t) n_tok * (cols / QK_K) * 4);
+        ck = (int8_t *) p;
+        p = align32(p + nc);
+        nk = (int16_t *) p;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (int64_t) t * ldx;
+        int64_t      o = (int64_t) t * cols;
+
+        xp_groups(fn, xt, cols, 32, q[0] + o, q[1] + o, d + t * (cols / 32),
+                  NULL, NULL);
+        if (k) {
+            xp_groups(fn, xt, cols, QK_K, qk[0] + o, qk[1] + o,
+                      dk + t * (cols / QK_K), ck + o, nk + o / 2);
+            for (int pl = 0; pl < 2; pl++) {
+                q8_sums16(qk[pl] + o, cols, bs[pl] + t * (cols / 16));
+            }
+        }
+    }
+    for (int pl = 0; pl < 2; pl++) {
+        nalar_xq8 *v = pl ? &xp->x16.lo : &xp->x16.hi;
+
+        v->q = q[pl];
+        v->d = d;
+        v->qk = qk[pl];
+        v->dk = dk;
+        v->bs = bs[pl];
+        v->cols = cols;
+    }
+    xp->ck = ck;
+    xp->nk = nk;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* products                                                             */
+
+
+void
+nalar_quant_matmul_pairs(ggml_type t, const uint8_t *w, int64_t wstride,
+                         int il, int64_t cols, const nalar_xqp *xp,
+                         int n_tok, float *y, int ldy, int64_t r0,
+                         int64_t r1, int accumulate)
+{
+    /* one token of a K-quant: the pair kernels where there is one for
+     * t and this instruction set; else, and for everything else, the
+     * 16-bit kernels on x': the same bits either way */
+    if (n_tok == 1 && nalar_quant_block(t) == QK_K && xp->ck != NULL
+        && nalar_quant_pairs_rows(t, nalar_quant_q8_isa(), w, wstride, il,
+                                  cols, xp, y, r0, r1, accumulate) == 0)
+    {
+        return;
+    }
+    nalar_quant_matmul_x16(t, w, wstride, il, cols, &xp->x16, n_tok, y, ldy,
+                           r0, r1, accumulate);
+}
+
+
+void
+nalar_quant_matmul_xpairs(ggml_type t, const uint8_t *w, int64_t wstride,
+                          int il, int64_t cols, const float *x, int n_tok,
+                          int ldx, float *y, int ldy, int64_t r0, int64_t r1,
+                          int accumulate)
+{
+    /* x's codes XP_CHUNK tokens at a time into the scratch (as the 8- and
+     * 16-bit modes' own makers do), each token's codes its own: the same
+     * as made for the whole batch */
+    enum { XP_CHUNK = 32 };
+    int    chunk = n_tok < XP_CHUNK ? n_tok : XP_CHUNK;
+    float *buf = nalar_quant_scratch(
+                     (nalar_quant_xpairs_bytes(chunk, cols) + 3) / 4);
+
+    if (buf == NULL || !nalar_quant_x8_fits(t, cols)) {
+        nalar_quant_matmul(t, w, wstride, il, cols, x, n_tok, ldx, y, ldy,
+                           r0, r1, accumulate);
+        return;
+    }
+    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
+        int       n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
+        nalar_xqp xp;
+
+        nalar_quant_xpairs(x + (int64_t) t0 * ldx, n, ldx, cols, buf, &xp);
+        nalar_quant_matmul_pairs(t, w, wstride, il, cols, &xp, n,
+                                 y + (int64_t) t0 * ldy, ldy, r0, r1,
+                                 accumulate);
+    }
+}
