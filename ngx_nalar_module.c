@@ -64,6 +64,7 @@ static ngx_conf_enum_t  ngx_http_nalar_cpu_activations[] = {
     { ngx_string("f32"), NALAR_ACT_F32 },
     { ngx_string("i16"), NALAR_ACT_I16 },
     { ngx_string("q8"), NALAR_ACT_Q8 },
+    { ngx_string("pairs"), NALAR_ACT_PAIRS },
     { ngx_null_string, 0 }
 };
 
@@ -532,7 +533,7 @@ ngx_http_nalar_init_main_conf(ngx_conf_t *cf, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"nalar_cpu_activations %s\" is a mode of "
                            "\"nalar_backend cpu\"",
-                           nmcf->cpu_act_i16 == 2 ? "q8" : "i16");
+                           nalar_act_name((int) nmcf->cpu_act_i16));
         return NGX_CONF_ERROR;
     }
 

@@ -11,7 +11,8 @@
 # the 16-sequence decode): a llama.cpp build made outside this tree.
 # Environment (defaults in brackets):
 #   ROUNDS  rounds [5]          TYPES  [f16 q8_0 q4_0 q4_k_m q5_k_m q6_k]
-#   ACTS    nalar's --cpu-activations modes for quantized types [f32 i16 q8]
+#   ACTS    nalar's --cpu-activations modes for quantized types, any of f32
+#           i16 q8 pairs [f32 i16 q8]
 #   THREADS [2]   P  prefill tokens [128]   N  decode tokens [32]
 #   REPS    llama-bench repetitions [3]
 #   SUMMARY 1: no runs, only the table from MODEL_DIR/peer-raw.txt [0]

@@ -21,7 +21,7 @@
  *                 -o FILE
  *   nalar mkmodel --merge BASE --lora ADAPTER [--scale S] -o FILE
  *   nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS] [--json]
- *               [--cpu-activations f32|i16|q8] [--kv-type f32|f16|bf16]
+ *               [--cpu-activations f32|i16|q8|pairs] [--kv-type f32|f16|bf16]
  *               [--ctx 16]
  */
 #include <limits.h>
@@ -66,13 +66,13 @@ usage(FILE *out)
         "                 [--gpu-memory FRACTION|BYTES] [--gpu-gemv-max N]"
         " [--draft FILE]\n"
         "                 [--spec off|draft|ngram|auto] [--spec-k K]"
-        " [--cpu-activations f32|i16|q8]\n"
+        " [--cpu-activations f32|i16|q8|pairs]\n"
         "                 [--kv-type f32|f16|bf16]"
         " [--lora NAME=PATH[:SCALE] ...] [--adapter NAME]\n"
         "  nalar tokenize -m MODEL [--no-bos] [--special] TEXT\n"
         "  nalar eval -m MODEL --ids \"ID ...\" [--top K] [--backend cpu|cuda]"
         " [--device N]\n"
-        "                 [-t THREADS] [--cpu-activations f32|i16|q8]"
+        "                 [-t THREADS] [--cpu-activations f32|i16|q8|pairs]"
         " [--kv-type f32|f16|bf16]\n"
         "                 [--lora PATH[:SCALE]]\n"
         "  nalar inspect MODEL\n"
@@ -99,7 +99,7 @@ usage(FILE *out)
         " type)\n"
         "  nalar bench -m MODEL [-p 128] [-n 128] [-b 1,4,16] [-t THREADS]"
         " [--json]\n"
-        "                 [--cpu-activations f32|i16|q8]"
+        "                 [--cpu-activations f32|i16|q8|pairs]"
         " [--kv-type f32|f16|bf16] [--ctx 16]\n"
         "  nalar bench --backend cuda [-m MODEL | --synthetic"
         " llama3-8b|llama3-1b|tiny]\n"
@@ -1277,8 +1277,7 @@ cmd_bench(int argc, char **argv)
     if (!json) {
         printf("isa: %s; activations %s; KV %s; batched decode at a "
                "context of %d\n", nalar_cpu_isa(),
-               act_i16 == NALAR_ACT_Q8 ? "q8"
-               : act_i16 == NALAR_ACT_I16 ? "i16" : "f32",
+               nalar_act_name(act_i16),
                nalar_kv_type_name(&c.kv), ctx);
     }
     bench_report(&r, model, threads, p, n, json);

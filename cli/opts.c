@@ -164,7 +164,10 @@ nalar_opt_activations(const char *cmd, const char *s, const char *backend)
     if (strcmp(s, "q8") == 0) {
         return NALAR_ACT_Q8;
     }
-    fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8\n", cmd);
+    if (strcmp(s, "pairs") == 0) {
+        return NALAR_ACT_PAIRS;
+    }
+    fprintf(stderr, "nalar %s: --cpu-activations f32|i16|q8|pairs\n", cmd);
     return -1;
 }
 

@@ -42,9 +42,9 @@ int nalar_opts_parse(const char *cmd, int argc, char **argv,
                      (int) (sizeof(opts) / sizeof((opts)[0])))
 
 /* --cpu-activations of command `cmd` for backend `backend` (NULL: the
- * CPU's): "f32" 0, "i16" 1, "q8" 2 (NALAR_ACT_*); not given: the CPU
- * backend's NALAR_ACT_DEFAULT, another backend's F32; else -1 after a
- * message on stderr */
+ * CPU's): "f32" 0, "i16" 1, "q8" 2, "pairs" 3 (NALAR_ACT_*); not given:
+ * the CPU backend's NALAR_ACT_DEFAULT, another backend's F32; else -1
+ * after a message on stderr */
 int nalar_opt_activations(const char *cmd, const char *s,
                           const char *backend);
 

@@ -56,7 +56,9 @@ typedef struct {
      * weights: NALAR_ACT_F32 (0), NALAR_ACT_I16 (1: rounded to 16-bit
      * codes, two 8-bit products per block, nalar_quant_matmul_i16) or
      * NALAR_ACT_Q8 (2: rounded to int8 codes, integer dot products,
-     * nalar_quant_matmul_q8).  GPU backends refuse all but F32. */
+     * nalar_quant_matmul_q8) or NALAR_ACT_PAIRS (3: int8 codes with a
+     * multiplier per pair of values, nalar_quant_matmul_xpairs).  GPU
+     * backends refuse all but F32. */
     int         act_i16;
 } nalar_backend_opts;
 
@@ -113,6 +115,16 @@ nalar_backend *nalar_backend_create(nalar_model *m,
 #define NALAR_ACT_F32 0
 #define NALAR_ACT_I16 1
 #define NALAR_ACT_Q8  2
+#define NALAR_ACT_PAIRS 3
+
+/* a mode's name as nalar_cpu_activations and --cpu-activations spell it
+ * ("f32", "i16", "q8", "pairs") */
+static inline const char *
+nalar_act_name(int mode)
+{
+    return mode == NALAR_ACT_PAIRS ? "pairs" : mode == NALAR_ACT_Q8 ? "q8"
+           : mode == NALAR_ACT_I16 ? "i16" : "f32";
+}
 
 /* The CPU backend's mode when none is named (nginx's
  * nalar_cpu_activations, the CLI's --cpu-activations): the fastest exact

@@ -378,6 +378,9 @@ engine_load(nalar_engine *e, nalar_err *err)
         /* the backend as it computes: its activations' rounding too */
         e->cache = nalar_prefix_cache_create(&e->kv, e->model->identity,
                                              e->opts.act_i16
+                                             == NALAR_ACT_PAIRS
+                                             ? "cpu act=pairs"
+                                             : e->opts.act_i16
                                              == NALAR_ACT_Q8
                                              ? "cpu act=q8"
                                              : e->opts.act_i16

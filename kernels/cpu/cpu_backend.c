@@ -60,6 +60,8 @@ grow(cpu_backend *be, int32_t n_tok, int32_t max_pos, nalar_err *err)
     if (be->act_i16 && be->xq_cap < be->cap_tok) {
         int64_t bytes = be->act_i16 == NALAR_ACT_Q8
                         ? nalar_quant_x8_bytes(be->cap_tok, c->dim)
+                        : be->act_i16 == NALAR_ACT_PAIRS
+                        ? nalar_quant_xpairs_bytes(be->cap_tok, c->dim)
                         : nalar_quant_x16_bytes(be->cap_tok, c->dim);
         int     ok = 1;
 

@@ -21,8 +21,8 @@ nalar_backend *nalar_cpu_backend_create_sharing(nalar_model *m,
                                                 nalar_err *err);
 
 /* A CPU backend's activations for its quantized weights from now on:
- * mode NALAR_ACT_F32, NALAR_ACT_I16 or NALAR_ACT_Q8; set while it runs
- * no pass. */
+ * mode NALAR_ACT_F32, NALAR_ACT_I16, NALAR_ACT_Q8 or NALAR_ACT_PAIRS; set
+ * while it runs no pass. */
 void nalar_cpu_backend_act_i16(nalar_backend *b, int mode);
 
 /* The instruction sets the CPU kernels run on, in words: the F32

@@ -119,14 +119,17 @@ typedef struct {
     float         *xb;           /* (n_threads, cap_tok, dim) normalised
                                     input: each thread's own copy */
     int            act_i16;      /* products over quantized weights take
-                                    16-bit (NALAR_ACT_I16) or 8-bit
-                                    (NALAR_ACT_Q8) activations */
+                                    16-bit (NALAR_ACT_I16), 8-bit
+                                    (NALAR_ACT_Q8) or pair-multiplier
+                                    (NALAR_ACT_PAIRS) activations */
     uint8_t       *xq;           /* act_i16: (n_threads, xq_bytes) each
                                     thread's 16-bit codes of its xb
-                                    (nalar_quant_x16) or 8-bit codes
-                                    (nalar_quant_x8), or NULL */
-    int64_t        xq_bytes;     /* nalar_quant_x16_bytes(xq_cap, dim) or
-                                    nalar_quant_x8_bytes */
+                                    (nalar_quant_x16), 8-bit codes
+                                    (nalar_quant_x8) or pair codes
+                                    (nalar_quant_xpairs), or NULL */
+    int64_t        xq_bytes;     /* nalar_quant_x16_bytes(xq_cap, dim),
+                                    nalar_quant_x8_bytes or
+                                    nalar_quant_xpairs_bytes */
     int32_t        xq_cap;       /* tokens xq holds per thread */
     float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */
     float         *att;          /* (cap_tok, q_dim) attention output */

@@ -218,7 +218,8 @@ final_softcap(cpu_backend *be, int64_t r0, int64_t r1, int64_t lo, int64_t hi)
 
 
 /*
- * With 16- or 8-bit activations: the codes of n normalised tokens x (dim
+ * With integer activations (16-bit, 8-bit or pair codes): the codes of
+ * n normalised tokens x (dim
  * apart), made once into thread tid's own buffer for the products that
  * read x; NULL (each product then rounds x itself, to the same codes)
  * when none of those takes them (i16 0).
@@ -235,6 +236,12 @@ xb_codes(cpu_backend *be, int tid, const float *x, int n, int i16,
     if (be->act_i16 == NALAR_ACT_Q8) {
         memset(xq, 0, sizeof(*xq));
         nalar_quant_x8(x, n, dim, dim, be->xq + tid * be->xq_bytes, &xq->x8);
+        return xq;
+    }
+    if (be->act_i16 == NALAR_ACT_PAIRS) {
+        memset(xq, 0, sizeof(*xq));
+        nalar_quant_xpairs(x, n, dim, dim, be->xq + tid * be->xq_bytes,
+                           &xq->xp);
         return xq;
     }
     memset(xq, 0, sizeof(*xq));

@@ -108,7 +108,8 @@ quant_matmul(const nalar_cpu_mat *M, const float *x, int n_tok, int ldx,
     int            il;
     const uint8_t *w = quant_blocks(M, &ws, &il);
 
-    (M->act_i16 == NALAR_ACT_Q8 ? nalar_quant_matmul_q8
+    (M->act_i16 == NALAR_ACT_PAIRS ? nalar_quant_matmul_xpairs
+     : M->act_i16 == NALAR_ACT_Q8 ? nalar_quant_matmul_q8
      : M->act_i16 ? nalar_quant_matmul_i16 : nalar_quant_matmul)(
         M->W->type, w, ws, il, M->W->cols, x, n_tok, ldx, y, ldy, r0, r1,
         accumulate);
@@ -868,7 +869,8 @@ nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
         const uint8_t *w = quant_blocks(M, &ws, &il);
 
         const nalar_xq8 *c = M->act_i16 == NALAR_ACT_Q8 ? &xq->x8
-                                                        : &xq->x16.hi;
+                             : M->act_i16 == NALAR_ACT_PAIRS ? &xq->xp.x16.hi
+                             : &xq->x16.hi;
 
         /* codes made for x's columns (a K-quant needs its per-256
          * codes); else quant_matmul makes them, to the same bits */
@@ -878,6 +880,10 @@ nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
             if (M->act_i16 == NALAR_ACT_Q8) {
                 nalar_quant_matmul_x8(W->type, w, ws, il, W->cols, &xq->x8,
                                       n_tok, y, ldy, r0, r1, accumulate);
+            } else if (M->act_i16 == NALAR_ACT_PAIRS) {
+                nalar_quant_matmul_pairs(W->type, w, ws, il, W->cols,
+                                         &xq->xp, n_tok, y, ldy, r0, r1,
+                                         accumulate);
             } else {
                 nalar_quant_matmul_x16(W->type, w, ws, il, W->cols,
                                        &xq->x16, n_tok, y, ldy, r0, r1,

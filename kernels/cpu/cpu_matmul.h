@@ -58,8 +58,10 @@ typedef struct {
                                   NALAR_ACT_I16 (1): x's 16-bit codes
                                   (nalar_quant_matmul_i16);
                                   NALAR_ACT_Q8 (2): x's int8 codes
-                                  (nalar_quant_matmul_q8); 0 (init's
-                                  default): F32 */
+                                  (nalar_quant_matmul_q8);
+                                  NALAR_ACT_PAIRS (3): x's pair codes
+                                  (nalar_quant_matmul_xpairs); 0
+                                  (init's default): F32 */
 } nalar_cpu_mat;
 
 /*
@@ -85,14 +87,15 @@ void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
                       int ldx, float *y, int ldy, int64_t r0, int64_t r1,
                       int accumulate);
 
-/* 1 when M's products take 16- or 8-bit activations (act_i16, a
- * quantized W) */
+/* 1 when M's products take integer activations (act_i16, a quantized
+ * W) */
 int nalar_cpu_mat_i16(const nalar_cpu_mat *M);
 
 /* nalar_cpu_matmul with x's codes made already (xq: x's n_tok tokens,
- * nalar_quant_x16 into xq->x16, or nalar_quant_x8 into xq->x8): where M
- * takes those activations it reads them, the bits it would make of x;
- * otherwise, or with xq NULL, x */
+ * nalar_quant_x16 into xq->x16, nalar_quant_x8 into xq->x8, or
+ * nalar_quant_xpairs into xq->xp): where M takes those activations it
+ * reads them, the bits it would make of x; otherwise, or with xq NULL,
+ * x */
 void nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
                          const nalar_xq *xq, int n_tok, int ldx, float *y,
                          int ldy, int64_t r0, int64_t r1, int accumulate);

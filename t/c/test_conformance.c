@@ -30,7 +30,13 @@
  * K-quants, integer dot products), held to the kit's tolerance for its
  * type and to Q8_LLAMA times llama.cpp's own error on the file (which
  * rounds activations the same way, in other orders).
- * With 8-bit activations, and with 16-bit ones for each quantized type,
+ * Every quantized file again with pair-multiplier activations (act_i16
+ * mode NALAR_ACT_PAIRS: int8 codes with a multiplier n in [1, 64] per
+ * pair of values, cpu_quant_pairs.c), held to the kit's tolerance for
+ * its type and to PAIRS_LLAMA times llama.cpp's own error on the file:
+ * at least as close as llama.cpp on every file.
+ * With 8-bit activations and pair multipliers, and with 16-bit ones for
+ * each quantized type,
  * the logits of a sequence are also the same bits on every instruction
  * set path (VNNI, AVX2, scalar) and with one thread or two.
  * Every file again with F32 activations and a 16-bit KV cache (keys and
@@ -72,6 +78,7 @@
 #define EXACT_TOL 1e-4
 #define I16_DIV 64
 #define Q8_LLAMA 1.5
+#define PAIRS_LLAMA 1.0
 #define F16_LLAMA 2.0
 #define BF16_F16 32.0
 
@@ -416,8 +423,8 @@ check_file(const char *base, int i16, ggml_type kv_type, double kv_ref)
             tol = tols[i].tol;
         }
     }
-    snprintf(name, sizeof(name), "%s%s%s", base,
-             i16 == NALAR_ACT_Q8 ? " q8" : i16 ? " i16" : "",
+    snprintf(name, sizeof(name), "%s%s%s%s", base,
+             i16 ? " " : "", i16 ? nalar_act_name(i16) : "",
              kv_type == GGML_F16 ? " kv f16"
              : kv_type == GGML_BF16 ? " kv bf16" : "");
     llama = json_number_value(json_object_get(json_object_get(
@@ -515,6 +522,10 @@ check_file(const char *base, int i16, ggml_type kv_type, double kv_ref)
     } else if (!i16) {
         ok(max_err <= EXACT_TOL, "%s: and within %.0e, as an engine with "
            "F32 activations and KV cache must be", base, EXACT_TOL);
+    } else if (i16 == NALAR_ACT_PAIRS) {
+        ok(llama > 0 && max_err <= PAIRS_LLAMA * llama, "%s: and within "
+           "%.1f times llama.cpp's %.3f (%.2f times)", base, PAIRS_LLAMA,
+           llama, llama > 0 ? max_err / llama : 0);
     } else if (i16 == NALAR_ACT_Q8) {
         ok(llama > 0 && max_err <= Q8_LLAMA * llama, "%s: and within %.1f "
            "times llama.cpp's %.3f (%.2f times)", base, Q8_LLAMA, llama,
@@ -658,7 +669,7 @@ check_refusal_and_identity(void)
 static void
 check_act_bits(const char *base, int act)
 {
-    const char    *an = act == NALAR_ACT_Q8 ? "q8" : "i16";
+    const char    *an = nalar_act_name(act);
     char           path[256];
     nalar_model   *m;
     nalar_err      err;
@@ -749,10 +760,21 @@ main(void)
         }
     }
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (strstr(files[i], "-F") == NULL && strstr(files[i], "-BF") == NULL)
+        {
+            check_file(files[i], NALAR_ACT_PAIRS, GGML_F32, 0);
+        }
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         double e16 = check_file(files[i], 0, GGML_F16, 0);
 
         check_file(files[i], 0, GGML_BF16, e16);
     }
+    check_act_bits("llama3-Q4_K_M", NALAR_ACT_PAIRS);
+    check_act_bits("llama3-Q8_0", NALAR_ACT_PAIRS);
+    check_act_bits("llama3-Q5_K_M", NALAR_ACT_PAIRS);
+    check_act_bits("llama3-Q6_K", NALAR_ACT_PAIRS);
+    check_act_bits("llama3-Q4_0", NALAR_ACT_PAIRS);
     check_act_bits("llama3-Q4_K_M", NALAR_ACT_Q8);
     check_act_bits("llama3-Q8_0", NALAR_ACT_Q8);
     check_act_bits("llama3-Q4_K_M", NALAR_ACT_I16);

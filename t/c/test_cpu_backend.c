@@ -41,8 +41,9 @@
 #define N_POS  70
 #define MAXB   96
 
-static int act_i16;     /* the backends opened take 16-bit (NALAR_ACT_I16)
-                           or 8-bit (NALAR_ACT_Q8) activations */
+static int act_i16;     /* the backends opened take 16-bit (NALAR_ACT_I16),
+                           8-bit (NALAR_ACT_Q8) or pair-multiplier
+                           (NALAR_ACT_PAIRS) activations */
 static ggml_type kv_type; /* and keep their KV cache in this type */
 
 
@@ -262,12 +263,19 @@ check_model(const char *path, const char *name)
         kv_type = t;
         ok(differ, "%s: an F32 KV cache gives other logits", name);
     }
-    if (act_i16 && got != NULL) {
+    /* the mode is in effect: F32 activations give other logits, and
+     * (pair multipliers, whose x' the 16-bit kernels compute) so do
+     * 16-bit ones */
+    for (int other = 0; act_i16 && got != NULL && other <= NALAR_ACT_I16;
+         other++)
+    {
         rig h;
         int differ = 0, mode = act_i16;
 
-        /* the mode is in effect: F32 activations give other logits */
-        act_i16 = 0;
+        if (other == NALAR_ACT_I16 && mode != NALAR_ACT_PAIRS) {
+            break;
+        }
+        act_i16 = other;
         if (rig_open(&h, path, 2) == 0) {
             differ = feed(&h, one, 1, 0, got) == 0
                      && memcmp(ref, got, (size_t) N_POS * g.V
@@ -275,7 +283,8 @@ check_model(const char *path, const char *name)
             rig_close(&h);
         }
         act_i16 = mode;
-        ok(differ, "%s: F32 activations give other logits", name);
+        ok(differ, "%s: %s activations give other logits", name,
+           nalar_act_name(other));
     }
     for (size_t w = 0; w < sizeof(ways) / sizeof(ways[0]); w++) {
         rig     h;
@@ -436,6 +445,9 @@ main(void)
         act_i16 = NALAR_ACT_Q8;
         check_model(path, i == 0 ? "Q8_0, 8-bit activations"
                                  : "Q4_K_M, 8-bit activations");
+        act_i16 = NALAR_ACT_PAIRS;
+        check_model(path, i == 0 ? "Q8_0, pair multipliers"
+                                 : "Q4_K_M, pair multipliers");
         /* the default activations with a half-size KV cache */
         act_i16 = 1;
         kv_type = i == 0 ? GGML_F16 : GGML_BF16;
