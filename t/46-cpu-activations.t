@@ -1,11 +1,13 @@
 #!/usr/bin/perl
-# nalar_cpu_activations f32 | i16 | q8: nginx -t takes the three values and
-# refuses others; an engine of a quantized model run with i16 answers with
-# the greedy ids of f32 (the conformance file's logits move by about 1e-3
-# at most) and with logprobs that differ from f32's, but only slightly: the
-# directive reaches the engine.  With q8 the first step's id is f32's and
-# its logprob is another, within the kit's Q8_0 tolerance.  With no
-# directive the engine runs the default mode, i16: its logprobs to the bit.
+# nalar_cpu_activations f32 | i16 | q8 | pairs: nginx -t takes the four
+# values and refuses others; an engine of a quantized model run with i16
+# answers with the greedy ids of f32 (the conformance file's logits move
+# by about 1e-3 at most) and with logprobs that differ from f32's, but
+# only slightly: the directive reaches the engine.  With q8 the first
+# step's id is f32's and its logprob is another, within the kit's Q8_0
+# tolerance; so with pairs, whose logprob is neither i16's nor q8's.
+# With no directive the engine runs the default mode, i16: its logprobs
+# to the bit.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -27,7 +29,7 @@ CONF
 }
 
 for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;',
-           'nalar_cpu_activations q8;') {
+           'nalar_cpu_activations q8;', 'nalar_cpu_activations pairs;') {
     my ($rc, $out) = conf_with($l);
     is($rc, 0, "nginx -t accepts: $l") or diag($out);
 }
@@ -42,7 +44,7 @@ for my $l ('nalar_cpu_activations f32;', 'nalar_cpu_activations i16;',
 }
 
 my %got;
-for my $mode ('default', 'f32', 'i16', 'q8') {
+for my $mode ('default', 'f32', 'i16', 'q8', 'pairs') {
     my $dir = $mode eq 'default' ? '' : "nalar_cpu_activations $mode;";
     $t->write_conf(<<"CONF")->run;
 http {
@@ -94,5 +96,16 @@ my $d16 = abs($got{q8}{token_logprobs}[0] - $got{i16}{token_logprobs}[0]);
 ok($d8 > 0 && $d16 > 0, 'q8: its logprob is neither f32\'s nor i16\'s ('
    . sprintf('%.2e', $d8) . ' from f32)');
 ok($d8 < 0.25, '  but within 0.25 of f32\'s');
+
+# pairs: int8 codes with a multiplier per pair, closer than q8 but not
+# exact: the first step as q8's
+is($got{pairs}{tokens}[0], $got{f32}{tokens}[0],
+   'pairs: the first greedy id of f32');
+my $dp = abs($got{pairs}{token_logprobs}[0] - $got{f32}{token_logprobs}[0]);
+ok($dp > 0 && $got{pairs}{token_logprobs}[0] != $got{i16}{token_logprobs}[0]
+   && $got{pairs}{token_logprobs}[0] != $got{q8}{token_logprobs}[0],
+   'pairs: its logprob is neither f32\'s, i16\'s nor q8\'s ('
+   . sprintf('%.2e', $dp) . ' from f32)');
+ok($dp < 0.25, '  but within 0.25 of f32\'s');
 
 done_testing;
