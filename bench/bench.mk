@@ -88,3 +88,11 @@ build/bench/stream: bench/stream.c build/libnalar.a $(wildcard src/*.h) bench/be
 	@mkdir -p build/bench
 	$(CC) $(CFLAGS) -O3 -march=native bench/stream.c build/libnalar.a \
 	    -o $@ $(LDLIBS)
+
+# x's codes alone, per activation mode (bench/README: x's codes per
+# activation mode)
+build/bench/xcodes: bench/xcodes.c build/libnalar.a $(wildcard src/*.h) \
+                    bench/bench_time.h $(wildcard kernels/cpu/*.h)
+	@mkdir -p build/bench
+	$(CC) $(CFLAGS) -O3 -march=native bench/xcodes.c build/libnalar.a \
+	    -o $@ $(LDLIBS)

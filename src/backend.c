@@ -89,8 +89,8 @@ nalar_backend_create(nalar_model *m, const nalar_backend_opts *o,
         return b;
     }
     if (o != NULL && o->act_i16) {
-        nalar_fail(err, "%s activations are a mode of the 'cpu' backend, "
-                   "not of '%s'", nalar_act_name(o->act_i16), name);
+        nalar_fail(err, "16-bit, 8-bit and pair-multiplier activations "
+                   "are modes of the 'cpu' backend, not of '%s'", name);
         return NULL;
     }
     if (kv_type == GGML_F16) {

@@ -522,12 +522,24 @@ nalar_cpu_backend_act_i16(nalar_backend *b, int on)
         /* the codes' buffers are sized for one mode: made anew */
         be->xq_cap = 0;
     }
+    be->xp_groups = 0;
     for (int l = 0; l < be->m->cfg.n_layers; l++) {
-        cpu_layer *W = &be->layers[l];
+        cpu_layer            *W = &be->layers[l];
+        const nalar_cpu_mat *mats[] = { &W->wq, &W->wk, &W->wv, &W->w_gate,
+                                         &W->w_up };
 
         W->wq.act_i16 = W->wk.act_i16 = W->wv.act_i16 = on;
         W->wo.act_i16 = W->w_gate.act_i16 = W->w_up.act_i16 = on;
         W->w_down.act_i16 = on;
+        /* the shared codes' readers (wo and w_down make their own) */
+        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+            if (mats[i]->W != NULL && nalar_quant_type(mats[i]->W->type)) {
+                be->xp_groups |= nalar_quant_xpairs_group(mats[i]->W->type);
+            }
+        }
+    }
+    if (be->output.W != NULL && nalar_quant_type(be->output.W->type)) {
+        be->xp_groups |= nalar_quant_xpairs_group(be->output.W->type);
     }
     be->output.act_i16 = on;
     be->act_i16 = on;

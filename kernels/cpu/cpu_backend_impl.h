@@ -131,6 +131,10 @@ typedef struct {
                                     nalar_quant_x8_bytes or
                                     nalar_quant_xpairs_bytes */
     int32_t        xq_cap;       /* tokens xq holds per thread */
+    int            xp_groups;    /* NALAR_ACT_PAIRS: the groupings of
+                                    pair codes the model's quantized
+                                    matrices read (NALAR_XP_G32,
+                                    NALAR_XP_G256), the only ones made */
     float         *qkv;          /* (cap_tok, q_dim + 2 kv_dim) */
     float         *att;          /* (cap_tok, q_dim) attention output */
     float         *hg;           /* (cap_tok, ffn) gate, then silu(g) * u */

@@ -240,8 +240,8 @@ xb_codes(cpu_backend *be, int tid, const float *x, int n, int i16,
     }
     if (be->act_i16 == NALAR_ACT_PAIRS) {
         memset(xq, 0, sizeof(*xq));
-        nalar_quant_xpairs(x, n, dim, dim, be->xq + tid * be->xq_bytes,
-                           &xq->xp);
+        nalar_quant_xpairs_groups(x, n, dim, dim, be->xp_groups,
+                                  be->xq + tid * be->xq_bytes, &xq->xp);
         return xq;
     }
     memset(xq, 0, sizeof(*xq));

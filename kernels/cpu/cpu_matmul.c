@@ -875,7 +875,8 @@ nalar_cpu_matmul_xq(const nalar_cpu_mat *M, const float *x,
         /* codes made for x's columns (a K-quant needs its per-256
          * codes); else quant_matmul makes them, to the same bits */
         if (c->cols == W->cols && nalar_quant_x8_fits(W->type, W->cols)
-            && (nalar_quant_block(W->type) != 256 || c->qk != NULL))
+            && (nalar_quant_block(W->type) == 256 ? c->qk != NULL
+                                                  : c->q != NULL))
         {
             if (M->act_i16 == NALAR_ACT_Q8) {
                 nalar_quant_matmul_x8(W->type, w, ws, il, W->cols, &xq->x8,

@@ -197,6 +197,22 @@ int64_t nalar_quant_xpairs_bytes(int n_tok, int64_t cols);
 void nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
                         void *buf, nalar_xqp *xp);
 
+/* The groupings of pair codes (a mask): per 32 (x16's q and d, read by
+ * Q8_0 and Q4_0) and per 256 (x16's qk, bs and dk, ck and nk: the
+ * K-quants) */
+#define NALAR_XP_G32  1
+#define NALAR_XP_G256 2
+
+/* the grouping a row of type t reads */
+int nalar_quant_xpairs_group(ggml_type t);
+
+/* nalar_quant_xpairs making only the groupings in `groups` (each the
+ * same bytes as nalar_quant_xpairs makes); those not made are NULL in
+ * *xp (the codes per 256 also where cols is not a multiple of 256) */
+void nalar_quant_xpairs_groups(const float *x, int n_tok, int ldx,
+                               int64_t cols, int groups, void *buf,
+                               nalar_xqp *xp);
+
 /* nalar_quant_matmul from x's pair codes (nalar_quant_xpairs): the
  * 16-bit kernels' bits for x' (nalar_quant_matmul_x16 on xp->x16),
  * through nalar_quant_pairs_rows for one token of a K-quant where it has

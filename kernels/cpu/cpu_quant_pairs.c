@@ -76,6 +76,18 @@ static const float xp_recip[72] __attribute__((aligned(64))) = {
 };
 
 
+/* a value x' = n * c into the planes: hi = (x' + 128) >> 8, lo = x' -
+ * 256 hi */
+static inline void
+xp_split(int32_t v, int8_t *hi, int8_t *lo)
+{
+    int32_t h = (v + 128) >> 8;
+
+    *hi = (int8_t) h;
+    *lo = (int8_t) (v - 256 * h);
+}
+
+
 /* one group's amax, as the rule says */
 static float
 xp_amax(const float *x, int g)
@@ -92,12 +104,16 @@ xp_amax(const float *x, int g)
 
 
 /* ------------------------------------------------------------------ */
-/* one group's pairs: n (g / 2) and c (g), three paths                  */
+/* one group: its amax (returned), and per pair n (g / 2), c (g) and     */
+/* x' = n c's planes hi and lo (g); three paths                         */
 
 
-static void
-xp_pairs_scalar(const float *x, int g, float iD, int8_t *c, int16_t *n)
+static float
+xp_pairs_scalar(const float *x, int g, int8_t *c, int16_t *n, int8_t *hi,
+                int8_t *lo)
 {
+    float amax = xp_amax(x, g), iD = amax > 0 ? XP_STEPS / amax : 0;
+
     for (int p = 0; p < g / 2; p++) {
         float u0 = x[2 * p] * iD, u1 = x[2 * p + 1] * iD;
         float a = fabsf(u0) > 0 ? fabsf(u0) : 0;
@@ -128,7 +144,10 @@ xp_pairs_scalar(const float *x, int g, float iD, int8_t *c, int16_t *n)
         c[2 * p] = (int8_t) bq0;
         c[2 * p + 1] = (int8_t) bq1;
         n[p] = (int16_t) bk;
+        xp_split((int32_t) bk * (int32_t) bq0, hi + 2 * p, lo + 2 * p);
+        xp_split((int32_t) bk * (int32_t) bq1, hi + 2 * p + 1, lo + 2 * p + 1);
     }
+    return amax;
 }
 
 
@@ -136,12 +155,26 @@ xp_pairs_scalar(const float *x, int g, float iD, int8_t *c, int16_t *n)
 
 /* AVX2: 8 pairs at a time, the lanes' pairs deinterleaved (even values
  * in one vector, odd in the other), the same operations per lane */
-static Q8_T_AVX2 void
-xp_pairs_avx2(const float *x, int g, float iD, int8_t *c, int16_t *n)
+static Q8_T_AVX2 float
+xp_pairs_avx2(const float *x, int g, int8_t *c, int16_t *n, int8_t *hi8,
+              int8_t *lo8)
 {
-    const __m256 vi = _mm256_set1_ps(iD), sgn = _mm256_set1_ps(-0.0f);
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     const __m256 one = _mm256_set1_ps(1.0f), kmax = _mm256_set1_ps(64.0f);
+    __m256       vi, m8 = _mm256_setzero_ps();
+    __m128       h4;
+    float        amax;
+
+    for (int i = 0; i < g; i += 8) {
+        /* a > m ? a : m: a NaN never enters */
+        m8 = _mm256_max_ps(_mm256_andnot_ps(sgn, _mm256_loadu_ps(x + i)), m8);
+    }
+    h4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    h4 = _mm_max_ps(h4, _mm_movehl_ps(h4, h4));
+    h4 = _mm_max_ss(h4, _mm_shuffle_ps(h4, h4, 1));
+    amax = _mm_cvtss_f32(h4);
+    vi = _mm256_set1_ps(amax > 0 ? XP_STEPS / amax : 0);
 
     for (int i = 0; i < g; i += 16) {
         __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
@@ -199,17 +232,20 @@ xp_pairs_avx2(const float *x, int g, float iD, int8_t *c, int16_t *n)
             c[i + 2 * l] = (int8_t) q0[l];
             c[i + 2 * l + 1] = (int8_t) q1[l];
             n[i / 2 + l] = (int16_t) kk[l];
+            xp_split(kk[l] * q0[l], hi8 + i + 2 * l, lo8 + i + 2 * l);
+            xp_split(kk[l] * q1[l], hi8 + i + 2 * l + 1, lo8 + i + 2 * l + 1);
         }
     }
+    return amax;
 }
 
 
 /* AVX-512: 16 pairs at a time, as AVX2's lanes; 1 / k from the table
  * in four registers */
-static Q8_T_VNNI void
-xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
+static Q8_T_VNNI float
+xp_pairs_avx512(const float *x, int g, int8_t *c, int16_t *n, int8_t *hi8,
+                int8_t *lo8)
 {
-    const __m512  vi = _mm512_set1_ps(iD);
     const __m512  lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
     const __m512  one = _mm512_set1_ps(1.0f), kmax = _mm512_set1_ps(64.0f);
     const __m512  t0 = _mm512_load_ps(xp_recip), t1 = _mm512_load_ps(
@@ -222,13 +258,22 @@ xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
     const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20,
                                           5, 21, 6, 22, 7, 23);
     const __m512i il1 = _mm512_add_epi32(il0, _mm512_set1_epi32(8));
+    __m512        vi, m16 = _mm512_setzero_ps();
+    float         amax;
 
+    for (int i = 0; i < g; i += 16) {
+        /* a > m ? a : m: a NaN never enters, so the reduction's order is
+         * free */
+        m16 = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m16);
+    }
+    amax = _mm512_reduce_max_ps(m16);
+    vi = _mm512_set1_ps(amax > 0 ? XP_STEPS / amax : 0);
     for (int i = 0; i < g; i += 32) {
         __m512    a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
         __m512    u0 = _mm512_mul_ps(_mm512_permutex2var_ps(a, iev, b), vi);
         __m512    u1 = _mm512_mul_ps(_mm512_permutex2var_ps(a, iod, b), vi);
         __m512    m, f, best, bq0, bq1, bk;
-        __m512i   c0, c1;
+        __m512i   c0, c1, v[2], ix0;
 
         m = _mm512_max_ps(_mm512_abs_ps(u0), _mm512_setzero_ps());
         m = _mm512_max_ps(_mm512_abs_ps(u1), m);
@@ -237,10 +282,10 @@ xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
         f = _mm512_min_ps(_mm512_max_ps(f, one), kmax);
         best = bq0 = bq1 = _mm512_setzero_ps();
         bk = f;
+        ix0 = _mm512_sub_epi32(_mm512_cvtps_epi32(f), _mm512_set1_epi32(1));
         for (int j = 0; j < XP_NCAND; j++) {
             __m512    k = _mm512_add_ps(f, _mm512_set1_ps((float) j));
-            __m512i   ix = _mm512_sub_epi32(_mm512_cvtps_epi32(k),
-                                            _mm512_set1_epi32(1));
+            __m512i   ix = _mm512_add_epi32(ix0, _mm512_set1_epi32(j));
             __mmask16 up = _mm512_test_epi32_mask(ix, _mm512_set1_epi32(32));
             __m512    r = _mm512_mask_blend_ps(
                               up, _mm512_permutex2var_ps(t0, ix, t1),
@@ -254,10 +299,14 @@ xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
             __m512    e0, e1, err;
             __mmask16 take;
 
-            p0 = _mm512_min_ps(_mm512_max_ps(p0, lo), hi);
-            p1 = _mm512_min_ps(_mm512_max_ps(p1, lo), hi);
-            e0 = _mm512_sub_ps(u0, _mm512_mul_ps(k, p0));
-            e1 = _mm512_sub_ps(u1, _mm512_mul_ps(k, p1));
+            /* the clamp comes after the choice: for a finite u, k >= n0
+             * keeps |u / k| <= 127 (to a few ulps), so it changes no code
+             * and no residual; for a NaN or infinite u, every candidate's
+             * err is NaN or Inf either way, and the first is kept.  And
+             * k * p is exact, so the fnmadd is the reference's product
+             * and difference. */
+            e0 = _mm512_fnmadd_ps(k, p0, u0);
+            e1 = _mm512_fnmadd_ps(k, p1, u1);
             err = _mm512_add_ps(_mm512_mul_ps(e0, e0), _mm512_mul_ps(e1, e1));
             if (j == 0) {
                 best = err;
@@ -265,13 +314,16 @@ xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
                 bq1 = p1;
                 continue;
             }
-            take = _mm512_cmp_ps_mask(err, best, _CMP_LT_OQ)
-                   & _mm512_cmp_ps_mask(k, kmax, _CMP_LE_OQ);
+            take = _mm512_mask_cmp_ps_mask(
+                       _mm512_cmp_ps_mask(k, kmax, _CMP_LE_OQ), err, best,
+                       _CMP_LT_OQ);
             best = _mm512_mask_mov_ps(best, take, err);
             bq0 = _mm512_mask_mov_ps(bq0, take, p0);
             bq1 = _mm512_mask_mov_ps(bq1, take, p1);
             bk = _mm512_mask_mov_ps(bk, take, k);
         }
+        bq0 = _mm512_min_ps(_mm512_max_ps(bq0, lo), hi);
+        bq1 = _mm512_min_ps(_mm512_max_ps(bq1, lo), hi);
         c0 = _mm512_cvtps_epi32(bq0);
         c1 = _mm512_cvtps_epi32(bq1);
         _mm_storeu_si128((__m128i *) (c + i), _mm512_cvtepi32_epi8(
@@ -280,14 +332,30 @@ xp_pairs_avx512(const float *x, int g, float iD, int8_t *c, int16_t *n)
                              _mm512_permutex2var_epi32(c0, il1, c1)));
         _mm256_storeu_si256((__m256i *) (n + i / 2), _mm512_cvtepi32_epi16(
                                 _mm512_cvtps_epi32(bk)));
+        /* x' = n c (exact in float), interleaved back, into the planes */
+        c0 = _mm512_cvtps_epi32(_mm512_mul_ps(bk, bq0));
+        c1 = _mm512_cvtps_epi32(_mm512_mul_ps(bk, bq1));
+        v[0] = _mm512_permutex2var_epi32(c0, il0, c1);
+        v[1] = _mm512_permutex2var_epi32(c0, il1, c1);
+        for (int h = 0; h < 2; h++) {
+            __m512i hv = _mm512_srai_epi32(_mm512_add_epi32(
+                             v[h], _mm512_set1_epi32(128)), 8);
+            __m512i lv = _mm512_sub_epi32(v[h], _mm512_slli_epi32(hv, 8));
+
+            _mm_storeu_si128((__m128i *) (hi8 + i + 16 * h),
+                             _mm512_cvtepi32_epi8(hv));
+            _mm_storeu_si128((__m128i *) (lo8 + i + 16 * h),
+                             _mm512_cvtepi32_epi8(lv));
+        }
     }
+    return amax;
 }
 
 #endif
 
 
-typedef void xp_pairs_fn(const float *x, int g, float iD, int8_t *c,
-                         int16_t *n);
+typedef float xp_pairs_fn(const float *x, int g, int8_t *c, int16_t *n,
+                          int8_t *hi, int8_t *lo);
 
 
 static xp_pairs_fn *
@@ -321,19 +389,10 @@ xp_groups(xp_pairs_fn *fn, const float *x, int64_t n, int g, int8_t *hi,
     int16_t nb[QK_K / 2];
 
     for (int64_t b = 0; b < n / g; b++) {
-        float    amax = xp_amax(x + b * g, g);
         int8_t  *c = cg != NULL ? cg + b * g : cb;
         int16_t *nn = ng != NULL ? ng + b * g / 2 : nb;
 
-        d[b] = amax / XP_STEPS;
-        fn(x + b * g, g, amax > 0 ? XP_STEPS / amax : 0, c, nn);
-        for (int i = 0; i < g; i++) {
-            int32_t v = (int32_t) nn[i / 2] * c[i];
-            int32_t h = (v + 128) >> 8;
-
-            hi[b * g + i] = (int8_t) h;
-            lo[b * g + i] = (int8_t) (v - 256 * h);
-        }
+        d[b] = fn(x + b * g, g, c, nn, hi + b * g, lo + b * g) / XP_STEPS;
     }
 }
 
@@ -355,16 +414,33 @@ align32(uint8_t *p)
 }
 
 
+int
+nalar_quant_xpairs_group(ggml_type t)
+{
+    return nalar_quant_block(t) == QK_K ? NALAR_XP_G256 : NALAR_XP_G32;
+}
+
+
 void
 nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
                    void *buf, nalar_xqp *xp)
+{
+    nalar_quant_xpairs_groups(x, n_tok, ldx, cols,
+                              NALAR_XP_G32 | NALAR_XP_G256, buf, xp);
+}
+
+
+void
+nalar_quant_xpairs_groups(const float *x, int n_tok, int ldx, int64_t cols,
+                          int groups, void *buf, nalar_xqp *xp)
 {
     uint8_t     *p = align32(buf);
     int8_t      *q[2], *qk[2] = { NULL, NULL }, *ck = NULL;
     int32_t     *bs[2] = { NULL, NULL };
     int16_t     *nk = NULL;
     float       *d, *dk = NULL;
-    int          k = cols % QK_K == 0;
+    int          k = cols % QK_K == 0 && (groups & NALAR_XP_G256);
+    int          g32 = (groups & NALAR_XP_G32) != 0;
     int64_t      nc = (int64_t) n_tok * cols;
     xp_pairs_fn *fn = xp_pairs_of(nalar_quant_q8_isa());
 
@@ -392,8 +468,10 @@ nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
         const float *xt = x + (int64_t) t * ldx;
         int64_t      o = (int64_t) t * cols;
 
-        xp_groups(fn, xt, cols, 32, q[0] + o, q[1] + o, d + t * (cols / 32),
-                  NULL, NULL);
+        if (g32) {
+            xp_groups(fn, xt, cols, 32, q[0] + o, q[1] + o,
+                      d + t * (cols / 32), NULL, NULL);
+        }
         if (k) {
             xp_groups(fn, xt, cols, QK_K, qk[0] + o, qk[1] + o,
                       dk + t * (cols / QK_K), ck + o, nk + o / 2);
@@ -405,8 +483,8 @@ nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
     for (int pl = 0; pl < 2; pl++) {
         nalar_xq8 *v = pl ? &xp->x16.lo : &xp->x16.hi;
 
-        v->q = q[pl];
-        v->d = d;
+        v->q = g32 ? q[pl] : NULL;
+        v->d = g32 ? d : NULL;
         v->qk = qk[pl];
         v->dk = dk;
         v->bs = bs[pl];
@@ -464,7 +542,8 @@ nalar_quant_matmul_xpairs(ggml_type t, const uint8_t *w, int64_t wstride,
         int       n = n_tok - t0 < chunk ? n_tok - t0 : chunk;
         nalar_xqp xp;
 
-        nalar_quant_xpairs(x + (int64_t) t0 * ldx, n, ldx, cols, buf, &xp);
+        nalar_quant_xpairs_groups(x + (int64_t) t0 * ldx, n, ldx, cols,
+                                  nalar_quant_xpairs_group(t), buf, &xp);
         nalar_quant_matmul_pairs(t, w, wstride, il, cols, &xp, n,
                                  y + (int64_t) t0 * ldy, ldy, r0, r1,
                                  accumulate);

@@ -217,6 +217,11 @@ test_dispatch(void)
     ok(nalar_backend_create(&m, &o, &err) == NULL
        && strstr(err.msg, "8-bit") != NULL,
        "8-bit activations refused on a GPU backend: %s", err.msg);
+    o.act_i16 = NALAR_ACT_PAIRS;
+    ok(nalar_backend_create(&m, &o, &err) == NULL
+       && strstr(err.msg, "pair-multiplier") != NULL,
+       "pair-multiplier activations refused on a GPU backend: %s",
+       err.msg);
     o.act_i16 = NALAR_ACT_F32;
 
     /* which GPU: nalar_device N, else nginx worker i on GPU i mod count */

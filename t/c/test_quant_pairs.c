@@ -13,6 +13,7 @@
  *     an all-zero group's D = 0, codes 0, n = 1; a NaN's code -127;
  *   - x16: the planes hi = (x' + 128) >> 8, lo = x' - 256 hi and the
  *     sums of 16 of each, as the 16-bit codes' maker lays out its codes;
+ *     one grouping made alone: the same bytes, the other's arrays NULL;
  *   - the products: nalar_quant_matmul_xpairs (codes made per call) gives
  *     nalar_quant_matmul_pairs' bits from codes made once, a token alone
  *     the same as in the batch, and sum_i w_i D x'_i of an int64/double
@@ -375,6 +376,55 @@ out:
 }
 
 
+/* one grouping alone: the bytes of both, the other NULL */
+static void
+check_groups(void)
+{
+    int64_t   cols = 512;
+    int       n_tok = 2, bad = 0;
+    int64_t   nc = n_tok * cols;
+    float    *x = activations(n_tok, cols, 1);
+    void     *b0 = malloc((size_t) nalar_quant_xpairs_bytes(n_tok, cols));
+    void     *b1 = malloc((size_t) nalar_quant_xpairs_bytes(n_tok, cols));
+    nalar_xqp a, g;
+
+    if (x == NULL || b0 == NULL || b1 == NULL) {
+        ok(0, "groups: out of memory");
+        goto out;
+    }
+    nalar_quant_xpairs(x, n_tok, (int) cols, cols, b0, &a);
+    nalar_quant_xpairs_groups(x, n_tok, (int) cols, cols, NALAR_XP_G32, b1,
+                              &g);
+    bad += g.x16.hi.qk != NULL || g.x16.lo.qk != NULL || g.x16.hi.bs != NULL
+           || g.x16.hi.dk != NULL || g.ck != NULL || g.nk != NULL
+           || g.x16.hi.q == NULL
+           || memcmp(g.x16.hi.q, a.x16.hi.q, (size_t) nc) != 0
+           || memcmp(g.x16.lo.q, a.x16.lo.q, (size_t) nc) != 0
+           || memcmp(g.x16.hi.d, a.x16.hi.d, (size_t) nc / 32 * 4) != 0;
+    nalar_quant_xpairs_groups(x, n_tok, (int) cols, cols, NALAR_XP_G256, b1,
+                              &g);
+    bad += g.x16.hi.q != NULL || g.x16.lo.q != NULL || g.x16.hi.d != NULL
+           || g.ck == NULL || g.x16.hi.qk == NULL
+           || memcmp(g.x16.hi.qk, a.x16.hi.qk, (size_t) nc) != 0
+           || memcmp(g.x16.lo.qk, a.x16.lo.qk, (size_t) nc) != 0
+           || memcmp(g.x16.hi.bs, a.x16.hi.bs, (size_t) nc / 16 * 4) != 0
+           || memcmp(g.x16.lo.bs, a.x16.lo.bs, (size_t) nc / 16 * 4) != 0
+           || memcmp(g.x16.hi.dk, a.x16.hi.dk, (size_t) nc / 256 * 4) != 0
+           || memcmp(g.ck, a.ck, (size_t) nc) != 0
+           || memcmp(g.nk, a.nk, (size_t) nc) != 0;
+    ok(bad == 0 && nalar_quant_xpairs_group(GGML_Q8_0) == NALAR_XP_G32
+       && nalar_quant_xpairs_group(GGML_Q4_0) == NALAR_XP_G32
+       && nalar_quant_xpairs_group(GGML_Q4_K) == NALAR_XP_G256
+       && nalar_quant_xpairs_group(GGML_Q6_K) == NALAR_XP_G256,
+       "one grouping alone: its bytes as both made together, the other's "
+       "arrays NULL; Q8_0 and Q4_0 read per 32, the K-quants per 256");
+out:
+    free(x);
+    free(b0);
+    free(b1);
+}
+
+
 /* ------------------------------------------------------------------ */
 /* products                                                             */
 
@@ -461,6 +511,7 @@ main(void)
     check_rule(96, 1);
     check_isas(512);
     check_isas(96);
+    check_groups();
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         check_products(types[i], 0, 0);
         check_products(types[i], 1, 0);
