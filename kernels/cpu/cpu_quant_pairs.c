@@ -11,8 +11,9 @@
  * same bits as the 16-bit kernels give for codes x'.
  *
  * The rule, in float32 operations only (no double, no fma; the scalar
- * reference, the AVX2 and the AVX-512 paths perform exactly these, so
- * every path gives the same bytes):
+ * reference and the AVX2 path perform exactly these, the AVX-512 path
+ * the same but for two steps whose results are provably the same, said
+ * where it takes them; so every path gives the same bytes):
  *   amax = max |x| over the group: m = 0, then m = |x_i| > m ? |x_i| : m
  *     (a NaN never enters; the order is free, max being exact);
  *   D  = amax / 8128.0f                           (a division; 8128 =
@@ -39,17 +40,22 @@
  * the 16-bit codes' maker's (cpu_quant_x16.c): a NaN never enters amax,
  * its code is the clamp's lowest (-127, so x' = -127 n); an Inf makes
  * amax and D infinite and iD 0 (the group's products are then Inf or
- * NaN, as the 16-bit mode's).  A group whose amax is so small that iD
- * overflows has D = 0 (every x' then weighs 0).
+ * NaN, as the 16-bit mode's).  A group whose amax is under 8128 /
+ * FLT_MAX (about 2.4e-35) has an infinite iD, as the 16-bit codes' maker
+ * has under 32639 / FLT_MAX: its u are infinities and NaNs (codes +-127,
+ * a zero's -127), weighed by D < 3e-39, so its products stay as tiny as
+ * its values.
  *
  * x16's planes are laid out exactly as nalar_quant_x16 lays them out:
  * hi = (x' + 128) >> 8 (arithmetic), lo = x' - 256 * hi, per 32 (q, d)
  * and per 256 (qk, bs: each plane's sums of 16 codes, dk); ck and nk
- * hold the 256-groups' c and n.
+ * hold the 256-groups' c and n.  nalar_quant_xpairs_groups makes one
+ * grouping alone (the backend makes those its matrices read).
  *
  * Paths: the scalar reference, AVX2 (8 pairs at a time) and AVX-512
  * (16 pairs at a time), chosen by nalar_quant_q8_isa (AVX-512 where it
- * says VNNI).
+ * says VNNI).  Cost: 8 trial roundings per pair, several times the
+ * 16-bit codes' (bench/xcodes.c measures both).
  */
 #include <math.h>
 #include <stddef.h>
