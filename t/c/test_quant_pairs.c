@@ -289,8 +289,9 @@ check_rule(int64_t cols, int special)
        "(%d, %d bad)", (long long) cols, k.exact_ls, k.pairs, k.bad_ls,
        k.bad_half);
     ok(k.zero_groups > 0 && k.bad_zero == 0
-       && (k.nan_codes > 0 || !special) && k.bad_nan == 0, "%lld columns: %d all-zero groups with D = 0, "
-       "codes 0, n = 1; %d NaNs coded -127 (%d, %d bad)", (long long) cols,
+       && (k.nan_codes > 0 || !special) && k.bad_nan == 0, "%lld columns: "
+       "%d all-zero groups with D = 0, codes 0, n = 1; %d NaNs coded -127 "
+       "(%d, %d bad)", (long long) cols,
        k.zero_groups, k.nan_codes, k.bad_zero, k.bad_nan);
     if (k256) {
         ok(bad_sums(&xp.x16.hi, n_tok * cols / 16) == 0
