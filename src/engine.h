@@ -72,9 +72,11 @@ typedef struct {
     int         act_i16;         /* the CPU backend's activations for
                                     its products over quantized weights:
                                     NALAR_ACT_F32 (0, exact), _I16 (1:
-                                    int16 per 32) or _Q8 (2: int8 codes,
-                                    cpu_quant.h).  Part of the prefix
-                                    cache's identity. */
+                                    int16 per 32), _Q8 (2: int8 codes)
+                                    or _PAIRS (3: int8 codes with a
+                                    multiplier per pair, cpu_quant.h).
+                                    Part of the prefix cache's
+                                    identity. */
     int32_t     gpu_gemv_max;    /* passes of up to this many tokens use
                                     the FP32-activation GEMV kernels, whose
                                     results do not depend on the pass's

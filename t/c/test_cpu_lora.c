@@ -669,6 +669,7 @@ main(void)
     } else {
         check_mixed(path, "Q8_0, 16-bit activations", NALAR_ACT_I16);
         check_mixed(path, "Q8_0, 8-bit activations", NALAR_ACT_Q8);
+        check_mixed(path, "Q8_0, pair multipliers", NALAR_ACT_PAIRS);
         unlink(path);
     }
     rmdir(dir);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "engine.h"
 #include "engine_test.h"
 #include "kv.h"
@@ -463,24 +464,27 @@ check_slide(void)
 
 
 /* The activations' mode enters the prefix cache's root digest: an engine
- * with int16 activations never serves KV computed with F32 ones, nor the
- * reverse; the same mode gives the same root */
+ * with int16 activations (or pair multipliers) never serves KV computed
+ * with F32 ones, nor the reverse, nor each other's; the same mode gives
+ * the same root */
 static void
 test_act_identity(const char *path)
 {
-    uint8_t       root[3][32];
+    static const int mode[] = { NALAR_ACT_F32, NALAR_ACT_I16,
+                                NALAR_ACT_F32, NALAR_ACT_PAIRS };
+    uint8_t       root[4][32];
     int           got = 0;
     nalar_err     err;
     nalar_engine *e;
 
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         nalar_engine_opts o;
 
         memset(&o, 0, sizeof(o));
         o.model_path = path;
         o.n_threads = 1;
         o.prefix_cache = 1;
-        o.act_i16 = i == 1;
+        o.act_i16 = mode[i];
         e = nalar_engine_create(&o, &err);
         if (e == NULL || nalar_engine_run_sync(e, NULL, 0, &err) != 0) {
             diag("engine: %s", err.msg);
@@ -489,9 +493,12 @@ test_act_identity(const char *path)
         }
         nalar_engine_destroy(e);
     }
-    ok(got == 3 && memcmp(root[0], root[1], 32) != 0
+    ok(got == 4 && memcmp(root[0], root[1], 32) != 0
        && memcmp(root[0], root[2], 32) == 0, "int16 activations: another "
        "prefix-cache root digest than F32's; F32 twice: the same");
+    ok(got == 4 && memcmp(root[3], root[0], 32) != 0
+       && memcmp(root[3], root[1], 32) != 0, "pair multipliers: another "
+       "root digest than F32's and int16's");
 }
 
 
