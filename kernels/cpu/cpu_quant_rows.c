@@ -63,8 +63,11 @@
 /* one token's codes as the kernels of a type read them: P planes (the
  * 8-bit codes, or the 16-bit codes' hi and lo bytes), per 32 or per 256 */
 typedef struct {
-    const int8_t  *q[2];    /* the planes' codes (q[1]: P 2 only) */
-    const int32_t *bs[2];   /* per 256: each plane's sums of 16 */
+    const int8_t  *q[2];    /* the planes' codes (q[1]: P 2 only); P 3:
+                               q[0] the pair codes c */
+    const int32_t *bs[2];   /* per 256: each plane's sums of 16 (P 3: the
+                               16-bit planes' of x' = n * c) */
+    const int16_t *n;       /* P 3: the pairs' multipliers, per 256 */
     const float   *d;       /* the codes' scales */
 } rows_x;
 
@@ -113,7 +116,9 @@ k4_s2(const __m128 *sv)
 /* Q4_K and Q5_K                                                       */
 
 
-/* VNNI: Q4_K (Q5 0) or Q5_K (Q5 1), P planes, R rows */
+/* VNNI: Q4_K (Q5 0) or Q5_K (Q5 1), P planes (P 3: the pair codes c
+ * with their multipliers n, the min term from the 16-bit planes' sums
+ * as P 2), R rows */
 static INL T_VNNI void
 k4_rows_vnni(const int Q5, const int P, const int R,
              const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
@@ -141,17 +146,20 @@ k4_rows_vnni(const int Q5, const int P, const int R,
         int64_t       off = qoff_at(il, QK_K, bytes, b);
         const int8_t *xh = x->q[0] + b * QK_K;
         const int8_t *xl = P == 2 ? x->q[1] + b * QK_K : xh;
-        /* x's groups as the codes' vectors hold them, each plane */
+        /* x's groups as the codes' vectors hold them, each plane (P 3:
+         * L0 .. L3 the pairs' n, the int16 of group G at byte 32 G, so
+         * the same picks) */
         __m512i       H0 = load2(xh, 0, 64), H1 = load2(xh, 32, 96);
         __m512i       H2 = load2(xh, 128, 192), H3 = load2(xh, 160, 224);
         __m512i       L0 = z, L1 = z, L2 = z, L3 = z;
         __m128i       xsh = rows_k4_xsums(x->bs[0] + 16 * b), M[4];
-        __m128i       xsl = P == 2 ? rows_k4_xsums(x->bs[1] + 16 * b) : xsh;
+        __m128i       xsl = P != 1 ? rows_k4_xsums(x->bs[1] + 16 * b) : xsh;
         __m128        dx = _mm_set1_ps(x->d[b]), sv[4];
         __m256i       L8[4];
         float         s[4];
 
-        if (P == 2) {
+        if (P != 1) {
+            xl = P == 3 ? (const int8_t *) (x->n + b * (QK_K / 2)) : xl;
             L0 = load2(xl, 0, 64);
             L1 = load2(xl, 32, 96);
             L2 = load2(xl, 128, 192);
@@ -193,9 +201,11 @@ k4_rows_vnni(const int Q5, const int P, const int R,
                 Q5_BIT(c3, 32, (char) 128);
 #undef Q5_BIT
             }
-            /* each plane by sc; P 2: L = 256 * L_hi + L_lo.  The scales'
-             * picks: P 1 where they are used (fewer vectors live), P 2
-             * all at first (faster so, in a loop of the product alone) */
+            /* each plane by sc; P 2: L = 256 * L_hi + L_lo; P 3: the
+             * pair codes by sc * n (vpmullw: |sc n| <= 63 * 64), L =
+             * sum sc w x' as P 2's.  The scales' picks: P 1 where they
+             * are used (fewer vectors live), P 2 all at first (faster
+             * so, in a loop of the product alone) */
             if (P == 2) {
                 Sp[0] = _mm512_permutexvar_epi16(I0, S);
                 Sp[1] = _mm512_permutexvar_epi16(I1, S);
@@ -204,6 +214,7 @@ k4_rows_vnni(const int Q5, const int P, const int R,
             }
 #define K4_STEP(c, XH, XL, Ik, k)                                           \
             Sk = P == 2 ? Sp[k] : _mm512_permutexvar_epi16(Ik, S);          \
+            Sk = P == 3 ? _mm512_mullo_epi16(Sk, XL) : Sk;                  \
             Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(c, XH), Sk);  \
             if (P == 2) {                                                   \
                 Ll = _mm512_dpwssd_epi32(Ll, _mm512_maddubs_epi16(c, XL),   \
@@ -214,10 +225,11 @@ k4_rows_vnni(const int Q5, const int P, const int R,
             K4_STEP(c2, H2, L2, I2, 2);
             K4_STEP(c3, H3, L3, I3, 3);
 #undef K4_STEP
-            L = P == 1 ? Lh : _mm512_add_epi32(_mm512_slli_epi32(Lh, 8), Ll);
+            L = P != 2 ? Lh : _mm512_add_epi32(_mm512_slli_epi32(Lh, 8), Ll);
             L8[i] = _mm256_add_epi32(_mm512_castsi512_si256(L),
                                      _mm512_extracti64x4_epi64(L, 1));
-            M[i] = k4_min4(P, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), xsh,
+            M[i] = k4_min4(P == 1 ? 1 : 2,
+                           _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), xsh,
                            xsl);
             sv[i] = _mm_mul_ps(_mm_cvtph_ps(h), dx);    /* s, s', -, - */
             s[i] = _mm_cvtss_f32(sv[i]);
@@ -229,7 +241,8 @@ k4_rows_vnni(const int Q5, const int P, const int R,
 }
 
 
-/* AVX2: Q4_K (Q5 0) or Q5_K (Q5 1), P planes, R rows */
+/* AVX2: Q4_K (Q5 0) or Q5_K (Q5 1), P planes (P 3: pairs, as the VNNI
+ * kernel's), R rows */
 static INL T_AVX2 void
 k4_rows_avx2(const int Q5, const int P, const int R,
              const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
@@ -247,8 +260,9 @@ k4_rows_avx2(const int Q5, const int P, const int R,
         int64_t       off = qoff_at(il, QK_K, bytes, b);
         const int8_t *xh = x->q[0] + b * QK_K;
         const int8_t *xl = P == 2 ? x->q[1] + b * QK_K : xh;
+        const int16_t *xn = P == 3 ? x->n + b * (QK_K / 2) : NULL;
         __m128i       xsh = rows_k4_xsums(x->bs[0] + 16 * b), M[4];
-        __m128i       xsl = P == 2 ? rows_k4_xsums(x->bs[1] + 16 * b) : xsh;
+        __m128i       xsl = P != 1 ? rows_k4_xsums(x->bs[1] + 16 * b) : xsh;
         __m128        dx = _mm_set1_ps(x->d[b]), sv[4];
         __m256i       L8[4];
         float         s[4];
@@ -286,6 +300,11 @@ k4_rows_avx2(const int Q5, const int P, const int R,
                             _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
                             _mm256_set1_epi8(16)));
                 }
+                if (P == 3) {
+                    /* sc * n of the group's 16 pairs */
+                    sc = _mm256_mullo_epi16(sc, _mm256_loadu_si256(
+                             (const __m256i *) (xn + 16 * G)));
+                }
                 Lh = _mm256_add_epi32(Lh, _mm256_madd_epi16(
                          _mm256_maddubs_epi16(c, _mm256_loadu_si256(
                              (const __m256i *) (xh + 32 * G))), sc));
@@ -295,9 +314,10 @@ k4_rows_avx2(const int Q5, const int P, const int R,
                                  (const __m256i *) (xl + 32 * G))), sc));
                 }
             }
-            L8[i] = P == 1 ? Lh
+            L8[i] = P != 2 ? Lh
                            : _mm256_add_epi32(_mm256_slli_epi32(Lh, 8), Ll);
-            M[i] = k4_min4(P, _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), xsh,
+            M[i] = k4_min4(P == 1 ? 1 : 2,
+                           _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), xsh,
                            xsl);
             sv[i] = _mm_mul_ps(_mm_cvtph_ps(h), dx);
             s[i] = _mm_cvtss_f32(sv[i]);
@@ -790,9 +810,20 @@ ROWS_KERNELS(q40_avx2_p##P, T_AVX2,                                         \
 ROWS_PLANES(1)
 ROWS_PLANES(2)
 
+/* the pair codes' kernels (P 3): Q4_K and Q5_K (Q6_K: none, the top of
+ * this file) */
+ROWS_KERNELS(q4k_vnni_p3, T_VNNI, k4_rows_vnni(0, 3, R, row, il, nb, x, pfo,
+                                               out))
+ROWS_KERNELS(q5k_vnni_p3, T_VNNI, k4_rows_vnni(1, 3, R, row, il, nb, x, pfo,
+                                               out))
+ROWS_KERNELS(q4k_avx2_p3, T_AVX2, k4_rows_avx2(0, 3, R, row, il, nb, x, pfo,
+                                               out))
+ROWS_KERNELS(q5k_avx2_p3, T_AVX2, k4_rows_avx2(1, 3, R, row, il, nb, x, pfo,
+                                               out))
 
-/* the kernels of t on isa for P planes: f[0] one row, f[1] four; 0, or
- * -1 for none */
+
+/* the kernels of t on isa for P planes (3: pair codes): f[0] one row,
+ * f[1] four; 0, or -1 for none */
 static int
 rows_fns(ggml_type t, int isa, int P, rows_fn **f)
 {
@@ -800,6 +831,16 @@ rows_fns(ggml_type t, int isa, int P, rows_fn **f)
 
     if (isa != NALAR_ISA_VNNI && isa != NALAR_ISA_AVX2) {
         return -1;
+    }
+    if (P == 3) {
+        if (t != GGML_Q4_K && t != GGML_Q5_K) {
+            return -1;
+        }
+        f[0] = t == GGML_Q4_K ? (v ? q4k_vnni_p3_1 : q4k_avx2_p3_1)
+                              : (v ? q5k_vnni_p3_1 : q5k_avx2_p3_1);
+        f[1] = t == GGML_Q4_K ? (v ? q4k_vnni_p3_4 : q4k_avx2_p3_4)
+                              : (v ? q5k_vnni_p3_4 : q5k_avx2_p3_4);
+        return 0;
     }
 #define ROWS_PICK(N)                                                        \
     f[0] = P == 1 ? (v ? N##_vnni_p1_1 : N##_avx2_p1_1)                     \
@@ -825,7 +866,8 @@ rows_fns(ggml_type t, int isa, int P, rows_fn **f)
 }
 
 
-/* y[r] (+)= W[r, :] . x for r in [r0, r1) with P planes of codes */
+/* y[r] (+)= W[r, :] . x for r in [r0, r1) with P planes of codes (3:
+ * pair codes) */
 static int
 rows_run(ggml_type t, int isa, int P, const uint8_t *w, int64_t wstride,
          int il, int64_t cols, const rows_x *x, float *y, int64_t r0,
@@ -874,7 +916,7 @@ nalar_quant_q8_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
                     int64_t r0, int64_t r1, int accumulate)
 {
 #if defined(ROWS_X86)
-    rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL };
+    rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL, NULL };
     int    k = nalar_quant_block(t) == QK_K;
 
     if (!nalar_quant_type(t) || (k && x8->qk == NULL)) {
@@ -908,7 +950,7 @@ nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
                      int64_t r0, int64_t r1, int accumulate)
 {
 #if defined(ROWS_X86)
-    rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL };
+    rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL, NULL };
     int    k = nalar_quant_block(t) == QK_K;
 
     if (!nalar_quant_type(t) || !nalar_quant_x8_fits(t, cols)
@@ -940,13 +982,29 @@ nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
 }
 
 
-/* no pair kernel yet: every caller runs the 16-bit rows on xp->x16 */
+/* Q4_K and Q5_K on AVX2 and VNNI (Q6_K: -1, the top of this file) */
 int
 nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
                        int64_t wstride, int il, int64_t cols,
                        const nalar_xqp *xp, float *y, int64_t r0, int64_t r1,
                        int accumulate)
 {
+#if defined(ROWS_X86)
+    rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL, NULL };
+
+    if ((t != GGML_Q4_K && t != GGML_Q5_K) || xp->ck == NULL
+        || xp->nk == NULL || xp->x16.hi.qk == NULL || cols % QK_K != 0)
+    {
+        return -1;
+    }
+    x.q[0] = xp->ck;
+    x.n = xp->nk;
+    x.bs[0] = xp->x16.hi.bs;
+    x.bs[1] = xp->x16.lo.bs;
+    x.d = xp->x16.hi.dk;
+    return rows_run(t, isa, 3, w, wstride, il, cols, &x, y, r0, r1,
+                    accumulate);
+#else
     (void) t;
     (void) isa;
     (void) w;
@@ -959,4 +1017,5 @@ nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
     (void) r1;
     (void) accumulate;
     return -1;
+#endif
 }

@@ -1,0 +1,302 @@
+/*
+ * One token's pair-multiplier kernels (nalar_quant_pairs_rows,
+ * cpu_quant_rows.c) for Q4_K and Q5_K: x's codes made here (per 256
+ * values a step D, per pair an n in [1, 64] and two codes c in [-127,
+ * 127]; random, and at the extremes c = +-127 with n = 64), the 16-bit
+ * planes of x' = n * c and their sums of 16 built here by the split rule
+ * of cpu_quant_x16.c; against nalar_quant_x16_scalar on those planes,
+ * bit for bit, on each instruction set this CPU has (AVX2, AVX-512
+ * VNNI), rows in the file's order and interleaved, row ranges starting
+ * and ending off the four-row turns, added to y or not, weights from the
+ * quantizer, random bytes with extreme scales and mins, and every code,
+ * scale and min at its largest.  And where there is no kernel: -1, y
+ * untouched (scalar, Q6_K, Q8_0, Q4_0, no per-256 codes).  Q6_K has none
+ * because (float) L is not the 16-bit contract's fmaf(256, (float) L_hi,
+ * (float) L_lo) for every lane: a lane where they differ is checked here.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_quant.h"
+#include "cpu_quant_rows.h"
+#include "cpu_quant_x16.h"
+#include "gguf.h"
+#include "tap.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+#include "quant_test_blocks.h"
+
+#define X_RANDOM  0   /* random c and n */
+#define X_EXTREME 1   /* c = +-127 (random signs), n = 64 */
+#define X_MAX     2   /* c = 127 everywhere, n = 64 */
+
+static const char *xkind_name[] = { "random codes", "c = +-127, n = 64",
+                                    "c = 127, n = 64" };
+static const char *wkind_name[] = { "quantized rows", "extreme blocks",
+                                    "saturated blocks" };
+
+
+/* one token's pair codes and x16's planes of x' = n * c (cols a multiple
+ * of 256), in one allocation owned by the caller (*mem) */
+static int
+make_codes(int64_t cols, int xkind, nalar_xqp *xp, void **mem)
+{
+    int64_t  nb = cols / QK_K;
+    size_t   sz = (size_t) (cols * 7 + cols / 16 * 8 + cols / 2 * 2
+                            + (cols / 32 + nb) * 4);
+    uint8_t *p = calloc(1, sz + 64);
+    int8_t  *c, *hi, *lo, *hi32, *lo32;
+    int16_t *n;
+    int32_t *bsh, *bsl;
+    float   *d32, *dk;
+
+    *mem = p;
+    if (p == NULL) {
+        return -1;
+    }
+    /* the int32 and float arrays first: aligned */
+    bsh = (int32_t *) p;
+    bsl = bsh + cols / 16;
+    d32 = (float *) (bsl + cols / 16);
+    dk = d32 + cols / 32;
+    n = (int16_t *) (dk + nb);
+    c = (int8_t *) (n + cols / 2);
+    hi = c + cols;
+    lo = hi + cols;
+    hi32 = lo + cols;
+    lo32 = hi32 + cols;
+    for (int64_t b = 0; b < nb; b++) {
+        uint64_t r = rnd() % 8;
+
+        /* D: random, one group at 0, some tiny, some large */
+        dk[b] = r == 0 ? 0.0f : r == 1 ? 1e-30f * (1 + fabsf(frand()))
+                : r == 2 ? 1e20f * fabsf(frand())
+                : 1e-3f * (0.01f + fabsf(frand()));
+    }
+    for (int64_t i = 0; i < cols / 32; i++) {
+        d32[i] = dk[i / 8];
+    }
+    for (int64_t p2 = 0; p2 < cols / 2; p2++) {
+        n[p2] = (int16_t) (xkind == X_RANDOM ? 1 + (int) (rnd() % 64) : 64);
+        for (int k = 0; k < 2; k++) {
+            int v = xkind == X_MAX ? 127
+                    : xkind == X_EXTREME ? (rnd() % 2 ? 127 : -127)
+                    : (int) (rnd() % 255) - 127;
+
+            c[2 * p2 + k] = (int8_t) v;
+        }
+    }
+    for (int64_t i = 0; i < cols; i++) {
+        int32_t x = n[i / 2] * c[i];            /* |x'| <= 8128 */
+        int32_t h = (x + 128) >> 8;             /* cpu_quant_x16.c's split */
+
+        hi[i] = hi32[i] = (int8_t) h;
+        lo[i] = lo32[i] = (int8_t) (x - 256 * h);
+    }
+    for (int64_t j = 0; j < cols / 16; j++) {
+        bsh[j] = bsl[j] = 0;
+        for (int k = 0; k < 16; k++) {
+            bsh[j] += hi[16 * j + k];
+            bsl[j] += lo[16 * j + k];
+        }
+    }
+    xp->x16.hi = (nalar_xq8) { hi32, d32, hi, dk, bsh, cols };
+    xp->x16.lo = (nalar_xq8) { lo32, d32, lo, dk, bsl, cols };
+    xp->ck = c;
+    xp->nk = n;
+    return 0;
+}
+
+
+/* one matrix and one token's codes: each instruction set's pair kernels
+ * give the reference's bits, rows in any split off the four-row turns,
+ * added to y or not, both layouts */
+static void
+check_rows(ggml_type t, int64_t rows, int64_t cols, int wkind, int xkind)
+{
+    const char *tn = ggml_type_name(t);
+    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
+    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
+    uint8_t    *w = matrix(t, rows, cols, wkind);
+    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
+                                                                   cols));
+    float      *ref = malloc((size_t) rows * sizeof(float));
+    float      *y = malloc((size_t) rows * sizeof(float));
+    void       *mem = NULL;
+    nalar_xqp   xp;
+    /* the ranges' cut points: one range; 0-5, 5-end; 0-2, 2-9, 9-end;
+     * 1-3, 3-end (none on a turn of four but 0) */
+    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
+                                      { 0, 2, 9 }, { 1, 3, -1 } };
+
+    if (w == NULL || il == NULL || ref == NULL || y == NULL
+        || make_codes(cols, xkind, &xp, &mem) != 0)
+    {
+        ok(0, "%s pairs: out of memory", tn);
+        goto out;
+    }
+    nalar_quant_interleave(t, w, rows, cols, il);
+    nalar_quant_x16_scalar(t, w, rs, 0, cols, &xp.x16, 1, ref, (int) rows,
+                           0, rows, 0);
+    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
+        nalar_quant_q8_force(isa);
+        for (int lay = 0; lay < 2; lay++) {
+            for (size_t k = 0; k < sizeof(cut) / sizeof(cut[0]); k++) {
+                for (int acc = 0; acc < 2; acc++) {
+                    int64_t a = cut[k][0];
+                    int     rc = 0;
+
+                    for (int64_t r = 0; r < rows; r++) {
+                        y[r] = acc ? 1.0f : -7.0f;
+                    }
+                    for (int j = 0; j < 3 && a < rows; j++) {
+                        int64_t e = j + 1 < 3 && cut[k][j + 1] > 0
+                                    && cut[k][j + 1] < rows
+                                    ? cut[k][j + 1] : rows;
+
+                        rc |= nalar_quant_pairs_rows(t, isa, lay ? il : w,
+                                                     rs, lay, cols, &xp, y,
+                                                     a, e, acc);
+                        a = e;
+                    }
+                    for (int64_t r = 0; r < rows; r++) {
+                        /* rows before the first range: untouched */
+                        float want = r < cut[k][0] ? (acc ? 1.0f : -7.0f)
+                                     : acc ? 1.0f + ref[r] : ref[r];
+
+                        if (rc != 0 || memcmp(&y[r], &want, sizeof(float))) {
+                            if (bad++ == 0) {
+                                diag("%s isa %d layout %d split %zu acc %d "
+                                     "row %lld: %a, want %a (rc %d)", tn,
+                                     isa, lay, k, acc, (long long) r,
+                                     (double) y[r], (double) want, rc);
+                            }
+                        }
+                    }
+                    runs++;
+                }
+            }
+        }
+    }
+    nalar_quant_q8_force(-1);
+    ok(bad == 0 && runs > 0, "%s %s, %s, %lldx%lld: every instruction "
+       "set's pair kernels, split and layout give the 16-bit reference's "
+       "bits on x' = n * c (%d runs)", tn, wkind_name[wkind],
+       xkind_name[xkind], (long long) rows, (long long) cols, runs);
+out:
+    free(w);
+    free(il);
+    free(ref);
+    free(y);
+    free(mem);
+}
+
+
+/* where there is no kernel: -1 and y untouched */
+static void
+check_none(void)
+{
+    static const ggml_type other[] = { GGML_Q6_K, GGML_Q8_0, GGML_Q4_0 };
+    int64_t    cols = 512, rows = 8;
+    int        bad = 0;
+    void      *mem = NULL;
+    nalar_xqp  xp;
+    float      y[8];
+    uint8_t   *w = matrix(GGML_Q4_K, rows, cols, 0);
+
+    if (w == NULL || make_codes(cols, X_RANDOM, &xp, &mem) != 0) {
+        ok(0, "no kernel: out of memory");
+        free(w);
+        free(mem);
+        return;
+    }
+    for (int i = 0; i < 8; i++) {
+        y[i] = 3.0f;
+    }
+    bad |= nalar_quant_pairs_rows(GGML_Q4_K, NALAR_ISA_SCALAR, w,
+                                  (int64_t) ggml_row_size(GGML_Q4_K, 512), 0,
+                                  cols, &xp, y, 0, rows, 0) != -1;
+    for (size_t k = 0; k < sizeof(other) / sizeof(other[0]); k++) {
+        uint8_t *m = matrix(other[k], rows, cols, 0);
+
+        bad |= m == NULL
+               || nalar_quant_pairs_rows(other[k], NALAR_ISA_AVX2, m,
+                                         (int64_t) ggml_row_size(other[k],
+                                                                 512),
+                                         0, cols, &xp, y, 0, rows, 0) != -1;
+        free(m);
+    }
+    xp.ck = NULL;
+    bad |= nalar_quant_pairs_rows(GGML_Q4_K, NALAR_ISA_AVX2, w,
+                                  (int64_t) ggml_row_size(GGML_Q4_K, 512), 0,
+                                  cols, &xp, y, 0, rows, 0) != -1;
+    for (int i = 0; i < 8; i++) {
+        bad |= y[i] != 3.0f;
+    }
+    ok(bad == 0, "no pair kernel (scalar, Q6_K, Q8_0, Q4_0, no codes c): "
+       "-1, y untouched");
+    free(w);
+    free(mem);
+}
+
+
+/* Q6_K: a lane of one block (its 32 weights: 8 groups x 4, codes w 63,
+ * scales 127) against x' = n * c of 16 pairs: 7 of (128, 128) (n 2, c
+ * 64), 8 of (-128, -128) (n 2, c -64), one (132, 129) (n 3, c 44, 43).
+ * L = 256 L_hi + L_lo is exact in int32, but the contract's fmaf(256,
+ * (float) L_hi, (float) L_lo) rounds L_lo (odd, past 2^24) first */
+static void
+check_q6k_lane(void)
+{
+    static const int xs[16][3] = {
+        { 2, 64, 64 }, { 2, 64, 64 }, { 2, 64, 64 }, { 2, 64, 64 },
+        { 2, 64, 64 }, { 2, 64, 64 }, { 2, 64, 64 }, { 2, -64, -64 },
+        { 2, -64, -64 }, { 2, -64, -64 }, { 2, -64, -64 }, { 2, -64, -64 },
+        { 2, -64, -64 }, { 2, -64, -64 }, { 2, -64, -64 }, { 3, 44, 43 }
+    };
+    int32_t Lh = 0, Ll = 0, L = 0;
+
+    for (int p = 0; p < 16; p++) {
+        for (int k = 1; k < 3; k++) {
+            int32_t x = xs[p][0] * xs[p][k], h = (x + 128) >> 8;
+
+            Lh += 127 * 63 * h;
+            Ll += 127 * 63 * (x - 256 * h);
+            L += 127 * 63 * xs[p][0] * xs[p][k];
+        }
+    }
+    ok(L == 256 * Lh + Ll && (float) L != fmaf(256.0f, (float) Lh,
+                                                (float) Ll),
+       "Q6_K: a lane where (float) L (%d: %.1f) is not the 16-bit "
+       "contract's fmaf(256, (float) L_hi, (float) L_lo) (%d, %d: %.1f)",
+       L, (double) (float) L, Lh, Ll,
+       (double) fmaf(256.0f, (float) Lh, (float) Ll));
+}
+
+
+int
+main(void)
+{
+    static const ggml_type types[] = { GGML_Q4_K, GGML_Q5_K };
+    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+
+    diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
+    check_none();
+    check_q6k_lane();
+    if (nalar_quant_q8_isa_max() < NALAR_ISA_AVX2) {
+        return done_testing();
+    }
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        check_rows(types[i], 13, 256, 0, X_RANDOM);
+        check_rows(types[i], 13, 512, 1, X_RANDOM);
+        check_rows(types[i], 18, 2304, 1, X_RANDOM);
+        check_rows(types[i], 11, 4096, 0, X_RANDOM);
+        check_rows(types[i], 9, 512, 2, X_EXTREME);
+        check_rows(types[i], 9, 768, 2, X_MAX);
+        check_rows(types[i], 9, 1024, 1, X_EXTREME);
+        check_rows(types[i], 6, 512, 0, X_MAX);
+    }
+    return done_testing();
+}
