@@ -1,7 +1,8 @@
 /*
  * One token's products, four rows at a time (cpu_quant_rows.h): decode's
  * kernels, one family for the 8-bit activations (one plane of codes, P
- * 1) and the 16-bit ones (two planes, hi and lo, P 2).  Per block, x's
+ * 1), the 16-bit ones (two planes, hi and lo, P 2) and the pair
+ * multipliers (P 3: one plane of codes c, each pair's n).  Per block, x's
  * planes are loaded once for the four rows, each row's codes are decoded
  * once and multiplied with every plane, and the rows' blocks are read as
  * one stream where the matrix is interleaved (nalar_quant_interleave:
@@ -36,6 +37,40 @@
  * AVX-512 VNNI takes the K-quants' codes in 64-byte vectors, two groups
  * of 32 weights each, with the groups' scales picked by vpermw; AVX2
  * 32-byte vectors.
+ *
+ * Pair multipliers (P 3, nalar_quant_pairs_rows; cpu_quant.h's nalar_xqp:
+ * per 256 values a step D, per pair (x[2p], x[2p + 1]) an n_p in [1, 64]
+ * and two codes c in [-127, 127]; x16 the 16-bit planes of x' = n c,
+ * |x'| <= 8128).  The contract is the 16-bit one on x' (the scalar
+ * reference nalar_quant_x16_scalar on xp->x16: its bits), computed from
+ * c and n:
+ *   Q4_K, Q5_K: L[m] = sum_G sum_{p: lane m's two pairs of group G}
+ *     (sc_G n_p) (w c + w c)_p = sum sc_G w x' = 256 L_hi + L_lo, the
+ *     16-bit contract's integer (x' = 256 hi + lo), so (float) L is its
+ *     lane.  vpmaddubsw's pair sums |w c + w c| <= 2 * 31 * 127 = 7874
+ *     (no saturation), the int16 scale sc n <= 63 * 64 = 4032 (vpmullw,
+ *     exact), each vpdpwssd product <= 7874 * 4032; |L| <= 32 * 63 * 31
+ *     * 8128 = 507,961,344 < 2^31, and every partial sum is a sum of
+ *     some of the same terms, so below it too.  The min term I = 256 I_hi
+ *     + I_lo from x16's planes' sums of 16 (k4_min4 as P 2), s, s' and
+ *     the float steps as P 1 and P 2 (rows_float).  Per block and row,
+ *     VNNI: 4 vpmaddubsw + 4 vpmullw + 4 vpdpwssd + 4 vpermw (P 2: 8 +
+ *     8 + 4 vpermw; P 1: 4 + 4 + 4), x's n (int16, the pair codes'
+ *     picks) loaded once per block for the four rows; AVX2, per group:
+ *     vpshufb, vpmullw, vpmaddubsw, vpmaddwd.
+ *   Q6_K: none (-1: the caller's 16-bit rows on x16, the same bits).  The
+ *     contract's lane is t = fmaf(256, (float) L_hi, (float) L_lo), not
+ *     (float) L.  With |x'| <= 8128, hi is in [-32, 32], so |L_hi| <= 32
+ *     * 128 * 63 * 32 = 8,257,536 < 2^24 is exact in float; but lo is in
+ *     [-128, 127] and |L_lo| reaches 32 * 128 * 63 * 128 = 33,030,144 >
+ *     2^24: an odd L_lo past 2^24 is rounded (by 1, to a multiple of 4)
+ *     before the fma, so t = round(L -+ 1) where (float) L = round(L).
+ *     A lane where they differ (test_quant_pairs_rows.c): scales 127,
+ *     codes 63, x' pairs 7 x (128, 128), 8 x (-128, -128), (132, 129):
+ *     L = 40005, L_hi = 128016, L_lo = -32732091, t = 40004.  Its
+ *     contract needs L_hi or L_lo besides L, a second plane's vpmaddubsw
+ *     + vpdpwssd per 64 weights on top of the pairs' three: more than
+ *     the 16-bit kernel's two planes (2 + 2).
  */
 #include <stddef.h>
 #include <stdint.h>

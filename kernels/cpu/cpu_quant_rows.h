@@ -1,10 +1,10 @@
 /*
  * One token's products, four rows at a time (cpu_quant_rows.c): the
  * row kernels of the 8-bit (cpu_quant_q8.c) and 16-bit (cpu_quant_x16.c)
- * activations for a pass of one token (decode), one family over the
- * number of planes of x's codes, with each contract's integers and float
- * operations per (row, token), so its bits.  Internal to the CPU kernels
- * and their tests.
+ * activations and of the pair multipliers for a pass of one token
+ * (decode), one family over the planes of x's codes, with each
+ * contract's integers and float operations per (row, token), so its
+ * bits.  Internal to the CPU kernels and their tests.
  */
 #ifndef NALAR_CPU_QUANT_ROWS_H
 #define NALAR_CPU_QUANT_ROWS_H
@@ -33,11 +33,12 @@ int nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w,
                          const nalar_xq16 *x16, float *y, int64_t r0,
                          int64_t r1, int accumulate);
 
-/* the same with x token 0 of xp's pair codes, for the K-quants: the 16-bit
- * scalar reference's bits for xp->x16 (nalar_quant_x16_scalar), its
- * integers made from ck and nk; -1 (nothing written) when there is no
- * such kernel for t and isa: the caller then runs nalar_quant_x16_rows
- * on xp->x16, the same bits */
+/* the same with x token 0 of xp's pair codes, for Q4_K and Q5_K: the
+ * 16-bit scalar reference's bits for xp->x16 (nalar_quant_x16_scalar),
+ * its integers made from ck and nk; -1 (nothing written) when there is
+ * no such kernel for t and isa (other types, Q6_K included: the top of
+ * cpu_quant_rows.c; scalar; xp->ck NULL): the caller then runs
+ * nalar_quant_x16_rows on xp->x16, the same bits */
 int nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
                            int64_t wstride, int il, int64_t cols,
                            const nalar_xqp *xp, float *y, int64_t r0,
