@@ -214,7 +214,8 @@ void nalar_quant_xpairs_groups(const float *x, int n_tok, int ldx,
                                nalar_xqp *xp);
 
 /* nalar_quant_matmul from x's pair codes (nalar_quant_xpairs): the
- * 16-bit kernels' bits for x' (nalar_quant_matmul_x16 on xp->x16),
+ * 16-bit kernels' bits for x' (nalar_quant_matmul_x16 on xp->x16; Q6_K:
+ * the pairs' own contract, cpu_quant_pairs_k6.c),
  * through nalar_quant_pairs_rows for one token of a K-quant where it has
  * a kernel; a row of cols weights of t takes them where
  * nalar_quant_x8_fits */

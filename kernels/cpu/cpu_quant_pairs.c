@@ -8,7 +8,8 @@
  * c in [-127, 127], x ~ D * n_p * c.  The products read x' = n * c
  * (|x'| <= 8128) as the 16-bit mode's codes with D as their scale, so
  * every 16-bit kernel (cpu_quant_x16.c's contract) computes them: the
- * same bits as the 16-bit kernels give for codes x'.
+ * same bits as the 16-bit kernels give for codes x' (Q6_K: the pairs'
+ * own contract, cpu_quant_pairs_k6.c, where x' keeps its lanes in int32).
  *
  * The rule, in float32 operations only (no double, no fma; the scalar
  * reference and the AVX2 path perform exactly these, the AVX-512 path
@@ -64,6 +65,7 @@
 
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
+#include "cpu_quant_pairs_k6.h"
 #include "cpu_quant_q8_simd.h"
 #include "cpu_quant_rows.h"
 
@@ -511,6 +513,13 @@ nalar_quant_matmul_pairs(ggml_type t, const uint8_t *w, int64_t wstride,
                          int n_tok, float *y, int ldy, int64_t r0,
                          int64_t r1, int accumulate)
 {
+    /* Q6_K: the pairs mode's own contract (cpu_quant_pairs_k6.c), never
+     * the 16-bit one's */
+    if (t == GGML_Q6_K) {
+        nalar_quant_matmul_pairs_k6(w, wstride, il, cols, xp, n_tok, y, ldy,
+                                    r0, r1, accumulate);
+        return;
+    }
     /* one token of a K-quant: the pair kernels where there is one for
      * t and this instruction set; else, and for everything else, the
      * 16-bit kernels on x': the same bits either way */

@@ -41,9 +41,10 @@
  * Pair multipliers (P 3, nalar_quant_pairs_rows; cpu_quant.h's nalar_xqp:
  * per 256 values a step D, per pair (x[2p], x[2p + 1]) an n_p in [1, 64]
  * and two codes c in [-127, 127]; x16 the 16-bit planes of x' = n c,
- * |x'| <= 8128).  The contract is the 16-bit one on x' (the scalar
- * reference nalar_quant_x16_scalar on xp->x16: its bits), computed from
- * c and n:
+ * |x'| <= 8128).  The contract is the pairs mode's (its scalar
+ * reference nalar_quant_pairs_scalar on xp->x16: its bits; for Q4_K and
+ * Q5_K the 16-bit one on x', nalar_quant_x16_scalar's), computed from c
+ * and n:
  *   Q4_K, Q5_K: L[m] = sum_G sum_{p: lane m's two pairs of group G}
  *     (sc_G n_p) (w c + w c)_p = sum sc_G w x' = 256 L_hi + L_lo, the
  *     16-bit contract's integer (x' = 256 hi + lo), so (float) L is its
@@ -58,19 +59,25 @@
  *     8 + 4 vpermw; P 1: 4 + 4 + 4), x's n (int16, the pair codes'
  *     picks) loaded once per block for the four rows; AVX2, per group:
  *     vpshufb, vpmullw, vpmaddubsw, vpmaddwd.
- *   Q6_K: none (-1: the caller's 16-bit rows on x16, the same bits).  The
- *     contract's lane is t = fmaf(256, (float) L_hi, (float) L_lo), not
- *     (float) L.  With |x'| <= 8128, hi is in [-32, 32], so |L_hi| <= 32
- *     * 128 * 63 * 32 = 8,257,536 < 2^24 is exact in float; but lo is in
- *     [-128, 127] and |L_lo| reaches 32 * 128 * 63 * 128 = 33,030,144 >
- *     2^24: an odd L_lo past 2^24 is rounded (by 1, to a multiple of 4)
- *     before the fma, so t = round(L -+ 1) where (float) L = round(L).
- *     A lane where they differ (test_quant_pairs_rows.c): scales 127,
- *     codes 63, x' pairs 7 x (128, 128), 8 x (-128, -128), (132, 129):
- *     L = 40005, L_hi = 128016, L_lo = -32732091, t = 40004.  Its
- *     contract needs L_hi or L_lo besides L, a second plane's vpmaddubsw
- *     + vpdpwssd per 64 weights on top of the pairs' three: more than
- *     the 16-bit kernel's two planes (2 + 2).
+ *   Q6_K: the pairs' own contract (cpu_quant_pairs_k6.c's top; the
+ *     16-bit one's t = fmaf(256, (float) L_hi, (float) L_lo) is not
+ *     (float) L there: |L_lo| reaches 32 * 128 * 63 * 128 = 33,030,144 >
+ *     2^24, and an odd L_lo past 2^24 is rounded before the fma.  A lane
+ *     where they differ (test_quant_pairs_rows.c): scales 127, codes 63,
+ *     x' pairs 7 x (128, 128), 8 x (-128, -128), (132, 129): L = 40005,
+ *     L_hi = 128016, L_lo = -32732091, t = 40004): per block the lanes
+ *     L[m] = sum sc_j w x' of the unsigned 6-bit codes w in [0, 63],
+ *     exact in int32 (|L| <= 32 * 128 * 63 * 8128 = 2,097,414,144 <
+ *     2^31), acc = fma(s, (float) L, acc); the min term's J = sum_j sc_j
+ *     (sum of sub-block j's 16 x') = 256 J_hi + J_lo from x16's planes'
+ *     sums of 16 (|J| <= 16 * 128 * 16 * 8128 = 266,338,304: int32),
+ *     mn = fma(s, 32 * (float) J, mn).  The lanes as P 1's with the pair
+ *     codes c: vpmaddubsw's pair sums |w c + w c| <= 2 * 63 * 127 =
+ *     16002, the scale sc n as int16 (|sc n| <= 128 * 64 = 8192, vpmullw
+ *     exact), so per block and row, VNNI: 4 vpmaddubsw + 4 vpmullw + 4
+ *     vpdpwssd + 4 vpermw (P 2: 8 + 8 + 4 vpermw), x's codes and n
+ *     loaded once per block for the four rows; AVX2, per group of 32:
+ *     vpmaddubsw, vpmullw, vpmaddwd.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -372,7 +379,9 @@ k4_rows_avx2(const int Q5, const int P, const int R,
  * and I = 32 * Ih; P 2, acc[i] = fma(s_i, fma(256, (float) Lh[i],
  * (float) Ll[i]), acc[i]) and mn = fma(s, fma(256, (float) (32 * Ih),
  * (float) (32 * Il)), mn) lane by lane (Ih, Il: the four rows' sums of
- * sc_j times the plane's sums of 16) */
+ * sc_j times the plane's sums of 16); P 3 (the pairs' contract, Lh the
+ * lanes L of x'), acc[i] = fma(s_i, (float) L[i], acc[i]) and mn = fma(s,
+ * 32 * (float) J, mn), J = 256 Ih + Il exact in int32 */
 static INL T_AVX2 void
 k6_float(const int P, const int R, const float *s, const __m256i *Lh,
          const __m256i *Ll, __m128i Ih, __m128i Il, __m256 *acc, __m128 *mn)
@@ -382,6 +391,18 @@ k6_float(const int P, const int R, const float *s, const __m256i *Lh,
     if (P == 1) {
         rows_float(R, s, Lh, _mm_loadu_ps(s), _mm_slli_epi32(Ih, 5), acc,
                    mn);
+        return;
+    }
+    if (P == 3) {
+        __m128i J = _mm_add_epi32(_mm_slli_epi32(Ih, 8), Il);
+
+        for (int i = 0; i < R; i++) {
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(s[i]),
+                                     _mm256_cvtepi32_ps(Lh[i]), acc[i]);
+        }
+        *mn = _mm_fmadd_ps(_mm_loadu_ps(s),
+                           _mm_mul_ps(_mm_cvtepi32_ps(J),
+                                      _mm_set1_ps(32.0f)), *mn);
         return;
     }
     for (int i = 0; i < R; i++) {
@@ -409,7 +430,8 @@ k6_min4(__m256i W, __m256i xs)
 }
 
 
-/* VNNI: Q6_K, P planes, R rows */
+/* VNNI: Q6_K, P planes (P 3: the pair codes c with their multipliers n,
+ * the pairs' contract: sc * n by vpmullw, one plane), R rows */
 static INL T_VNNI void
 k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
              int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
@@ -441,17 +463,20 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
     for (int64_t b = 0; b < nb; b++) {
         int64_t       off = qoff_at(il, QK_K, QK6_K_BYTES, b);
         const int8_t *xh = x->q[0] + b * QK_K;
-        const int8_t *xl = P == 2 ? x->q[1] + b * QK_K : xh;
+        /* P 3: the pairs' n, 32 int16 per 64 codes, as XL */
+        const int8_t *xl = P == 2 ? x->q[1] + b * QK_K
+                           : P == 3 ? (const int8_t *) (x->n + b * (QK_K / 2))
+                           : xh;
         __m512i       XH[4], XL[4];
         __m256i       xsh = rows_k6_xsums(x->bs[0] + 16 * b);
-        __m256i       xsl = P == 2 ? rows_k6_xsums(x->bs[1] + 16 * b) : xsh;
+        __m256i       xsl = P != 1 ? rows_k6_xsums(x->bs[1] + 16 * b) : xsh;
         __m256i       Lh8[4], Ll8[4];
         __m128i       Mh[4], Ml[4];
         float         s[4], dx = x->d[b];
 
-        /* P 2: both planes' codes held for the four rows; P 1 reads
-         * them in each row's steps (fewer vectors live) */
-        for (int v = 0; v < 4 && P == 2; v++) {
+        /* P 2, 3: x's vectors held for the four rows; P 1 reads them in
+         * each row's steps (fewer vectors live) */
+        for (int v = 0; v < 4 && P != 1; v++) {
             XH[v] = _mm512_loadu_si512((const void *) (xh + 64 * v));
             XL[v] = _mm512_loadu_si512((const void *) (xl + 64 * v));
         }
@@ -481,11 +506,16 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
                 __m512i S01 = _mm512_permutexvar_epi16(IW[2 * h], S);
                 __m512i S23 = _mm512_permutexvar_epi16(IW[2 * h + 1], S);
 
+                if (P == 3) {
+                    /* sc * n (|sc n| <= 128 * 64: int16) */
+                    S01 = _mm512_mullo_epi16(S01, XL[2 * h]);
+                    S23 = _mm512_mullo_epi16(S23, XL[2 * h + 1]);
+                }
                 Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(
-                         c01, P == 2 ? XH[2 * h] : _mm512_loadu_si512(
+                         c01, P != 1 ? XH[2 * h] : _mm512_loadu_si512(
                              (const void *) (xh + 128 * h))), S01);
                 Lh = _mm512_dpwssd_epi32(Lh, _mm512_maddubs_epi16(
-                         c23, P == 2 ? XH[2 * h + 1] : _mm512_loadu_si512(
+                         c23, P != 1 ? XH[2 * h + 1] : _mm512_loadu_si512(
                              (const void *) (xh + 128 * h + 64))), S23);
                 if (P == 2) {
                     Ll = _mm512_dpwssd_epi32(Ll, _mm512_maddubs_epi16(
@@ -500,6 +530,8 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
             if (P == 2) {
                 Ll8[i] = _mm256_add_epi32(_mm512_castsi512_si256(Ll),
                                           _mm512_extracti64x4_epi64(Ll, 1));
+            }
+            if (P != 1) {
                 Ml[i] = k6_min4(W, xsl);
             }
             s[i] = f16_at(p + 208) * dx;
@@ -512,7 +544,7 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
 }
 
 
-/* AVX2: Q6_K, P planes, R rows */
+/* AVX2: Q6_K, P planes (P 3: pairs, as the VNNI kernel's), R rows */
 static INL T_AVX2 void
 k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
              int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
@@ -528,8 +560,9 @@ k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
         int64_t       off = qoff_at(il, QK_K, QK6_K_BYTES, b);
         const int8_t *xh = x->q[0] + b * QK_K;
         const int8_t *xl = P == 2 ? x->q[1] + b * QK_K : xh;
+        const int16_t *xn = P == 3 ? x->n + b * (QK_K / 2) : NULL;
         __m256i       xsh = rows_k6_xsums(x->bs[0] + 16 * b);
-        __m256i       xsl = P == 2 ? rows_k6_xsums(x->bs[1] + 16 * b) : xsh;
+        __m256i       xsl = P != 1 ? rows_k6_xsums(x->bs[1] + 16 * b) : xsh;
         __m256i       Lh8[4], Ll8[4];
         __m128i       Mh[4], Ml[4];
         float         s[4], dx = x->d[b];
@@ -571,6 +604,11 @@ k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
                 __m256i        c = _mm256_or_si256(lo,
                                                    _mm256_slli_epi16(hi, 4));
 
+                if (P == 3) {
+                    /* sc * n of the group's 16 pairs */
+                    sc = _mm256_mullo_epi16(sc, _mm256_loadu_si256(
+                             (const __m256i *) (xn + 16 * G)));
+                }
                 Lh = _mm256_add_epi32(Lh, _mm256_madd_epi16(
                          _mm256_maddubs_epi16(c, _mm256_loadu_si256(
                              (const __m256i *) (xh + 32 * G))), sc));
@@ -583,7 +621,7 @@ k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
             Lh8[i] = Lh;
             Ll8[i] = Ll;
             Mh[i] = k6_min4(W, xsh);
-            if (P == 2) {
+            if (P != 1) {
                 Ml[i] = k6_min4(W, xsl);
             }
             s[i] = f16_at(p + 208) * dx;
@@ -855,6 +893,10 @@ ROWS_KERNELS(q4k_avx2_p3, T_AVX2, k4_rows_avx2(0, 3, R, row, il, nb, x, pfo,
                                                out))
 ROWS_KERNELS(q5k_avx2_p3, T_AVX2, k4_rows_avx2(1, 3, R, row, il, nb, x, pfo,
                                                out))
+ROWS_KERNELS(q6k_vnni_p3, T_VNNI, k6_rows_vnni(3, R, row, il, nb, x, pfo,
+                                               out))
+ROWS_KERNELS(q6k_avx2_p3, T_AVX2, k6_rows_avx2(3, R, row, il, nb, x, pfo,
+                                               out))
 
 
 /* the kernels of t on isa for P planes (3: pair codes): f[0] one row,
@@ -868,14 +910,22 @@ rows_fns(ggml_type t, int isa, int P, rows_fn **f)
         return -1;
     }
     if (P == 3) {
-        if (t != GGML_Q4_K && t != GGML_Q5_K) {
+        switch (t) {
+        case GGML_Q4_K:
+            f[0] = v ? q4k_vnni_p3_1 : q4k_avx2_p3_1;
+            f[1] = v ? q4k_vnni_p3_4 : q4k_avx2_p3_4;
+            return 0;
+        case GGML_Q5_K:
+            f[0] = v ? q5k_vnni_p3_1 : q5k_avx2_p3_1;
+            f[1] = v ? q5k_vnni_p3_4 : q5k_avx2_p3_4;
+            return 0;
+        case GGML_Q6_K:
+            f[0] = v ? q6k_vnni_p3_1 : q6k_avx2_p3_1;
+            f[1] = v ? q6k_vnni_p3_4 : q6k_avx2_p3_4;
+            return 0;
+        default:
             return -1;
         }
-        f[0] = t == GGML_Q4_K ? (v ? q4k_vnni_p3_1 : q4k_avx2_p3_1)
-                              : (v ? q5k_vnni_p3_1 : q5k_avx2_p3_1);
-        f[1] = t == GGML_Q4_K ? (v ? q4k_vnni_p3_4 : q4k_avx2_p3_4)
-                              : (v ? q5k_vnni_p3_4 : q5k_avx2_p3_4);
-        return 0;
     }
 #define ROWS_PICK(N)                                                        \
     f[0] = P == 1 ? (v ? N##_vnni_p1_1 : N##_avx2_p1_1)                     \
@@ -1017,7 +1067,7 @@ nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
 }
 
 
-/* Q4_K and Q5_K on AVX2 and VNNI (Q6_K: -1, the top of this file) */
+/* Q4_K, Q5_K and Q6_K (the pairs' own contract) on AVX2 and VNNI */
 int
 nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
                        int64_t wstride, int il, int64_t cols,
@@ -1027,8 +1077,8 @@ nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
 #if defined(ROWS_X86)
     rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL, NULL };
 
-    if ((t != GGML_Q4_K && t != GGML_Q5_K) || xp->ck == NULL
-        || xp->nk == NULL || xp->x16.hi.qk == NULL || cols % QK_K != 0)
+    if ((t != GGML_Q4_K && t != GGML_Q5_K && t != GGML_Q6_K)
+        || xp->ck == NULL || xp->nk == NULL || xp->x16.hi.qk == NULL || cols % QK_K != 0)
     {
         return -1;
     }

@@ -33,12 +33,12 @@ int nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w,
                          const nalar_xq16 *x16, float *y, int64_t r0,
                          int64_t r1, int accumulate);
 
-/* the same with x token 0 of xp's pair codes, for Q4_K and Q5_K: the
- * 16-bit scalar reference's bits for xp->x16 (nalar_quant_x16_scalar),
- * its integers made from ck and nk; -1 (nothing written) when there is
- * no such kernel for t and isa (other types, Q6_K included: the top of
- * cpu_quant_rows.c; scalar; xp->ck NULL): the caller then runs
- * nalar_quant_x16_rows on xp->x16, the same bits */
+/* the same with x token 0 of xp's pair codes, for Q4_K, Q5_K and Q6_K:
+ * the pairs mode's scalar reference's bits for xp->x16
+ * (nalar_quant_pairs_scalar: for Q4_K and Q5_K the 16-bit contract's on
+ * x', for Q6_K the pairs' own, cpu_quant_pairs_k6.c), its integers made
+ * from ck and nk; -1 (nothing written) when there is no such kernel for
+ * t and isa (other types; scalar; xp->ck NULL) */
 int nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
                            int64_t wstride, int il, int64_t cols,
                            const nalar_xqp *xp, float *y, int64_t r0,

@@ -131,6 +131,18 @@ nalar_quant_x16_tile_max(ggml_type t, int isa)
 }
 
 
+/* the pairs' tiles: Q6_K's as Q4_K's (N int16-code lanes and N chains,
+ * the same registers), the others the 16-bit ones */
+int
+nalar_quant_pairs_tile_max(ggml_type t, int isa)
+{
+    if (t == GGML_Q6_K) {
+        return nalar_quant_x16_tile_max(GGML_Q4_K, isa);
+    }
+    return nalar_quant_x16_tile_max(t, isa);
+}
+
+
 /* the rows of a tile kernel's step (cpu_quant_x16_tiles_isa.h) */
 static int
 xt_step_rows(ggml_type t, int isa)
@@ -235,16 +247,16 @@ xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
  * c + (g n + k) 64), so that a group's codes for the whole tile are one
  * run of n lines, and a pass over columns reads one run of memory (the
  * tokens' rows a multiple of 4 KB apart would fall in the same L1 sets).
- *   Q6_K: the planes' 32 bytes, hi then lo;
- *   the others: the tile codes c = 256 hi + lo (|c| <= 32639), the even
+ *   Q6_K (not pairs): the planes' 32 bytes, hi then lo;
+ *   the others, and the pairs' Q6_K: the tile codes c = 256 hi + lo (|c| <= 32639), the even
  *     weights' 16 int16 then the odd ones'.  In int16 words of the
  *     planes' bytes, word i holds weight 2i's byte low and 2i + 1's high:
  *     a left shift by 8 gives 256 times the even byte, a mask 256 times
  *     the odd one, arithmetic shifts the bytes sign-extended.
  */
 static Q8_T_AVX2 void
-xt_codes(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
-         uint8_t *c)
+xt_codes(ggml_type t, int pairs, const nalar_xq16 *x, int t0, int n,
+         int64_t cols, uint8_t *c)
 {
     const __m256i m = _mm256_set1_epi16((short) 0xFF00);
     int           k256 = nalar_quant_block(t) == QK_K;
@@ -260,7 +272,7 @@ xt_codes(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
             __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
             __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
 
-            if (t == GGML_Q6_K) {
+            if (t == GGML_Q6_K && !pairs) {
                 _mm256_storeu_si256((__m256i *) ck, h);
                 _mm256_storeu_si256((__m256i *) (ck + 32), l);
                 continue;
@@ -357,26 +369,27 @@ tile_lo(int n, int nt, int i)
 
 
 /* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top),
- * each tile over a group's rows XT_CHUNK columns at a time (Q4_K,
- * Q5_K); xc: the tiles' codes (token t0's tile at t0 * 2 cols bytes); st:
+ * each tile over a group's rows XT_CHUNK columns at a time where chunk
+ * (the int16 tile codes of Q4_K, Q5_K and the pairs' Q6_K); xc: the tiles' codes (token t0's tile at t0 * 2 cols bytes); st:
  * XT_ST floats for each row of a group */
 static void
-xt_rows(xt_tile_fn *f, int R, ggml_type t, const uint8_t *w, int64_t wstride,
-        int il, int64_t cols, const uint8_t *xc, const uint8_t *pk,
-        int64_t tstride, int nt, int n_tok, float *st, float *y, int ldy,
-        int64_t r0, int64_t r1, int accumulate)
+xt_rows(xt_tile_fn *f, int R, ggml_type t, int chunk, const uint8_t *w,
+        int64_t wstride, int il, int64_t cols, const uint8_t *xc,
+        const uint8_t *pk, int64_t tstride, int nt, int n_tok, float *st,
+        float *y, int ldy, int64_t r0, int64_t r1, int accumulate)
 {
     qinfo   qi = { 0, 0, 0, 0 };
     int64_t nb, cb, rg = nalar_quant_x8_tile_rows(t, cols);
 
     (void) qinfo_of(t, &qi);
     nb = cols / qi.qk;
-    /* Q4_K/Q5_K in passes of XT_CHUNK columns; the others in one (the
+    /* Q4_K/Q5_K (and the pairs' Q6_K, whose codes are as theirs) in
+     * passes of XT_CHUNK columns; the others in one (the
      * chains' loads and stores per pass measured slower there: Q8_0
      * 30-35 against 38 tokens/s of a 1.1B prefill, Q6_K 6.3-6.5 against
      * 6.0-6.1 ns per 256 weights and token in bench/tiles.c; Q4_K 5.0-5.6
      * against 5.8-6.1; a busy machine) */
-    cb = t == GGML_Q4_K || t == GGML_Q5_K ? XT_CHUNK / qi.qk : nb;
+    cb = chunk ? XT_CHUNK / qi.qk : nb;
     for (int64_t g0 = r0; g0 < r1; g0 += rg) {
         int64_t g1 = g0 + rg < r1 ? g0 + rg : r1;
 
@@ -428,11 +441,12 @@ xt_rows(xt_tile_fn *f, int R, ggml_type t, const uint8_t *w, int64_t wstride,
 #endif
 
 
-int
-nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
-                      int64_t wstride, int il, int64_t cols,
-                      const nalar_xq16 *x, int n_tok, float *y, int ldy,
-                      int64_t r0, int64_t r1, int accumulate)
+/* the tiles of t (pairs: the pairs mode's Q6_K, cpu_quant_pairs_k6.c),
+ * as nalar_quant_x16_tiles */
+static int
+xt_run(ggml_type t, int pairs, int isa, const uint8_t *w, int64_t wstride,
+       int il, int64_t cols, const nalar_xq16 *x, int n_tok, float *y,
+       int ldy, int64_t r0, int64_t r1, int accumulate)
 {
 #if defined(XT_X86)
     qinfo          qi = { 0, 0, 0, 0 };
@@ -451,15 +465,20 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
     if (k256 && (x->hi.qk == NULL || x->lo.qk == NULL)) {
         return -1;
     }
-    f = isa == NALAR_ISA_VNNI ? xt_vnni_fn(t)
-        : isa == NALAR_ISA_AVX2 ? xt_avx2_fn(t) : NULL;
+    pairs = pairs && t == GGML_Q6_K;
+    f = isa == NALAR_ISA_VNNI ? (pairs ? xt_vnni_tile_q6k_pairs
+                                 : xt_vnni_fn(t))
+        : isa == NALAR_ISA_AVX2 ? (pairs ? xt_avx2_tile_q6k_pairs
+                                   : xt_avx2_fn(t))
+        : NULL;
     if (f == NULL) {
         return -1;
     }
     if (r0 >= r1) {
         return 0;
     }
-    nmax = nalar_quant_x16_tile_max(t, isa);
+    nmax = pairs ? nalar_quant_pairs_tile_max(t, isa)
+           : nalar_quant_x16_tile_max(t, isa);
     nt = (n_tok + nmax - 1) / nmax;
     tstride = cols / qi.qk * xt_block_stride(t);
     /* the rows' chains, the packed scalars, then the tiles' codes, each
@@ -479,16 +498,39 @@ nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
         int n = tile_lo(n_tok, nt, i + 1) - t0;
 
         xt_pack(t, x, t0, n, cols, pk + i * tstride);
-        xt_codes(t, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
+        xt_codes(t, pairs, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
     }
-    xt_rows(f, xt_step_rows(t, isa), t, w, wstride, il, cols, xc, pk,
-            tstride, nt,
-            n_tok, st, y, ldy, r0, r1, accumulate);
+    xt_rows(f, pairs ? 1 : xt_step_rows(t, isa), t,
+            pairs || t == GGML_Q4_K || t == GGML_Q5_K, w, wstride, il,
+            cols, xc, pk, tstride, nt, n_tok, st, y, ldy, r0, r1,
+            accumulate);
     return 0;
 #else
-    (void) t; (void) isa; (void) w; (void) wstride; (void) il; (void) cols;
-    (void) x; (void) n_tok; (void) y; (void) ldy; (void) r0; (void) r1;
-    (void) accumulate;
+    (void) t; (void) pairs; (void) isa; (void) w; (void) wstride; (void) il;
+    (void) cols; (void) x; (void) n_tok; (void) y; (void) ldy; (void) r0;
+    (void) r1; (void) accumulate;
     return -1;
 #endif
+}
+
+
+int
+nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
+                      int64_t wstride, int il, int64_t cols,
+                      const nalar_xq16 *x, int n_tok, float *y, int ldy,
+                      int64_t r0, int64_t r1, int accumulate)
+{
+    return xt_run(t, 0, isa, w, wstride, il, cols, x, n_tok, y, ldy, r0, r1,
+                  accumulate);
+}
+
+
+int
+nalar_quant_pairs_tiles(ggml_type t, int isa, const uint8_t *w,
+                        int64_t wstride, int il, int64_t cols,
+                        const nalar_xq16 *x, int n_tok, float *y, int ldy,
+                        int64_t r0, int64_t r1, int accumulate)
+{
+    return xt_run(t, 1, isa, w, wstride, il, cols, x, n_tok, y, ldy, r0, r1,
+                  accumulate);
 }

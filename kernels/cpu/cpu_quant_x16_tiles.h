@@ -29,4 +29,16 @@ int nalar_quant_x16_tiles(ggml_type t, int isa, const uint8_t *w,
                           const nalar_xq16 *x, int n_tok, float *y, int ldy,
                           int64_t r0, int64_t r1, int accumulate);
 
+/* the pairs mode's tiles (x: nalar_xqp's x16, the codes x' = n * c):
+ * for Q6_K the pairs' own contract (cpu_quant_pairs_k6.c: the lanes of
+ * x' in int32, the planes folded), the reference nalar_quant_pairs_scalar's
+ * bits; every other type as nalar_quant_x16_tiles; 0 or -1 as it */
+int nalar_quant_pairs_tiles(ggml_type t, int isa, const uint8_t *w,
+                            int64_t wstride, int il, int64_t cols,
+                            const nalar_xq16 *x, int n_tok, float *y,
+                            int ldy, int64_t r0, int64_t r1, int accumulate);
+
+/* the most tokens of one of those tiles */
+int nalar_quant_pairs_tile_max(ggml_type t, int isa);
+
 #endif

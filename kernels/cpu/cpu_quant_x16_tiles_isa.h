@@ -381,6 +381,126 @@ XT(k6)(const int N, const uint8_t *const *row, int il, const xt_span *sp,
 }
 
 
+/*
+ * The pairs' Q6_K (cpu_quant_pairs_k6.c's contract): a block's J for the
+ * tile from the packed sums pb (lane k: token k; J = 256 J_hi + J_lo, the
+ * scales as int16 words times 256, exact: -128 * 256 = -32768, against
+ * plane hi's sums of 16, the scales against plane lo's, in pairs of
+ * sub-blocks 2i, 2i + 1 (dword i of s16), in two chains)
+ */
+static INL XT_TGT __m256i
+XT(k6p_head)(__m256i s16, const uint8_t *pb)
+{
+    __m256i J = _mm256_setzero_si256(), J2 = J;
+    __m256i s16h = _mm256_slli_epi16(s16, 8);
+
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m256i s = _mm256_set1_epi32(i);
+
+        J = XT_MADD(J, _mm256_load_si256((const __m256i *) (pb + 32
+                                                             + 32 * i)),
+                    _mm256_permutevar8x32_epi32(s16h, s));
+        J2 = XT_MADD(J2, _mm256_load_si256((const __m256i *) (pb + 288
+                                                               + 32 * i)),
+                     _mm256_permutevar8x32_epi32(s16, s));
+    }
+    return _mm256_add_epi32(J, J2);
+}
+
+
+/*
+ * The pairs' Q6_K: R rows against N tokens, from the tile codes (the full
+ * codes x' as int16, as Q4_K's: |x'| <= 8128), the 16-bit planes folded
+ * in integer: per block and row J at once (XT(k6p_head)) and mn = fma(s,
+ * 32 (float) J, mn) for the tile; each group of 32 weights decoded once
+ * into the even and odd weights' words times their sub-blocks' scales
+ * (vpmaddubsw of the unsigned codes with (sc, 0) and (0, sc) pairs:
+ * |w sc| <= 63 * 128), added into each token's L (XT_GROUP: vpdpwssd of
+ * x' against them, exact: |L| < 2^31); then acc = fma(s, L, acc).
+ */
+static INL XT_TGT void
+XT(k6p)(const int R, const int N, const uint8_t *const *row, int il,
+        const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
+        const ptrdiff_t *pf)
+{
+    const int64_t  bstride = 32 + 2 * 8 * 32;
+    __m256         acc[2][XT_NMAX], mn[2];
+    const uint8_t *p[2];
+
+    for (int r = 0; r < R; r++) {
+        p[r] = row[r] + qoff_at(il, QK_K, QK6_K_BYTES, sp->b0);
+    }
+    XT(begin)(R, N, sp, acc, mn);
+    for (int64_t b = sp->b0; b < sp->b1; b++) {
+        const uint8_t *pb = pk + b * bstride;
+        const uint8_t *xb = xa + b * 8 * N * 64;
+        __m256         dx = _mm256_load_ps((const float *) pb), sv[2];
+        XT_LT          L[2][XT_NMAX];
+        __m256i        sc[2];
+
+        for (int r = 0; r < R; r++) {
+            __m128i s8 = _mm_loadu_si128((const __m128i *) (p[r] + 192));
+            __m256i J = XT(k6p_head)(_mm256_cvtepi8_epi16(s8), pb);
+
+            q8_prefetch_block(p[r], pf[r], QK6_K_BYTES);
+#pragma GCC unroll 8
+            for (int k = 0; k < N; k++) {
+                L[r][k] = XT_LZERO;
+            }
+            sc[r] = _mm256_broadcastsi128_si256(s8);
+            sv[r] = _mm256_mul_ps(_mm256_set1_ps(f16_at(p[r] + 208)), dx);
+            mn[r] = _mm256_fmadd_ps(sv[r], _mm256_mul_ps(
+                                        _mm256_cvtepi32_ps(J),
+                                        _mm256_set1_ps(32.0f)), mn[r]);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i a0[2], a1[2], e[2];
+
+            for (int r = 0; r < R; r++) {
+                a0[r] = _mm256_loadu_si256((const __m256i *)
+                                           (p[r] + 64 * h));
+                a1[r] = _mm256_loadu_si256((const __m256i *)
+                                           (p[r] + 64 * h + 32));
+                e[r] = _mm256_loadu_si256((const __m256i *)
+                                          (p[r] + 128 + 32 * h));
+            }
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                /* group 4h + g: sub-block 8h + 2g in the low half,
+                 * 8h + 2g + 1 above; (sc, 0) and (0, sc) byte pairs by
+                 * pshufb (index 0x80: a zero) */
+                int     j = 8 * h + 2 * g;
+                __m256i ia = _mm256_set_m128i(
+                                 _mm_set1_epi16((short) (0x8000 | (j + 1))),
+                                 _mm_set1_epi16((short) (0x8000 | j)));
+                __m256i ib = _mm256_set_m128i(
+                                 _mm_set1_epi16((short) ((j + 1) << 8
+                                                         | 0x80)),
+                                 _mm_set1_epi16((short) (j << 8 | 0x80)));
+                __m256i wa[2], wb[2];
+
+                for (int r = 0; r < R; r++) {
+                    __m256i u = q8_k6_w(a0[r], a1[r], e[r], g);
+
+                    wa[r] = _mm256_maddubs_epi16(u, _mm256_shuffle_epi8(
+                                                        sc[r], ia));
+                    wb[r] = _mm256_maddubs_epi16(u, _mm256_shuffle_epi8(
+                                                        sc[r], ib));
+                }
+                XT_GROUP(xb + (4 * h + g) * N * 64, wa, wb);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            XT(fma)(N, sv[r], L[r], acc[r]);
+            p[r] = q8_next_block(p[r], il, QK_K, QK6_K_BYTES, b);
+        }
+    }
+    XT(end)(R, N, sp, acc, mn, out);
+}
+
+
 /* Q8_0, Q4_0: R rows (XT_R32) against N tokens, from the tile codes; per
  * block and row the signed codes once as the even and odd weights' words,
  * then per token L (two word products, x's loaded once for the R rows)
@@ -487,6 +607,28 @@ XT(fn)(ggml_type t)
 #undef XT_FN_CASE
 }
 
+/* the pairs' Q6_K tile (XT(k6p)), n tokens, a step of one row */
+#define XT_PCASE(K)                                                         \
+    case K:                                                                 \
+        if ((K) <= XT_NMAX) {                                               \
+            XT(k6p)(1, K, row, il, sp, xa, pk, out, pf);                    \
+        }                                                                   \
+        break;
+
+static XT_TGT void
+XT(tile_q6k_pairs)(const uint8_t *const *row, int il, const xt_span *sp,
+                   const uint8_t *xa, const uint8_t *pk, int n, float *out,
+                   const ptrdiff_t *pf)
+{
+    switch (n) {
+    XT_PCASE(1) XT_PCASE(2) XT_PCASE(3) XT_PCASE(4)
+    XT_PCASE(5) XT_PCASE(6) XT_PCASE(7) XT_PCASE(8)
+    default:
+        break;
+    }
+}
+
+#undef XT_PCASE
 #undef XT_TYPE
 #undef XT_CASE
 #undef XT_GROUP

@@ -1,24 +1,28 @@
 /*
  * One token's pair-multiplier kernels (nalar_quant_pairs_rows,
- * cpu_quant_rows.c) for Q4_K and Q5_K: x's codes made here (per 256
- * values a step D, per pair an n in [1, 64] and two codes c in [-127,
- * 127]; random, and at the extremes c = +-127 with n = 64), the 16-bit
- * planes of x' = n * c and their sums of 16 built here by the split rule
- * of cpu_quant_x16.c; against nalar_quant_x16_scalar on those planes,
- * bit for bit, on each instruction set this CPU has (AVX2, AVX-512
- * VNNI), rows in the file's order and interleaved, row ranges starting
- * and ending off the four-row turns, added to y or not, weights from the
- * quantizer, random bytes with extreme scales and mins, and every code,
- * scale and min at its largest.  And where there is no kernel: -1, y
- * untouched (scalar, Q6_K, Q8_0, Q4_0, no per-256 codes).  Q6_K has none
- * because (float) L is not the 16-bit contract's fmaf(256, (float) L_hi,
- * (float) L_lo) for every lane: a lane where they differ is checked here.
+ * cpu_quant_rows.c) for Q4_K, Q5_K and Q6_K: x's codes made here (per
+ * 256 values a step D, per pair an n in [1, 64] and two codes c in
+ * [-127, 127]; random, and at the extremes c = +-127 with n = 64), the
+ * 16-bit planes of x' = n * c and their sums of 16 built here by the
+ * split rule of cpu_quant_x16.c; against the pairs mode's scalar
+ * reference on those planes (nalar_quant_pairs_scalar: for Q4_K and
+ * Q5_K the 16-bit one's, nalar_quant_x16_scalar), bit for bit, on each
+ * instruction set this CPU has (AVX2, AVX-512 VNNI), rows in the file's
+ * order and interleaved, row ranges starting and ending off the four-row
+ * turns, added to y or not, weights from the quantizer, random bytes
+ * with extreme scales and mins, and every code, scale and min at its
+ * largest (Q6_K's lanes at -2,097,414,144).  And where there is no
+ * kernel: -1, y untouched (scalar, Q8_0, Q4_0, no per-256 codes).  Q6_K's
+ * pairs contract (cpu_quant_pairs_k6.c) is not the 16-bit one: a lane
+ * where (float) L is not fmaf(256, (float) L_hi, (float) L_lo) is checked
+ * here, and a matrix of such lanes in test_quant_pairs_k6.c.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_quant.h"
+#include "cpu_quant_pairs_k6.h"
 #include "cpu_quant_rows.h"
 #include "cpu_quant_x16.h"
 #include "gguf.h"
@@ -28,86 +32,10 @@ static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 #include "quant_test_blocks.h"
 
-#define X_RANDOM  0   /* random c and n */
-#define X_EXTREME 1   /* c = +-127 (random signs), n = 64 */
-#define X_MAX     2   /* c = 127 everywhere, n = 64 */
+#include "quant_test_pairs.h"
 
-static const char *xkind_name[] = { "random codes", "c = +-127, n = 64",
-                                    "c = 127, n = 64" };
 static const char *wkind_name[] = { "quantized rows", "extreme blocks",
                                     "saturated blocks" };
-
-
-/* one token's pair codes and x16's planes of x' = n * c (cols a multiple
- * of 256), in one allocation owned by the caller (*mem) */
-static int
-make_codes(int64_t cols, int xkind, nalar_xqp *xp, void **mem)
-{
-    int64_t  nb = cols / QK_K;
-    size_t   sz = (size_t) (cols * 7 + cols / 16 * 8 + cols / 2 * 2
-                            + (cols / 32 + nb) * 4);
-    uint8_t *p = calloc(1, sz + 64);
-    int8_t  *c, *hi, *lo, *hi32, *lo32;
-    int16_t *n;
-    int32_t *bsh, *bsl;
-    float   *d32, *dk;
-
-    *mem = p;
-    if (p == NULL) {
-        return -1;
-    }
-    /* the int32 and float arrays first: aligned */
-    bsh = (int32_t *) p;
-    bsl = bsh + cols / 16;
-    d32 = (float *) (bsl + cols / 16);
-    dk = d32 + cols / 32;
-    n = (int16_t *) (dk + nb);
-    c = (int8_t *) (n + cols / 2);
-    hi = c + cols;
-    lo = hi + cols;
-    hi32 = lo + cols;
-    lo32 = hi32 + cols;
-    for (int64_t b = 0; b < nb; b++) {
-        uint64_t r = rnd() % 8;
-
-        /* D: random, one group at 0, some tiny, some large */
-        dk[b] = r == 0 ? 0.0f : r == 1 ? 1e-30f * (1 + fabsf(frand()))
-                : r == 2 ? 1e20f * fabsf(frand())
-                : 1e-3f * (0.01f + fabsf(frand()));
-    }
-    for (int64_t i = 0; i < cols / 32; i++) {
-        d32[i] = dk[i / 8];
-    }
-    for (int64_t p2 = 0; p2 < cols / 2; p2++) {
-        n[p2] = (int16_t) (xkind == X_RANDOM ? 1 + (int) (rnd() % 64) : 64);
-        for (int k = 0; k < 2; k++) {
-            int v = xkind == X_MAX ? 127
-                    : xkind == X_EXTREME ? (rnd() % 2 ? 127 : -127)
-                    : (int) (rnd() % 255) - 127;
-
-            c[2 * p2 + k] = (int8_t) v;
-        }
-    }
-    for (int64_t i = 0; i < cols; i++) {
-        int32_t x = n[i / 2] * c[i];            /* |x'| <= 8128 */
-        int32_t h = (x + 128) >> 8;             /* cpu_quant_x16.c's split */
-
-        hi[i] = hi32[i] = (int8_t) h;
-        lo[i] = lo32[i] = (int8_t) (x - 256 * h);
-    }
-    for (int64_t j = 0; j < cols / 16; j++) {
-        bsh[j] = bsl[j] = 0;
-        for (int k = 0; k < 16; k++) {
-            bsh[j] += hi[16 * j + k];
-            bsl[j] += lo[16 * j + k];
-        }
-    }
-    xp->x16.hi = (nalar_xq8) { hi32, d32, hi, dk, bsh, cols };
-    xp->x16.lo = (nalar_xq8) { lo32, d32, lo, dk, bsl, cols };
-    xp->ck = c;
-    xp->nk = n;
-    return 0;
-}
 
 
 /* one matrix and one token's codes: each instruction set's pair kernels
@@ -132,14 +60,14 @@ check_rows(ggml_type t, int64_t rows, int64_t cols, int wkind, int xkind)
                                       { 0, 2, 9 }, { 1, 3, -1 } };
 
     if (w == NULL || il == NULL || ref == NULL || y == NULL
-        || make_codes(cols, xkind, &xp, &mem) != 0)
+        || make_codes(cols, 1, xkind, &xp, &mem) != 0)
     {
         ok(0, "%s pairs: out of memory", tn);
         goto out;
     }
     nalar_quant_interleave(t, w, rows, cols, il);
-    nalar_quant_x16_scalar(t, w, rs, 0, cols, &xp.x16, 1, ref, (int) rows,
-                           0, rows, 0);
+    nalar_quant_pairs_scalar(t, w, rs, 0, cols, &xp.x16, 1, ref, (int) rows,
+                             0, rows, 0);
     for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
         nalar_quant_q8_force(isa);
         for (int lay = 0; lay < 2; lay++) {
@@ -182,7 +110,7 @@ check_rows(ggml_type t, int64_t rows, int64_t cols, int wkind, int xkind)
     }
     nalar_quant_q8_force(-1);
     ok(bad == 0 && runs > 0, "%s %s, %s, %lldx%lld: every instruction "
-       "set's pair kernels, split and layout give the 16-bit reference's "
+       "set's pair kernels, split and layout give the pairs reference's "
        "bits on x' = n * c (%d runs)", tn, wkind_name[wkind],
        xkind_name[xkind], (long long) rows, (long long) cols, runs);
 out:
@@ -198,7 +126,7 @@ out:
 static void
 check_none(void)
 {
-    static const ggml_type other[] = { GGML_Q6_K, GGML_Q8_0, GGML_Q4_0 };
+    static const ggml_type other[] = { GGML_Q8_0, GGML_Q4_0 };
     int64_t    cols = 512, rows = 8;
     int        bad = 0;
     void      *mem = NULL;
@@ -206,7 +134,7 @@ check_none(void)
     float      y[8];
     uint8_t   *w = matrix(GGML_Q4_K, rows, cols, 0);
 
-    if (w == NULL || make_codes(cols, X_RANDOM, &xp, &mem) != 0) {
+    if (w == NULL || make_codes(cols, 1, X_RANDOM, &xp, &mem) != 0) {
         ok(0, "no kernel: out of memory");
         free(w);
         free(mem);
@@ -235,7 +163,7 @@ check_none(void)
     for (int i = 0; i < 8; i++) {
         bad |= y[i] != 3.0f;
     }
-    ok(bad == 0, "no pair kernel (scalar, Q6_K, Q8_0, Q4_0, no codes c): "
+    ok(bad == 0, "no pair kernel (scalar, Q8_0, Q4_0, no codes c): "
        "-1, y untouched");
     free(w);
     free(mem);
@@ -279,7 +207,7 @@ check_q6k_lane(void)
 int
 main(void)
 {
-    static const ggml_type types[] = { GGML_Q4_K, GGML_Q5_K };
+    static const ggml_type types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
     const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
 
     diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
