@@ -2,7 +2,7 @@
  * One token's products alone (decode's kernels), one thread: the 8-bit
  * rows kernels against the 16-bit mode's (cpu_quant_rows.c, one plane
  * of codes or two) and the pair multipliers' (one plane of codes c and
- * their n: Q4_K and Q5_K), for each weight type, over the backend's
+ * their n: Q4_K, Q5_K, Q6_K), for each weight type, over the backend's
  * interleaved copy of a matrix of COLS columns: HOT rows held in cache
  * (called again and again) and ROWS rows streamed from memory (read once
  * a call).  x's codes are made once, as a forward pass makes them for

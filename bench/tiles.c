@@ -1,10 +1,12 @@
 /*
  * The tiles' products alone (two tokens or more), one thread: the 8-bit
  * tiles (cpu_quant_q8_tiles.c) against the 16-bit mode's
- * (cpu_quant_x16_tiles.c), for each weight type, ROWS x COLS weights held
+ * (cpu_quant_x16_tiles.c) and, for Q6_K, the pair multipliers' (their own
+ * Q6_K tiles, nalar_quant_pairs_tiles; the other types' pairs tiles are
+ * the 16-bit ones: "-"), for each weight type, ROWS x COLS weights held
  * in L2-sized row groups as the tiles take them, N tokens.  Rounds
- * alternate between the two; prints the median of ROUNDS rounds in ns
- * per 256 weights and token, and the ratio.
+ * alternate between them; prints the median of ROUNDS rounds in ns per
+ * 256 weights and token, and the ratios.
  *   tiles [N [ISA [TYPE]]]    (ISA: avx2 or vnni, default the widest;
  *                              TYPE: one type's rows only, e.g. q4_k,
  *                              as for perf record on one kernel)
@@ -64,20 +66,21 @@ main(int argc, char **argv)
         x[i] = (float) rand() / RAND_MAX - 0.5f;
     }
     nalar_quant_x8(x, n, COLS, COLS, b8, &x8);
-    /* the 16-bit tiles' time does not depend on the codes' values: the
-     * 8-bit codes stand in for both planes */
+    /* the 16-bit and pairs tiles' time does not depend on the codes'
+     * values: the 8-bit codes stand in for both planes */
     x16.hi = x8;
     x16.lo = x8;
     printf("# %d tokens, %d x %d weights, one thread, %s; ns per 256 "
            "weights and token, median of %d alternated rounds\n", n, ROWS,
            COLS, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", ROUNDS);
-    printf("%-5s %8s %8s %7s\n", "type", "q8", "i16", "i16/q8");
+    printf("%-5s %8s %8s %8s %7s %7s %7s\n", "type", "q8", "i16", "prs",
+           "i16/q8", "prs/q8", "prs/i16");
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
         ggml_type t = types[k];
         int64_t   rs = (int64_t) ggml_row_size(t, COLS);
         uint8_t  *w = malloc((size_t) (ROWS * rs));
-        double    t8[ROUNDS], t16[ROUNDS], per = (double) n * ROWS * COLS
-                                                  / 256;
+        double    t8[ROUNDS], t16[ROUNDS], tp[ROUNDS];
+        double    per = (double) n * ROWS * COLS / 256;
 
         if (argc > 3 && strcasecmp(argv[3], ggml_type_name(t)) != 0) {
             free(w);
@@ -93,7 +96,7 @@ main(int argc, char **argv)
             (void) nalar_quantize_row(t, row, COLS, w + r * rs);
         }
         for (int i = -1; i < ROUNDS; i++) {
-            double a = now(), b, c;
+            double a = now(), b, c, d;
 
             (void) nalar_quant_x8_tiles(t, isa, w, rs, 0, COLS, &x8, n, y,
                                         ROWS, 0, ROWS, 0);
@@ -101,15 +104,31 @@ main(int argc, char **argv)
             (void) nalar_quant_x16_tiles(t, isa, w, rs, 0, COLS, &x16, n, y,
                                          ROWS, 0, ROWS, 0);
             c = now();
+            if (t == GGML_Q6_K) {
+                (void) nalar_quant_pairs_tiles(t, isa, w, rs, 0, COLS, &x16,
+                                               n, y, ROWS, 0, ROWS, 0);
+            }
+            d = now();
             if (i >= 0) {
                 t8[i] = (b - a) * 1e9 / per;
                 t16[i] = (c - b) * 1e9 / per;
+                tp[i] = (d - c) * 1e9 / per;
             }
         }
         qsort(t8, ROUNDS, sizeof(double), cmp_double);
         qsort(t16, ROUNDS, sizeof(double), cmp_double);
-        printf("%-5s %8.2f %8.2f %7.2f\n", ggml_type_name(t), t8[ROUNDS / 2],
-               t16[ROUNDS / 2], t16[ROUNDS / 2] / t8[ROUNDS / 2]);
+        qsort(tp, ROUNDS, sizeof(double), cmp_double);
+        printf("%-5s %8.2f %8.2f", ggml_type_name(t), t8[ROUNDS / 2],
+               t16[ROUNDS / 2]);
+        if (t == GGML_Q6_K) {
+            printf(" %8.2f %7.2f %7.2f %7.2f\n", tp[ROUNDS / 2],
+                   t16[ROUNDS / 2] / t8[ROUNDS / 2],
+                   tp[ROUNDS / 2] / t8[ROUNDS / 2],
+                   tp[ROUNDS / 2] / t16[ROUNDS / 2]);
+        } else {
+            printf(" %8s %7.2f %7s %7s\n", "-",
+                   t16[ROUNDS / 2] / t8[ROUNDS / 2], "-", "-");
+        }
         free(w);
     }
     free(x);

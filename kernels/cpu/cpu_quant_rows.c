@@ -1078,7 +1078,8 @@ nalar_quant_pairs_rows(ggml_type t, int isa, const uint8_t *w,
     rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL, NULL };
 
     if ((t != GGML_Q4_K && t != GGML_Q5_K && t != GGML_Q6_K)
-        || xp->ck == NULL || xp->nk == NULL || xp->x16.hi.qk == NULL || cols % QK_K != 0)
+        || xp->ck == NULL || xp->nk == NULL || xp->x16.hi.qk == NULL
+        || cols % QK_K != 0)
     {
         return -1;
     }

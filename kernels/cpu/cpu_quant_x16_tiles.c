@@ -24,6 +24,16 @@
  *     tile (vpdpwssd of the mins times 256 against the hi plane's sums,
  *     of the mins against the lo plane's); Q6_K I_hi and I_lo apart, and
  *     fma(256, I_hi, I_lo) as for L.
+ * The pair multipliers' Q6_K (nalar_quant_pairs_tiles: x16 holds x' =
+ * n c, |x'| <= 8128; cpu_quant_pairs_k6.c's contract): L = 256 L_hi +
+ * L_lo exact in int32, acc = fma(s, (float) L, acc), mn = fma(s, 32
+ * (float) J, mn) with J = 256 J_hi + J_lo.  On VNNI from the tile codes
+ * x' as int16, as Q4_K's (one 512-bit vpdpwssd per group and token
+ * against the weights' words times their sub-blocks' scales; 8 tokens a
+ * tile, passes of XT_CHUNK columns): 0.85-0.91x the 16-bit Q6_K tile's
+ * time in bench/tiles.c; on AVX2 from the planes as the 16-bit Q6_K
+ * tile, L_hi and L_lo folded in integer (the int16 codes' way measured
+ * 1.05-1.10x the 16-bit tile's time there, this one 0.96-0.99x).
  *
  * The tile codes of a group of 32 weights: 64 bytes, the 16 codes of the
  * even weights 0, 2, .., 30 as int16, then those of the odd ones.  In
@@ -247,15 +257,16 @@ xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
  * c + (g n + k) 64), so that a group's codes for the whole tile are one
  * run of n lines, and a pass over columns reads one run of memory (the
  * tokens' rows a multiple of 4 KB apart would fall in the same L1 sets).
- *   Q6_K (not pairs): the planes' 32 bytes, hi then lo;
- *   the others, and the pairs' Q6_K: the tile codes c = 256 hi + lo (|c| <= 32639), the even
- *     weights' 16 int16 then the odd ones'.  In int16 words of the
+ *   Q6_K (but full): the planes' 32 bytes, hi then lo;
+ *   the others, and Q6_K where full (the pairs' on VNNI): the tile codes
+ *     c = 256 hi + lo (|c| <= 32639), the even weights' 16 int16 then
+ *     the odd ones'.  In int16 words of the
  *     planes' bytes, word i holds weight 2i's byte low and 2i + 1's high:
  *     a left shift by 8 gives 256 times the even byte, a mask 256 times
  *     the odd one, arithmetic shifts the bytes sign-extended.
  */
 static Q8_T_AVX2 void
-xt_codes(ggml_type t, int pairs, const nalar_xq16 *x, int t0, int n,
+xt_codes(ggml_type t, int full, const nalar_xq16 *x, int t0, int n,
          int64_t cols, uint8_t *c)
 {
     const __m256i m = _mm256_set1_epi16((short) 0xFF00);
@@ -272,7 +283,7 @@ xt_codes(ggml_type t, int pairs, const nalar_xq16 *x, int t0, int n,
             __m256i h = _mm256_loadu_si256((const __m256i *) (hi + i));
             __m256i l = _mm256_loadu_si256((const __m256i *) (lo + i));
 
-            if (t == GGML_Q6_K && !pairs) {
+            if (t == GGML_Q6_K && !full) {
                 _mm256_storeu_si256((__m256i *) ck, h);
                 _mm256_storeu_si256((__m256i *) (ck + 32), l);
                 continue;
@@ -370,8 +381,9 @@ tile_lo(int n, int nt, int i)
 
 /* rows [r0, r1) by the nt tiles of n_tok tokens (see the file's top),
  * each tile over a group's rows XT_CHUNK columns at a time where chunk
- * (the int16 tile codes of Q4_K, Q5_K and the pairs' Q6_K); xc: the tiles' codes (token t0's tile at t0 * 2 cols bytes); st:
- * XT_ST floats for each row of a group */
+ * (the int16 tile codes of Q4_K, Q5_K and the pairs' Q6_K on VNNI); xc:
+ * the tiles' codes (token t0's tile at t0 * 2 cols bytes); st: XT_ST
+ * floats for each row of a group */
 static void
 xt_rows(xt_tile_fn *f, int R, ggml_type t, int chunk, const uint8_t *w,
         int64_t wstride, int il, int64_t cols, const uint8_t *xc,
@@ -451,7 +463,7 @@ xt_run(ggml_type t, int pairs, int isa, const uint8_t *w, int64_t wstride,
 #if defined(XT_X86)
     qinfo          qi = { 0, 0, 0, 0 };
     xt_tile_fn    *f;
-    int            nmax, nt, k256;
+    int            nmax, nt, k256, full;
     int64_t        tstride, cbytes, sbytes, pbytes;
     uint8_t       *pk, *xc;
     float         *st;
@@ -466,6 +478,9 @@ xt_run(ggml_type t, int pairs, int isa, const uint8_t *w, int64_t wstride,
         return -1;
     }
     pairs = pairs && t == GGML_Q6_K;
+    /* the pairs' Q6_K from the int16 tile codes on VNNI, from the planes
+     * on AVX2 (cpu_quant_x16_tiles_isa.h) */
+    full = pairs && isa == NALAR_ISA_VNNI;
     f = isa == NALAR_ISA_VNNI ? (pairs ? xt_vnni_tile_q6k_pairs
                                  : xt_vnni_fn(t))
         : isa == NALAR_ISA_AVX2 ? (pairs ? xt_avx2_tile_q6k_pairs
@@ -498,12 +513,11 @@ xt_run(ggml_type t, int pairs, int isa, const uint8_t *w, int64_t wstride,
         int n = tile_lo(n_tok, nt, i + 1) - t0;
 
         xt_pack(t, x, t0, n, cols, pk + i * tstride);
-        xt_codes(t, pairs, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
+        xt_codes(t, full, x, t0, n, cols, xc + (int64_t) t0 * 2 * cols);
     }
     xt_rows(f, pairs ? 1 : xt_step_rows(t, isa), t,
-            pairs || t == GGML_Q4_K || t == GGML_Q5_K, w, wstride, il,
-            cols, xc, pk, tstride, nt, n_tok, st, y, ldy, r0, r1,
-            accumulate);
+            full || t == GGML_Q4_K || t == GGML_Q5_K, w, wstride, il, cols,
+            xc, pk, tstride, nt, n_tok, st, y, ldy, r0, r1, accumulate);
     return 0;
 #else
     (void) t; (void) pairs; (void) isa; (void) w; (void) wstride; (void) il;

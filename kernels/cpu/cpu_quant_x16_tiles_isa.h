@@ -283,10 +283,15 @@ XT(k4)(ggml_type T, const int R, const int N, const uint8_t *const *row,
  * decoded once and added into each token's L_hi and L_lo with its
  * scales; then t = fma(256, L_hi, L_lo) per token,
  * acc = fma(s, t, acc), and mn = fma(s, fma(256, I_hi, I_lo), mn).
+ * PF 1 (the pairs' Q6_K, cpu_quant_pairs_k6.c's contract: |x'| <= 8128)
+ * folds the planes in integer instead: L = 256 L_hi + L_lo, acc = fma(s,
+ * (float) L, acc), and J = 256 J_hi + J_lo (I = 32 J), mn = fma(s, 32
+ * (float) J, mn), all exact in int32.
  */
 static INL XT_TGT void
-XT(k6)(const int N, const uint8_t *const *row, int il, const xt_span *sp,
-       const uint8_t *xa, const uint8_t *pk, float *out, const ptrdiff_t *pf)
+XT(k6)(const int PF, const int N, const uint8_t *const *row, int il,
+       const xt_span *sp, const uint8_t *xa, const uint8_t *pk, float *out,
+       const ptrdiff_t *pf)
 {
     const int64_t  bstride = 32 + 2 * 8 * 32;
     const __m256   k256 = _mm256_set1_ps(256.0f);
@@ -331,8 +336,8 @@ XT(k6)(const int N, const uint8_t *const *row, int il, const xt_span *sp,
             Il2 = XT_MADD(Il2, _mm256_load_si256((const __m256i *)
                                                  (pb + 320 + 32 * i)), s1);
         }
-        Ih = _mm256_slli_epi32(_mm256_add_epi32(Ih, Ih2), 5);
-        Il = _mm256_slli_epi32(_mm256_add_epi32(Il, Il2), 5);
+        Ih = _mm256_add_epi32(Ih, Ih2);
+        Il = _mm256_add_epi32(Il, Il2);
         for (int h = 0; h < 2; h++) {
             /* scales 8h .. 8h + 7 in both halves; group 4h + g takes
              * scale 8h + 2g in its low half, 8h + 2g + 1 above */
@@ -363,11 +368,31 @@ XT(k6)(const int N, const uint8_t *const *row, int il, const xt_span *sp,
             }
         }
         sv = _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 208)), dx);
-        mn[0] = _mm256_fmadd_ps(sv, _mm256_fmadd_ps(k256,
-                                                    _mm256_cvtepi32_ps(Ih),
-                                                    _mm256_cvtepi32_ps(Il)),
-                                mn[0]);
         _mm256_store_ps(sb, sv);
+        if (PF) {
+            __m256i J = _mm256_add_epi32(_mm256_slli_epi32(Ih, 8), Il);
+
+            mn[0] = _mm256_fmadd_ps(sv, _mm256_mul_ps(_mm256_cvtepi32_ps(J),
+                                                      _mm256_set1_ps(32.0f)),
+                                    mn[0]);
+#pragma GCC unroll 8
+            for (int k = 0; k < N; k++) {
+                __m256i L = _mm256_add_epi32(_mm256_slli_epi32(Lh[k], 8),
+                                             Ll[k]);
+
+                acc[0][k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[k]),
+                                            _mm256_cvtepi32_ps(L),
+                                            acc[0][k]);
+            }
+            continue;
+        }
+        mn[0] = _mm256_fmadd_ps(sv, _mm256_fmadd_ps(
+                                        k256,
+                                        _mm256_cvtepi32_ps(
+                                            _mm256_slli_epi32(Ih, 5)),
+                                        _mm256_cvtepi32_ps(
+                                            _mm256_slli_epi32(Il, 5))),
+                                mn[0]);
 #pragma GCC unroll 8
         for (int k = 0; k < N; k++) {
             __m256 t = _mm256_fmadd_ps(k256, _mm256_cvtepi32_ps(Lh[k]),
@@ -381,9 +406,10 @@ XT(k6)(const int N, const uint8_t *const *row, int il, const xt_span *sp,
 }
 
 
+#if XT_WIDE
 /*
- * The pairs' Q6_K (cpu_quant_pairs_k6.c's contract): a block's J for the
- * tile from the packed sums pb (lane k: token k; J = 256 J_hi + J_lo, the
+ * The pairs' Q6_K (cpu_quant_pairs_k6.c's contract), VNNI: a block's J for
+ * the tile from the packed sums pb (lane k: token k; J = 256 J_hi + J_lo, the
  * scales as int16 words times 256, exact: -128 * 256 = -32768, against
  * plane hi's sums of 16, the scales against plane lo's, in pairs of
  * sub-blocks 2i, 2i + 1 (dword i of s16), in two chains)
@@ -499,6 +525,7 @@ XT(k6p)(const int R, const int N, const uint8_t *const *row, int il,
     }
     XT(end)(R, N, sp, acc, mn, out);
 }
+#endif
 
 
 /* Q8_0, Q4_0: R rows (XT_R32) against N tokens, from the tile codes; per
@@ -562,7 +589,7 @@ XT(k32)(ggml_type T, const int R, const int N, const uint8_t *const *row,
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             if (GGML_##NAME == GGML_Q6_K) {                                 \
-                XT(k6)(K, row, il, sp, xa, pk, out, pf);                    \
+                XT(k6)(0, K, row, il, sp, xa, pk, out, pf);                 \
             } else if (GGML_##NAME == GGML_Q4_K                             \
                        || GGML_##NAME == GGML_Q5_K)                         \
             {                                                               \
@@ -607,13 +634,25 @@ XT(fn)(ggml_type t)
 #undef XT_FN_CASE
 }
 
-/* the pairs' Q6_K tile (XT(k6p)), n tokens, a step of one row */
+/* the pairs' Q6_K tile, n tokens, a step of one row: VNNI XT(k6p), from
+ * the int16 tile codes; AVX2 XT(k6) from the planes, folded (measured:
+ * the int16 codes' two vpmaddwd a group and token, with the weights'
+ * words made per group, ran 1.05-1.10x the 16-bit tile's time there) */
+#if XT_WIDE
 #define XT_PCASE(K)                                                         \
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             XT(k6p)(1, K, row, il, sp, xa, pk, out, pf);                    \
         }                                                                   \
         break;
+#else
+#define XT_PCASE(K)                                                         \
+    case K:                                                                 \
+        if ((K) <= XT_NMAX) {                                               \
+            XT(k6)(1, K, row, il, sp, xa, pk, out, pf);                     \
+        }                                                                   \
+        break;
+#endif
 
 static XT_TGT void
 XT(tile_q6k_pairs)(const uint8_t *const *row, int il, const xt_span *sp,
