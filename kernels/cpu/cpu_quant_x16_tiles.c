@@ -33,7 +33,7 @@
  * tile, passes of XT_CHUNK columns): 0.85-0.91x the 16-bit Q6_K tile's
  * time in bench/tiles.c; on AVX2 from the planes as the 16-bit Q6_K
  * tile, L_hi and L_lo folded in integer (the int16 codes' way measured
- * 1.05-1.10x the 16-bit tile's time there, this one 0.96-0.99x).
+ * 1.05-1.10x the 16-bit tile's time there, this one 0.96-1.02x).
  *
  * The tile codes of a group of 32 weights: 64 bytes, the 16 codes of the
  * even weights 0, 2, .., 30 as int16, then those of the odd ones.  In
