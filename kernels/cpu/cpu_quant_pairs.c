@@ -68,6 +68,7 @@
 #include "cpu_quant_pairs_k6.h"
 #include "cpu_quant_q8_simd.h"
 #include "cpu_quant_rows.h"
+#include "cpu_quant_x16.h"
 
 #define XP_K     64           /* the largest multiplier */
 #define XP_NCAND 8            /* candidates per pair */
@@ -442,32 +443,26 @@ void
 nalar_quant_xpairs_groups(const float *x, int n_tok, int ldx, int64_t cols,
                           int groups, void *buf, nalar_xqp *xp)
 {
-    uint8_t     *p = align32(buf);
-    int8_t      *q[2], *qk[2] = { NULL, NULL }, *ck = NULL;
-    int32_t     *bs[2] = { NULL, NULL };
-    int16_t     *nk = NULL;
-    float       *d, *dk = NULL;
     int          k = cols % QK_K == 0 && (groups & NALAR_XP_G256);
     int          g32 = (groups & NALAR_XP_G32) != 0;
     int64_t      nc = (int64_t) n_tok * cols;
     xp_pairs_fn *fn = xp_pairs_of(nalar_quant_q8_isa());
+    uint8_t     *p = nalar_quant_x16_layout(buf, n_tok, cols, k, &xp->x16);
+    int8_t      *q[2], *qk[2], *ck = NULL;
+    int32_t     *bs[2];
+    int16_t     *nk = NULL;
+    float       *d, *dk;
 
-    /* nalar_quant_x16's layout, then ck and nk */
-    for (int pl = 0; pl < 2; pl++) {
-        q[pl] = (int8_t *) p;
-        p = align32(p + nc);
-    }
-    d = (float *) p;
-    p = align32(p + (int64_t) n_tok * (cols / 32) * 4);
+    /* nalar_quant_x16's layout (written through here), then ck and nk */
+    q[0] = (int8_t *) xp->x16.hi.q;
+    q[1] = (int8_t *) xp->x16.lo.q;
+    qk[0] = (int8_t *) xp->x16.hi.qk;
+    qk[1] = (int8_t *) xp->x16.lo.qk;
+    bs[0] = (int32_t *) xp->x16.hi.bs;
+    bs[1] = (int32_t *) xp->x16.lo.bs;
+    d = (float *) xp->x16.hi.d;
+    dk = (float *) xp->x16.hi.dk;
     if (k) {
-        for (int pl = 0; pl < 2; pl++) {
-            qk[pl] = (int8_t *) p;
-            p = align32(p + nc);
-            bs[pl] = (int32_t *) p;
-            p = align32(p + (int64_t) n_tok * (cols / 16) * 4);
-        }
-        dk = (float *) p;
-        p = align32(p + (int64_t) n_tok * (cols / QK_K) * 4);
         ck = (int8_t *) p;
         p = align32(p + nc);
         nk = (int16_t *) p;
@@ -488,15 +483,9 @@ nalar_quant_xpairs_groups(const float *x, int n_tok, int ldx, int64_t cols,
             }
         }
     }
-    for (int pl = 0; pl < 2; pl++) {
-        nalar_xq8 *v = pl ? &xp->x16.lo : &xp->x16.hi;
-
-        v->q = g32 ? q[pl] : NULL;
-        v->d = g32 ? d : NULL;
-        v->qk = qk[pl];
-        v->dk = dk;
-        v->bs = bs[pl];
-        v->cols = cols;
+    if (!g32) {
+        xp->x16.hi.q = xp->x16.lo.q = NULL;
+        xp->x16.hi.d = xp->x16.lo.d = NULL;
     }
     xp->ck = ck;
     xp->nk = nk;

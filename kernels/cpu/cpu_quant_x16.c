@@ -175,32 +175,60 @@ align32(uint8_t *p)
 }
 
 
+uint8_t *
+nalar_quant_x16_layout(void *buf, int n_tok, int64_t cols, int k,
+                       nalar_xq16 *x16)
+{
+    uint8_t  *p = align32(buf);
+    int64_t   nc = (int64_t) n_tok * cols;
+
+    for (int pl = 0; pl < 2; pl++) {
+        nalar_xq8 *v = pl ? &x16->lo : &x16->hi;
+
+        v->q = (int8_t *) p;
+        p = align32(p + nc);
+        v->qk = NULL;
+        v->bs = NULL;
+        v->dk = NULL;
+        v->cols = cols;
+    }
+    x16->hi.d = x16->lo.d = (float *) p;
+    p = align32(p + (int64_t) n_tok * (cols / 32) * 4);
+    if (k) {
+        for (int pl = 0; pl < 2; pl++) {
+            nalar_xq8 *v = pl ? &x16->lo : &x16->hi;
+
+            v->qk = (int8_t *) p;
+            p = align32(p + nc);
+            v->bs = (int32_t *) p;
+            p = align32(p + (int64_t) n_tok * (cols / 16) * 4);
+        }
+        x16->hi.dk = x16->lo.dk = (float *) p;
+        p = align32(p + (int64_t) n_tok * (cols / QK_K) * 4);
+    }
+    return p;
+}
+
+
 void
 nalar_quant_x16(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
                 nalar_xq16 *x16)
 {
-    uint8_t  *p = align32(buf);
-    int8_t   *q[2], *qk[2] = { NULL, NULL };
-    int32_t  *bs[2] = { NULL, NULL };
-    float    *d, *dk = NULL;
     int       k = cols % QK_K == 0;
-    int64_t   nc = (int64_t) n_tok * cols;
+    int8_t   *q[2], *qk[2];
+    int32_t  *bs[2];
+    float    *d, *dk;
 
-    for (int pl = 0; pl < 2; pl++) {
-        q[pl] = (int8_t *) p;
-        p = align32(p + nc);
-    }
-    d = (float *) p;
-    p = align32(p + (int64_t) n_tok * (cols / 32) * 4);
-    if (k) {
-        for (int pl = 0; pl < 2; pl++) {
-            qk[pl] = (int8_t *) p;
-            p = align32(p + nc);
-            bs[pl] = (int32_t *) p;
-            p = align32(p + (int64_t) n_tok * (cols / 16) * 4);
-        }
-        dk = (float *) p;
-    }
+    (void) nalar_quant_x16_layout(buf, n_tok, cols, k, x16);
+    /* the arrays just laid out in buf, written through */
+    q[0] = (int8_t *) x16->hi.q;
+    q[1] = (int8_t *) x16->lo.q;
+    qk[0] = (int8_t *) x16->hi.qk;
+    qk[1] = (int8_t *) x16->lo.qk;
+    bs[0] = (int32_t *) x16->hi.bs;
+    bs[1] = (int32_t *) x16->lo.bs;
+    d = (float *) x16->hi.d;
+    dk = (float *) x16->hi.dk;
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (int64_t) t * ldx;
         int64_t      o = (int64_t) t * cols;
@@ -213,16 +241,6 @@ nalar_quant_x16(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
                 q8_sums16(qk[pl] + o, cols, bs[pl] + t * (cols / 16));
             }
         }
-    }
-    for (int pl = 0; pl < 2; pl++) {
-        nalar_xq8 *v = pl ? &x16->lo : &x16->hi;
-
-        v->q = q[pl];
-        v->d = d;
-        v->qk = qk[pl];
-        v->dk = dk;
-        v->bs = bs[pl];
-        v->cols = cols;
     }
 }
 

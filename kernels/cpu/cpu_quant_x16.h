@@ -22,4 +22,12 @@ void nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
                             int n_tok, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
 
+/* nalar_quant_x16's layout of n_tok tokens of cols in buf (its arrays
+ * 32-byte aligned, nalar_quant_x16_bytes long; the codes per 256 and their
+ * sums only when k), *x16 pointed into it, no code made: the first byte
+ * after them.  Shared with the pair codes (cpu_quant_pairs.c), which lay
+ * x' = n * c out the same way and add their own arrays after. */
+uint8_t *nalar_quant_x16_layout(void *buf, int n_tok, int64_t cols, int k,
+                                nalar_xq16 *x16);
+
 #endif
