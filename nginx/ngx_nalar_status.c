@@ -639,7 +639,8 @@ ngx_http_nalar_metrics_steps(u_char *p, u_char *end, nalar_metrics *m,
     ngx_uint_t  i;
 
     p = ngx_slprintf(p, end, "# HELP nalar_steps_over_target_total Engine "
-                     "steps that took longer than nalar_itl_target.\n"
+                     "steps with decodes that took longer than "
+                     "nalar_itl_target.\n"
                      "# TYPE nalar_steps_over_target_total counter\n");
 
     for (i = 0; i < n; i++) {

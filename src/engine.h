@@ -268,9 +268,9 @@ typedef struct {
     uint64_t queue_buckets[NALAR_HIST_BUCKETS];
     double   queue_sum;
     uint64_t queue_count;
-    /* engine steps (those that ran a pass): their duration, how many took
-     * longer than itl_target, and the prompt tokens the last one could
-     * carry beside its decodes (gauge) */
+    /* engine steps (those that ran a pass): their duration, how many that
+     * carried decodes took longer than itl_target, and the prompt tokens
+     * the last one could carry beside its decodes (gauge) */
     uint64_t step_buckets[NALAR_HIST_BUCKETS];
     double   step_sum;
     uint64_t step_count;

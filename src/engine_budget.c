@@ -102,14 +102,20 @@ done:
  * their proposals) already batched.  Fixed budget: what max_batch_tokens
  * leaves (<= 0: none, exactly as it always was).  With a target: what the
  * cost model says fits it, at least NALAR_BUDGET_MIN_CHUNK (prefill never
- * starves), and within max_batch_tokens (the minimum chunk included).
+ * starves), and within max_batch_tokens (the minimum chunk included); but
+ * a step that carries no decode (n_fixed 0: every running request is
+ * prefilling) has no stream waiting for its next token, so nothing for
+ * the target to protect: it takes max_batch_tokens, and the prompts get
+ * their first tokens in fewer, larger steps, which cost less per token
+ * (a prompt alone on an idle server is prefilled in one step up to 512
+ * tokens, where the target would cut it into many).
  */
 int32_t
 step_prefill_allowance(nalar_engine *e, int32_t n_fixed)
 {
     int32_t n;
 
-    if (!(e->opts.itl_target > 0)) {
+    if (!(e->opts.itl_target > 0) || n_fixed == 0) {
         return e->opts.max_batch_tokens - n_fixed;
     }
     n = nalar_budget_prefill(&e->budget, e->opts.itl_target, n_fixed,
@@ -185,7 +191,9 @@ step_budget_learn(nalar_engine *e, const step_plan *sp)
     }
     pthread_mutex_lock(&e->mu);
     hist_add(e->m.step_buckets, &e->m.step_sum, &e->m.step_count, step_s);
-    e->m.steps_over_target_total += e->opts.itl_target > 0
+    /* over the target counts where a stream waited on the step: a step
+     * with no decode may be longer by design (step_prefill_allowance) */
+    e->m.steps_over_target_total += e->opts.itl_target > 0 && sp->n_fixed > 0
                                     && step_s > e->opts.itl_target;
     e->m.step_prefill_budget = sp->prefill_allow;
     pthread_mutex_unlock(&e->mu);

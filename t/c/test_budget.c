@@ -209,12 +209,17 @@ run_mix(nalar_engine *e, int n_short, int n_long, int len, collected *out)
 
 
 /* What the target leaves for prompts beside n_fixed tokens, as the steps
- * cost a + b n: at least the minimum chunk, at most what the cap leaves. */
+ * cost a + b n: at least the minimum chunk, at most what the cap leaves;
+ * with no decode in the step (n_fixed 0), the cap: no stream waits. */
 static int32_t
 expected_allow(double target, double a, double b, int32_t n_fixed,
                int32_t cap)
 {
     int32_t fit = (int32_t) floor((target - a) / b + 1e-6) - n_fixed;
+
+    if (n_fixed == 0) {
+        return cap;
+    }
 
     fit = fit < cap - n_fixed ? fit : cap - n_fixed;
     return fit > NALAR_BUDGET_MIN_CHUNK ? fit : NALAR_BUDGET_MIN_CHUNK;
@@ -261,7 +266,7 @@ test_admission(void)
     step_log     *l = calloc(1, sizeof(*l));
     collected    *out = calloc(64, sizeof(collected));
     nalar_metrics m;
-    int           n_min = 0, n_fit = 0, bad, starved = 0;
+    int           n_min = 0, n_fit = 0, bad, starved = 0, over;
 
     ok(e != NULL, "engine with a 100 ms target loads");
     if (e == NULL) {
@@ -285,10 +290,35 @@ test_admission(void)
         starved += l->s[i].pending > 0 && l->s[i].n_prefill == 0;
     }
     is_int(starved, 0, "no step left a pending prompt without a chunk");
+    /* the first step: 9 prompts (930 tokens), nothing decoding yet */
+    ok(l->n > 0 && l->s[0].n_fixed == 0 && l->s[0].allowance == 512
+       && l->s[0].n_prefill == 512, "the first step, nothing decoding, "
+       "carried 512 prompt tokens (the cap), not the 45 that fit 100 ms "
+       "(allowance %d, carried %d)", l->n > 0 ? l->s[0].allowance : -1,
+       l->n > 0 ? l->s[0].n_prefill : -1);
     nalar_engine_metrics(e, &m);
     is_int(m.step_count, l->n, "the step histogram counts every step");
     is_int(m.step_buckets[NALAR_HIST_BUCKETS - 1], l->n,
            "...its +Inf bucket too");
+    over = 0;
+    for (int i = 0; i < l->n && i < MAX_STEPS; i++) {
+        over += l->s[i].n_fixed > 0 && l->s[i].seconds > 0.100;
+    }
+    ok(l->s[0].seconds > 0.100, "...a step of %.0f ms: longer than the "
+       "target, with no stream waiting on it", l->s[0].seconds * 1e3);
+    is_int(m.steps_over_target_total, over, "steps over the target count "
+           "those with decodes only (%d)", over);
+
+    /* a 300-token prompt alone on an idle engine: one step, where the
+     * target would have cut it into 7 */
+    memset(l, 0, sizeof(*l));
+    l->e = e;
+    is_int(run_mix(e, 0, 1, 300, out), 1, "a 300-token prompt alone "
+           "finishes");
+    ok(l->n == 8 && l->s[0].n_prefill == 300 && l->s[1].n_fixed == 1,
+       "...prefilled in its first step (300 tokens), then decoded: 8 "
+       "steps for 8 tokens (%d steps, the first carried %d)", l->n,
+       l->n > 0 ? l->s[0].n_prefill : -1);
 
     /* 4 ms per token: 22 tokens fit 100 ms, so 16 decodes leave 6, fewer
      * than the minimum chunk, which decides */
@@ -353,7 +383,9 @@ test_adapt(void)
     l->a2 = 0.010;
     l->b2 = 0.002;
     nalar_engine_test_step_fn(e, on_step, l);
-    run_mix(e, 4, 6, 400, out);
+    /* 8 long prompts: the first step (nothing decoding) takes 512 of
+     * their 3,200 tokens, the rest wait beside the decodes */
+    run_mix(e, 4, 8, 400, out);
     bad = check_steps(l, 0, 5, 0.100, 0.005, 0.001, 512, 0, &n_min, &n_fit,
                       "before");
     is_int(bad, 0, "before the slowdown: what fits 5 ms + 1 ms/token");
@@ -381,8 +413,9 @@ test_adapt(void)
 
 /*
  * Speculation under a target: streams proposing 4 tokens each (n-gram,
- * fixed k) beside two long prompts, steps costing 10 ms + 2 ms per token,
- * a 60 ms target (25 tokens).  Where the decodes and the minimum prompt
+ * fixed k) beside two 400-token prompts (the first step, with nothing
+ * decoding, takes 512 of their tokens; the rest wait beside the decodes),
+ * steps costing 10 ms + 2 ms per token, a 60 ms target (25 tokens).  Where the decodes and the minimum prompt
  * chunk fit the target, the step's proposals fit what it leaves beside
  * the decodes and the prompt tokens waiting (up to what the target allows
  * them): a waiting prompt's room is never a proposal's, and a step with
@@ -406,8 +439,8 @@ spec_room_run(int n_short, int *with, int *none, int *over, int *yielded)
     nalar_engine_test_step_cost(e, 0.010, 0.002, 1);
     l->e = e;
     nalar_engine_test_step_fn(e, on_step, l);
-    is_int(run_mix(e, n_short, 2, 200, out), n_short + 2,
-           "%d speculating streams and 2 200-token prompts all finish",
+    is_int(run_mix(e, n_short, 2, 400, out), n_short + 2,
+           "%d speculating streams and 2 400-token prompts all finish",
            n_short);
     for (int i = 0; i < l->n && i < MAX_STEPS; i++) {
         const nalar_test_step *s = &l->s[i];
@@ -479,6 +512,22 @@ typedef struct {
 } budget_cfg;
 
 
+/* Steps that carried decodes, and all steps */
+typedef struct {
+    uint64_t with_decodes, all;
+} step_count;
+
+
+static void
+count_step(void *arg, const nalar_test_step *st)
+{
+    step_count *c = arg;
+
+    c->with_decodes += st->n_fixed > 0;
+    c->all++;
+}
+
+
 static void
 test_greedy(void)
 {
@@ -502,12 +551,14 @@ test_greedy(void)
         nalar_request    *reqs[16];
         nalar_metrics     m;
         nalar_err         err;
+        step_count        sc = { 0, 0 };
         int               n = 0, good = 1;
 
         if (e == NULL) {
             ok(0, "%s: engine loads", k->name);
             continue;
         }
+        nalar_engine_test_step_fn(e, count_step, &sc);
         if (k->fake) {
             nalar_engine_test_step_cost(e, 0.010, 0.002, 1);
         }
@@ -557,11 +608,14 @@ test_greedy(void)
         if (k->target > 0 && k->target < 1e-3 && !k->fake
             && k->chunk == 0)
         {
-            ok(m.steps_over_target_total == m.step_count
-               && m.step_count > 0, "%s: every step is over 1 us "
-               "(%llu of %llu)", k->name,
+            ok(m.steps_over_target_total == sc.with_decodes
+               && sc.with_decodes > 0 && sc.with_decodes < sc.all
+               && m.step_count == sc.all, "%s: every step with decodes "
+               "is counted over 1 us, none without (%llu of %llu, %llu "
+               "with decodes)", k->name,
                (unsigned long long) m.steps_over_target_total,
-               (unsigned long long) m.step_count);
+               (unsigned long long) m.step_count,
+               (unsigned long long) sc.with_decodes);
             is_int(m.step_prefill_budget, NALAR_BUDGET_MIN_CHUNK,
                    "%s: the budget gauge says the minimum chunk", k->name);
         }
