@@ -88,8 +88,10 @@ typedef struct {
     double      itl_target;      /* seconds; > 0: each step carries only
                                     the prompt tokens that the measured
                                     cost of steps says fit this beside its
-                                    decodes (at least 32 while a prompt
-                                    waits); <= 0: the budget is fixed */
+                                    decodes (at least 16 while a prompt
+                                    waits; max_batch_tokens in a step
+                                    with no decode); <= 0: the budget is
+                                    fixed */
     int32_t     max_queue;       /* waiting requests; <=0: 1024 */
     int32_t     max_running;     /* running sequences; <=0: 64 */
     int         load_async;      /* 1: load on the engine thread */
