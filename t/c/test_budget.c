@@ -415,12 +415,13 @@ test_adapt(void)
  * Speculation under a target: streams proposing 4 tokens each (n-gram,
  * fixed k) beside two 400-token prompts (the first step, with nothing
  * decoding, takes 512 of their tokens; the rest wait beside the decodes),
- * steps costing 10 ms + 2 ms per token, a 60 ms target (25 tokens).  Where the decodes and the minimum prompt
- * chunk fit the target, the step's proposals fit what it leaves beside
- * the decodes and the prompt tokens waiting (up to what the target allows
- * them): a waiting prompt's room is never a proposal's, and a step with
- * no room proposes nothing; where they overrun it (10 streams and a
- * waiting prompt), proposals are the cost model's to choose.
+ * steps costing 10 ms + 2 ms per token, a 60 ms target (25 tokens).
+ * Where the decodes and the minimum prompt chunk fit the target, the
+ * step's proposals fit what it leaves beside the decodes and the prompt
+ * tokens waiting (up to what the target allows them): a waiting prompt's
+ * room is never a proposal's, and a step with no room proposes nothing;
+ * where they overrun it (10 streams and a waiting prompt), proposals are
+ * the cost model's to choose.
  */
 static int
 spec_room_run(int n_short, int *with, int *none, int *over, int *yielded)
