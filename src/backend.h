@@ -132,7 +132,7 @@ nalar_act_name(int mode)
  * as close as llama.cpp on every file (t/c/test_conformance.c), fastest as
  * bench/README.md measures the modes.  The one place it is chosen; a GPU
  * backend, which has only F32, takes F32 when none is named. */
-#define NALAR_ACT_DEFAULT NALAR_ACT_I16
+#define NALAR_ACT_DEFAULT NALAR_ACT_PAIRS
 
 /* A second backend of the same kind (a draft model) that runs on the
  * first one's workers (CPU) or device and stream (CUDA): the two never

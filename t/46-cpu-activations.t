@@ -6,7 +6,7 @@
 # only slightly: the directive reaches the engine.  With q8 the first
 # step's id is f32's and its logprob is another, within the kit's Q8_0
 # tolerance; so with pairs, whose logprob is neither i16's nor q8's.
-# With no directive the engine runs the default mode, i16: its logprobs
+# With no directive the engine runs the default mode, pairs: its logprobs
 # to the bit.
 use strict;
 use warnings;
@@ -69,10 +69,10 @@ CONF
     $t->check_log;
 }
 
-# no directive: the CPU backend's default, the 16-bit mode (the fastest
-# exact one, src/backend.h NALAR_ACT_DEFAULT), to the bit
-is_deeply($got{default}, $got{i16}, 'no directive: the i16 mode, logprobs '
-          . 'and all');
+# no directive: the CPU backend's default, the pair multipliers (the
+# fastest exact mode, src/backend.h NALAR_ACT_DEFAULT), to the bit
+is_deeply($got{default}, $got{pairs}, 'no directive: the pairs mode, '
+          . 'logprobs and all');
 isnt(join(',', @{ $got{default}{token_logprobs} }),
      join(',', @{ $got{f32}{token_logprobs} }), '  not f32\'s');
 
