@@ -148,7 +148,12 @@ def ratio(t, who, key):
 def share(t, who):
     v = []
     for r in rounds:
-        d, n = runs.get((r, t, who), {}), runs.get((r, t, 'nalar-f32'), {})
+        # the read bandwidth of the round's first nalar run that measured
+        # it (f32's where the round has one)
+        d = runs.get((r, t, who), {})
+        n = next((runs[(r, t, w)] for w in ['nalar-f32'] + sorted(
+                      w for (r2, t2, w) in runs if r2 == r and t2 == t)
+                  if 'bw' in runs.get((r, t, w), {})), {})
         if 'decode' in d and 'bw' in n:
             v.append(d['decode'] * n['bytes'] / n['bw'])
     return '%.0f%%' % (100 * med(v)) if v else '-'
