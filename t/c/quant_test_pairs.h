@@ -30,14 +30,14 @@ static const int x_lane[16][3] = {
 
 
 /* ntok tokens' pair codes and x16's planes of x' = n * c (cols a multiple
- * of 256), in one allocation owned by the caller (*mem) */
+ * of 256), laid out by nalar_quant_x16_layout with c and n after them, in
+ * one allocation owned by the caller (*mem) */
 static int
 make_codes(int64_t cols, int ntok, int xkind, nalar_xqp *xp, void **mem)
 {
     int64_t  nv = cols * ntok, nb = nv / QK_K;
-    size_t   sz = (size_t) (nv * 7 + nv / 16 * 8 + nv / 2 * 2
-                            + (nv / 32 + nb) * 4);
-    uint8_t *p = calloc(1, sz + 64);
+    size_t   sz = (size_t) (nalar_quant_x16_bytes(ntok, cols) + nv * 2 + 64);
+    uint8_t *p = calloc(1, sz), *end;
     int8_t  *c, *hi, *lo, *hi32, *lo32;
     int16_t *n;
     int32_t *bsh, *bsl;
@@ -47,17 +47,18 @@ make_codes(int64_t cols, int ntok, int xkind, nalar_xqp *xp, void **mem)
     if (p == NULL) {
         return -1;
     }
-    /* the int32 and float arrays first: aligned */
-    bsh = (int32_t *) p;
-    bsl = bsh + nv / 16;
-    d32 = (float *) (bsl + nv / 16);
-    dk = d32 + nv / 32;
-    n = (int16_t *) (dk + nb);
+    end = nalar_quant_x16_layout(p, ntok, cols, 1, &xp->x16);
+    /* the arrays just laid out, written through */
+    hi32 = (int8_t *) xp->x16.hi.q;
+    lo32 = (int8_t *) xp->x16.lo.q;
+    hi = (int8_t *) xp->x16.hi.qk;
+    lo = (int8_t *) xp->x16.lo.qk;
+    bsh = (int32_t *) xp->x16.hi.bs;
+    bsl = (int32_t *) xp->x16.lo.bs;
+    d32 = (float *) xp->x16.hi.d;
+    dk = (float *) xp->x16.hi.dk;
+    n = (int16_t *) end;
     c = (int8_t *) (n + nv / 2);
-    hi = c + nv;
-    lo = hi + nv;
-    hi32 = lo + nv;
-    lo32 = hi32 + nv;
     for (int64_t b = 0; b < nb; b++) {
         uint64_t r = rnd() % 8;
 
@@ -100,8 +101,6 @@ make_codes(int64_t cols, int ntok, int xkind, nalar_xqp *xp, void **mem)
             bsl[j] += lo[16 * j + k];
         }
     }
-    xp->x16.hi = (nalar_xq8) { hi32, d32, hi, dk, bsh, cols };
-    xp->x16.lo = (nalar_xq8) { lo32, d32, lo, dk, bsl, cols };
     xp->ck = c;
     xp->nk = n;
     return 0;
