@@ -167,18 +167,20 @@ typedef struct {
 
 /*
  * Pair multipliers (an activation mode, cpu_quant_pairs.c): per group of
- * x that one weight block reads (32 values for Q8_0 and Q4_0, 256 for the
- * K-quants) one float step D = max |x| / (127 * 64), and per pair of
- * values (x[2p], x[2p + 1]) an integer n_p in [1, 64] and two int8 codes
- * c in [-127, 127], x ~ D * n_p * c.  x16 holds the products x' = n * c
- * (|x'| <= 8128) as the 16-bit mode's codes and planes, with D as their
- * scales (d, dk), so every 16-bit kernel reads them unchanged and gives
- * the 16-bit contract's bits for x'.  ck and nk are the 256-groups' c and
- * n as they are, for one token's K-quant rows (nalar_quant_pairs_rows):
- * the same integers, fewer products.
+ * 256 values of x (what one K-quant weight block reads) one float step
+ * D = max |x| / (127 * 64), and per pair of values (x[2p], x[2p + 1]) an
+ * integer n_p in [1, 64] and two int8 codes c in [-127, 127],
+ * x ~ D * n_p * c.  x16 holds the products x' = n * c (|x'| <= 8128) as
+ * the 16-bit mode's codes and planes, with D as their scales (dk), so
+ * every 16-bit kernel reads them unchanged and gives the 16-bit
+ * contract's bits for x'.  ck and nk are the 256-groups' c and n as they
+ * are, for one token's K-quant rows (nalar_quant_pairs_rows): the same
+ * integers, fewer products.  Per 32 (Q8_0 and Q4_0: q and d) x16 holds
+ * the 16-bit mode's own codes of x (nalar_quant_x16's bytes).
  */
 typedef struct {
-    nalar_xq16     x16;  /* x' = n * c per 32 and per 256, scales D */
+    nalar_xq16     x16;  /* per 256 x' = n * c, scales D; per 32 the
+                            16-bit codes of x */
     const int8_t  *ck;   /* (n_tok, cols) the 256-groups' codes c, in x's
                             order, or NULL when cols is not a multiple of
                             256 */
@@ -197,8 +199,8 @@ int64_t nalar_quant_xpairs_bytes(int n_tok, int64_t cols);
 void nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
                         void *buf, nalar_xqp *xp);
 
-/* The groupings of pair codes (a mask): per 32 (x16's q and d, read by
- * Q8_0 and Q4_0) and per 256 (x16's qk, bs and dk, ck and nk: the
+/* The groupings of the pairs mode's codes (a mask): per 32 (x16's q and
+ * d, the 16-bit codes, read by Q8_0 and Q4_0) and per 256 (x16's qk, bs and dk, ck and nk: the
  * K-quants) */
 #define NALAR_XP_G32  1
 #define NALAR_XP_G256 2

@@ -2,14 +2,20 @@
  * Pair multipliers (an activation mode, cpu_quant.h's nalar_xqp): x's
  * codes, and the products that read them.
  *
- * Per group of x that one weight block reads (g = 32 values for Q8_0 and
- * Q4_0, g = 256 for the K-quants), one float step D, and per pair of
- * values (x[2p], x[2p + 1]) an integer n_p in [1, 64] and two int8 codes
- * c in [-127, 127], x ~ D * n_p * c.  The products read x' = n * c
- * (|x'| <= 8128) as the 16-bit mode's codes with D as their scale, so
- * every 16-bit kernel (cpu_quant_x16.c's contract) computes them: the
- * same bits as the 16-bit kernels give for codes x' (Q6_K: the pairs'
- * own contract, cpu_quant_pairs_k6.c, where x' keeps its lanes in int32).
+ * Per group of 256 values of x (what one K-quant weight block reads), one
+ * float step D, and per pair of values (x[2p], x[2p + 1]) an integer n_p
+ * in [1, 64] and two int8 codes c in [-127, 127], x ~ D * n_p * c.  The
+ * products read x' = n * c (|x'| <= 8128) as the 16-bit mode's codes
+ * with D as their scale, so every 16-bit kernel (cpu_quant_x16.c's
+ * contract) computes them: the same bits as the 16-bit kernels give for
+ * codes x' (Q6_K: the pairs' own contract, cpu_quant_pairs_k6.c, where x'
+ * keeps its lanes in int32).  One token's Q4_K, Q5_K and Q6_K rows read c
+ * and n themselves (cpu_quant_rows.c): fewer multiplies than x''s planes.
+ *
+ * Per 32 (Q8_0 and Q4_0) the mode takes the 16-bit mode's own codes
+ * (nalar_quant_x16_groups): their kernels multiply x's two planes either
+ * way, so pair codes there would buy nothing but error (and cost several
+ * times the 16-bit codes' time to make).
  *
  * The rule, in float32 operations only (no double, no fma; the scalar
  * reference and the AVX2 path perform exactly these, the AVX-512 path
@@ -48,9 +54,9 @@
  * its values.
  *
  * x16's planes are laid out exactly as nalar_quant_x16 lays them out:
- * hi = (x' + 128) >> 8 (arithmetic), lo = x' - 256 * hi, per 32 (q, d)
- * and per 256 (qk, bs: each plane's sums of 16 codes, dk); ck and nk
- * hold the 256-groups' c and n.  nalar_quant_xpairs_groups makes one
+ * per 256 hi = (x' + 128) >> 8 (arithmetic), lo = x' - 256 * hi (qk,
+ * bs: each plane's sums of 16 codes, dk); ck and nk hold the 256-groups'
+ * c and n; per 32 (q, d) nalar_quant_x16's bytes.  nalar_quant_xpairs_groups makes one
  * grouping alone (the backend makes those its matrices read).
  *
  * Paths: the scalar reference, AVX2 (8 pairs at a time) and AVX-512
@@ -388,20 +394,15 @@ xp_pairs_of(int isa)
 /* x's codes                                                            */
 
 
-/* n floats in groups of g (32 or 256): each group's D, its x' split into
- * the planes hi and lo, and (cg, ng not NULL) its c and n */
+/* n floats in groups of 256: each group's D, its x' split into the
+ * planes hi and lo, its c (cg) and n (ng) */
 static void
-xp_groups(xp_pairs_fn *fn, const float *x, int64_t n, int g, int8_t *hi,
+xp_groups(xp_pairs_fn *fn, const float *x, int64_t n, int8_t *hi,
           int8_t *lo, float *d, int8_t *cg, int16_t *ng)
 {
-    int8_t  cb[QK_K];
-    int16_t nb[QK_K / 2];
-
-    for (int64_t b = 0; b < n / g; b++) {
-        int8_t  *c = cg != NULL ? cg + b * g : cb;
-        int16_t *nn = ng != NULL ? ng + b * g / 2 : nb;
-
-        d[b] = fn(x + b * g, g, c, nn, hi + b * g, lo + b * g) / XP_STEPS;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        d[b] = fn(x + b * QK_K, QK_K, cg + b * QK_K, ng + b * QK_K / 2,
+                  hi + b * QK_K, lo + b * QK_K) / XP_STEPS;
     }
 }
 
@@ -472,11 +473,11 @@ nalar_quant_xpairs_groups(const float *x, int n_tok, int ldx, int64_t cols,
         int64_t      o = (int64_t) t * cols;
 
         if (g32) {
-            xp_groups(fn, xt, cols, 32, q[0] + o, q[1] + o,
-                      d + t * (cols / 32), NULL, NULL);
+            nalar_quant_x16_groups(xt, cols, 32, q[0] + o, q[1] + o,
+                                   d + t * (cols / 32));
         }
         if (k) {
-            xp_groups(fn, xt, cols, QK_K, qk[0] + o, qk[1] + o,
+            xp_groups(fn, xt, cols, qk[0] + o, qk[1] + o,
                       dk + t * (cols / QK_K), ck + o, nk + o / 2);
             for (int pl = 0; pl < 2; pl++) {
                 q8_sums16(qk[pl] + o, cols, bs[pl] + t * (cols / 16));

@@ -158,6 +158,14 @@ x16_groups(const float *x, int64_t n, int g, int8_t *hi, int8_t *lo,
 }
 
 
+void
+nalar_quant_x16_groups(const float *x, int64_t n, int g, int8_t *hi,
+                       int8_t *lo, float *d)
+{
+    x16_groups(x, n, g, hi, lo, d);
+}
+
+
 int64_t
 nalar_quant_x16_bytes(int n_tok, int64_t cols)
 {

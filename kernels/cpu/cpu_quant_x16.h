@@ -22,6 +22,12 @@ void nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
                             int n_tok, float *y, int ldy, int64_t r0,
                             int64_t r1, int accumulate);
 
+/* one token's n values (a multiple of g) as 16-bit codes per g (32 or
+ * 256): the planes hi and lo and the scales d, nalar_quant_x16's bytes
+ * for that grouping */
+void nalar_quant_x16_groups(const float *x, int64_t n, int g, int8_t *hi,
+                            int8_t *lo, float *d);
+
 /* nalar_quant_x16's layout of n_tok tokens of cols in buf (its arrays
  * 32-byte aligned, nalar_quant_x16_bytes long; the codes per 256 and their
  * sums only when k), *x16 pointed into it, no code made: the first byte

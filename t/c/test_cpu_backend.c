@@ -45,6 +45,7 @@ static int act_i16;     /* the backends opened take 16-bit (NALAR_ACT_I16),
                            8-bit (NALAR_ACT_Q8) or pair-multiplier
                            (NALAR_ACT_PAIRS) activations */
 static ggml_type kv_type; /* and keep their KV cache in this type */
+static int per32_model;   /* the model's matrices all read x per 32 */
 
 
 typedef struct {
@@ -265,7 +266,8 @@ check_model(const char *path, const char *name)
     }
     /* the mode is in effect: F32 activations give other logits, and
      * (pair multipliers, whose x' the 16-bit kernels compute) so do
-     * 16-bit ones */
+     * 16-bit ones, but for a model whose matrices all read x per 32
+     * (Q8_0), where the pairs mode takes the 16-bit codes: the same */
     for (int other = 0; act_i16 && got != NULL && other <= NALAR_ACT_I16;
          other++)
     {
@@ -277,14 +279,19 @@ check_model(const char *path, const char *name)
         }
         act_i16 = other;
         if (rig_open(&h, path, 2) == 0) {
-            differ = feed(&h, one, 1, 0, got) == 0
-                     && memcmp(ref, got, (size_t) N_POS * g.V
-                                         * sizeof(float)) != 0;
+            int ran = feed(&h, one, 1, 0, got) == 0;
+
+            differ = ran && memcmp(ref, got, (size_t) N_POS * g.V
+                                             * sizeof(float)) != 0;
+            if (other == NALAR_ACT_I16 && per32_model) {
+                differ = ran && !differ;
+            }
             rig_close(&h);
         }
         act_i16 = mode;
-        ok(differ, "%s: %s activations give other logits", name,
-           nalar_act_name(other));
+        ok(differ, "%s: %s activations give %s logits", name,
+           nalar_act_name(other),
+           other == NALAR_ACT_I16 && per32_model ? "the same" : "other");
     }
     for (size_t w = 0; w < sizeof(ways) / sizeof(ways[0]); w++) {
         rig     h;
@@ -446,8 +453,10 @@ main(void)
         check_model(path, i == 0 ? "Q8_0, 8-bit activations"
                                  : "Q4_K_M, 8-bit activations");
         act_i16 = NALAR_ACT_PAIRS;
+        per32_model = i == 0;
         check_model(path, i == 0 ? "Q8_0, pair multipliers"
                                  : "Q4_K_M, pair multipliers");
+        per32_model = 0;
         /* the default activations with a half-size KV cache */
         act_i16 = 1;
         kv_type = i == 0 ? GGML_F16 : GGML_BF16;

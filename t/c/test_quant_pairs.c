@@ -5,20 +5,22 @@
  *     reference's bytes, every array of them, on random x with all-zero
  *     groups, huge, tiny and subnormal groups, one-hot groups, NaN and
  *     Inf;
- *   - the rule as cpu_quant_pairs.c's header writes it (restated here in
- *     its float operations): D, n and the codes per pair, in both
- *     groupings; the integer identity x' = n * c; n and c by brute force
- *     over the 8 candidates in double: no worse than the best candidate
- *     but for float rounding; |x - D n c| within half the pair's step;
- *     an all-zero group's D = 0, codes 0, n = 1; a NaN's code -127;
+ *   - the rule per 256 as cpu_quant_pairs.c's header writes it
+ *     (restated here in its float operations): D, n and the codes per
+ *     pair; the integer identity x' = n * c; n and c by brute force over
+ *     the 8 candidates in double: no worse than the best candidate but
+ *     for float rounding; |x - D n c| within half the pair's step; an
+ *     all-zero group's D = 0, codes 0, n = 1; a NaN's code -127; per 32
+ *     the 16-bit codes' bytes (nalar_quant_x16);
  *   - x16: the planes hi = (x' + 128) >> 8, lo = x' - 256 hi and the
  *     sums of 16 of each, as the 16-bit codes' maker lays out its codes;
  *     one grouping made alone: the same bytes, the other's arrays NULL;
  *   - the products: nalar_quant_matmul_xpairs (codes made per call) gives
- *     nalar_quant_matmul_pairs' bits from codes made once, a token alone
- *     the same as in the batch, and sum_i w_i D x'_i of an int64/double
- *     check, from quantized, hostile and saturated weights (every x' at
- *     +-8128).
+ *     nalar_quant_matmul_pairs' bits from codes made once (Q8_0, Q4_0:
+ *     the 16-bit mode's bits too), a token alone the same as in the
+ *     batch, and sum_i w_i D x'_i of an int64/double check, from
+ *     quantized, hostile and saturated weights (every x' at +-8128, every
+ *     16-bit code at +-32639).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -37,12 +39,12 @@ static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 #include "quant_test_blocks.h"
 
 
-/* n_tok tokens of cols values, each 32-group of one kind: random, huge
- * (1e30), tiny (1e-30), subnormal, one-hot, zero, holding a NaN or an
- * Inf (special 0: random and zero groups only); token 1's second 256
- * values all zero */
+/* n_tok tokens of cols values, each kg-group (32 or 256) of one kind:
+ * random, huge (1e30), tiny (1e-30), subnormal, one-hot, zero, holding a
+ * NaN or an Inf (special 0: random and zero groups only); token 1's
+ * second 256 values all zero */
 static float *
-activations(int n_tok, int64_t cols, int special)
+activations(int n_tok, int64_t cols, int special, int kg)
 {
     float *x = malloc((size_t) (n_tok * cols) * sizeof(float));
 
@@ -50,7 +52,7 @@ activations(int n_tok, int64_t cols, int special)
         return NULL;
     }
     for (int64_t i = 0; i < n_tok * cols; i++) {
-        int64_t g = i / 32;
+        int64_t g = i / kg;
         int     kind = special ? (int) (g % 9) : (int) (g % 2) * 5;
 
         x[i] = frand();
@@ -58,11 +60,11 @@ activations(int n_tok, int64_t cols, int special)
         case 1: x[i] *= 1e30f; break;
         case 2: x[i] *= 1e-30f; break;
         case 3: x[i] *= 1e-40f; break;
-        case 4: x[i] = i % 32 == (g * 7) % 32 ? x[i] * 5 : 0; break;
+        case 4: x[i] = i % kg == (g * 7) % kg ? x[i] * 5 : 0; break;
         case 5: x[i] *= 1000.0f; break;
         case 6: x[i] = 0; break;
-        case 7: x[i] = i % 32 == 5 ? NAN : x[i]; break;
-        case 8: x[i] = i % 32 == 9 ? -INFINITY : x[i]; break;
+        case 7: x[i] = i % kg == 5 ? NAN : x[i]; break;
+        case 8: x[i] = i % kg == 9 ? -INFINITY : x[i]; break;
         default: break;
         }
         if (n_tok > 1 && cols >= 512 && i / cols == 1 && i % cols >= 256
@@ -238,51 +240,62 @@ bad_sums(const nalar_xq8 *v, int64_t n16)
 }
 
 
-/* the rule on x of special groups (special 1; the least-squares checks
- * then see the finite 32-groups) or of random and zero ones (0: the
- * 256-groups too) */
+/* the rule on x of random and zero groups (special 0) or of special
+ * 256-groups (1; the least-squares checks then see the finite ones):
+ * per 256 D, c and n as the header says, per 32 the 16-bit codes'
+ * bytes (nalar_quant_x16) */
 static void
 check_rule(int64_t cols, int special)
 {
     int         n_tok = 3, k256 = cols % 256 == 0;
-    float      *x = activations(n_tok, cols, special);
+    int64_t     nc = (int64_t) n_tok * cols;
+    float      *x = activations(n_tok, cols, special, k256 ? 256 : 32);
     void       *buf = malloc((size_t) nalar_quant_xpairs_bytes(n_tok, cols));
+    void       *b16 = malloc((size_t) nalar_quant_x16_bytes(n_tok, cols));
     nalar_xqp   xp;
+    nalar_xq16  x16;
     rule_counts k;
 
     memset(&k, 0, sizeof(k));
-    if (x == NULL || buf == NULL) {
+    if (x == NULL || buf == NULL || b16 == NULL) {
         ok(0, "rule: out of memory");
         free(x);
         free(buf);
+        free(b16);
         return;
     }
     nalar_quant_q8_force(NALAR_ISA_SCALAR);
     nalar_quant_xpairs(x, n_tok, (int) cols, cols, buf, &xp);
+    nalar_quant_x16(x, n_tok, (int) cols, cols, b16, &x16);
     nalar_quant_q8_force(-1);
-    for (int t = 0; t < n_tok; t++) {
-        int64_t o = (int64_t) t * cols;
-
-        check_grouping(x + o, cols, 32, xp.x16.hi.q + o, xp.x16.lo.q + o,
-                       xp.x16.hi.d + t * (cols / 32), NULL, NULL, &k);
-        if (k256) {
-            check_grouping(x + o, cols, 256, xp.x16.hi.qk + o,
-                           xp.x16.lo.qk + o, xp.x16.hi.dk + t * (cols / 256),
-                           xp.ck + o, xp.nk + o / 2, &k);
-        }
-    }
-    ok(xp.x16.lo.d == xp.x16.hi.d && xp.x16.lo.dk == xp.x16.hi.dk
+    ok(memcmp(xp.x16.hi.q, x16.hi.q, (size_t) nc) == 0
+       && memcmp(xp.x16.lo.q, x16.lo.q, (size_t) nc) == 0
+       && memcmp(xp.x16.hi.d, x16.hi.d, (size_t) nc / 32 * 4) == 0
+       && xp.x16.lo.d == xp.x16.hi.d,
+       "%lld columns: per 32 (Q8_0, Q4_0) the 16-bit codes' bytes, planes "
+       "and scales", (long long) cols);
+    ok(xp.x16.lo.dk == xp.x16.hi.dk
        && xp.x16.hi.cols == cols && xp.x16.lo.cols == cols
        && (k256 ? xp.ck != NULL && xp.nk != NULL && xp.x16.hi.qk != NULL
                 : xp.ck == NULL && xp.nk == NULL && xp.x16.hi.qk == NULL),
-       "%lld columns: the planes share D; per-256 codes, c and n %s",
-       (long long) cols, k256 ? "made" : "absent (NULL)");
+       "%lld columns: per-256 codes, c and n %s", (long long) cols,
+       k256 ? "made, the planes sharing D" : "absent (NULL)");
+    if (!k256) {
+        goto out;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        int64_t o = (int64_t) t * cols;
+
+        check_grouping(x + o, cols, 256, xp.x16.hi.qk + o, xp.x16.lo.qk + o,
+                       xp.x16.hi.dk + t * (cols / 256), xp.ck + o,
+                       xp.nk + o / 2, &k);
+    }
     ok(k.bad_d == 0 && k.bad_rule == 0, "%lld columns: D = amax / 8128 "
-       "and (per 256) c and n by the header's float operations (%d, %d "
-       "bad)", (long long) cols, k.bad_d, k.bad_rule);
-    ok(k.bad_ident == 0 && k.bad_plane == 0, "%lld columns: x' = n * c in "
-       "both groupings, in the planes hi = (x' + 128) >> 8 and lo = x' - "
-       "256 hi (%d, %d bad)", (long long) cols, k.bad_ident, k.bad_plane);
+       "and c and n by the header's float operations (%d, %d bad)",
+       (long long) cols, k.bad_d, k.bad_rule);
+    ok(k.bad_ident == 0 && k.bad_plane == 0, "%lld columns: x' = n * c, in "
+       "the planes hi = (x' + 128) >> 8 and lo = x' - 256 hi (%d, %d bad)",
+       (long long) cols, k.bad_ident, k.bad_plane);
     ok(k.pairs > 0 && k.bad_ls == 0 && k.bad_half == 0, "%lld columns: "
        "n among the 8 candidates, its residual no worse than the best one's "
        "in double (%d of %d pairs to the last bit), |x - D n c| <= D n / 2 "
@@ -293,13 +306,13 @@ check_rule(int64_t cols, int special)
        "%d all-zero groups with D = 0, codes 0, n = 1; %d NaNs coded -127 "
        "(%d, %d bad)", (long long) cols,
        k.zero_groups, k.nan_codes, k.bad_zero, k.bad_nan);
-    if (k256) {
-        ok(bad_sums(&xp.x16.hi, n_tok * cols / 16) == 0
-           && bad_sums(&xp.x16.lo, n_tok * cols / 16) == 0,
-           "%lld columns: each plane's sums of 16 codes", (long long) cols);
-    }
+    ok(bad_sums(&xp.x16.hi, n_tok * cols / 16) == 0
+       && bad_sums(&xp.x16.lo, n_tok * cols / 16) == 0,
+       "%lld columns: each plane's sums of 16 codes", (long long) cols);
+out:
     free(x);
     free(buf);
+    free(b16);
 }
 
 
@@ -335,10 +348,10 @@ flatten(const nalar_xqp *xp, int n_tok, int64_t cols, uint8_t *out)
 
 
 static void
-check_isas(int64_t cols)
+check_isas(int64_t cols, int kg)
 {
     int       n_tok = 5, bad = 0, runs = 0;
-    float    *x = activations(n_tok, cols, 1);
+    float    *x = activations(n_tok, cols, 1, kg);
     void     *buf = malloc((size_t) nalar_quant_xpairs_bytes(n_tok, cols));
     uint8_t  *ref = malloc((size_t) (8 * n_tok * cols));
     uint8_t  *got = malloc((size_t) (8 * n_tok * cols));
@@ -365,9 +378,9 @@ check_isas(int64_t cols)
     }
     nalar_quant_q8_force(-1);
     ok(bad == 0 && runs == nalar_quant_q8_isa_max() + 1, "%lld columns: "
-       "x's pair codes on each of %d instruction set paths are the scalar "
+       "x's codes on each of %d instruction set paths are the scalar "
        "reference's bytes (zeros, huge, tiny, subnormal, one-hot, NaN and "
-       "Inf groups)", (long long) cols, runs);
+       "Inf groups of %d)", (long long) cols, runs, kg);
 out:
     nalar_quant_q8_force(-1);
     free(x);
@@ -384,7 +397,7 @@ check_groups(void)
     int64_t   cols = 512;
     int       n_tok = 2, bad = 0;
     int64_t   nc = n_tok * cols;
-    float    *x = activations(n_tok, cols, 1);
+    float    *x = activations(n_tok, cols, 1, 32);
     void     *b0 = malloc((size_t) nalar_quant_xpairs_bytes(n_tok, cols));
     void     *b1 = malloc((size_t) nalar_quant_xpairs_bytes(n_tok, cols));
     nalar_xqp a, g;
@@ -439,7 +452,7 @@ check_products(ggml_type t, int wkind, int full)
     int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int64_t     qk = nalar_quant_block(t);
     uint8_t    *w = matrix(t, rows, cols, wkind);
-    float      *x = activations(n_tok, cols, 0);
+    float      *x = activations(n_tok, cols, 0, 32);
     float      *y = calloc((size_t) (n_tok * rows), sizeof(float));
     float      *y2 = calloc((size_t) (n_tok * rows), sizeof(float));
     float      *y1 = calloc((size_t) rows, sizeof(float));
@@ -462,6 +475,22 @@ check_products(ggml_type t, int wkind, int full)
     nalar_quant_matmul_pairs(t, w, rs, 0, cols, &xp, n_tok, y2, (int) rows,
                              0, rows, 0);
     bad_bits = memcmp(y, y2, (size_t) (n_tok * rows) * sizeof(float)) != 0;
+    if (qk == 32) {
+        /* per 32 the 16-bit mode's codes, so its products' bits */
+        void       *b16 = malloc((size_t) nalar_quant_x16_bytes(n_tok, cols));
+        nalar_xq16  x16;
+
+        if (b16 == NULL) {
+            ok(0, "%s: out of memory", tn);
+            goto out;
+        }
+        nalar_quant_x16(x, n_tok, (int) cols, cols, b16, &x16);
+        nalar_quant_matmul_x16(t, w, rs, 0, cols, &x16, n_tok, y2,
+                               (int) rows, 0, rows, 0);
+        bad_bits += memcmp(y, y2, (size_t) (n_tok * rows) * sizeof(float))
+                    != 0;
+        free(b16);
+    }
     for (int tk = 0; tk < n_tok; tk++) {
         nalar_quant_matmul_xpairs(t, w, rs, 0, cols, x + tk * cols, 1,
                                   (int) cols, y1, (int) rows, 0, rows, 0);
@@ -488,11 +517,14 @@ check_products(ggml_type t, int wkind, int full)
         }
     }
     ok(bad_bits == 0 && bad_alone == 0 && bad_ref == 0, "%s %s%s: the "
-       "products from codes made per call and made once, a token alone and "
-       "in the batch the same bits, and sum w D x' within 1e-4 of the sum "
-       "of |terms| (%d, %d, %d bad)", tn,
+       "products from codes made per call and made once%s, a token alone "
+       "and in the batch the same bits, and sum w D x' within 1e-4 of the "
+       "sum of |terms| (%d, %d, %d bad)", tn,
        wkind == 0 ? "quantized" : wkind == 1 ? "hostile" : "saturated",
-       full ? ", every x' at +-8128" : "", bad_bits, bad_alone, bad_ref);
+       !full ? "" : qk == 256 ? ", every x' at +-8128"
+                              : ", every code at +-32639",
+       qk == 256 ? "" : " and the 16-bit mode's", bad_bits, bad_alone,
+       bad_ref);
 out:
     free(w);
     free(x);
@@ -507,11 +539,12 @@ out:
 int
 main(void)
 {
-    check_rule(512, 1);
+    check_rule(1024, 1);
     check_rule(512, 0);
     check_rule(96, 1);
-    check_isas(512);
-    check_isas(96);
+    check_isas(512, 32);
+    check_isas(1024, 256);
+    check_isas(96, 32);
     check_groups();
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         check_products(types[i], 0, 0);
