@@ -34,6 +34,7 @@ static const ggml_type types[] = {
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 #include "quant_test_blocks.h"
+#include "quant_test_checks.h"
 
 
 
@@ -456,6 +457,16 @@ out:
 }
 
 
+/* one token's rows kernels on isa: x an nalar_xq16 */
+static int
+run_token(const token_case *c, int isa, const uint8_t *m, int lay, float *y,
+          int64_t r0, int64_t r1, int acc)
+{
+    return nalar_quant_x16_rows(c->t, isa, m, c->rs, lay, c->cols, c->x, y,
+                                r0, r1, acc);
+}
+
+
 /* one token (decode's kernels, four rows at a time and one): each
  * instruction set's kernels run and give the reference's bits, for rows
  * in any split (groups of four and rows alone, added to y or not), from
@@ -466,7 +477,7 @@ check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
 {
     const char *tn = ggml_type_name(t);
     int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
+    int         bad = 0, runs = 0;
     uint8_t    *w = weights(t, rows, cols, wkind);
     float      *x = activations(2, cols, full);
     float      *ref = malloc((size_t) rows * sizeof(float));
@@ -474,8 +485,7 @@ check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
     void       *buf = malloc((size_t) nalar_quant_x16_bytes(1, cols));
     uint8_t    *il = NULL;
     nalar_xq16  c;
-    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
-                                      { 0, 2, 9 } };
+    token_case  tc;
 
     if (nalar_quant_can_interleave(t, cols)) {
         il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
@@ -492,47 +502,8 @@ check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
     nalar_quant_x16(x + cols, 1, (int) cols, cols, buf, &c);
     nalar_quant_x16_scalar(t, w, rs, 0, cols, &c, 1, ref, (int) rows, 0,
                            rows, 0);
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        for (int lay = 0; lay < 2; lay++) {
-            const uint8_t *m = lay ? il : w;
-
-            if (m == NULL) {
-                continue;
-            }
-            for (size_t k = 0; k < sizeof(cut) / sizeof(cut[0]); k++) {
-                for (int acc = 0; acc < 2; acc++) {
-                    int64_t a = 0;
-                    int     rc = 0;
-
-                    for (int64_t r = 0; r < rows; r++) {
-                        y[r] = acc ? 1.0f : -7.0f;
-                    }
-                    for (int j = 0; j < 3 && a < rows; j++) {
-                        int64_t e = j + 1 < 3 && cut[k][j + 1] > 0
-                                    && cut[k][j + 1] < rows
-                                    ? cut[k][j + 1] : rows;
-
-                        rc |= nalar_quant_x16_rows(t, isa, m, rs, lay, cols,
-                                                   &c, y, a, e, acc);
-                        a = e;
-                    }
-                    for (int64_t r = 0; r < rows; r++) {
-                        float want = acc ? 1.0f + ref[r] : ref[r];
-
-                        if (rc != 0 || memcmp(&y[r], &want, sizeof(float))) {
-                            if (bad++ == 0) {
-                                diag("%s isa %d layout %d split %zu acc %d "
-                                     "row %lld: %a, want %a (rc %d)", tn,
-                                     isa, lay, k, acc, (long long) r, y[r],
-                                     want, rc);
-                            }
-                        }
-                    }
-                    runs++;
-                }
-            }
-        }
-    }
+    tc = (token_case) { t, w, il, rs, rows, cols, &c, ref, run_token };
+    bad = token_splits_bad(&tc, y, &runs);
     ok(bad == 0 && runs > 0, "%s %s%s %lldx%lld, one token: every "
        "instruction set's rows kernels, split and layout give the "
        "reference's bits (%d runs)", tn, wkind_name[wkind],
