@@ -79,50 +79,23 @@ full_block(ggml_type t, uint8_t *p, int64_t bytes)
 }
 
 
+/* rows x cols weights of a kind: W_QUANT and W_BYTES as matrix() makes
+ * its kinds 0 and 1; W_FULL every block a saturated one (full_block) */
 static uint8_t *
 weights(ggml_type t, int64_t rows, int64_t cols, int kind)
 {
     int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int64_t  qk = nalar_quant_block(t), bytes = rs / (cols / qk);
-    uint8_t *w = malloc((size_t) (rows * rs));
-    float   *x = malloc((size_t) cols * sizeof(float));
+    int64_t  blocks = cols / nalar_quant_block(t), bytes = rs / blocks;
+    uint8_t *w;
 
-    if (w == NULL || x == NULL) {
-        free(w);
-        free(x);
-        return NULL;
+    if (kind != W_FULL) {
+        return matrix(t, rows, cols, kind);
     }
-    for (int64_t r = 0; r < rows; r++) {
-        if (kind == W_QUANT) {
-            float s = (float) (1 + r % 5) * 0.1f;
-            float o = r % 3 == 0 ? 1.0f : 0.0f;
-
-            for (int64_t c = 0; c < cols; c++) {
-                x[c] = (frand() + o) * s;
-            }
-            (void) nalar_quantize_row(t, x, cols, w + r * rs);
-            continue;
-        }
-        for (int64_t b = 0; b < cols / qk; b++) {
-            uint8_t *p = w + r * rs + b * bytes;
-            int      off[2], n;
-
-            if (kind == W_FULL) {
-                full_block(t, p, bytes);
-                continue;
-            }
-            for (int64_t i = 0; i < bytes; i++) {
-                p[i] = (uint8_t) rnd();
-            }
-            f16_fields(t, off, &n);
-            for (int k = 0; k < n; k++) {
-                uint16_t h = extreme_f16();
-
-                memcpy(p + off[k], &h, 2);
-            }
-        }
+    w = malloc((size_t) (rows * rs));
+    /* the rows' blocks, one after another */
+    for (int64_t b = 0; w != NULL && b < rows * blocks; b++) {
+        full_block(t, w + b * bytes, bytes);
     }
-    free(x);
     return w;
 }
 
