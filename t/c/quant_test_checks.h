@@ -4,17 +4,22 @@
  * test_quant_pairs_rows.c), and products of windows of tokens against the
  * scalar reference's, over all rows and over a ragged range added into y
  * (test_quant_q8.c, test_quant_x16_tiles.c, test_quant_pairs_k6.c).
- * Each test supplies its kernels as a run function over its own codes;
- * each check returns the outputs that are not the reference's bits (a
- * diag for the first), for the test's ok().
+ * The one-token check knows the three families of one token's kernels
+ * and makes its ok(); the tile checks take the test's kernels and
+ * reference as functions over its own codes, and return the outputs that
+ * are not the reference's bits (a diag for the first) for its ok().
  */
 #ifndef NALAR_T_QUANT_TEST_CHECKS_H
 #define NALAR_T_QUANT_TEST_CHECKS_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_quant.h"
+#include "cpu_quant_pairs_k6.h"
+#include "cpu_quant_rows.h"
+#include "cpu_quant_x16.h"
 #include "gguf.h"
 #include "tap.h"
 
@@ -22,33 +27,102 @@
 /* one token, rows in splits                                            */
 
 
-typedef struct token_case token_case;
+#define TOKEN_X8    0   /* x's 8-bit codes (nalar_quant_x8) through
+                           nalar_quant_matmul_x8, the scalar kernel the
+                           reference */
+#define TOKEN_X16   1   /* x's 16-bit codes (nalar_quant_x16) by
+                           nalar_quant_x16_rows, nalar_quant_x16_scalar the
+                           reference */
+#define TOKEN_PAIRS 2   /* xp's pair codes by nalar_quant_pairs_rows,
+                           nalar_quant_pairs_scalar the reference */
 
-/* one token's product of rows [r0, r1) of m (c->w or c->il, layout lay:
- * 0 the file's order, 1 interleaved) into y (y[r] += when acc, else =),
- * on isa (also forced, nalar_quant_q8_force, while it runs): 0, or
- * nonzero where the kernel did not run */
-typedef int token_run_fn(const token_case *c, int isa, const uint8_t *m,
-                         int lay, float *y, int64_t r0, int64_t r1, int acc);
+/* one matrix against one token, for a family of kernels */
+typedef struct {
+    ggml_type        t;
+    int              kernels;  /* TOKEN_X8, TOKEN_X16 or TOKEN_PAIRS */
+    const uint8_t   *w;        /* rows x cols weights of t, file order */
+    int64_t          rows, cols;
+    const float     *x;        /* X8, X16: the token's cols activations */
+    const nalar_xqp *xp;       /* PAIRS: its codes (NULL for the others) */
+} token_case;
 
-/* one matrix against one token's codes */
-struct token_case {
-    ggml_type      t;
-    const uint8_t *w;     /* rows x cols weights of t, the file's order */
-    const uint8_t *il;    /* the same interleaved, or NULL: not run */
-    int64_t        rs, rows, cols;
-    const void    *x;     /* the token's codes, as run takes them */
-    const float   *ref;   /* the rows' outputs of the scalar reference */
-    token_run_fn  *run;
-};
+/* a token's codes as the family takes them */
+typedef struct {
+    nalar_xq8  x8;
+    nalar_xq16 x16;
+    void      *buf;
+} token_codes;
 
-/* every instruction set from AVX2 to this CPU's widest, both layouts, each
- * split, added to y or not: each row a range covers the reference's bits
- * (plus y's 1 when added), the rows before them untouched; y: rows floats
- * of scratch.  Returns the bad outputs (every output of a run that did not
- * run), *runs the runs made (none where the CPU has no AVX2) */
+
+/* the codes of c's token in k (k->buf: the caller's to free): 0, or -1
+ * when out of memory (or c's x or xp is NULL) */
 static inline int
-token_splits_bad(const token_case *c, float *y, int *runs)
+token_codes_make(const token_case *c, token_codes *k)
+{
+    k->buf = NULL;
+    if (c->kernels == TOKEN_PAIRS) {
+        return c->xp != NULL ? 0 : -1;
+    }
+    k->buf = malloc((size_t) (c->kernels == TOKEN_X8
+                              ? nalar_quant_x8_bytes(1, c->cols)
+                              : nalar_quant_x16_bytes(1, c->cols)));
+    if (c->x == NULL || k->buf == NULL) {
+        return -1;
+    }
+    if (c->kernels == TOKEN_X8) {
+        nalar_quant_x8(c->x, 1, (int) c->cols, c->cols, k->buf, &k->x8);
+    } else {
+        nalar_quant_x16(c->x, 1, (int) c->cols, c->cols, k->buf, &k->x16);
+    }
+    return 0;
+}
+
+
+/* the token's product of rows [r0, r1) of m (c->w, or it interleaved:
+ * layout lay 1) into y (y[r] += when acc, else =), by the family's kernels
+ * on isa (forced by the caller, nalar_quant_q8_force), its reference on
+ * NALAR_ISA_SCALAR: 0, or nonzero where the kernel did not run */
+static inline int
+token_run(const token_case *c, const token_codes *k, int isa,
+          const uint8_t *m, int lay, float *y, int64_t r0, int64_t r1,
+          int acc)
+{
+    int64_t rs = (int64_t) ggml_row_size(c->t, (uint64_t) c->cols);
+
+    switch (c->kernels) {
+    case TOKEN_X8:
+        nalar_quant_matmul_x8(c->t, m, rs, lay, c->cols, &k->x8, 1, y,
+                              (int) c->rows, r0, r1, acc);
+        return 0;
+    case TOKEN_X16:
+        if (isa != NALAR_ISA_SCALAR) {
+            return nalar_quant_x16_rows(c->t, isa, m, rs, lay, c->cols,
+                                        &k->x16, y, r0, r1, acc);
+        }
+        nalar_quant_x16_scalar(c->t, m, rs, lay, c->cols, &k->x16, 1, y,
+                               (int) c->rows, r0, r1, acc);
+        return 0;
+    default:
+        if (isa != NALAR_ISA_SCALAR) {
+            return nalar_quant_pairs_rows(c->t, isa, m, rs, lay, c->cols,
+                                          c->xp, y, r0, r1, acc);
+        }
+        nalar_quant_pairs_scalar(c->t, m, rs, lay, c->cols, &c->xp->x16, 1,
+                                 y, (int) c->rows, r0, r1, acc);
+        return 0;
+    }
+}
+
+
+/* every instruction set from AVX2 to this CPU's widest, both layouts (the
+ * interleaved one where t's rows interleave, nalar_quant_can_interleave),
+ * each split, added to y or not: each row a range covers the reference's
+ * bits (plus y's 1 when added), the rows before them untouched; y, ref:
+ * rows floats.  Returns the bad outputs (every output of a run that did
+ * not run), *runs the runs made (none where the CPU has no AVX2) */
+static inline int
+token_splits_bad(const token_case *c, const token_codes *k,
+                 const uint8_t *il, float *ref, float *y, int *runs)
 {
     /* the ranges' cut points: one range; 0-5, 5-end; 0-2, 2-9, 9-end;
      * 1-3, 3-end (none on a turn of four rows but 0; row 0 before 1-3
@@ -57,42 +131,45 @@ token_splits_bad(const token_case *c, float *y, int *runs)
                                       { 0, 2, 9 }, { 1, 3, -1 } };
     int                  bad = 0;
 
+    nalar_quant_q8_force(NALAR_ISA_SCALAR);
+    (void) token_run(c, k, NALAR_ISA_SCALAR, c->w, 0, ref, 0, c->rows, 0);
+    nalar_quant_q8_force(-1);
     for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max(); isa++) {
         for (int lay = 0; lay < 2; lay++) {
-            const uint8_t *m = lay ? c->il : c->w;
+            const uint8_t *m = lay ? il : c->w;
 
             if (m == NULL) {
                 continue;
             }
-            for (int k = 0; k < (int) (sizeof(cut) / sizeof(cut[0])); k++) {
+            for (int j = 0; j < (int) (sizeof(cut) / sizeof(cut[0])); j++) {
                 for (int acc = 0; acc < 2; acc++) {
                     float   y0 = acc ? 1.0f : -7.0f;
-                    int64_t a = cut[k][0];
+                    int64_t a = cut[j][0];
                     int     rc = 0;
 
                     for (int64_t r = 0; r < c->rows; r++) {
                         y[r] = y0;
                     }
                     nalar_quant_q8_force(isa);
-                    for (int j = 0; j < 3 && a < c->rows; j++) {
-                        int64_t e = j + 1 < 3 && cut[k][j + 1] > 0
-                                    && cut[k][j + 1] < c->rows
-                                    ? cut[k][j + 1] : c->rows;
+                    for (int p = 0; p < 3 && a < c->rows; p++) {
+                        int64_t e = p + 1 < 3 && cut[j][p + 1] > 0
+                                    && cut[j][p + 1] < c->rows
+                                    ? cut[j][p + 1] : c->rows;
 
-                        rc |= c->run(c, isa, m, lay, y, a, e, acc);
+                        rc |= token_run(c, k, isa, m, lay, y, a, e, acc);
                         a = e;
                     }
                     nalar_quant_q8_force(-1);
                     for (int64_t r = 0; r < c->rows; r++) {
-                        float want = r < cut[k][0] ? y0
-                                     : acc ? 1.0f + c->ref[r] : c->ref[r];
+                        float want = r < cut[j][0] ? y0
+                                     : acc ? 1.0f + ref[r] : ref[r];
 
                         if ((rc != 0 || memcmp(&y[r], &want, sizeof(float)))
                             && bad++ == 0)
                         {
                             diag("%s isa %d layout %d split %d acc %d row "
                                  "%lld: %a, want %a (rc %d)",
-                                 ggml_type_name(c->t), isa, lay, k, acc,
+                                 ggml_type_name(c->t), isa, lay, j, acc,
                                  (long long) r, (double) y[r],
                                  (double) want, rc);
                         }
@@ -103,6 +180,41 @@ token_splits_bad(const token_case *c, float *y, int *runs)
         }
     }
     return bad;
+}
+
+
+/* the check of c's token over the splits (token_splits_bad): ok when no
+ * output is bad and some ran, named "<what>: every instruction set's
+ * kernels, split and layout give the reference's bits"; not ok when out of
+ * memory (c's x or xp NULL, or here) */
+static inline void
+check_token_splits(const token_case *c, const char *what)
+{
+    int          can = nalar_quant_can_interleave(c->t, c->cols);
+    size_t       out = (size_t) c->rows * sizeof(float);
+    uint8_t     *il = can ? malloc((size_t) nalar_quant_interleaved_bytes(
+                                       c->t, c->rows, c->cols))
+                          : NULL;
+    float       *ref = malloc(out), *y = malloc(out);
+    int          bad = -1, runs = 0;
+    token_codes  k;
+
+    if (token_codes_make(c, &k) == 0 && c->w != NULL && ref != NULL
+        && y != NULL && (il != NULL || !can))
+    {
+        if (il != NULL) {
+            nalar_quant_interleave(c->t, c->w, c->rows, c->cols, il);
+        }
+        bad = token_splits_bad(c, &k, il, ref, y, &runs);
+    } else {
+        diag("%s: out of memory", what);
+    }
+    ok(bad == 0 && runs > 0, "%s: every instruction set's kernels, split "
+       "and layout give the reference's bits (%d runs)", what, runs);
+    free(k.buf);
+    free(il);
+    free(ref);
+    free(y);
 }
 
 
@@ -166,59 +278,99 @@ ragged_bad(const float *y, const float *want, int n, int64_t rows,
 
 typedef struct tile_case tile_case;
 
-/* tokens s .. s + n - 1 of the test's codes, rows [r0, r1) of m (c->w or
- * c->il, layout lay) into y (n tokens of c->rows floats; += when acc):
- * by the tiles alone on isa (dispatch 0: 0, or nonzero where they did not
- * run), or through the test's dispatch with isa forced (dispatch 1: 0) */
+/* tokens s .. s + n - 1 of the test's codes, rows [r0, r1) of m (c->w, or
+ * it interleaved: layout lay 1) into y (n tokens of c->rows floats; +=
+ * when acc): by the tiles alone on isa (dispatch 0: 0, or nonzero where
+ * they did not run), or through the test's dispatch with isa forced
+ * (dispatch 1: 0) */
 typedef int tile_run_fn(const tile_case *c, int isa, int dispatch,
                         const uint8_t *m, int lay, int s, int n, float *y,
                         int64_t r0, int64_t r1, int acc);
 
+/* the scalar reference's outputs of c's rows for its n_max tokens, into
+ * ref (token k at k * rows) */
+typedef void tile_ref_fn(const tile_case *c, float *ref);
+
 /* one matrix against n_max tokens' codes */
 struct tile_case {
     ggml_type      t;
-    const uint8_t *w, *il;    /* rows x cols weights: the file's order,
-                                 interleaved */
+    const uint8_t *w;        /* rows x cols weights of t, the file's order
+                                (rows interleave: cols a multiple of 256) */
     int64_t        rs, rows, cols;
-    int64_t        ra, rb;    /* the ragged range: 0 < ra < rb < rows */
+    int64_t        ra, rb;   /* the ragged range: 0 < ra < rb < rows */
     int            n_max;
-    const void    *x;         /* n_max tokens' codes, as run takes them */
-    const float   *ref;       /* n_max tokens' reference outputs */
+    const void    *x;        /* n_max tokens' codes, as run and refer take
+                                them */
+    tile_ref_fn   *refer;
     tile_run_fn   *run;
 };
 
 /* on isa, every window of n = 1 .. n_max tokens (from token (5 n) mod
  * (n_max - n + 1)): the tiles alone from layout n % 2 and the dispatch
  * from the other, over all rows, and the tiles adding [ra, rb) of the
- * interleaved rows into y, each output the reference's bits; y: n_max *
- * rows floats of scratch.  Returns the bad outputs, *ran the tiles' runs
- * that ran (2 n_max when all did) */
+ * interleaved rows il into y, each output ref's bits; y: n_max * rows
+ * floats of scratch.  Returns the bad outputs, *ran the tiles' runs that
+ * ran (2 n_max when all did) */
 static inline int
-tile_windows_bad(const tile_case *c, int isa, float *y, int *ran)
+tile_windows_on(const tile_case *c, const uint8_t *il, const float *ref,
+                int isa, float *y, int *ran)
 {
     int64_t rows = c->rows;
     int     bad = 0;
 
     for (int n = 1; n <= c->n_max; n++) {
         int          s = (n * 5) % (c->n_max - n + 1);
-        const float *want = c->ref + s * rows;
+        const float *want = ref + s * rows;
 
         for (int64_t i = 0; i < n * rows; i++) {
             y[i] = 1.0f;
         }
-        *ran += c->run(c, isa, 0, n % 2 ? c->il : c->w, n % 2, s, n, y, 0,
+        *ran += c->run(c, isa, 0, n % 2 ? il : c->w, n % 2, s, n, y, 0,
                        rows, 0) == 0;
         bad += tokens_bad(y, want, n, rows, ggml_type_name(c->t), isa);
 
-        (void) c->run(c, isa, 1, n % 2 ? c->w : c->il, 1 - n % 2, s, n, y,
-                      0, rows, 0);
+        (void) c->run(c, isa, 1, n % 2 ? c->w : il, 1 - n % 2, s, n, y, 0,
+                      rows, 0);
         bad += tokens_bad(y, want, n, rows, ggml_type_name(c->t), isa);
 
         ragged_fill(y, n, rows);
-        *ran += c->run(c, isa, 0, c->il, 1, s, n, y, c->ra, c->rb, 1) == 0;
+        *ran += c->run(c, isa, 0, il, 1, s, n, y, c->ra, c->rb, 1) == 0;
         bad += ragged_bad(y, want, n, rows, c->ra, c->rb);
     }
     return bad;
+}
+
+
+/* tile_windows_on for each instruction set isa from AVX2 to this CPU's
+ * widest: bad[isa] and ran[isa] (both NALAR_ISA_VNNI + 1 long).  Returns
+ * 0, or -1 (a diag) when out of memory */
+static inline int
+tile_windows_bad(const tile_case *c, int *bad, int *ran)
+{
+    size_t   out = (size_t) (c->n_max * c->rows) * sizeof(float);
+    uint8_t *il = malloc((size_t) nalar_quant_interleaved_bytes(c->t,
+                                                                c->rows,
+                                                                c->cols));
+    float   *ref = malloc(out), *y = malloc(out);
+    int      rc = 0;
+
+    if (il == NULL || ref == NULL || y == NULL) {
+        diag("%s tiles: out of memory", ggml_type_name(c->t));
+        rc = -1;
+    } else {
+        nalar_quant_interleave(c->t, c->w, c->rows, c->cols, il);
+        c->refer(c, ref);
+        for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max();
+             isa++)
+        {
+            ran[isa] = 0;
+            bad[isa] = tile_windows_on(c, il, ref, isa, y, &ran[isa]);
+        }
+    }
+    free(il);
+    free(ref);
+    free(y);
+    return rc;
 }
 
 #endif

@@ -38,54 +38,25 @@ static const char *wkind_name[] = { "quantized rows", "extreme blocks",
                                     "saturated blocks" };
 
 
-/* one token's pair kernels on isa: x an nalar_xqp */
-static int
-run_token(const token_case *c, int isa, const uint8_t *m, int lay, float *y,
-          int64_t r0, int64_t r1, int acc)
-{
-    return nalar_quant_pairs_rows(c->t, isa, m, c->rs, lay, c->cols, c->x, y,
-                                  r0, r1, acc);
-}
-
-
 /* one matrix and one token's codes: each instruction set's pair kernels
- * give the reference's bits, rows in any split off the four-row turns,
- * added to y or not, both layouts */
+ * give the pairs reference's bits on x' = n * c, rows in any split off
+ * the four-row turns, added to y or not, both layouts (cols a multiple of
+ * 256: the rows interleave) */
 static void
 check_rows(ggml_type t, int64_t rows, int64_t cols, int wkind, int xkind)
 {
-    const char *tn = ggml_type_name(t);
-    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         bad = 0, runs = 0;
-    uint8_t    *w = matrix(t, rows, cols, wkind);
-    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
-                                                                   cols));
-    float      *ref = malloc((size_t) rows * sizeof(float));
-    float      *y = malloc((size_t) rows * sizeof(float));
-    void       *mem = NULL;
-    nalar_xqp   xp;
-    token_case  c;
+    uint8_t   *w = matrix(t, rows, cols, wkind);
+    void      *mem = NULL;
+    nalar_xqp  xp;
+    int        made = make_codes(cols, 1, xkind, &xp, &mem) == 0;
+    char       what[128];
 
-    if (w == NULL || il == NULL || ref == NULL || y == NULL
-        || make_codes(cols, 1, xkind, &xp, &mem) != 0)
-    {
-        ok(0, "%s pairs: out of memory", tn);
-        goto out;
-    }
-    nalar_quant_interleave(t, w, rows, cols, il);
-    nalar_quant_pairs_scalar(t, w, rs, 0, cols, &xp.x16, 1, ref, (int) rows,
-                             0, rows, 0);
-    c = (token_case) { t, w, il, rs, rows, cols, &xp, ref, run_token };
-    bad = token_splits_bad(&c, y, &runs);
-    ok(bad == 0 && runs > 0, "%s %s, %s, %lldx%lld: every instruction "
-       "set's pair kernels, split and layout give the pairs reference's "
-       "bits on x' = n * c (%d runs)", tn, wkind_name[wkind],
-       xkind_name[xkind], (long long) rows, (long long) cols, runs);
-out:
+    snprintf(what, sizeof(what), "%s %s, %s, %lldx%lld, x' = n * c",
+             ggml_type_name(t), wkind_name[wkind], xkind_name[xkind],
+             (long long) rows, (long long) cols);
+    check_token_splits(&(token_case) { t, TOKEN_PAIRS, w, rows, cols, NULL,
+                                       made ? &xp : NULL }, what);
     free(w);
-    free(il);
-    free(ref);
-    free(y);
     free(mem);
 }
 

@@ -224,65 +224,26 @@ out:
 }
 
 
-/* one token's rows through the dispatch (isa forced): x an nalar_xq8 */
-static int
-run_token(const token_case *c, int isa, const uint8_t *m, int lay, float *y,
-          int64_t r0, int64_t r1, int acc)
-{
-    (void) isa;
-    nalar_quant_matmul_x8(c->t, m, c->rs, lay, c->cols, c->x, 1, y,
-                          (int) c->rows, r0, r1, acc);
-    return 0;
-}
-
-
 /* one token (decode's kernels, four rows at a time and one): every
  * instruction set gives the scalar kernel's bits, for rows in any split
  * (groups of four and rows alone, their outputs added to y's or not),
- * from rows in the file's order and interleaved */
+ * from rows in the file's order and interleaved; the token: the second
+ * of activations(), with its large and zero groups */
 static void
 check_one_token(ggml_type t, int64_t rows, int64_t cols, int kind)
 {
-    const char *tn = ggml_type_name(t);
-    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         bad = 0, runs = 0;
-    uint8_t    *w = matrix(t, rows, cols, kind);
-    float      *x = activations(2, cols);
-    float      *ref = malloc((size_t) rows * sizeof(float));
-    float      *y = malloc((size_t) rows * sizeof(float));
-    void       *buf = malloc((size_t) nalar_quant_x8_bytes(1, cols));
-    uint8_t    *il = NULL;
-    nalar_xq8   x8;
-    token_case  c;
+    uint8_t *w = matrix(t, rows, cols, kind);
+    float   *x = activations(2, cols);
+    char     what[96];
 
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-    }
-    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
-        || (nalar_quant_can_interleave(t, cols) && il == NULL))
-    {
-        ok(0, "%s one token: out of memory", tn);
-        goto out;
-    }
-    if (il != NULL) {
-        nalar_quant_interleave(t, w, rows, cols, il);
-    }
-    /* the second token's x: with its large and zero groups */
-    nalar_quant_x8(x + cols, 1, (int) cols, cols, buf, &x8);
-    product(t, w, rs, 0, rows, cols, &x8, 1, NALAR_ISA_SCALAR, ref);
-    c = (token_case) { t, w, il, rs, rows, cols, &x8, ref, run_token };
-    bad = token_splits_bad(&c, y, &runs);
-    ok(bad == 0 && runs > 0, "%s %s %lldx%lld, one token: every instruction "
-       "set, split and layout gives the scalar kernel's bits (%d runs)", tn,
-       kind ? "extreme blocks" : "quantized rows", (long long) rows,
-       (long long) cols, runs);
-out:
+    snprintf(what, sizeof(what), "%s %s %lldx%lld, one token",
+             ggml_type_name(t), kind ? "extreme blocks" : "quantized rows",
+             (long long) rows, (long long) cols);
+    check_token_splits(&(token_case) { t, TOKEN_X8, w, rows, cols,
+                                       x != NULL ? x + cols : NULL, NULL },
+                       what);
     free(w);
     free(x);
-    free(ref);
-    free(y);
-    free(buf);
-    free(il);
 }
 
 

@@ -430,16 +430,6 @@ out:
 }
 
 
-/* one token's rows kernels on isa: x an nalar_xq16 */
-static int
-run_token(const token_case *c, int isa, const uint8_t *m, int lay, float *y,
-          int64_t r0, int64_t r1, int acc)
-{
-    return nalar_quant_x16_rows(c->t, isa, m, c->rs, lay, c->cols, c->x, y,
-                                r0, r1, acc);
-}
-
-
 /* one token (decode's kernels, four rows at a time and one): each
  * instruction set's kernels run and give the reference's bits, for rows
  * in any split (groups of four and rows alone, added to y or not), from
@@ -448,47 +438,19 @@ static void
 check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
                 int full)
 {
-    const char *tn = ggml_type_name(t);
-    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         bad = 0, runs = 0;
-    uint8_t    *w = weights(t, rows, cols, wkind);
-    float      *x = activations(2, cols, full);
-    float      *ref = malloc((size_t) rows * sizeof(float));
-    float      *y = malloc((size_t) rows * sizeof(float));
-    void       *buf = malloc((size_t) nalar_quant_x16_bytes(1, cols));
-    uint8_t    *il = NULL;
-    nalar_xq16  c;
-    token_case  tc;
+    uint8_t *w = weights(t, rows, cols, wkind);
+    float   *x = activations(2, cols, full);
+    char     what[96];
 
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-    }
-    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
-        || (nalar_quant_can_interleave(t, cols) && il == NULL))
-    {
-        ok(0, "%s one token: out of memory", tn);
-        goto out;
-    }
-    if (il != NULL) {
-        nalar_quant_interleave(t, w, rows, cols, il);
-    }
-    nalar_quant_x16(x + cols, 1, (int) cols, cols, buf, &c);
-    nalar_quant_x16_scalar(t, w, rs, 0, cols, &c, 1, ref, (int) rows, 0,
-                           rows, 0);
-    tc = (token_case) { t, w, il, rs, rows, cols, &c, ref, run_token };
-    bad = token_splits_bad(&tc, y, &runs);
-    ok(bad == 0 && runs > 0, "%s %s%s %lldx%lld, one token: every "
-       "instruction set's rows kernels, split and layout give the "
-       "reference's bits (%d runs)", tn, wkind_name[wkind],
-       full ? ", codes at +-32639" : "", (long long) rows, (long long) cols,
-       runs);
-out:
+    snprintf(what, sizeof(what), "%s %s%s %lldx%lld, one token",
+             ggml_type_name(t), wkind_name[wkind],
+             full ? ", codes at +-32639" : "", (long long) rows,
+             (long long) cols);
+    check_token_splits(&(token_case) { t, TOKEN_X16, w, rows, cols,
+                                       x != NULL ? x + cols : NULL, NULL },
+                       what);
     free(w);
     free(x);
-    free(ref);
-    free(y);
-    free(buf);
-    free(il);
 }
 
 

@@ -170,6 +170,15 @@ window(const nalar_xq16 *x, int s, int64_t cols)
 }
 
 
+/* the scalar reference for all of the codes (x: an nalar_xq16) */
+static void
+refer_all(const tile_case *c, float *ref)
+{
+    nalar_quant_x16_scalar(c->t, c->w, c->rs, 0, c->cols, c->x, c->n_max,
+                           ref, (int) c->rows, 0, c->rows, 0);
+}
+
+
 /* tokens s .. s + n - 1 of the codes (x: an nalar_xq16) by the 16-bit
  * tiles, or through nalar_quant_matmul_x16 */
 static int
@@ -199,48 +208,37 @@ check_tiles(ggml_type t, int kind, int ckind)
     const char *tn = ggml_type_name(t);
     int64_t     cols = 1280, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int64_t     rows = 2 * nalar_quant_x8_tile_rows(t, cols) + 3;
-    int         n_max = 40, isa_max = nalar_quant_q8_isa_max();
+    int         n_max = 40, bad[NALAR_ISA_VNNI + 1], ran[NALAR_ISA_VNNI + 1];
     uint8_t    *w = matrix(t, rows, cols, kind);
-    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
-                                                                    cols));
-    float      *ref = malloc((size_t) (n_max * rows) * sizeof(float));
-    float      *y = malloc((size_t) (n_max * rows) * sizeof(float));
     codes16     C;
-    tile_case   tc;
     const char *wk = kind == 0 ? "quantized rows" : kind == 1
                      ? "extreme blocks" : "largest codes";
 
     if (codes_make(&C, n_max, cols, ckind) != 0) {
         ok(0, "%s tiles: out of memory", tn);
-        free(w); free(il); free(ref); free(y);
+        free(w);
         return;
     }
-    if (w == NULL || il == NULL || ref == NULL || y == NULL) {
+    if (w == NULL
+        || tile_windows_bad(&(tile_case) { t, w, rs, rows, cols, 5, rows - 7,
+                                           n_max, &C.x, refer_all,
+                                           run_window }, bad, ran) != 0)
+    {
         ok(0, "%s tiles: out of memory", tn);
         goto out;
     }
-    nalar_quant_interleave(t, w, rows, cols, il);
-    nalar_quant_x16_scalar(t, w, rs, 0, cols, &C.x, n_max, ref, (int) rows,
-                           0, rows, 0);
-    tc = (tile_case) { t, w, il, rs, rows, cols, 5, rows - 7, n_max, &C.x,
-                       ref, run_window };
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        int ran = 0, bad = tile_windows_bad(&tc, isa, y, &ran);
-
-        ok(bad == 0 && ran == 2 * n_max, "%s %s, %s codes, %lld rows: the "
-           "%s tiles of 1 .. %d tokens give the scalar reference's bits, "
-           "alone and through the dispatch, over whole and ragged row "
-           "ranges, interleaved or not (%d bad, "
-           "%d of %d ran)", tn, wk, ckind ? "extreme" : "quantized",
-           (long long) rows, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2",
-           n_max, bad, ran, 2 * n_max);
+    for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max(); isa++) {
+        ok(bad[isa] == 0 && ran[isa] == 2 * n_max, "%s %s, %s codes, %lld "
+           "rows: the %s tiles of 1 .. %d tokens give the scalar "
+           "reference's bits, alone and through the dispatch, over whole "
+           "and ragged row ranges, interleaved or not (%d bad, %d of %d "
+           "ran)", tn, wk, ckind ? "extreme" : "quantized", (long long) rows,
+           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", n_max, bad[isa],
+           ran[isa], 2 * n_max);
     }
 out:
     codes_free(&C);
     free(w);
-    free(il);
-    free(ref);
-    free(y);
 }
 
 
