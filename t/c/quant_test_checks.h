@@ -219,6 +219,80 @@ check_token_splits(const token_case *c, const char *what)
 
 
 /* ------------------------------------------------------------------ */
+/* batch invariance                                                     */
+
+
+/* n tokens' product over rows [r0, r1) of m (layout lay) into y through
+ * the dispatch of c's family (TOKEN_X8: nalar_quant_matmul_x8, TOKEN_X16:
+ * nalar_quant_matmul_x16), codes an nalar_xq8 or an nalar_xq16 */
+static inline void
+batch_dispatch(const token_case *c, const void *codes, int n,
+               const uint8_t *m, int lay, float *y, int64_t r0, int64_t r1)
+{
+    int64_t rs = (int64_t) ggml_row_size(c->t, (uint64_t) c->cols);
+
+    if (c->kernels == TOKEN_X8) {
+        nalar_quant_matmul_x8(c->t, m, rs, lay, c->cols, codes, n, y,
+                              (int) c->rows, r0, r1, 0);
+    } else {
+        nalar_quant_matmul_x16(c->t, m, rs, lay, c->cols, codes, n, y,
+                               (int) c->rows, r0, r1, 0);
+    }
+}
+
+
+/* c's family (TOKEN_X8 or TOKEN_X16) on n_tok tokens of activations from
+ * c->x (cols apart), whose products all at once, from the codes of all of
+ * them (all), are ref: each token with its codes made alone, its rows in
+ * two calls (split at rows / 3), and, where t's rows interleave
+ * (*interleaved 1), all tokens from the rows interleaved, each bit for bit
+ * ref's; y: n_tok * rows floats.  Returns the products that are not, one
+ * for each allocation that failed */
+static inline int
+batch_bad(const token_case *c, int n_tok, const void *all, const float *ref,
+          float *y, int *interleaved)
+{
+    int64_t  rows = c->rows, mid = rows / 3;
+    uint8_t *il = NULL;
+    int      bad = 0;
+
+    for (int tk = 0; tk < n_tok; tk++) {
+        token_case  one = *c;
+        token_codes k;
+        const void *alone;
+
+        one.x = c->x + tk * c->cols;
+        if (token_codes_make(&one, &k) != 0) {
+            free(k.buf);
+            bad++;
+            break;
+        }
+        alone = c->kernels == TOKEN_X8 ? (const void *) &k.x8 : &k.x16;
+        batch_dispatch(c, alone, 1, c->w, 0, y, 0, mid);
+        batch_dispatch(c, alone, 1, c->w, 0, y, mid, rows);
+        bad += memcmp(y, ref + tk * rows, (size_t) rows * sizeof(float))
+               != 0;
+        free(k.buf);
+    }
+    *interleaved = nalar_quant_can_interleave(c->t, c->cols);
+    if (*interleaved) {
+        il = malloc((size_t) nalar_quant_interleaved_bytes(c->t, rows,
+                                                           c->cols));
+        if (il == NULL) {
+            bad++;
+        } else {
+            nalar_quant_interleave(c->t, c->w, rows, c->cols, il);
+            batch_dispatch(c, all, n_tok, il, 1, y, 0, rows);
+            bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float))
+                   != 0;
+        }
+    }
+    free(il);
+    return bad;
+}
+
+
+/* ------------------------------------------------------------------ */
 /* windows of tokens, whole and ragged row ranges                       */
 
 

@@ -126,9 +126,8 @@ check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok, int kind)
     float      *ref = malloc((size_t) (n_tok * rows) * sizeof(float));
     float      *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     void       *buf = malloc((size_t) nalar_quant_x8_bytes(n_tok, cols));
-    uint8_t    *il = NULL;
     nalar_xq8   x8;
-    int         bad = 0;
+    int         bad = 0, il = 0;
 
     if (w == NULL || x == NULL || deq == NULL || ref == NULL || y == NULL
         || buf == NULL)
@@ -176,43 +175,14 @@ check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok, int kind)
 
     /* batch invariance: each token alone, split rows, codes made per
      * call, interleaved rows */
-    bad = 0;
-    for (int tk = 0; tk < n_tok; tk++) {
-        void     *b1 = malloc((size_t) nalar_quant_x8_bytes(1, cols));
-        nalar_xq8 x1;
-        int64_t   mid = rows / 3;
-
-        if (b1 == NULL) {
-            bad++;
-            break;
-        }
-        nalar_quant_x8(x + tk * cols, 1, (int) cols, cols, b1, &x1);
-        nalar_quant_matmul_x8(t, w, rs, 0, cols, &x1, 1, y, (int) rows, 0,
-                              mid, 0);
-        nalar_quant_matmul_x8(t, w, rs, 0, cols, &x1, 1, y, (int) rows, mid,
-                              rows, 0);
-        bad += memcmp(y, ref + tk * rows, (size_t) rows * sizeof(float))
-               != 0;
-        free(b1);
-    }
+    bad = batch_bad(&(token_case) { t, TOKEN_X8, w, rows, cols, x, NULL },
+                    n_tok, &x8, ref, y, &il);
     nalar_quant_matmul_q8(t, w, rs, 0, cols, x, n_tok, (int) cols, y,
                           (int) rows, 0, rows, 0);
     bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) != 0;
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-        if (il == NULL) {
-            bad++;
-        } else {
-            nalar_quant_interleave(t, w, rows, cols, il);
-            nalar_quant_matmul_x8(t, il, rs, 1, cols, &x8, n_tok, y,
-                                  (int) rows, 0, rows, 0);
-            bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float))
-                   != 0;
-        }
-    }
     ok(bad == 0, "%s %s: the same bits for each token alone, in split rows, "
        "from codes made per call%s", tn, kind ? "extreme blocks"
-       : "quantized rows", il != NULL ? ", from interleaved rows" : "");
+       : "quantized rows", il ? ", from interleaved rows" : "");
 out:
     free(w);
     free(x);
@@ -220,7 +190,6 @@ out:
     free(ref);
     free(y);
     free(buf);
-    free(il);
 }
 
 

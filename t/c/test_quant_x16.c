@@ -345,19 +345,15 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
 {
     const char *tn = ggml_type_name(t);
     int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         isa_max = nalar_quant_q8_isa_max(), bad = 0;
+    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, il = 0;
     uint8_t    *w = weights(t, rows, cols, wkind);
     float      *x = activations(n_tok, cols, full);
     float      *ref = malloc((size_t) (n_tok * rows) * sizeof(float));
     float      *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     void       *buf = malloc((size_t) nalar_quant_x16_bytes(n_tok, cols));
-    void       *b1 = malloc((size_t) nalar_quant_x16_bytes(1, cols));
-    uint8_t    *il = NULL;
-    nalar_xq16  c, c1;
+    nalar_xq16  c;
 
-    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
-        || b1 == NULL)
-    {
+    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL) {
         ok(0, "%s: out of memory", tn);
         goto out;
     }
@@ -392,41 +388,16 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
 
     /* batch invariance: each token alone in split rows, codes made for
      * one token, rows interleaved */
-    bad = 0;
-    for (int tk = 0; tk < n_tok; tk++) {
-        int64_t mid = rows / 3;
-
-        nalar_quant_x16(x + tk * cols, 1, (int) cols, cols, b1, &c1);
-        nalar_quant_matmul_x16(t, w, rs, 0, cols, &c1, 1, y, (int) rows, 0,
-                               mid, 0);
-        nalar_quant_matmul_x16(t, w, rs, 0, cols, &c1, 1, y, (int) rows,
-                               mid, rows, 0);
-        bad += memcmp(y, ref + tk * rows, (size_t) rows * sizeof(float))
-               != 0;
-    }
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-        if (il == NULL) {
-            bad++;
-        } else {
-            nalar_quant_interleave(t, w, rows, cols, il);
-            nalar_quant_matmul_x16(t, il, rs, 1, cols, &c, n_tok, y,
-                                   (int) rows, 0, rows, 0);
-            bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float))
-                   != 0;
-        }
-    }
+    bad = batch_bad(&(token_case) { t, TOKEN_X16, w, rows, cols, x, NULL },
+                    n_tok, &c, ref, y, &il);
     ok(bad == 0, "%s %s: the same bits for each token alone, in split rows"
-       "%s", tn, wkind_name[wkind], il != NULL ? ", from interleaved rows"
-       : "");
+       "%s", tn, wkind_name[wkind], il ? ", from interleaved rows" : "");
 out:
     free(w);
     free(x);
     free(ref);
     free(y);
     free(buf);
-    free(b1);
-    free(il);
 }
 
 
