@@ -1,13 +1,16 @@
 /*
  * Checks the quantized kernels' unit tests share: one token's rows
  * kernels over splits of the rows (test_quant_q8.c, test_quant_x16.c,
- * test_quant_pairs_rows.c), and products of windows of tokens against the
- * scalar reference's, over all rows and over a ragged range added into y
- * (test_quant_q8.c, test_quant_x16_tiles.c, test_quant_pairs_k6.c).
- * The one-token check knows the three families of one token's kernels
- * and makes its ok(); the tile checks take the test's kernels and
- * reference as functions over its own codes, and return the outputs that
- * are not the reference's bits (a diag for the first) for its ok().
+ * test_quant_pairs_rows.c), batch invariance of the 8- and 16-bit
+ * dispatch (test_quant_q8.c, test_quant_x16.c), and products of windows
+ * of tokens against the scalar reference's, over all rows and over a
+ * ragged range added into y (test_quant_q8.c, test_quant_x16_tiles.c,
+ * test_quant_pairs_k6.c).  The one-token and batch checks know the
+ * families of kernels they run (TOKEN_X8, TOKEN_X16, TOKEN_PAIRS); the
+ * tile checks take the test's kernels and reference as functions over
+ * its own codes.  Each returns the outputs or products that are not the
+ * reference's bits for the test's ok(), but the one-token check, which
+ * makes its own.
  */
 #ifndef NALAR_T_QUANT_TEST_CHECKS_H
 #define NALAR_T_QUANT_TEST_CHECKS_H
