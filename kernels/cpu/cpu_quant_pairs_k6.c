@@ -109,71 +109,19 @@ nalar_quant_pairs_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
 }
 
 
-/* tokens s, s + 1, .. of xp's codes, as codes of their own (per 256: the
- * only ones Q6_K reads) */
-static nalar_xqp
-k6_window(const nalar_xqp *xp, int64_t s, int64_t cols)
-{
-    nalar_xqp v = *xp;
-
-    for (int pl = 0; pl < 2; pl++) {
-        nalar_xq8 *p = pl ? &v.x16.lo : &v.x16.hi;
-
-        p->qk += s * cols;
-        p->dk += s * (cols / QK_K);
-        p->bs += s * (cols / 16);
-    }
-    if (v.ck != NULL) {
-        v.ck += s * cols;
-        v.nk += s * (cols / 2);
-    }
-    return v;
-}
-
-
 void
 nalar_quant_matmul_pairs_k6(const uint8_t *w, int64_t wstride, int il,
                             int64_t cols, const nalar_xqp *xp, int n_tok,
                             float *y, int ldy, int64_t r0, int64_t r1,
                             int accumulate)
 {
-    int isa = nalar_quant_q8_isa();
-    int tk = 0;
+    static const x16_kernels pairs = { nalar_quant_pairs_rows,
+                                       nalar_quant_pairs_tiles,
+                                       nalar_quant_pairs_scalar };
 
     if (!nalar_quant_x8_fits(GGML_Q6_K, cols) || xp->x16.hi.qk == NULL) {
         return;
     }
-    /* one token: four rows at a time; two or more: the tiles; else, or
-     * where those cannot run, the rows a token at a time, then the
-     * reference: all the same bits */
-    if (n_tok == 1
-        && nalar_quant_pairs_rows(GGML_Q6_K, isa, w, wstride, il, cols, xp,
-                                  y, r0, r1, accumulate) == 0)
-    {
-        return;
-    }
-    if (n_tok > 1
-        && nalar_quant_pairs_tiles(GGML_Q6_K, isa, w, wstride, il, cols,
-                                   &xp->x16, n_tok, y, ldy, r0, r1,
-                                   accumulate) == 0)
-    {
-        return;
-    }
-    for (; n_tok > 1 && tk < n_tok; tk++) {
-        nalar_xqp v = k6_window(xp, tk, cols);
-
-        if (nalar_quant_pairs_rows(GGML_Q6_K, isa, w, wstride, il, cols, &v,
-                                   y + (int64_t) tk * ldy, r0, r1,
-                                   accumulate) != 0)
-        {
-            break;
-        }
-    }
-    if (tk < n_tok) {
-        nalar_xqp v = k6_window(xp, tk, cols);
-
-        nalar_quant_pairs_scalar(GGML_Q6_K, w, wstride, il, cols, &v.x16,
-                                 n_tok - tk, y + (int64_t) tk * ldy, ldy, r0,
-                                 r1, accumulate);
-    }
+    nalar_quant_x16_dispatch(&pairs, GGML_Q6_K, w, wstride, il, cols, xp,
+                             n_tok, y, ldy, r0, r1, accumulate);
 }

@@ -366,24 +366,87 @@ nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
 /* dispatch                                                             */
 
 
-/* tokens s, s + 1, .. of x16's codes, as codes of their own */
-static nalar_xq16
-x16_window(const nalar_xq16 *x16, int64_t s, int64_t cols)
+/* tokens s, s + 1, .. of xp's codes, as codes of their own (the arrays
+ * a layout lacks, NULL, stay NULL) */
+static nalar_xqp
+xqp_window(const nalar_xqp *xp, int64_t s, int64_t cols)
 {
-    nalar_xq16 v = *x16;
+    nalar_xqp v = *xp;
 
     for (int pl = 0; pl < 2; pl++) {
-        nalar_xq8 *p = pl ? &v.lo : &v.hi;
+        nalar_xq8 *p = pl ? &v.x16.lo : &v.x16.hi;
 
-        p->q += s * cols;
-        p->d += s * (cols / 32);
+        if (p->q != NULL) {
+            p->q += s * cols;
+            p->d += s * (cols / 32);
+        }
         if (p->qk != NULL) {
             p->qk += s * cols;
             p->dk += s * (cols / QK_K);
             p->bs += s * (cols / 16);
         }
     }
+    if (v.ck != NULL) {
+        v.ck += s * cols;
+        v.nk += s * (cols / 2);
+    }
     return v;
+}
+
+
+void
+nalar_quant_x16_dispatch(const x16_kernels *k, ggml_type t,
+                         const uint8_t *w, int64_t wstride, int il,
+                         int64_t cols, const nalar_xqp *xp, int n_tok,
+                         float *y, int ldy, int64_t r0, int64_t r1,
+                         int accumulate)
+{
+    int isa = nalar_quant_q8_isa();
+    int tk = 0;
+
+    /* one token: four rows at a time (cpu_quant_rows.c); two or
+     * more: the tiles (cpu_quant_x16_tiles.c); else, or where those
+     * cannot run, the scalar reference: all the same bits */
+    if (n_tok == 1
+        && k->rows(t, isa, w, wstride, il, cols, xp, y, r0, r1,
+                   accumulate) == 0)
+    {
+        return;
+    }
+    if (n_tok > 1
+        && k->tiles(t, isa, w, wstride, il, cols, &xp->x16, n_tok, y, ldy,
+                    r0, r1, accumulate) == 0)
+    {
+        return;
+    }
+    /* where the tiles cannot run: the rows kernels a token at a time
+     * (each token's codes seen as one token's), the same bits */
+    for (; n_tok > 1 && tk < n_tok; tk++) {
+        nalar_xqp v = xqp_window(xp, tk, cols);
+
+        if (k->rows(t, isa, w, wstride, il, cols, &v,
+                    y + (int64_t) tk * ldy, r0, r1, accumulate) != 0)
+        {
+            break;
+        }
+    }
+    if (tk < n_tok) {
+        nalar_xqp v = xqp_window(xp, tk, cols);
+
+        k->scalar(t, w, wstride, il, cols, &v.x16, n_tok - tk,
+                  y + (int64_t) tk * ldy, ldy, r0, r1, accumulate);
+    }
+}
+
+
+/* the 16-bit rows kernels on the codes of xp's x16 */
+static int
+x16_rows_of(ggml_type t, int isa, const uint8_t *w, int64_t wstride, int il,
+            int64_t cols, const nalar_xqp *xp, float *y, int64_t r0,
+            int64_t r1, int accumulate)
+{
+    return nalar_quant_x16_rows(t, isa, w, wstride, il, cols, &xp->x16, y,
+                                r0, r1, accumulate);
 }
 
 
@@ -393,41 +456,10 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
                        int n_tok, float *y, int ldy, int64_t r0, int64_t r1,
                        int accumulate)
 {
-    int isa = nalar_quant_q8_isa();
-    int tk = 0;
+    static const x16_kernels own = { x16_rows_of, nalar_quant_x16_tiles,
+                                     nalar_quant_x16_scalar };
+    nalar_xqp xp = { *x16, NULL, NULL };
 
-    /* one token: four rows at a time (cpu_quant_rows.c); two or
-     * more: the tiles (cpu_quant_x16_tiles.c); else, or where those
-     * cannot run, the scalar reference: all the same bits */
-    if (n_tok == 1
-        && nalar_quant_x16_rows(t, isa, w, wstride, il, cols, x16, y, r0,
-                                r1, accumulate) == 0)
-    {
-        return;
-    }
-    if (n_tok > 1
-        && nalar_quant_x16_tiles(t, isa, w, wstride, il, cols, x16, n_tok, y,
-                                 ldy, r0, r1, accumulate) == 0)
-    {
-        return;
-    }
-    /* where the tiles cannot run: the rows kernels a token at a time
-     * (each token's codes seen as one token's), the same bits */
-    for (; n_tok > 1 && tk < n_tok; tk++) {
-        nalar_xq16 v = x16_window(x16, tk, cols);
-
-        if (nalar_quant_x16_rows(t, isa, w, wstride, il, cols, &v,
-                                 y + (int64_t) tk * ldy, r0, r1,
-                                 accumulate) != 0)
-        {
-            break;
-        }
-    }
-    if (tk < n_tok) {
-        nalar_xq16 v = x16_window(x16, tk, cols);
-
-        nalar_quant_x16_scalar(t, w, wstride, il, cols, &v, n_tok - tk,
-                               y + (int64_t) tk * ldy, ldy, r0, r1,
-                               accumulate);
-    }
+    nalar_quant_x16_dispatch(&own, t, w, wstride, il, cols, &xp, n_tok, y,
+                             ldy, r0, r1, accumulate);
 }

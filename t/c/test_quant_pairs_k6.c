@@ -33,7 +33,40 @@
 static uint64_t rng_state = 0x6a09e667f3bcc909ull;
 
 #include "quant_test_blocks.h"
+#include "quant_test_checks.h"
 #include "quant_test_pairs.h"
+
+
+/* the pairs reference for all of the codes (x: an nalar_xqp) */
+static void
+refer_all(const tile_case *c, float *ref)
+{
+    const nalar_xqp *xp = c->x;
+
+    nalar_quant_pairs_scalar(c->t, c->w, c->rs, 0, c->cols, &xp->x16,
+                             c->n_max, ref, (int) c->rows, 0, c->rows, 0);
+}
+
+
+/* tokens s .. s + n - 1 of the codes (x: an nalar_xqp) by the pairs
+ * tiles, or through nalar_quant_matmul_pairs (one token: the rows) */
+static int
+run_window(const tile_case *c, int isa, int dispatch, const uint8_t *m,
+           int lay, int s, int n, float *y, int64_t r0, int64_t r1, int acc)
+{
+    nalar_xqp v = xp_window(c->x, s, c->cols);
+
+    if (!dispatch) {
+        return nalar_quant_pairs_tiles(c->t, isa, m, c->rs, lay, c->cols,
+                                       &v.x16, n, y, (int) c->rows, r0, r1,
+                                       acc);
+    }
+    nalar_quant_q8_force(isa);
+    nalar_quant_matmul_pairs(c->t, m, c->rs, lay, c->cols, &v, n, y,
+                             (int) c->rows, r0, r1, acc);
+    nalar_quant_q8_force(-1);
+    return 0;
+}
 
 
 /* the tiles against the pairs reference (see the file's top) */
@@ -43,91 +76,33 @@ check_tiles(ggml_type t, int kind, int xkind)
     const char *tn = ggml_type_name(t);
     int64_t     cols = 1280, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int64_t     rows = 2 * nalar_quant_x8_tile_rows(t, cols) + 3;
-    int64_t     ra = 5, rb = rows - 7;
-    int         n_max = 40, isa_max = nalar_quant_q8_isa_max();
+    int         n_max = 40, bad[NALAR_ISA_VNNI + 1], ran[NALAR_ISA_VNNI + 1];
     uint8_t    *w = matrix(t, rows, cols, kind);
-    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
-                                                                    cols));
-    float      *ref = malloc((size_t) (n_max * rows) * sizeof(float));
-    float      *y = malloc((size_t) (n_max * rows) * sizeof(float));
     void       *mem = NULL;
     nalar_xqp   xp;
     const char *wk = kind == 0 ? "quantized rows" : kind == 1
                      ? "extreme blocks" : "largest codes";
 
-    if (w == NULL || il == NULL || ref == NULL || y == NULL
-        || make_codes(cols, n_max, xkind, &xp, &mem) != 0)
+    if (w == NULL || make_codes(cols, n_max, xkind, &xp, &mem) != 0
+        || tile_windows_bad(&(tile_case) { t, w, rs, rows, cols, 5, rows - 7,
+                                           n_max, &xp, refer_all,
+                                           run_window }, bad, ran) != 0)
     {
         ok(0, "%s pairs tiles: out of memory", tn);
         goto out;
     }
-    nalar_quant_interleave(t, w, rows, cols, il);
-    nalar_quant_pairs_scalar(t, w, rs, 0, cols, &xp.x16, n_max, ref,
-                             (int) rows, 0, rows, 0);
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        int bad = 0, ran = 0;
-
-        for (int n = 1; n <= n_max; n++) {
-            int       s = (n * 5) % (n_max - n + 1);
-            nalar_xqp v = xp_window(&xp, s, cols);
-
-            for (int i = 0; i < n * rows; i++) {
-                y[i] = 1.0f;
-            }
-            ran += nalar_quant_pairs_tiles(t, isa, n % 2 ? il : w, rs,
-                                           n % 2, cols, &v.x16, n, y,
-                                           (int) rows, 0, rows, 0) == 0;
-            for (int i = 0; i < n * rows; i++) {
-                if (memcmp(&y[i], &ref[s * rows + i], sizeof(float)) != 0
-                    && bad++ == 0)
-                {
-                    diag("%s isa %d n %d tok %d row %d: %a, want %a", tn,
-                         isa, n, (int) (i / rows), (int) (i % rows), y[i],
-                         ref[s * rows + i]);
-                }
-            }
-
-            /* through the dispatch (one token: the rows), the other
-             * layout */
-            nalar_quant_q8_force(isa);
-            nalar_quant_matmul_pairs(t, n % 2 ? w : il, rs, 1 - n % 2, cols,
-                                     &v, n, y, (int) rows, 0, rows, 0);
-            nalar_quant_q8_force(-1);
-            bad += memcmp(y, ref + s * rows,
-                          (size_t) (n * rows) * sizeof(float)) != 0;
-
-            /* rows [ra, rb) added into y; the others untouched */
-            for (int i = 0; i < n * rows; i++) {
-                y[i] = (float) (i % 7) - 3.0f;
-            }
-            ran += nalar_quant_pairs_tiles(t, isa, il, rs, 1, cols, &v.x16,
-                                           n, y, (int) rows, ra, rb, 1) == 0;
-            for (int k = 0; k < n; k++) {
-                for (int64_t r = 0; r < rows; r++) {
-                    int64_t i = k * rows + r;
-                    float   want = (float) (i % 7) - 3.0f;
-
-                    if (r >= ra && r < rb) {
-                        want = want + ref[(s + k) * rows + r];
-                    }
-                    bad += memcmp(&y[i], &want, sizeof(float)) != 0;
-                }
-            }
-        }
-        ok(bad == 0 && ran == 2 * n_max, "%s %s, %s, %lld rows: the %s "
-           "pairs tiles of 1 .. %d tokens give the pairs reference's bits, "
-           "alone and through the dispatch, over whole and ragged row "
+    for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max(); isa++) {
+        ok(bad[isa] == 0 && ran[isa] == 2 * n_max, "%s %s, %s, %lld rows: "
+           "the %s pairs tiles of 1 .. %d tokens give the pairs reference's "
+           "bits, alone and through the dispatch, over whole and ragged row "
            "ranges, interleaved or not (%d bad, %d of %d ran)", tn, wk,
            xkind_name[xkind], (long long) rows,
-           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", n_max, bad, ran,
-           2 * n_max);
+           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", n_max, bad[isa],
+           ran[isa], 2 * n_max);
     }
 out:
     free(mem);
     free(w);
-    free(il);
-    free(ref);
-    free(y);
 }
 
 

@@ -31,7 +31,7 @@
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 #include "quant_test_blocks.h"
-
+#include "quant_test_checks.h"
 #include "quant_test_pairs.h"
 
 static const char *wkind_name[] = { "quantized rows", "extreme blocks",
@@ -39,85 +39,24 @@ static const char *wkind_name[] = { "quantized rows", "extreme blocks",
 
 
 /* one matrix and one token's codes: each instruction set's pair kernels
- * give the reference's bits, rows in any split off the four-row turns,
- * added to y or not, both layouts */
+ * give the pairs reference's bits on x' = n * c, rows in any split off
+ * the four-row turns, added to y or not, both layouts (cols a multiple of
+ * 256: the rows interleave) */
 static void
 check_rows(ggml_type t, int64_t rows, int64_t cols, int wkind, int xkind)
 {
-    const char *tn = ggml_type_name(t);
-    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
-    uint8_t    *w = matrix(t, rows, cols, wkind);
-    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
-                                                                   cols));
-    float      *ref = malloc((size_t) rows * sizeof(float));
-    float      *y = malloc((size_t) rows * sizeof(float));
-    void       *mem = NULL;
-    nalar_xqp   xp;
-    /* the ranges' cut points: one range; 0-5, 5-end; 0-2, 2-9, 9-end;
-     * 1-3, 3-end (none on a turn of four but 0) */
-    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
-                                      { 0, 2, 9 }, { 1, 3, -1 } };
+    uint8_t   *w = matrix(t, rows, cols, wkind);
+    void      *mem = NULL;
+    nalar_xqp  xp;
+    int        made = make_codes(cols, 1, xkind, &xp, &mem) == 0;
+    char       what[128];
 
-    if (w == NULL || il == NULL || ref == NULL || y == NULL
-        || make_codes(cols, 1, xkind, &xp, &mem) != 0)
-    {
-        ok(0, "%s pairs: out of memory", tn);
-        goto out;
-    }
-    nalar_quant_interleave(t, w, rows, cols, il);
-    nalar_quant_pairs_scalar(t, w, rs, 0, cols, &xp.x16, 1, ref, (int) rows,
-                             0, rows, 0);
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        nalar_quant_q8_force(isa);
-        for (int lay = 0; lay < 2; lay++) {
-            for (size_t k = 0; k < sizeof(cut) / sizeof(cut[0]); k++) {
-                for (int acc = 0; acc < 2; acc++) {
-                    int64_t a = cut[k][0];
-                    int     rc = 0;
-
-                    for (int64_t r = 0; r < rows; r++) {
-                        y[r] = acc ? 1.0f : -7.0f;
-                    }
-                    for (int j = 0; j < 3 && a < rows; j++) {
-                        int64_t e = j + 1 < 3 && cut[k][j + 1] > 0
-                                    && cut[k][j + 1] < rows
-                                    ? cut[k][j + 1] : rows;
-
-                        rc |= nalar_quant_pairs_rows(t, isa, lay ? il : w,
-                                                     rs, lay, cols, &xp, y,
-                                                     a, e, acc);
-                        a = e;
-                    }
-                    for (int64_t r = 0; r < rows; r++) {
-                        /* rows before the first range: untouched */
-                        float want = r < cut[k][0] ? (acc ? 1.0f : -7.0f)
-                                     : acc ? 1.0f + ref[r] : ref[r];
-
-                        if (rc != 0 || memcmp(&y[r], &want, sizeof(float))) {
-                            if (bad++ == 0) {
-                                diag("%s isa %d layout %d split %zu acc %d "
-                                     "row %lld: %a, want %a (rc %d)", tn,
-                                     isa, lay, k, acc, (long long) r,
-                                     (double) y[r], (double) want, rc);
-                            }
-                        }
-                    }
-                    runs++;
-                }
-            }
-        }
-    }
-    nalar_quant_q8_force(-1);
-    ok(bad == 0 && runs > 0, "%s %s, %s, %lldx%lld: every instruction "
-       "set's pair kernels, split and layout give the pairs reference's "
-       "bits on x' = n * c (%d runs)", tn, wkind_name[wkind],
-       xkind_name[xkind], (long long) rows, (long long) cols, runs);
-out:
+    snprintf(what, sizeof(what), "%s %s, %s, %lldx%lld, x' = n * c",
+             ggml_type_name(t), wkind_name[wkind], xkind_name[xkind],
+             (long long) rows, (long long) cols);
+    check_token_splits(&(token_case) { t, TOKEN_PAIRS, w, rows, cols, NULL,
+                                       made ? &xp : NULL }, what);
     free(w);
-    free(il);
-    free(ref);
-    free(y);
     free(mem);
 }
 

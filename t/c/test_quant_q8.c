@@ -37,6 +37,7 @@ static const ggml_type types[] = {
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 #include "quant_test_blocks.h"
+#include "quant_test_checks.h"
 
 
 
@@ -125,9 +126,8 @@ check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok, int kind)
     float      *ref = malloc((size_t) (n_tok * rows) * sizeof(float));
     float      *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     void       *buf = malloc((size_t) nalar_quant_x8_bytes(n_tok, cols));
-    uint8_t    *il = NULL;
     nalar_xq8   x8;
-    int         bad = 0;
+    int         bad = 0, il = 0;
 
     if (w == NULL || x == NULL || deq == NULL || ref == NULL || y == NULL
         || buf == NULL)
@@ -175,43 +175,14 @@ check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok, int kind)
 
     /* batch invariance: each token alone, split rows, codes made per
      * call, interleaved rows */
-    bad = 0;
-    for (int tk = 0; tk < n_tok; tk++) {
-        void     *b1 = malloc((size_t) nalar_quant_x8_bytes(1, cols));
-        nalar_xq8 x1;
-        int64_t   mid = rows / 3;
-
-        if (b1 == NULL) {
-            bad++;
-            break;
-        }
-        nalar_quant_x8(x + tk * cols, 1, (int) cols, cols, b1, &x1);
-        nalar_quant_matmul_x8(t, w, rs, 0, cols, &x1, 1, y, (int) rows, 0,
-                              mid, 0);
-        nalar_quant_matmul_x8(t, w, rs, 0, cols, &x1, 1, y, (int) rows, mid,
-                              rows, 0);
-        bad += memcmp(y, ref + tk * rows, (size_t) rows * sizeof(float))
-               != 0;
-        free(b1);
-    }
+    bad = batch_bad(&(token_case) { t, TOKEN_X8, w, rows, cols, x, NULL },
+                    n_tok, &x8, ref, y, &il);
     nalar_quant_matmul_q8(t, w, rs, 0, cols, x, n_tok, (int) cols, y,
                           (int) rows, 0, rows, 0);
     bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) != 0;
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-        if (il == NULL) {
-            bad++;
-        } else {
-            nalar_quant_interleave(t, w, rows, cols, il);
-            nalar_quant_matmul_x8(t, il, rs, 1, cols, &x8, n_tok, y,
-                                  (int) rows, 0, rows, 0);
-            bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float))
-                   != 0;
-        }
-    }
     ok(bad == 0, "%s %s: the same bits for each token alone, in split rows, "
        "from codes made per call%s", tn, kind ? "extreme blocks"
-       : "quantized rows", il != NULL ? ", from interleaved rows" : "");
+       : "quantized rows", il ? ", from interleaved rows" : "");
 out:
     free(w);
     free(x);
@@ -219,99 +190,29 @@ out:
     free(ref);
     free(y);
     free(buf);
-    free(il);
 }
 
 
 /* one token (decode's kernels, four rows at a time and one): every
  * instruction set gives the scalar kernel's bits, for rows in any split
  * (groups of four and rows alone, their outputs added to y's or not),
- * from rows in the file's order and interleaved */
+ * from rows in the file's order and interleaved; the token: the second
+ * of activations(), with its large and zero groups */
 static void
 check_one_token(ggml_type t, int64_t rows, int64_t cols, int kind)
 {
-    const char *tn = ggml_type_name(t);
-    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
-    uint8_t    *w = matrix(t, rows, cols, kind);
-    float      *x = activations(2, cols);
-    float      *ref = malloc((size_t) rows * sizeof(float));
-    float      *y = malloc((size_t) rows * sizeof(float));
-    void       *buf = malloc((size_t) nalar_quant_x8_bytes(1, cols));
-    uint8_t    *il = NULL;
-    nalar_xq8   x8;
-    /* splits: whole; at 5 (a group, a row alone, then rows alone up to
-     * the next group); at 2 and 9 */
-    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
-                                      { 0, 2, 9 } };
+    uint8_t *w = matrix(t, rows, cols, kind);
+    float   *x = activations(2, cols);
+    char     what[96];
 
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-    }
-    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
-        || (nalar_quant_can_interleave(t, cols) && il == NULL))
-    {
-        ok(0, "%s one token: out of memory", tn);
-        goto out;
-    }
-    if (il != NULL) {
-        nalar_quant_interleave(t, w, rows, cols, il);
-    }
-    /* the second token's x: with its large and zero groups */
-    nalar_quant_x8(x + cols, 1, (int) cols, cols, buf, &x8);
-    product(t, w, rs, 0, rows, cols, &x8, 1, NALAR_ISA_SCALAR, ref);
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        for (int lay = 0; lay < 2; lay++) {
-            const uint8_t *m = lay ? il : w;
-
-            if (m == NULL) {
-                continue;
-            }
-            for (size_t c = 0; c < sizeof(cut) / sizeof(cut[0]); c++) {
-                for (int acc = 0; acc < 2; acc++) {
-                    int64_t a = 0;
-
-                    for (int64_t r = 0; r < rows; r++) {
-                        y[r] = acc ? 1.0f : -7.0f;
-                    }
-                    nalar_quant_q8_force(isa);
-                    for (int k = 0; k < 3 && a < rows; k++) {
-                        int64_t e = k + 1 < 3 && cut[c][k + 1] > 0
-                                    && cut[c][k + 1] < rows
-                                    ? cut[c][k + 1] : rows;
-
-                        nalar_quant_matmul_x8(t, m, rs, lay, cols, &x8, 1, y,
-                                              (int) rows, a, e, acc);
-                        a = e;
-                    }
-                    nalar_quant_q8_force(-1);
-                    for (int64_t r = 0; r < rows; r++) {
-                        float want = acc ? 1.0f + ref[r] : ref[r];
-
-                        if (memcmp(&y[r], &want, sizeof(float)) != 0) {
-                            if (bad++ == 0) {
-                                diag("%s isa %d layout %d split %zu acc %d "
-                                     "row %lld: %a, want %a", tn, isa, lay,
-                                     c, acc, (long long) r, y[r], want);
-                            }
-                        }
-                    }
-                    runs++;
-                }
-            }
-        }
-    }
-    ok(bad == 0 && runs > 0, "%s %s %lldx%lld, one token: every instruction "
-       "set, split and layout gives the scalar kernel's bits (%d runs)", tn,
-       kind ? "extreme blocks" : "quantized rows", (long long) rows,
-       (long long) cols, runs);
-out:
+    snprintf(what, sizeof(what), "%s %s %lldx%lld, one token",
+             ggml_type_name(t), kind ? "extreme blocks" : "quantized rows",
+             (long long) rows, (long long) cols);
+    check_token_splits(&(token_case) { t, TOKEN_X8, w, rows, cols,
+                                       x != NULL ? x + cols : NULL, NULL },
+                       what);
     free(w);
     free(x);
-    free(ref);
-    free(y);
-    free(buf);
-    free(il);
 }
 
 
@@ -373,30 +274,16 @@ check_tiles(ggml_type t, int kind)
             }
             ran += nalar_quant_x8_tiles(t, isa, w, rs, 0, cols, &v, n, y,
                                         (int) rows, 0, rows, 0) == 0;
-            bad += memcmp(y, ref + s * rows,
-                          (size_t) (n * rows) * sizeof(float)) != 0;
+            bad += tokens_bad(y, ref + s * rows, n, rows, tn, isa);
             product(t, n % 2 ? il : w, rs, n % 2, rows, cols, &v, n, isa,
                     y);
-            bad += memcmp(y, ref + s * rows,
-                          (size_t) (n * rows) * sizeof(float)) != 0;
+            bad += tokens_bad(y, ref + s * rows, n, rows, tn, isa);
 
             /* rows [ra, rb) added into y; the others untouched */
-            for (int i = 0; i < n * rows; i++) {
-                y[i] = (float) (i % 7) - 3.0f;
-            }
+            ragged_fill(y, n, rows);
             ran += nalar_quant_x8_tiles(t, isa, il, rs, 1, cols, &v, n, y,
                                         (int) rows, ra, rb, 1) == 0;
-            for (int k = 0; k < n; k++) {
-                for (int64_t r = 0; r < rows; r++) {
-                    int64_t i = k * rows + r;
-                    float   want = (float) (i % 7) - 3.0f;
-
-                    if (r >= ra && r < rb) {
-                        want = want + ref[(s + k) * rows + r];
-                    }
-                    bad += memcmp(&y[i], &want, sizeof(float)) != 0;
-                }
-            }
+            bad += ragged_bad(y, ref + s * rows, n, rows, ra, rb);
         }
         ok(bad == 0 && ran == 2 * n_max, "%s %s, %lld rows: the %s tiles "
            "of 1 .. %d tokens give the scalar kernel's bits, over whole "

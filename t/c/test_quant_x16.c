@@ -34,6 +34,7 @@ static const ggml_type types[] = {
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 #include "quant_test_blocks.h"
+#include "quant_test_checks.h"
 
 
 
@@ -78,50 +79,23 @@ full_block(ggml_type t, uint8_t *p, int64_t bytes)
 }
 
 
+/* rows x cols weights of a kind: W_QUANT and W_BYTES as matrix() makes
+ * its kinds 0 and 1; W_FULL every block a saturated one (full_block) */
 static uint8_t *
 weights(ggml_type t, int64_t rows, int64_t cols, int kind)
 {
     int64_t  rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int64_t  qk = nalar_quant_block(t), bytes = rs / (cols / qk);
-    uint8_t *w = malloc((size_t) (rows * rs));
-    float   *x = malloc((size_t) cols * sizeof(float));
+    int64_t  blocks = cols / nalar_quant_block(t), bytes = rs / blocks;
+    uint8_t *w;
 
-    if (w == NULL || x == NULL) {
-        free(w);
-        free(x);
-        return NULL;
+    if (kind != W_FULL) {
+        return matrix(t, rows, cols, kind);
     }
-    for (int64_t r = 0; r < rows; r++) {
-        if (kind == W_QUANT) {
-            float s = (float) (1 + r % 5) * 0.1f;
-            float o = r % 3 == 0 ? 1.0f : 0.0f;
-
-            for (int64_t c = 0; c < cols; c++) {
-                x[c] = (frand() + o) * s;
-            }
-            (void) nalar_quantize_row(t, x, cols, w + r * rs);
-            continue;
-        }
-        for (int64_t b = 0; b < cols / qk; b++) {
-            uint8_t *p = w + r * rs + b * bytes;
-            int      off[2], n;
-
-            if (kind == W_FULL) {
-                full_block(t, p, bytes);
-                continue;
-            }
-            for (int64_t i = 0; i < bytes; i++) {
-                p[i] = (uint8_t) rnd();
-            }
-            f16_fields(t, off, &n);
-            for (int k = 0; k < n; k++) {
-                uint16_t h = extreme_f16();
-
-                memcpy(p + off[k], &h, 2);
-            }
-        }
+    w = malloc((size_t) (rows * rs));
+    /* the rows' blocks, one after another */
+    for (int64_t b = 0; w != NULL && b < rows * blocks; b++) {
+        full_block(t, w + b * bytes, bytes);
     }
-    free(x);
     return w;
 }
 
@@ -371,19 +345,15 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
 {
     const char *tn = ggml_type_name(t);
     int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         isa_max = nalar_quant_q8_isa_max(), bad = 0;
+    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, il = 0;
     uint8_t    *w = weights(t, rows, cols, wkind);
     float      *x = activations(n_tok, cols, full);
     float      *ref = malloc((size_t) (n_tok * rows) * sizeof(float));
     float      *y = malloc((size_t) (n_tok * rows) * sizeof(float));
     void       *buf = malloc((size_t) nalar_quant_x16_bytes(n_tok, cols));
-    void       *b1 = malloc((size_t) nalar_quant_x16_bytes(1, cols));
-    uint8_t    *il = NULL;
-    nalar_xq16  c, c1;
+    nalar_xq16  c;
 
-    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
-        || b1 == NULL)
-    {
+    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL) {
         ok(0, "%s: out of memory", tn);
         goto out;
     }
@@ -418,41 +388,16 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
 
     /* batch invariance: each token alone in split rows, codes made for
      * one token, rows interleaved */
-    bad = 0;
-    for (int tk = 0; tk < n_tok; tk++) {
-        int64_t mid = rows / 3;
-
-        nalar_quant_x16(x + tk * cols, 1, (int) cols, cols, b1, &c1);
-        nalar_quant_matmul_x16(t, w, rs, 0, cols, &c1, 1, y, (int) rows, 0,
-                               mid, 0);
-        nalar_quant_matmul_x16(t, w, rs, 0, cols, &c1, 1, y, (int) rows,
-                               mid, rows, 0);
-        bad += memcmp(y, ref + tk * rows, (size_t) rows * sizeof(float))
-               != 0;
-    }
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-        if (il == NULL) {
-            bad++;
-        } else {
-            nalar_quant_interleave(t, w, rows, cols, il);
-            nalar_quant_matmul_x16(t, il, rs, 1, cols, &c, n_tok, y,
-                                   (int) rows, 0, rows, 0);
-            bad += memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float))
-                   != 0;
-        }
-    }
+    bad = batch_bad(&(token_case) { t, TOKEN_X16, w, rows, cols, x, NULL },
+                    n_tok, &c, ref, y, &il);
     ok(bad == 0, "%s %s: the same bits for each token alone, in split rows"
-       "%s", tn, wkind_name[wkind], il != NULL ? ", from interleaved rows"
-       : "");
+       "%s", tn, wkind_name[wkind], il ? ", from interleaved rows" : "");
 out:
     free(w);
     free(x);
     free(ref);
     free(y);
     free(buf);
-    free(b1);
-    free(il);
 }
 
 
@@ -464,87 +409,19 @@ static void
 check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
                 int full)
 {
-    const char *tn = ggml_type_name(t);
-    int64_t     rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
-    int         isa_max = nalar_quant_q8_isa_max(), bad = 0, runs = 0;
-    uint8_t    *w = weights(t, rows, cols, wkind);
-    float      *x = activations(2, cols, full);
-    float      *ref = malloc((size_t) rows * sizeof(float));
-    float      *y = malloc((size_t) rows * sizeof(float));
-    void       *buf = malloc((size_t) nalar_quant_x16_bytes(1, cols));
-    uint8_t    *il = NULL;
-    nalar_xq16  c;
-    static const int64_t cut[][3] = { { 0, -1, -1 }, { 0, 5, -1 },
-                                      { 0, 2, 9 } };
+    uint8_t *w = weights(t, rows, cols, wkind);
+    float   *x = activations(2, cols, full);
+    char     what[96];
 
-    if (nalar_quant_can_interleave(t, cols)) {
-        il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows, cols));
-    }
-    if (w == NULL || x == NULL || ref == NULL || y == NULL || buf == NULL
-        || (nalar_quant_can_interleave(t, cols) && il == NULL))
-    {
-        ok(0, "%s one token: out of memory", tn);
-        goto out;
-    }
-    if (il != NULL) {
-        nalar_quant_interleave(t, w, rows, cols, il);
-    }
-    nalar_quant_x16(x + cols, 1, (int) cols, cols, buf, &c);
-    nalar_quant_x16_scalar(t, w, rs, 0, cols, &c, 1, ref, (int) rows, 0,
-                           rows, 0);
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        for (int lay = 0; lay < 2; lay++) {
-            const uint8_t *m = lay ? il : w;
-
-            if (m == NULL) {
-                continue;
-            }
-            for (size_t k = 0; k < sizeof(cut) / sizeof(cut[0]); k++) {
-                for (int acc = 0; acc < 2; acc++) {
-                    int64_t a = 0;
-                    int     rc = 0;
-
-                    for (int64_t r = 0; r < rows; r++) {
-                        y[r] = acc ? 1.0f : -7.0f;
-                    }
-                    for (int j = 0; j < 3 && a < rows; j++) {
-                        int64_t e = j + 1 < 3 && cut[k][j + 1] > 0
-                                    && cut[k][j + 1] < rows
-                                    ? cut[k][j + 1] : rows;
-
-                        rc |= nalar_quant_x16_rows(t, isa, m, rs, lay, cols,
-                                                   &c, y, a, e, acc);
-                        a = e;
-                    }
-                    for (int64_t r = 0; r < rows; r++) {
-                        float want = acc ? 1.0f + ref[r] : ref[r];
-
-                        if (rc != 0 || memcmp(&y[r], &want, sizeof(float))) {
-                            if (bad++ == 0) {
-                                diag("%s isa %d layout %d split %zu acc %d "
-                                     "row %lld: %a, want %a (rc %d)", tn,
-                                     isa, lay, k, acc, (long long) r, y[r],
-                                     want, rc);
-                            }
-                        }
-                    }
-                    runs++;
-                }
-            }
-        }
-    }
-    ok(bad == 0 && runs > 0, "%s %s%s %lldx%lld, one token: every "
-       "instruction set's rows kernels, split and layout give the "
-       "reference's bits (%d runs)", tn, wkind_name[wkind],
-       full ? ", codes at +-32639" : "", (long long) rows, (long long) cols,
-       runs);
-out:
+    snprintf(what, sizeof(what), "%s %s%s %lldx%lld, one token",
+             ggml_type_name(t), wkind_name[wkind],
+             full ? ", codes at +-32639" : "", (long long) rows,
+             (long long) cols);
+    check_token_splits(&(token_case) { t, TOKEN_X16, w, rows, cols,
+                                       x != NULL ? x + cols : NULL, NULL },
+                       what);
     free(w);
     free(x);
-    free(ref);
-    free(y);
-    free(buf);
-    free(il);
 }
 
 

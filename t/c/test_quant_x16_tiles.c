@@ -31,6 +31,7 @@ static const ggml_type types[] = {
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 #include "quant_test_blocks.h"
+#include "quant_test_checks.h"
 
 
 
@@ -169,6 +170,35 @@ window(const nalar_xq16 *x, int s, int64_t cols)
 }
 
 
+/* the scalar reference for all of the codes (x: an nalar_xq16) */
+static void
+refer_all(const tile_case *c, float *ref)
+{
+    nalar_quant_x16_scalar(c->t, c->w, c->rs, 0, c->cols, c->x, c->n_max,
+                           ref, (int) c->rows, 0, c->rows, 0);
+}
+
+
+/* tokens s .. s + n - 1 of the codes (x: an nalar_xq16) by the 16-bit
+ * tiles, or through nalar_quant_matmul_x16 */
+static int
+run_window(const tile_case *c, int isa, int dispatch, const uint8_t *m,
+           int lay, int s, int n, float *y, int64_t r0, int64_t r1, int acc)
+{
+    nalar_xq16 v = window(c->x, s, c->cols);
+
+    if (!dispatch) {
+        return nalar_quant_x16_tiles(c->t, isa, m, c->rs, lay, c->cols, &v,
+                                     n, y, (int) c->rows, r0, r1, acc);
+    }
+    nalar_quant_q8_force(isa);
+    nalar_quant_matmul_x16(c->t, m, c->rs, lay, c->cols, &v, n, y,
+                           (int) c->rows, r0, r1, acc);
+    nalar_quant_q8_force(-1);
+    return 0;
+}
+
+
 /* the tiles against the scalar reference (see the file's top); cols a
  * multiple of 256, and a pass of the tiles over the rows 1024 columns at
  * a time and a ragged rest */
@@ -178,92 +208,37 @@ check_tiles(ggml_type t, int kind, int ckind)
     const char *tn = ggml_type_name(t);
     int64_t     cols = 1280, rs = (int64_t) ggml_row_size(t, (uint64_t) cols);
     int64_t     rows = 2 * nalar_quant_x8_tile_rows(t, cols) + 3;
-    int64_t     ra = 5, rb = rows - 7;
-    int         n_max = 40, isa_max = nalar_quant_q8_isa_max();
+    int         n_max = 40, bad[NALAR_ISA_VNNI + 1], ran[NALAR_ISA_VNNI + 1];
     uint8_t    *w = matrix(t, rows, cols, kind);
-    uint8_t    *il = malloc((size_t) nalar_quant_interleaved_bytes(t, rows,
-                                                                    cols));
-    float      *ref = malloc((size_t) (n_max * rows) * sizeof(float));
-    float      *y = malloc((size_t) (n_max * rows) * sizeof(float));
     codes16     C;
     const char *wk = kind == 0 ? "quantized rows" : kind == 1
                      ? "extreme blocks" : "largest codes";
 
     if (codes_make(&C, n_max, cols, ckind) != 0) {
         ok(0, "%s tiles: out of memory", tn);
-        free(w); free(il); free(ref); free(y);
+        free(w);
         return;
     }
-    if (w == NULL || il == NULL || ref == NULL || y == NULL) {
+    if (w == NULL
+        || tile_windows_bad(&(tile_case) { t, w, rs, rows, cols, 5, rows - 7,
+                                           n_max, &C.x, refer_all,
+                                           run_window }, bad, ran) != 0)
+    {
         ok(0, "%s tiles: out of memory", tn);
         goto out;
     }
-    nalar_quant_interleave(t, w, rows, cols, il);
-    nalar_quant_x16_scalar(t, w, rs, 0, cols, &C.x, n_max, ref, (int) rows,
-                           0, rows, 0);
-    for (int isa = NALAR_ISA_AVX2; isa <= isa_max; isa++) {
-        int bad = 0, ran = 0;
-
-        for (int n = 1; n <= n_max; n++) {
-            int        s = (n * 5) % (n_max - n + 1);
-            nalar_xq16 v = window(&C.x, s, cols);
-
-            for (int i = 0; i < n * rows; i++) {
-                y[i] = 1.0f;
-            }
-            ran += nalar_quant_x16_tiles(t, isa, n % 2 ? il : w, rs, n % 2,
-                                         cols, &v, n, y, (int) rows, 0, rows,
-                                         0) == 0;
-            for (int i = 0; i < n * rows; i++) {
-                if (memcmp(&y[i], &ref[s * rows + i], sizeof(float)) != 0
-                    && bad++ == 0)
-                {
-                    diag("%s isa %d n %d tok %d row %d: %a, want %a", tn,
-                         isa, n, (int) (i / rows), (int) (i % rows), y[i],
-                         ref[s * rows + i]);
-                }
-            }
-
-            /* through the dispatch, the other layout */
-            nalar_quant_q8_force(isa);
-            nalar_quant_matmul_x16(t, n % 2 ? w : il, rs, 1 - n % 2, cols,
-                                   &v, n, y, (int) rows, 0, rows, 0);
-            nalar_quant_q8_force(-1);
-            bad += memcmp(y, ref + s * rows,
-                          (size_t) (n * rows) * sizeof(float)) != 0;
-
-            /* rows [ra, rb) added into y; the others untouched */
-            for (int i = 0; i < n * rows; i++) {
-                y[i] = (float) (i % 7) - 3.0f;
-            }
-            ran += nalar_quant_x16_tiles(t, isa, il, rs, 1, cols, &v, n, y,
-                                         (int) rows, ra, rb, 1) == 0;
-            for (int k = 0; k < n; k++) {
-                for (int64_t r = 0; r < rows; r++) {
-                    int64_t i = k * rows + r;
-                    float   want = (float) (i % 7) - 3.0f;
-
-                    if (r >= ra && r < rb) {
-                        want = want + ref[(s + k) * rows + r];
-                    }
-                    bad += memcmp(&y[i], &want, sizeof(float)) != 0;
-                }
-            }
-        }
-        ok(bad == 0 && ran == 2 * n_max, "%s %s, %s codes, %lld rows: the "
-           "%s tiles of 1 .. %d tokens give the scalar reference's bits, "
-           "alone and through the dispatch, over whole and ragged row "
-           "ranges, interleaved or not (%d bad, "
-           "%d of %d ran)", tn, wk, ckind ? "extreme" : "quantized",
-           (long long) rows, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2",
-           n_max, bad, ran, 2 * n_max);
+    for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max(); isa++) {
+        ok(bad[isa] == 0 && ran[isa] == 2 * n_max, "%s %s, %s codes, %lld "
+           "rows: the %s tiles of 1 .. %d tokens give the scalar "
+           "reference's bits, alone and through the dispatch, over whole "
+           "and ragged row ranges, interleaved or not (%d bad, %d of %d "
+           "ran)", tn, wk, ckind ? "extreme" : "quantized", (long long) rows,
+           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", n_max, bad[isa],
+           ran[isa], 2 * n_max);
     }
 out:
     codes_free(&C);
     free(w);
-    free(il);
-    free(ref);
-    free(y);
 }
 
 
