@@ -200,8 +200,8 @@ void nalar_quant_xpairs(const float *x, int n_tok, int ldx, int64_t cols,
                         void *buf, nalar_xqp *xp);
 
 /* The groupings of the pairs mode's codes (a mask): per 32 (x16's q and
- * d, the 16-bit codes, read by Q8_0 and Q4_0) and per 256 (x16's qk, bs and dk, ck and nk: the
- * K-quants) */
+ * d, the 16-bit codes, read by Q8_0 and Q4_0) and per 256 (x16's qk, bs
+ * and dk, ck and nk: the K-quants) */
 #define NALAR_XP_G32  1
 #define NALAR_XP_G256 2
 

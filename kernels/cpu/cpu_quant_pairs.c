@@ -56,8 +56,9 @@
  * x16's planes are laid out exactly as nalar_quant_x16 lays them out:
  * per 256 hi = (x' + 128) >> 8 (arithmetic), lo = x' - 256 * hi (qk,
  * bs: each plane's sums of 16 codes, dk); ck and nk hold the 256-groups'
- * c and n; per 32 (q, d) nalar_quant_x16's bytes.  nalar_quant_xpairs_groups makes one
- * grouping alone (the backend makes those its matrices read).
+ * c and n; per 32 (q, d) nalar_quant_x16's bytes.
+ * nalar_quant_xpairs_groups makes one grouping alone (the backend makes
+ * those its matrices read).
  *
  * Paths: the scalar reference, AVX2 (8 pairs at a time) and AVX-512
  * (16 pairs at a time), chosen by nalar_quant_q8_isa (AVX-512 where it

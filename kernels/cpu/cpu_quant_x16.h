@@ -3,8 +3,8 @@
  * scalar reference, the dispatch; cpu_quant_rows.c: one token, four
  * rows at a time, declared in cpu_quant_rows.h).  Each (row, token)
  * output is the scalar reference's bits for that row and token (the
- * contract at the top of cpu_quant_x16.c), whichever kernel makes it.  Internal to the CPU
- * kernels and their tests.
+ * contract at the top of cpu_quant_x16.c), whichever kernel makes it.
+ * Internal to the CPU kernels and their tests.
  */
 #ifndef NALAR_CPU_QUANT_X16_H
 #define NALAR_CPU_QUANT_X16_H
