@@ -528,9 +528,12 @@ nalar_cpu_backend_act_i16(nalar_backend *b, int on)
         const nalar_cpu_mat *mats[] = { &W->wq, &W->wk, &W->wv, &W->w_gate,
                                          &W->w_up };
 
-        W->wq.act_i16 = W->wk.act_i16 = W->wv.act_i16 = on;
-        W->wo.act_i16 = W->w_gate.act_i16 = W->w_up.act_i16 = on;
-        W->w_down.act_i16 = on;
+        nalar_cpu_mat *all[] = { &W->wq, &W->wk, &W->wv, &W->wo,
+                                 &W->w_gate, &W->w_up, &W->w_down };
+
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+            nalar_cpu_mat_act(all[i], on);
+        }
         /* the shared codes' readers (wo and w_down make their own) */
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
             if (mats[i]->W != NULL && nalar_quant_type(mats[i]->W->type)) {
@@ -541,7 +544,7 @@ nalar_cpu_backend_act_i16(nalar_backend *b, int on)
     if (be->output.W != NULL && nalar_quant_type(be->output.W->type)) {
         be->xp_groups |= nalar_quant_xpairs_group(be->output.W->type);
     }
-    be->output.act_i16 = on;
+    nalar_cpu_mat_act(&be->output, on);
     be->act_i16 = on;
 }
 

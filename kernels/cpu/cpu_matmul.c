@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "cpu_matmul.h"
 #include "cpu_quant.h"
+#include "cpu_quant_p32.h"
 #include "fp16.h"
 
 #define TOK_BLOCK 64   /* tokens kept hot in L2 while W rows stream */
@@ -87,13 +88,69 @@ own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
 }
 
 
+/* the layout own_blocks gives W's blocks (il 1 where the columns
+ * allow), and its bytes */
+static int
+own_layout(const nalar_mat *W, size_t *bytes)
+{
+    int il = nalar_quant_can_interleave(W->type, W->cols);
+
+    *bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
+                                                         W->cols)
+                : (size_t) W->rows
+                  * ggml_row_size(W->type, (uint64_t) W->cols);
+    return il;
+}
+
+
+void
+nalar_cpu_mat_act(nalar_cpu_mat *M, int mode)
+{
+    const nalar_mat *W = M->W;
+    int              want, il;
+    size_t           bytes;
+    void            *p;
+    int64_t          rb;
+
+    M->act_i16 = mode;
+    if (W == NULL || M->panels == NULL || !nalar_quant_p32_type(W->type)
+        || !nalar_quant_x8_fits(W->type, W->cols))
+    {
+        return;
+    }
+    want = mode == NALAR_ACT_I16 || mode == NALAR_ACT_PAIRS;
+    if (want == (M->il == P32_IL)) {
+        return;
+    }
+    rb = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
+    il = own_layout(W, &bytes);
+    if (want) {
+        bytes = (size_t) nalar_quant_p32_bytes(W->type, W->rows, W->cols);
+    }
+    if (weights_alloc(&p, bytes) != 0) {
+        return;
+    }
+    if (want) {
+        nalar_quant_p32_pack(W->type, M->panels, rb, M->il, W->rows, W->cols,
+                             p);
+        M->il = P32_IL;
+    } else {
+        nalar_quant_p32_unpack(W->type, M->panels, W->rows, W->cols, il, rb,
+                               p);
+        M->il = il;
+    }
+    free(M->panels);
+    M->panels = p;
+}
+
+
 /* a quantized W's blocks as its products read them: the backend's copy,
  * or without one the mapping's rows; *wstride: a row's bytes */
 static const uint8_t *
 quant_blocks(const nalar_cpu_mat *M, int64_t *wstride, int *il)
 {
     *wstride = (int64_t) ggml_row_size(M->W->type, (uint64_t) M->W->cols);
-    *il = M->panels != NULL && M->il;
+    *il = M->panels != NULL ? M->il : 0;
     return M->panels != NULL ? M->panels : M->W->data;
 }
 

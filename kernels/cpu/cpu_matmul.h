@@ -53,7 +53,10 @@ typedef struct {
                                   + (r % 16) * 2 + c % 2] */
     int              il;       /* 1: a quantized W's panels hold its
                                   blocks interleaved by 4 rows
-                                  (nalar_quant_interleave) */
+                                  (nalar_quant_interleave); P32_IL (2):
+                                  a Q8_0/Q4_0 W's, in panels of 16 rows
+                                  (nalar_quant_p32_pack), while its
+                                  activations are i16 or pairs */
     int              act_i16;  /* a quantized W's activations:
                                   NALAR_ACT_I16 (1): x's 16-bit codes
                                   (nalar_quant_matmul_i16);
@@ -90,6 +93,14 @@ void nalar_cpu_matmul(const nalar_cpu_mat *M, const float *x, int n_tok,
 /* 1 when M's products take integer activations (act_i16, a quantized
  * W) */
 int nalar_cpu_mat_i16(const nalar_cpu_mat *M);
+
+/* M's activations set to mode (act_i16's values), its blocks laid out as
+ * that mode's products read them: a Q8_0/Q4_0 W in panels of 16 rows for
+ * i16 and pairs (cpu_quant_p32.h), else as own_blocks lays them out.
+ * Without the memory to move them they stay as they are, which every
+ * product reads too (the panels' kernels then give way to the scalar
+ * reference, the same bits). */
+void nalar_cpu_mat_act(nalar_cpu_mat *M, int mode);
 
 /* nalar_cpu_matmul with x's codes made already (xq: x's n_tok tokens,
  * nalar_quant_x16 into xq->x16, nalar_quant_x8 into xq->x8, or

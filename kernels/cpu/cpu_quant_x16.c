@@ -49,6 +49,7 @@
 
 #include "cpu_quant.h"
 #include "cpu_quant_blocks.h"
+#include "cpu_quant_p32.h"
 #include "cpu_quant_q8_simd.h"
 #include "cpu_quant_x16.h"
 #include "cpu_quant_x16_tiles.h"
@@ -459,6 +460,12 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
     static const x16_kernels own = { x16_rows_of, nalar_quant_x16_tiles,
                                      nalar_quant_x16_scalar };
     nalar_xqp xp = { *x16, NULL, NULL };
+
+    if (nalar_quant_p32_type(t)) {
+        nalar_quant_p32_matmul(t, w, wstride, il, cols, x16, n_tok, y, ldy,
+                               r0, r1, accumulate);
+        return;
+    }
 
     nalar_quant_x16_dispatch(&own, t, w, wstride, il, cols, &xp, n_tok, y,
                              ldy, r0, r1, accumulate);
