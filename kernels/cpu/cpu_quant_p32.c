@@ -60,7 +60,8 @@
 
 #define P32_TILE 8       /* tokens of a tile */
 #ifndef P32_PF
-#define P32_PF 4096      /* bytes ahead of a step that it prefetches */
+#define P32_PF 16384     /* bytes ahead of a block that its step fetches
+                            into L2, every line of the record */
 #endif
 
 
@@ -306,7 +307,9 @@ p32_vnni_tile(ggml_type t, const p32_tile *T, const int N, __m512 *acc)
         __m512         dw = _mm512_cvtph_ps(
                                _mm256_loadu_si256((const __m256i *) p));
 
-        _mm_prefetch((const char *) p + P32_PF, _MM_HINT_T0);
+        for (int64_t o = 0; o < rec; o += 64) {
+            _mm_prefetch((const char *) p + P32_PF + o, _MM_HINT_T1);
+        }
         if (t == GGML_Q4_0) {
             for (int k = 0; k < 4; k++) {
                 __m512i c = _mm512_loadu_si512(p + 32 + 64 * k);
@@ -315,7 +318,6 @@ p32_vnni_tile(ggml_type t, const p32_tile *T, const int N, __m512 *acc)
                 wv[k + 4] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
             }
         } else {
-            _mm_prefetch((const char *) p + P32_PF + 256, _MM_HINT_T0);
             for (int k = 0; k < 8; k++) {
                 wv[k] = _mm512_loadu_si512(p + 32 + 64 * k);
             }
@@ -438,7 +440,10 @@ p32_avx2_tile(ggml_type t, const p32_tile *T, int h, const int N,
         __m256         dw = _mm256_cvtph_ps(
                                _mm_loadu_si128((const __m128i *) p + h));
 
-        _mm_prefetch((const char *) p + P32_PF, _MM_HINT_T0);
+        /* the first half streams the panel; the second finds it cached */
+        for (int64_t o = 0; h == 0 && o < rec; o += 64) {
+            _mm_prefetch((const char *) p + P32_PF + o, _MM_HINT_T1);
+        }
         if (t == GGML_Q4_0) {
             for (int k = 0; k < 4; k++) {
                 __m256i c = _mm256_loadu_si256(
