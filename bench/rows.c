@@ -1,8 +1,10 @@
 /*
  * One token's products alone (decode's kernels), one thread: the 8-bit
  * rows kernels against the 16-bit mode's (cpu_quant_rows.c, one plane
- * of codes or two) and the pair multipliers' (one plane of codes c and
- * their n: Q4_K, Q5_K, Q6_K), for each weight type, over the backend's
+ * of codes or two: Q4_K, Q5_K, Q6_K; Q8_0's and Q4_0's 16-bit products
+ * are cpu_quant_p32.c's, on panels) and the pair multipliers' (one plane
+ * of codes c and their n: Q4_K, Q5_K, Q6_K), for each weight type, over
+ * the backend's
  * interleaved copy of a matrix of COLS columns: HOT rows held in cache
  * (called again and again) and ROWS rows streamed from memory (read once
  * a call).  x's codes are made once, as a forward pass makes them for
@@ -10,7 +12,7 @@
  * n's rule: the kernels' speed does not depend on which n).  Rounds
  * alternate between the three; prints the median of ROUNDS rounds in ns
  * per 256 weights, and the ratios i16/q8, pairs/q8 and pairs/i16 ("prs":
- * the pairs; "-" where a type has no pair kernel).
+ * the pairs; "-" where a type has no such kernel).
  *   rows [ISA]    (ISA: avx2 or vnni; default the widest)
  */
 #include <math.h>
@@ -46,6 +48,10 @@ timed(int kind, ggml_type t, int isa, const uint8_t *w, int64_t rs,
     double a = now();
     int    rc = 0;
 
+    /* Q8_0, Q4_0: the 8-bit kernels alone */
+    if (kind != K_Q8 && nalar_quant_block(t) != QK_K) {
+        return -1;
+    }
     for (int k = 0; k < reps; k++) {
         if (kind == K_I16) {
             rc |= nalar_quant_x16_rows(t, isa, w, rs, 1, COLS, x16, y, 0,

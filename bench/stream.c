@@ -7,10 +7,11 @@
  * v one row space; gate and up the same rows; a barrier after each
  * phase), each thread's x codes its own.  Rounds alternate between a
  * read loop over the same bytes with the same split and barriers, the
- * 8-bit rows kernels and the 16-bit ones.  Prints, in GB/s of weights,
- * the medians and each kernel's median share of its round's read loop,
- * then the best round of each and the ratio of those (on a shared
- * machine the least disturbed round).
+ * 8-bit rows kernels and the 16-bit ones (the K-quants': Q8_0's and
+ * Q4_0's 16-bit products are cpu_quant_p32.c's, on panels: "-").
+ * Prints, in GB/s of weights, the medians and each kernel's median share
+ * of its round's read loop, then the best round of each and the ratio of
+ * those (on a shared machine the least disturbed round).
  *   stream [TYPE ...]    (q8_0 q4_0 q4_k q5_k q6_k; default q8_0 q4_0 q4_k)
  * The rates are of wall time; STREAM_CPU=1 divides by the threads' mean
  * CPU time instead (a thread descheduled by other work then costs
@@ -310,9 +311,12 @@ main(int argc, char **argv)
     for (int k = 0; k < n; k++) {
         static bench b;
         double       g[3][ROUNDS], bytes = 0;
+        int          modes;
 
         memset(&b, 0, sizeof(b));
         b.t = type_named(names[k]);
+        /* read, q8, and for the K-quants i16 */
+        modes = nalar_quant_block(b.t) == QK_K ? 3 : 2;
         b.isa = nalar_quant_q8_isa_max();
         b.x = x;
         pthread_barrier_init(&b.bar, NULL, NTH);
@@ -327,7 +331,7 @@ main(int argc, char **argv)
             bytes += (double) b.m[i].rows * b.m[i].rs * LAYERS;
         }
         for (int i = -1; i < ROUNDS; i++) {
-            for (int mode = 0; mode < 3; mode++) {
+            for (int mode = 0; mode < modes; mode++) {
                 double s = run(&b, mode);
 
                 if (i >= 0) {
@@ -336,22 +340,31 @@ main(int argc, char **argv)
             }
         }
         {
-            double q[2][ROUNDS], r, a, c;
+            double q[2][ROUNDS], r, a, c = 0, qc = 0;
 
             for (int i = 0; i < ROUNDS; i++) {
                 q[0][i] = g[1][i] / g[0][i];
-                q[1][i] = g[2][i] / g[0][i];
+                q[1][i] = modes > 2 ? g[2][i] / g[0][i] : 0;
             }
             r = median_of(g[0], ROUNDS);
             a = median_of(g[1], ROUNDS);
-            c = median_of(g[2], ROUNDS);
-            printf("%-5s %8.1f %8.1f %8.1f %7.2f %7.2f   best %5.1f %5.1f "
-                   "%5.1f %5.2f %5.2f\n",
-                   ggml_type_name(b.t), r, a, c, median_of(q[0], ROUNDS),
-                   median_of(q[1], ROUNDS), g[0][ROUNDS - 1],
-                   g[1][ROUNDS - 1], g[2][ROUNDS - 1],
-                   g[1][ROUNDS - 1] / g[0][ROUNDS - 1],
-                   g[2][ROUNDS - 1] / g[0][ROUNDS - 1]);
+            if (modes > 2) {
+                c = median_of(g[2], ROUNDS);
+                qc = median_of(q[1], ROUNDS);
+            }
+            printf("%-5s %8.1f %8.1f", ggml_type_name(b.t), r, a);
+            if (modes > 2) {
+                printf(" %8.1f %7.2f %7.2f   best %5.1f %5.1f %5.1f %5.2f "
+                       "%5.2f\n", c, median_of(q[0], ROUNDS), qc,
+                       g[0][ROUNDS - 1], g[1][ROUNDS - 1], g[2][ROUNDS - 1],
+                       g[1][ROUNDS - 1] / g[0][ROUNDS - 1],
+                       g[2][ROUNDS - 1] / g[0][ROUNDS - 1]);
+            } else {
+                printf(" %8s %7.2f %7s   best %5.1f %5.1f %5s %5.2f %5s\n",
+                       "-", median_of(q[0], ROUNDS), "-", g[0][ROUNDS - 1],
+                       g[1][ROUNDS - 1], "-",
+                       g[1][ROUNDS - 1] / g[0][ROUNDS - 1], "-");
+            }
             fflush(stdout);
         }
         for (int i = 0; i < NMAT; i++) {

@@ -1,9 +1,11 @@
 /*
  * The tiles' products alone (two tokens or more), one thread: the 8-bit
  * tiles (cpu_quant_q8_tiles.c) against the 16-bit mode's
- * (cpu_quant_x16_tiles.c) and, for Q6_K, the pair multipliers' (their own
- * Q6_K tiles, nalar_quant_pairs_tiles; the other types' pairs tiles are
- * the 16-bit ones: "-"), for each weight type, ROWS x COLS weights held
+ * (cpu_quant_x16_tiles.c: the K-quants'; Q8_0's and Q4_0's 16-bit
+ * products are cpu_quant_p32.c's, on panels: "-") and, for Q6_K, the
+ * pair multipliers' (their own Q6_K tiles, nalar_quant_pairs_tiles; Q4_K's
+ * and Q5_K's pairs tiles are the 16-bit ones: "-"), for each weight
+ * type, ROWS x COLS weights held
  * in L2-sized row groups as the tiles take them, N tokens.  Rounds
  * alternate between them; prints the median of ROUNDS rounds in ns per
  * 256 weights and token, and the ratios.
@@ -81,6 +83,7 @@ main(int argc, char **argv)
         uint8_t  *w = malloc((size_t) (ROWS * rs));
         double    t8[ROUNDS], t16[ROUNDS], tp[ROUNDS];
         double    per = (double) n * ROWS * COLS / 256;
+        int       k16 = nalar_quant_block(t) == QK_K;   /* 16-bit tiles */
 
         if (argc > 3 && strcasecmp(argv[3], ggml_type_name(t)) != 0) {
             free(w);
@@ -101,8 +104,10 @@ main(int argc, char **argv)
             (void) nalar_quant_x8_tiles(t, isa, w, rs, 0, COLS, &x8, n, y,
                                         ROWS, 0, ROWS, 0);
             b = now();
-            (void) nalar_quant_x16_tiles(t, isa, w, rs, 0, COLS, &x16, n, y,
-                                         ROWS, 0, ROWS, 0);
+            if (k16) {
+                (void) nalar_quant_x16_tiles(t, isa, w, rs, 0, COLS, &x16, n,
+                                             y, ROWS, 0, ROWS, 0);
+            }
             c = now();
             if (t == GGML_Q6_K) {
                 (void) nalar_quant_pairs_tiles(t, isa, w, rs, 0, COLS, &x16,
@@ -118,15 +123,16 @@ main(int argc, char **argv)
         qsort(t8, ROUNDS, sizeof(double), cmp_double);
         qsort(t16, ROUNDS, sizeof(double), cmp_double);
         qsort(tp, ROUNDS, sizeof(double), cmp_double);
-        printf("%-5s %8.2f %8.2f", ggml_type_name(t), t8[ROUNDS / 2],
-               t16[ROUNDS / 2]);
-        if (t == GGML_Q6_K) {
-            printf(" %8.2f %7.2f %7.2f %7.2f\n", tp[ROUNDS / 2],
-                   t16[ROUNDS / 2] / t8[ROUNDS / 2],
+        printf("%-5s %8.2f", ggml_type_name(t), t8[ROUNDS / 2]);
+        if (!k16) {
+            printf(" %8s %8s %7s %7s %7s\n", "-", "-", "-", "-", "-");
+        } else if (t == GGML_Q6_K) {
+            printf(" %8.2f %8.2f %7.2f %7.2f %7.2f\n", t16[ROUNDS / 2],
+                   tp[ROUNDS / 2], t16[ROUNDS / 2] / t8[ROUNDS / 2],
                    tp[ROUNDS / 2] / t8[ROUNDS / 2],
                    tp[ROUNDS / 2] / t16[ROUNDS / 2]);
         } else {
-            printf(" %8s %7.2f %7s %7s\n", "-",
+            printf(" %8.2f %8s %7.2f %7s %7s\n", t16[ROUNDS / 2], "-",
                    t16[ROUNDS / 2] / t8[ROUNDS / 2], "-", "-");
         }
         free(w);

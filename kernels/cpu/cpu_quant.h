@@ -156,7 +156,8 @@ void nalar_quant_q8_force(int isa);
  * lo (hi in [-127, 127], lo in [-128, 127]), kept as two planes laid out
  * exactly as nalar_xq8's codes; the products are two 8-bit products per
  * block sharing the weights' decode, combined in integer (or, Q6_K, one
- * float fma), and every path gives the same bits (cpu_quant_x16.c).
+ * float fma), and every path gives the same bits (cpu_quant_x16.c; Q8_0
+ * and Q4_0: cpu_quant_p32.c).
  */
 typedef struct {
     nalar_xq8 hi;   /* the codes' high bytes: q, qk, and bs their sums of

@@ -2,7 +2,9 @@
  * One token's products, four rows at a time (cpu_quant_rows.h): decode's
  * kernels, one family for the 8-bit activations (one plane of codes, P
  * 1), the 16-bit ones (two planes, hi and lo, P 2) and the pair
- * multipliers (P 3: one plane of codes c, each pair's n).  Per block, x's
+ * multipliers (P 3: one plane of codes c, each pair's n); Q8_0 and Q4_0
+ * P 1 only (the 16-bit mode's and the pairs' products over those are
+ * cpu_quant_p32.c's, on the weights in panels).  Per block, x's
  * planes are loaded once for the four rows, each row's codes are decoded
  * once and multiplied with every plane, and the rows' blocks are read as
  * one stream where the matrix is interleaved (nalar_quant_interleave:
@@ -23,17 +25,13 @@
  *   Q6_K: the same lanes; P 2 keeps L_hi and L_lo apart, t = fma(256,
  *     (float) L_hi, (float) L_lo) lane by lane as the contract's fmaf,
  *     the min terms likewise.
- *   Q8_0, Q4_0 (VNNI): the weights as unsigned bytes u (Q8_0: w + 128,
- *     Q4_0: the nibble, w + 8), so that one vpdpbusd per plane takes
- *     either sign of x (lo reaches -128, where vpsignb would overflow):
- *     L = (u . x) - k * (the sums of four codes), k = 128 or 8, or, P 2,
- *     L = 256 * (u . x_hi) + (u . x_lo) - k * (the sums of four 16-bit
- *     codes); the last made once per block for the four rows.  Q4_0's s
- *     of a turn's eight blocks are made at once (their f16 scales picked
- *     from the blocks' bytes by vpermt2w, times x's scales: the same
- *     products).  (AVX2, P 1: vpsignb and vpmaddubsw; P 2: the 16-bit
- *     codes rebuilt per block as int16, 256 * hi + lo, and vpmaddwd with
- *     the weights widened to int16: pairs summed, then in fours.)
+ *   Q8_0, Q4_0 (P 1; VNNI): the weights as unsigned bytes u (Q8_0: w +
+ *     128, Q4_0: the nibble, w + 8), so that one vpdpbusd takes either
+ *     sign of x: L = (u . x) - k * (the sums of four codes), k = 128 or
+ *     8, the last made once per block for the four rows.  Q4_0's s of a
+ *     turn's eight blocks are made at once (their f16 scales picked from
+ *     the blocks' bytes by vpermt2w, times x's scales: the same
+ *     products).  (AVX2: vpsignb and vpmaddubsw.)
  * AVX-512 VNNI takes the K-quants' codes in 64-byte vectors, two groups
  * of 32 weights each, with the groups' scales picked by vpermw; AVX2
  * 32-byte vectors.
@@ -103,7 +101,8 @@
 #define INL    Q8_INL
 
 /* one token's codes as the kernels of a type read them: P planes (the
- * 8-bit codes, or the 16-bit codes' hi and lo bytes), per 32 or per 256 */
+ * 8-bit codes, or the 16-bit codes' hi and lo bytes), per 32 (P 1 alone)
+ * or per 256 */
 typedef struct {
     const int8_t  *q[2];    /* the planes' codes (q[1]: P 2 only); P 3:
                                q[0] the pair codes c */
@@ -662,37 +661,23 @@ s_u(const int Q4, const uint8_t *p)
 /* VNNI: block b of R rows at offset off of each row; Q4_0: s[i * ls]
  * row i's s (Q8_0: made here, f16_at(p) * d_x) */
 static INL T_VNNI void
-s_step_vnni(const int Q4, const int P, const int R,
-            const uint8_t *const *row, int il, int64_t b, int64_t off,
-            const rows_x *x, ptrdiff_t pfo, const float *s, int ls,
-            __m256 *acc)
+s_step_vnni(const int Q4, const int R, const uint8_t *const *row, int il,
+            int64_t b, int64_t off, const rows_x *x, ptrdiff_t pfo,
+            const float *s, int ls, __m256 *acc)
 {
     const int64_t bytes = Q4 ? 2 + QK4_0 / 2 : 2 + QK8_0;
     const __m256i one = _mm256_set1_epi8(1), z = _mm256_setzero_si256();
     __m256i       xh = _mm256_loadu_si256((const __m256i *)
                                           (x->q[0] + 32 * b));
-    __m256i       xl = z;
-    /* the sums of four codes (P 2: 16-bit codes), times -128 (Q8_0) or
-     * -8 */
-    __m256i       s4 = _mm256_dpbusd_epi32(z, one, xh), K;
+    /* the sums of four codes, times -128 (Q8_0) or -8 */
+    __m256i       s4 = _mm256_dpbusd_epi32(z, one, xh);
+    __m256i       K = _mm256_sub_epi32(z, _mm256_slli_epi32(s4, Q4 ? 3 : 7));
 
-    if (P == 2) {
-        xl = _mm256_loadu_si256((const __m256i *) (x->q[1] + 32 * b));
-        s4 = _mm256_add_epi32(_mm256_slli_epi32(s4, 8),
-                              _mm256_dpbusd_epi32(z, one, xl));
-    }
-    K = _mm256_sub_epi32(z, _mm256_slli_epi32(s4, Q4 ? 3 : 7));
     rows_pf_step(R, row, il, 32, bytes, b, off, pfo);
     for (int i = 0; i < R; i++) {
-        __m256i u = s_u(Q4, row[i] + off), L;
+        __m256i u = s_u(Q4, row[i] + off);
+        __m256i L = _mm256_dpbusd_epi32(K, u, xh);
 
-        if (P == 1) {
-            L = _mm256_dpbusd_epi32(K, u, xh);
-        } else {
-            L = _mm256_add_epi32(
-                    _mm256_slli_epi32(_mm256_dpbusd_epi32(z, u, xh), 8),
-                    _mm256_dpbusd_epi32(K, u, xl));
-        }
         acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(
                                      Q4 ? s[i * ls]
                                         : f16_at(row[i] + off) * x->d[b]),
@@ -726,13 +711,12 @@ s_scales8(const uint8_t *p, int n)
 }
 
 
-/* VNNI: Q8_0 (Q4 0) or Q4_0 (Q4 1), P planes, R rows, by turns of eight
- * blocks (or what is left of the row), whose blocks lie one after another
- * in either layout: Q4_0's s of a turn made at once */
+/* VNNI: Q8_0 (Q4 0) or Q4_0 (Q4 1), R rows, by turns of eight blocks
+ * (or what is left of the row), whose blocks lie one after another in
+ * either layout: Q4_0's s of a turn made at once */
 static INL T_VNNI void
-s_rows_vnni(const int Q4, const int P, const int R,
-            const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
-            ptrdiff_t pfo, float *out)
+s_rows_vnni(const int Q4, const int R, const uint8_t *const *row, int il,
+            int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
 {
     const int64_t bytes = Q4 ? 2 + QK4_0 / 2 : 2 + QK8_0;
     __m256        acc[4];
@@ -743,7 +727,7 @@ s_rows_vnni(const int Q4, const int P, const int R,
     }
     /* Q8_0: a block at a time, each with its own s */
     for (int64_t b = 0; b < nb && !Q4; b++) {
-        s_step_vnni(Q4, P, R, row, il, b, qoff_at(il, 32, bytes, b), x, pfo,
+        s_step_vnni(Q4, R, row, il, b, qoff_at(il, 32, bytes, b), x, pfo,
                     NULL, 0, acc);
     }
     for (int64_t b0 = 0; b0 < nb && Q4; b0 += QK_K / 32) {
@@ -760,13 +744,13 @@ s_rows_vnni(const int Q4, const int P, const int R,
         }
         if (n == QK_K / 32) {
             for (k = 0; k < QK_K / 32; k++) {
-                s_step_vnni(Q4, P, R, row, il, b0 + k, off + k * bytes, x,
-                            pfo, &s[0][k], QK_K / 32, acc);
+                s_step_vnni(Q4, R, row, il, b0 + k, off + k * bytes, x, pfo,
+                            &s[0][k], QK_K / 32, acc);
             }
         } else {
             for (k = 0; k < n; k++) {
-                s_step_vnni(Q4, P, R, row, il, b0 + k, off + k * bytes, x,
-                            pfo, &s[0][k], QK_K / 32, acc);
+                s_step_vnni(Q4, R, row, il, b0 + k, off + k * bytes, x, pfo,
+                            &s[0][k], QK_K / 32, acc);
             }
         }
     }
@@ -774,11 +758,10 @@ s_rows_vnni(const int Q4, const int P, const int R,
 }
 
 
-/* AVX2: Q8_0 (Q4 0) or Q4_0 (Q4 1), P planes, R rows */
+/* AVX2: Q8_0 (Q4 0) or Q4_0 (Q4 1), R rows */
 static INL T_AVX2 void
-s_rows_avx2(const int Q4, const int P, const int R,
-            const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
-            ptrdiff_t pfo, float *out)
+s_rows_avx2(const int Q4, const int R, const uint8_t *const *row, int il,
+            int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
 {
     const int64_t bytes = Q4 ? 2 + QK4_0 / 2 : 2 + QK8_0;
     __m256        acc[4];
@@ -790,45 +773,20 @@ s_rows_avx2(const int Q4, const int P, const int R,
     for (int64_t b = 0; b < nb; b++) {
         int64_t off = qoff_at(il, 32, bytes, b);
         __m256i xh = _mm256_loadu_si256((const __m256i *) (x->q[0] + 32 * b));
-        __m256i ca = xh, cb = xh;
         float   dx = x->d[b];
 
-        if (P == 2) {
-            /* the 16-bit codes of weights 0 .. 15 and 16 .. 31 */
-            __m256i xl = _mm256_loadu_si256((const __m256i *)
-                                            (x->q[1] + 32 * b));
-
-            ca = _mm256_add_epi16(
-                     _mm256_slli_epi16(_mm256_cvtepi8_epi16(
-                         _mm256_castsi256_si128(xh)), 8),
-                     _mm256_cvtepi8_epi16(_mm256_castsi256_si128(xl)));
-            cb = _mm256_add_epi16(
-                     _mm256_slli_epi16(_mm256_cvtepi8_epi16(
-                         _mm256_extracti128_si256(xh, 1)), 8),
-                     _mm256_cvtepi8_epi16(_mm256_extracti128_si256(xl, 1)));
-        }
         rows_pf_step(R, row, il, 32, bytes, b, off, pfo);
         for (int i = 0; i < R; i++) {
             const uint8_t *p = row[i] + off;
             __m256i        w = q8_w32_signed(Q4 ? GGML_Q4_0 : GGML_Q8_0, p);
-            __m256i        L;
+            /* |w| against sign(x, w): vpmaddubsw pairs (below 2^15),
+             * summed in fours */
+            __m256i        L = _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                                     _mm256_abs_epi8(w),
+                                                     _mm256_sign_epi8(xh,
+                                                                      w)),
+                                                 _mm256_set1_epi16(1));
 
-            if (P == 1) {
-                /* |w| against sign(x, w): vpmaddubsw pairs (below
-                 * 2^15), summed in fours */
-                L = _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                          _mm256_abs_epi8(w),
-                                          _mm256_sign_epi8(xh, w)),
-                                      _mm256_set1_epi16(1));
-            } else {
-                __m256i A = _mm256_madd_epi16(_mm256_cvtepi8_epi16(
-                                _mm256_castsi256_si128(w)), ca);
-                __m256i B = _mm256_madd_epi16(_mm256_cvtepi8_epi16(
-                                _mm256_extracti128_si256(w, 1)), cb);
-
-                /* pairs to fours: [L0 L1 L4 L5 | L2 L3 L6 L7], in order */
-                L = _mm256_permute4x64_epi64(_mm256_hadd_epi32(A, B), 0xD8);
-            }
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(p) * dx),
                                      _mm256_cvtepi32_ps(L), acc[i]);
         }
@@ -857,7 +815,7 @@ NAME##_1(const uint8_t *const *row, int il, int64_t nb, const rows_x *x,    \
     CALL;                                                                   \
 }
 
-/* each type's kernels for P planes, on both instruction sets */
+/* each K-quant's kernels for P planes, on both instruction sets */
 #define ROWS_PLANES(P)                                                      \
 ROWS_KERNELS(q4k_vnni_p##P, T_VNNI,                                         \
              k4_rows_vnni(0, P, R, row, il, nb, x, pfo, out))               \
@@ -865,23 +823,21 @@ ROWS_KERNELS(q5k_vnni_p##P, T_VNNI,                                         \
              k4_rows_vnni(1, P, R, row, il, nb, x, pfo, out))               \
 ROWS_KERNELS(q6k_vnni_p##P, T_VNNI,                                         \
              k6_rows_vnni(P, R, row, il, nb, x, pfo, out))                  \
-ROWS_KERNELS(q80_vnni_p##P, T_VNNI,                                         \
-             s_rows_vnni(0, P, R, row, il, nb, x, pfo, out))                \
-ROWS_KERNELS(q40_vnni_p##P, T_VNNI,                                         \
-             s_rows_vnni(1, P, R, row, il, nb, x, pfo, out))                \
 ROWS_KERNELS(q4k_avx2_p##P, T_AVX2,                                         \
              k4_rows_avx2(0, P, R, row, il, nb, x, pfo, out))               \
 ROWS_KERNELS(q5k_avx2_p##P, T_AVX2,                                         \
              k4_rows_avx2(1, P, R, row, il, nb, x, pfo, out))               \
 ROWS_KERNELS(q6k_avx2_p##P, T_AVX2,                                         \
-             k6_rows_avx2(P, R, row, il, nb, x, pfo, out))                  \
-ROWS_KERNELS(q80_avx2_p##P, T_AVX2,                                         \
-             s_rows_avx2(0, P, R, row, il, nb, x, pfo, out))                \
-ROWS_KERNELS(q40_avx2_p##P, T_AVX2,                                         \
-             s_rows_avx2(1, P, R, row, il, nb, x, pfo, out))
+             k6_rows_avx2(P, R, row, il, nb, x, pfo, out))
 
 ROWS_PLANES(1)
 ROWS_PLANES(2)
+
+/* Q8_0's and Q4_0's kernels, the 8-bit codes' (P 1) alone */
+ROWS_KERNELS(q80_vnni_p1, T_VNNI, s_rows_vnni(0, R, row, il, nb, x, pfo, out))
+ROWS_KERNELS(q40_vnni_p1, T_VNNI, s_rows_vnni(1, R, row, il, nb, x, pfo, out))
+ROWS_KERNELS(q80_avx2_p1, T_AVX2, s_rows_avx2(0, R, row, il, nb, x, pfo, out))
+ROWS_KERNELS(q40_avx2_p1, T_AVX2, s_rows_avx2(1, R, row, il, nb, x, pfo, out))
 
 /* the pair codes' kernels (P 3): Q4_K and Q5_K (Q6_K: none, the top of
  * this file) */
@@ -900,7 +856,7 @@ ROWS_KERNELS(q6k_avx2_p3, T_AVX2, k6_rows_avx2(3, R, row, il, nb, x, pfo,
 
 
 /* the kernels of t on isa for P planes (3: pair codes): f[0] one row,
- * f[1] four; 0, or -1 for none */
+ * f[1] four; 0, or -1 for none (Q8_0 and Q4_0 but P 1) */
 static int
 rows_fns(ggml_type t, int isa, int P, rows_fn **f)
 {
@@ -941,9 +897,19 @@ rows_fns(ggml_type t, int isa, int P, rows_fn **f)
     case GGML_Q6_K:
         ROWS_PICK(q6k);
     case GGML_Q8_0:
-        ROWS_PICK(q80);
+        if (P != 1) {
+            return -1;
+        }
+        f[0] = v ? q80_vnni_p1_1 : q80_avx2_p1_1;
+        f[1] = v ? q80_vnni_p1_4 : q80_avx2_p1_4;
+        return 0;
     case GGML_Q4_0:
-        ROWS_PICK(q40);
+        if (P != 1) {
+            return -1;
+        }
+        f[0] = v ? q40_vnni_p1_1 : q40_avx2_p1_1;
+        f[1] = v ? q40_vnni_p1_4 : q40_avx2_p1_4;
+        return 0;
     default:
         return -1;
     }
@@ -1036,18 +1002,18 @@ nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
 {
 #if defined(ROWS_X86)
     rows_x x = { { NULL, NULL }, { NULL, NULL }, NULL, NULL };
-    int    k = nalar_quant_block(t) == QK_K;
 
-    if (!nalar_quant_type(t) || !nalar_quant_x8_fits(t, cols)
-        || (k && x16->hi.qk == NULL))
+    /* the K-quants (Q8_0, Q4_0: cpu_quant_p32.c) */
+    if (!nalar_quant_type(t) || nalar_quant_block(t) != QK_K
+        || !nalar_quant_x8_fits(t, cols) || x16->hi.qk == NULL)
     {
         return -1;
     }
-    x.q[0] = k ? x16->hi.qk : x16->hi.q;
-    x.q[1] = k ? x16->lo.qk : x16->lo.q;
-    x.bs[0] = k ? x16->hi.bs : NULL;
-    x.bs[1] = k ? x16->lo.bs : NULL;
-    x.d = k ? x16->hi.dk : x16->hi.d;
+    x.q[0] = x16->hi.qk;
+    x.q[1] = x16->lo.qk;
+    x.bs[0] = x16->hi.bs;
+    x.bs[1] = x16->lo.bs;
+    x.d = x16->hi.dk;
     return rows_run(t, isa, 2, w, wstride, il, cols, &x, y, r0, r1,
                     accumulate);
 #else

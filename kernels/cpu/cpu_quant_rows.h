@@ -24,10 +24,10 @@ int nalar_quant_q8_rows(ggml_type t, int isa, const uint8_t *w,
                         const nalar_xq8 *x8, float *y, int64_t r0,
                         int64_t r1, int accumulate);
 
-/* the same with x token 0 of x16's 16-bit codes (W as
- * nalar_quant_matmul_x16 takes it): the scalar reference's bits
- * (nalar_quant_x16_scalar); -1 (nothing written) when there is no such
- * kernel for t and isa */
+/* the same with x token 0 of x16's 16-bit codes, for Q4_K, Q5_K and
+ * Q6_K (W as nalar_quant_matmul_x16 takes it): the scalar reference's
+ * bits (nalar_quant_x16_scalar); -1 (nothing written) when there is no
+ * such kernel for t and isa (Q8_0, Q4_0: cpu_quant_p32.c's products) */
 int nalar_quant_x16_rows(ggml_type t, int isa, const uint8_t *w,
                          int64_t wstride, int il, int64_t cols,
                          const nalar_xq16 *x16, float *y, int64_t r0,

@@ -3,9 +3,13 @@
  * engine's opt-in mode, cpu_quant.h), on the 8-bit kernels' machinery
  * (cpu_quant_q8.c): each 16-bit code of x split into two signed bytes,
  * so that every product is two 8-bit products sharing the weights'
- * decode.  A scalar reference (here), and one token's kernels four rows
- * at a time for AVX-512 VNNI and AVX2 (cpu_quant_rows.c), chosen at
- * run time as the 8-bit kernels are (nalar_quant_q8_isa).
+ * decode.  Here: x's codes, the K-quants' scalar reference and the
+ * dispatch; the K-quants' kernels for one token four rows at a time
+ * (cpu_quant_rows.c) and for tiles of tokens (cpu_quant_x16_tiles.c),
+ * for AVX-512 VNNI and AVX2, chosen at run time as the 8-bit kernels are
+ * (nalar_quant_q8_isa).  Q8_0 and Q4_0 follow cpu_quant_p32.c's contract
+ * (its scalar reference, its kernels on the weights in panels of 16
+ * rows), on the codes per 32 made here.
  *
  * x's codes: the 8-bit codes' groups (per 32 for Q8_0 and Q4_0, per 256
  * for the K-quants), d = amax / 32639 per group (amax = max |x|), code =
@@ -17,11 +21,11 @@
  * and dk), each with its own sums of 16 codes, so an 8-bit kernel's x
  * loads read either plane.
  *
- * Exactness.  Per block, L_p[m] is the 8-bit contract's lane m
- * (cpu_quant_q8.c's header) computed with plane p's codes, and:
- *   Q8_0, Q4_0, Q4_K, Q5_K:  L[m] = 256 * L_hi[m] + L_lo[m], exact in
- *     int32 (Q5_K, the largest: |L| <= 32 * 63 * 31 * (127 * 256 + 128)
- *     < 2^31), so a kernel may fold the planes in integer in any order;
+ * Exactness, the K-quants.  Per block, L_p[m] is the 8-bit contract's
+ * lane m (cpu_quant_q8.c's header) computed with plane p's codes, and:
+ *   Q4_K, Q5_K:  L[m] = 256 * L_hi[m] + L_lo[m], exact in int32 (Q5_K,
+ *     the larger: |L| <= 32 * 63 * 31 * (127 * 256 + 128) < 2^31), so a
+ *     kernel may fold the planes in integer in any order;
  *   Q6_K (|L| can pass 2^31):  t[m] = fmaf(256.0f, (float) L_hi[m],
  *     (float) L_lo[m]), in place of (float) L[m] below.
  * Then acc[m] = fma(s, (float) L[m], acc[m]) over the blocks in order,
@@ -33,7 +37,6 @@
  *   Q6_K:  I_p = 32 * sum_j sc_j * (sum of plane p's 16 codes of
  *     sub-block j), mn = fma(s, fmaf(256.0f, (float) I_hi,
  *     (float) I_lo), mn);
- *   Q8_0, Q4_0: none (mn = 0);
  * over the blocks in order, from 0; y = hsum8(acc) - mn, hsum8 the 8-bit
  * contract's.  So every path (the scalar reference, AVX2, VNNI; rows and
  * tiles) gives the same bits, and each (row, token) output is one
@@ -258,31 +261,32 @@ nalar_quant_x16(const float *x, int n_tok, int ldx, int64_t cols, void *buf,
 /* scalar reference                                                     */
 
 
-/* one token's planes, at the codes its type reads */
+/* one token's planes of codes per 256, as the K-quants read them */
 typedef struct {
-    const int8_t  *q[2];    /* hi, lo: per-32 codes or per-256 */
-    const int32_t *bs[2];   /* per-256: each plane's sums of 16 */
+    const int8_t  *q[2];    /* hi, lo */
+    const int32_t *bs[2];   /* each plane's sums of 16 */
     const float   *d;       /* the codes' scales */
 } x16_tok;
 
 
 static x16_tok
-x16_token(const nalar_xq16 *x16, int64_t qk, int64_t cols, int64_t tk)
+x16_token(const nalar_xq16 *x16, int64_t cols, int64_t tk)
 {
     x16_tok x;
 
     for (int pl = 0; pl < 2; pl++) {
         const nalar_xq8 *v = pl ? &x16->lo : &x16->hi;
 
-        x.q[pl] = (qk == QK_K ? v->qk : v->q) + tk * cols;
-        x.bs[pl] = qk == QK_K ? v->bs + tk * (cols / 16) : NULL;
+        x.q[pl] = v->qk + tk * cols;
+        x.bs[pl] = v->bs + tk * (cols / 16);
     }
-    x.d = qk == QK_K ? x16->hi.dk + tk * (cols / QK_K)
-                     : x16->hi.d + tk * (cols / 32);
+    x.d = x16->hi.dk + tk * (cols / QK_K);
     return x;
 }
 
 
+/* one row of a K-quant against one token's codes, by the contract (the
+ * file's top) */
 static float
 row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
            const x16_tok *x)
@@ -306,10 +310,6 @@ row_scalar(ggml_type t, const uint8_t *row, int il, int64_t nb,
                       : (float) (256 * Lh[m] + Ll[m]);
         }
         switch (t) {
-        case GGML_Q8_0:
-        case GGML_Q4_0:
-            s = f16_at(p) * x->d[b];
-            break;
         case GGML_Q4_K:
         case GGML_Q5_K: {
             int32_t I = 256 * q8_k4_min_term(p, x->bs[0] + 16 * b)
@@ -344,8 +344,14 @@ nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
 {
     qinfo qi;
 
-    if (qinfo_of(t, &qi) != 0 || !nalar_quant_x8_fits(t, cols)
-        || (qi.qk == QK_K && x16->hi.qk == NULL))
+    /* Q8_0, Q4_0: cpu_quant_p32.c's contract and reference */
+    if (nalar_quant_p32_type(t)) {
+        nalar_quant_p32_scalar(t, w, wstride, il, cols, x16, n_tok, y, ldy,
+                               r0, r1, accumulate);
+        return;
+    }
+    if (qinfo_of(t, &qi) != 0 || qi.qk != QK_K
+        || !nalar_quant_x8_fits(t, cols) || x16->hi.qk == NULL)
     {
         return;
     }
@@ -353,7 +359,7 @@ nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
         const uint8_t *row = qrow_at(w, wstride, il, qi.qk, qi.bytes, r);
 
         for (int64_t tk = 0; tk < n_tok; tk++) {
-            x16_tok xt = x16_token(x16, qi.qk, cols, tk);
+            x16_tok xt = x16_token(x16, cols, tk);
             float   s = row_scalar(t, row, il, cols / qi.qk, &xt);
             float  *yp = &y[tk * ldy + r];
 
@@ -461,12 +467,13 @@ nalar_quant_matmul_x16(ggml_type t, const uint8_t *w, int64_t wstride,
                                      nalar_quant_x16_scalar };
     nalar_xqp xp = { *x16, NULL, NULL };
 
+    /* Q8_0, Q4_0: cpu_quant_p32.c's products; the K-quants: the rows,
+     * the tiles and the reference here */
     if (nalar_quant_p32_type(t)) {
         nalar_quant_p32_matmul(t, w, wstride, il, cols, x16, n_tok, y, ldy,
                                r0, r1, accumulate);
         return;
     }
-
     nalar_quant_x16_dispatch(&own, t, w, wstride, il, cols, &xp, n_tok, y,
                              ldy, r0, r1, accumulate);
 }

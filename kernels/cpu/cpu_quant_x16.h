@@ -3,8 +3,8 @@
  * scalar reference, the dispatch; cpu_quant_rows.c: one token, four
  * rows at a time, declared in cpu_quant_rows.h).  Each (row, token)
  * output is the scalar reference's bits for that row and token (the
- * contract at the top of cpu_quant_x16.c), whichever kernel makes it.
- * Internal to the CPU kernels and their tests.
+ * contract at the top of cpu_quant_x16.c; Q8_0 and Q4_0 cpu_quant_p32.c's),
+ * whichever kernel makes it.  Internal to the CPU kernels and their tests.
  */
 #ifndef NALAR_CPU_QUANT_X16_H
 #define NALAR_CPU_QUANT_X16_H
@@ -16,7 +16,8 @@
 
 /* the scalar reference: y[tk * ldy + r] (+)= W[r, :] . x_tk for r in
  * [r0, r1), tk in [0, n_tok), x_tk token tk of x16's codes; W as
- * nalar_quant_matmul_x16 takes it (cols fitting, nalar_quant_x8_fits) */
+ * nalar_quant_matmul_x16 takes it (cols fitting, nalar_quant_x8_fits);
+ * Q8_0 and Q4_0 nalar_quant_p32_scalar's */
 void nalar_quant_x16_scalar(ggml_type t, const uint8_t *w, int64_t wstride,
                             int il, int64_t cols, const nalar_xq16 *x16,
                             int n_tok, float *y, int ldy, int64_t r0,

@@ -1,21 +1,22 @@
 /*
- * The 16-bit activations' products of several tokens, in tiles
- * (cpu_quant_x16_tiles.h): each row's blocks decoded once for a tile of
- * tokens, with the integers and float operations of the 16-bit mode's
- * exactness contract, so that a token's outputs are the scalar
+ * The 16-bit activations' products of several tokens over the K-quants,
+ * in tiles (cpu_quant_x16_tiles.h): each row's blocks decoded once for a
+ * tile of tokens, with the integers and float operations of the 16-bit
+ * mode's exactness contract, so that a token's outputs are the scalar
  * reference's bits in any tile, any batch and any split of the rows.
+ * (Q8_0 and Q4_0 have none here: their products with 16-bit codes are
+ * cpu_quant_p32.c's.)
  *
  * The contract's integers, per block and token:
- *   Q8_0, Q4_0, Q4_K, Q5_K: L[m] = 256 L_hi[m] + L_lo[m], L_p the 8-bit
- *     lanes with plane p's codes: the lanes of the full 16-bit codes
- *     c = 256 hi + lo, exact in int32.  So these tiles multiply the full
- *     codes: per call, each token's codes are rebuilt once as int16 (the
- *     tile codes, below), and a group of 32 weights is one 512-bit
- *     vpdpwssd per token on VNNI (Q4_K/Q5_K; two 256-bit vpmaddwd for
- *     Q8_0/Q4_0 and on AVX2), against the weights decoded once per block
- *     and row into int16 words (times the group's scale for Q4_K/Q5_K),
- *     where the two planes would take two byte products and two word
- *     products.
+ *   Q4_K, Q5_K: L[m] = 256 L_hi[m] + L_lo[m], L_p the 8-bit lanes with
+ *     plane p's codes: the lanes of the full 16-bit codes c = 256 hi +
+ *     lo, exact in int32.  So these tiles multiply the full codes: per
+ *     call, each token's codes are rebuilt once as int16 (the tile
+ *     codes, below), and a group of 32 weights is one 512-bit vpdpwssd
+ *     per token on VNNI (two 256-bit vpmaddwd on AVX2), against the
+ *     weights decoded once per block and row into int16 words times the
+ *     group's scale, where the two planes would take two byte products
+ *     and two word products.
  *   Q6_K: L_hi and L_lo apart (their sum can pass 2^31), each as the
  *     8-bit tiles make their L (vpmaddubsw of the unsigned codes with the
  *     plane's bytes, then vpdpwssd by the scales), and
@@ -42,8 +43,8 @@
  * odds) the two products add up weights 4m .. 4m + 3: the contract's
  * lane, with no shuffle of x or of the weights.  The weights' words come
  * the same way: the even bytes and the odd bytes of the group's 32 codes
- * (vpmaddubsw with (sc, 0) and (0, sc) pairs for the unsigned K-quant
- * codes, which multiplies in the scale; arithmetic shifts for Q8_0/Q4_0).
+ * (vpmaddubsw of the unsigned codes with (sc, 0) and (0, sc) pairs,
+ * which multiplies in the scale).
  *
  * Per call, as in the 8-bit tiles: each tile's per-block scalars packed
  * once (x's scales as one vector, lane k the tile's token k; the sums of
@@ -53,17 +54,16 @@
  * so that a group's loads for the tile are one run of aligned lines, and
  * no two tokens' codes compete for the same L1 sets (rows of codes a
  * multiple of 4 KB apart did: Q4_K 5.5 -> 4.5 ns per 256 weights and
- * token, Q5_K 6.1 -> 4.8, Q8_0 6.0 -> 5.6 in bench/tiles.c).
+ * token, Q5_K 6.1 -> 4.8 in bench/tiles.c).
  *
  * Order of the work: the rows in groups (nalar_quant_x8_tile_rows), each
  * tile of tokens over a group's rows in turn, the first tile streaming
  * them from memory with a prefetch XT_PF rows on.  A kernel's step takes
  * R rows (xt_step_rows): each load of x's codes feeds the R rows' lanes.
- * Two rows for Q8_0 and Q4_0 (VNNI 4.9 against 5.6 ns for Q8_0, AVX2
- * 5.8 against 6.1); one for Q4_K/Q5_K (on VNNI two rows' 16 512-bit
- * lanes and 16 chains spill: no faster; AVX2 has 16 registers) and Q6_K
- * (slower).  A group's odd last row goes as both rows of a step, the
- * copy's outputs dropped.
+ * One row for Q4_K/Q5_K (on VNNI two rows' 16 512-bit lanes and 16
+ * chains spill: no faster; AVX2 has 16 registers) and for Q6_K (two
+ * measured slower).  In a step of two rows (XT_*_R4 2), a group's odd
+ * last row goes as both rows of a step, the copy's outputs dropped.
  * Q4_K's and Q5_K's tiles go over a group's rows XT_CHUNK columns at a
  * time, keeping each row's chains (acc per token, mn) between passes: the
  * int16 codes of 8 tokens are 2 bytes a column each (128 KB for an
@@ -77,8 +77,7 @@
  * blocks' float steps and fold, and the mins' integers.  Q6_K multiplies
  * each plane apart (two byte products and two word products a group and
  * token: twice the 8-bit tiles'), since its lanes can pass 2^31 and the
- * contract rounds each plane's.  Q8_0/Q4_0 spend a convert and an FMA a
- * block and token beside two word products.
+ * contract rounds each plane's.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -103,28 +102,19 @@
 
 
 /* the rows of a step (1 or 2) and the most tokens of a tile, per
- * instruction set and kernel (Q4_K/Q5_K, Q6_K, Q8_0/Q4_0), as measured
- * (the file's top); each a -D of its own for the next measurement */
+ * instruction set and kernel (Q4_K/Q5_K, Q6_K), as measured (the file's
+ * top); each a -D of its own for the next measurement */
 #ifndef XT_VNNI_R4
 #define XT_VNNI_R4 1
 #endif
-#ifndef XT_VNNI_R32
-#define XT_VNNI_R32 2
-#endif
 #ifndef XT_AVX2_R4
 #define XT_AVX2_R4 1
-#endif
-#ifndef XT_AVX2_R32
-#define XT_AVX2_R32 2
 #endif
 #ifndef XT_VNNI_N4
 #define XT_VNNI_N4 8
 #endif
 #ifndef XT_VNNI_N6
 #define XT_VNNI_N6 6
-#endif
-#ifndef XT_VNNI_N32
-#define XT_VNNI_N32 8
 #endif
 
 
@@ -134,15 +124,14 @@ int
 nalar_quant_x16_tile_max(ggml_type t, int isa)
 {
     if (isa == NALAR_ISA_VNNI) {
-        return t == GGML_Q6_K ? XT_VNNI_N6
-               : t == GGML_Q4_K || t == GGML_Q5_K ? XT_VNNI_N4 : XT_VNNI_N32;
+        return t == GGML_Q6_K ? XT_VNNI_N6 : XT_VNNI_N4;
     }
     return 4;
 }
 
 
 /* the pairs' tiles: Q6_K's as Q4_K's (N int16-code lanes and N chains,
- * the same registers), the others the 16-bit ones */
+ * the same registers), Q4_K's and Q5_K's the 16-bit ones */
 int
 nalar_quant_pairs_tile_max(ggml_type t, int isa)
 {
@@ -153,21 +142,15 @@ nalar_quant_pairs_tile_max(ggml_type t, int isa)
 }
 
 
-/* the rows of a tile kernel's step (cpu_quant_x16_tiles_isa.h) */
+/* the rows of a tile kernel's step (cpu_quant_x16_tiles_isa.h): Q6_K
+ * one, Q4_K and Q5_K XT_*_R4 */
 static int
 xt_step_rows(ggml_type t, int isa)
 {
-    int vnni = isa == NALAR_ISA_VNNI;
-
-    switch (t) {
-    case GGML_Q4_K:
-    case GGML_Q5_K:
-        return vnni ? XT_VNNI_R4 : XT_AVX2_R4;
-    case GGML_Q6_K:
+    if (t == GGML_Q6_K) {
         return 1;
-    default:
-        return vnni ? XT_VNNI_R32 : XT_AVX2_R32;
     }
+    return isa == NALAR_ISA_VNNI ? XT_VNNI_R4 : XT_AVX2_R4;
 }
 
 
@@ -178,20 +161,12 @@ xt_step_rows(ggml_type t, int isa)
 
 
 /* bytes per block of a tile's packed scalars: x's 8 scales (float), then
- * for the K-quants each plane's min sums, hi then lo, 8 lanes of int16
- * pairs per step (4 steps a plane for Q4_K/Q5_K, 8 for Q6_K) */
+ * each plane's min sums, hi then lo, 8 lanes of int16 pairs per step (4
+ * steps a plane for Q4_K/Q5_K, 8 for Q6_K) */
 static inline int64_t
 xt_block_stride(ggml_type t)
 {
-    switch (t) {
-    case GGML_Q4_K:
-    case GGML_Q5_K:
-        return 32 + 2 * 4 * 32;
-    case GGML_Q6_K:
-        return 32 + 2 * 8 * 32;
-    default:
-        return 32;
-    }
+    return t == GGML_Q6_K ? 32 + 2 * 8 * 32 : 32 + 2 * 4 * 32;
 }
 
 
@@ -207,8 +182,8 @@ xt_pair(int32_t a, int32_t b)
 
 /*
  * The packed scalars of tokens t0 .. t0 + n - 1 (n <= 8) for type t into
- * pk: per block b, float dx[8] (lanes n .. 7 zero), and for the K-quants
- * uint32 ms[2][steps][8] (plane hi, then lo), lane k of step i:
+ * pk: per block b, float dx[8] (lanes n .. 7 zero), and uint32
+ * ms[2][steps][8] (plane hi, then lo), lane k of step i:
  *   Q4_K/Q5_K: (xs_2i, xs_2i+1), xs_j the sum of the plane's 32 codes of
  *              sub-block j (|xs_j| <= 32 * 128);
  *   Q6_K:      (bs_2i, bs_2i+1), bs_j the sum of its 16 codes.
@@ -217,8 +192,7 @@ static void
 xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
         uint8_t *pk)
 {
-    int64_t qk = nalar_quant_block(t), nb = cols / qk;
-    int64_t bstride = xt_block_stride(t);
+    int64_t nb = cols / QK_K, bstride = xt_block_stride(t);
     int     steps = t == GGML_Q6_K ? 8 : 4;
 
     memset(pk, 0, (size_t) (nb * bstride));
@@ -228,10 +202,6 @@ xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
         for (int64_t b = 0; b < nb; b++) {
             float *dx = (float *) (pk + b * bstride);
 
-            if (qk != QK_K) {
-                dx[k] = x->hi.d[tk * nb + b];
-                continue;
-            }
             dx[k] = x->hi.dk[tk * nb + b];
             for (int pl = 0; pl < 2; pl++) {
                 const nalar_xq8 *xp = pl ? &x->lo : &x->hi;
@@ -258,7 +228,7 @@ xt_pack(ggml_type t, const nalar_xq16 *x, int t0, int n, int64_t cols,
  * run of n lines, and a pass over columns reads one run of memory (the
  * tokens' rows a multiple of 4 KB apart would fall in the same L1 sets).
  *   Q6_K (but full): the planes' 32 bytes, hi then lo;
- *   the others, and Q6_K where full (the pairs' on VNNI): the tile codes
+ *   Q4_K, Q5_K, and Q6_K where full (the pairs' on VNNI): the tile codes
  *     c = 256 hi + lo (|c| <= 32639), the even weights' 16 int16 then
  *     the odd ones'.  In int16 words of the
  *     planes' bytes, word i holds weight 2i's byte low and 2i + 1's high:
@@ -270,9 +240,7 @@ xt_codes(ggml_type t, int full, const nalar_xq16 *x, int t0, int n,
          int64_t cols, uint8_t *c)
 {
     const __m256i m = _mm256_set1_epi16((short) 0xFF00);
-    int           k256 = nalar_quant_block(t) == QK_K;
-    const int8_t *ph = k256 ? x->hi.qk : x->hi.q;
-    const int8_t *pl = k256 ? x->lo.qk : x->lo.q;
+    const int8_t *ph = x->hi.qk, *pl = x->lo.qk;
 
     for (int k = 0; k < n; k++) {
         const int8_t *hi = ph + (int64_t) (t0 + k) * cols;
@@ -334,7 +302,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #define XT_TGT T_AVX2
 #define XT_NMAX 4
 #define XT_R4 XT_AVX2_R4
-#define XT_R32 XT_AVX2_R32
 #define XT_WIDE 0
 #define XT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
 #define XT_DOT_U(L, u, s, c)                                                \
@@ -347,7 +314,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #undef XT_DOT_U
 #undef XT_WIDE
 #undef XT_R4
-#undef XT_R32
 
 /* AVX-512 VNNI: vpdpwssd multiplies and adds; Q4_K/Q5_K's groups in
  * 512-bit steps (XT_WIDE) */
@@ -355,7 +321,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #define XT_TGT T_VNNI
 #define XT_NMAX 8
 #define XT_R4 XT_VNNI_R4
-#define XT_R32 XT_VNNI_R32
 #define XT_WIDE 1
 #define XT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
 #define XT_DOT_U(L, u, s, c)                                                \
@@ -368,7 +333,6 @@ typedef void xt_tile_fn(const uint8_t *const *row, int il, const xt_span *sp,
 #undef XT_DOT_U
 #undef XT_WIDE
 #undef XT_R4
-#undef XT_R32
 
 
 /* the first token of tile i of nt over n tokens (even shares) */
@@ -396,9 +360,8 @@ xt_rows(xt_tile_fn *f, int R, ggml_type t, int chunk, const uint8_t *w,
     (void) qinfo_of(t, &qi);
     nb = cols / qi.qk;
     /* Q4_K/Q5_K (and the pairs' Q6_K, whose codes are as theirs) in
-     * passes of XT_CHUNK columns; the others in one (the
-     * chains' loads and stores per pass measured slower there: Q8_0
-     * 30-35 against 38 tokens/s of a 1.1B prefill, Q6_K 6.3-6.5 against
+     * passes of XT_CHUNK columns; the 16-bit Q6_K in one (the chains'
+     * loads and stores per pass measured slower there: 6.3-6.5 against
      * 6.0-6.1 ns per 256 weights and token in bench/tiles.c; Q4_K 5.0-5.6
      * against 5.8-6.1; a busy machine) */
     cb = chunk ? XT_CHUNK / qi.qk : nb;
@@ -463,18 +426,15 @@ xt_run(ggml_type t, int pairs, int isa, const uint8_t *w, int64_t wstride,
 #if defined(XT_X86)
     qinfo          qi = { 0, 0, 0, 0 };
     xt_tile_fn    *f;
-    int            nmax, nt, k256, full;
+    int            nmax, nt, full;
     int64_t        tstride, cbytes, sbytes, pbytes;
     uint8_t       *pk, *xc;
     float         *st;
 
-    if (n_tok < 1 || qinfo_of(t, &qi) != 0 || cols % qi.qk != 0
-        || cols % 32 != 0)
+    /* the K-quants alone (Q8_0, Q4_0: cpu_quant_p32.c) */
+    if (n_tok < 1 || qinfo_of(t, &qi) != 0 || qi.qk != QK_K
+        || cols % QK_K != 0 || x->hi.qk == NULL || x->lo.qk == NULL)
     {
-        return -1;
-    }
-    k256 = qi.qk == QK_K;
-    if (k256 && (x->hi.qk == NULL || x->lo.qk == NULL)) {
         return -1;
     }
     pairs = pairs && t == GGML_Q6_K;

@@ -1,12 +1,13 @@
 /*
- * The 16-bit mode's tile kernels of one instruction set: included twice
- * by cpu_quant_x16_tiles.c, once per set, with
+ * The 16-bit mode's tile kernels of one instruction set, for Q4_K, Q5_K
+ * and Q6_K and the pairs' Q6_K: included twice by cpu_quant_x16_tiles.c,
+ * once per set, with
  *   XT(name)    this set's name for a function,
  *   XT_TGT      its target attribute,
  *   XT_NMAX     the most tokens of a tile it compiles,
- *   XT_R4, XT_R32  the rows of a step (1 or 2) of Q4_K/Q5_K and of
- *               Q8_0/Q4_0: each group's codes of x, loaded once, go
- *               into that many rows' lanes (Q6_K: one),
+ *   XT_R4       the rows of a step (1 or 2) of Q4_K/Q5_K: each group's
+ *               codes of x, loaded once, go into that many rows' lanes
+ *               (Q6_K: one),
  *   XT_WIDE     1: Q4_K/Q5_K's groups in 512-bit steps (XT_GROUP),
  *   XT_MADD(a, x, y)     a plus the int16 pairs' products x . y per lane,
  *   XT_DOT_U(L, u, s, c) L plus the lanes of the unsigned codes u times
@@ -528,81 +529,20 @@ XT(k6p)(const int R, const int N, const uint8_t *const *row, int il,
 #endif
 
 
-/* Q8_0, Q4_0: R rows (XT_R32) against N tokens, from the tile codes; per
- * block and row the signed codes once as the even and odd weights' words,
- * then per token L (two word products, x's loaded once for the R rows)
- * and acc = fma(s, L, acc) */
-static INL XT_TGT void
-XT(k32)(ggml_type T, const int R, const int N, const uint8_t *const *row,
-        int il, const xt_span *sp, const uint8_t *xa, const uint8_t *pk,
-        float *out, const ptrdiff_t *pf)
-{
-    const int64_t  bytes = T == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
-    __m256         acc[2][XT_NMAX], mn[2];
-    const uint8_t *p[2];
-
-    for (int r = 0; r < R; r++) {
-        p[r] = row[r] + qoff_at(il, 32, bytes, sp->b0);
-    }
-    XT(begin)(R, N, sp, acc, mn);
-    for (int64_t b = sp->b0; b < sp->b1; b++) {
-        __m256  dx = _mm256_load_ps((const float *) (pk + 32 * b));
-        __m256i wa[2], wb[2];
-        float   sb[2][8] __attribute__((aligned(32)));
-
-        for (int r = 0; r < R; r++) {
-            __m256i w = q8_w32_signed(T, p[r]);
-
-            wa[r] = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);
-            wb[r] = _mm256_srai_epi16(w, 8);
-            q8_prefetch_block(p[r], pf[r], bytes);
-            _mm256_store_ps(sb[r], _mm256_mul_ps(
-                                       _mm256_set1_ps(f16_at(p[r])), dx));
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < N; k++) {
-            const uint8_t *xk = xa + (b * N + k) * 64;
-            __m256i        x0 = _mm256_load_si256((const __m256i *) xk);
-            __m256i        x1 = _mm256_load_si256((const __m256i *)
-                                                  (xk + 32));
-
-            for (int r = 0; r < R; r++) {
-                __m256i L = XT_MADD(_mm256_madd_epi16(x0, wa[r]), x1,
-                                    wb[r]);
-
-                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(sb[r][k]),
-                                            _mm256_cvtepi32_ps(L),
-                                            acc[r][k]);
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            p[r] = q8_next_block(p[r], il, 32, bytes, b);
-        }
-    }
-    /* mn stays 0: y = hsum8(acc) - 0 = hsum8(acc) exactly */
-    XT(end)(R, N, sp, acc, mn, out);
-}
-
-
-/* one type's tile: n tokens (1 .. XT_NMAX), each count its own code */
+/* one K-quant's tile: n tokens (1 .. XT_NMAX), each count its own code */
 #define XT_CASE(NAME, K)                                                    \
     case K:                                                                 \
         if ((K) <= XT_NMAX) {                                               \
             if (GGML_##NAME == GGML_Q6_K) {                                 \
                 XT(k6)(0, K, row, il, sp, xa, pk, out, pf);                 \
-            } else if (GGML_##NAME == GGML_Q4_K                             \
-                       || GGML_##NAME == GGML_Q5_K)                         \
-            {                                                               \
+            } else {                                                        \
                 XT(k4)(GGML_##NAME, XT_R4, K, row, il, sp, xa, pk, out,     \
                        pf);                                                 \
-            } else {                                                        \
-                XT(k32)(GGML_##NAME, XT_R32, K, row, il, sp, xa, pk, out,   \
-                        pf);                                                \
             }                                                               \
         }                                                                   \
         break;
 
-#define XT_TYPE(NAME, QK, BYTES, SUB, MIN)                                  \
+#define XT_TYPE(NAME)                                                       \
 static XT_TGT void                                                          \
 XT(tile_##NAME)(const uint8_t *const *row, int il, const xt_span *sp,      \
                 const uint8_t *xa, const uint8_t *pk, int n, float *out,    \
@@ -616,22 +556,25 @@ XT(tile_##NAME)(const uint8_t *const *row, int il, const xt_span *sp,      \
     }                                                                       \
 }
 
-QUANT_TYPES(XT_TYPE)
+XT_TYPE(Q4_K)
+XT_TYPE(Q5_K)
+XT_TYPE(Q6_K)
 
 
+/* the tile of a K-quant t; NULL for the other types */
 static xt_tile_fn *
 XT(fn)(ggml_type t)
 {
-#define XT_FN_CASE(NAME, QK, BYTES, SUB, MIN)                               \
-    case GGML_##NAME:                                                       \
-        return XT(tile_##NAME);
-
     switch (t) {
-    QUANT_TYPES(XT_FN_CASE)
+    case GGML_Q4_K:
+        return XT(tile_Q4_K);
+    case GGML_Q5_K:
+        return XT(tile_Q5_K);
+    case GGML_Q6_K:
+        return XT(tile_Q6_K);
     default:
         return NULL;
     }
-#undef XT_FN_CASE
 }
 
 /* the pairs' Q6_K tile, n tokens, a step of one row: VNNI XT(k6p), from

@@ -5,23 +5,28 @@
  *     amax) clamped, within half a step (and x * id's rounding), the
  *     group's largest |x| at +-32639, hi in [-127, 127], lo in [-128,
  *     127], each plane's sums of 16;
- *   - the scalar reference against a plain int64 double-check (the
- *     blocks decoded here, from ggml's layouts, the exact integer sums
- *     per block, scaled in double), on random blocks from the quantizer,
- *     random bytes with extreme scales and mins, and saturated blocks
- *     (every code and scale at its largest) against codes at +-32639,
- *     where the int32 lanes reach their bounds;
- *   - every instruction set this CPU has gives the scalar reference's
- *     bits; batch invariance: a token alone, in a batch, in any split of
- *     the rows, added to y or not, from rows interleaved;
- *   - one token (decode's kernels, four rows at a time): each instruction
- *     set's kernels run, and give the reference's bits in any split.
+ *   - the scalar reference (nalar_quant_x16_scalar; for Q8_0 and Q4_0
+ *     nalar_quant_p32_scalar's bits, cpu_quant_p32.c's contract) against
+ *     a plain int64 double-check (the blocks decoded here, from ggml's
+ *     layouts, the exact integer sums per block, scaled in double), on
+ *     random blocks from the quantizer, random bytes with extreme scales
+ *     and mins, and saturated blocks (every code and scale at its
+ *     largest) against codes at +-32639, where the int32 lanes reach
+ *     their bounds;
+ *   - nalar_quant_matmul_x16 on every instruction set this CPU has gives
+ *     the scalar reference's bits; batch invariance: a token alone, in a
+ *     batch, in any split of the rows, added to y or not, from rows
+ *     interleaved;
+ *   - one token of a K-quant (decode's kernels, four rows at a time):
+ *     each instruction set's kernels run, and give the reference's bits
+ *     in any split.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_quant.h"
+#include "cpu_quant_p32.h"
 #include "cpu_quant_x16.h"
 #include "fp16.h"
 #include "gguf.h"
@@ -360,6 +365,14 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
     nalar_quant_x16(x, n_tok, (int) cols, cols, buf, &c);
     nalar_quant_x16_scalar(t, w, rs, 0, cols, &c, n_tok, ref, (int) rows, 0,
                            rows, 0);
+    if (nalar_quant_p32_type(t)) {
+        /* Q8_0, Q4_0: the reference is cpu_quant_p32.c's */
+        nalar_quant_p32_scalar(t, w, rs, 0, cols, &c, n_tok, y, (int) rows,
+                               0, rows, 0);
+        ok(memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) == 0,
+           "%s %s: the scalar reference is nalar_quant_p32_scalar's bits",
+           tn, wkind_name[wkind]);
+    }
     for (int64_t r = 0; r < rows; r++) {
         for (int tk = 0; tk < n_tok; tk++) {
             double a, s = int64_dot(t, w + r * rs, cols, &c, tk, &a);
@@ -442,17 +455,17 @@ main(void)
     if (nalar_quant_q8_isa_max() < NALAR_ISA_AVX2) {
         return done_testing();
     }
+    /* the K-quants' one-token kernels (Q8_0's and Q4_0's products are
+     * cpu_quant_p32.c's: one token through nalar_quant_matmul_x16 above,
+     * in the batch invariance checks) */
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (nalar_quant_p32_type(types[i])) {
+            continue;
+        }
         check_one_token(types[i], 13, 512, W_QUANT, 0);
         check_one_token(types[i], 13, 512, W_BYTES, 0);
         check_one_token(types[i], 18, 2048, W_BYTES, 0);
         check_one_token(types[i], 9, 512, W_FULL, 1);
-        if (nalar_quant_block(types[i]) == 32) {
-            /* rows of 11 and of 1 block: a turn of eight blocks cut
-             * short, pairs and a block alone */
-            check_one_token(types[i], 7, 352, W_BYTES, 0);
-            check_one_token(types[i], 6, 32, W_FULL, 1);
-        }
     }
     return done_testing();
 }

@@ -1,8 +1,8 @@
 /*
- * The 16-bit mode's tiles (cpu_quant_x16_tiles.c), for Q8_0, Q4_0, Q4_K,
- * Q5_K and Q6_K, on each instruction set this CPU has: every window of
- * 1 .. 40 tokens (tiles of each width, ragged ones), rows over two row
- * groups and a ragged third (3 rows: a two-row step's odd last row),
+ * The 16-bit mode's tiles (cpu_quant_x16_tiles.c), for Q4_K, Q5_K and
+ * Q6_K (Q8_0 and Q4_0 have none: cpu_quant_p32.c), on each instruction
+ * set this CPU has: every window of 1 .. 40 tokens (tiles of each width,
+ * ragged ones), rows over two row groups and a ragged third (3 rows),
  * columns in two passes (1024 and the rest), a ragged row range added
  * into y, both weight layouts, the tiles called alone and through
  * nalar_quant_matmul_x16: each output the scalar reference's bits
@@ -24,9 +24,7 @@
 #include "gguf.h"
 #include "tap.h"
 
-static const ggml_type types[] = {
-    GGML_Q8_0, GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K
-};
+static const ggml_type types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -39,11 +37,12 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 /* x's 16-bit codes and the scalar reference (the contract's operations) */
 
 
-/* x's codes: nalar_quant_x16's in buf, or made up in the other fields */
+/* x's codes: nalar_quant_x16's in buf, or made up in the other fields
+ * (the codes per 256 alone: the K-quants read no others) */
 typedef struct {
-    int8_t    *qh, *ql, *kh, *kl;   /* planes, per 32 and per 256 */
-    float     *d, *dk;
-    int32_t   *bh, *bl;             /* each plane's sums of 16 (per 256) */
+    int8_t    *kh, *kl;             /* planes */
+    float     *dk;
+    int32_t   *bh, *bl;             /* each plane's sums of 16 */
     int16_t   *c;                   /* the full codes */
     void      *buf;
     nalar_xq16 x;
@@ -53,8 +52,7 @@ typedef struct {
 static void
 codes_free(codes16 *C)
 {
-    free(C->qh); free(C->ql); free(C->kh); free(C->kl);
-    free(C->d); free(C->dk); free(C->bh); free(C->bl);
+    free(C->kh); free(C->kl); free(C->dk); free(C->bh); free(C->bl);
     free(C->c); free(C->buf);
 }
 
@@ -66,10 +64,8 @@ codes_split(codes16 *C, int n_tok, int64_t cols)
     for (int64_t i = 0; i < n_tok * cols; i++) {
         int hi = (C->c[i] + 128) >> 8;
 
-        C->qh[i] = (int8_t) hi;
-        C->ql[i] = (int8_t) (C->c[i] - 256 * hi);
-        C->kh[i] = C->qh[i];
-        C->kl[i] = C->ql[i];
+        C->kh[i] = (int8_t) hi;
+        C->kl[i] = (int8_t) (C->c[i] - 256 * hi);
     }
     for (int64_t j = 0; j < n_tok * cols / 16; j++) {
         int32_t sh = 0, sl = 0;
@@ -81,8 +77,8 @@ codes_split(codes16 *C, int n_tok, int64_t cols)
         C->bh[j] = sh;
         C->bl[j] = sl;
     }
-    C->x.hi = (nalar_xq8) { C->qh, C->d, C->kh, C->dk, C->bh, cols };
-    C->x.lo = (nalar_xq8) { C->ql, C->d, C->kl, C->dk, C->bl, cols };
+    C->x.hi = (nalar_xq8) { NULL, NULL, C->kh, C->dk, C->bh, cols };
+    C->x.lo = (nalar_xq8) { NULL, NULL, C->kl, C->dk, C->bl, cols };
 }
 
 
@@ -115,16 +111,14 @@ codes_make(codes16 *C, int n_tok, int64_t cols, int kind)
         free(x);
         return 0;
     }
-    C->qh = malloc(n); C->ql = malloc(n); C->kh = malloc(n);
+    C->kh = malloc(n);
     C->kl = malloc(n);
-    C->d = malloc(n / 32 * sizeof(float));
     C->dk = malloc(n / 256 * sizeof(float));
     C->bh = malloc(n / 16 * sizeof(int32_t));
     C->bl = malloc(n / 16 * sizeof(int32_t));
     C->c = malloc(n * sizeof(int16_t));
-    if (C->qh == NULL || C->ql == NULL || C->kh == NULL || C->kl == NULL
-        || C->d == NULL || C->dk == NULL || C->bh == NULL || C->bl == NULL
-        || C->c == NULL)
+    if (C->kh == NULL || C->kl == NULL || C->dk == NULL || C->bh == NULL
+        || C->bl == NULL || C->c == NULL)
     {
         codes_free(C);
         return -1;
@@ -141,9 +135,6 @@ codes_make(codes16 *C, int n_tok, int64_t cols, int kind)
         }
         C->c[i] = v;
     }
-    for (size_t b = 0; b < n / 32; b++) {
-        C->d[b] = b % 9 == 4 ? 0 : (float) (1 + b % 3) * 1e-3f;
-    }
     for (size_t b = 0; b < n / 256; b++) {
         C->dk[b] = b % 7 == 3 ? 0 : (float) (1 + b % 4) * 1e-4f;
     }
@@ -152,7 +143,8 @@ codes_make(codes16 *C, int n_tok, int64_t cols, int kind)
 }
 
 
-/* tokens s .. s + n - 1 of the codes, as codes of n tokens */
+/* tokens s .. s + n - 1 of the codes, as codes of n tokens (the codes
+ * per 32, where there are some, too) */
 static nalar_xq16
 window(const nalar_xq16 *x, int s, int64_t cols)
 {
@@ -160,8 +152,10 @@ window(const nalar_xq16 *x, int s, int64_t cols)
     nalar_xq8 *p[2] = { &v.hi, &v.lo };
 
     for (int i = 0; i < 2; i++) {
-        p[i]->q += s * cols;
-        p[i]->d += s * (cols / 32);
+        if (p[i]->q != NULL) {
+            p[i]->q += s * cols;
+            p[i]->d += s * (cols / 32);
+        }
         p[i]->qk += s * cols;
         p[i]->dk += s * (cols / 256);
         p[i]->bs += s * (cols / 16);
