@@ -283,6 +283,21 @@ typedef struct {
 } p32_tile;
 
 
+/* panel p's records and tokens t0 .. of the codes, for a tile */
+static inline p32_tile
+p32_tile_at(ggml_type t, const uint8_t *w, int64_t cols,
+            const nalar_xq16 *x16, const int32_t *off, int64_t p, int t0)
+{
+    int64_t  nb = cols / 32;
+    p32_tile T = { w + p * nb * p32_rec(t), nb, cols,
+                   x16->hi.q + (int64_t) t0 * cols,
+                   x16->lo.q + (int64_t) t0 * cols,
+                   x16->hi.d + (int64_t) t0 * nb, off + (int64_t) t0 * nb };
+
+    return T;
+}
+
+
 static inline int32_t
 p32_x4(const int8_t *p)
 {
@@ -379,8 +394,6 @@ p32_vnni(ggml_type t, const uint8_t *w, int64_t cols, const nalar_xq16 *x16,
          const int32_t *off, int n_tok, float *y, int ldy, int64_t r0,
          int64_t r1, int accumulate)
 {
-    int64_t nb = cols / 32;
-
     for (int64_t p = r0 / P32_ROWS; p * P32_ROWS < r1; p++) {
         int64_t row0 = p * P32_ROWS;
         int64_t lo = r0 > row0 ? r0 : row0;
@@ -389,11 +402,7 @@ p32_vnni(ggml_type t, const uint8_t *w, int64_t cols, const nalar_xq16 *x16,
         for (int t0 = 0; t0 < n_tok; t0 += P32_TILE) {
             int      N = n_tok - t0 < P32_TILE ? n_tok - t0 : P32_TILE;
             __m512   acc[P32_TILE];
-            p32_tile T = { w + p * nb * p32_rec(t), nb, cols,
-                           x16->hi.q + (int64_t) t0 * cols,
-                           x16->lo.q + (int64_t) t0 * cols,
-                           x16->hi.d + (int64_t) t0 * nb,
-                           off + (int64_t) t0 * nb };
+            p32_tile T = p32_tile_at(t, w, cols, x16, off, p, t0);
 
             switch (N) {
             case 1: p32_vnni_tile(t, &T, 1, acc); break;
@@ -491,8 +500,6 @@ p32_avx2(ggml_type t, const uint8_t *w, int64_t cols, const nalar_xq16 *x16,
          const int32_t *off, int n_tok, float *y, int ldy, int64_t r0,
          int64_t r1, int accumulate)
 {
-    int64_t nb = cols / 32;
-
     for (int64_t p = r0 / P32_ROWS; p * P32_ROWS < r1; p++) {
         for (int h = 0; h < 2; h++) {
             int64_t row0 = p * P32_ROWS + 8 * h;
@@ -504,11 +511,7 @@ p32_avx2(ggml_type t, const uint8_t *w, int64_t cols, const nalar_xq16 *x16,
                 int      N = n_tok - t0 < P32_TILE / 2 ? n_tok - t0
                                                        : P32_TILE / 2;
                 __m256   acc[P32_TILE / 2];
-                p32_tile T = { w + p * nb * p32_rec(t), nb, cols,
-                               x16->hi.q + (int64_t) t0 * cols,
-                               x16->lo.q + (int64_t) t0 * cols,
-                               x16->hi.d + (int64_t) t0 * nb,
-                               off + (int64_t) t0 * nb };
+                p32_tile T = p32_tile_at(t, w, cols, x16, off, p, t0);
 
                 switch (N) {
                 case 1: p32_avx2_tile(t, &T, h, 1, acc); break;
