@@ -54,6 +54,21 @@ weights_alloc(void **p, size_t bytes)
     return 0;
 }
 
+/* the layout own_blocks gives W's blocks (il 1 where the columns
+ * allow), and its bytes */
+static int
+own_layout(const nalar_mat *W, size_t *bytes)
+{
+    int il = nalar_quant_can_interleave(W->type, W->cols);
+
+    *bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
+                                                         W->cols)
+                : (size_t) W->rows
+                  * ggml_row_size(W->type, (uint64_t) W->cols);
+    return il;
+}
+
+
 /*
  * A quantized W's blocks copied into memory the backend owns (64-byte
  * aligned), so no step waits on a page of the mapped file
@@ -64,13 +79,9 @@ weights_alloc(void **p, size_t bytes)
 static int
 own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
 {
-    int64_t rb = (int64_t) ggml_row_size(W->type, (uint64_t) W->cols);
-    int     il = nalar_quant_can_interleave(W->type, W->cols);
-    size_t  bytes;
+    size_t bytes;
+    int    il = own_layout(W, &bytes);
 
-    bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
-                                                        W->cols)
-               : (size_t) (W->rows * rb);
     if (weights_alloc(&M->panels, bytes) != 0) {
         M->panels = NULL;
         return nalar_fail(err, "cpu backend: out of memory for a %lld x "
@@ -85,21 +96,6 @@ own_blocks(nalar_cpu_mat *M, const nalar_mat *W, nalar_err *err)
     }
     M->il = il;
     return 0;
-}
-
-
-/* the layout own_blocks gives W's blocks (il 1 where the columns
- * allow), and its bytes */
-static int
-own_layout(const nalar_mat *W, size_t *bytes)
-{
-    int il = nalar_quant_can_interleave(W->type, W->cols);
-
-    *bytes = il ? (size_t) nalar_quant_interleaved_bytes(W->type, W->rows,
-                                                         W->cols)
-                : (size_t) W->rows
-                  * ggml_row_size(W->type, (uint64_t) W->cols);
-    return il;
 }
 
 

@@ -74,11 +74,15 @@ nalar_quant_p32_type(ggml_type t)
 }
 
 
-/* bytes of one block, and of one panel's record of a block */
+/* bytes of one block (the type's, cpu_quant_blocks.h), and of one
+ * panel's record of a block */
 static int64_t
 p32_block_bytes(ggml_type t)
 {
-    return t == GGML_Q8_0 ? 2 + QK8_0 : 2 + QK4_0 / 2;
+    qinfo qi = { 0, 0, 0, 0 };
+
+    (void) qinfo_of(t, &qi);
+    return qi.bytes;
 }
 
 
@@ -107,6 +111,14 @@ p32_code_bytes(ggml_type t)
 }
 
 
+/* where a record holds code byte i of its row j: chunk i / 4, lane j */
+static inline int
+p32_code_at(int i, int j)
+{
+    return 32 + (i / 4) * 64 + 4 * j + i % 4;
+}
+
+
 void
 nalar_quant_p32_pack(ggml_type t, const uint8_t *src, int64_t wstride,
                      int il, int64_t rows, int64_t cols, uint8_t *dst)
@@ -127,16 +139,14 @@ nalar_quant_p32_pack(ggml_type t, const uint8_t *src, int64_t wstride,
                 if (r >= rows) {
                     /* zero codes: Q8_0's stored w + 128 */
                     for (int i = 0; i < nc; i++) {
-                        rec[32 + (i / 4) * 64 + 4 * j + i % 4] =
-                            (uint8_t) flip;
+                        rec[p32_code_at(i, j)] = (uint8_t) flip;
                     }
                     continue;
                 }
                 blk = qblock_at(src, wstride, il, 32, bytes, r, b);
                 memcpy(rec + 2 * j, blk, 2);
                 for (int i = 0; i < nc; i++) {
-                    rec[32 + (i / 4) * 64 + 4 * j + i % 4] =
-                        (uint8_t) (blk[2 + i] ^ flip);
+                    rec[p32_code_at(i, j)] = (uint8_t) (blk[2 + i] ^ flip);
                 }
             }
         }
@@ -155,8 +165,7 @@ nalar_quant_p32_block(ggml_type t, const uint8_t *w, int64_t cols,
 
     memcpy(blk, rec + 2 * j, 2);
     for (int i = 0; i < nc; i++) {
-        blk[2 + i] = (uint8_t) (rec[32 + (i / 4) * 64 + 4 * j + i % 4]
-                                ^ flip);
+        blk[2 + i] = (uint8_t) (rec[p32_code_at(i, j)] ^ flip);
     }
 }
 
@@ -192,15 +201,12 @@ static int32_t
 p32_block_dot(ggml_type t, const uint8_t *blk, const int8_t *hi,
               const int8_t *lo)
 {
+    qblock  B;
     int32_t L = 0;
 
+    decode_q_scalar(t, blk, &B);
     for (int i = 0; i < 32; i++) {
-        int32_t w = t == GGML_Q8_0
-                    ? (int32_t) (int8_t) blk[2 + i]
-                    : (int32_t) ((i < 16 ? blk[2 + i] & 0x0F
-                                         : blk[2 + i - 16] >> 4)) - 8;
-
-        L += w * (256 * (int32_t) hi[i] + (int32_t) lo[i]);
+        L += (int32_t) B.q[i] * (256 * (int32_t) hi[i] + (int32_t) lo[i]);
     }
     return L;
 }
@@ -401,7 +407,7 @@ p32_vnni(ggml_type t, const uint8_t *w, int64_t cols, const nalar_xq16 *x16,
 
         for (int t0 = 0; t0 < n_tok; t0 += P32_TILE) {
             int      N = n_tok - t0 < P32_TILE ? n_tok - t0 : P32_TILE;
-            __m512   acc[P32_TILE];
+            __m512   acc[P32_TILE] = { 0 };
             p32_tile T = p32_tile_at(t, w, cols, x16, off, p, t0);
 
             switch (N) {
@@ -510,7 +516,7 @@ p32_avx2(ggml_type t, const uint8_t *w, int64_t cols, const nalar_xq16 *x16,
             for (int t0 = 0; t0 < n_tok; t0 += P32_TILE / 2) {
                 int      N = n_tok - t0 < P32_TILE / 2 ? n_tok - t0
                                                        : P32_TILE / 2;
-                __m256   acc[P32_TILE / 2];
+                __m256   acc[P32_TILE / 2] = { 0 };
                 p32_tile T = p32_tile_at(t, w, cols, x16, off, p, t0);
 
                 switch (N) {
