@@ -7,8 +7,9 @@
  * v one row space; gate and up the same rows; a barrier after each
  * phase), each thread's x codes its own.  Rounds alternate between a
  * read loop over the same bytes with the same split and barriers, the
- * 8-bit rows kernels and the 16-bit ones (the K-quants': Q8_0's and
- * Q4_0's 16-bit products are cpu_quant_p32.c's, on panels: "-").
+ * 8-bit rows kernels and the 16-bit ones (the K-quants' rows kernels;
+ * Q8_0's and Q4_0's are cpu_quant_p32.c's, on a copy of the weights in
+ * panels).
  * Prints, in GB/s of weights, the medians and each kernel's median share
  * of its round's read loop, then the best round of each and the ratio of
  * those (on a shared machine the least disturbed round).
@@ -31,6 +32,7 @@
 #endif
 
 #include "cpu_quant.h"
+#include "cpu_quant_p32.h"
 #include "cpu_quant_rows.h"
 #include "cpu_quant_x16.h"
 #include "gguf.h"
@@ -48,6 +50,7 @@ enum { M_Q, M_K, M_V, M_O, M_G, M_U, M_D, NMAT };
 typedef struct {
     int64_t  rows, cols, rs;    /* rs: bytes of a row */
     uint8_t *w[LAYERS];
+    uint8_t *p[LAYERS];         /* the same weights in panels (Q8_0, Q4_0) */
 } mat;
 
 typedef struct {
@@ -127,6 +130,9 @@ product(bench *b, int tid, int k, int l, int64_t r0, int64_t r1,
     } else if (b->mode == 1) {
         (void) nalar_quant_q8_rows(b->t, b->isa, m->w[l], m->rs, 1, m->cols,
                                    x8, y, r0, r1, 0);
+    } else if (m->p[l] != NULL) {
+        (void) nalar_quant_p32_kernel(b->isa, b->t, m->p[l], m->cols, x16, 1,
+                                      y, 0, r0, r1, 0);
     } else {
         (void) nalar_quant_x16_rows(b->t, b->isa, m->w[l], m->rs, 1,
                                     m->cols, x16, y, r0, r1, 0);
@@ -268,6 +274,17 @@ make_mat(mat *m, ggml_type t, int64_t rows, int64_t cols)
         }
         (void) madvise(m->w[l], n, MADV_HUGEPAGE);
         nalar_quant_interleave(t, src, rows, cols, m->w[l]);
+        if (nalar_quant_p32_type(t)) {
+            n = (size_t) nalar_quant_p32_bytes(t, rows, cols);
+            n = (n + (2u << 20) - 1) & ~(size_t) ((2u << 20) - 1);
+            if (posix_memalign((void **) &m->p[l], 2u << 20, n) != 0) {
+                exit(1);
+            }
+            (void) madvise(m->p[l], n, MADV_HUGEPAGE);
+            nalar_quant_p32_pack(t, src, m->rs, 0, rows, cols, m->p[l]);
+            n = (size_t) nalar_quant_interleaved_bytes(t, rows, cols);
+            n = (n + (2u << 20) - 1) & ~(size_t) ((2u << 20) - 1);
+        }
     }
     free(src);
     free(row);
@@ -315,8 +332,8 @@ main(int argc, char **argv)
 
         memset(&b, 0, sizeof(b));
         b.t = type_named(names[k]);
-        /* read, q8, and for the K-quants i16 */
-        modes = nalar_quant_block(b.t) == QK_K ? 3 : 2;
+        /* read, q8, i16 */
+        modes = 3;
         b.isa = nalar_quant_q8_isa_max();
         b.x = x;
         pthread_barrier_init(&b.bar, NULL, NTH);
@@ -370,6 +387,7 @@ main(int argc, char **argv)
         for (int i = 0; i < NMAT; i++) {
             for (int l = 0; l < LAYERS; l++) {
                 free(b.m[i].w[l]);
+                free(b.m[i].p[l]);
             }
         }
         pthread_barrier_destroy(&b.bar);

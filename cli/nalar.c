@@ -803,6 +803,17 @@ resident_bytes(void)
 }
 
 
+/*
+ * Untimed decode steps before a timed measure, as llama-bench warms up:
+ * the backend measures its ways of running a pass of each size in turn
+ * before it keeps the fastest (cpu_backend.c: choose_way), and at batch 1
+ * the way on the calling thread alone runs at about half the pool's
+ * speed on an idle machine, so timing those first passes (5 of each way)
+ * would measure the choice, not the steady decode.
+ */
+#define BENCH_WARM_STEPS 16
+
+
 typedef struct {
     nalar_model   *m;
     nalar_backend *be;
@@ -811,6 +822,8 @@ typedef struct {
     float         *logits;       /* (max_b, n_vocab) */
     nalar_seq_kv  *seqs;         /* (max_b) */
     int            p, n;         /* prompt and decode tokens */
+    int            warm;         /* untimed decode steps before a timed
+                                    measure (bench_steps) */
     int            ctx;          /* the batched decode's context per
                                     sequence before its n tokens */
     int            n_ready;      /* seqs [0, n_ready) hold that context */
@@ -922,6 +935,8 @@ bench_open(bench_ctx *c, const char *model, int max_b, int threads,
         return 2;
     }
     c->vocab = c->m->cfg.n_vocab;
+    c->warm = c->m->cfg.n_ctx - len < BENCH_WARM_STEPS
+              ? c->m->cfg.n_ctx - len : BENCH_WARM_STEPS;
     c->be = nalar_cpu_backend_create(c->m, threads, &err);
     if (c->be != NULL && act_i16) {
         nalar_cpu_backend_act_i16(c->be, act_i16);
@@ -931,7 +946,9 @@ bench_open(bench_ctx *c, const char *model, int max_b, int threads,
     }
     if (c->be == NULL
         || nalar_kv_pool_init(&c->kv,
-                              max_b * ((len + c->n) / NALAR_KV_BLOCK + 2),
+                              max_b * ((len + (c->n > c->warm ? c->n
+                                                               : c->warm))
+                                        / NALAR_KV_BLOCK + 2),
                               c->m->cfg.n_layers,
                               c->m->cfg.n_kv_heads * c->m->cfg.head_dim,
                               &err) != 0
@@ -1015,26 +1032,58 @@ bench_prefill(bench_ctx *c)
 }
 
 
-/* decode at batch 1, greedy, continuing the prefill's prompt: tokens per
- * second, or -1 */
-static double
-bench_decode(bench_ctx *c)
+/* steps decode steps of sequences [0, b) from position pos0 (each
+ * continuing from its logits; first the tokens of first[], where not
+ * NULL); 0, or -1 */
+static int
+bench_steps(bench_ctx *c, int b, int pos0, int steps, const int32_t *first)
 {
-    double    t0 = nalar_now_s();
-    int32_t   tok = nalar_argmax(c->logits, c->vocab);
     nalar_err err;
 
-    c->b.n_logits = 1;
-    for (int i = 0; i < c->n; i++) {
-        c->b.tokens[0] = tok;
-        c->b.pos[0] = c->p + i;
-        c->b.seq[0] = &c->seqs[0];
-        c->b.want_logits[0] = 1;
-        if (bench_batch(c, 1, &err) != 0) {
+    for (int i = 0; i < steps; i++) {
+        for (int s = 0; s < b; s++) {
+            c->b.tokens[s] = i == 0 && first != NULL
+                             ? first[s]
+                             : nalar_argmax(c->logits
+                                            + (size_t) s * c->vocab,
+                                            c->vocab);
+            c->b.pos[s] = pos0 + i;
+            c->b.seq[s] = &c->seqs[s];
+            c->b.want_logits[s] = 1;
+        }
+        c->b.n_logits = b;
+        if (bench_batch(c, b, &err) != 0) {
             fprintf(stderr, "nalar: %s\n", err.msg);
             return -1;
         }
-        tok = nalar_argmax(c->logits, c->vocab);
+    }
+    return 0;
+}
+
+
+/* decode at batch 1, greedy, continuing the prefill's prompt (after
+ * c->warm untimed steps from the same place, taken back):
+ * tokens per second, or -1 */
+static double
+bench_decode(bench_ctx *c)
+{
+    int32_t tok = nalar_argmax(c->logits, c->vocab);
+    double  t0;
+
+    if (nalar_seq_kv_reserve(&c->kv, &c->seqs[0], c->p + c->warm) != 0
+        || bench_steps(c, 1, c->p, c->warm, &tok) != 0)
+    {
+        fprintf(stderr, "nalar bench: the warm-up failed\n");
+        return -1;
+    }
+    nalar_seq_kv_truncate(&c->kv, &c->seqs[0], c->p);
+    if (nalar_seq_kv_reserve(&c->kv, &c->seqs[0], c->p + c->n) != 0) {
+        fprintf(stderr, "nalar bench: the KV pool is short\n");
+        return -1;
+    }
+    t0 = nalar_now_s();
+    if (bench_steps(c, 1, c->p, c->n, &tok) != 0) {
+        return -1;
     }
     return c->n / (nalar_now_s() - t0);
 }
@@ -1042,7 +1091,8 @@ bench_decode(bench_ctx *c)
 
 /* batched decode: b sequences, each with a context of c->ctx tokens
  * (--ctx, 16 by default; each prefilled in one pass, not timed), step
- * together for n tokens; aggregate tokens per second, or -1 */
+ * together for n tokens (after c->warm untimed steps from the same
+ * place, taken back); aggregate tokens per second, or -1 */
 static double
 bench_batched(bench_ctx *c, int b, double *cpu_per_token)
 {
@@ -1050,10 +1100,13 @@ bench_batched(bench_ctx *c, int b, double *cpu_per_token)
     double          t0, tps;
     struct timespec c0, c1;
     nalar_err       err;
+    int32_t        *first;
 
     /* the contexts of the sizes before are kept (truncated back to ctx0) */
     for (int s = 0; s < b; s++) {
-        if (nalar_seq_kv_reserve(&c->kv, &c->seqs[s], ctx0 + n) != 0) {
+        if (nalar_seq_kv_reserve(&c->kv, &c->seqs[s],
+                                 ctx0 + (n > c->warm ? n : c->warm)) != 0)
+        {
             fprintf(stderr, "nalar bench: the KV pool is short\n");
             return -1;
         }
@@ -1073,25 +1126,32 @@ bench_batched(bench_ctx *c, int b, double *cpu_per_token)
         }
     }
     c->n_ready = b > c->n_ready ? b : c->n_ready;
-    t0 = nalar_now_s();
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-    for (int i = 0; i < n; i++) {
-        for (int s = 0; s < b; s++) {
-            c->b.tokens[s] = nalar_argmax(c->logits + (size_t) s * vocab,
-                                          vocab);
-            if (i == 0) {
-                c->b.tokens[s] = (int32_t) ((s * 17 + 5) % vocab);
-            }
-            c->b.pos[s] = ctx0 + i;
-            c->b.seq[s] = &c->seqs[s];
-            c->b.want_logits[s] = 1;
-        }
-        c->b.n_logits = b;
-        if (bench_batch(c, b, &err) != 0) {
-            fprintf(stderr, "nalar: %s\n", err.msg);
+    first = malloc((size_t) b * sizeof(int32_t));
+    if (first == NULL) {
+        return -1;
+    }
+    for (int s = 0; s < b; s++) {
+        first[s] = (int32_t) ((s * 17 + 5) % vocab);
+    }
+    if (bench_steps(c, b, ctx0, c->warm, first) != 0) {
+        free(first);
+        return -1;
+    }
+    for (int s = 0; s < b; s++) {
+        nalar_seq_kv_truncate(&c->kv, &c->seqs[s], ctx0);
+        if (nalar_seq_kv_reserve(&c->kv, &c->seqs[s], ctx0 + n) != 0) {
+            fprintf(stderr, "nalar bench: the KV pool is short\n");
+            free(first);
             return -1;
         }
     }
+    t0 = nalar_now_s();
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+    if (bench_steps(c, b, ctx0, n, first) != 0) {
+        free(first);
+        return -1;
+    }
+    free(first);
     tps = (double) b * n / (nalar_now_s() - t0);
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
     *cpu_per_token = ((double) (c1.tv_sec - c0.tv_sec)
