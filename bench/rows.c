@@ -13,7 +13,7 @@
  * alternate between the three; prints the median of ROUNDS rounds in ns
  * per 256 weights, and the ratios i16/q8, pairs/q8 and pairs/i16 ("prs":
  * the pairs; "-" where a type has no such kernel).
- *   rows [ISA]    (ISA: avx2 or vnni; default the widest)
+ *   rows [ISA]    (ISA: avx2, avxvnni or vnni; default the widest)
  */
 #include <math.h>
 #include <stdio.h>
@@ -177,11 +177,13 @@ main(int argc, char **argv)
     nalar_xqp  xp;
 
     if (argc > 1) {
-        isa = strcmp(argv[1], "avx2") == 0 ? NALAR_ISA_AVX2 : NALAR_ISA_VNNI;
+        isa = strcmp(argv[1], "avx2") == 0 ? NALAR_ISA_AVX2
+              : strcmp(argv[1], "avxvnni") == 0 ? NALAR_ISA_AVXVNNI
+              : NALAR_ISA_VNNI;
     }
-    if (isa < NALAR_ISA_AVX2 || isa > nalar_quant_q8_isa_max()) {
-        fprintf(stderr, "usage: rows [avx2|vnni] (this CPU: %d)\n",
-                nalar_quant_q8_isa_max());
+    if (isa < NALAR_ISA_AVX2 || !nalar_quant_isa_ok(isa)) {
+        fprintf(stderr, "usage: rows [avx2|avxvnni|vnni] (this CPU: %s)\n",
+                nalar_quant_isa_name(nalar_quant_q8_isa_max()));
         return 1;
     }
     x = malloc(COLS * sizeof(float));
@@ -204,7 +206,7 @@ main(int argc, char **argv)
     pair_codes(x, bp, &xp);
     printf("# one token, %d columns, one thread, %s; ns per 256 weights, "
            "median of %d alternated rounds\n", COLS,
-           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", ROUNDS);
+           nalar_quant_isa_name(isa), ROUNDS);
     printf("%-5s", "type");
     for (int m = 0; m < 2; m++) {
         static const char *col[] = { "q8", "i16", "prs", "i16/q8",

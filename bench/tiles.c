@@ -9,7 +9,7 @@
  * in L2-sized row groups as the tiles take them, N tokens.  Rounds
  * alternate between them; prints the median of ROUNDS rounds in ns per
  * 256 weights and token, and the ratios.
- *   tiles [N [ISA [TYPE]]]    (ISA: avx2 or vnni, default the widest;
+ *   tiles [N [ISA [TYPE]]]    (ISA: avx2, avxvnni or vnni, default the widest;
  *                              TYPE: one type's rows only, e.g. q4_k,
  *                              as for perf record on one kernel)
  */
@@ -48,12 +48,14 @@ main(int argc, char **argv)
     nalar_xq16 x16;
 
     if (argc > 2) {
-        isa = strcmp(argv[2], "avx2") == 0 ? NALAR_ISA_AVX2 : NALAR_ISA_VNNI;
+        isa = strcmp(argv[2], "avx2") == 0 ? NALAR_ISA_AVX2
+              : strcmp(argv[2], "avxvnni") == 0 ? NALAR_ISA_AVXVNNI
+              : NALAR_ISA_VNNI;
     }
-    if (n < 2 || isa < NALAR_ISA_AVX2 || isa > nalar_quant_q8_isa_max()) {
-        fprintf(stderr, "usage: tiles [N >= 2 [avx2|vnni [TYPE]]] "
-                "(this CPU: %d)\n",
-                nalar_quant_q8_isa_max());
+    if (n < 2 || isa < NALAR_ISA_AVX2 || !nalar_quant_isa_ok(isa)) {
+        fprintf(stderr, "usage: tiles [N >= 2 [avx2|avxvnni|vnni [TYPE]]] "
+                "(this CPU: %s)\n",
+                nalar_quant_isa_name(nalar_quant_q8_isa_max()));
         return 1;
     }
     x = malloc((size_t) n * COLS * sizeof(float));
@@ -74,7 +76,7 @@ main(int argc, char **argv)
     x16.lo = x8;
     printf("# %d tokens, %d x %d weights, one thread, %s; ns per 256 "
            "weights and token, median of %d alternated rounds\n", n, ROWS,
-           COLS, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", ROUNDS);
+           COLS, nalar_quant_isa_name(isa), ROUNDS);
     printf("%-5s %8s %8s %8s %7s %7s %7s\n", "type", "q8", "i16", "prs",
            "i16/q8", "prs/q8", "prs/i16");
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {

@@ -65,11 +65,11 @@ time_mode(int m, const float *x, int64_t cols, void *buf)
 int
 main(int argc, char **argv)
 {
-    static const char *isa[] = { "scalar", "avx2", "avx512" };
+    static const char *isa[] = { "scalar", "avx2", "avx-vnni", "avx512" };
     int64_t            def[] = { 2048, 5632 };
     int                n = argc > 1 ? argc - 1 : 2;
 
-    printf("%-7s %6s %8s %8s %9s %9s %9s\n", "isa", "cols", "q8 us",
+    printf("%-8s %6s %8s %8s %9s %9s %9s\n", "isa", "cols", "q8 us",
            "i16 us", "pairs us", "p256 us", "p256/i16");
     for (int i = 0; i < n; i++) {
         int64_t cols = argc > 1 ? atoll(argv[i + 1]) : def[i];
@@ -91,7 +91,7 @@ main(int argc, char **argv)
             t16 = time_mode(1, x, cols, buf);
             tp = time_mode(2, x, cols, buf);
             tk = time_mode(3, x, cols, buf);
-            printf("%-7s %6lld %8.2f %8.2f %9.2f %9.2f %9.1f\n", isa[s],
+            printf("%-8s %6lld %8.2f %8.2f %9.2f %9.2f %9.1f\n", isa[s],
                    (long long) cols, t8 * 1e6, t16 * 1e6, tp * 1e6,
                    tk * 1e6, tk / t16);
         }

@@ -137,6 +137,20 @@ like($out, qr/^\{"resident_bytes": \d+, "file_bytes": \d+, "kv_pool_bytes": \d+,
        && $out =~ /decode batch 2: [\d.]+ tokens\/s aggregate \([\d.]+ ms of CPU time per token\)/,
        'bench --ctx 40 --kv-type bf16: said, and the CPU time per token')
         or diag $out;
+    # NALAR_CPU_ISA picks the integer kernels' path: the widest this CPU
+    # runs at or below it (AVX-VNNI where /proc/cpuinfo has avx_vnni)
+    my $cpu = -r '/proc/cpuinfo' ? `cat /proc/cpuinfo` : '';
+    my %want = (scalar => 'scalar',
+                avx2 => $cpu =~ /\bavx2\b/ ? 'avx2' : 'scalar',
+                avxvnni => $cpu =~ /\bavx_vnni\b/ && $cpu =~ /\bavx2\b/
+                           ? 'avx-vnni'
+                           : $cpu =~ /\bavx2\b/ ? 'avx2' : 'scalar');
+    for my $isa (sort keys %want) {
+        ($rc, $out) = run("NALAR_CPU_ISA=$isa", $nalar, 'bench', '-m',
+            'models/nalar-kjv-draft-f32.gguf', '-p', 8, '-n', 2, '-b', 1);
+        ok($rc == 0 && $out =~ /8- and 16-bit kernels \Q$want{$isa}\E;/,
+           "NALAR_CPU_ISA=$isa: the $want{$isa} kernels") or diag $out;
+    }
     ($rc, $out) = run($nalar, 'bench', '-m', 'models/nalar-kjv-draft-f32.gguf',
         '--kv-type', 'q8_0');
     ok($rc == 2 && $out =~ /--kv-type f32\|f16\|bf16/,

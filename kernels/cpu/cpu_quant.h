@@ -137,16 +137,34 @@ void nalar_quant_matmul_q8(ggml_type t, const uint8_t *w, int64_t wstride,
                            int64_t r1, int accumulate);
 
 /* The instruction set the 8- and 16-bit activations' kernels run on
- * (cpu_quant_q8*.c, cpu_quant_x16*.c): the widest this CPU has
- * (nalar_quant_q8_isa_max), capped by the environment's NALAR_CPU_ISA
- * (scalar | avx2 | vnni) and by nalar_quant_q8_force (tests; -1: none).
- * Every one gives the same bits. */
-#define NALAR_ISA_SCALAR 0
-#define NALAR_ISA_AVX2   1
-#define NALAR_ISA_VNNI   2
+ * (cpu_quant_q8*.c, cpu_quant_x16*.c, cpu_quant_rows.c, cpu_quant_p32.c):
+ * the widest this CPU has (nalar_quant_q8_isa_max), capped by the
+ * environment's NALAR_CPU_ISA (scalar | avx2 | avxvnni | vnni) and by
+ * nalar_quant_q8_force (tests; -1: none), then the widest at or below
+ * the cap that this CPU runs.  The order is of width: AVX-VNNI is AVX2
+ * with VEX-encoded vpdpbusd/vpdpwssd on 256 bits (CPUs without AVX-512
+ * have it; not every AVX-512 VNNI CPU does).  The 8-bit activations'
+ * kernels and the one-token rows kernels have an AVX-VNNI form; the
+ * other kernels run their AVX2 form there.  Every one gives the same
+ * bits. */
+#define NALAR_ISA_SCALAR  0
+#define NALAR_ISA_AVX2    1
+#define NALAR_ISA_AVXVNNI 2
+#define NALAR_ISA_VNNI    3     /* AVX-512 VNNI (with VL and BW) */
 int nalar_quant_q8_isa_max(void);
 int nalar_quant_q8_isa(void);
 void nalar_quant_q8_force(int isa);
+/* 1 when this CPU runs isa's kernels */
+int nalar_quant_isa_ok(int isa);
+/* the name of isa ("scalar", "avx2", "avx-vnni", "avx512-vnni") */
+const char *nalar_quant_isa_name(int isa);
+/* the isa whose form a kernel family without an AVX-VNNI form runs:
+ * its AVX2 form on AVX-VNNI */
+static inline int
+nalar_quant_isa_sans_avxvnni(int isa)
+{
+    return isa == NALAR_ISA_AVXVNNI ? NALAR_ISA_AVX2 : isa;
+}
 
 /*
  * 16-bit activations (an engine's opt-in mode, cpu_quant_x16.c): each

@@ -555,9 +555,12 @@ nalar_quant_p32_kernel(int isa, ggml_type t, const uint8_t *w, int64_t cols,
     int64_t  n = (int64_t) n_tok * (cols / 32);
 
     if (!nalar_quant_p32_type(t) || cols % 32 != 0 || n_tok <= 0
-        || isa > nalar_quant_q8_isa_max()
-        || (isa != NALAR_ISA_VNNI && isa != NALAR_ISA_AVX2))
+        || !nalar_quant_isa_ok(isa))
     {
+        return -1;
+    }
+    isa = nalar_quant_isa_sans_avxvnni(isa);
+    if (isa != NALAR_ISA_VNNI && isa != NALAR_ISA_AVX2) {
         return -1;
     }
     if (n > (int64_t) (sizeof(stack) / sizeof(stack[0]))) {

@@ -381,7 +381,7 @@ xp_pairs_of(int isa)
     if (isa == NALAR_ISA_VNNI) {
         return xp_pairs_avx512;
     }
-    if (isa == NALAR_ISA_AVX2) {
+    if (isa == NALAR_ISA_AVX2 || isa == NALAR_ISA_AVXVNNI) {
         return xp_pairs_avx2;
     }
 #else

@@ -3,9 +3,10 @@
  * engine's opt-in mode, cpu_quant.h): x rounded once per token into int8
  * codes (nalar_quant_x8), and integer dot products of those codes with
  * the weights' codes, one kernel per type and instruction set:
- * AVX-512 VNNI (vpdpbusd, vpdpwssd on 256-bit vectors), AVX2 (vpmaddubsw,
- * vpmaddwd) and a scalar reference, chosen at run time (cpuid, capped by
- * NALAR_CPU_ISA or nalar_quant_q8_force).
+ * AVX-512 VNNI (vpdpbusd, vpdpwssd on 256-bit vectors), AVX-VNNI (the
+ * same, VEX-encoded), AVX2 (vpmaddubsw, vpmaddwd) and a scalar reference,
+ * chosen at run time (cpuid, capped by NALAR_CPU_ISA or
+ * nalar_quant_q8_force).
  *
  * Exactness.  Every path computes, per block, the same eight int32 lanes
  * L[0..7] (integers: exact, so the order in which a path sums them is
@@ -453,6 +454,12 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
 #define DOT_U_AVX2(L, u, s, sc)                                             \
     _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc))
 
+/* AVX-VNNI: the same two steps, VEX-encoded (q8_vex_dpbusd) */
+#define DOT_S_AVXVNNI(u, s)                                                 \
+    q8_vex_dpbusd(_mm256_setzero_si256(), u, s)
+#define DOT_U_AVXVNNI(L, u, s, sc)                                          \
+    q8_vex_dpwssd(L, _mm256_maddubs_epi16(u, s), sc)
+
 /* VNNI: vpdpbusd sums the fours in one step; vpdpwssd scales and adds */
 #define DOT_S_VNNI(u, s)                                                    \
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
@@ -466,6 +473,12 @@ row_avx2_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,       \
              ptrdiff_t pf)                                                  \
 {                                                                           \
     ROW_BODY(GGML_##N, DOT_S_AVX2, DOT_U_AVX2)                              \
+}                                                                           \
+static T_AVX2 float                                                         \
+row_avxvnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,    \
+                ptrdiff_t pf)                                               \
+{                                                                           \
+    ROW_BODY(GGML_##N, DOT_S_AVXVNNI, DOT_U_AVXVNNI)                        \
 }                                                                           \
 static T_VNNI float                                                         \
 row_vnni_##N(const uint8_t *row, int il, int64_t nb, const x8_tok *x,       \
@@ -487,22 +500,55 @@ static int q8_forced = -1;   /* nalar_quant_q8_force's cap, or -1 */
 
 
 int
+nalar_quant_isa_ok(int isa)
+{
+    switch (isa) {
+    case NALAR_ISA_SCALAR:
+        return 1;
+#if defined(Q8_X86)
+    case NALAR_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case NALAR_ISA_AVXVNNI:
+        return nalar_quant_isa_ok(NALAR_ISA_AVX2)
+               && __builtin_cpu_supports("avxvnni");
+    case NALAR_ISA_VNNI:
+        return nalar_quant_isa_ok(NALAR_ISA_AVX2)
+               && __builtin_cpu_supports("avx512vnni")
+               && __builtin_cpu_supports("avx512vl")
+               && __builtin_cpu_supports("avx512bw");
+#endif
+    default:
+        return 0;
+    }
+}
+
+
+const char *
+nalar_quant_isa_name(int isa)
+{
+    switch (isa) {
+    case NALAR_ISA_AVX2:
+        return "avx2";
+    case NALAR_ISA_AVXVNNI:
+        return "avx-vnni";
+    case NALAR_ISA_VNNI:
+        return "avx512-vnni";
+    default:
+        return "scalar";
+    }
+}
+
+
+int
 nalar_quant_q8_isa_max(void)
 {
-#if defined(Q8_X86)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni")
-        && __builtin_cpu_supports("avx512vl")
-        && __builtin_cpu_supports("avx512bw")
-        && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    {
-        return NALAR_ISA_VNNI;
+    int isa = NALAR_ISA_VNNI;
+
+    while (!nalar_quant_isa_ok(isa)) {
+        isa--;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        return NALAR_ISA_AVX2;
-    }
-#endif
-    return NALAR_ISA_SCALAR;
+    return isa;
 }
 
 
@@ -522,12 +568,18 @@ nalar_quant_q8_isa(void)
 
     if (e != NULL) {
         cap = strcmp(e, "scalar") == 0 ? NALAR_ISA_SCALAR
-              : strcmp(e, "avx2") == 0 ? NALAR_ISA_AVX2 : NALAR_ISA_VNNI;
+              : strcmp(e, "avx2") == 0 ? NALAR_ISA_AVX2
+              : strcmp(e, "avxvnni") == 0 ? NALAR_ISA_AVXVNNI
+              : NALAR_ISA_VNNI;
     }
     if (q8_forced >= 0 && q8_forced < cap) {
         cap = q8_forced;
     }
-    return isa < cap ? isa : cap;
+    isa = isa < cap ? isa : cap;
+    while (!nalar_quant_isa_ok(isa)) {
+        isa--;
+    }
+    return isa;
 }
 
 
@@ -544,6 +596,8 @@ nalar_cpu_isa(void)
     switch (nalar_quant_q8_isa()) {
     case NALAR_ISA_VNNI:
         return "f32 kernels " BUILT ", 8- and 16-bit kernels avx512-vnni";
+    case NALAR_ISA_AVXVNNI:
+        return "f32 kernels " BUILT ", 8- and 16-bit kernels avx-vnni";
     case NALAR_ISA_AVX2:
         return "f32 kernels " BUILT ", 8- and 16-bit kernels avx2";
     default:
@@ -560,6 +614,7 @@ row_fn(ggml_type t, int isa)
 #define ROW_CASE(N, QK, BYTES, SUB, MIN)                                    \
     case GGML_##N:                                                          \
         return isa == NALAR_ISA_VNNI ? row_vnni_##N                         \
+               : isa == NALAR_ISA_AVXVNNI ? row_avxvnni_##N                 \
                : isa == NALAR_ISA_AVX2 ? row_avx2_##N : row_scalar_##N;
 #else
 #define ROW_CASE(N, QK, BYTES, SUB, MIN)                                    \

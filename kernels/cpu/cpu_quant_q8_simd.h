@@ -203,6 +203,29 @@ q8_sums16(const int8_t *c, int64_t n, int32_t *s)
                                         "avx512bw,avx512vnni")))
 
 
+/* AVX-VNNI's vpdpbusd (acc + the sums of four u8 x s8 products, u
+ * unsigned, s signed) and vpdpwssd (acc + the sums of two s16 x s16
+ * products), VEX-encoded on 256 bits, for the AVX2 kernels' AVX-VNNI
+ * forms: written in assembly so that the AVX2 code around them keeps its
+ * target (and its 16 vector registers), and run only where
+ * nalar_quant_isa_ok(NALAR_ISA_AVXVNNI).  Both sums are exact, as the
+ * vpmaddubsw/vpmaddwd steps they replace are in these kernels (no pair
+ * reaches 2^15), so the integers and the bits are the AVX2 form's. */
+static Q8_INL Q8_T_AVX2 __m256i
+q8_vex_dpbusd(__m256i acc, __m256i u, __m256i s)
+{
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
+static Q8_INL Q8_T_AVX2 __m256i
+q8_vex_dpwssd(__m256i acc, __m256i a, __m256i b)
+{
+    __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    return acc;
+}
+
+
 /* the contract's hsum8: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
 static Q8_INL Q8_T_AVX2 float
 q8_hsum8(__m256 v)

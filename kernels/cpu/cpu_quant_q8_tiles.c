@@ -19,7 +19,8 @@
  *
  * Each group of 32 weights is decoded once per block and row and added
  * into each token's 8 lanes L: vpmaddubsw, then vpmaddwd (AVX2) or
- * vpdpwssd (VNNI) by the group's scales.  (Fewer multiplies, pairing two
+ * vpdpwssd (AVX-512 VNNI, and AVX-VNNI's VEX form on AVX2's tiles) by
+ * the group's scales.  (Fewer multiplies, pairing two
  * groups' vpdpbusd sums in one vpdpwssd, or half the instructions, two
  * groups per 512-bit step, measured no faster on AMD Zen 4, whose vector
  * units, not its front end, bound this loop.)  Q8_0 and Q4_0 on VNNI
@@ -193,6 +194,25 @@ typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
 #undef QT_MADD
 #undef QT_XU
 
+/* AVX-VNNI: AVX2's tiles (16 vector registers, so 4 tokens) with
+ * vpdpbusd for the fours and vpdpwssd to scale and add, VEX-encoded */
+#define QT(name) qt_avxvnni_##name
+#define QT_TGT T_AVX2
+#define QT_NMAX 4
+#define QT_XU 0
+#define QT_DOT_S(u, s) q8_vex_dpbusd(_mm256_setzero_si256(), u, s)
+#define QT_DOT_U(L, u, s, c)                                                \
+    q8_vex_dpwssd(L, _mm256_maddubs_epi16(u, s), c)
+#define QT_MADD(a, x, y) q8_vex_dpwssd(a, x, y)
+#include "cpu_quant_q8_tiles_isa.h"
+#undef QT
+#undef QT_TGT
+#undef QT_NMAX
+#undef QT_DOT_S
+#undef QT_DOT_U
+#undef QT_MADD
+#undef QT_XU
+
 /* AVX-512 VNNI on 256-bit vectors: vpdpbusd sums the fours in one step,
  * vpdpwssd scales and adds */
 #define QT(name) qt_vnni_##name
@@ -294,7 +314,9 @@ nalar_quant_x8_tiles(ggml_type t, int isa, const uint8_t *w, int64_t wstride,
     {
         return -1;
     }
-    f = isa == NALAR_ISA_VNNI ? qt_vnni_fn(t)
+    f = !nalar_quant_isa_ok(isa) ? NULL
+        : isa == NALAR_ISA_VNNI ? qt_vnni_fn(t)
+        : isa == NALAR_ISA_AVXVNNI ? qt_avxvnni_fn(t)
         : isa == NALAR_ISA_AVX2 ? qt_avx2_fn(t) : NULL;
     if (f == NULL) {
         return -1;

@@ -76,6 +76,9 @@
  *     vpdpwssd + 4 vpermw (P 2: 8 + 8 + 4 vpermw), x's codes and n
  *     loaded once per block for the four rows; AVX2, per group of 32:
  *     vpmaddubsw, vpmullw, vpmaddwd.
+ * AVX-VNNI runs the AVX2 kernels with each vpmaddwd-and-add in one VEX
+ * vpdpwssd, and Q8_0's/Q4_0's vpmaddubsw-and-vpmaddwd in one vpdpbusd
+ * (q8_vex_dpbusd): the same integers, so the same bits.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +102,15 @@
 #define T_AVX2 Q8_T_AVX2
 #define T_VNNI Q8_T_VNNI
 #define INL    Q8_INL
+
+/* AVX2 and AVX-VNNI: acc + vpmaddwd(a, b), in one VEX vpdpwssd where VX
+ * (the same integers) */
+static INL T_AVX2 __m256i
+rows_madd(const int VX, __m256i acc, __m256i a, __m256i b)
+{
+    return VX ? q8_vex_dpwssd(acc, a, b)
+              : _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+}
 
 /* one token's codes as the kernels of a type read them: P planes (the
  * 8-bit codes, or the 16-bit codes' hi and lo bytes), per 32 (P 1 alone)
@@ -282,10 +294,10 @@ k4_rows_vnni(const int Q5, const int P, const int R,
 }
 
 
-/* AVX2: Q4_K (Q5 0) or Q5_K (Q5 1), P planes (P 3: pairs, as the VNNI
- * kernel's), R rows */
+/* AVX2 (AVX-VNNI where VX): Q4_K (Q5 0) or Q5_K (Q5 1), P planes (P 3:
+ * pairs, as the VNNI kernel's), R rows */
 static INL T_AVX2 void
-k4_rows_avx2(const int Q5, const int P, const int R,
+k4_rows_avx2(const int VX, const int Q5, const int P, const int R,
              const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
              ptrdiff_t pfo, float *out)
 {
@@ -346,13 +358,13 @@ k4_rows_avx2(const int Q5, const int P, const int R,
                     sc = _mm256_mullo_epi16(sc, _mm256_loadu_si256(
                              (const __m256i *) (xn + 16 * G)));
                 }
-                Lh = _mm256_add_epi32(Lh, _mm256_madd_epi16(
-                         _mm256_maddubs_epi16(c, _mm256_loadu_si256(
-                             (const __m256i *) (xh + 32 * G))), sc));
+                Lh = rows_madd(VX, Lh, _mm256_maddubs_epi16(
+                         c, _mm256_loadu_si256(
+                             (const __m256i *) (xh + 32 * G))), sc);
                 if (P == 2) {
-                    Ll = _mm256_add_epi32(Ll, _mm256_madd_epi16(
-                             _mm256_maddubs_epi16(c, _mm256_loadu_si256(
-                                 (const __m256i *) (xl + 32 * G))), sc));
+                    Ll = rows_madd(VX, Ll, _mm256_maddubs_epi16(
+                             c, _mm256_loadu_si256(
+                                 (const __m256i *) (xl + 32 * G))), sc);
                 }
             }
             L8[i] = P != 2 ? Lh
@@ -543,9 +555,10 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
 }
 
 
-/* AVX2: Q6_K, P planes (P 3: pairs, as the VNNI kernel's), R rows */
+/* AVX2 (AVX-VNNI where VX): Q6_K, P planes (P 3: pairs, as the VNNI
+ * kernel's), R rows */
 static INL T_AVX2 void
-k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
+k6_rows_avx2(const int VX, const int P, const int R, const uint8_t *const *row, int il,
              int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
 {
     const __m256i F = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
@@ -608,13 +621,13 @@ k6_rows_avx2(const int P, const int R, const uint8_t *const *row, int il,
                     sc = _mm256_mullo_epi16(sc, _mm256_loadu_si256(
                              (const __m256i *) (xn + 16 * G)));
                 }
-                Lh = _mm256_add_epi32(Lh, _mm256_madd_epi16(
-                         _mm256_maddubs_epi16(c, _mm256_loadu_si256(
-                             (const __m256i *) (xh + 32 * G))), sc));
+                Lh = rows_madd(VX, Lh, _mm256_maddubs_epi16(
+                         c, _mm256_loadu_si256(
+                             (const __m256i *) (xh + 32 * G))), sc);
                 if (P == 2) {
-                    Ll = _mm256_add_epi32(Ll, _mm256_madd_epi16(
-                             _mm256_maddubs_epi16(c, _mm256_loadu_si256(
-                                 (const __m256i *) (xl + 32 * G))), sc));
+                    Ll = rows_madd(VX, Ll, _mm256_maddubs_epi16(
+                             c, _mm256_loadu_si256(
+                                 (const __m256i *) (xl + 32 * G))), sc);
                 }
             }
             Lh8[i] = Lh;
@@ -758,9 +771,9 @@ s_rows_vnni(const int Q4, const int R, const uint8_t *const *row, int il,
 }
 
 
-/* AVX2: Q8_0 (Q4 0) or Q4_0 (Q4 1), R rows */
+/* AVX2 (AVX-VNNI where VX): Q8_0 (Q4 0) or Q4_0 (Q4 1), R rows */
 static INL T_AVX2 void
-s_rows_avx2(const int Q4, const int R, const uint8_t *const *row, int il,
+s_rows_avx2(const int VX, const int Q4, const int R, const uint8_t *const *row, int il,
             int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
 {
     const int64_t bytes = Q4 ? 2 + QK4_0 / 2 : 2 + QK8_0;
@@ -780,12 +793,14 @@ s_rows_avx2(const int Q4, const int R, const uint8_t *const *row, int il,
             const uint8_t *p = row[i] + off;
             __m256i        w = q8_w32_signed(Q4 ? GGML_Q4_0 : GGML_Q8_0, p);
             /* |w| against sign(x, w): vpmaddubsw pairs (below 2^15),
-             * summed in fours */
-            __m256i        L = _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                                     _mm256_abs_epi8(w),
-                                                     _mm256_sign_epi8(xh,
-                                                                      w)),
-                                                 _mm256_set1_epi16(1));
+             * summed in fours (AVX-VNNI: vpdpbusd, the same sums) */
+            __m256i        u = _mm256_abs_epi8(w);
+            __m256i        sx = _mm256_sign_epi8(xh, w);
+            __m256i        L = VX ? q8_vex_dpbusd(_mm256_setzero_si256(), u,
+                                                  sx)
+                                  : _mm256_madd_epi16(
+                                        _mm256_maddubs_epi16(u, sx),
+                                        _mm256_set1_epi16(1));
 
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(p) * dx),
                                      _mm256_cvtepi32_ps(L), acc[i]);
@@ -815,7 +830,7 @@ NAME##_1(const uint8_t *const *row, int il, int64_t nb, const rows_x *x,    \
     CALL;                                                                   \
 }
 
-/* each K-quant's kernels for P planes, on both instruction sets */
+/* each K-quant's kernels for P planes, on each instruction set */
 #define ROWS_PLANES(P)                                                      \
 ROWS_KERNELS(q4k_vnni_p##P, T_VNNI,                                         \
              k4_rows_vnni(0, P, R, row, il, nb, x, pfo, out))               \
@@ -824,35 +839,33 @@ ROWS_KERNELS(q5k_vnni_p##P, T_VNNI,                                         \
 ROWS_KERNELS(q6k_vnni_p##P, T_VNNI,                                         \
              k6_rows_vnni(P, R, row, il, nb, x, pfo, out))                  \
 ROWS_KERNELS(q4k_avx2_p##P, T_AVX2,                                         \
-             k4_rows_avx2(0, P, R, row, il, nb, x, pfo, out))               \
+             k4_rows_avx2(0, 0, P, R, row, il, nb, x, pfo, out))            \
 ROWS_KERNELS(q5k_avx2_p##P, T_AVX2,                                         \
-             k4_rows_avx2(1, P, R, row, il, nb, x, pfo, out))               \
+             k4_rows_avx2(0, 1, P, R, row, il, nb, x, pfo, out))            \
 ROWS_KERNELS(q6k_avx2_p##P, T_AVX2,                                         \
-             k6_rows_avx2(P, R, row, il, nb, x, pfo, out))
+             k6_rows_avx2(0, P, R, row, il, nb, x, pfo, out))               \
+ROWS_KERNELS(q4k_avxvnni_p##P, T_AVX2,                                      \
+             k4_rows_avx2(1, 0, P, R, row, il, nb, x, pfo, out))            \
+ROWS_KERNELS(q5k_avxvnni_p##P, T_AVX2,                                      \
+             k4_rows_avx2(1, 1, P, R, row, il, nb, x, pfo, out))            \
+ROWS_KERNELS(q6k_avxvnni_p##P, T_AVX2,                                      \
+             k6_rows_avx2(1, P, R, row, il, nb, x, pfo, out))
 
 ROWS_PLANES(1)
 ROWS_PLANES(2)
+ROWS_PLANES(3)
 
 /* Q8_0's and Q4_0's kernels, the 8-bit codes' (P 1) alone */
 ROWS_KERNELS(q80_vnni_p1, T_VNNI, s_rows_vnni(0, R, row, il, nb, x, pfo, out))
 ROWS_KERNELS(q40_vnni_p1, T_VNNI, s_rows_vnni(1, R, row, il, nb, x, pfo, out))
-ROWS_KERNELS(q80_avx2_p1, T_AVX2, s_rows_avx2(0, R, row, il, nb, x, pfo, out))
-ROWS_KERNELS(q40_avx2_p1, T_AVX2, s_rows_avx2(1, R, row, il, nb, x, pfo, out))
-
-/* the pair codes' kernels (P 3): Q4_K and Q5_K (Q6_K: none, the top of
- * this file) */
-ROWS_KERNELS(q4k_vnni_p3, T_VNNI, k4_rows_vnni(0, 3, R, row, il, nb, x, pfo,
-                                               out))
-ROWS_KERNELS(q5k_vnni_p3, T_VNNI, k4_rows_vnni(1, 3, R, row, il, nb, x, pfo,
-                                               out))
-ROWS_KERNELS(q4k_avx2_p3, T_AVX2, k4_rows_avx2(0, 3, R, row, il, nb, x, pfo,
-                                               out))
-ROWS_KERNELS(q5k_avx2_p3, T_AVX2, k4_rows_avx2(1, 3, R, row, il, nb, x, pfo,
-                                               out))
-ROWS_KERNELS(q6k_vnni_p3, T_VNNI, k6_rows_vnni(3, R, row, il, nb, x, pfo,
-                                               out))
-ROWS_KERNELS(q6k_avx2_p3, T_AVX2, k6_rows_avx2(3, R, row, il, nb, x, pfo,
-                                               out))
+ROWS_KERNELS(q80_avx2_p1, T_AVX2,
+             s_rows_avx2(0, 0, R, row, il, nb, x, pfo, out))
+ROWS_KERNELS(q40_avx2_p1, T_AVX2,
+             s_rows_avx2(0, 1, R, row, il, nb, x, pfo, out))
+ROWS_KERNELS(q80_avxvnni_p1, T_AVX2,
+             s_rows_avx2(1, 0, R, row, il, nb, x, pfo, out))
+ROWS_KERNELS(q40_avxvnni_p1, T_AVX2,
+             s_rows_avx2(1, 1, R, row, il, nb, x, pfo, out))
 
 
 /* the kernels of t on isa for P planes (3: pair codes): f[0] one row,
@@ -860,59 +873,50 @@ ROWS_KERNELS(q6k_avx2_p3, T_AVX2, k6_rows_avx2(3, R, row, il, nb, x, pfo,
 static int
 rows_fns(ggml_type t, int isa, int P, rows_fn **f)
 {
-    int v = isa == NALAR_ISA_VNNI;
+    int k = isa == NALAR_ISA_VNNI ? 0 : isa == NALAR_ISA_AVX2 ? 1
+            : isa == NALAR_ISA_AVXVNNI ? 2 : -1;
 
-    if (isa != NALAR_ISA_VNNI && isa != NALAR_ISA_AVX2) {
+    if (k < 0 || P < 1 || P > 3 || !nalar_quant_isa_ok(isa)) {
         return -1;
     }
-    if (P == 3) {
-        switch (t) {
-        case GGML_Q4_K:
-            f[0] = v ? q4k_vnni_p3_1 : q4k_avx2_p3_1;
-            f[1] = v ? q4k_vnni_p3_4 : q4k_avx2_p3_4;
-            return 0;
-        case GGML_Q5_K:
-            f[0] = v ? q5k_vnni_p3_1 : q5k_avx2_p3_1;
-            f[1] = v ? q5k_vnni_p3_4 : q5k_avx2_p3_4;
-            return 0;
-        case GGML_Q6_K:
-            f[0] = v ? q6k_vnni_p3_1 : q6k_avx2_p3_1;
-            f[1] = v ? q6k_vnni_p3_4 : q6k_avx2_p3_4;
-            return 0;
-        default:
-            return -1;
-        }
+#define ROWS_PICK(N, PL)                                                    \
+    {                                                                       \
+        static rows_fn *const one[3] = { N##_vnni_p##PL##_1,                \
+                                         N##_avx2_p##PL##_1,                \
+                                         N##_avxvnni_p##PL##_1 };           \
+        static rows_fn *const four[3] = { N##_vnni_p##PL##_4,               \
+                                          N##_avx2_p##PL##_4,               \
+                                          N##_avxvnni_p##PL##_4 };          \
+                                                                            \
+        f[0] = one[k];                                                      \
+        f[1] = four[k];                                                     \
+        return 0;                                                           \
     }
-#define ROWS_PICK(N)                                                        \
-    f[0] = P == 1 ? (v ? N##_vnni_p1_1 : N##_avx2_p1_1)                     \
-                  : (v ? N##_vnni_p2_1 : N##_avx2_p2_1);                    \
-    f[1] = P == 1 ? (v ? N##_vnni_p1_4 : N##_avx2_p1_4)                     \
-                  : (v ? N##_vnni_p2_4 : N##_avx2_p2_4);                    \
-    return 0
+#define ROWS_PICK_P(N)                                                      \
+    if (P == 1) ROWS_PICK(N, 1)                                             \
+    if (P == 2) ROWS_PICK(N, 2)                                             \
+    ROWS_PICK(N, 3)
     switch (t) {
     case GGML_Q4_K:
-        ROWS_PICK(q4k);
+        ROWS_PICK_P(q4k)
     case GGML_Q5_K:
-        ROWS_PICK(q5k);
+        ROWS_PICK_P(q5k)
     case GGML_Q6_K:
-        ROWS_PICK(q6k);
+        ROWS_PICK_P(q6k)
     case GGML_Q8_0:
         if (P != 1) {
             return -1;
         }
-        f[0] = v ? q80_vnni_p1_1 : q80_avx2_p1_1;
-        f[1] = v ? q80_vnni_p1_4 : q80_avx2_p1_4;
-        return 0;
+        ROWS_PICK(q80, 1)
     case GGML_Q4_0:
         if (P != 1) {
             return -1;
         }
-        f[0] = v ? q40_vnni_p1_1 : q40_avx2_p1_1;
-        f[1] = v ? q40_vnni_p1_4 : q40_avx2_p1_4;
-        return 0;
+        ROWS_PICK(q40, 1)
     default:
         return -1;
     }
+#undef ROWS_PICK_P
 #undef ROWS_PICK
 }
 

@@ -437,6 +437,10 @@ xt_run(ggml_type t, int pairs, int isa, const uint8_t *w, int64_t wstride,
     {
         return -1;
     }
+    if (!nalar_quant_isa_ok(isa)) {
+        return -1;
+    }
+    isa = nalar_quant_isa_sans_avxvnni(isa);
     pairs = pairs && t == GGML_Q6_K;
     /* the pairs' Q6_K from the int16 tile codes on VNNI, from the planes
      * on AVX2 (cpu_quant_x16_tiles_isa.h) */

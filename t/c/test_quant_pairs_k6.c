@@ -97,7 +97,7 @@ check_tiles(ggml_type t, int kind, int xkind)
            "bits, alone and through the dispatch, over whole and ragged row "
            "ranges, interleaved or not (%d bad, %d of %d ran)", tn, wk,
            xkind_name[xkind], (long long) rows,
-           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", n_max, bad[isa],
+           nalar_quant_isa_name(isa), n_max, bad[isa],
            ran[isa], 2 * n_max);
     }
 out:
@@ -251,7 +251,7 @@ main(void)
 {
     static const ggml_type all[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,
                                      GGML_Q8_0, GGML_Q4_0 };
-    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+    const char *isa[] = { "scalar", "AVX2", "AVX-VNNI", "AVX-512 VNNI" };
 
     diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {

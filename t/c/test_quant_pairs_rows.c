@@ -147,7 +147,7 @@ int
 main(void)
 {
     static const ggml_type types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
-    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+    const char *isa[] = { "scalar", "AVX2", "AVX-VNNI", "AVX-512 VNNI" };
 
     diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
     check_none();

@@ -170,7 +170,7 @@ check_kernel(ggml_type t, int64_t rows, int64_t cols, int n_tok, int kind)
         ok(memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) == 0,
            "%s %s: %s gives the scalar kernel's bits", tn,
            kind ? "extreme blocks" : "quantized rows",
-           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2");
+           nalar_quant_isa_name(isa));
     }
 
     /* batch invariance: each token alone, split rows, codes made per
@@ -289,8 +289,8 @@ check_tiles(ggml_type t, int kind)
            "of 1 .. %d tokens give the scalar kernel's bits, over whole "
            "and ragged row ranges, interleaved or not (%d bad, %d of %d "
            "ran)", tn, kind ? "extreme blocks" : "quantized rows",
-           (long long) rows, isa == NALAR_ISA_VNNI ? "AVX-512 VNNI"
-           : "AVX2", n_max, bad, ran, 2 * n_max);
+           (long long) rows, nalar_quant_isa_name(isa), n_max, bad, ran,
+           2 * n_max);
     }
 out:
     free(w);
@@ -305,7 +305,7 @@ out:
 int
 main(void)
 {
-    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+    const char *isa[] = { "scalar", "AVX2", "AVX-VNNI", "AVX-512 VNNI" };
 
     diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
     check_codes(1024);

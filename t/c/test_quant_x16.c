@@ -395,8 +395,7 @@ check_reference(ggml_type t, int64_t rows, int64_t cols, int n_tok,
         product(t, w, rs, 0, rows, cols, &c, n_tok, isa, y);
         ok(memcmp(y, ref, (size_t) (n_tok * rows) * sizeof(float)) == 0,
            "%s %s: %s gives the reference's bits", tn, wkind_name[wkind],
-           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI"
-           : isa == NALAR_ISA_AVX2 ? "AVX2" : "the scalar path");
+           nalar_quant_isa_name(isa));
     }
 
     /* batch invariance: each token alone in split rows, codes made for
@@ -441,7 +440,7 @@ check_one_token(ggml_type t, int64_t rows, int64_t cols, int wkind,
 int
 main(void)
 {
-    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+    const char *isa[] = { "scalar", "AVX2", "AVX-VNNI", "AVX-512 VNNI" };
 
     diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
     check_codes(1024);

@@ -227,7 +227,7 @@ check_tiles(ggml_type t, int kind, int ckind)
            "reference's bits, alone and through the dispatch, over whole "
            "and ragged row ranges, interleaved or not (%d bad, %d of %d "
            "ran)", tn, wk, ckind ? "extreme" : "quantized", (long long) rows,
-           isa == NALAR_ISA_VNNI ? "AVX-512 VNNI" : "AVX2", n_max, bad[isa],
+           nalar_quant_isa_name(isa), n_max, bad[isa],
            ran[isa], 2 * n_max);
     }
 out:
@@ -239,7 +239,7 @@ out:
 int
 main(void)
 {
-    const char *isa[] = { "scalar", "AVX2", "AVX-512 VNNI" };
+    const char *isa[] = { "scalar", "AVX2", "AVX-VNNI", "AVX-512 VNNI" };
 
     diag("this CPU's widest path: %s", isa[nalar_quant_q8_isa_max()]);
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
