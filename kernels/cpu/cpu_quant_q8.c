@@ -28,7 +28,7 @@
  *   Q4_0 have none (mn = 0);
  *   y = hsum8(acc) - mn, hsum8(v) = ((v0 + v4) + (v2 + v6)) + ((v1 + v5)
  *   + (v3 + v7)).
- * So the three paths give the same bits, and each (row, token) output is
+ * So every path gives the same bits, and each (row, token) output is
  * one function of that row and that token's codes: bit-identical whatever
  * the batch, its chunking or the threads' split of the rows.  A product
  * of one token runs cpu_quant_rows.c's kernels (four rows at a time),
@@ -386,7 +386,7 @@ k6_min_term_v(const uint8_t *p, const int32_t *bs)
 }
 
 
-/* The row functions, written once for both instruction sets: DOT_S (the
+/* The row functions, written once for the instruction sets: DOT_S (the
  * signed codes' lanes), DOT_U (unsigned codes' lanes, scaled by int16
  * scales and added to an accumulator) differ. */
 #define ROW_BODY(T, DOT_S, DOT_U)                                           \

@@ -15,7 +15,8 @@
 
 #include "cpu_quant.h"
 
-/* the most tokens of one tile on isa (NALAR_ISA_AVX2 or _VNNI) */
+/* the most tokens of one tile on isa (NALAR_ISA_AVX2, _AVXVNNI or
+ * _VNNI) */
 int nalar_quant_x8_tile_max(int isa);
 
 /* the rows of W (type t, rows of cols weights) that one pass of the

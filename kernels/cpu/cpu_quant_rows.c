@@ -558,8 +558,9 @@ k6_rows_vnni(const int P, const int R, const uint8_t *const *row, int il,
 /* AVX2 (AVX-VNNI where VX): Q6_K, P planes (P 3: pairs, as the VNNI
  * kernel's), R rows */
 static INL T_AVX2 void
-k6_rows_avx2(const int VX, const int P, const int R, const uint8_t *const *row, int il,
-             int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
+k6_rows_avx2(const int VX, const int P, const int R,
+             const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
+             ptrdiff_t pfo, float *out)
 {
     const __m256i F = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
     __m256        acc[4];
@@ -773,8 +774,9 @@ s_rows_vnni(const int Q4, const int R, const uint8_t *const *row, int il,
 
 /* AVX2 (AVX-VNNI where VX): Q8_0 (Q4 0) or Q4_0 (Q4 1), R rows */
 static INL T_AVX2 void
-s_rows_avx2(const int VX, const int Q4, const int R, const uint8_t *const *row, int il,
-            int64_t nb, const rows_x *x, ptrdiff_t pfo, float *out)
+s_rows_avx2(const int VX, const int Q4, const int R,
+            const uint8_t *const *row, int il, int64_t nb, const rows_x *x,
+            ptrdiff_t pfo, float *out)
 {
     const int64_t bytes = Q4 ? 2 + QK4_0 / 2 : 2 + QK8_0;
     __m256        acc[4];

@@ -15,9 +15,9 @@
 
 /*
  * y[r] (+)= W[r, :] . x for r in [r0, r1), x token 0 of x8, on isa
- * (NALAR_ISA_AVX2 or NALAR_ISA_VNNI); W as nalar_quant_matmul_x8 takes
+ * (NALAR_ISA_AVX2, _AVXVNNI or _VNNI); W as nalar_quant_matmul_x8 takes
  * it.  Returns 0, or -1 (nothing written) when there is no such kernel
- * for t and isa: the caller then runs its row kernels.
+ * for t and isa, or this CPU lacks isa: the caller then runs its row kernels.
  */
 int nalar_quant_q8_rows(ggml_type t, int isa, const uint8_t *w,
                         int64_t wstride, int il, int64_t cols,

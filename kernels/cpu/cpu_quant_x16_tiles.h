@@ -17,8 +17,8 @@
 #include "cpu_quant.h"
 
 
-/* the most tokens of one tile of K-quant t on isa (NALAR_ISA_AVX2 or
- * _VNNI) */
+/* the most tokens of one tile of K-quant t on isa (NALAR_ISA_AVX2,
+ * _AVXVNNI or _VNNI) */
 int nalar_quant_x16_tile_max(ggml_type t, int isa);
 
 /* the 16-bit mode's product on isa for any n_tok >= 1, in tiles of up to
