@@ -138,6 +138,10 @@ token_splits_bad(const token_case *c, const token_codes *k,
     (void) token_run(c, k, NALAR_ISA_SCALAR, c->w, 0, ref, 0, c->rows, 0);
     nalar_quant_q8_force(-1);
     for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max(); isa++) {
+        /* a level this CPU lacks (AVX-VNNI on some AVX-512 CPUs) */
+        if (!nalar_quant_isa_ok(isa)) {
+            continue;
+        }
         for (int lay = 0; lay < 2; lay++) {
             const uint8_t *m = lay ? il : c->w;
 
@@ -440,6 +444,10 @@ tile_windows_bad(const tile_case *c, int *bad, int *ran)
         for (int isa = NALAR_ISA_AVX2; isa <= nalar_quant_q8_isa_max();
              isa++)
         {
+            /* a level this CPU lacks (AVX-VNNI on some AVX-512 CPUs) */
+            if (!nalar_quant_isa_ok(isa)) {
+                continue;
+            }
             ran[isa] = 0;
             bad[isa] = tile_windows_on(c, il, ref, isa, y, &ran[isa]);
         }
