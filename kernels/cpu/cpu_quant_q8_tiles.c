@@ -186,13 +186,6 @@ typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
     _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c))
 #define QT_MADD(a, x, y) _mm256_add_epi32(a, _mm256_madd_epi16(x, y))
 #include "cpu_quant_q8_tiles_isa.h"
-#undef QT
-#undef QT_TGT
-#undef QT_NMAX
-#undef QT_DOT_S
-#undef QT_DOT_U
-#undef QT_MADD
-#undef QT_XU
 
 /* AVX-VNNI: AVX2's tiles (16 vector registers, so 4 tokens) with
  * vpdpbusd for the fours and vpdpwssd to scale and add, VEX-encoded */
@@ -205,13 +198,6 @@ typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
     q8_vex_dpwssd(L, _mm256_maddubs_epi16(u, s), c)
 #define QT_MADD(a, x, y) q8_vex_dpwssd(a, x, y)
 #include "cpu_quant_q8_tiles_isa.h"
-#undef QT
-#undef QT_TGT
-#undef QT_NMAX
-#undef QT_DOT_S
-#undef QT_DOT_U
-#undef QT_MADD
-#undef QT_XU
 
 /* AVX-512 VNNI on 256-bit vectors: vpdpbusd sums the fours in one step,
  * vpdpwssd scales and adds */
@@ -224,13 +210,6 @@ typedef void qt_tile_fn(const uint8_t *row, int il, int64_t nb,
     _mm256_dpwssd_epi32(L, _mm256_maddubs_epi16(u, s), c)
 #define QT_MADD(a, x, y) _mm256_dpwssd_epi32(a, x, y)
 #include "cpu_quant_q8_tiles_isa.h"
-#undef QT
-#undef QT_TGT
-#undef QT_NMAX
-#undef QT_DOT_S
-#undef QT_DOT_U
-#undef QT_MADD
-#undef QT_XU
 
 
 /* 1 when type t's tiles on isa read x's codes + 128 (QT_XU) */

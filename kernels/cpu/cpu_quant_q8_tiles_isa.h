@@ -1,6 +1,6 @@
 /*
- * The tile kernels of one instruction set: included twice by
- * cpu_quant_q8_tiles.c, once per set, with
+ * The tile kernels of one instruction set: included by
+ * cpu_quant_q8_tiles.c once per set (AVX2, AVX-VNNI, AVX-512 VNNI), with
  *   QT(name)    this set's name for a function,
  *   QT_TGT      its target attribute,
  *   QT_NMAX     the most tokens of a tile,
@@ -13,7 +13,8 @@
  *               unsigned bytes (vpdpbusd with the signed weights),
  * so that the arithmetic is written once.  Every step is an exact integer
  * operation or one of the contract's float operations (cpu_quant_q8.c).
- * Not a header to include anywhere else.
+ * Not a header to include anywhere else.  It undefines those parameters
+ * at its end, so the next set defines its own.
  */
 
 
@@ -281,3 +282,10 @@ QT(fn)(ggml_type t)
 #undef QT_TYPE
 #undef QT_CASE
 #undef QT_GROUPS2
+#undef QT
+#undef QT_TGT
+#undef QT_NMAX
+#undef QT_DOT_S
+#undef QT_DOT_U
+#undef QT_MADD
+#undef QT_XU
